@@ -1,0 +1,77 @@
+package outbox
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// FormatVersion is the item format version written on every item the outbox
+// stores. Readers refuse items with a higher version than they understand.
+const FormatVersion = 1
+
+// Header is one Kafka record header. Headers are ordered, duplicate keys are
+// allowed and values are arbitrary bytes (nil and empty are both legal).
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Message is one outbox message: a Kafka record to be produced, plus its
+// identity and its place in its bucket's order.
+//
+// Key and Value are serialized once, by the writer; the relay passes the bytes
+// through untouched.
+type Message struct {
+	// ID is the message's unique id, a UUID v7 in its canonical text form.
+	// The writer assigns one when it is empty. It is stamped on the Kafka
+	// record as the message-id header so consumers can deduplicate.
+	ID string
+	// Bucket is the ordering bucket, assigned by the writer (see BucketFor).
+	Bucket int
+	// Sequence is the message's position in its bucket, reserved from the
+	// bucket's counter by the writer. Monotonic per bucket, gaps allowed.
+	Sequence int64
+	// Topic is the Kafka topic.
+	Topic string
+	// Key is the record key. nil means keyless (no order is promised for
+	// keyless messages); an empty, non-nil slice is a real (empty) key.
+	Key []byte
+	// Value is the record value. nil is a tombstone.
+	Value []byte
+	// Headers are the record headers, in order.
+	Headers []Header
+	// Partition, when non-nil, pins the record to this Kafka partition and
+	// buckets the message by partition instead of by key.
+	Partition *int32
+	// CreatedAt is when the writer created the message. It becomes the
+	// Kafka record timestamp. The writer sets it when zero.
+	CreatedAt time.Time
+}
+
+// PartitionOf returns a pointer to p, for Message.Partition.
+func PartitionOf(p int32) *int32 { return &p }
+
+// NewID returns a new message id: a UUID v7 (time-ordered) in canonical form.
+func NewID() string {
+	id, err := uuid.NewV7()
+	if err != nil {
+		// uuid.NewV7 only fails when the system's random source fails.
+		panic(fmt.Sprintf("outbox: cannot generate a UUID v7: %v", err))
+	}
+	return id.String()
+}
+
+// Entry is one item read from a bucket's pending range: either a message or a
+// fence tombstone that marks a sequence number as decided without a message.
+type Entry struct {
+	Sequence int64
+	// Fence is true for a fence tombstone; Message is then zero except for
+	// Bucket and Sequence.
+	Fence   bool
+	Message Message
+	// Err is set when the stored item could not be decoded into a message.
+	// The relay never deletes such an item; it stops the bucket and reports.
+	Err error
+}
