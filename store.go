@@ -83,7 +83,9 @@ type Store interface {
 	// returned).
 	Pending(ctx context.Context, bucket int, after int64, limit int) ([]Entry, bool, error)
 	// Delete deletes the messages at these sequence numbers. Deleting a
-	// missing item is not an error. It never deletes fence tombstones.
+	// missing item is not an error. The engine passes only sequence numbers
+	// it read as messages, never fences (fences expire by TTL), so a store
+	// may delete unconditionally.
 	Delete(ctx context.Context, bucket int, seqs []int64) error
 	// Fence puts a fence tombstone at seq if nothing is stored there, else
 	// returns ErrAlreadyWritten.

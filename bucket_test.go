@@ -1,0 +1,192 @@
+package outbox_test
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/dynakafka/outbox"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/bucket_vectors.json")
+
+// Kafka's own test vectors for Utils.murmur2 (clients UtilsTest), as signed
+// 32-bit Java ints.
+func TestMurmur2MatchesKafka(t *testing.T) {
+	cases := map[string]int32{
+		"21":                         -973932308,
+		"foobar":                     -790332482,
+		"a-little-bit-long-string":   -985981536,
+		"a-little-bit-longer-string": -1486304829,
+		"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+		"abc": 479470107,
+	}
+	for in, want := range cases {
+		if got := int32(outbox.Murmur2([]byte(in))); got != want {
+			t.Errorf("murmur2(%q) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+type vector struct {
+	KeyHex  string      `json:"key_hex"`
+	KeyText string      `json:"key_text,omitempty"`
+	Murmur2 uint32      `json:"murmur2"`
+	Buckets map[int]int `json:"buckets"` // bucket count -> bucket
+}
+
+var vectorCounts = []int{1, 2, 8, 16, 64, 1000, 4096}
+
+func vectorKeys() [][]byte {
+	keys := [][]byte{{}, {0}, {0xff}, {0, 0, 0, 0}, {0xde, 0xad, 0xbe, 0xef, 0x01}}
+	for _, s := range []string{"a", "ab", "abc", "abcd", "abcde", "order-1", "order-2", "customer/42",
+		"21", "foobar", "ünïcødé", "a-little-bit-longer-string", "01890a5d-ac96-774b-bcce-b302099a8057"} {
+		keys = append(keys, []byte(s))
+	}
+	return keys
+}
+
+// TestBucketVectors pins BucketForKey to committed vectors so writers in
+// other languages can check their implementation against the same file.
+func TestBucketVectors(t *testing.T) {
+	path := "testdata/bucket_vectors.json"
+	var computed []vector
+	for _, k := range vectorKeys() {
+		v := vector{KeyHex: hex.EncodeToString(k), Murmur2: outbox.Murmur2(k), Buckets: map[int]int{}}
+		if isText(k) {
+			v.KeyText = string(k)
+		}
+		for _, n := range vectorCounts {
+			v.Buckets[n] = outbox.BucketForKey(k, n)
+		}
+		computed = append(computed, v)
+	}
+	if *update {
+		b, _ := json.MarshalIndent(computed, "", "  ")
+		if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var committed []vector
+	if err := json.Unmarshal(b, &committed); err != nil {
+		t.Fatal(err)
+	}
+	if len(committed) != len(computed) {
+		t.Fatalf("%d committed vectors, %d keys", len(committed), len(computed))
+	}
+	for _, v := range committed {
+		k, _ := hex.DecodeString(v.KeyHex)
+		if got := outbox.Murmur2(k); got != v.Murmur2 {
+			t.Errorf("murmur2(%s) = %d, committed %d", v.KeyHex, got, v.Murmur2)
+		}
+		for n, want := range v.Buckets {
+			if got := outbox.BucketForKey(k, n); got != want {
+				t.Errorf("BucketForKey(%s, %d) = %d, committed %d", v.KeyHex, n, got, want)
+			}
+		}
+	}
+}
+
+func isText(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 || c == 0x7f {
+			return false
+		}
+	}
+	return len(b) > 0 && utf8.Valid(b)
+}
+
+func TestBucketFor(t *testing.T) {
+	id := "01890a5d-ac96-774b-bcce-b302099a8057"
+	idBytes, _ := hex.DecodeString("01890a5dac96774bbcceb302099a8057")
+	cases := []struct {
+		name string
+		m    outbox.Message
+		n    int
+		want int
+		err  string
+	}{
+		{"keyed", outbox.Message{Key: []byte("order-1")}, 8, outbox.BucketForKey([]byte("order-1"), 8), ""},
+		{"empty key is a key", outbox.Message{Key: []byte{}, ID: id}, 8, outbox.BucketForKey([]byte{}, 8), ""},
+		{"keyless by id bytes", outbox.Message{ID: id}, 8, outbox.BucketForKey(idBytes, 8), ""},
+		{"explicit partition wins over key", outbox.Message{Key: []byte("order-1"), Partition: outbox.PartitionOf(13)}, 8, 5, ""},
+		{"negative partition", outbox.Message{Partition: outbox.PartitionOf(-1)}, 8, 0, "Partition"},
+		{"keyless without id", outbox.Message{}, 8, 0, "ID"},
+		{"zero buckets", outbox.Message{Key: []byte("k")}, 0, 0, "BucketCount"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := outbox.BucketFor(c.m, c.n)
+			if c.err != "" {
+				var ve *outbox.ValidationError
+				if !errors.As(err, &ve) || ve.Field != c.err {
+					t.Fatalf("err = %v, want a ValidationError on %s", err, c.err)
+				}
+				return
+			}
+			if err != nil || got != c.want {
+				t.Fatalf("BucketFor = %d, %v; want %d", got, err, c.want)
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	long := make([]byte, 250)
+	for i := range long {
+		long[i] = 'a'
+	}
+	big := make([]byte, 2000)
+	cases := []struct {
+		name  string
+		m     outbox.Message
+		field string
+	}{
+		{"ok", outbox.Message{Topic: "orders.v1_x-y", Value: []byte("v")}, ""},
+		{"empty topic", outbox.Message{}, "Topic"},
+		{"long topic", outbox.Message{Topic: string(long)}, "Topic"},
+		{"dot topic", outbox.Message{Topic: ".."}, "Topic"},
+		{"bad char", outbox.Message{Topic: "orders/v1"}, "Topic"},
+		{"too large", outbox.Message{Topic: "t", Value: big}, "Value"},
+		{"id header reused", outbox.Message{Topic: "t", Headers: []outbox.Header{{Key: outbox.DefaultMessageIDHeader}}}, "Headers[0].Key"},
+		{"invalid utf8 header", outbox.Message{Topic: "t", Headers: []outbox.Header{{Key: "ok"}, {Key: "\xff"}}}, "Headers[1].Key"},
+		{"negative partition", outbox.Message{Topic: "t", Partition: outbox.PartitionOf(-3)}, "Partition"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := outbox.Validate(c.m, 7, 1024, outbox.DefaultMessageIDHeader)
+			if c.field == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var ve *outbox.ValidationError
+			if !errors.As(err, &ve) || ve.Field != c.field || ve.Index != 7 {
+				t.Fatalf("err = %v, want a ValidationError on message 7 field %s", err, c.field)
+			}
+		})
+	}
+	// The size bound is exact: at the limit passes, one byte more fails.
+	m := outbox.Message{Topic: "t", Key: []byte("k")}
+	m.Value = make([]byte, 1024-outbox.RecordSize(m, outbox.DefaultMessageIDHeader))
+	if err := outbox.Validate(m, 0, 1024, outbox.DefaultMessageIDHeader); err != nil {
+		t.Fatalf("record at exactly the limit: %v", err)
+	}
+	m.Value = append(m.Value, 0)
+	if err := outbox.Validate(m, 0, 1024, outbox.DefaultMessageIDHeader); err == nil {
+		t.Fatal("record one byte over the limit passed")
+	}
+	if s := fmt.Sprint(&outbox.ValidationError{Index: -1, Field: "Transaction", Reason: "r"}); s != "outbox: invalid Transaction: r" {
+		t.Fatalf("message = %q", s)
+	}
+}

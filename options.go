@@ -1,0 +1,182 @@
+package outbox
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+)
+
+// Option configures a Relay. Every option states its default; NewRelay
+// validates the combination and returns an *OptionError naming the option.
+type Option func(*config)
+
+type config struct {
+	bucketCount     int
+	batchSize       int
+	leaseDuration   time.Duration
+	renewInterval   time.Duration
+	leaseMargin     time.Duration
+	gapTimeout      time.Duration
+	gapPoll         time.Duration
+	deadlineMargin  time.Duration
+	maxMessageBytes int
+	idHeader        string
+	relayID         string
+	concurrency     int
+	pollInterval    time.Duration
+	clock           Clock
+	logger          *slog.Logger
+	metrics         Metrics
+}
+
+func defaultConfig() config {
+	host, _ := os.Hostname()
+	return config{
+		batchSize:       500,
+		leaseDuration:   30 * time.Second,
+		renewInterval:   10 * time.Second,
+		leaseMargin:     5 * time.Second,
+		gapTimeout:      10 * time.Second,
+		gapPoll:         50 * time.Millisecond,
+		deadlineMargin:  5 * time.Second,
+		maxMessageBytes: DefaultMaxMessageBytes,
+		idHeader:        DefaultMessageIDHeader,
+		relayID:         fmt.Sprintf("%s-%d-%s", host, os.Getpid(), NewID()[24:]),
+		concurrency:     8,
+		pollInterval:    time.Second,
+		clock:           SystemClock,
+		logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		metrics:         noMetrics{},
+	}
+}
+
+// BucketCount states the bucket count this relay expects. Default 0: take it
+// from the outbox's config item. When set and different from the config item,
+// NewRelay fails with a *MisconfigurationError naming both values.
+func BucketCount(n int) Option { return func(c *config) { c.bucketCount = n } }
+
+// BatchSize is the most messages read and published per store round trip.
+// Default 500; 1..10000.
+func BatchSize(n int) Option { return func(c *config) { c.batchSize = n } }
+
+// LeaseDuration is how long a bucket lease lasts after its last renewal; a
+// stalled holder's bucket is taken over after at most this long. Default 30s.
+func LeaseDuration(d time.Duration) Option { return func(c *config) { c.leaseDuration = d } }
+
+// LeaseRenewInterval is how often a held lease is renewed, also while a
+// publish is pending. Default 10s; must be below LeaseDuration-LeaseMargin.
+// LeaseDuration-LeaseRenewInterval is the clock skew the relays tolerate.
+func LeaseRenewInterval(d time.Duration) Option { return func(c *config) { c.renewInterval = d } }
+
+// LeaseMargin is how long before its lease would expire a holder that could
+// not renew cancels its publish and stops, so that nothing it produces can
+// land after another owner may take the bucket over. Default 5s.
+func LeaseMargin(d time.Duration) Option { return func(c *config) { c.leaseMargin = d } }
+
+// GapTimeout is how long a missing sequence number (head+1 absent while a
+// later one is present) is waited on before it is fenced. It is measured from
+// the first time any relay saw the gap, stored on the lease, so it holds
+// across invocations and restarts. Default 10s: far above a healthy writer's
+// reserve-to-commit time (milliseconds), short enough that an abandoned
+// reservation holds its bucket back only briefly.
+func GapTimeout(d time.Duration) Option { return func(c *config) { c.gapTimeout = d } }
+
+// GapPollInterval is how often a pending gap is re-read. Default 50ms.
+func GapPollInterval(d time.Duration) Option { return func(c *config) { c.gapPoll = d } }
+
+// DeadlineMargin is how long before the context's deadline the relay stops
+// claiming new work (a Lambda invocation's deadline). Default 5s.
+func DeadlineMargin(d time.Duration) Option { return func(c *config) { c.deadlineMargin = d } }
+
+// MaxMessageBytes bounds a record as computed by RecordSize. The relay checks
+// it before publishing (a stored message above it was written by a writer
+// configured differently). Default DefaultMaxMessageBytes.
+func MaxMessageBytes(n int) Option { return func(c *config) { c.maxMessageBytes = n } }
+
+// MessageIDHeader is the header name the publisher stamps the message id
+// under, used in record size checks. Default DefaultMessageIDHeader.
+func MessageIDHeader(name string) Option { return func(c *config) { c.idHeader = name } }
+
+// RelayID names this relay in leases and heartbeats. Default
+// "<hostname>-<pid>-<random>". At most 128 characters.
+func RelayID(id string) Option { return func(c *config) { c.relayID = id } }
+
+// Concurrency is how many buckets DrainBuckets and Run drain at once.
+// Default 8.
+func Concurrency(n int) Option { return func(c *config) { c.concurrency = n } }
+
+// PollInterval is how often Run looks for work when idle. Default 1s.
+func PollInterval(d time.Duration) Option { return func(c *config) { c.pollInterval = d } }
+
+// WithClock sets the clock used for leases, heartbeats and gap timeouts.
+// Default SystemClock.
+func WithClock(clk Clock) Option { return func(c *config) { c.clock = clk } }
+
+// WithLogger sets the logger. Default: silent.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithMetrics sets the metrics sink, called once per batch. Default: none.
+func WithMetrics(m Metrics) Option { return func(c *config) { c.metrics = m } }
+
+func (c *config) validate() error {
+	bad := func(opt string, v any, why string) error { return &OptionError{Option: opt, Value: v, Reason: why} }
+	switch {
+	case c.bucketCount < 0 || c.bucketCount > MaxBucketCount:
+		return bad("BucketCount", c.bucketCount, fmt.Sprintf("must be 0 (from the table) or 1..%d", MaxBucketCount))
+	case c.batchSize < 1 || c.batchSize > 10000:
+		return bad("BatchSize", c.batchSize, "must be 1..10000")
+	case c.leaseDuration < time.Second:
+		return bad("LeaseDuration", c.leaseDuration, "must be at least 1s")
+	case c.leaseMargin <= 0:
+		return bad("LeaseMargin", c.leaseMargin, "must be positive")
+	case c.renewInterval <= 0 || c.renewInterval >= c.leaseDuration-c.leaseMargin:
+		return bad("LeaseRenewInterval", c.renewInterval, fmt.Sprintf("must be positive and below LeaseDuration-LeaseMargin (%v)", c.leaseDuration-c.leaseMargin))
+	case c.gapTimeout <= 0:
+		return bad("GapTimeout", c.gapTimeout, "must be positive")
+	case c.gapPoll <= 0:
+		return bad("GapPollInterval", c.gapPoll, "must be positive")
+	case c.deadlineMargin < 0:
+		return bad("DeadlineMargin", c.deadlineMargin, "must not be negative")
+	case c.maxMessageBytes < RecordOverhead:
+		return bad("MaxMessageBytes", c.maxMessageBytes, fmt.Sprintf("must be at least %d", RecordOverhead))
+	case c.idHeader == "":
+		return bad("MessageIDHeader", c.idHeader, "must not be empty")
+	case c.relayID == "" || len(c.relayID) > 128:
+		return bad("RelayID", c.relayID, "must be 1..128 characters")
+	case c.concurrency < 1:
+		return bad("Concurrency", c.concurrency, "must be at least 1")
+	case c.pollInterval <= 0:
+		return bad("PollInterval", c.pollInterval, "must be positive")
+	case c.clock == nil:
+		return bad("WithClock", nil, "must not be nil")
+	case c.logger == nil:
+		return bad("WithLogger", nil, "must not be nil")
+	case c.metrics == nil:
+		return bad("WithMetrics", nil, "must not be nil")
+	}
+	return nil
+}
+
+// Metrics receives one call per published batch. Implementations must be
+// fast and safe for concurrent use; adapters (CloudWatch EMF,
+// OpenTelemetry) live outside this package.
+type Metrics interface {
+	Batch(BatchStats)
+}
+
+// BatchStats describes one batch of one bucket.
+type BatchStats struct {
+	Bucket          int
+	Messages        int // messages handed to the publisher
+	Acked           int // contiguous acknowledged prefix
+	Fenced          int // fence tombstones passed over or written
+	Deleted         int // messages deleted (acknowledged + leftovers)
+	PublishDuration time.Duration
+	Err             error
+}
+
+type noMetrics struct{}
+
+func (noMetrics) Batch(BatchStats) {}

@@ -1,0 +1,545 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Relay publishes the messages of each bucket strictly in sequence order,
+// under the bucket's lease, and deletes only the contiguous acknowledged
+// prefix. It is safe for concurrent use; the lease makes concurrent drains of
+// one bucket (in this process or any other) mutually exclusive.
+type Relay struct {
+	store       Store
+	pub         Publisher
+	cfg         config
+	bucketCount int
+}
+
+// NewRelay reads the outbox's config item and returns a relay for it. It
+// fails with a *MisconfigurationError when the BucketCount option differs from
+// the stored one or the stored format is newer than this code, and with an
+// *OptionError for an invalid option.
+func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (*Relay, error) {
+	if store == nil || pub == nil {
+		return nil, &OptionError{Option: "NewRelay", Value: nil, Reason: "store and publisher are required"}
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	stored, err := store.Config(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: read config item: %w", err)
+	}
+	if err := CheckConfig(stored, cfg.bucketCount); err != nil {
+		return nil, err
+	}
+	return &Relay{store: store, pub: pub, cfg: cfg, bucketCount: stored.BucketCount}, nil
+}
+
+// CheckConfig verifies a stored configuration against a process's expected
+// bucket count (0 = accept the stored one) and this code's format version.
+func CheckConfig(stored Config, bucketCount int) error {
+	if stored.BucketCount < 1 || stored.BucketCount > MaxBucketCount {
+		return &MisconfigurationError{Setting: "BucketCount", Configured: fmt.Sprint(bucketCount), Stored: fmt.Sprint(stored.BucketCount),
+			Fix: fmt.Sprintf("the config item is corrupt: BucketCount must be 1..%d", MaxBucketCount)}
+	}
+	if bucketCount != 0 && bucketCount != stored.BucketCount {
+		return &MisconfigurationError{Setting: "BucketCount", Configured: fmt.Sprint(bucketCount), Stored: fmt.Sprint(stored.BucketCount),
+			Fix: "every writer and relay of one outbox must use the table's BucketCount; changing it requires draining the outbox first"}
+	}
+	if stored.FormatVersion > FormatVersion {
+		return &MisconfigurationError{Setting: "FormatVersion", Configured: fmt.Sprint(FormatVersion), Stored: fmt.Sprint(stored.FormatVersion),
+			Fix: "the outbox was created by a newer version of this library; upgrade this process"}
+	}
+	return nil
+}
+
+// BucketCount returns the outbox's bucket count.
+func (r *Relay) BucketCount() int { return r.bucketCount }
+
+// ID returns the relay's id as written in leases and heartbeats.
+func (r *Relay) ID() string { return r.cfg.relayID }
+
+// DrainStats summarises one DrainBucket call.
+type DrainStats struct {
+	Bucket    int
+	Batches   int
+	Published int   // messages acknowledged by the broker
+	Deleted   int   // messages deleted (acknowledged and leftovers)
+	Leftovers int   // messages found at or below head and deleted without republishing
+	Fenced    int   // fence tombstones written by this drain
+	Head      int64 // the bucket's head when the drain stopped
+}
+
+// DrainBucket takes the bucket's lease and publishes its pending messages in
+// sequence order until the bucket is empty, the lease is lost, or the
+// context's deadline minus DeadlineMargin is reached. It returns nil only when
+// the bucket was drained (everything that was pending when the lease was
+// released is published). ErrLeaseHeld means another owner holds the bucket;
+// it has been woken and will drain again before releasing, so the caller's
+// hint is not lost.
+func (r *Relay) DrainBucket(ctx context.Context, bucket int) (DrainStats, error) {
+	st := DrainStats{Bucket: bucket}
+	if bucket < 0 || bucket >= r.bucketCount {
+		return st, &BucketRangeError{Bucket: bucket, BucketCount: r.bucketCount}
+	}
+	if r.pastDeadline(ctx) {
+		return st, ErrDeadline
+	}
+	lease, err := r.store.Acquire(ctx, bucket, r.cfg.relayID, r.cfg.clock.Now(), r.cfg.leaseDuration)
+	if err != nil {
+		if errors.Is(err, ErrLeaseHeld) {
+			return st, err
+		}
+		return st, fmt.Errorf("outbox: acquire bucket %d: %w", bucket, err)
+	}
+	d := &drain{r: r, lease: lease, deletedThrough: lease.Cleaned, st: &st}
+	for {
+		err := d.untilEmpty(ctx)
+		st.Head = d.lease.Head
+		if err != nil {
+			if !errors.Is(err, ErrLeaseLost) {
+				d.releaseAfterError()
+			}
+			r.cfg.logger.Log(ctx, levelFor(err), "outbox: drain stopped", "bucket", bucket, "head", d.lease.Head, "err", err)
+			return st, err
+		}
+		l, err := r.store.Release(ctx, d.lease, d.deletedThrough)
+		if errors.Is(err, ErrWoken) {
+			// A contender found the bucket held while we drained: what it
+			// saw committed may have landed after our last read. Drain again.
+			d.lease = l
+			continue
+		}
+		if err != nil {
+			return st, fmt.Errorf("outbox: release bucket %d: %w", bucket, err)
+		}
+		return st, nil
+	}
+}
+
+func levelFor(err error) slog.Level {
+	if errors.Is(err, ErrDeadline) || errors.Is(err, ErrGapPending) || errors.Is(err, ErrLeaseLost) {
+		return slog.LevelInfo
+	}
+	return slog.LevelError
+}
+
+// DrainBuckets drains the given buckets, at most Concurrency at once, and
+// returns the error of each bucket that was not drained (nil map entries are
+// omitted). Duplicates in buckets are drained once.
+func (r *Relay) DrainBuckets(ctx context.Context, buckets []int) map[int]error {
+	seen := make(map[int]bool, len(buckets))
+	var uniq []int
+	for _, b := range buckets {
+		if !seen[b] {
+			seen[b] = true
+			uniq = append(uniq, b)
+		}
+	}
+	var (
+		mu   sync.Mutex
+		errs = make(map[int]error)
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, r.cfg.concurrency)
+	)
+	for _, b := range uniq {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(b int) {
+			defer func() { <-sem; wg.Done() }()
+			if _, err := r.DrainBucket(ctx, b); err != nil {
+				mu.Lock()
+				errs[b] = err
+				mu.Unlock()
+			}
+		}(b)
+	}
+	wg.Wait()
+	return errs
+}
+
+func (r *Relay) pastDeadline(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) <= r.cfg.deadlineMargin
+}
+
+// drain is the state of one lease-holding drain of one bucket.
+type drain struct {
+	r     *Relay
+	mu    sync.Mutex // guards lease while a publish renews it concurrently
+	lease Lease
+	// deletedThrough: every message at or below it is known deleted; reads
+	// start above it. Written to the lease as Cleaned.
+	deletedThrough int64
+	st             *DrainStats
+}
+
+func (d *drain) getLease() Lease {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lease
+}
+
+// untilEmpty runs batches until the bucket has nothing pending.
+func (d *drain) untilEmpty(ctx context.Context) error {
+	r := d.r
+	cfg := &r.cfg
+	b := d.lease.Bucket
+	for {
+		if r.pastDeadline(ctx) {
+			return ErrDeadline
+		}
+		if err := d.renewIfDue(ctx); err != nil {
+			return err
+		}
+		head := d.lease.Head
+		// Read from the cleaned mark: messages in (deletedThrough, head] are
+		// leftovers of a crash between a head update and its delete.
+		limit := cfg.batchSize + int(min(head-d.deletedThrough, int64(cfg.batchSize)))
+		entries, end, err := r.store.Pending(ctx, b, d.deletedThrough, limit)
+		if err != nil {
+			return fmt.Errorf("outbox: read bucket %d after %d: %w", b, d.deletedThrough, err)
+		}
+		if len(entries) == 0 {
+			end = true
+		}
+		// Every sequence number up to seenThrough was covered by this read.
+		seenThrough := int64(1<<63 - 1)
+		if !end {
+			seenThrough = entries[len(entries)-1].Sequence
+		}
+
+		var (
+			leftovers []int64
+			run       []Entry
+			msgs      []Message
+			expect    = head + 1
+			gapAt     int64
+			gapNext   int64
+			badEntry  *Entry
+		)
+		for i := range entries {
+			e := &entries[i]
+			if e.Sequence <= head {
+				switch {
+				case e.Err != nil:
+					cfg.logger.Error("outbox: undecodable item at or below head left in place", "bucket", b, "sequence", e.Sequence, "err", e.Err)
+				case !e.Fence:
+					leftovers = append(leftovers, e.Sequence)
+				}
+				continue
+			}
+			if e.Sequence != expect {
+				if len(run) == 0 {
+					gapAt, gapNext = expect, e.Sequence
+				}
+				break
+			}
+			if len(msgs) == cfg.batchSize {
+				break
+			}
+			if e.Err != nil || (!e.Fence && RecordSize(e.Message, cfg.idHeader) > cfg.maxMessageBytes) {
+				badEntry = e
+				break
+			}
+			run = append(run, *e)
+			if !e.Fence {
+				msgs = append(msgs, e.Message)
+			}
+			expect++
+		}
+
+		if len(run) == 0 {
+			switch {
+			case badEntry != nil:
+				// Never delete or skip what cannot be published: stop the
+				// bucket and report it loudly.
+				if badEntry.Err != nil {
+					return fmt.Errorf("outbox: bucket %d sequence %d cannot be decoded; the bucket is stopped: %w", b, badEntry.Sequence, badEntry.Err)
+				}
+				return &PublishError{Bucket: b, Sequence: badEntry.Sequence, MessageID: badEntry.Message.ID,
+					Err: fmt.Errorf("record of %d bytes exceeds MaxMessageBytes=%d; the bucket is stopped", RecordSize(badEntry.Message, cfg.idHeader), cfg.maxMessageBytes)}
+			case len(leftovers) > 0:
+				if err := d.delete(ctx, leftovers); err != nil {
+					return err
+				}
+				d.st.Leftovers += len(leftovers)
+				d.deletedThrough = max(d.deletedThrough, min(head, seenThrough))
+				continue
+			case gapAt != 0:
+				if err := d.gap(ctx, gapAt, gapNext); err != nil {
+					return err
+				}
+				continue
+			case end:
+				return nil
+			default:
+				// Everything read was at or below head and already handled;
+				// read on from the last sequence seen.
+				d.deletedThrough = max(d.deletedThrough, min(head, seenThrough))
+				continue
+			}
+		}
+
+		start := cfg.clock.Now()
+		acked, perr := 0, error(nil)
+		if len(msgs) > 0 {
+			acked, perr = d.publish(ctx, msgs)
+		}
+		if errors.Is(perr, ErrLeaseLost) {
+			// Another owner may take over at any moment: write nothing.
+			return perr
+		}
+		// The decided prefix: every entry up to the first unacknowledged
+		// message, fences included.
+		newHead, fenced, n := head, 0, 0
+		for _, e := range run {
+			if !e.Fence {
+				if n == acked {
+					break
+				}
+				n++
+			} else {
+				fenced++
+			}
+			newHead = e.Sequence
+		}
+		stats := BatchStats{Bucket: b, Messages: len(msgs), Acked: acked, Fenced: fenced, PublishDuration: cfg.clock.Now().Sub(start), Err: perr}
+		if newHead > head {
+			u := LeaseUpdate{Head: newHead, Cleaned: d.deletedThrough}
+			if l := d.getLease(); l.Gap != 0 && l.Gap > newHead {
+				u.Gap, u.GapSince = l.Gap, l.GapSince
+			}
+			l, err := r.store.Update(ctx, d.getLease(), u, cfg.clock.Now())
+			if err != nil {
+				stats.Err = err
+				cfg.metrics.Batch(stats)
+				return fmt.Errorf("outbox: advance head of bucket %d to %d: %w", b, newHead, err)
+			}
+			d.lease = l
+		}
+		toDelete := leftovers
+		for _, m := range msgs[:acked] {
+			toDelete = append(toDelete, m.Sequence)
+		}
+		if len(toDelete) > 0 {
+			if err := d.delete(ctx, toDelete); err != nil {
+				stats.Err = err
+				cfg.metrics.Batch(stats)
+				return err
+			}
+		}
+		d.deletedThrough = max(d.deletedThrough, min(newHead, seenThrough))
+		stats.Deleted = len(toDelete)
+		cfg.metrics.Batch(stats)
+		d.st.Batches++
+		d.st.Published += acked
+		d.st.Leftovers += len(leftovers)
+		if perr != nil {
+			return &PublishError{Bucket: b, Sequence: msgs[acked].Sequence, MessageID: msgs[acked].ID, Err: perr}
+		}
+	}
+}
+
+func (d *drain) delete(ctx context.Context, seqs []int64) error {
+	b := d.lease.Bucket
+	if err := d.r.store.Delete(ctx, b, seqs); err != nil {
+		return fmt.Errorf("outbox: delete %d messages of bucket %d: %w", len(seqs), b, err)
+	}
+	d.st.Deleted += len(seqs)
+	return nil
+}
+
+// renewIfDue renews the lease when its renewal interval has passed, and
+// fails with ErrLeaseLost when it has (nearly) expired: a holder that stalled
+// past its lease must not act on the bucket again.
+func (d *drain) renewIfDue(ctx context.Context) error {
+	cfg := &d.r.cfg
+	now := cfg.clock.Now()
+	l := d.getLease()
+	if now.Before(l.Expires.Add(-(cfg.leaseDuration - cfg.renewInterval))) {
+		return nil
+	}
+	nl, err := d.r.store.Renew(ctx, l, now, cfg.leaseDuration)
+	if err != nil {
+		if errors.Is(err, ErrLeaseLost) || !now.Before(l.Expires.Add(-cfg.leaseMargin)) {
+			return fmt.Errorf("outbox: renew lease of bucket %d: %w", l.Bucket, errors.Join(ErrLeaseLost, err))
+		}
+		return fmt.Errorf("outbox: renew lease of bucket %d: %w", l.Bucket, err)
+	}
+	d.mu.Lock()
+	d.lease = nl
+	d.mu.Unlock()
+	return nil
+}
+
+// publish runs the publisher while a watchdog renews the lease every
+// LeaseRenewInterval. If the lease is lost, or cannot be renewed until
+// LeaseMargin before it expires, the publish's context is cancelled so the
+// publisher aborts what it has not sent before anyone can take the bucket
+// over, and ErrLeaseLost is returned.
+func (d *drain) publish(ctx context.Context, msgs []Message) (int, error) {
+	cfg := &d.r.cfg
+	// A hard deadline as well as the watchdog: even if this process stalls
+	// (and the watchdog with it), the publisher's context expires, by the
+	// machine's monotonic clock, before the lease can be taken over.
+	l0 := d.getLease()
+	pctx, cancel := context.WithTimeout(ctx, l0.Expires.Add(-cfg.leaseMargin).Sub(cfg.clock.Now()))
+	defer cancel()
+	var (
+		lost error
+		wg   sync.WaitGroup
+		done = make(chan struct{})
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			l := d.getLease()
+			renewAt := l.Expires.Add(-(cfg.leaseDuration - cfg.renewInterval))
+			giveUpAt := l.Expires.Add(-cfg.leaseMargin)
+			now := cfg.clock.Now()
+			if !now.Before(giveUpAt) {
+				lost = fmt.Errorf("outbox: lease of bucket %d about to expire during publish: %w", l.Bucket, ErrLeaseLost)
+				cancel()
+				return
+			}
+			wait := renewAt.Sub(now)
+			if wait < 0 {
+				wait = min(cfg.renewInterval/10, giveUpAt.Sub(now))
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			nl, err := d.r.store.Renew(ctx, l, cfg.clock.Now(), cfg.leaseDuration)
+			if err == nil {
+				d.mu.Lock()
+				d.lease = nl
+				d.mu.Unlock()
+				continue
+			}
+			if errors.Is(err, ErrLeaseLost) {
+				lost = fmt.Errorf("outbox: renew lease of bucket %d during publish: %w", l.Bucket, err)
+				cancel()
+				return
+			}
+			cfg.logger.Warn("outbox: lease renewal failed during publish; retrying", "bucket", l.Bucket, "err", err)
+		}
+	}()
+	acked, err := d.r.pub.Publish(pctx, msgs)
+	close(done)
+	wg.Wait()
+	if acked < 0 || acked > len(msgs) {
+		return 0, fmt.Errorf("outbox: publisher returned acked=%d for %d messages", acked, len(msgs))
+	}
+	if lost == nil && pctx.Err() != nil && ctx.Err() == nil {
+		lost = fmt.Errorf("outbox: publish of bucket %d reached its lease's deadline: %w", l0.Bucket, ErrLeaseLost)
+	}
+	if lost != nil {
+		return acked, lost
+	}
+	if err == nil && acked < len(msgs) {
+		err = fmt.Errorf("outbox: publisher acknowledged %d of %d messages without an error", acked, len(msgs))
+	}
+	return acked, err
+}
+
+// gap handles a missing sequence number at seq (head+1) while next, a later
+// one, is present: wait until GapTimeout has passed since any relay first saw
+// it, then fence [seq, next) so the bucket can move on. If a writer's commit
+// lands first, its message is published in order; if the fence lands first,
+// the writer's transaction is cancelled and resubmitted with a fresh sequence.
+func (d *drain) gap(ctx context.Context, seq, next int64) error {
+	r := d.r
+	cfg := &r.cfg
+	now := cfg.clock.Now()
+	l := d.getLease()
+	if l.Gap != seq {
+		nl, err := r.store.Update(ctx, l, LeaseUpdate{Head: l.Head, Cleaned: d.deletedThrough, Gap: seq, GapSince: now}, now)
+		if err != nil {
+			return fmt.Errorf("outbox: record gap at %d in bucket %d: %w", seq, l.Bucket, err)
+		}
+		d.mu.Lock()
+		d.lease = nl
+		d.mu.Unlock()
+		l = nl
+	}
+	waited := now.Sub(l.GapSince)
+	if waited >= cfg.gapTimeout {
+		const maxFences = 100
+		for s := seq; s < next && s < seq+maxFences; s++ {
+			err := r.store.Fence(ctx, l.Bucket, s, now)
+			switch {
+			case err == nil:
+				d.st.Fenced++
+				cfg.logger.Warn("outbox: fenced a sequence number nobody committed within GapTimeout", "bucket", l.Bucket, "sequence", s, "waited", waited)
+			case errors.Is(err, ErrAlreadyWritten):
+				// The writer won the race; its message is read next.
+			default:
+				return fmt.Errorf("outbox: fence bucket %d sequence %d: %w", l.Bucket, s, err)
+			}
+		}
+		return nil
+	}
+	wait := min(cfg.gapPoll, cfg.gapTimeout-waited)
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl)-cfg.deadlineMargin < wait {
+		return fmt.Errorf("outbox: bucket %d waits on sequence %d for %v more: %w", l.Bucket, seq, cfg.gapTimeout-waited, ErrGapPending)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// releaseAfterError gives the lease up after a failed drain so another relay
+// need not wait for it to expire. Wake-ups are consumed: the caller reports
+// the failure, and whoever retries drains everything pending.
+func (d *drain) releaseAfterError() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l := d.getLease()
+	for range 3 {
+		nl, err := d.r.store.Release(ctx, l, d.deletedThrough)
+		if !errors.Is(err, ErrWoken) {
+			return
+		}
+		l = nl
+	}
+}
+
+// LiveShare returns how many buckets a relay should hold at most when the
+// given relays are alive, and this relay's rank among them (-1 if absent).
+func LiveShare(bucketCount int, live []string, id string) (share, rank int) {
+	ids := append([]string(nil), live...)
+	sort.Strings(ids)
+	rank = sort.SearchStrings(ids, id)
+	if rank >= len(ids) || ids[rank] != id {
+		ids = append(ids, id)
+		sort.Strings(ids)
+		rank = sort.SearchStrings(ids, id)
+	}
+	n := len(ids)
+	return (bucketCount + n - 1) / n, rank
+}

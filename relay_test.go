@@ -1,0 +1,499 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/store/memory"
+)
+
+// recorder is a Publisher that records what it acknowledged.
+type recorder struct {
+	mu      sync.Mutex
+	got     []outbox.Message
+	batches int
+	// before, when set, runs before each batch; it can block or fail.
+	before func(ctx context.Context, msgs []outbox.Message) (acked int, err error, handled bool)
+}
+
+func (r *recorder) Publish(ctx context.Context, msgs []outbox.Message) (int, error) {
+	if r.before != nil {
+		if acked, err, handled := r.before(ctx, msgs); handled {
+			r.mu.Lock()
+			r.got = append(r.got, msgs[:acked]...)
+			r.mu.Unlock()
+			return acked, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, msgs...)
+	r.batches++
+	return len(msgs), nil
+}
+
+func (r *recorder) seqs(bucket int) []int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []int64
+	for _, m := range r.got {
+		if m.Bucket == bucket {
+			out = append(out, m.Sequence)
+		}
+	}
+	return out
+}
+
+type fakeClock struct{ off atomic.Int64 }
+
+var base = time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+
+func (c *fakeClock) Now() time.Time          { return base.Add(time.Duration(c.off.Load())) }
+func (c *fakeClock) Advance(d time.Duration) { c.off.Add(int64(d)) }
+
+func message(bucket int, seq int64) outbox.Message {
+	return outbox.Message{ID: outbox.NewID(), Bucket: bucket, Sequence: seq, Topic: "t",
+		Key: []byte(fmt.Sprint("k", seq)), Value: []byte("v"), CreatedAt: base}
+}
+
+func fill(t *testing.T, s *memory.Store, bucket int, seqs ...int64) {
+	t.Helper()
+	var msgs []outbox.Message
+	for _, seq := range seqs {
+		msgs = append(msgs, message(bucket, seq))
+	}
+	if err := s.Put(msgs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func span(from, to int64) []int64 {
+	var out []int64
+	for s := from; s <= to; s++ {
+		out = append(out, s)
+	}
+	return out
+}
+
+func newRelay(t *testing.T, s outbox.Store, p outbox.Publisher, opts ...outbox.Option) *outbox.Relay {
+	t.Helper()
+	r, err := outbox.NewRelay(context.Background(), s, p, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestDrainPublishesInOrderAndDeletes(t *testing.T) {
+	s := memory.New(4)
+	fill(t, s, 1, span(1, 1200)...)
+	fill(t, s, 2, 1, 2)
+	p := &recorder{}
+	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
+	st, err := r.DrainBucket(ctxFor(t, 10*time.Second), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.seqs(1); fmt.Sprint(got) != fmt.Sprint(span(1, 1200)) {
+		t.Fatalf("published %d messages out of order or incomplete", len(got))
+	}
+	if st.Published != 1200 || st.Batches != 3 || st.Head != 1200 || st.Deleted != 1200 {
+		t.Fatalf("stats = %+v; want 1200 published in 3 batches of at most 500", st)
+	}
+	if n := s.Count(1); n != 0 {
+		t.Fatalf("%d messages left in bucket 1", n)
+	}
+	if n := s.Count(2); n != 2 {
+		t.Fatalf("bucket 2 was touched: %d left", n)
+	}
+	if l := s.Lease(1); l.Owner != "" || l.Head != 1200 || l.Cleaned != 1200 {
+		t.Fatalf("lease after drain = %+v; want released with head and cleaned at 1200", l)
+	}
+}
+
+func TestGapIsWaitedOnThenWriterWins(t *testing.T) {
+	s := memory.New(1)
+	fill(t, s, 0, 2, 3)
+	p := &recorder{}
+	r := newRelay(t, s, p, outbox.GapTimeout(5*time.Second), outbox.GapPollInterval(5*time.Millisecond), outbox.DeadlineMargin(0))
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		fill(t, s, 0, 1) // the slow writer commits sequence 1
+	}()
+	if _, err := r.DrainBucket(ctxFor(t, 10*time.Second), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(p.seqs(0)); got != "[1 2 3]" {
+		t.Fatalf("published %s, want [1 2 3]: 2 must not pass the missing 1", got)
+	}
+}
+
+func TestGapTimeoutFencesAndWriterIsRefused(t *testing.T) {
+	s := memory.New(1)
+	fill(t, s, 0, 3, 4) // 1 and 2 reserved by an abandoned writer
+	p := &recorder{}
+	r := newRelay(t, s, p, outbox.GapTimeout(50*time.Millisecond), outbox.GapPollInterval(5*time.Millisecond), outbox.DeadlineMargin(0))
+	st, err := r.DrainBucket(ctxFor(t, 10*time.Second), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(p.seqs(0)); got != "[3 4]" {
+		t.Fatalf("published %s, want [3 4]", got)
+	}
+	if st.Fenced != 2 || st.Head != 4 {
+		t.Fatalf("stats = %+v; want 2 fences and head 4", st)
+	}
+	// The abandoned writer comes back: its transaction is refused.
+	if err := s.Put(message(0, 1)); !errors.Is(err, outbox.ErrAlreadyWritten) {
+		t.Fatalf("late writer at a fenced sequence: %v, want ErrAlreadyWritten", err)
+	}
+}
+
+func TestGapTimeoutHoldsAcrossRelays(t *testing.T) {
+	s := memory.New(1)
+	fill(t, s, 0, 2)
+	clk := &fakeClock{}
+	p := &recorder{}
+	opts := []outbox.Option{outbox.GapTimeout(10 * time.Second), outbox.GapPollInterval(time.Millisecond), outbox.WithClock(clk), outbox.DeadlineMargin(0)}
+	// Invocation 1 sees the gap and runs out of time.
+	r1 := newRelay(t, s, p, append(opts, outbox.RelayID("r1"))...)
+	_, err := r1.DrainBucket(ctxFor(t, 50*time.Millisecond), 0)
+	if !errors.Is(err, outbox.ErrGapPending) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, outbox.ErrDeadline) {
+		t.Fatalf("first drain: %v, want it to stop while waiting", err)
+	}
+	if l := s.Lease(0); l.Gap != 1 || !l.GapSince.Equal(clk.Now()) {
+		t.Fatalf("gap not recorded on the lease: %+v", l)
+	}
+	// Another relay, 11 s later by the clock: the wait already elapsed, so it
+	// fences at once instead of starting a new 10 s wait.
+	clk.Advance(11 * time.Second)
+	r2 := newRelay(t, s, p, append(opts, outbox.RelayID("r2"))...)
+	st, err := r2.DrainBucket(ctxFor(t, 5*time.Second), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Fenced != 1 || fmt.Sprint(p.seqs(0)) != "[2]" {
+		t.Fatalf("second drain: %+v, published %v", st, p.seqs(0))
+	}
+	if l := s.Lease(0); l.Gap != 0 {
+		t.Fatalf("gap not cleared after it was decided: %+v", l)
+	}
+}
+
+func TestCrashAfterProduceBeforeHeadUpdateRepublishes(t *testing.T) {
+	s := memory.New(1)
+	fill(t, s, 0, span(1, 10)...)
+	p := &recorder{}
+	var fail atomic.Bool
+	fail.Store(true)
+	s.Hook = func(method string, bucket int) error {
+		if method == "Update" && fail.Load() {
+			return errors.New("crash: head update never happened")
+		}
+		return nil
+	}
+	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
+	if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); err == nil {
+		t.Fatal("drain succeeded through a failed head update")
+	}
+	if s.Count(0) != 10 {
+		t.Fatalf("messages deleted without a head update: %d left", s.Count(0))
+	}
+	fail.Store(false)
+	if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); err != nil {
+		t.Fatal(err)
+	}
+	got := p.seqs(0)
+	if fmt.Sprint(got) != fmt.Sprint(append(span(1, 10), span(1, 10)...)) {
+		t.Fatalf("published %v; want 1..10 twice (duplicates, none lost)", got)
+	}
+	if s.Count(0) != 0 {
+		t.Fatal("messages left after the second drain")
+	}
+}
+
+func TestCrashBetweenHeadUpdateAndDeleteLeavesLeftovers(t *testing.T) {
+	s := memory.New(1)
+	fill(t, s, 0, span(1, 10)...)
+	p := &recorder{}
+	var fail atomic.Bool
+	fail.Store(true)
+	s.Hook = func(method string, bucket int) error {
+		if method == "Delete" && fail.Load() {
+			return errors.New("crash: delete never happened")
+		}
+		return nil
+	}
+	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
+	if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); err == nil {
+		t.Fatal("drain succeeded through a failed delete")
+	}
+	if l := s.Lease(0); l.Head != 10 || l.Cleaned != 0 {
+		t.Fatalf("lease = %+v; want head 10 and cleaned 0", l)
+	}
+	fail.Store(false)
+	fill(t, s, 0, 11)
+	st, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(p.seqs(0)); got != fmt.Sprint(span(1, 11)) {
+		t.Fatalf("published %s; leftovers at or below head must not be republished", got)
+	}
+	if st.Leftovers != 10 || s.Count(0) != 0 {
+		t.Fatalf("stats %+v, %d left; want 10 leftovers deleted", st, s.Count(0))
+	}
+}
+
+func TestPartialPublishDeletesOnlyThePrefix(t *testing.T) {
+	s := memory.New(1)
+	fill(t, s, 0, 1, 2, 4, 5, 6)
+	if err := s.Fence(context.Background(), 0, 3, base); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("broker said no")
+	var calls atomic.Int32
+	p := &recorder{before: func(ctx context.Context, msgs []outbox.Message) (int, error, bool) {
+		if calls.Add(1) == 1 {
+			return 3, boom, true // 1, 2 and 4 acknowledged; 5 failed
+		}
+		return 0, nil, false
+	}}
+	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
+	st, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0)
+	var pe *outbox.PublishError
+	if !errors.As(err, &pe) || !errors.Is(err, boom) || pe.Sequence != 5 {
+		t.Fatalf("err = %v; want a PublishError at sequence 5 wrapping the broker error", err)
+	}
+	if st.Head != 4 || s.Count(0) != 2 {
+		t.Fatalf("head %d, %d left; want head 4 (past the fence at 3) and 5, 6 kept", st.Head, s.Count(0))
+	}
+	if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(p.seqs(0)); got != "[1 2 4 5 6]" {
+		t.Fatalf("published %s", got)
+	}
+}
+
+func TestWakeUpDuringDrainIsNotLost(t *testing.T) {
+	s := memory.New(1)
+	fill(t, s, 0, 1)
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	var first atomic.Bool
+	first.Store(true)
+	p := &recorder{before: func(ctx context.Context, msgs []outbox.Message) (int, error, bool) {
+		if first.CompareAndSwap(true, false) {
+			entered <- struct{}{}
+			<-release
+		}
+		return 0, nil, false
+	}}
+	holder := newRelay(t, s, p, outbox.RelayID("holder"), outbox.DeadlineMargin(0))
+	other := newRelay(t, s, p, outbox.RelayID("other"), outbox.DeadlineMargin(0))
+	done := make(chan error, 1)
+	go func() { _, err := holder.DrainBucket(ctxFor(t, 10*time.Second), 0); done <- err }()
+	<-entered
+	// A message commits while the holder is past its read; its hint reaches
+	// another relay, which finds the bucket held.
+	fill(t, s, 0, 2)
+	if _, err := other.DrainBucket(ctxFor(t, 5*time.Second), 0); !errors.Is(err, outbox.ErrLeaseHeld) {
+		t.Fatalf("contender: %v, want ErrLeaseHeld", err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(p.seqs(0)); got != "[1 2]" {
+		t.Fatalf("published %s: the holder must drain again after a wake-up", got)
+	}
+}
+
+func TestLeaseLostDuringPublishCancelsIt(t *testing.T) {
+	s := memory.New(1)
+	fill(t, s, 0, 1, 2)
+	clk := &fakeClock{}
+	cancelled := make(chan struct{})
+	p := &recorder{before: func(ctx context.Context, msgs []outbox.Message) (int, error, bool) {
+		// A slow broker: the publish hangs until the relay gives up.
+		<-ctx.Done()
+		close(cancelled)
+		return 0, ctx.Err(), true
+	}}
+	r := newRelay(t, s, p, outbox.WithClock(clk), outbox.LeaseDuration(3*time.Second), outbox.LeaseRenewInterval(time.Second),
+		outbox.LeaseMargin(500*time.Millisecond), outbox.DeadlineMargin(0), outbox.RelayID("stalled"))
+	s.Hook = func(method string, bucket int) error {
+		if method == "Renew" {
+			return errors.New("store unreachable")
+		}
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() { _, err := r.DrainBucket(ctxFor(t, 30*time.Second), 0); done <- err }()
+	// The lease cannot be renewed. The watchdog must cancel the publish
+	// before LeaseMargin ahead of the expiry, by the real clock as well.
+	select {
+	case <-cancelled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("publish not cancelled although the lease could not be renewed")
+	}
+	err := <-done
+	if !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Fatalf("err = %v, want ErrLeaseLost", err)
+	}
+	if l := s.Lease(0); l.Head != 0 {
+		t.Fatalf("head advanced by a holder that lost its lease: %+v", l)
+	}
+	if len(p.seqs(0)) != 0 {
+		t.Fatal("something was acknowledged")
+	}
+}
+
+func TestStalledHolderStopsAfterTakeover(t *testing.T) {
+	s := memory.New(1)
+	fill(t, s, 0, span(1, 3)...)
+	clk := &fakeClock{}
+	var stalled sync.WaitGroup
+	stalled.Add(1)
+	resume := make(chan struct{})
+	var once sync.Once
+	s.Hook = func(method string, bucket int) error {
+		if method == "Pending" && clk.Now().Equal(base) {
+			once.Do(func() { stalled.Done(); <-resume })
+		}
+		return nil
+	}
+	p := &recorder{}
+	opts := []outbox.Option{outbox.WithClock(clk), outbox.DeadlineMargin(0)}
+	a := newRelay(t, s, p, append(opts, outbox.RelayID("a"))...)
+	b := newRelay(t, s, p, append(opts, outbox.RelayID("b"))...)
+	done := make(chan error, 1)
+	go func() { _, err := a.DrainBucket(ctxFor(t, 10*time.Second), 0); done <- err }()
+	stalled.Wait()
+	clk.Advance(31 * time.Second) // a's lease expired while it stalled
+	if _, err := b.DrainBucket(ctxFor(t, 5*time.Second), 0); err != nil {
+		t.Fatalf("takeover: %v", err)
+	}
+	close(resume)
+	err := <-done
+	if !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Fatalf("stalled holder: %v, want ErrLeaseLost", err)
+	}
+	if got := fmt.Sprint(p.seqs(0)); got != "[1 2 3]" {
+		t.Fatalf("published %s; the stalled holder must produce nothing after its lease expired", got)
+	}
+}
+
+func TestUndecodableItemStopsBucketWithoutDeleting(t *testing.T) {
+	s := memory.New(1)
+	fill(t, s, 0, 1)
+	s.PutUndecodable(0, 2, errors.New("bad item"))
+	fill(t, s, 0, 3)
+	p := &recorder{}
+	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
+	_, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0)
+	if err == nil {
+		t.Fatal("drain passed an undecodable item")
+	}
+	if got := fmt.Sprint(p.seqs(0)); got != "[1]" {
+		t.Fatalf("published %s, want [1]", got)
+	}
+	if s.Count(0) != 2 {
+		t.Fatalf("%d left, want the bad item and 3 kept", s.Count(0))
+	}
+}
+
+func TestDeadlineMarginStopsClaimingWork(t *testing.T) {
+	s := memory.New(1)
+	fill(t, s, 0, 1)
+	r := newRelay(t, s, &recorder{}, outbox.DeadlineMargin(time.Second))
+	if _, err := r.DrainBucket(ctxFor(t, 500*time.Millisecond), 0); !errors.Is(err, outbox.ErrDeadline) {
+		t.Fatalf("err = %v, want ErrDeadline", err)
+	}
+	if l := s.Lease(0); l.Owner != "" {
+		t.Fatalf("lease taken although the deadline was inside the margin: %+v", l)
+	}
+}
+
+func TestBucketOutOfRange(t *testing.T) {
+	r := newRelay(t, memory.New(4), &recorder{})
+	var re *outbox.BucketRangeError
+	if _, err := r.DrainBucket(context.Background(), 4); !errors.As(err, &re) || re.Bucket != 4 || re.BucketCount != 4 {
+		t.Fatalf("err = %v, want a BucketRangeError", err)
+	}
+}
+
+func TestRelayRefusesOtherBucketCount(t *testing.T) {
+	_, err := outbox.NewRelay(context.Background(), memory.New(8), &recorder{}, outbox.BucketCount(16))
+	var me *outbox.MisconfigurationError
+	if !errors.As(err, &me) || me.Configured != "16" || me.Stored != "8" {
+		t.Fatalf("err = %v, want a MisconfigurationError naming 16 and 8", err)
+	}
+}
+
+func TestOptionValidation(t *testing.T) {
+	cases := []struct {
+		name   string
+		opt    outbox.Option
+		option string
+	}{
+		{"batch zero", outbox.BatchSize(0), "BatchSize"},
+		{"batch huge", outbox.BatchSize(10001), "BatchSize"},
+		{"short lease", outbox.LeaseDuration(time.Millisecond), "LeaseDuration"},
+		{"renew too slow", outbox.LeaseRenewInterval(26 * time.Second), "LeaseRenewInterval"},
+		{"gap zero", outbox.GapTimeout(0), "GapTimeout"},
+		{"negative margin", outbox.DeadlineMargin(-1), "DeadlineMargin"},
+		{"tiny records", outbox.MaxMessageBytes(10), "MaxMessageBytes"},
+		{"empty header", outbox.MessageIDHeader(""), "MessageIDHeader"},
+		{"empty id", outbox.RelayID(""), "RelayID"},
+		{"bucket count", outbox.BucketCount(-1), "BucketCount"},
+		{"concurrency", outbox.Concurrency(0), "Concurrency"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := outbox.NewRelay(context.Background(), memory.New(8), &recorder{}, c.opt)
+			var oe *outbox.OptionError
+			if !errors.As(err, &oe) || oe.Option != c.option {
+				t.Fatalf("err = %v, want an OptionError for %s", err, c.option)
+			}
+		})
+	}
+}
+
+func TestDrainBucketsConcurrently(t *testing.T) {
+	s := memory.New(8)
+	for b := 0; b < 8; b++ {
+		fill(t, s, b, span(1, 50)...)
+	}
+	p := &recorder{}
+	r := newRelay(t, s, p, outbox.Concurrency(3), outbox.DeadlineMargin(0))
+	errs := r.DrainBuckets(ctxFor(t, 10*time.Second), []int{0, 1, 2, 3, 4, 5, 6, 7, 7, 9})
+	if len(errs) != 1 {
+		t.Fatalf("errors = %v; want only bucket 9 (out of range)", errs)
+	}
+	var re *outbox.BucketRangeError
+	if !errors.As(errs[9], &re) {
+		t.Fatalf("bucket 9: %v", errs[9])
+	}
+	for b := 0; b < 8; b++ {
+		if got := fmt.Sprint(p.seqs(b)); got != fmt.Sprint(span(1, 50)) {
+			t.Fatalf("bucket %d published %s", b, got)
+		}
+	}
+}

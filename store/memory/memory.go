@@ -1,0 +1,328 @@
+// Package memory is an in-process outbox.Store with the same semantics as
+// store/dynamo. It exists for fast, deterministic tests of the relay engine
+// (and of code built on it) and passes the same conformance suite
+// (storetest) as the DynamoDB store. It is not durable.
+package memory
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/dynakafka/outbox"
+)
+
+// Store is an in-memory outbox.Store and outbox.BucketProbe. The zero value
+// is not usable; call New.
+type Store struct {
+	mu          sync.Mutex
+	bucketCount int
+	buckets     map[int]map[int64]outbox.Entry
+	counters    map[int]int64
+	leases      map[int]*outbox.Lease
+	relays      map[string]time.Time
+
+	// Hook, when set, is called at the start of every Store method with the
+	// method's name and bucket (-1 when none). A non-nil error is returned
+	// from the method before it does anything: tests inject faults with it.
+	Hook func(method string, bucket int) error
+}
+
+var (
+	_ outbox.Store       = (*Store)(nil)
+	_ outbox.BucketProbe = (*Store)(nil)
+)
+
+// New returns an empty store for an outbox with bucketCount buckets.
+func New(bucketCount int) *Store {
+	return &Store{
+		bucketCount: bucketCount,
+		buckets:     make(map[int]map[int64]outbox.Entry),
+		counters:    make(map[int]int64),
+		leases:      make(map[int]*outbox.Lease),
+		relays:      make(map[string]time.Time),
+	}
+}
+
+func (s *Store) hook(method string, bucket int) error {
+	if s.Hook == nil {
+		return nil
+	}
+	return s.Hook(method, bucket)
+}
+
+// Reserve reserves n sequence numbers of bucket and returns the first.
+func (s *Store) Reserve(bucket, n int) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.counters[bucket] += int64(n)
+	return s.counters[bucket] - int64(n) + 1
+}
+
+// Put stores messages at their Bucket and Sequence as a committed writer
+// would. It returns outbox.ErrAlreadyWritten, storing none of them, if any
+// position is taken (by a message or a fence), like a cancelled transaction.
+func (s *Store) Put(msgs ...outbox.Message) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range msgs {
+		if _, ok := s.buckets[m.Bucket][m.Sequence]; ok {
+			return outbox.ErrAlreadyWritten
+		}
+	}
+	for _, m := range msgs {
+		if s.buckets[m.Bucket] == nil {
+			s.buckets[m.Bucket] = make(map[int64]outbox.Entry)
+		}
+		s.buckets[m.Bucket][m.Sequence] = outbox.Entry{Sequence: m.Sequence, Message: m}
+	}
+	return nil
+}
+
+// PutUndecodable stores an item the relay cannot decode, at bucket/seq.
+func (s *Store) PutUndecodable(bucket int, seq int64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.buckets[bucket] == nil {
+		s.buckets[bucket] = make(map[int64]outbox.Entry)
+	}
+	s.buckets[bucket][seq] = outbox.Entry{Sequence: seq, Err: err, Message: outbox.Message{Bucket: bucket, Sequence: seq}}
+}
+
+// Count returns how many messages (not fences) are stored in bucket.
+func (s *Store) Count(bucket int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, e := range s.buckets[bucket] {
+		if !e.Fence {
+			n++
+		}
+	}
+	return n
+}
+
+// Lease returns a copy of the bucket's lease as stored.
+func (s *Store) Lease(bucket int) outbox.Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.leases[bucket]; l != nil {
+		return *l
+	}
+	return outbox.Lease{Bucket: bucket}
+}
+
+// Config implements outbox.Store.
+func (s *Store) Config(ctx context.Context) (outbox.Config, error) {
+	if err := s.hook("Config", -1); err != nil {
+		return outbox.Config{}, err
+	}
+	return outbox.Config{BucketCount: s.bucketCount, FormatVersion: outbox.FormatVersion}, ctx.Err()
+}
+
+func (s *Store) lease(bucket int) *outbox.Lease {
+	l := s.leases[bucket]
+	if l == nil {
+		l = &outbox.Lease{Bucket: bucket}
+		s.leases[bucket] = l
+	}
+	return l
+}
+
+// Acquire implements outbox.Store.
+func (s *Store) Acquire(ctx context.Context, bucket int, owner string, now time.Time, d time.Duration) (outbox.Lease, error) {
+	if err := s.hook("Acquire", bucket); err != nil {
+		return outbox.Lease{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return outbox.Lease{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.lease(bucket)
+	if l.Owner != "" && l.Owner != owner && l.Expires.After(now) {
+		l.Wake++
+		return outbox.Lease{}, outbox.ErrLeaseHeld
+	}
+	if l.Owner != owner {
+		l.Epoch++
+	}
+	l.Owner = owner
+	l.Expires = now.Add(d)
+	return *l, nil
+}
+
+func (s *Store) owned(l outbox.Lease, now time.Time) (*outbox.Lease, error) {
+	cur := s.lease(l.Bucket)
+	if cur.Owner != l.Owner || l.Owner == "" || !cur.Expires.After(now) {
+		return nil, outbox.ErrLeaseLost
+	}
+	return cur, nil
+}
+
+// Renew implements outbox.Store.
+func (s *Store) Renew(ctx context.Context, l outbox.Lease, now time.Time, d time.Duration) (outbox.Lease, error) {
+	if err := s.hook("Renew", l.Bucket); err != nil {
+		return outbox.Lease{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, err := s.owned(l, now)
+	if err != nil {
+		return outbox.Lease{}, err
+	}
+	cur.Expires = now.Add(d)
+	return *cur, ctx.Err()
+}
+
+// Update implements outbox.Store.
+func (s *Store) Update(ctx context.Context, l outbox.Lease, u outbox.LeaseUpdate, now time.Time) (outbox.Lease, error) {
+	if err := s.hook("Update", l.Bucket); err != nil {
+		return outbox.Lease{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, err := s.owned(l, now)
+	if err != nil {
+		return outbox.Lease{}, err
+	}
+	if u.Head < cur.Head {
+		return outbox.Lease{}, outbox.ErrLeaseLost
+	}
+	cur.Head, cur.Cleaned, cur.Gap, cur.GapSince = u.Head, u.Cleaned, u.Gap, u.GapSince
+	if !u.Expires.IsZero() {
+		cur.Expires = u.Expires
+	}
+	return *cur, ctx.Err()
+}
+
+// Release implements outbox.Store.
+func (s *Store) Release(ctx context.Context, l outbox.Lease, cleaned int64) (outbox.Lease, error) {
+	if err := s.hook("Release", l.Bucket); err != nil {
+		return outbox.Lease{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.lease(l.Bucket)
+	if cur.Owner != l.Owner || l.Owner == "" {
+		return outbox.Lease{}, outbox.ErrLeaseLost
+	}
+	if cur.Wake != l.Wake {
+		return *cur, outbox.ErrWoken
+	}
+	cur.Owner = ""
+	cur.Expires = time.Time{}
+	cur.Cleaned = max(cur.Cleaned, cleaned)
+	return *cur, ctx.Err()
+}
+
+// Pending implements outbox.Store.
+func (s *Store) Pending(ctx context.Context, bucket int, after int64, limit int) ([]outbox.Entry, bool, error) {
+	if err := s.hook("Pending", bucket); err != nil {
+		return nil, false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var seqs []int64
+	for seq := range s.buckets[bucket] {
+		if seq > after {
+			seqs = append(seqs, seq)
+		}
+	}
+	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+	end := len(seqs) <= limit
+	if !end {
+		seqs = seqs[:limit]
+	}
+	out := make([]outbox.Entry, 0, len(seqs))
+	for _, seq := range seqs {
+		out = append(out, s.buckets[bucket][seq])
+	}
+	return out, end, nil
+}
+
+// Delete implements outbox.Store.
+func (s *Store) Delete(ctx context.Context, bucket int, seqs []int64) error {
+	if err := s.hook("Delete", bucket); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, seq := range seqs {
+		if e, ok := s.buckets[bucket][seq]; ok && !e.Fence {
+			delete(s.buckets[bucket], seq)
+		}
+	}
+	return ctx.Err()
+}
+
+// Fence implements outbox.Store.
+func (s *Store) Fence(ctx context.Context, bucket int, seq int64, now time.Time) error {
+	if err := s.hook("Fence", bucket); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.buckets[bucket][seq]; ok {
+		return outbox.ErrAlreadyWritten
+	}
+	if s.buckets[bucket] == nil {
+		s.buckets[bucket] = make(map[int64]outbox.Entry)
+	}
+	s.buckets[bucket][seq] = outbox.Entry{Sequence: seq, Fence: true, Message: outbox.Message{Bucket: bucket, Sequence: seq, CreatedAt: now}}
+	return ctx.Err()
+}
+
+// Heartbeat implements outbox.Store.
+func (s *Store) Heartbeat(ctx context.Context, id string, now time.Time, ttl time.Duration) error {
+	if err := s.hook("Heartbeat", -1); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.relays[id] = now
+	return ctx.Err()
+}
+
+// LiveRelays implements outbox.Store.
+func (s *Store) LiveRelays(ctx context.Context, now time.Time, ttl time.Duration) ([]string, error) {
+	if err := s.hook("LiveRelays", -1); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []string
+	for id, seen := range s.relays {
+		if seen.After(now.Add(-ttl)) {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids, ctx.Err()
+}
+
+// Peek implements outbox.BucketProbe.
+func (s *Store) Peek(ctx context.Context, bucket int, after int64) (bool, time.Time, error) {
+	if err := s.hook("Peek", bucket); err != nil {
+		return false, time.Time{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var (
+		first int64
+		found bool
+	)
+	for seq, e := range s.buckets[bucket] {
+		if seq > after && !e.Fence && (!found || seq < first) {
+			first, found = seq, true
+		}
+	}
+	if !found {
+		return false, time.Time{}, ctx.Err()
+	}
+	return true, s.buckets[bucket][first].Message.CreatedAt, ctx.Err()
+}

@@ -1,0 +1,447 @@
+// Package storetest is the conformance suite every outbox.Store must pass.
+// A store package runs it from its tests:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, storetest.Harness{New: ..., Put: ...})
+//	}
+//
+// The suite checks the contract the relay engine relies on: lease exclusion,
+// takeover on expiry, wake-ups, head monotonicity, ordered consistent reads,
+// fences that win or lose against writers, deletes that spare fences, and
+// heartbeats. It uses a fixed fake time, so it does not sleep.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dynakafka/outbox"
+)
+
+// Harness builds stores for the suite.
+type Harness struct {
+	// New returns a store for a new, empty outbox with bucketCount buckets.
+	New func(t *testing.T, bucketCount int) outbox.Store
+	// Put stores msgs at their Bucket and Sequence as one committed writer
+	// transaction would. It returns an error wrapping
+	// outbox.ErrAlreadyWritten when a position is taken (nothing stored).
+	Put func(t *testing.T, s outbox.Store, msgs ...outbox.Message) error
+}
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+const lease = 30 * time.Second
+
+// Run runs the conformance suite.
+func Run(t *testing.T, h Harness) {
+	t.Run("Config", func(t *testing.T) { testConfig(t, h) })
+	t.Run("LeaseExclusion", func(t *testing.T) { testLeaseExclusion(t, h) })
+	t.Run("LeaseTakeover", func(t *testing.T) { testLeaseTakeover(t, h) })
+	t.Run("RenewAndUpdate", func(t *testing.T) { testRenewUpdate(t, h) })
+	t.Run("WakeOnRelease", func(t *testing.T) { testWake(t, h) })
+	t.Run("PendingOrderAndLimit", func(t *testing.T) { testPending(t, h) })
+	t.Run("MessageRoundTrip", func(t *testing.T) { testRoundTrip(t, h) })
+	t.Run("FenceAgainstWriter", func(t *testing.T) { testFence(t, h) })
+	t.Run("DeleteSparesFences", func(t *testing.T) { testDelete(t, h) })
+	t.Run("Heartbeats", func(t *testing.T) { testHeartbeats(t, h) })
+	t.Run("Peek", func(t *testing.T) { testPeek(t, h) })
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func msg(bucket int, seq int64) outbox.Message {
+	return outbox.Message{
+		ID: outbox.NewID(), Bucket: bucket, Sequence: seq, Topic: "orders",
+		Key: []byte(fmt.Sprintf("k%d", seq)), Value: []byte(fmt.Sprintf("v%d", seq)),
+		CreatedAt: t0.Add(time.Duration(seq) * time.Millisecond),
+	}
+}
+
+func put(t *testing.T, h Harness, s outbox.Store, msgs ...outbox.Message) {
+	t.Helper()
+	if err := h.Put(t, s, msgs...); err != nil {
+		t.Fatalf("put: %v", err)
+	}
+}
+
+func testConfig(t *testing.T, h Harness) {
+	for _, n := range []int{1, 8, 64} {
+		s := h.New(t, n)
+		c, err := s.Config(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.BucketCount != n || c.FormatVersion != outbox.FormatVersion {
+			t.Fatalf("Config = %+v, want BucketCount %d FormatVersion %d", c, n, outbox.FormatVersion)
+		}
+	}
+}
+
+func testLeaseExclusion(t *testing.T, h Harness) {
+	ctx, s := ctxT(t), h.New(t, 4)
+	a, err := s.Acquire(ctx, 1, "a", t0, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Owner != "a" || a.Bucket != 1 || !a.Expires.Equal(t0.Add(lease)) || a.Head != 0 {
+		t.Fatalf("lease = %+v", a)
+	}
+	if _, err := s.Acquire(ctx, 1, "b", t0.Add(lease-time.Millisecond), lease); !errors.Is(err, outbox.ErrLeaseHeld) {
+		t.Fatalf("second owner before expiry: err = %v, want ErrLeaseHeld", err)
+	}
+	// Other buckets are independent.
+	if _, err := s.Acquire(ctx, 2, "b", t0, lease); err != nil {
+		t.Fatalf("other bucket: %v", err)
+	}
+	// The holder may re-acquire (extend) its own lease without a new epoch.
+	a2, err := s.Acquire(ctx, 1, "a", t0.Add(time.Second), lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a2.Epoch != a.Epoch {
+		t.Fatalf("re-acquire by the holder changed epoch %d -> %d", a.Epoch, a2.Epoch)
+	}
+	// Released: free for anyone at once.
+	if _, err := s.Release(ctx, a2, 0); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Acquire(ctx, 1, "b", t0.Add(2*time.Second), lease)
+	if err != nil {
+		t.Fatalf("acquire after release: %v", err)
+	}
+	if b.Epoch <= a.Epoch {
+		t.Fatalf("new owner's epoch %d not above %d", b.Epoch, a.Epoch)
+	}
+	// The old holder's lease is gone.
+	if _, err := s.Renew(ctx, a2, t0.Add(3*time.Second), lease); !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Fatalf("renew by the previous owner: err = %v, want ErrLeaseLost", err)
+	}
+}
+
+func testLeaseTakeover(t *testing.T, h Harness) {
+	ctx, s := ctxT(t), h.New(t, 4)
+	a, err := s.Acquire(ctx, 0, "a", t0, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err = s.Update(ctx, a, outbox.LeaseUpdate{Head: 7, Cleaned: 5}, t0.Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// At expiry exactly, the lease is free.
+	b, err := s.Acquire(ctx, 0, "b", t0.Add(lease), lease)
+	if err != nil {
+		t.Fatalf("takeover at expiry: %v", err)
+	}
+	if b.Head != 7 || b.Cleaned != 5 {
+		t.Fatalf("takeover lost the head: %+v", b)
+	}
+	// The stalled holder can no longer act.
+	if _, err := s.Update(ctx, a, outbox.LeaseUpdate{Head: 9, Cleaned: 7}, t0.Add(lease+time.Second)); !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Fatalf("update by the stalled holder: err = %v, want ErrLeaseLost", err)
+	}
+	if _, err := s.Renew(ctx, a, t0.Add(lease+time.Second), lease); !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Fatalf("renew by the stalled holder: err = %v, want ErrLeaseLost", err)
+	}
+	if _, err := s.Release(ctx, a, 7); !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Fatalf("release by the stalled holder: err = %v, want ErrLeaseLost", err)
+	}
+	// An expired lease that nobody took over cannot be renewed either.
+	c, err := s.Acquire(ctx, 3, "c", t0, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Renew(ctx, c, t0.Add(lease), lease); !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Fatalf("renew after expiry: err = %v, want ErrLeaseLost", err)
+	}
+}
+
+func testRenewUpdate(t *testing.T, h Harness) {
+	ctx, s := ctxT(t), h.New(t, 4)
+	a, err := s.Acquire(ctx, 2, "a", t0, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err = s.Renew(ctx, a, t0.Add(10*time.Second), lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Expires.Equal(t0.Add(40 * time.Second)) {
+		t.Fatalf("renewed expiry = %v", a.Expires)
+	}
+	gs := t0.Add(11 * time.Second)
+	a, err = s.Update(ctx, a, outbox.LeaseUpdate{Head: 10, Cleaned: 4, Gap: 11, GapSince: gs}, t0.Add(12*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Head != 10 || a.Cleaned != 4 || a.Gap != 11 || !a.GapSince.Equal(gs) {
+		t.Fatalf("after update: %+v", a)
+	}
+	if _, err := s.Update(ctx, a, outbox.LeaseUpdate{Head: 9, Cleaned: 4}, t0.Add(13*time.Second)); err == nil {
+		t.Fatal("head moved backwards without an error")
+	}
+	// The update persists for the next owner, gap included.
+	if _, err := s.Release(ctx, a, 10); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Acquire(ctx, 2, "b", t0.Add(14*time.Second), lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Head != 10 || b.Cleaned != 10 || b.Gap != 11 || !b.GapSince.Equal(gs) {
+		t.Fatalf("next owner sees %+v", b)
+	}
+}
+
+func testWake(t *testing.T, h Harness) {
+	ctx, s := ctxT(t), h.New(t, 4)
+	a, err := s.Acquire(ctx, 3, "a", t0, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, 3, "b", t0.Add(time.Second), lease); !errors.Is(err, outbox.ErrLeaseHeld) {
+		t.Fatalf("contender: %v", err)
+	}
+	woken, err := s.Release(ctx, a, 0)
+	if !errors.Is(err, outbox.ErrWoken) {
+		t.Fatalf("release after a wake-up: err = %v, want ErrWoken", err)
+	}
+	if woken.Owner != "a" || woken.Wake == a.Wake {
+		t.Fatalf("woken lease = %+v (was wake %d)", woken, a.Wake)
+	}
+	// Still held: the contender cannot take it.
+	if _, err := s.Acquire(ctx, 3, "b", t0.Add(2*time.Second), lease); !errors.Is(err, outbox.ErrLeaseHeld) {
+		t.Fatalf("contender after ErrWoken: %v", err)
+	}
+	woken2, err := s.Release(ctx, woken, 0)
+	if !errors.Is(err, outbox.ErrWoken) {
+		t.Fatalf("second wake-up not seen: %v", err)
+	}
+	if _, err := s.Release(ctx, woken2, 0); err != nil {
+		t.Fatalf("release after draining again: %v", err)
+	}
+	if _, err := s.Acquire(ctx, 3, "b", t0.Add(3*time.Second), lease); err != nil {
+		t.Fatalf("contender after release: %v", err)
+	}
+}
+
+func testPending(t *testing.T, h Harness) {
+	ctx, s := ctxT(t), h.New(t, 4)
+	var msgs []outbox.Message
+	for seq := int64(1); seq <= 30; seq++ {
+		if seq == 17 {
+			continue // a gap
+		}
+		msgs = append(msgs, msg(1, seq))
+	}
+	// Written in several transactions, out of order.
+	put(t, h, s, msgs[20:]...)
+	put(t, h, s, msgs[:10]...)
+	put(t, h, s, msgs[10:20]...)
+	put(t, h, s, msg(2, 1))
+	if err := s.Fence(ctx, 1, 31, t0); err != nil {
+		t.Fatal(err)
+	}
+	got, end, err := s.Pending(ctx, 1, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !end || len(got) != 30 {
+		t.Fatalf("Pending(all) = %d entries, end=%v; want 30, true", len(got), end)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].Sequence <= got[i-1].Sequence {
+			t.Fatalf("not ascending at %d: %d after %d", i, got[i].Sequence, got[i-1].Sequence)
+		}
+	}
+	if last := got[len(got)-1]; !last.Fence || last.Sequence != 31 {
+		t.Fatalf("last entry = %+v, want the fence at 31", last)
+	}
+	got, end, err = s.Pending(ctx, 1, 5, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end || len(got) != 10 || got[0].Sequence != 6 || got[9].Sequence != 15 {
+		t.Fatalf("Pending(after 5, limit 10) = %d entries from %d, end=%v", len(got), got[0].Sequence, end)
+	}
+	got, end, err = s.Pending(ctx, 1, 31, 10)
+	if err != nil || !end || len(got) != 0 {
+		t.Fatalf("Pending past the end = %d, %v, %v", len(got), end, err)
+	}
+	got, _, err = s.Pending(ctx, 2, 0, 10)
+	if err != nil || len(got) != 1 || got[0].Message.Bucket != 2 {
+		t.Fatalf("bucket 2 = %+v, %v", got, err)
+	}
+}
+
+func testRoundTrip(t *testing.T, h Harness) {
+	ctx, s := ctxT(t), h.New(t, 8)
+	p := int32(5)
+	cases := []outbox.Message{
+		{Key: nil, Value: []byte("keyless")},
+		{Key: []byte{}, Value: []byte("empty key")},
+		{Key: []byte("k"), Value: nil},
+		{Key: []byte("k"), Value: []byte{}},
+		{Key: []byte{0, 255, 10}, Value: bytes.Repeat([]byte{0xAB}, 10_000)},
+		{Key: []byte("h"), Value: []byte("v"), Headers: []outbox.Header{
+			{Key: "dup", Value: []byte("1")}, {Key: "dup", Value: []byte("2")},
+			{Key: "nil", Value: nil}, {Key: "empty", Value: []byte{}}, {Key: "bin", Value: []byte{0, 1, 255}},
+		}},
+		{Key: []byte("p"), Value: []byte("pinned"), Partition: &p},
+	}
+	for i := range cases {
+		m := &cases[i]
+		m.ID, m.Bucket, m.Sequence, m.Topic = outbox.NewID(), 4, int64(i+1), "topic.with-all_chars"
+		m.CreatedAt = t0.Add(time.Duration(i)*time.Hour + 123*time.Millisecond)
+	}
+	put(t, h, s, cases...)
+	got, _, err := s.Pending(ctx, 4, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(cases) {
+		t.Fatalf("got %d entries, want %d", len(got), len(cases))
+	}
+	for i, e := range got {
+		want := cases[i]
+		m := e.Message
+		if e.Err != nil || e.Fence {
+			t.Fatalf("case %d: err=%v fence=%v", i, e.Err, e.Fence)
+		}
+		if m.ID != want.ID || m.Bucket != want.Bucket || m.Sequence != want.Sequence || m.Topic != want.Topic {
+			t.Errorf("case %d: identity %+v, want %+v", i, m, want)
+		}
+		if (m.Key == nil) != (want.Key == nil) || !bytes.Equal(m.Key, want.Key) {
+			t.Errorf("case %d: key %v (nil=%v), want %v (nil=%v)", i, m.Key, m.Key == nil, want.Key, want.Key == nil)
+		}
+		if (m.Value == nil) != (want.Value == nil) || !bytes.Equal(m.Value, want.Value) {
+			t.Errorf("case %d: value nil=%v len=%d, want nil=%v len=%d", i, m.Value == nil, len(m.Value), want.Value == nil, len(want.Value))
+		}
+		if len(m.Headers) != len(want.Headers) {
+			t.Fatalf("case %d: %d headers, want %d", i, len(m.Headers), len(want.Headers))
+		}
+		for j := range want.Headers {
+			g, w := m.Headers[j], want.Headers[j]
+			if g.Key != w.Key || (g.Value == nil) != (w.Value == nil) || !bytes.Equal(g.Value, w.Value) {
+				t.Errorf("case %d header %d: %q=%v, want %q=%v", i, j, g.Key, g.Value, w.Key, w.Value)
+			}
+		}
+		if (m.Partition == nil) != (want.Partition == nil) || m.Partition != nil && *m.Partition != *want.Partition {
+			t.Errorf("case %d: partition %v, want %v", i, m.Partition, want.Partition)
+		}
+		if !m.CreatedAt.Equal(want.CreatedAt.Truncate(time.Millisecond)) {
+			t.Errorf("case %d: created %v, want %v", i, m.CreatedAt, want.CreatedAt)
+		}
+	}
+}
+
+func testFence(t *testing.T, h Harness) {
+	ctx, s := ctxT(t), h.New(t, 4)
+	// Writer first: the fence loses.
+	put(t, h, s, msg(0, 1))
+	if err := s.Fence(ctx, 0, 1, t0); !errors.Is(err, outbox.ErrAlreadyWritten) {
+		t.Fatalf("fence over a message: err = %v, want ErrAlreadyWritten", err)
+	}
+	// Fence first: the writer's whole transaction loses.
+	if err := s.Fence(ctx, 0, 2, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Put(t, s, msg(0, 3), msg(0, 2)); !errors.Is(err, outbox.ErrAlreadyWritten) {
+		t.Fatalf("writer over a fence: err = %v, want ErrAlreadyWritten", err)
+	}
+	if err := s.Fence(ctx, 0, 2, t0); !errors.Is(err, outbox.ErrAlreadyWritten) {
+		t.Fatalf("fence twice: err = %v, want ErrAlreadyWritten", err)
+	}
+	got, _, err := s.Pending(ctx, 0, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Fence || !got[1].Fence || got[1].Sequence != 2 {
+		t.Fatalf("entries = %+v; want message 1 and fence 2 only (the cancelled transaction wrote nothing)", got)
+	}
+}
+
+func testDelete(t *testing.T, h Harness) {
+	ctx, s := ctxT(t), h.New(t, 4)
+	var msgs []outbox.Message
+	var seqs []int64
+	for seq := int64(1); seq <= 60; seq++ {
+		msgs = append(msgs, msg(3, seq))
+		seqs = append(seqs, seq)
+	}
+	put(t, h, s, msgs...)
+	if err := s.Fence(ctx, 3, 61, t0); err != nil {
+		t.Fatal(err)
+	}
+	// Deleting more than one batch's worth (DynamoDB batches 25) and a
+	// missing item: those messages go, the rest and the fence stay.
+	if err := s.Delete(ctx, 3, append(seqs[:55:55], 99)); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := s.Pending(ctx, 3, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 6 || got[0].Sequence != 56 || !got[5].Fence {
+		t.Fatalf("after delete: %d entries (first %+v)", len(got), got)
+	}
+	if err := s.Delete(ctx, 3, seqs[:55]); err != nil {
+		t.Fatalf("deleting again: %v", err)
+	}
+}
+
+func testHeartbeats(t *testing.T, h Harness) {
+	ctx, s := ctxT(t), h.New(t, 4)
+	for i, id := range []string{"r2", "r1", "r3"} {
+		if err := s.Heartbeat(ctx, id, t0.Add(time.Duration(i)*10*time.Second), lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live, err := s.LiveRelays(ctx, t0.Add(35*time.Second), lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(live) != "[r1 r3]" {
+		t.Fatalf("live = %v, want [r1 r3] (r2 last seen 35s ago)", live)
+	}
+	if err := s.Heartbeat(ctx, "r2", t0.Add(35*time.Second), lease); err != nil {
+		t.Fatal(err)
+	}
+	live, err = s.LiveRelays(ctx, t0.Add(36*time.Second), lease)
+	if err != nil || fmt.Sprint(live) != "[r1 r2 r3]" {
+		t.Fatalf("live = %v, %v; want [r1 r2 r3]", live, err)
+	}
+}
+
+func testPeek(t *testing.T, h Harness) {
+	ctx, s := ctxT(t), h.New(t, 4)
+	p, ok := s.(outbox.BucketProbe)
+	if !ok {
+		t.Skip("store does not implement outbox.BucketProbe")
+	}
+	if has, _, err := p.Peek(ctx, 1, 0); err != nil || has {
+		t.Fatalf("empty bucket: has=%v err=%v", has, err)
+	}
+	if err := s.Fence(ctx, 1, 1, t0); err != nil {
+		t.Fatal(err)
+	}
+	if has, _, err := p.Peek(ctx, 1, 0); err != nil || has {
+		t.Fatalf("fence only: has=%v err=%v; fences are not pending messages", has, err)
+	}
+	put(t, h, s, msg(1, 2), msg(1, 3))
+	has, oldest, err := p.Peek(ctx, 1, 0)
+	if err != nil || !has || !oldest.Equal(msg(1, 2).CreatedAt) {
+		t.Fatalf("Peek = %v %v %v, want true %v", has, oldest, err, msg(1, 2).CreatedAt)
+	}
+	if has, _, err := p.Peek(ctx, 1, 3); err != nil || has {
+		t.Fatalf("Peek above the last = %v %v", has, err)
+	}
+}
