@@ -99,11 +99,15 @@ type Store interface {
 }
 
 // BucketProbe is an optional Store capability used by the sweeper: a cheap,
-// bounded look at one bucket.
+// bounded look at one bucket, without a table scan.
 type BucketProbe interface {
-	// Peek returns whether bucket has any message (not fence) with a
-	// sequence > after, and the creation time of the first one it saw.
-	Peek(ctx context.Context, bucket int, after int64) (has bool, oldest time.Time, err error)
+	// ReadLease returns the bucket's lease as stored, read consistently (a
+	// Lease with only Bucket set when there is none yet).
+	ReadLease(ctx context.Context, bucket int) (Lease, error)
+	// Peek reads at most limit items of bucket with sequence > after and
+	// returns how many of them are messages (fences are not counted) and the
+	// creation time of the first message (zero when none).
+	Peek(ctx context.Context, bucket int, after int64, limit int) (pending int, oldest time.Time, err error)
 }
 
 // Publisher produces messages to the broker. Publish produces msgs (one

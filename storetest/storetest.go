@@ -427,21 +427,39 @@ func testPeek(t *testing.T, h Harness) {
 	if !ok {
 		t.Skip("store does not implement outbox.BucketProbe")
 	}
-	if has, _, err := p.Peek(ctx, 1, 0); err != nil || has {
-		t.Fatalf("empty bucket: has=%v err=%v", has, err)
+	l, err := p.ReadLease(ctx, 1)
+	if err != nil || l.Bucket != 1 || l.Owner != "" || l.Head != 0 {
+		t.Fatalf("ReadLease of a new bucket = %+v, %v", l, err)
+	}
+	if n, _, err := p.Peek(ctx, 1, 0, 10); err != nil || n != 0 {
+		t.Fatalf("empty bucket: pending=%d err=%v", n, err)
 	}
 	if err := s.Fence(ctx, 1, 1, t0); err != nil {
 		t.Fatal(err)
 	}
-	if has, _, err := p.Peek(ctx, 1, 0); err != nil || has {
-		t.Fatalf("fence only: has=%v err=%v; fences are not pending messages", has, err)
+	if n, _, err := p.Peek(ctx, 1, 0, 10); err != nil || n != 0 {
+		t.Fatalf("fence only: pending=%d err=%v; fences are not pending messages", n, err)
 	}
-	put(t, h, s, msg(1, 2), msg(1, 3))
-	has, oldest, err := p.Peek(ctx, 1, 0)
-	if err != nil || !has || !oldest.Equal(msg(1, 2).CreatedAt) {
-		t.Fatalf("Peek = %v %v %v, want true %v", has, oldest, err, msg(1, 2).CreatedAt)
+	put(t, h, s, msg(1, 2), msg(1, 3), msg(1, 4))
+	n, oldest, err := p.Peek(ctx, 1, 0, 10)
+	if err != nil || n != 3 || !oldest.Equal(msg(1, 2).CreatedAt) {
+		t.Fatalf("Peek = %d %v %v, want 3 %v", n, oldest, err, msg(1, 2).CreatedAt)
 	}
-	if has, _, err := p.Peek(ctx, 1, 3); err != nil || has {
-		t.Fatalf("Peek above the last = %v %v", has, err)
+	if n, _, err := p.Peek(ctx, 1, 0, 2); err != nil || n != 1 {
+		t.Fatalf("Peek limit 2 over a fence and 3 messages = %d %v, want 1 (the limit counts items read)", n, err)
+	}
+	if n, _, err := p.Peek(ctx, 1, 4, 10); err != nil || n != 0 {
+		t.Fatalf("Peek above the last = %d %v", n, err)
+	}
+	a, err := s.Acquire(ctx, 1, "a", t0, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(ctx, a, outbox.LeaseUpdate{Head: 3, Cleaned: 2}, t0); err != nil {
+		t.Fatal(err)
+	}
+	l, err = p.ReadLease(ctx, 1)
+	if err != nil || l.Owner != "a" || l.Head != 3 || l.Cleaned != 2 || !l.Expires.Equal(t0.Add(lease)) {
+		t.Fatalf("ReadLease = %+v, %v", l, err)
 	}
 }

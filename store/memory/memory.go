@@ -305,24 +305,35 @@ func (s *Store) LiveRelays(ctx context.Context, now time.Time, ttl time.Duration
 	return ids, ctx.Err()
 }
 
+// ReadLease implements outbox.BucketProbe.
+func (s *Store) ReadLease(ctx context.Context, bucket int) (outbox.Lease, error) {
+	if err := s.hook("ReadLease", bucket); err != nil {
+		return outbox.Lease{}, err
+	}
+	return s.Lease(bucket), ctx.Err()
+}
+
 // Peek implements outbox.BucketProbe.
-func (s *Store) Peek(ctx context.Context, bucket int, after int64) (bool, time.Time, error) {
+func (s *Store) Peek(ctx context.Context, bucket int, after int64, limit int) (int, time.Time, error) {
 	if err := s.hook("Peek", bucket); err != nil {
-		return false, time.Time{}, err
+		return 0, time.Time{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	entries, _, err := s.Pending(ctx, bucket, after, limit)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
 	var (
-		first int64
-		found bool
+		n      int
+		oldest time.Time
 	)
-	for seq, e := range s.buckets[bucket] {
-		if seq > after && !e.Fence && (!found || seq < first) {
-			first, found = seq, true
+	for _, e := range entries {
+		if e.Fence {
+			continue
 		}
+		if n == 0 {
+			oldest = e.Message.CreatedAt
+		}
+		n++
 	}
-	if !found {
-		return false, time.Time{}, ctx.Err()
-	}
-	return true, s.buckets[bucket][first].Message.CreatedAt, ctx.Err()
+	return n, oldest, nil
 }
