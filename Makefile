@@ -1,0 +1,60 @@
+# outbox — transactional outbox from DynamoDB to Kafka.
+#
+#   make test    unit + integration tests on real parts (DynamoDB Local, kfake, the Lambda RIE)
+#   make demo    the whole pipeline on this machine (ORDERS=n, default 10000)
+#   make build   the two Lambda bootstraps for provided.al2023 (arm64 and amd64)
+#   make lint    go vet + staticcheck
+#
+# Everything the targets need is installed by the scripts below into .cache/
+# (git-ignored): DynamoDB Local from npm, the Lambda Runtime Interface
+# Emulator and staticcheck with `go install`.
+
+SHELL       := /bin/bash
+GO          ?= go
+CACHE       ?= $(CURDIR)/.cache
+export OUTBOX_CACHE_DIR := $(CACHE)
+export GOFLAGS ?= -buildvcs=false
+TEST_TIMEOUT ?= 25m
+ORDERS      ?= 10000
+STATICCHECK_VERSION := v0.8.2
+LAMBDAS     := relay sweeper
+ARCHES      := arm64 amd64
+
+.PHONY: all deps test test-short build lint demo bench soak clean
+
+all: build test
+
+deps:
+	@bash scripts/install-dynamodb-local.sh >/dev/null
+	@if [ -f scripts/install-rie.sh ]; then bash scripts/install-rie.sh >/dev/null; fi
+	@$(GO) mod download
+
+test: deps
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+test-short:
+	$(GO) test -count=1 -short -timeout 5m ./...
+
+build:
+	@for fn in $(LAMBDAS); do for arch in $(ARCHES); do \
+		echo "build bin/$$fn/$$arch/bootstrap"; \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -tags lambda.norpc -ldflags='-s -w' \
+			-o bin/$$fn/$$arch/bootstrap ./lambda/$$fn || exit 1; \
+	done; done
+
+lint:
+	$(GO) vet ./...
+	@test -x $(CACHE)/bin/staticcheck || GOBIN=$(CACHE)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	$(CACHE)/bin/staticcheck ./...
+
+demo: deps
+	$(GO) run ./cmd/demo -orders $(ORDERS)
+
+bench: deps
+	$(GO) run ./cmd/bench
+
+soak: deps
+	$(GO) run ./cmd/soak -n $(or $(N),100000)
+
+clean:
+	rm -rf bin
