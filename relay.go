@@ -237,7 +237,7 @@ func (d *drain) untilEmpty(ctx context.Context) error {
 			if e.Sequence <= head {
 				switch {
 				case e.Err != nil:
-					cfg.logger.Error("outbox: undecodable item at or below head left in place", "bucket", b, "sequence", e.Sequence, "err", e.Err)
+					cfg.logger.ErrorContext(ctx, "outbox: undecodable item at or below head left in place", "bucket", b, "sequence", e.Sequence, "err", e.Err)
 				case !e.Fence:
 					leftovers = append(leftovers, e.Sequence)
 				}
@@ -441,7 +441,7 @@ func (d *drain) publish(ctx context.Context, msgs []Message) (int, error) {
 				cancel()
 				return
 			}
-			cfg.logger.Warn("outbox: lease renewal failed during publish; retrying", "bucket", l.Bucket, "err", err)
+			cfg.logger.WarnContext(ctx, "outbox: lease renewal failed during publish; retrying", "bucket", l.Bucket, "err", err)
 		}
 	}()
 	acked, err := d.r.pub.Publish(pctx, msgs)
@@ -490,7 +490,7 @@ func (d *drain) gap(ctx context.Context, seq, next int64) error {
 			switch {
 			case err == nil:
 				d.st.Fenced++
-				cfg.logger.Warn("outbox: fenced a sequence number nobody committed within GapTimeout", "bucket", l.Bucket, "sequence", s, "waited", waited)
+				cfg.logger.WarnContext(ctx, "outbox: fenced a sequence number nobody committed within GapTimeout", "bucket", l.Bucket, "sequence", s, "waited", waited)
 			case errors.Is(err, ErrAlreadyWritten):
 				// The writer won the race; its message is read next.
 			default:

@@ -110,7 +110,7 @@ func (r *Relay) Sweep(ctx context.Context) (SweepReport, error) {
 		}
 		if lk.bucket >= r.bucketCount {
 			rep.OutOfRange[lk.bucket] = lk.pending
-			cfg.logger.Error("outbox: messages in a bucket outside the configured range; a writer uses another BucketCount and these messages will not be relayed",
+			cfg.logger.ErrorContext(ctx, "outbox: messages in a bucket outside the configured range; a writer uses another BucketCount and these messages will not be relayed",
 				"bucket", lk.bucket, "bucket_count", r.bucketCount, "pending_seen", lk.pending)
 			continue
 		}
@@ -148,7 +148,7 @@ func (r *Relay) Sweep(ctx context.Context) (SweepReport, error) {
 	sort.Ints(rep.Drained)
 	sort.Ints(rep.Held)
 	sort.Ints(rep.Skipped)
-	cfg.logger.Info("outbox: sweep", "live", rep.Live, "share", rep.Share, "pending", rep.Pending, "truncated", rep.Truncated,
+	cfg.logger.InfoContext(ctx, "outbox: sweep", "live", rep.Live, "share", rep.Share, "pending", rep.Pending, "truncated", rep.Truncated,
 		"oldest_age_s", ageSeconds(now, rep.Oldest), "ready", rep.Ready, "drained", rep.Drained, "held", rep.Held,
 		"skipped", rep.Skipped, "errors", len(rep.Errors), "out_of_range", rep.OutOfRange)
 	if len(rep.OutOfRange) > 0 {
@@ -192,7 +192,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			return err
 		}
 		if err != nil && ctx.Err() == nil {
-			r.cfg.logger.Error("outbox: sweep failed", "err", err)
+			r.cfg.logger.ErrorContext(ctx, "outbox: sweep failed", "err", err)
 		}
 		select {
 		case <-ctx.Done():

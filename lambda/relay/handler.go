@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/dynakafka/outbox"
+)
+
+// drainer is the part of *outbox.Relay the handler uses.
+type drainer interface {
+	DrainBucket(ctx context.Context, bucket int) (outbox.DrainStats, error)
+	BucketCount() int
+}
+
+// Counters are the handler's running totals since init, logged with every
+// invocation's summary.
+type Counters struct {
+	Records    atomic.Int64 // stream records received
+	Ignored    atomic.Int64 // not INSERT (MODIFY, REMOVE): not hints
+	Malformed  atomic.Int64 // INSERT records whose keys do not name a bucket
+	OutOfRange atomic.Int64 // hints for a bucket outside 0..BucketCount-1
+	Drained    atomic.Int64 // buckets drained
+	Held       atomic.Int64 // buckets held by another owner (woken)
+	Failed     atomic.Int64 // buckets that could not be drained
+	Published  atomic.Int64 // messages published
+}
+
+type handler struct {
+	relay       drainer
+	concurrency int
+	log         *slog.Logger
+	counters    *Counters
+}
+
+// HintError says why a stream record is not a usable hint.
+type HintError struct {
+	EventID string
+	Reason  string
+}
+
+func (e *HintError) Error() string {
+	return fmt.Sprintf("stream record %s is not an outbox hint: %s", e.EventID, e.Reason)
+}
+
+// decodeHint reads the bucket and sequence number from an INSERT record's
+// keys (KEYS_ONLY stream: b and s, both numbers).
+func decodeHint(rec events.DynamoDBEventRecord) (bucket int, seq int64, err error) {
+	num := func(name string) (int64, error) {
+		av, ok := rec.Change.Keys[name]
+		if !ok {
+			return 0, &HintError{EventID: rec.EventID, Reason: fmt.Sprintf("key %q is missing", name)}
+		}
+		if av.DataType() != events.DataTypeNumber {
+			return 0, &HintError{EventID: rec.EventID, Reason: fmt.Sprintf("key %q is not a number", name)}
+		}
+		n, err := strconv.ParseInt(av.Number(), 10, 64)
+		if err != nil || n < 0 {
+			return 0, &HintError{EventID: rec.EventID, Reason: fmt.Sprintf("key %q = %q is not a non-negative integer", name, av.Number())}
+		}
+		return n, nil
+	}
+	b, err := num("b")
+	if err != nil {
+		return 0, 0, err
+	}
+	s, err := num("s")
+	if err != nil {
+		return 0, 0, err
+	}
+	if b > outbox.MaxBucketCount {
+		return 0, 0, &HintError{EventID: rec.EventID, Reason: fmt.Sprintf("bucket %d is above the largest possible bucket %d", b, outbox.MaxBucketCount-1)}
+	}
+	return int(b), s, nil
+}
+
+// seqLess orders stream sequence numbers: decimal strings of up to 40 digits.
+func seqLess(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
+}
+
+// Handle drains every bucket named by the batch's INSERT records and reports
+// as a batch item failure only the lowest-sequence record of the buckets that
+// could not be drained: Lambda redelivers from that record on.
+func (h *handler) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+	start := time.Now()
+	lowest := map[int]string{} // bucket -> its lowest stream sequence number in this batch
+	var ignored, malformed, outOfRange int
+	for _, rec := range ev.Records {
+		h.counters.Records.Add(1)
+		if rec.EventName != string(events.DynamoDBOperationTypeInsert) {
+			ignored++
+			continue
+		}
+		b, _, err := decodeHint(rec)
+		if err != nil {
+			malformed++
+			h.log.ErrorContext(ctx, "outbox relay: malformed stream record ignored; the sweeper recovers its bucket", "err", err)
+			continue
+		}
+		if b >= h.relay.BucketCount() {
+			outOfRange++
+			h.log.ErrorContext(ctx, "outbox relay: hint for a bucket outside the configured range; a writer uses another BucketCount",
+				"bucket", b, "bucket_count", h.relay.BucketCount(), "event_id", rec.EventID)
+			continue
+		}
+		sn := rec.Change.SequenceNumber
+		if cur, ok := lowest[b]; !ok || seqLess(sn, cur) {
+			lowest[b] = sn
+		}
+	}
+	h.counters.Ignored.Add(int64(ignored))
+	h.counters.Malformed.Add(int64(malformed))
+	h.counters.OutOfRange.Add(int64(outOfRange))
+
+	type result struct {
+		bucket int
+		st     outbox.DrainStats
+		err    error
+	}
+	var (
+		mu      sync.Mutex
+		results []result
+		wg      sync.WaitGroup
+		sem     = make(chan struct{}, h.concurrency)
+	)
+	for b := range lowest {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(b int) {
+			defer func() { <-sem; wg.Done() }()
+			st, err := h.relay.DrainBucket(ctx, b)
+			mu.Lock()
+			results = append(results, result{b, st, err})
+			mu.Unlock()
+		}(b)
+	}
+	wg.Wait()
+
+	var (
+		resp                         events.DynamoDBEventResponse
+		failedAt                     string
+		drained, held, failed, pubed int
+	)
+	for _, r := range results {
+		pubed += r.st.Published
+		var re *outbox.BucketRangeError
+		switch {
+		case r.err == nil:
+			drained++
+		case errors.Is(r.err, outbox.ErrLeaseHeld):
+			held++ // the holder was woken and drains it
+		case errors.As(r.err, &re):
+			// Cannot happen for hints checked above; never hold the shard.
+			h.log.ErrorContext(ctx, "outbox relay: bucket out of range", "bucket", r.bucket, "err", r.err)
+		default:
+			failed++
+			h.log.WarnContext(ctx, "outbox relay: bucket not drained; reporting it for redelivery", "bucket", r.bucket, "err", r.err)
+			if sn := lowest[r.bucket]; failedAt == "" || seqLess(sn, failedAt) {
+				failedAt = sn
+			}
+		}
+	}
+	if failedAt != "" {
+		resp.BatchItemFailures = []events.DynamoDBBatchItemFailure{{ItemIdentifier: failedAt}}
+	}
+	h.counters.Drained.Add(int64(drained))
+	h.counters.Held.Add(int64(held))
+	h.counters.Failed.Add(int64(failed))
+	h.counters.Published.Add(int64(pubed))
+	h.log.InfoContext(ctx, "outbox relay: batch",
+		"records", len(ev.Records), "buckets", len(lowest), "drained", drained, "held", held, "failed", failed,
+		"published", pubed, "ignored", ignored, "malformed", malformed, "out_of_range", outOfRange,
+		"failure_item", failedAt, "ms", time.Since(start).Milliseconds(),
+		"total_records", h.counters.Records.Load(), "total_published", h.counters.Published.Load())
+	return resp, nil
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/dynakafka/outbox"
+)
+
+type fakeDrainer struct {
+	mu      sync.Mutex
+	count   int
+	errs    map[int]error
+	drained []int
+}
+
+func (f *fakeDrainer) BucketCount() int { return f.count }
+
+func (f *fakeDrainer) DrainBucket(ctx context.Context, b int) (outbox.DrainStats, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.drained = append(f.drained, b)
+	if err := f.errs[b]; err != nil {
+		return outbox.DrainStats{Bucket: b}, err
+	}
+	return outbox.DrainStats{Bucket: b, Published: 1}, nil
+}
+
+func (f *fakeDrainer) buckets() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := append([]int(nil), f.drained...)
+	sort.Ints(out)
+	return out
+}
+
+func loadEvent(t *testing.T, name string) events.DynamoDBEvent {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev events.DynamoDBEvent
+	if err := json.Unmarshal(b, &ev); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return ev
+}
+
+func newHandler(d drainer) *handler {
+	return &handler{relay: d, concurrency: 4, log: slog.New(slog.NewTextHandler(io.Discard, nil)), counters: &Counters{}}
+}
+
+func TestHandlerFixtures(t *testing.T) {
+	errBroker := errors.New("broker down")
+	cases := []struct {
+		fixture    string
+		errs       map[int]error
+		drained    string
+		failure    string // expected ItemIdentifier, "" for none
+		ignored    int64
+		malformed  int64
+		outOfRange int64
+	}{
+		{fixture: "insert.json", drained: "[1 3 7]"},
+		{fixture: "modify.json", drained: "[]", ignored: 1},
+		{fixture: "remove.json", drained: "[]", ignored: 2},
+		{fixture: "fence.json", drained: "[4]"},
+		{fixture: "out_of_range.json", drained: "[0]", outOfRange: 1},
+		{fixture: "malformed.json", drained: "[6]", malformed: 6},
+		// Bucket 3's first record is seq 100, bucket 1's is 101: report the lowest failed one.
+		{fixture: "insert.json", errs: map[int]error{1: errBroker, 7: errBroker}, drained: "[1 3 7]", failure: "4421584500000000000000000101"},
+		{fixture: "insert.json", errs: map[int]error{3: outbox.ErrGapPending, 1: errBroker}, drained: "[1 3 7]", failure: "4421584500000000000000000100"},
+		// A held bucket was woken: not a failure.
+		{fixture: "insert.json", errs: map[int]error{3: outbox.ErrLeaseHeld}, drained: "[1 3 7]"},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%s/%v", c.fixture, c.errs), func(t *testing.T) {
+			d := &fakeDrainer{count: 8, errs: c.errs}
+			h := newHandler(d)
+			resp, err := h.Handle(context.Background(), loadEvent(t, c.fixture))
+			if err != nil {
+				t.Fatalf("Handle returned a function error: %v", err)
+			}
+			if got := fmt.Sprint(d.buckets()); got != c.drained {
+				t.Errorf("drained %s, want %s (each bucket once)", got, c.drained)
+			}
+			var failure string
+			if len(resp.BatchItemFailures) > 1 {
+				t.Fatalf("%d batch item failures; only the lowest may be reported", len(resp.BatchItemFailures))
+			}
+			if len(resp.BatchItemFailures) == 1 {
+				failure = resp.BatchItemFailures[0].ItemIdentifier
+			}
+			if failure != c.failure {
+				t.Errorf("failure item %q, want %q", failure, c.failure)
+			}
+			if h.counters.Ignored.Load() != c.ignored || h.counters.Malformed.Load() != c.malformed || h.counters.OutOfRange.Load() != c.outOfRange {
+				t.Errorf("counters ignored=%d malformed=%d out_of_range=%d, want %d %d %d",
+					h.counters.Ignored.Load(), h.counters.Malformed.Load(), h.counters.OutOfRange.Load(), c.ignored, c.malformed, c.outOfRange)
+			}
+		})
+	}
+}
+
+func TestDecodeHint(t *testing.T) {
+	ev := loadEvent(t, "insert.json")
+	b, s, err := decodeHint(ev.Records[0])
+	if err != nil || b != 3 || s != 17 {
+		t.Fatalf("decodeHint = %d %d %v, want 3 17", b, s, err)
+	}
+	for i, rec := range loadEvent(t, "malformed.json").Records[:6] {
+		var he *HintError
+		if _, _, err := decodeHint(rec); !errors.As(err, &he) || he.EventID != rec.EventID {
+			t.Errorf("malformed record %d: err = %v, want a HintError naming the event", i, err)
+		}
+	}
+}
+
+func TestSeqLess(t *testing.T) {
+	cases := []struct {
+		a, b string
+		want bool
+	}{
+		{"9", "10", true}, {"10", "9", false}, {"100", "101", true}, {"101", "101", false},
+		{"4421584500000000017450439091", "4421584500000000017450439092", true},
+	}
+	for _, c := range cases {
+		if got := seqLess(c.a, c.b); got != c.want {
+			t.Errorf("seqLess(%s, %s) = %v", c.a, c.b, got)
+		}
+	}
+}
