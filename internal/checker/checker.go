@@ -1,0 +1,148 @@
+// Package checker links every message id to what happened to it — committed,
+// rolled back, delivered (how often, in which order) — and verifies the
+// outbox's promises: no committed message lost, no rolled-back message
+// delivered, every record's id header equal to the stored message's id, and
+// first deliveries of each key in the key's business order.
+package checker
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+)
+
+// Checker is safe for concurrent use.
+type Checker struct {
+	mu         sync.Mutex
+	committed  map[string]expect
+	rolledBack map[string]bool
+	delivered  map[string]int
+	firstMax   map[string]int64 // key -> highest business order among its first deliveries
+	violations []Violation
+	mismatches []string
+	deliveries int
+}
+
+type expect struct {
+	key   string
+	order int64
+}
+
+// Violation is a first delivery that arrived after a later one of its key.
+type Violation struct {
+	Key       string
+	ID        string
+	Order     int64
+	AfterMax  int64
+	Delivered int // index of the delivery in consumption order
+}
+
+// New returns an empty checker.
+func New() *Checker {
+	return &Checker{
+		committed:  map[string]expect{},
+		rolledBack: map[string]bool{},
+		delivered:  map[string]int{},
+		firstMax:   map[string]int64{},
+	}
+}
+
+// Committed records a message whose transaction committed. order is its
+// business order within key (e.g. aggregate version × 1000 + index).
+func (c *Checker) Committed(id, key string, order int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.committed[id] = expect{key, order}
+}
+
+// RolledBack records a message whose transaction did not commit.
+func (c *Checker) RolledBack(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rolledBack[id] = true
+}
+
+// Delivered records one consumed record, in consumption order per key (all
+// records of a key are on one partition, so per-partition order suffices).
+// headerID is the record's message-id header, payloadID the id the writer
+// put in the value; they must match.
+func (c *Checker) Delivered(headerID, payloadID, key string, order int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.deliveries++
+	if headerID != payloadID {
+		c.mismatches = append(c.mismatches, fmt.Sprintf("header %q carries payload id %q", headerID, payloadID))
+	}
+	c.delivered[headerID]++
+	if c.delivered[headerID] > 1 {
+		return // a duplicate: order is judged on first deliveries only
+	}
+	if m, ok := c.firstMax[key]; ok && order < m {
+		c.violations = append(c.violations, Violation{Key: key, ID: headerID, Order: order, AfterMax: m, Delivered: c.deliveries})
+	}
+	if m, ok := c.firstMax[key]; !ok || order > m {
+		c.firstMax[key] = order
+	}
+}
+
+// Result is the verdict.
+type Result struct {
+	Committed       int
+	RolledBack      int
+	Deliveries      int
+	DeliveredUnique int
+	Duplicates      int
+	Lost            int
+	Phantom         int // delivered but rolled back or never committed
+	OrderViolations int
+	HeaderMismatch  int
+	// Examples of each problem, for the failure message.
+	LostIDs    []string
+	PhantomIDs []string
+	Violations []Violation
+	Mismatches []string
+}
+
+// OK reports whether no promise was broken.
+func (r Result) OK() bool {
+	return r.Lost == 0 && r.Phantom == 0 && r.OrderViolations == 0 && r.HeaderMismatch == 0
+}
+
+// Result computes the verdict from everything recorded so far.
+func (c *Checker) Result() Result {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := Result{Committed: len(c.committed), RolledBack: len(c.rolledBack), Deliveries: c.deliveries,
+		OrderViolations: len(c.violations), HeaderMismatch: len(c.mismatches), Mismatches: c.mismatches, Violations: c.violations}
+	for id, n := range c.delivered {
+		if _, ok := c.committed[id]; !ok {
+			r.Phantom++
+			r.PhantomIDs = append(r.PhantomIDs, id)
+			continue
+		}
+		r.DeliveredUnique++
+		r.Duplicates += n - 1
+	}
+	for id := range c.committed {
+		if c.delivered[id] == 0 {
+			r.Lost++
+			r.LostIDs = append(r.LostIDs, id)
+		}
+	}
+	sort.Strings(r.LostIDs)
+	sort.Strings(r.PhantomIDs)
+	return r
+}
+
+// Missing returns how many committed messages have not been delivered yet.
+func (c *Checker) Missing() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for id := range c.committed {
+		if c.delivered[id] == 0 {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,66 @@
+package checker
+
+import "testing"
+
+// The checker must catch each kind of broken promise: these are its
+// self-tests with seeded faults.
+func TestCheckerCatchesSeededFaults(t *testing.T) {
+	clean := func() *Checker {
+		c := New()
+		c.Committed("a1", "a", 1)
+		c.Committed("a2", "a", 2)
+		c.Committed("b1", "b", 1)
+		c.RolledBack("r1")
+		return c
+	}
+	t.Run("clean run with a duplicate", func(t *testing.T) {
+		c := clean()
+		c.Delivered("a1", "a1", "a", 1)
+		c.Delivered("b1", "b1", "b", 1)
+		c.Delivered("a2", "a2", "a", 2)
+		c.Delivered("a1", "a1", "a", 1) // an older duplicate after a newer record: not a violation
+		r := c.Result()
+		if !r.OK() || r.Duplicates != 1 || r.DeliveredUnique != 3 || r.Lost != 0 {
+			t.Fatalf("clean run judged %+v", r)
+		}
+	})
+	t.Run("seeded loss", func(t *testing.T) {
+		c := clean()
+		c.Delivered("a1", "a1", "a", 1)
+		c.Delivered("a2", "a2", "a", 2)
+		r := c.Result()
+		if r.OK() || r.Lost != 1 || r.LostIDs[0] != "b1" {
+			t.Fatalf("loss not caught: %+v", r)
+		}
+		if c.Missing() != 1 {
+			t.Fatalf("Missing = %d", c.Missing())
+		}
+	})
+	t.Run("seeded phantom", func(t *testing.T) {
+		c := clean()
+		for _, id := range []string{"a1", "a2", "b1", "r1"} {
+			c.Delivered(id, id, id[:1], 1)
+		}
+		r := c.Result()
+		if r.OK() || r.Phantom != 1 || r.PhantomIDs[0] != "r1" {
+			t.Fatalf("phantom not caught: %+v", r)
+		}
+	})
+	t.Run("seeded reorder", func(t *testing.T) {
+		c := clean()
+		c.Delivered("a2", "a2", "a", 2)
+		c.Delivered("a1", "a1", "a", 1)
+		c.Delivered("b1", "b1", "b", 1)
+		r := c.Result()
+		if r.OK() || r.OrderViolations != 1 || r.Violations[0].ID != "a1" {
+			t.Fatalf("reorder not caught: %+v", r)
+		}
+	})
+	t.Run("seeded header mismatch", func(t *testing.T) {
+		c := clean()
+		c.Delivered("a1", "a2", "a", 1)
+		if r := c.Result(); r.OK() || r.HeaderMismatch != 1 {
+			t.Fatalf("mismatch not caught: %+v", r)
+		}
+	})
+}
