@@ -48,6 +48,10 @@ func OutOfRangeProbe(bucketCount int) int {
 //
 // The store must implement BucketProbe.
 func (r *Relay) Sweep(ctx context.Context) (SweepReport, error) {
+	return r.sweep(ctx, true)
+}
+
+func (r *Relay) sweep(ctx context.Context, probeOutOfRange bool) (SweepReport, error) {
 	rep := SweepReport{OutOfRange: map[int]int{}, Errors: map[int]error{}}
 	probe, ok := r.store.(BucketProbe)
 	if !ok {
@@ -72,7 +76,10 @@ func (r *Relay) Sweep(ctx context.Context) (SweepReport, error) {
 		lease   Lease
 		err     error
 	}
-	upper := OutOfRangeProbe(r.bucketCount)
+	upper := r.bucketCount
+	if probeOutOfRange {
+		upper = OutOfRangeProbe(r.bucketCount)
+	}
 	looks := make([]look, upper)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
@@ -179,14 +186,23 @@ func ageSeconds(now, t time.Time) float64 {
 	return max(0, now.Sub(t).Seconds())
 }
 
+// rangeProbeInterval is how often Run looks above the bucket range.
+const rangeProbeInterval = time.Minute
+
 // Run sweeps every PollInterval until ctx is done: a long-running relay for
-// containers and tests. Errors of one sweep are logged and the next sweep
-// tries again; a misconfiguration (*BucketRangeError) is returned.
+// containers and tests. It looks for stray buckets above the range once a
+// minute rather than on every sweep. Errors of one sweep are logged and the
+// next sweep tries again; a misconfiguration (*BucketRangeError) is returned.
 func (r *Relay) Run(ctx context.Context) error {
 	t := time.NewTicker(r.cfg.pollInterval)
 	defer t.Stop()
+	var lastRangeProbe time.Time
 	for {
-		_, err := r.Sweep(ctx)
+		probe := time.Since(lastRangeProbe) >= rangeProbeInterval
+		if probe {
+			lastRangeProbe = time.Now()
+		}
+		_, err := r.sweep(ctx, probe)
 		var re *BucketRangeError
 		if errors.As(err, &re) {
 			return err

@@ -1,0 +1,235 @@
+package integration_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/checker"
+	"github.com/dynakafka/outbox/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// payload is what the sample writers put in a message's value.
+type payload struct {
+	ID        string `json:"id"`
+	Aggregate string `json:"agg"`
+	Version   int64  `json:"ver"`
+	Index     int    `json:"idx"`
+}
+
+func (p payload) order() int64 { return p.Version*1000 + int64(p.Index) }
+
+// batchCounter is an outbox.Metrics that measures published batch sizes.
+type batchCounter struct{ batches, messages atomic.Int64 }
+
+func (b *batchCounter) Batch(s outbox.BatchStats) {
+	if s.Acked > 0 {
+		b.batches.Add(1)
+		b.messages.Add(int64(s.Acked))
+	}
+}
+
+func (b *batchCounter) mean() float64 {
+	if n := b.batches.Load(); n > 0 {
+		return float64(b.messages.Load()) / float64(n)
+	}
+	return 0
+}
+
+// TestEndToEnd: 20 concurrent writers update 500 version-checked aggregates
+// and enqueue at least 10,000 messages in multi-message transactions, 5 % of
+// which fail their business condition on purpose; two relays drain with the
+// default BatchSize and concurrency while a consumer reads the topic back.
+// No faults are injected, so every committed message must arrive exactly
+// once, in aggregate-version order, and no rolled-back message at all.
+func TestEndToEnd(t *testing.T) {
+	const (
+		writers    = 20
+		aggregates = 500
+		target     = 10_000
+		staleShare = 0.05
+	)
+	if testing.Short() {
+		t.Skip("end-to-end run skipped in -short mode")
+	}
+	env := newEnv(t, 8)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	env.seedAggregates(ctx, t, aggregates)
+
+	metrics := &batchCounter{}
+	relayCtx, stopRelays := context.WithCancel(ctx)
+	var relays sync.WaitGroup
+	for i := range 2 {
+		r := env.relay(t, outbox.RelayID(fmt.Sprint("e2e-relay-", i)), outbox.PollInterval(100*time.Millisecond), outbox.WithMetrics(metrics))
+		relays.Add(1)
+		go func() {
+			defer relays.Done()
+			if err := r.Run(relayCtx); err != nil && relayCtx.Err() == nil {
+				t.Errorf("relay: %v", err)
+			}
+		}()
+	}
+
+	chk := checker.New()
+	consumerCtx, stopConsumer := context.WithCancel(ctx)
+	consumed := env.consume(consumerCtx, t, func(headerID string, key []byte, value []byte) {
+		var p payload
+		if err := json.Unmarshal(value, &p); err != nil {
+			t.Errorf("record %s: %v", headerID, err)
+			return
+		}
+		chk.Delivered(headerID, p.ID, string(key), p.order())
+	})
+
+	var (
+		committed, rolledBack, txs, staleTxs atomic.Int64
+		wg                                   sync.WaitGroup
+	)
+	for w := range writers {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 42))
+			for committed.Load() < target && ctx.Err() == nil {
+				agg := fmt.Sprintf("agg-%03d", rng.IntN(aggregates))
+				ver, err := env.readVersion(ctx, agg)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				stale := rng.Float64() < staleShare
+				expected := ver
+				if stale {
+					expected = ver - 1 // a stale read: the business condition must fail
+				}
+				n := 1 + rng.IntN(20)
+				msgs := make([]outbox.Message, n)
+				for i := range msgs {
+					p := payload{ID: outbox.NewID(), Aggregate: agg, Version: ver + 1, Index: i}
+					v, _ := json.Marshal(p)
+					msgs[i] = outbox.Message{ID: p.ID, Topic: env.topic, Key: []byte(agg), Value: v,
+						Headers: []outbox.Header{{Key: "kind", Value: []byte("order-updated")}}}
+				}
+				txs.Add(1)
+				_, err = env.writer.Write(ctx, []types.TransactWriteItem{env.bumpVersion(agg, expected)}, msgs...)
+				switch {
+				case err == nil:
+					for _, m := range msgs {
+						var p payload
+						_ = json.Unmarshal(m.Value, &p)
+						chk.Committed(m.ID, agg, p.order())
+					}
+					committed.Add(int64(n))
+				case errors.Is(err, outbox.ErrConditionFailed), errors.Is(err, outbox.ErrConflict):
+					// Stale on purpose, or another writer updated the
+					// aggregate first: nothing was written.
+					if stale {
+						staleTxs.Add(1)
+					}
+					for _, m := range msgs {
+						chk.RolledBack(m.ID)
+					}
+					rolledBack.Add(int64(n))
+				default:
+					t.Errorf("writer %d: %v", w, err)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	if t.Failed() {
+		stopRelays()
+		stopConsumer()
+		return
+	}
+
+	// Wait for the consumer to have everything (bounded).
+	deadline := time.Now().Add(3 * time.Minute)
+	for chk.Missing() > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	// A little longer, so late duplicates or phantoms would be seen too.
+	time.Sleep(500 * time.Millisecond)
+	stopRelays()
+	relays.Wait()
+	stopConsumer()
+	<-consumed
+
+	r := chk.Result()
+	fmt.Printf("outbox-e2e: committed=%d rolledback=%d delivered_unique=%d duplicates=%d lost=%d phantom=%d order_violations=%d mean_batch=%.1f\n",
+		r.Committed, r.RolledBack, r.DeliveredUnique, r.Duplicates, r.Lost, r.Phantom, r.OrderViolations, metrics.mean())
+	t.Logf("transactions=%d stale=%d (%.1f%%)", txs.Load(), staleTxs.Load(), 100*float64(staleTxs.Load())/float64(txs.Load()))
+	if r.Committed < target {
+		t.Fatalf("only %d messages committed, want at least %d", r.Committed, target)
+	}
+	if share := float64(staleTxs.Load()) / float64(txs.Load()); share < 0.02 || share > 0.10 {
+		t.Errorf("business-condition failures are %.1f%% of transactions, want about 5%%", 100*share)
+	}
+	if !r.OK() {
+		t.Fatalf("broken promises: lost=%d (e.g. %v) phantom=%d (e.g. %v) order_violations=%d (e.g. %v) header_mismatch=%d",
+			r.Lost, first(r.LostIDs), r.Phantom, first(r.PhantomIDs), r.OrderViolations, r.Violations[:min(3, len(r.Violations))], r.HeaderMismatch)
+	}
+	if r.Duplicates != 0 {
+		t.Errorf("%d duplicates without any injected fault", r.Duplicates)
+	}
+	if r.RolledBack == 0 {
+		t.Error("no transaction was rolled back; the phantom check saw nothing")
+	}
+	if metrics.mean() <= 1 {
+		t.Errorf("mean published batch %.2f, want > 1", metrics.mean())
+	}
+	if left := env.pendingMessages(ctx, t); left != 0 {
+		t.Errorf("%d messages still in the outbox table after the drain", left)
+	}
+}
+
+func first(s []string) []string { return s[:min(3, len(s))] }
+
+// bumpVersion is the business item: version = expected+1 if version = expected.
+func (e *env) bumpVersion(agg string, expected int64) types.TransactWriteItem {
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName:                 aws.String(e.business),
+		Key:                       map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: agg}},
+		UpdateExpression:          aws.String("SET #v = :next"),
+		ConditionExpression:       aws.String("#v = :expected"),
+		ExpressionAttributeNames:  map[string]string{"#v": "version"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":next": num(expected + 1), ":expected": num(expected)},
+	}}
+}
+
+func (e *env) readVersion(ctx context.Context, agg string) (int64, error) {
+	out, err := e.dynamo.Client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(e.business),
+		Key:            map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: agg}},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("read aggregate %s: %w", agg, err)
+	}
+	v, ok := out.Item["version"].(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, fmt.Errorf("aggregate %s has no version", agg)
+	}
+	return strconv.ParseInt(v.Value, 10, 64)
+}
+
+func num(n int64) *types.AttributeValueMemberN {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
+

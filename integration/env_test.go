@@ -1,0 +1,156 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/kafka"
+	"github.com/dynakafka/outbox/store/dynamo"
+)
+
+// env is one outbox on real parts: fresh tables on DynamoDB Local (or the
+// endpoint in OUTBOX_TEST_DYNAMODB_ENDPOINT), a topic on kfake (or
+// OUTBOX_TEST_KAFKA_BROKERS), a writer, a store and a publisher.
+type env struct {
+	dynamo   *testenv.Dynamo
+	kafka    *testenv.KafkaCluster
+	tables   dynamo.Tables
+	business string
+	topic    string
+	writer   *dynamo.Writer
+	store    *dynamo.Store
+	pub      *kafka.Publisher
+}
+
+func newEnv(t *testing.T, bucketCount int) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := &env{
+		dynamo:   testenv.DynamoDB(t),
+		kafka:    testenv.Kafka(t),
+		tables:   dynamo.Tables{Messages: testenv.Name(t, "msgs"), Control: testenv.Name(t, "ctl")},
+		business: testenv.Name(t, "aggs"),
+		topic:    testenv.Name(t, "topic"),
+	}
+	if err := dynamo.CreateTables(ctx, e.dynamo.Client, e.tables, dynamo.BucketCount(bucketCount)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.dynamo.Client.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName:            aws.String(e.business),
+		BillingMode:          types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dynamodb.NewTableExistsWaiter(e.dynamo.Client).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(e.business)}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	testenv.CreateTopic(t, e.kafka, e.topic, 8)
+	var err error
+	if e.writer, err = dynamo.NewWriter(ctx, e.dynamo.Client, e.tables); err != nil {
+		t.Fatal(err)
+	}
+	if e.store, err = dynamo.NewStore(ctx, e.dynamo.Client, e.tables); err != nil {
+		t.Fatal(err)
+	}
+	if e.pub, err = kafka.NewPublisher(ctx, e.kafka.Brokers, kafka.Topics(e.topic)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.pub.Close)
+	return e
+}
+
+func (e *env) relay(t *testing.T, opts ...outbox.Option) *outbox.Relay {
+	t.Helper()
+	r, err := outbox.NewRelay(context.Background(), e.store, e.pub, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (e *env) seedAggregates(ctx context.Context, t *testing.T, n int) {
+	t.Helper()
+	for start := 0; start < n; start += 25 {
+		var reqs []types.WriteRequest
+		for i := start; i < min(start+25, n); i++ {
+			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: map[string]types.AttributeValue{
+				"id": &types.AttributeValueMemberS{Value: fmt.Sprintf("agg-%03d", i)}, "version": num(0),
+			}}})
+		}
+		for len(reqs) > 0 {
+			out, err := e.dynamo.Client.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{e.business: reqs}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reqs = out.UnprocessedItems[e.business]
+		}
+	}
+}
+
+// consume reads the topic from the start until ctx is done, calling fn for
+// each record with its message-id header. The returned channel closes when
+// the consumer has stopped.
+func (e *env) consume(ctx context.Context, t *testing.T, fn func(headerID string, key, value []byte)) <-chan struct{} {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Brokers...), kgo.ConsumeTopics(e.topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer cl.Close()
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			fs.EachError(func(topic string, p int32, err error) {
+				if ctx.Err() == nil {
+					t.Errorf("consume %s/%d: %v", topic, p, err)
+				}
+			})
+			fs.EachRecord(func(r *kgo.Record) {
+				id := ""
+				for _, h := range r.Headers {
+					if h.Key == outbox.DefaultMessageIDHeader {
+						id = string(h.Value)
+					}
+				}
+				fn(id, r.Key, r.Value)
+			})
+		}
+	}()
+	return done
+}
+
+// pendingMessages counts message items (not fences) left in the messages
+// table, with a Scan (tests only).
+func (e *env) pendingMessages(ctx context.Context, t *testing.T) int {
+	t.Helper()
+	n := 0
+	p := dynamodb.NewScanPaginator(e.dynamo.Client, &dynamodb.ScanInput{
+		TableName:                aws.String(e.tables.Messages),
+		FilterExpression:         aws.String("attribute_not_exists(#f)"),
+		ExpressionAttributeNames: map[string]string{"#f": "f"},
+		ConsistentRead:           aws.Bool(true),
+	})
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += int(out.Count)
+	}
+	return n
+}
