@@ -1,0 +1,48 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// cfn-lint's exit status is a bit mask of what it found: 2 errors,
+// 4 warnings, 8 informational findings; 0 nothing. Anything else (1 for a
+// crash or a bad command line) means it did not lint.
+const (
+	cfnLintErrors   = 2
+	cfnLintWarnings = 4
+	cfnLintInfo     = 8
+)
+
+// TestCfnLint runs cfn-lint, which applies the SAM transform and checks the
+// result against CloudFormation's resource schemas, when it is installed.
+func TestCfnLint(t *testing.T) {
+	bin, err := exec.LookPath("cfn-lint")
+	if err != nil {
+		t.Skip("cfn-lint is not on PATH, so template.yaml was not linted (pip install cfn-lint)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "template.yaml")
+	cmd.Dir = ".."
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return
+	case !errors.As(err, &exit):
+		t.Fatalf("cfn-lint did not run: %v\n%s", err, out)
+	}
+	code := exit.ExitCode()
+	switch {
+	case code&^(cfnLintErrors|cfnLintWarnings|cfnLintInfo) != 0:
+		t.Fatalf("cfn-lint failed (exit %d) without linting:\n%s", code, out)
+	case code&cfnLintErrors != 0:
+		t.Fatalf("cfn-lint found errors (exit %d):\n%s", code, out)
+	default:
+		t.Logf("cfn-lint found warnings or notes only (exit %d):\n%s", code, out)
+	}
+}

@@ -1,0 +1,715 @@
+package deploy
+
+import (
+	"encoding/json"
+	"os"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+)
+
+func TestTemplateHeader(t *testing.T) {
+	tmpl := loadTemplate(t)
+	if got := tmpl["Transform"]; got != "AWS::Serverless-2016-10-31" {
+		t.Errorf("Transform = %s, want AWS::Serverless-2016-10-31", canon(got))
+	}
+	desc, _ := tmpl["Description"].(string)
+	lower := strings.ToLower(desc)
+	for _, want := range []string{"global", "replica", "gateway endpoint", "secrets manager interface endpoint", "nat"} {
+		if !strings.Contains(lower, want) {
+			t.Errorf("Description does not mention %q:\n%s", want, desc)
+		}
+	}
+	if len(desc) > 1024 {
+		t.Errorf("Description is %d characters; CloudFormation allows 1024", len(desc))
+	}
+}
+
+func TestTables(t *testing.T) {
+	tmpl := loadTemplate(t)
+	tests := []struct {
+		name      string
+		resource  string
+		keys      string // KeySchema and AttributeDefinitions, as YAML
+		streamSet bool
+	}{
+		{"messages", "MessagesTable", `
+KeySchema: [{AttributeName: b, KeyType: HASH}, {AttributeName: s, KeyType: RANGE}]
+AttributeDefinitions: [{AttributeName: b, AttributeType: N}, {AttributeName: s, AttributeType: N}]`, true},
+		{"control", "ControlTable", `
+KeySchema: [{AttributeName: pk, KeyType: HASH}, {AttributeName: sk, KeyType: RANGE}]
+AttributeDefinitions: [{AttributeName: pk, AttributeType: S}, {AttributeName: sk, AttributeType: S}]`, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := at(tmpl, "Resources", tc.resource)
+			if at(r, "Type") != "AWS::DynamoDB::Table" {
+				t.Fatalf("%s is %s, want AWS::DynamoDB::Table", tc.resource, canon(at(r, "Type")))
+			}
+			p := at(r, "Properties")
+			want := cfn(t, tc.keys)
+			for _, k := range []string{"KeySchema", "AttributeDefinitions"} {
+				if !reflect.DeepEqual(at(p, k), at(want, k)) {
+					t.Errorf("%s = %s, want %s", k, canon(at(p, k)), canon(at(want, k)))
+				}
+			}
+			if got := at(p, "BillingMode"); got != "PAY_PER_REQUEST" {
+				t.Errorf("BillingMode = %s, want PAY_PER_REQUEST", canon(got))
+			}
+			if got := at(p, "PointInTimeRecoverySpecification", "PointInTimeRecoveryEnabled"); got != true {
+				t.Errorf("PointInTimeRecoveryEnabled = %s, want true", canon(got))
+			}
+			if got := at(p, "TimeToLiveSpecification"); !reflect.DeepEqual(got, cfn(t, "{AttributeName: x, Enabled: true}")) {
+				t.Errorf("TimeToLiveSpecification = %s, want attribute x enabled", canon(got))
+			}
+			stream := at(p, "StreamSpecification")
+			switch {
+			case tc.streamSet && !reflect.DeepEqual(stream, cfn(t, "{StreamViewType: KEYS_ONLY}")):
+				t.Errorf("StreamSpecification = %s, want KEYS_ONLY", canon(stream))
+			case !tc.streamSet && stream != nil:
+				t.Errorf("StreamSpecification = %s, want none", canon(stream))
+			}
+			// Outbox data must survive a stack deletion or a replacement.
+			for _, k := range []string{"DeletionPolicy", "UpdateReplacePolicy"} {
+				if got := at(r, k); got != "Retain" {
+					t.Errorf("%s = %s, want Retain", k, canon(got))
+				}
+			}
+			if at(p, "Replicas") != nil || at(p, "TableName") != nil {
+				t.Errorf("table sets Replicas or a fixed TableName: %s", canon(p))
+			}
+		})
+	}
+}
+
+// TestNoGlobalTables: a replica's stream would relay every message once per
+// region, so the template creates none and says so in its docs.
+func TestNoGlobalTables(t *testing.T) {
+	tmpl := loadTemplate(t)
+	for name, r := range tmpl["Resources"].(map[string]any) {
+		if typ := at(r, "Type"); typ == "AWS::DynamoDB::GlobalTable" {
+			t.Errorf("%s is a %s", name, typ)
+		}
+	}
+	doc, err := os.ReadFile("../docs/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.ToLower(string(doc)), "global table") {
+		t.Error("docs/deploy.md does not discuss global tables")
+	}
+}
+
+// function returns the function's properties with the Globals it inherits
+// (SAM merges Environment.Variables; other keys the function sets win).
+func function(t *testing.T, tmpl map[string]any, name string) map[string]any {
+	t.Helper()
+	if at(tmpl, "Resources", name, "Type") != "AWS::Serverless::Function" {
+		t.Fatalf("%s is %s, want AWS::Serverless::Function", name, canon(at(tmpl, "Resources", name, "Type")))
+	}
+	out := map[string]any{}
+	if g, ok := at(tmpl, "Globals", "Function").(map[string]any); ok {
+		for k, v := range g {
+			out[k] = v
+		}
+	}
+	props, _ := at(tmpl, "Resources", name, "Properties").(map[string]any)
+	for k, v := range props {
+		if k == "Environment" {
+			vars := map[string]any{}
+			if g, ok := at(out, "Environment", "Variables").(map[string]any); ok {
+				for k, v := range g {
+					vars[k] = v
+				}
+			}
+			if f, ok := at(v, "Variables").(map[string]any); ok {
+				for k, v := range f {
+					vars[k] = v
+				}
+			}
+			v = map[string]any{"Variables": vars}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+func TestFunctions(t *testing.T) {
+	tmpl := loadTemplate(t)
+	tests := []struct {
+		resource, codeURI, role string
+	}{
+		{"RelayFunction", "lambda/relay", "RelayRole"},
+		{"SweeperFunction", "lambda/sweeper", "SweeperRole"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.resource, func(t *testing.T) {
+			fn := function(t, tmpl, tc.resource)
+			want := map[string]any{
+				"CodeUri":       tc.codeURI,
+				"Handler":       "bootstrap",
+				"Runtime":       "provided.al2023",
+				"Architectures": cfn(t, "[!Ref Architecture]"),
+				"Timeout":       cfn(t, "!Ref FunctionTimeout"),
+				"MemorySize":    cfn(t, "!Ref FunctionMemorySize"),
+				"Role":          cfn(t, "!GetAtt "+tc.role+".Arn"),
+			}
+			for k, w := range want {
+				if !reflect.DeepEqual(fn[k], w) {
+					t.Errorf("%s = %s, want %s", k, canon(fn[k]), canon(w))
+				}
+			}
+			// SAM's go1.x build method builds provided.al2023 Go functions
+			// (GOOS=linux, GOARCH from Architectures, output bootstrap).
+			if got := at(tmpl, "Resources", tc.resource, "Metadata", "BuildMethod"); got != "go1.x" {
+				t.Errorf("Metadata.BuildMethod = %s, want go1.x", canon(got))
+			}
+			if fn["Policies"] != nil {
+				t.Errorf("Policies set beside an explicit Role: %s", canon(fn["Policies"]))
+			}
+		})
+	}
+	// The relay renews its lease while it publishes, so the lease need not
+	// cover a whole batch, but an invocation must outlive a few renewals.
+	timeout := num(t, at(tmpl, "Parameters", "FunctionTimeout", "Default"))
+	lease := num(t, at(tmpl, "Parameters", "LeaseDurationSeconds", "Default"))
+	if timeout < 2*lease {
+		t.Errorf("default FunctionTimeout %v < 2 x default LeaseDurationSeconds %v", timeout, lease)
+	}
+}
+
+func num(t *testing.T, v any) float64 {
+	t.Helper()
+	switch x := v.(type) {
+	case int:
+		return float64(x)
+	case float64:
+		return x
+	}
+	t.Fatalf("%s is not a number", canon(v))
+	return 0
+}
+
+func TestRelayStreamEvent(t *testing.T) {
+	tmpl := loadTemplate(t)
+	events, _ := at(tmpl, "Resources", "RelayFunction", "Properties", "Events").(map[string]any)
+	if len(events) != 1 {
+		t.Fatalf("relay has %d events, want exactly the stream: %s", len(events), canon(events))
+	}
+	var ev any
+	for _, e := range events {
+		ev = e
+	}
+	if at(ev, "Type") != "DynamoDB" {
+		t.Fatalf("relay event type %s, want DynamoDB", canon(at(ev, "Type")))
+	}
+	p, _ := at(ev, "Properties").(map[string]any)
+	exact := map[string]string{
+		"Stream":                         "!GetAtt MessagesTable.StreamArn",
+		"StartingPosition":               "TRIM_HORIZON",
+		"BatchSize":                      "!Ref StreamBatchSize",
+		"MaximumBatchingWindowInSeconds": "!Ref StreamBatchingWindowSeconds",
+		"ParallelizationFactor":          "1",
+		"FunctionResponseTypes":          "[ReportBatchItemFailures]",
+		"BisectBatchOnFunctionError":     "true",
+		"DestinationConfig":              "{OnFailure: {Destination: !GetAtt RelayFailureQueue.Arn}}",
+	}
+	for k, src := range exact {
+		t.Run(k, func(t *testing.T) {
+			if want := cfn(t, src); !reflect.DeepEqual(p[k], want) {
+				t.Errorf("%s = %s, want %s", k, canon(p[k]), canon(want))
+			}
+		})
+	}
+	t.Run("finite retries", func(t *testing.T) {
+		// -1 (the default) retries until the record expires after 24 h,
+		// blocking the shard; the event source allows 0..10000.
+		if n, ok := p["MaximumRetryAttempts"].(int); !ok || n < 0 || n > 10000 {
+			t.Errorf("MaximumRetryAttempts = %s, want an int in 0..10000", canon(p["MaximumRetryAttempts"]))
+		}
+		if n, ok := p["MaximumRecordAgeInSeconds"].(int); !ok || n < 60 || n > 604800 {
+			t.Errorf("MaximumRecordAgeInSeconds = %s, want an int in 60..604800", canon(p["MaximumRecordAgeInSeconds"]))
+		}
+	})
+	t.Run("FilterCriteria", func(t *testing.T) {
+		filters, _ := at(p, "FilterCriteria", "Filters").([]any)
+		if len(filters) != 1 {
+			t.Fatalf("FilterCriteria = %s, want one filter", canon(p["FilterCriteria"]))
+		}
+		pattern, _ := at(filters[0], "Pattern").(string)
+		var got any
+		if err := json.Unmarshal([]byte(pattern), &got); err != nil {
+			t.Fatalf("Pattern %q is not JSON: %v", pattern, err)
+		}
+		if want := map[string]any{"eventName": []any{"INSERT"}}; !reflect.DeepEqual(got, want) {
+			t.Errorf("Pattern = %s, want %s", canon(got), canon(want))
+		}
+	})
+	t.Run("failure queue", func(t *testing.T) {
+		if typ := at(tmpl, "Resources", "RelayFailureQueue", "Type"); typ != "AWS::SQS::Queue" {
+			t.Errorf("RelayFailureQueue is %s, want AWS::SQS::Queue", canon(typ))
+		}
+	})
+	t.Run("no unexpected properties", func(t *testing.T) {
+		known := map[string]bool{"MaximumRetryAttempts": true, "MaximumRecordAgeInSeconds": true, "FilterCriteria": true}
+		for k := range exact {
+			known[k] = true
+		}
+		for k := range p {
+			if !known[k] {
+				t.Errorf("unexpected stream event property %s = %s", k, canon(p[k]))
+			}
+		}
+	})
+}
+
+func TestSweeperSchedule(t *testing.T) {
+	tmpl := loadTemplate(t)
+	events, _ := at(tmpl, "Resources", "SweeperFunction", "Properties", "Events").(map[string]any)
+	if len(events) != 1 {
+		t.Fatalf("sweeper has %d events, want exactly the schedule: %s", len(events), canon(events))
+	}
+	for _, ev := range events {
+		// Schedule (an EventBridge rule), not ScheduleV2 (EventBridge
+		// Scheduler), which LocalStack does not run.
+		if at(ev, "Type") != "Schedule" {
+			t.Errorf("sweeper event type %s, want Schedule", canon(at(ev, "Type")))
+		}
+		if got := at(ev, "Properties", "Schedule"); got != "rate(1 minute)" {
+			t.Errorf("Schedule = %s, want rate(1 minute)", canon(got))
+		}
+		if got := at(ev, "Properties", "Enabled"); got != nil && got != true {
+			t.Errorf("Enabled = %s", canon(got))
+		}
+	}
+}
+
+func TestParameters(t *testing.T) {
+	tmpl := loadTemplate(t)
+	tests := []struct {
+		name string
+		want string // the parameter's definition as YAML, Description aside
+	}{
+		{"KafkaBootstrapServers", "{Type: String, MinLength: 1}"},
+		{"KafkaAuthMode", "{Type: String, AllowedValues: [none, tls, sasl-scram-sha-512, msk-iam]}"},
+		{"KafkaSaslSecretArn", `{Type: String, Default: ""}`},
+		{"KafkaSaslSecretKmsKeyArn", `{Type: String, Default: ""}`},
+		{"MskClusterArn", `{Type: String, Default: ""}`},
+		{"VpcSubnetIds", `{Type: CommaDelimitedList, Default: ""}`},
+		{"VpcSecurityGroupIds", `{Type: CommaDelimitedList, Default: ""}`},
+		{"BucketCount", "{Type: Number, Default: 8, MinValue: 1, MaxValue: 4096}"},
+		// The stream event source's limit is 10000 records per batch.
+		{"StreamBatchSize", "{Type: Number, Default: 1000, MinValue: 1, MaxValue: 10000}"},
+		{"StreamBatchingWindowSeconds", "{Type: Number, Default: 0, MinValue: 0, MaxValue: 300}"},
+		{"OutboxBatchSize", "{Type: Number, Default: 500, MinValue: 1, MaxValue: 10000}"},
+		{"Topics", `{Type: String, Default: ""}`},
+		// lambda/internal/env refuses leases below 10s and concurrency above 256.
+		{"LeaseDurationSeconds", "{Type: Number, Default: 30, MinValue: 10, MaxValue: 900}"},
+		{"GapTimeoutSeconds", "{Type: Number, Default: 10, MinValue: 1, MaxValue: 3600}"},
+		{"MaxMessageBytes", "{Type: Number, Default: 1048576, MinValue: 1024, MaxValue: 104857600}"},
+		{"RelayConcurrency", "{Type: Number, Default: 8, MinValue: 1, MaxValue: 256}"},
+		{"FunctionTimeout", "{Type: Number, Default: 120, MinValue: 30, MaxValue: 900}"},
+		{"FunctionMemorySize", "{Type: Number, Default: 512, MinValue: 128, MaxValue: 10240}"},
+		{"Architecture", "{Type: String, Default: arm64, AllowedValues: [arm64, x86_64]}"},
+		{"LogRetentionInDays", "{Type: Number, Default: 30, AllowedValues: [1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653]}"},
+		{"AlarmTopicArn", `{Type: String, Default: ""}`},
+		{"IteratorAgeAlarmMilliseconds", "{Type: Number, Default: 60000, MinValue: 1000}"},
+	}
+	params, _ := tmpl["Parameters"].(map[string]any)
+	seen := map[string]bool{}
+	for _, tc := range tests {
+		seen[tc.name] = true
+		t.Run(tc.name, func(t *testing.T) {
+			p, ok := params[tc.name].(map[string]any)
+			if !ok {
+				t.Fatalf("parameter %s missing", tc.name)
+			}
+			got := map[string]any{}
+			for k, v := range p {
+				if k != "Description" {
+					got[k] = v
+				}
+			}
+			if want := cfn(t, tc.want); !reflect.DeepEqual(got, want) {
+				t.Errorf("%s = %s, want %s", tc.name, canon(got), canon(want))
+			}
+			if d, _ := p["Description"].(string); strings.TrimSpace(d) == "" {
+				t.Errorf("%s has no Description", tc.name)
+			}
+		})
+	}
+	for name := range params {
+		if !seen[name] {
+			t.Errorf("parameter %s is not covered by this test", name)
+		}
+	}
+}
+
+// scenario is one way to deploy the stack, and what each function must then
+// be allowed and configured with.
+type scenario struct {
+	name   string
+	params map[string]string
+	// extra grants beyond each function's base set, for both functions.
+	extra []grant
+	// env: extra or changed environment variables beyond the base.
+	env map[string]any
+	vpc bool
+	// alarmTopic is the AlarmTopicArn every alarm must notify, "" for none.
+	alarmTopic string
+}
+
+const (
+	secretARN  = "arn:aws:secretsmanager:us-east-1:123456789012:secret:outbox/kafka-AbCdEf"
+	kmsKeyARN  = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
+	clusterARN = "arn:aws:kafka:us-east-1:123456789012:cluster/orders/0b1c2d3e-1111-2222-3333-444455556666-7"
+	topicARNs  = "arn:aws:kafka:us-east-1:123456789012:topic/orders/0b1c2d3e-1111-2222-3333-444455556666-7/*"
+	alarmARN   = "arn:aws:sns:us-east-1:123456789012:outbox-alarms"
+)
+
+func grants(actions []string, resource, condition string) []grant {
+	out := make([]grant, len(actions))
+	for i, a := range actions {
+		out[i] = grant{Action: a, Resource: resource, Condition: condition}
+	}
+	return out
+}
+
+func join(lists ...[]grant) []grant {
+	var out []grant
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	return out
+}
+
+// baseGrants is what a function needs whatever the parameters: the two
+// tables item by item, its own log group and, for the relay, the stream and
+// the failure queue.
+func baseGrants(fn string) []grant {
+	tables := join(
+		grants([]string{"dynamodb:Query", "dynamodb:PutItem", "dynamodb:BatchWriteItem"}, "<MessagesTable.Arn>", ""),
+		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"}, "<ControlTable.Arn>", ""),
+	)
+	switch fn {
+	case "RelayFunction":
+		return join(tables,
+			grants([]string{"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}, "<MessagesTable.StreamArn>", ""),
+			grants([]string{"dynamodb:ListStreams"}, "<MessagesTable.Arn>/stream/*", ""),
+			grants([]string{"sqs:SendMessage"}, "<RelayFailureQueue.Arn>", ""),
+			grants([]string{"logs:CreateLogStream", "logs:PutLogEvents"}, "<RelayLogGroup.Arn>", ""),
+		)
+	case "SweeperFunction":
+		return join(tables, grants([]string{"logs:CreateLogStream", "logs:PutLogEvents"}, "<SweeperLogGroup.Arn>", ""))
+	}
+	panic(fn)
+}
+
+var vpcActions = []string{"ec2:CreateNetworkInterface", "ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets",
+	"ec2:DeleteNetworkInterface", "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"}
+
+func scenarios() []scenario {
+	secret := grants([]string{"secretsmanager:GetSecretValue"}, secretARN, "")
+	return []scenario{
+		{name: "no auth", params: map[string]string{"KafkaAuthMode": "none"}},
+		{name: "tls", params: map[string]string{"KafkaAuthMode": "tls"}, env: map[string]any{"KAFKA_AUTH": "tls"}},
+		{
+			name:   "sasl",
+			params: map[string]string{"KafkaAuthMode": "sasl-scram-sha-512", "KafkaSaslSecretArn": secretARN},
+			extra:  secret,
+			env:    map[string]any{"KAFKA_AUTH": "sasl-scram-sha-512", "KAFKA_SASL_SECRET_ARN": secretARN},
+		},
+		{
+			name:   "sasl with a customer managed key",
+			params: map[string]string{"KafkaAuthMode": "sasl-scram-sha-512", "KafkaSaslSecretArn": secretARN, "KafkaSaslSecretKmsKeyArn": kmsKeyARN},
+			extra: join(secret, grants([]string{"kms:Decrypt"}, kmsKeyARN,
+				`{"StringEquals":{"kms:ViaService":"secretsmanager.us-east-1.amazonaws.com"}}`)),
+			env: map[string]any{"KAFKA_AUTH": "sasl-scram-sha-512", "KAFKA_SASL_SECRET_ARN": secretARN},
+		},
+		{
+			// Deploys, and the functions then fail at init naming the variable.
+			name:   "sasl without a secret",
+			params: map[string]string{"KafkaAuthMode": "sasl-scram-sha-512"},
+			env:    map[string]any{"KAFKA_AUTH": "sasl-scram-sha-512"},
+		},
+		{
+			name:   "secret given but not sasl",
+			params: map[string]string{"KafkaAuthMode": "tls", "KafkaSaslSecretArn": secretARN, "KafkaSaslSecretKmsKeyArn": kmsKeyARN},
+			env:    map[string]any{"KAFKA_AUTH": "tls"},
+		},
+		{
+			name:   "msk-iam on a named cluster",
+			params: map[string]string{"KafkaAuthMode": "msk-iam", "MskClusterArn": clusterARN},
+			extra: join(
+				grants([]string{"kafka-cluster:Connect", "kafka-cluster:DescribeCluster", "kafka-cluster:WriteDataIdempotently"}, clusterARN, ""),
+				grants([]string{"kafka-cluster:DescribeTopic", "kafka-cluster:WriteData"}, topicARNs, ""),
+			),
+			env: map[string]any{"KAFKA_AUTH": "msk-iam"},
+		},
+		{
+			name:   "msk-iam without a cluster",
+			params: map[string]string{"KafkaAuthMode": "msk-iam"},
+			extra: join(
+				grants([]string{"kafka-cluster:Connect", "kafka-cluster:DescribeCluster", "kafka-cluster:WriteDataIdempotently"},
+					"arn:aws:kafka:us-east-1:123456789012:cluster/*/*", ""),
+				grants([]string{"kafka-cluster:DescribeTopic", "kafka-cluster:WriteData"},
+					"arn:aws:kafka:us-east-1:123456789012:topic/*/*/*", ""),
+			),
+			env: map[string]any{"KAFKA_AUTH": "msk-iam"},
+		},
+		{
+			name:   "vpc",
+			params: map[string]string{"KafkaAuthMode": "none", "VpcSubnetIds": "subnet-1,subnet-2", "VpcSecurityGroupIds": "sg-1"},
+			extra:  grants(vpcActions, "*", ""),
+			vpc:    true,
+		},
+		{
+			name:   "subnets without security groups",
+			params: map[string]string{"KafkaAuthMode": "none", "VpcSubnetIds": "subnet-1"},
+		},
+		{
+			name:       "alarm topic",
+			params:     map[string]string{"KafkaAuthMode": "none", "AlarmTopicArn": alarmARN},
+			alarmTopic: alarmARN,
+		},
+		{
+			name: "tuned",
+			params: map[string]string{"KafkaAuthMode": "none", "BucketCount": "64", "OutboxBatchSize": "200", "Topics": "orders,payments",
+				"LeaseDurationSeconds": "45", "GapTimeoutSeconds": "20", "MaxMessageBytes": "2097152", "RelayConcurrency": "16"},
+			env: map[string]any{"OUTBOX_BUCKET_COUNT": "64", "OUTBOX_BATCH_SIZE": "200", "OUTBOX_TOPICS": "orders,payments",
+				"OUTBOX_LEASE_DURATION": "45s", "OUTBOX_GAP_TIMEOUT": "20s", "OUTBOX_MAX_MESSAGE_BYTES": "2097152", "OUTBOX_CONCURRENCY": "16"},
+		},
+	}
+}
+
+func baseEnv() map[string]any {
+	return map[string]any{
+		"OUTBOX_MESSAGES_TABLE":    "<MessagesTable>",
+		"OUTBOX_CONTROL_TABLE":     "<ControlTable>",
+		"OUTBOX_BUCKET_COUNT":      "8",
+		"OUTBOX_BATCH_SIZE":        "500",
+		"OUTBOX_TOPICS":            "",
+		"OUTBOX_LEASE_DURATION":    "30s",
+		"OUTBOX_GAP_TIMEOUT":       "10s",
+		"OUTBOX_MAX_MESSAGE_BYTES": "1048576",
+		"OUTBOX_CONCURRENCY":       "8",
+		"KAFKA_BOOTSTRAP_SERVERS":  "b-1.example:9092,b-2.example:9092",
+		"KAFKA_AUTH":               "none",
+	}
+}
+
+// TestScenarios evaluates the template under each scenario's parameters and
+// compares every permission each role ends up with, and each function's
+// environment and network, with exactly what the scenario needs.
+func TestScenarios(t *testing.T) {
+	tmpl := loadTemplate(t)
+	roles := map[string]string{"RelayFunction": "RelayRole", "SweeperFunction": "SweeperRole"}
+	for _, sc := range scenarios() {
+		t.Run(sc.name, func(t *testing.T) {
+			params := map[string]string{"KafkaBootstrapServers": "b-1.example:9092,b-2.example:9092"}
+			for k, v := range sc.params {
+				params[k] = v
+			}
+			e, err := newEvaluator(tmpl, params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, fn := range []string{"RelayFunction", "SweeperFunction"} {
+				t.Run(fn, func(t *testing.T) {
+					got, err := e.roleGrants(roles[fn])
+					if err != nil {
+						t.Fatal(err)
+					}
+					diffGrants(t, got, join(baseGrants(fn), sc.extra))
+					for _, g := range got {
+						if strings.Contains(g.Action, "*") {
+							t.Errorf("wildcard action: %s", g)
+						}
+						if g.Resource == "*" && !strings.HasPrefix(g.Action, "ec2:") {
+							t.Errorf("resource * outside the VPC network-interface actions: %s", g)
+						}
+					}
+
+					props, err := e.eval(function(t, tmpl, fn))
+					if err != nil {
+						t.Fatal(err)
+					}
+					wantEnv := baseEnv()
+					for k, v := range sc.env {
+						wantEnv[k] = v
+					}
+					if got := at(props, "Environment", "Variables"); !reflect.DeepEqual(got, wantEnv) {
+						t.Errorf("environment\n got %s\nwant %s", canon(got), canon(wantEnv))
+					}
+					vpc := at(props, "VpcConfig")
+					switch {
+					case sc.vpc && !reflect.DeepEqual(vpc, map[string]any{"SubnetIds": []any{"subnet-1", "subnet-2"}, "SecurityGroupIds": []any{"sg-1"}}):
+						t.Errorf("VpcConfig = %s, want the given subnets and security groups", canon(vpc))
+					case !sc.vpc && vpc != nil:
+						t.Errorf("VpcConfig = %s, want none", canon(vpc))
+					}
+				})
+			}
+			t.Run("alarm actions", func(t *testing.T) {
+				for _, name := range resourcesOfType(tmpl, "AWS::CloudWatch::Alarm") {
+					p, err := e.eval(at(tmpl, "Resources", name, "Properties"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, k := range []string{"AlarmActions", "OKActions"} {
+						got := at(p, k)
+						if sc.alarmTopic == "" && got != nil {
+							t.Errorf("%s.%s = %s, want none", name, k, canon(got))
+						}
+						if sc.alarmTopic != "" && !reflect.DeepEqual(got, []any{sc.alarmTopic}) {
+							t.Errorf("%s.%s = %s, want [%s]", name, k, canon(got), sc.alarmTopic)
+						}
+					}
+				}
+			})
+		})
+	}
+}
+
+func diffGrants(t *testing.T, got, want []grant) {
+	t.Helper()
+	count := map[string]int{}
+	for _, g := range got {
+		count[g.String()]++
+	}
+	for _, w := range want {
+		count[w.String()]--
+	}
+	var extra, missing []string
+	for k, n := range count {
+		for ; n > 0; n-- {
+			extra = append(extra, k)
+		}
+		for ; n < 0; n++ {
+			missing = append(missing, k)
+		}
+	}
+	sort.Strings(extra)
+	sort.Strings(missing)
+	for _, g := range extra {
+		t.Errorf("granted but not needed: %s", g)
+	}
+	for _, g := range missing {
+		t.Errorf("needed but not granted: %s", g)
+	}
+}
+
+func resourcesOfType(tmpl map[string]any, typ string) []string {
+	var out []string
+	for name, r := range tmpl["Resources"].(map[string]any) {
+		if at(r, "Type") == typ {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestAlarms(t *testing.T) {
+	tmpl := loadTemplate(t)
+	tests := []struct {
+		name                         string
+		namespace, metric, dimension string
+		value                        string
+	}{
+		{"relay errors", "AWS/Lambda", "Errors", "FunctionName", "!Ref RelayFunction"},
+		{"relay iterator age", "AWS/Lambda", "IteratorAge", "FunctionName", "!Ref RelayFunction"},
+		{"failure queue depth", "AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "!GetAtt RelayFailureQueue.QueueName"},
+		{"sweeper errors", "AWS/Lambda", "Errors", "FunctionName", "!Ref SweeperFunction"},
+	}
+	alarms := resourcesOfType(tmpl, "AWS::CloudWatch::Alarm")
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			want := []any{map[string]any{"Name": tc.dimension, "Value": cfn(t, tc.value)}}
+			found := 0
+			for _, a := range alarms {
+				p := at(tmpl, "Resources", a, "Properties")
+				if at(p, "Namespace") != tc.namespace || at(p, "MetricName") != tc.metric || !reflect.DeepEqual(at(p, "Dimensions"), want) {
+					continue
+				}
+				found++
+				for _, k := range []string{"Statistic", "Period", "EvaluationPeriods", "Threshold", "ComparisonOperator", "TreatMissingData", "AlarmDescription"} {
+					if at(p, k) == nil {
+						t.Errorf("%s has no %s", a, k)
+					}
+				}
+			}
+			if found != 1 {
+				t.Errorf("%d alarms on %s %s %s=%s, want 1", found, tc.namespace, tc.metric, tc.dimension, tc.value)
+			}
+		})
+	}
+}
+
+func TestLogGroups(t *testing.T) {
+	tmpl := loadTemplate(t)
+	for _, fn := range []string{"RelayFunction", "SweeperFunction"} {
+		t.Run(fn, func(t *testing.T) {
+			want := map[string]any{
+				"LogGroupName":    cfn(t, `!Sub "/aws/lambda/${`+fn+`}"`),
+				"RetentionInDays": cfn(t, "!Ref LogRetentionInDays"),
+			}
+			found := 0
+			for _, name := range resourcesOfType(tmpl, "AWS::Logs::LogGroup") {
+				if reflect.DeepEqual(at(tmpl, "Resources", name, "Properties"), want) {
+					found++
+				}
+			}
+			if found != 1 {
+				t.Errorf("%d log groups %s, want 1", found, canon(want))
+			}
+		})
+	}
+}
+
+func TestOutputs(t *testing.T) {
+	tmpl := loadTemplate(t)
+	want := map[string]string{
+		"MessagesTableName":      "!Ref MessagesTable",
+		"ControlTableName":       "!Ref ControlTable",
+		"MessagesTableStreamArn": "!GetAtt MessagesTable.StreamArn",
+		"RelayFunctionName":      "!Ref RelayFunction",
+		"SweeperFunctionName":    "!Ref SweeperFunction",
+		"RelayFailureQueueUrl":   "!Ref RelayFailureQueue",
+		"RelayFailureQueueArn":   "!GetAtt RelayFailureQueue.Arn",
+	}
+	outputs, _ := tmpl["Outputs"].(map[string]any)
+	for name, src := range want {
+		t.Run(name, func(t *testing.T) {
+			if got, w := at(outputs, name, "Value"), cfn(t, src); !reflect.DeepEqual(got, w) {
+				t.Errorf("Outputs.%s.Value = %s, want %s", name, canon(got), canon(w))
+			}
+		})
+	}
+	if len(outputs) != len(want) {
+		t.Errorf("%d outputs, want %d", len(outputs), len(want))
+	}
+}
+
+// TestDocsCoverParameters: docs/deploy.md names every template parameter and
+// what a relay in a VPC needs.
+func TestDocsCoverParameters(t *testing.T) {
+	tmpl := loadTemplate(t)
+	b, err := os.ReadFile("../docs/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for name := range tmpl["Parameters"].(map[string]any) {
+		if !strings.Contains(doc, "`"+name+"`") {
+			t.Errorf("docs/deploy.md does not document parameter `%s`", name)
+		}
+	}
+	lower := strings.ToLower(doc)
+	for _, want := range []string{"gateway endpoint", "interface endpoint", "nat", "lease", "timeout", "streambatchsize", "outboxbatchsize"} {
+		if !strings.Contains(lower, want) {
+			t.Errorf("docs/deploy.md does not mention %q", want)
+		}
+	}
+}
