@@ -1,0 +1,102 @@
+package sequence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/dynakafka/outbox"
+)
+
+// API is the part of the DynamoDB client a Counter uses.
+type API interface {
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+}
+
+// SortKey is the sort key of a bucket's counter item in the control table.
+const SortKey = "seq"
+
+// PartitionKey returns the control-table partition key of bucket's items
+// (its counter and its lease): "bucket#<b>".
+func PartitionKey(bucket int) string { return "bucket#" + strconv.Itoa(bucket) }
+
+// MaxReserve bounds how many numbers one Reserve call may take. It is far
+// above what one transaction can use (100 items) and keeps a bad argument
+// from burning through the counter.
+const MaxReserve = 10000
+
+// Counter reserves sequence numbers from the per-bucket counters in one
+// control table. It is safe for concurrent use.
+type Counter struct {
+	client API
+	table  string
+}
+
+// NewCounter returns a Counter over the counters in controlTable.
+func NewCounter(client API, controlTable string) (*Counter, error) {
+	if client == nil {
+		return nil, &outbox.OptionError{Option: "client", Value: nil, Reason: "a DynamoDB client is required"}
+	}
+	if controlTable == "" {
+		return nil, &outbox.OptionError{Option: "controlTable", Value: controlTable, Reason: "the control table name is required"}
+	}
+	return &Counter{client: client, table: controlTable}, nil
+}
+
+// Reserve reserves n consecutive sequence numbers of bucket and returns the
+// first: the range is [first, first+n-1]. It makes exactly one UpdateItem
+// (ADD n), so concurrent reservations never overlap. Numbers start at 1.
+//
+// Call it after reading the aggregate the messages belong to and immediately
+// before the commit (see the package documentation for why). A reservation
+// that is not committed leaves a gap, which relays fence after their gap
+// timeout; fencing it at once (as the dynamo Writer does) is kinder.
+func (c *Counter) Reserve(ctx context.Context, bucket int, n int) (first int64, err error) {
+	if bucket < 0 || bucket >= outbox.MaxBucketCount {
+		return 0, fmt.Errorf("sequence: reserve in bucket %d: bucket must be 0..%d", bucket, outbox.MaxBucketCount-1)
+	}
+	if n < 1 || n > MaxReserve {
+		return 0, fmt.Errorf("sequence: reserve %d numbers in bucket %d: n must be 1..%d", n, bucket, MaxReserve)
+	}
+	out, err := c.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(c.table),
+		Key: map[string]types.AttributeValue{
+			"pk": &types.AttributeValueMemberS{Value: PartitionKey(bucket)},
+			"sk": &types.AttributeValueMemberS{Value: SortKey},
+		},
+		UpdateExpression:         aws.String("ADD #n :n SET #v = :v"),
+		ExpressionAttributeNames: map[string]string{"#n": "n", "#v": "v"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":n": &types.AttributeValueMemberN{Value: strconv.Itoa(n)},
+			":v": &types.AttributeValueMemberN{Value: strconv.Itoa(outbox.FormatVersion)},
+		},
+		ReturnValues: types.ReturnValueUpdatedNew,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sequence: reserve %d numbers in bucket %d of table %s: %w", n, bucket, c.table, err)
+	}
+	last, err := lastReserved(out.Attributes)
+	if err != nil {
+		return 0, fmt.Errorf("sequence: reserve %d numbers in bucket %d of table %s: %w", n, bucket, c.table, err)
+	}
+	return last - int64(n) + 1, nil
+}
+
+var errNoCounter = errors.New("the counter update returned no attribute n")
+
+func lastReserved(attrs map[string]types.AttributeValue) (int64, error) {
+	av, ok := attrs["n"].(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, errNoCounter
+	}
+	last, err := strconv.ParseInt(av.Value, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("the counter holds %q, not an integer: %w", av.Value, err)
+	}
+	return last, nil
+}
