@@ -1,0 +1,166 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/dynakafka/outbox"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ErrClosed is returned by Publish once Close has been called, and wraps the
+// error of records that Close failed.
+var ErrClosed = errors.New("kafka: publisher is closed")
+
+// ErrSharedBatchCancelled reports a record that failed because another,
+// concurrent Publish was cancelled: kgo batches records per partition and
+// consults only the context of the first record of a batch, failing every
+// record buffered for the partition when it is done. Nothing is wrong with
+// the record or this Publish; publish it again.
+var ErrSharedBatchCancelled = errors.New("kafka: record failed because a concurrent Publish sharing its partition batch was cancelled; publish it again")
+
+// DowngradeError reports a kgo option passed through ClientOptions that would
+// weaken a delivery guarantee the Publisher enforces. NewPublisher refuses to
+// start.
+type DowngradeError struct {
+	Option string // the kgo option, e.g. "kgo.DisableIdempotentWrite"
+	Value  string // what it sets
+	Reason string // why it is refused and what to do instead
+}
+
+func (e *DowngradeError) Error() string {
+	return fmt.Sprintf("kafka: ClientOptions(%s) sets %s, which the publisher refuses: %s", e.Option, e.Value, e.Reason)
+}
+
+// TopicError reports a topic that does not exist (Err is
+// kerr.UnknownTopicOrPartition) or that could not be checked (for example Err
+// is kerr.TopicAuthorizationFailed). Match the cause with errors.Is.
+type TopicError struct {
+	Topic string
+	Err   error
+}
+
+func (e *TopicError) Error() string {
+	switch {
+	case errors.Is(e.Err, kerr.UnknownTopicOrPartition):
+		return fmt.Sprintf("kafka: topic %q does not exist; create it (the relay does not create topics)", e.Topic)
+	case errors.Is(e.Err, kerr.TopicAuthorizationFailed):
+		return fmt.Sprintf("kafka: topic %q: not authorized to describe it or its configs (%v); grant Describe and DescribeConfigs on the topic", e.Topic, e.Err)
+	}
+	return fmt.Sprintf("kafka: checking topic %q: %v", e.Topic, e.Err)
+}
+
+func (e *TopicError) Unwrap() error { return e.Err }
+
+// TopicLimitError reports a topic whose max.message.bytes is below
+// MaxMessageBytes: a message the writers accept could be rejected by Kafka
+// and block its bucket. Source says where the limit came from: the topic's
+// config, the broker's message.max.bytes, or Kafka's documented default.
+type TopicLimitError struct {
+	Topic                string
+	TopicMaxMessageBytes int
+	Source               string
+	MaxMessageBytes      int
+}
+
+func (e *TopicLimitError) Error() string {
+	return fmt.Sprintf("kafka: topic %q admits record batches of at most %d bytes (max.message.bytes, from %s) but MaxMessageBytes is %d; raise the topic's max.message.bytes to at least %d or lower MaxMessageBytes on the writers and the relay",
+		e.Topic, e.TopicMaxMessageBytes, e.Source, e.MaxMessageBytes, e.MaxMessageBytes)
+}
+
+// RecordTooLargeError reports a message larger than MaxMessageBytes. It was
+// not produced. It matches kerr.MessageTooLarge with errors.Is.
+type RecordTooLargeError struct {
+	Size            int // outbox.RecordSize of the message with the id header
+	MaxMessageBytes int
+}
+
+func (e *RecordTooLargeError) Error() string {
+	return fmt.Sprintf("kafka: record is %d bytes, above MaxMessageBytes=%d; it was not produced (a writer with a larger MaxMessageBytes wrote it?)", e.Size, e.MaxMessageBytes)
+}
+
+func (e *RecordTooLargeError) Unwrap() error { return kerr.MessageTooLarge }
+
+// ProduceError reports a record that Kafka or the client failed. Err is what
+// kgo reported: a *kerr.Error from the broker (match it with errors.Is, e.g.
+// kerr.NotEnoughReplicas), kgo.ErrRecordTimeout, a context error, ...
+type ProduceError struct {
+	Topic     string
+	Partition int32 // -1 when the record was not assigned a partition
+	Err       error
+}
+
+func (e *ProduceError) Error() string {
+	where := fmt.Sprintf("topic %q", e.Topic)
+	if e.Partition >= 0 {
+		where += fmt.Sprintf(" partition %d", e.Partition)
+	}
+	hint := ""
+	switch {
+	case errors.Is(e.Err, kerr.MessageTooLarge):
+		hint = "; the topic's max.message.bytes is below MaxMessageBytes (was it lowered after start?) or the broker recompressed the batch to a larger size"
+	case errors.Is(e.Err, kgo.ErrRecordTimeout):
+		hint = "; the broker or the partition's leader did not take it in time"
+	case errors.Is(e.Err, kerr.TopicAuthorizationFailed):
+		hint = "; grant Write on the topic"
+	case errors.Is(e.Err, kerr.ClusterAuthorizationFailed):
+		hint = "; grant IdempotentWrite on the cluster (Kafka before 3.0 requires it for idempotent producers)"
+	}
+	return fmt.Sprintf("kafka: produce to %s: %v%s", where, e.Err, hint)
+}
+
+func (e *ProduceError) Unwrap() error { return e.Err }
+
+// IsRetriable reports whether err, as returned by Publish, is transient:
+// nothing is known to be wrong with the message or the configuration, and
+// publishing the same message again later may succeed. That covers
+// cancellation, delivery timeouts, a closed publisher, network errors and the
+// broker errors Kafka marks retriable (NOT_ENOUGH_REPLICAS, leader changes,
+// ...).
+//
+// It is false for errors that repeat until someone acts: a message larger
+// than MaxMessageBytes or rejected by the broker (MESSAGE_TOO_LARGE,
+// INVALID_RECORD, ...), a missing or too small topic, missing permissions, an
+// invalid message or explicit partition, a refused option, and for errors it
+// does not recognise. A relay can alert on those instead of retrying in a
+// loop.
+func IsRetriable(err error) bool {
+	if err == nil {
+		return false
+	}
+	// Permanent conditions first: some of them wrap retriable-looking errors.
+	var (
+		tooLarge  *RecordTooLargeError
+		limit     *TopicLimitError
+		topic     *TopicError
+		downgrade *DowngradeError
+		invalid   *outbox.ValidationError
+	)
+	if errors.As(err, &tooLarge) || errors.As(err, &limit) || errors.As(err, &topic) ||
+		errors.As(err, &downgrade) || errors.As(err, &invalid) {
+		return false
+	}
+	if ke, ok := errors.AsType[*kerr.Error](err); ok {
+		return ke.Retriable
+	}
+	switch {
+	case errors.Is(err, context.Canceled),
+		errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, ErrSharedBatchCancelled),
+		errors.Is(err, ErrClosed),
+		errors.Is(err, kgo.ErrClientClosed),
+		errors.Is(err, kgo.ErrRecordTimeout),
+		errors.Is(err, kgo.ErrRecordRetries),
+		errors.Is(err, kgo.ErrMaxBuffered),
+		errors.Is(err, kgo.ErrAborting),
+		errors.Is(err, io.EOF),
+		errors.Is(err, io.ErrUnexpectedEOF):
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne)
+}

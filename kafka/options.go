@@ -1,0 +1,210 @@
+package kafka
+
+import (
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/dynakafka/outbox"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+)
+
+// Defaults.
+const (
+	// DefaultLeaseDuration matches the relay's default bucket lease.
+	DefaultLeaseDuration = 30 * time.Second
+
+	// batchLengthPrefix is what kgo counts in a record batch's size on top of
+	// what the broker counts: the 4-byte length of the records field in the
+	// produce request. Kafka measures a batch as 12 bytes (base offset and
+	// batch length) plus the batch length; kgo's ProducerBatchMaxBytes bounds
+	// the same bytes plus this prefix.
+	batchLengthPrefix = 4
+
+	// minMaxMessageBytes is the smallest MaxMessageBytes accepted: kgo refuses
+	// a ProducerBatchMaxBytes below 512, and a message with its id header
+	// needs about 200 bytes.
+	minMaxMessageBytes = 512
+	// maxMaxMessageBytes keeps ProducerBatchMaxBytes within kgo's default
+	// BrokerMaxWriteBytes of 100 MiB (Kafka's socket.request.max.bytes).
+	maxMaxMessageBytes = 100<<20 - batchLengthPrefix
+)
+
+// DefaultCompression is the compression preference used unless Compression
+// is given: lz4, or none for a broker that does not support it.
+//
+// lz4 compresses about as fast as snappy (kgo's own default) with a better
+// ratio on the JSON-like payloads an outbox typically carries, decompresses
+// fastest of all codecs for consumers, and is supported by every broker since
+// Kafka 0.10. zstd compresses better but costs several times the CPU per
+// byte, which a relay running in a small Lambda pays on every batch; choose it
+// with Compression when network or storage costs dominate.
+func DefaultCompression() []kgo.CompressionCodec {
+	return []kgo.CompressionCodec{kgo.Lz4Compression(), kgo.NoCompression()}
+}
+
+// Opt configures a Publisher.
+type Opt interface{ apply(*cfg) }
+
+type optFunc func(*cfg)
+
+func (f optFunc) apply(c *cfg) { f(c) }
+
+type cfg struct {
+	clientOpts      []kgo.Opt
+	topics          []string
+	maxMessageBytes int
+	idHeader        string
+	compression     []kgo.CompressionCodec
+	leaseDuration   time.Duration
+	deliveryTimeout time.Duration // 0: derived from leaseDuration
+	logger          *slog.Logger
+	tls             *tls.Config
+	tlsSet          bool
+	sasl            []sasl.Mechanism
+}
+
+func defaultCfg() cfg {
+	return cfg{
+		maxMessageBytes: outbox.DefaultMaxMessageBytes,
+		idHeader:        outbox.DefaultMessageIDHeader,
+		compression:     DefaultCompression(),
+		leaseDuration:   DefaultLeaseDuration,
+	}
+}
+
+// ClientOptions passes options to the kgo client, for example kgo.ClientID,
+// kgo.Rack, kgo.Dialer or kgo.ProducerLinger. They are applied before the
+// publisher's own settings, which therefore win: the seed brokers,
+// RecordPartitioner, ProducerBatchMaxBytes, RecordDeliveryTimeout (off; see
+// DeliveryTimeout),
+// ProducerBatchCompression, and (when Logger, TLS or SASL are given) WithLogger,
+// DialTLSConfig and SASL. Options that would weaken delivery (DisableIdempotentWrite,
+// RequiredAcks other than all, AllowIdempotentProduceCancellation,
+// TransactionalID, ManualFlushing, DefaultProduceTopicAlways) make NewPublisher
+// fail with a *DowngradeError. Default: none.
+func ClientOptions(opts ...kgo.Opt) Opt {
+	return optFunc(func(c *cfg) { c.clientOpts = append(c.clientOpts, opts...) })
+}
+
+// Topics lists topics to check at start: NewPublisher fails unless each
+// exists and its max.message.bytes admits MaxMessageBytes. A topic not listed
+// is checked the same way the first time a message for it is published, and
+// a successful check is remembered for the life of the Publisher. Default:
+// none.
+func Topics(topics ...string) Opt {
+	return optFunc(func(c *cfg) { c.topics = append(c.topics, topics...) })
+}
+
+// MaxMessageBytes bounds one message as a Kafka record, as measured by
+// outbox.RecordSize with the message-id header (which includes the record
+// batch overhead, so it bounds a batch holding the record alone). It must
+// equal the writers' MaxMessageBytes. A larger message is not produced and
+// fails with a *RecordTooLargeError. Each topic's max.message.bytes must be
+// at least this (checked). Range 512 to 100 MiB-4. Default
+// outbox.DefaultMaxMessageBytes (1 MiB), which Kafka's default topic limit
+// (1048588) admits.
+func MaxMessageBytes(n int) Opt {
+	return optFunc(func(c *cfg) { c.maxMessageBytes = n })
+}
+
+// MessageIDHeader names the header that carries the message id, stamped after
+// the message's own headers. Consumers deduplicate on it. It must not be empty
+// and must match the writers'. Default outbox.DefaultMessageIDHeader
+// ("x-outbox-message-id").
+func MessageIDHeader(name string) Opt {
+	return optFunc(func(c *cfg) { c.idHeader = name })
+}
+
+// Compression sets the record batch compression, in order of preference (the
+// first one the broker supports is used). Default DefaultCompression(): lz4,
+// then none.
+func Compression(codecs ...kgo.CompressionCodec) Opt {
+	return optFunc(func(c *cfg) { c.compression = codecs })
+}
+
+// LeaseDuration is the relay's bucket lease duration: a Publish must not
+// outlive the lease it runs under, so the client's record delivery timeout is
+// kept below it (see DeliveryTimeout). It must equal the relay's
+// LeaseDuration. Must be at least 1s. Default 30s (DefaultLeaseDuration).
+func LeaseDuration(d time.Duration) Opt {
+	return optFunc(func(c *cfg) { c.leaseDuration = d })
+}
+
+// DeliveryTimeout bounds how long, from the start of a Publish, a record may
+// wait in the client without being written to a broker (for a leader, a
+// producer id, a retry or buffer space) before it fails with an error that
+// matches kgo.ErrRecordTimeout. It is what kgo's RecordDeliveryTimeout does,
+// but that one counts from the record timestamp (the message's CreatedAt,
+// long past for a backlog), so the Publisher sets it as a deadline on the
+// records' context instead. A record already written to a broker waits for
+// the broker's answer (see Publisher.Publish). It must be positive and shorter
+// than LeaseDuration, leaving the relay time to record the acknowledged prefix
+// before the lease expires. Default LeaseDuration*2/3 (20s with the default
+// lease).
+func DeliveryTimeout(d time.Duration) Opt {
+	return optFunc(func(c *cfg) { c.deliveryTimeout = d })
+}
+
+// Logger receives the publisher's logs and the kgo client's (at the levels the
+// handler enables). Default: nothing is logged.
+func Logger(l *slog.Logger) Opt {
+	return optFunc(func(c *cfg) { c.logger = l })
+}
+
+// validate checks the options and fills in derived defaults.
+func (c *cfg) validate() error {
+	if c.maxMessageBytes < minMaxMessageBytes || c.maxMessageBytes > maxMaxMessageBytes {
+		return &outbox.OptionError{Option: "MaxMessageBytes", Value: c.maxMessageBytes,
+			Reason: fmt.Sprintf("must be between %d and %d; set it to the writers' MaxMessageBytes", minMaxMessageBytes, maxMaxMessageBytes)}
+	}
+	if c.idHeader == "" {
+		return &outbox.OptionError{Option: "MessageIDHeader", Value: `""`,
+			Reason: fmt.Sprintf("must not be empty; omit the option for %q", outbox.DefaultMessageIDHeader)}
+	}
+	if min := outbox.RecordSize(outbox.Message{}, c.idHeader); min > c.maxMessageBytes {
+		return &outbox.OptionError{Option: "MessageIDHeader", Value: c.idHeader,
+			Reason: fmt.Sprintf("an empty message with this header is %d bytes, above MaxMessageBytes=%d; use a shorter name", min, c.maxMessageBytes)}
+	}
+	if len(c.compression) == 0 {
+		return &outbox.OptionError{Option: "Compression", Value: "none given",
+			Reason: "name at least one codec, e.g. kgo.NoCompression(); omit the option for lz4"}
+	}
+	if c.leaseDuration < time.Second {
+		return &outbox.OptionError{Option: "LeaseDuration", Value: c.leaseDuration,
+			Reason: "must be at least 1s; set it to the relay's LeaseDuration"}
+	}
+	if c.deliveryTimeout == 0 {
+		c.deliveryTimeout = c.leaseDuration * 2 / 3
+	}
+	if c.deliveryTimeout < 0 || c.deliveryTimeout >= c.leaseDuration {
+		return &outbox.OptionError{Option: "DeliveryTimeout", Value: c.deliveryTimeout,
+			Reason: fmt.Sprintf("must be positive and shorter than LeaseDuration=%v so a publish cannot outlive its lease; omit it for LeaseDuration*2/3", c.leaseDuration)}
+	}
+	for i, t := range c.topics {
+		if err := outbox.ValidateTopic(t); err != nil {
+			return &outbox.OptionError{Option: fmt.Sprintf("Topics[%d]", i), Value: t, Reason: err.Error()}
+		}
+	}
+	if c.tlsSet && c.tls == nil {
+		c.tls = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	for i, m := range c.sasl {
+		if m == nil {
+			return &outbox.OptionError{Option: fmt.Sprintf("SASL[%d]", i), Value: nil, Reason: "mechanism is nil"}
+		}
+	}
+	return nil
+}
+
+// batchMaxBytes is the kgo ProducerBatchMaxBytes for a MaxMessageBytes: kgo
+// counts a 4-byte length prefix that Kafka's max.message.bytes does not, so
+// this lets kgo build batches of exactly MaxMessageBytes as Kafka counts them.
+// A topic whose max.message.bytes is at least MaxMessageBytes therefore never
+// rejects a batch as too large, and a message within MaxMessageBytes always
+// fits in a batch of its own.
+func batchMaxBytes(maxMessageBytes int) int32 {
+	return int32(maxMessageBytes + batchLengthPrefix)
+}

@@ -1,0 +1,357 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/dynakafka/outbox"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Publisher produces outbox messages to Kafka. It implements
+// outbox.Publisher and is safe for concurrent use: the relay drains several
+// buckets at once through one Publisher (one client, one set of connections,
+// one producer id).
+type Publisher struct {
+	cl     *kgo.Client
+	cfg    cfg
+	log    *slog.Logger
+	topics *topicChecker
+	closed atomic.Bool
+}
+
+var _ outbox.Publisher = (*Publisher)(nil)
+
+// NewPublisher validates the options, builds the kgo client for seeds (host:port
+// of one or more brokers) and, when Topics is given, checks those topics (see
+// Topics), which is the only broker I/O it does. Configuration errors are an
+// *outbox.OptionError or a *DowngradeError; topic check failures are a
+// *TopicError or *TopicLimitError per topic (joined).
+func NewPublisher(ctx context.Context, seeds []string, opts ...Opt) (*Publisher, error) {
+	c := defaultCfg()
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	if len(seeds) == 0 {
+		return nil, &outbox.OptionError{Option: "seeds", Value: "[]", Reason: "give at least one broker as host:port"}
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	if err := checkClientOptions(seeds, c.clientOpts); err != nil {
+		return nil, err
+	}
+
+	log := c.logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	kopts := append([]kgo.Opt(nil), c.clientOpts...)
+	kopts = append(kopts, kgo.SeedBrokers(seeds...))
+	if c.logger != nil {
+		kopts = append(kopts, kgo.WithLogger(kgoLogger{c.logger}))
+	}
+	if c.tls != nil {
+		kopts = append(kopts, kgo.DialTLSConfig(c.tls))
+	}
+	if len(c.sasl) > 0 {
+		kopts = append(kopts, kgo.SASL(c.sasl...))
+	}
+	// Enforced last so that nothing in ClientOptions overrides them.
+	kopts = append(kopts,
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordPartitioner(newPartitioner()),
+		kgo.ProducerBatchMaxBytes(batchMaxBytes(c.maxMessageBytes)),
+		// kgo measures RecordDeliveryTimeout from the record's timestamp,
+		// which is the message's CreatedAt and may be long past for a
+		// backlog: it would fail old messages before sending them.
+		// Publish bounds delivery with a deadline on the records' context
+		// instead (see DeliveryTimeout), so this stays off.
+		kgo.RecordDeliveryTimeout(0),
+		kgo.ProducerBatchCompression(c.compression...),
+	)
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: new client: %w", err)
+	}
+	// checkClientOptions refused any downgrade and kgo has no option that
+	// could re-enable one after ours, but verify what the client will do.
+	if cl.OptValue(kgo.DisableIdempotentWrite) != false || cl.OptValue(kgo.RequiredAcks) != kgo.AllISRAcks() {
+		cl.Close()
+		return nil, errors.New("kafka: internal error: the client is not idempotent with acks=all")
+	}
+
+	p := &Publisher{
+		cl:     cl,
+		cfg:    c,
+		log:    log,
+		topics: newTopicChecker(kadm.NewClient(cl), c.maxMessageBytes),
+	}
+	if len(c.topics) > 0 {
+		failed := p.topics.check(ctx, c.topics)
+		if len(failed) > 0 {
+			cl.Close()
+			var errs []error
+			seen := make(map[string]bool)
+			for _, t := range c.topics {
+				if err, ok := failed[t]; ok && !seen[t] {
+					seen[t] = true
+					errs = append(errs, err)
+				}
+			}
+			return nil, errors.Join(errs...)
+		}
+	}
+	log.Debug("kafka publisher ready", "seeds", seeds, "topics", c.topics,
+		"max_message_bytes", c.maxMessageBytes, "delivery_timeout", c.deliveryTimeout)
+	return p, nil
+}
+
+// checkClientOptions refuses kgo options that would weaken delivery. It
+// builds a throwaway client from them alone to read their values (kgo options
+// are opaque; NewClient does no I/O).
+func checkClientOptions(seeds []string, user []kgo.Opt) error {
+	if len(user) == 0 {
+		return nil
+	}
+	base := append([]kgo.Opt{kgo.SeedBrokers(seeds...)}, user...)
+	probe, err := kgo.NewClient(base...)
+	if err != nil {
+		// kgo refuses acks other than all while idempotence is on: read
+		// the acks with idempotence off to report them as a downgrade.
+		if p2, err2 := kgo.NewClient(append(base, kgo.DisableIdempotentWrite())...); err2 == nil {
+			acks := p2.OptValue(kgo.RequiredAcks)
+			p2.Close()
+			if acks != kgo.AllISRAcks() {
+				return &DowngradeError{Option: "kgo.RequiredAcks", Value: acksString(acks),
+					Reason: "the relay deletes a message once Kafka acknowledges it, so every in-sync replica must have it (acks=all); remove the option"}
+			}
+		}
+		return fmt.Errorf("kafka: ClientOptions: %w", err)
+	}
+	defer probe.Close()
+	switch {
+	case probe.OptValue(kgo.DisableIdempotentWrite) == true:
+		return &DowngradeError{Option: "kgo.DisableIdempotentWrite", Value: "idempotent writes off",
+			Reason: "without idempotence a retried batch can be written twice or reordered within a partition; remove the option (on Kafka before 3.0 grant IdempotentWrite on the cluster)"}
+	case probe.OptValue(kgo.RequiredAcks) != kgo.AllISRAcks():
+		return &DowngradeError{Option: "kgo.RequiredAcks", Value: acksString(probe.OptValue(kgo.RequiredAcks)),
+			Reason: "the relay deletes a message once Kafka acknowledges it, so every in-sync replica must have it (acks=all); remove the option"}
+	case probe.OptValue(kgo.AllowIdempotentProduceCancellation) == true:
+		return &DowngradeError{Option: "kgo.AllowIdempotentProduceCancellation", Value: "cancellation of in-flight records",
+			Reason: "Publish would report records as failed that Kafka may still write after it returned; remove the option (DeliveryTimeout bounds records that are not in flight)"}
+	case probe.OptValue(kgo.TransactionalID) != "":
+		return &DowngradeError{Option: "kgo.TransactionalID", Value: fmt.Sprint(probe.OptValue(kgo.TransactionalID)),
+			Reason: "the publisher is not transactional (a transactional client fails records produced outside a transaction); remove the option"}
+	case probe.OptValue(kgo.ManualFlushing) == true:
+		return &DowngradeError{Option: "kgo.ManualFlushing", Value: "manual flushing",
+			Reason: "Publish waits for records that the client would never send without Flush; remove the option"}
+	case probe.OptValue(kgo.DefaultProduceTopicAlways) == true:
+		return &DowngradeError{Option: "kgo.DefaultProduceTopicAlways", Value: "one topic for every record",
+			Reason: "every message names its own topic; remove the option"}
+	}
+	return nil
+}
+
+func acksString(v any) string {
+	switch v {
+	case kgo.NoAck():
+		return "acks=0"
+	case kgo.LeaderAck():
+		return "acks=1"
+	case kgo.AllISRAcks():
+		return "acks=all"
+	}
+	return fmt.Sprint(v)
+}
+
+// Publish produces msgs (one bucket's run, in sequence order) and returns how
+// many of them, counted from the front, Kafka acknowledged, and the first error
+// in message order as an *outbox.PublishError (its Err is a *ProduceError,
+// *RecordTooLargeError, *outbox.ValidationError, *TopicError,
+// *TopicLimitError, or a context error; see IsRetriable).
+//
+// Messages are checked before anything is produced; the run is cut before the
+// first message that fails a check, so that message and the ones after it are
+// not produced. Every other record is started before Publish waits; records
+// on the same partition keep their order.
+//
+// When ctx is done, records not yet started are not produced, and kgo fails
+// the records it has not yet written to a broker (with ctx's error) the next
+// time it considers sending them. Publish does not return until every started
+// record has a result, so it may wait for requests already in flight to be
+// answered; those records are reported as acknowledged if they were.
+//
+// The client is shared by concurrent Publish calls, so Publish does not use
+// kgo's AbortBufferedRecords (it would abort every bucket's records) but
+// relies on each record's context. Because kgo consults only the context of
+// the first record in a partition's batch, a Publish whose records share a
+// batch with a cancelled Publish's may see them fail with
+// ErrSharedBatchCancelled, and a cancelled Publish whose records follow
+// another's in a batch waits for that batch.
+func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) (acked int, err error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	if p.closed.Load() {
+		return 0, wrapMessage(msgs[0], ErrClosed)
+	}
+
+	n, stopErr := p.precheck(ctx, msgs)
+
+	// The records' context: ctx, plus DeliveryTimeout. kgo fails a record
+	// whose context is done as long as it has not written it to a broker,
+	// which is what RecordDeliveryTimeout would do, but measured from now
+	// rather than from the record timestamp.
+	rctx, cancel := context.WithTimeout(ctx, p.cfg.deliveryTimeout)
+	defer cancel()
+	recs := make([]*kgo.Record, n)
+	results := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		if err := rctx.Err(); err != nil {
+			n, stopErr = i, fmt.Errorf("kafka: not produced: %w", p.contextError(ctx, rctx, err))
+			break
+		}
+		recs[i] = p.record(rctx, &msgs[i])
+		wg.Add(1)
+		p.cl.Produce(rctx, recs[i], func(_ *kgo.Record, err error) {
+			results[i] = err
+			wg.Done()
+		})
+	}
+	wg.Wait()
+
+	for acked < n && results[acked] == nil {
+		acked++
+	}
+	switch {
+	case acked < n:
+		err = wrapMessage(msgs[acked], p.produceError(ctx, rctx, recs[acked], results[acked]))
+	case stopErr != nil:
+		err = wrapMessage(msgs[n], stopErr)
+	}
+	if err != nil {
+		p.log.Debug("kafka publish stopped", "bucket", msgs[0].Bucket, "messages", len(msgs),
+			"produced", n, "acked", acked, "err", err)
+	}
+	return acked, err
+}
+
+// precheck returns how many messages, from the front, may be produced, and the
+// error of the first one that may not.
+func (p *Publisher) precheck(ctx context.Context, msgs []outbox.Message) (int, error) {
+	n, stopErr := len(msgs), error(nil)
+	for i := range msgs {
+		if err := p.validate(&msgs[i], i); err != nil {
+			n, stopErr = i, err
+			break
+		}
+	}
+	var topics []string
+	seen := make(map[string]bool)
+	for i := range n {
+		if t := msgs[i].Topic; !seen[t] {
+			seen[t] = true
+			topics = append(topics, t)
+		}
+	}
+	if len(topics) == 0 {
+		return n, stopErr
+	}
+	failed := p.topics.check(ctx, topics)
+	if len(failed) == 0 {
+		return n, stopErr
+	}
+	for i := range n {
+		if err, ok := failed[msgs[i].Topic]; ok {
+			return i, err
+		}
+	}
+	return n, stopErr
+}
+
+// validate checks what Kafka would reject or what would defeat consumers'
+// deduplication. Writers check the same, but the relay may read messages
+// written by a writer configured differently.
+func (p *Publisher) validate(m *outbox.Message, i int) error {
+	if m.ID == "" {
+		return &outbox.ValidationError{Index: i, Field: "ID", Reason: "empty; consumers deduplicate on the message id, so every message needs one"}
+	}
+	if size := outbox.RecordSize(*m, p.cfg.idHeader); size > p.cfg.maxMessageBytes {
+		return &RecordTooLargeError{Size: size, MaxMessageBytes: p.cfg.maxMessageBytes}
+	}
+	return outbox.Validate(*m, i, p.cfg.maxMessageBytes, p.cfg.idHeader)
+}
+
+// record converts m to a kgo record: the message's headers then the message-id
+// header, the creation time as the record timestamp, and the explicit
+// partition (if any) for the partitioner.
+func (p *Publisher) record(ctx context.Context, m *outbox.Message) *kgo.Record {
+	headers := make([]kgo.RecordHeader, 0, len(m.Headers)+1)
+	for _, h := range m.Headers {
+		headers = append(headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	headers = append(headers, kgo.RecordHeader{Key: p.cfg.idHeader, Value: []byte(m.ID)})
+	partition := int32(noPartition)
+	if m.Partition != nil {
+		partition = *m.Partition
+	}
+	return &kgo.Record{
+		Topic:     m.Topic,
+		Key:       m.Key,
+		Value:     m.Value,
+		Headers:   headers,
+		Timestamp: m.CreatedAt, // zero: kgo stamps the produce time
+		Partition: partition,
+		Context:   ctx,
+	}
+}
+
+// produceError translates what kgo reported for r.
+func (p *Publisher) produceError(ctx, rctx context.Context, r *kgo.Record, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		err = p.contextError(ctx, rctx, err)
+	}
+	if errors.Is(err, kgo.ErrClientClosed) && p.closed.Load() {
+		err = fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	partition := r.Partition
+	if partition < 0 {
+		partition = -1
+	}
+	return &ProduceError{Topic: r.Topic, Partition: partition, Err: err}
+}
+
+// contextError tells apart which context failed a record: the caller's ctx
+// (err is kept), the DeliveryTimeout deadline on rctx (kgo.ErrRecordTimeout),
+// or neither, when the record shared a batch led by another Publish's record
+// (ErrSharedBatchCancelled).
+func (p *Publisher) contextError(ctx, rctx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return err
+	case rctx.Err() != nil:
+		return fmt.Errorf("%w: not delivered within DeliveryTimeout=%v (%w)", kgo.ErrRecordTimeout, p.cfg.deliveryTimeout, err)
+	}
+	return fmt.Errorf("%w (%v)", ErrSharedBatchCancelled, err)
+}
+
+func wrapMessage(m outbox.Message, err error) error {
+	return &outbox.PublishError{Bucket: m.Bucket, Sequence: m.Sequence, MessageID: m.ID, Err: err}
+}
+
+// Close fails the records still buffered (their Publish calls return
+// ErrClosed) and closes the client's connections. Publish returns ErrClosed
+// afterwards.
+func (p *Publisher) Close() {
+	if p.closed.Swap(true) {
+		return
+	}
+	p.cl.Close()
+}

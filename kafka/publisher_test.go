@@ -1,0 +1,293 @@
+package kafka
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func TestPublishKeepsOrderWithinPartition(t *testing.T) {
+	k := testenv.Kafka(t)
+	const partitions = 4
+	topic := newTopic(t, k, partitions, nil)
+	p := newPublisher(t, k, Topics(topic))
+
+	msgs := messages(topic, 500, sameKey("order-42"))
+	acked, err := p.Publish(testCtx(t), msgs)
+	if err != nil || acked != len(msgs) {
+		t.Fatalf("Publish = %d, %v; want %d, nil", acked, err, len(msgs))
+	}
+
+	recs := consumeAll(t, k, topic)
+	if len(recs) != len(msgs) {
+		t.Fatalf("topic has %d records, want %d", len(recs), len(msgs))
+	}
+	wantPartition := int32(outbox.BucketForKey([]byte("order-42"), partitions))
+	for i, r := range recs {
+		if r.Partition != wantPartition {
+			t.Fatalf("record %d on partition %d, want %d (murmur2 placement)", i, r.Partition, wantPartition)
+		}
+		if r.Offset != int64(i) {
+			t.Fatalf("record %d at offset %d, want %d", i, r.Offset, i)
+		}
+	}
+	if got, want := ids(t, recs), msgIDs(msgs); !slices.Equal(got, want) {
+		t.Fatalf("records are not in sequence order:\n got %v\nwant %v", got[:10], want[:10])
+	}
+}
+
+func TestPublishExplicitPartition(t *testing.T) {
+	k := testenv.Kafka(t)
+	const partitions = 5
+	topic := newTopic(t, k, partitions, nil)
+	p := newPublisher(t, k, Topics(topic))
+
+	key := []byte("pinned")
+	keyPartition := int32(outbox.BucketForKey(key, partitions))
+	other := (keyPartition + 2) % partitions
+	msgs := messages(topic, 6, func(int) []byte { return key })
+	msgs[1].Partition = outbox.PartitionOf(other)                   // keyed, pinned elsewhere
+	msgs[3].Partition = outbox.PartitionOf(0)                       // keyed, pinned to 0
+	msgs[4].Key, msgs[4].Partition = nil, outbox.PartitionOf(other) // keyless, pinned
+
+	acked, err := p.Publish(testCtx(t), msgs)
+	if err != nil || acked != len(msgs) {
+		t.Fatalf("Publish = %d, %v; want %d, nil", acked, err, len(msgs))
+	}
+	byID := make(map[string]int32)
+	for _, r := range consumeAll(t, k, topic) {
+		byID[recordID(t, r, outbox.DefaultMessageIDHeader)] = r.Partition
+	}
+	for i, m := range msgs {
+		want := keyPartition
+		if m.Partition != nil {
+			want = *m.Partition
+		}
+		if got, ok := byID[m.ID]; !ok || got != want {
+			t.Errorf("message %d on partition %d (found %v), want %d", i, got, ok, want)
+		}
+	}
+
+	t.Run("partition the topic does not have", func(t *testing.T) {
+		msgs := messages(topic, 3, sameKey("k"))
+		msgs[1].Partition = outbox.PartitionOf(partitions + 3)
+		acked, err := p.Publish(testCtx(t), msgs)
+		if acked != 1 || err == nil {
+			t.Fatalf("Publish = %d, %v; want 1 and an error for the second message", acked, err)
+		}
+		publishErr(t, err, msgs[1])
+		if pe, ok := errors.AsType[*ProduceError](err); !ok || pe.Partition != partitions+3 {
+			t.Fatalf("error %v: want a *ProduceError for partition %d", err, partitions+3)
+		}
+		if IsRetriable(err) {
+			t.Errorf("IsRetriable(%v) = true, want false", err)
+		}
+	})
+}
+
+func TestPublishKeyPlacement(t *testing.T) {
+	k := testenv.Kafka(t)
+	const partitions = 7
+	topic := newTopic(t, k, partitions, nil)
+	p := newPublisher(t, k, Topics(topic))
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	const random = 1000
+	msgs := messages(topic, random+4, func(i int) []byte {
+		n := rng.IntN(40) // includes some 0-length keys
+		key := make([]byte, n)
+		for j := range key {
+			key[j] = byte(rng.UintN(256))
+		}
+		return key
+	})
+	msgs[random].Key = []byte{}   // empty key: hashed like any key
+	msgs[random+1].Key = []byte{} // ... always to the same partition
+	msgs[random+2].Key = nil      // keyless
+	msgs[random+3].Key = nil      // keyless
+
+	acked, err := p.Publish(testCtx(t), msgs)
+	if err != nil || acked != len(msgs) {
+		t.Fatalf("Publish = %d, %v; want %d, nil", acked, err, len(msgs))
+	}
+	recs := make(map[string]*kgo.Record)
+	for _, r := range consumeAll(t, k, topic) {
+		recs[recordID(t, r, outbox.DefaultMessageIDHeader)] = r
+	}
+	for i, m := range msgs {
+		r, ok := recs[m.ID]
+		if !ok {
+			t.Fatalf("message %d not on the topic", i)
+		}
+		if m.Key == nil {
+			if r.Key != nil {
+				t.Errorf("message %d: nil key came back as %q (non-nil)", i, r.Key)
+			}
+			continue
+		}
+		if r.Key == nil || !bytes.Equal(r.Key, m.Key) {
+			t.Errorf("message %d: key %x (nil %v) came back as %x (nil %v)", i, m.Key, m.Key == nil, r.Key, r.Key == nil)
+		}
+		if want := int32(outbox.BucketForKey(m.Key, partitions)); r.Partition != want {
+			t.Errorf("message %d with key %x on partition %d; outbox.BucketForKey says %d", i, m.Key, r.Partition, want)
+		}
+	}
+	empty := int32(outbox.BucketForKey([]byte{}, partitions))
+	for _, m := range msgs[random : random+2] {
+		if got := recs[m.ID].Partition; got != empty {
+			t.Errorf("empty key on partition %d, want %d (murmur2 of the empty key)", got, empty)
+		}
+	}
+}
+
+func TestPublishHeadersAndTimestamp(t *testing.T) {
+	k := testenv.Kafka(t)
+	topic := newTopic(t, k, 1, nil)
+	const idHeader = "x-msg-id"
+	p := newPublisher(t, k, Topics(topic), MessageIDHeader(idHeader))
+
+	created := time.Date(2024, 2, 29, 23, 59, 58, 123_000_000, time.UTC)
+	msgs := messages(topic, 2, sameKey("k"))
+	msgs[0].Headers = []outbox.Header{
+		{Key: "trace", Value: []byte("a")},
+		{Key: "dup", Value: []byte{0x00, 0xff, 0x10, 0x00}},
+		{Key: "dup", Value: []byte("second")},
+		{Key: "empty", Value: []byte{}},
+		{Key: "null", Value: nil},
+		{Key: "ünïcode", Value: []byte{0xc3, 0x28}}, // invalid UTF-8 is fine in a value
+	}
+	msgs[0].CreatedAt = created
+	msgs[1].Value = nil // tombstone
+
+	acked, err := p.Publish(testCtx(t), msgs)
+	if err != nil || acked != 2 {
+		t.Fatalf("Publish = %d, %v; want 2, nil", acked, err)
+	}
+	recs := consumeAll(t, k, topic)
+	if len(recs) != 2 {
+		t.Fatalf("got %d records, want 2", len(recs))
+	}
+	r := recs[0]
+	want := append(slices.Clone(msgs[0].Headers), outbox.Header{Key: idHeader, Value: []byte(msgs[0].ID)})
+	if len(r.Headers) != len(want) {
+		t.Fatalf("headers %v, want %v", r.Headers, want)
+	}
+	for i, h := range r.Headers {
+		if h.Key != want[i].Key || !bytes.Equal(h.Value, want[i].Value) || (h.Value == nil) != (want[i].Value == nil) {
+			t.Errorf("header %d = %q:%x (nil %v), want %q:%x (nil %v)", i, h.Key, h.Value, h.Value == nil, want[i].Key, want[i].Value, want[i].Value == nil)
+		}
+	}
+	if !r.Timestamp.Equal(created) {
+		t.Errorf("timestamp %v, want the message's CreatedAt %v", r.Timestamp, created)
+	}
+	if r.Attrs.TimestampType() != 0 {
+		t.Errorf("timestamp type %d, want 0 (create time)", r.Attrs.TimestampType())
+	}
+	if recs[1].Value != nil {
+		t.Errorf("tombstone came back with value %q", recs[1].Value)
+	}
+	if got := recordID(t, recs[1], idHeader); got != msgs[1].ID {
+		t.Errorf("id header %q, want %q", got, msgs[1].ID)
+	}
+}
+
+func TestPublishEmptyRun(t *testing.T) {
+	k := testenv.Kafka(t)
+	p := newPublisher(t, k)
+	if acked, err := p.Publish(testCtx(t), nil); acked != 0 || err != nil {
+		t.Fatalf("Publish(nil) = %d, %v; want 0, nil", acked, err)
+	}
+}
+
+// A message too large for MaxMessageBytes is not produced, and neither is any
+// message after it: a later message of the same key must not overtake it.
+func TestPublishRecordTooLarge(t *testing.T) {
+	k := testenv.Kafka(t)
+	topic := newTopic(t, k, 1, nil)
+	const max = 4096
+	p := newPublisher(t, k, Topics(topic), MaxMessageBytes(max))
+
+	msgs := messages(topic, 3, sameKey("k"))
+	msgs[1].Value = bytes.Repeat([]byte("x"), max)
+	acked, err := p.Publish(testCtx(t), msgs)
+	if acked != 1 {
+		t.Fatalf("acked %d, want 1 (err %v)", acked, err)
+	}
+	publishErr(t, err, msgs[1])
+	if !errors.Is(err, kerr.MessageTooLarge) {
+		t.Errorf("errors.Is(%v, kerr.MessageTooLarge) = false", err)
+	}
+	tl, ok := errors.AsType[*RecordTooLargeError](err)
+	if !ok || tl.MaxMessageBytes != max || tl.Size != outbox.RecordSize(msgs[1], outbox.DefaultMessageIDHeader) {
+		t.Errorf("error %v: want a *RecordTooLargeError with the record's size and %d", err, max)
+	}
+	if IsRetriable(err) {
+		t.Errorf("IsRetriable(%v) = true", err)
+	}
+	if got, want := ids(t, consumeAll(t, k, topic)), msgIDs(msgs[:1]); !slices.Equal(got, want) {
+		t.Fatalf("topic holds %v, want only the first message %v", got, want)
+	}
+}
+
+func TestPublishInvalidMessage(t *testing.T) {
+	k := testenv.Kafka(t)
+	topic := newTopic(t, k, 1, nil)
+	p := newPublisher(t, k, Topics(topic))
+
+	tests := []struct {
+		name   string
+		break_ func(*outbox.Message)
+		field  string
+	}{
+		{"empty id", func(m *outbox.Message) { m.ID = "" }, "ID"},
+		{"id header in headers", func(m *outbox.Message) {
+			m.Headers = []outbox.Header{{Key: outbox.DefaultMessageIDHeader, Value: []byte("forged")}}
+		}, "Headers[0].Key"},
+		{"header key not UTF-8", func(m *outbox.Message) { m.Headers = []outbox.Header{{Key: "\xff"}} }, "Headers[0].Key"},
+		{"bad topic", func(m *outbox.Message) { m.Topic = "no spaces" }, "Topic"},
+		{"negative partition", func(m *outbox.Message) { m.Partition = outbox.PartitionOf(-2) }, "Partition"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			msgs := messages(topic, 3, sameKey("k"))
+			tt.break_(&msgs[2])
+			acked, err := p.Publish(testCtx(t), msgs)
+			if acked != 2 {
+				t.Fatalf("acked %d, want 2 (err %v)", acked, err)
+			}
+			publishErr(t, err, msgs[2])
+			ve, ok := errors.AsType[*outbox.ValidationError](err)
+			if !ok || ve.Field != tt.field || ve.Index != 2 {
+				t.Fatalf("error %v: want a *outbox.ValidationError for field %s of message 2", err, tt.field)
+			}
+			if IsRetriable(err) {
+				t.Errorf("IsRetriable(%v) = true", err)
+			}
+		})
+	}
+}
+
+func TestPublishAfterClose(t *testing.T) {
+	k := testenv.Kafka(t)
+	topic := newTopic(t, k, 1, nil)
+	p := newPublisher(t, k, Topics(topic))
+	p.Close()
+	p.Close() // idempotent
+	msgs := messages(topic, 1, sameKey("k"))
+	acked, err := p.Publish(testCtx(t), msgs)
+	if acked != 0 || !errors.Is(err, ErrClosed) {
+		t.Fatalf("Publish after Close = %d, %v; want 0, ErrClosed", acked, err)
+	}
+	publishErr(t, err, msgs[0])
+	if !IsRetriable(err) {
+		t.Errorf("IsRetriable(ErrClosed) = false")
+	}
+}
