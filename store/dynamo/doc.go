@@ -1,0 +1,61 @@
+// Package dynamo stores the outbox in two DynamoDB tables: it implements
+// outbox.Store (and outbox.BucketProbe) for the relay, and Writer, which
+// writes messages in the same transaction as a service's own items.
+//
+// # Tables
+//
+// Messages table, key b (N, bucket) / s (N, sequence), stream KEYS_ONLY, TTL
+// on x. A message item holds v (format version), id, t (topic), k (key;
+// absent for a nil key, empty binary for an empty key), val (value; absent
+// for a tombstone), h (headers, see below; absent for none), p (explicit
+// partition, optional) and c (created-at, Unix ms). A fence tombstone holds
+// b, s, v, f (true), c and x (TTL, epoch seconds).
+//
+// Control table, key pk (S) / sk (S), TTL on x:
+//
+//	pk "config",     sk "config"  bc (bucket count), v
+//	pk "bucket#<b>", sk "seq"     n (last reserved sequence), v   (package sequence)
+//	pk "bucket#<b>", sk "lease"   o owner, e expiry ms, hd head, cl cleaned,
+//	                              g gap, gs gap-since ms, w wake, ep epoch, v
+//	pk "relays",     sk <id>      seen ms, x TTL, v
+//
+// CreateTables creates both and writes the config item. Sequence numbers
+// start at 1; head and cleaned start at 0.
+//
+// # Headers
+//
+// The h attribute is a versioned binary encoding: a version byte (1), a
+// uvarint header count, then per header a uvarint key length and the key, a
+// presence byte (0: nil value, nothing follows; 1: present) and, when
+// present, a uvarint value length and the value. Order, duplicate keys and
+// the difference between nil and empty values survive a round trip.
+//
+// # Writing
+//
+// Writer.Write validates the messages, reserves their sequence numbers
+// (package sequence) immediately before the commit, and runs the caller's
+// items and one put per message (conditional on the sequence number being
+// free) as one TransactWriteItems, retried with the same client request
+// token when the response is lost, so that a committed transaction is never
+// reported failed. If a relay fenced a reserved number first (the writer
+// took longer than the relay's gap timeout), the put's condition fails and
+// Write takes new numbers and resubmits. Every failure that certainly wrote
+// nothing releases the reserved numbers at once by fencing them.
+//
+// # Leases
+//
+// Every lease change is one conditional UpdateItem on the lease item, with
+// the expiry compared against the caller's clock in Unix milliseconds: a
+// relay's clock must be within the lease renewal slack of its peers' (see
+// the outbox package). A failed condition returns the item as it was
+// (ReturnValuesOnConditionCheckFailure), which tells Acquire who holds the
+// lease and Release whether it was woken or lost.
+//
+// # Errors
+//
+// SDK errors are translated at this boundary: failed lease conditions
+// become outbox.ErrLeaseHeld, ErrLeaseLost or ErrWoken, a fence over a
+// stored item ErrAlreadyWritten, and Write's failures a *TransactionError
+// that matches the outbox sentinels and keeps the SDK error and the
+// cancellation reasons.
+package dynamo

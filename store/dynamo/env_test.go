@@ -1,0 +1,95 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// env is one fresh outbox on the test binary's DynamoDB.
+type env struct {
+	d      *testenv.Dynamo
+	tables Tables
+	store  *Store
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newTables creates a fresh outbox (new table names) and returns its names.
+func newTables(t *testing.T, opts ...TablesOption) (*testenv.Dynamo, Tables) {
+	t.Helper()
+	d := testenv.DynamoDB(t)
+	tables := Tables{Messages: testenv.Name(t, "msgs"), Control: testenv.Name(t, "ctl")}
+	if err := CreateTables(ctxT(t), d.Client, tables, opts...); err != nil {
+		t.Fatalf("CreateTables: %v", err)
+	}
+	return d, tables
+}
+
+func newEnv(t *testing.T, bucketCount int) *env {
+	t.Helper()
+	d, tables := newTables(t, BucketCount(bucketCount))
+	s, err := NewStore(ctxT(t), d.Client, tables)
+	if err != nil {
+		t.Fatalf("NewStore: %v", err)
+	}
+	return &env{d: d, tables: tables, store: s}
+}
+
+// put stores msgs at their Bucket and Sequence in one transaction, as a
+// committed writer would, and returns an error wrapping
+// outbox.ErrAlreadyWritten if a position is taken.
+func (e *env) put(ctx context.Context, msgs ...outbox.Message) error {
+	var items []types.TransactWriteItem
+	for _, m := range msgs {
+		items = append(items, types.TransactWriteItem{Put: &types.Put{
+			TableName:                str(e.tables.Messages),
+			Item:                     messageItem(m),
+			ConditionExpression:      str("attribute_not_exists(#s)"),
+			ExpressionAttributeNames: names(attrSeq),
+		}})
+	}
+	_, err := e.d.Client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	var tc *types.TransactionCanceledException
+	if errors.As(err, &tc) {
+		for _, r := range tc.CancellationReasons {
+			if r.Code != nil && *r.Code == codeCondition {
+				return errors.Join(outbox.ErrAlreadyWritten, err)
+			}
+		}
+	}
+	return err
+}
+
+// getItem reads one item of table consistently (nil when absent).
+func (e *env) getItem(t *testing.T, table string, key map[string]types.AttributeValue) map[string]types.AttributeValue {
+	t.Helper()
+	out, err := e.d.Client.GetItem(ctxT(t), &dynamodb.GetItemInput{TableName: str(table), Key: key, ConsistentRead: new(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Item
+}
+
+// count returns how many items bucket holds in the messages table.
+func (e *env) count(t *testing.T, bucket int) int {
+	t.Helper()
+	entries, _, err := e.store.Pending(ctxT(t), bucket, 0, 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
+}

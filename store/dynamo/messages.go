@@ -1,0 +1,257 @@
+package dynamo
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/dynakafka/outbox"
+)
+
+// maxQueryLimit bounds Pending's limit (the relay reads at most two batches
+// of at most 10,000).
+const maxQueryLimit = 100_000
+
+// Pending implements outbox.Store: a consistent Query of b = bucket AND
+// s > after, ascending, paginated until limit entries or the end of the
+// bucket. It reads one item more than limit to tell whether the bucket
+// ends there. Undecodable items come back as entries with Err set.
+func (s *Store) Pending(ctx context.Context, bucket int, after int64, limit int) ([]outbox.Entry, bool, error) {
+	if bucket < 0 {
+		return nil, false, fmt.Errorf("dynamo: pending of bucket %d: bucket is negative", bucket)
+	}
+	if limit < 1 || limit > maxQueryLimit {
+		return nil, false, fmt.Errorf("dynamo: pending of bucket %d: limit %d is outside 1..%d", bucket, limit, maxQueryLimit)
+	}
+	want := limit + 1
+	entries := make([]outbox.Entry, 0, min(want, 1024))
+	var start map[string]types.AttributeValue
+	for {
+		out, err := s.client.Query(ctx, &dynamodb.QueryInput{
+			TableName:                str(s.tables.Messages),
+			KeyConditionExpression:   str("#b = :b AND #s > :after"),
+			ExpressionAttributeNames: names(attrBucket, attrSeq),
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":b": numAttr(int64(bucket)), ":after": numAttr(after),
+			},
+			ConsistentRead:    new(true),
+			ScanIndexForward:  new(true),
+			Limit:             new(int32(want - len(entries))),
+			ExclusiveStartKey: start,
+		})
+		if err != nil {
+			return nil, false, fmt.Errorf("dynamo: read bucket %d after %d: %w", bucket, after, err)
+		}
+		for _, item := range out.Items {
+			entries = append(entries, decodeItem(item))
+		}
+		if len(entries) >= want {
+			return entries[:limit], false, nil
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return entries, true, nil
+		}
+		start = out.LastEvaluatedKey
+	}
+}
+
+// Delete implements outbox.Store with BatchWriteItem, 25 deletes per call,
+// DeleteConcurrency calls at once; unprocessed items are retried with
+// jittered exponential backoff while ctx allows, at most deleteAttempts
+// times per call.
+//
+// The deletes are unconditional (BatchWriteItem has no conditions), so
+// Delete would delete a fence tombstone if asked to. It is never asked to:
+// the engine passes only sequence numbers it read as messages (published, or
+// found at or below its head), never those of fences. A fence must not be
+// deleted before its TTL because it is what stops a late writer from
+// committing a message behind the head, where no relay would ever read it.
+func (s *Store) Delete(ctx context.Context, bucket int, seqs []int64) error {
+	if bucket < 0 {
+		return fmt.Errorf("dynamo: delete from bucket %d: bucket is negative", bucket)
+	}
+	if len(seqs) == 0 {
+		return nil
+	}
+	// BatchWriteItem refuses duplicate keys in one request.
+	seqs = slices.Clone(seqs)
+	slices.Sort(seqs)
+	seqs = slices.Compact(seqs)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+		sem      = make(chan struct{}, s.cfg.deleteConcurrency)
+	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstErr == nil {
+			firstErr = err
+			cancel()
+		}
+	}
+	for chunk := range slices.Chunk(seqs, batchWriteMax) {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := s.deleteChunk(ctx, bucket, chunk); err != nil {
+				fail(err)
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("dynamo: delete from bucket %d: %w", bucket, err)
+	}
+	return nil
+}
+
+const (
+	batchWriteMax  = 25
+	deleteAttempts = 10
+)
+
+func (s *Store) deleteChunk(ctx context.Context, bucket int, seqs []int64) error {
+	reqs := make([]types.WriteRequest, len(seqs))
+	for i, seq := range seqs {
+		reqs[i] = types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: messageKey(bucket, seq)}}
+	}
+	table := s.tables.Messages
+	for attempt := 0; ; attempt++ {
+		out, err := s.client.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{
+			RequestItems: map[string][]types.WriteRequest{table: reqs},
+		})
+		if err != nil {
+			return fmt.Errorf("dynamo: delete %d messages from bucket %d (%d..%d): %w", len(seqs), bucket, seqs[0], seqs[len(seqs)-1], err)
+		}
+		reqs = out.UnprocessedItems[table]
+		if len(reqs) == 0 {
+			return nil
+		}
+		if attempt+1 == deleteAttempts {
+			return fmt.Errorf("dynamo: delete from bucket %d: %d deletes still unprocessed after %d attempts: %w",
+				bucket, len(reqs), deleteAttempts, outbox.ErrThrottled)
+		}
+		if err := sleep(ctx, backoff(attempt, 50*time.Millisecond, 2*time.Second)); err != nil {
+			return fmt.Errorf("dynamo: delete from bucket %d: %d deletes unprocessed: %w", bucket, len(reqs), err)
+		}
+	}
+}
+
+// Fence implements outbox.Store: a PutItem of a fence tombstone conditional
+// on attribute_not_exists(s). The tombstone expires (table TTL on x) after
+// FenceTTL.
+func (s *Store) Fence(ctx context.Context, bucket int, seq int64, now time.Time) error {
+	return putFence(ctx, s.client, s.tables.Messages, bucket, seq, now, s.cfg.fenceTTL)
+}
+
+// putFence is the one fence writer, used by Store.Fence (a relay giving up
+// on a gap) and by the Writer (releasing sequence numbers it reserved but
+// did not commit).
+func putFence(ctx context.Context, client putItemAPI, table string, bucket int, seq int64, now time.Time, ttl time.Duration) error {
+	if bucket < 0 || seq < 1 {
+		return fmt.Errorf("dynamo: fence bucket %d sequence %d: bucket must be >= 0 and sequence >= 1", bucket, seq)
+	}
+	_, err := client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                str(table),
+		Item:                     fenceItem(bucket, seq, now, now.Add(ttl)),
+		ConditionExpression:      str("attribute_not_exists(#s)"),
+		ExpressionAttributeNames: names(attrSeq),
+	})
+	switch {
+	case err == nil:
+		return nil
+	case isConditionFailed(err):
+		return fmt.Errorf("dynamo: fence bucket %d sequence %d: %w", bucket, seq, outbox.ErrAlreadyWritten)
+	default:
+		return fmt.Errorf("dynamo: fence bucket %d sequence %d: %w", bucket, seq, err)
+	}
+}
+
+// Peek implements outbox.BucketProbe: a consistent Query of at most limit
+// items of bucket after after (projecting only s, c and f), counting the
+// messages among them.
+func (s *Store) Peek(ctx context.Context, bucket int, after int64, limit int) (int, time.Time, error) {
+	if bucket < 0 {
+		return 0, time.Time{}, fmt.Errorf("dynamo: peek bucket %d: bucket is negative", bucket)
+	}
+	if limit < 1 || limit > maxQueryLimit {
+		return 0, time.Time{}, fmt.Errorf("dynamo: peek bucket %d: limit %d is outside 1..%d", bucket, limit, maxQueryLimit)
+	}
+	var (
+		read, pending int
+		oldest        time.Time
+		start         map[string]types.AttributeValue
+	)
+	for read < limit {
+		out, err := s.client.Query(ctx, &dynamodb.QueryInput{
+			TableName:                str(s.tables.Messages),
+			KeyConditionExpression:   str("#b = :b AND #s > :after"),
+			ProjectionExpression:     str("#s, #c, #f"),
+			ExpressionAttributeNames: names(attrBucket, attrSeq, attrFence, attrCreated),
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":b": numAttr(int64(bucket)), ":after": numAttr(after),
+			},
+			ConsistentRead:    new(true),
+			Limit:             new(int32(limit - read)),
+			ExclusiveStartKey: start,
+		})
+		if err != nil {
+			return 0, time.Time{}, fmt.Errorf("dynamo: peek bucket %d after %d: %w", bucket, after, err)
+		}
+		read += len(out.Items)
+		for _, item := range out.Items {
+			if _, fence := item[attrFence]; fence {
+				continue
+			}
+			if pending == 0 {
+				// An undecodable creation time leaves oldest zero; the
+				// message still counts.
+				if c, err := intAttr(item, attrCreated, true); err == nil {
+					oldest = time.UnixMilli(c)
+				}
+			}
+			pending++
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			break
+		}
+		start = out.LastEvaluatedKey
+	}
+	return pending, oldest, nil
+}
+
+// ReadLease implements outbox.BucketProbe: a consistent GetItem of the
+// bucket's lease item.
+func (s *Store) ReadLease(ctx context.Context, bucket int) (outbox.Lease, error) {
+	if bucket < 0 {
+		return outbox.Lease{}, fmt.Errorf("dynamo: read lease of bucket %d: bucket is negative", bucket)
+	}
+	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      str(s.tables.Control),
+		Key:            leaseKey(bucket),
+		ConsistentRead: new(true),
+	})
+	if err != nil {
+		return outbox.Lease{}, fmt.Errorf("dynamo: read lease of bucket %d: %w", bucket, err)
+	}
+	return decodeLease(bucket, out.Item)
+}

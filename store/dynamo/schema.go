@@ -1,0 +1,129 @@
+package dynamo
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/sequence"
+)
+
+// Attribute names of the two tables (see the package documentation). They
+// are short because DynamoDB counts attribute names in every item's size.
+const (
+	// Messages table.
+	attrBucket    = "b"
+	attrSeq       = "s"
+	attrVersion   = "v"
+	attrID        = "id"
+	attrTopic     = "t"
+	attrKey       = "k"
+	attrValue     = "val"
+	attrHeaders   = "h"
+	attrPartition = "p"
+	attrCreated   = "c"
+	attrFence     = "f"
+	attrTTL       = "x"
+
+	// Control table.
+	attrPK       = "pk"
+	attrSK       = "sk"
+	attrBuckets  = "bc"
+	attrOwner    = "o"
+	attrExpires  = "e"
+	attrHead     = "hd"
+	attrCleaned  = "cl"
+	attrGap      = "g"
+	attrGapSince = "gs"
+	attrWake     = "w"
+	attrEpoch    = "ep"
+	attrSeen     = "seen"
+)
+
+// Control-table keys.
+const (
+	configPK = "config"
+	configSK = "config"
+	leaseSK  = "lease"
+	relaysPK = "relays"
+)
+
+// Tables names the outbox's two DynamoDB tables.
+type Tables struct {
+	// Messages holds the messages and fence tombstones (key b, s; stream
+	// KEYS_ONLY).
+	Messages string
+	// Control holds the config item, the per-bucket counters and leases and
+	// the relay heartbeats (key pk, sk).
+	Control string
+}
+
+func (t Tables) validate() error {
+	switch {
+	case t.Messages == "":
+		return &outbox.OptionError{Option: "Tables.Messages", Value: t.Messages, Reason: "the messages table name is required"}
+	case t.Control == "":
+		return &outbox.OptionError{Option: "Tables.Control", Value: t.Control, Reason: "the control table name is required"}
+	case t.Messages == t.Control:
+		return &outbox.OptionError{Option: "Tables.Control", Value: t.Control, Reason: "the control table must differ from the messages table"}
+	}
+	return nil
+}
+
+func numAttr(n int64) *types.AttributeValueMemberN {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
+
+func strAttr(s string) *types.AttributeValueMemberS {
+	return &types.AttributeValueMemberS{Value: s}
+}
+
+func messageKey(bucket int, seq int64) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{attrBucket: numAttr(int64(bucket)), attrSeq: numAttr(seq)}
+}
+
+func controlKey(pk, sk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{attrPK: strAttr(pk), attrSK: strAttr(sk)}
+}
+
+func leaseKey(bucket int) map[string]types.AttributeValue {
+	return controlKey(sequence.PartitionKey(bucket), leaseSK)
+}
+
+// millis is t in Unix milliseconds, 0 for the zero time.
+func millis(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// fromMillis is the inverse of millis.
+func fromMillis(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+// ttlSeconds is t as a TTL attribute value: epoch seconds, rounded up.
+func ttlSeconds(t time.Time) int64 {
+	s := t.Unix()
+	if t.Nanosecond() > 0 {
+		s++
+	}
+	return s
+}
+
+func names(pairs ...string) map[string]string {
+	m := make(map[string]string, len(pairs))
+	for _, n := range pairs {
+		m["#"+n] = n
+	}
+	return m
+}
+
+var str = aws.String

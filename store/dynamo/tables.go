@@ -1,0 +1,307 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/dynakafka/outbox"
+)
+
+// AdminAPI is the part of the DynamoDB client CreateTables uses:
+// CreateTable, DescribeTable, DescribeTimeToLive, UpdateTimeToLive, GetItem
+// and PutItem. *dynamodb.Client has them.
+type AdminAPI interface {
+	CreateTable(ctx context.Context, in *dynamodb.CreateTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error)
+	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
+	DescribeTimeToLive(ctx context.Context, in *dynamodb.DescribeTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTimeToLiveOutput, error)
+	UpdateTimeToLive(ctx context.Context, in *dynamodb.UpdateTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateTimeToLiveOutput, error)
+	getItemAPI
+	putItemAPI
+}
+
+// The single-method parts the client interfaces share.
+type (
+	getItemAPI interface {
+		GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	}
+	putItemAPI interface {
+		PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	}
+	updateItemAPI interface {
+		UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	}
+)
+
+// ErrNoConfig: the control table has no config item, so the outbox was never
+// created (or the table name is wrong).
+var ErrNoConfig = errors.New("dynamo: the control table has no outbox config item; create the outbox with dynamo.CreateTables, or check the control table name")
+
+// tableWait bounds how long CreateTables waits for a table to become ACTIVE.
+const tableWait = 5 * time.Minute
+
+// CreateTables creates the outbox's two tables if they do not exist, waits
+// until both are ACTIVE, enables TTL on attribute x on both, and writes the
+// config item (BucketCount, default outbox.DefaultBucketCount, and the item
+// format version). Both tables are PAY_PER_REQUEST; the messages table has
+// key b (N) / s (N) and a KEYS_ONLY stream, the control table key pk (S) /
+// sk (S).
+//
+// It is idempotent: running it again with the same settings changes nothing.
+// An existing table with another key schema (or a messages table without a
+// stream), TTL on another attribute, or a config item with another
+// BucketCount is a *outbox.MisconfigurationError; nothing is changed then.
+func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...TablesOption) error {
+	s := defaultSettings()
+	for _, o := range opts {
+		o.applyTables(&s)
+	}
+	if err := s.validate(); err != nil {
+		return err
+	}
+	if err := tables.validate(); err != nil {
+		return err
+	}
+	if client == nil {
+		return &outbox.OptionError{Option: "client", Value: nil, Reason: "a DynamoDB client is required"}
+	}
+	bucketCount := s.bucketCount
+	if bucketCount == 0 {
+		bucketCount = outbox.DefaultBucketCount
+	}
+
+	specs := []tableSpec{
+		{name: tables.Messages, role: "Tables.Messages", hash: attrBucket, rng: attrSeq, typ: types.ScalarAttributeTypeN, stream: true},
+		{name: tables.Control, role: "Tables.Control", hash: attrPK, rng: attrSK, typ: types.ScalarAttributeTypeS},
+	}
+	for _, t := range specs {
+		if err := t.create(ctx, client); err != nil {
+			return err
+		}
+	}
+	for _, t := range specs {
+		if err := dynamodb.NewTableExistsWaiter(client).Wait(ctx, &dynamodb.DescribeTableInput{TableName: str(t.name)}, tableWait); err != nil {
+			return fmt.Errorf("dynamo: wait for table %s to become active: %w", t.name, err)
+		}
+	}
+	for _, t := range specs {
+		if err := enableTTL(ctx, client, t); err != nil {
+			return err
+		}
+	}
+	return putConfig(ctx, client, tables.Control, bucketCount)
+}
+
+type tableSpec struct {
+	name, role string
+	hash, rng  string
+	typ        types.ScalarAttributeType
+	stream     bool
+}
+
+func (t tableSpec) create(ctx context.Context, client AdminAPI) error {
+	in := &dynamodb.CreateTableInput{
+		TableName: str(t.name),
+		AttributeDefinitions: []types.AttributeDefinition{
+			{AttributeName: str(t.hash), AttributeType: t.typ},
+			{AttributeName: str(t.rng), AttributeType: t.typ},
+		},
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: str(t.hash), KeyType: types.KeyTypeHash},
+			{AttributeName: str(t.rng), KeyType: types.KeyTypeRange},
+		},
+		BillingMode: types.BillingModePayPerRequest,
+	}
+	if t.stream {
+		in.StreamSpecification = &types.StreamSpecification{StreamEnabled: new(true), StreamViewType: types.StreamViewTypeKeysOnly}
+	}
+	_, err := client.CreateTable(ctx, in)
+	var inUse *types.ResourceInUseException
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &inUse):
+		return t.check(ctx, client)
+	default:
+		return fmt.Errorf("dynamo: create table %s: %w", t.name, err)
+	}
+}
+
+// check verifies that an existing table has the layout the outbox needs.
+func (t tableSpec) check(ctx context.Context, client AdminAPI) error {
+	out, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: str(t.name)})
+	if err != nil {
+		return fmt.Errorf("dynamo: describe existing table %s: %w", t.name, err)
+	}
+	d := out.Table
+	attrTypes := map[string]string{}
+	for _, a := range d.AttributeDefinitions {
+		attrTypes[aws.ToString(a.AttributeName)] = string(a.AttributeType)
+	}
+	var hash, rng string
+	for _, k := range d.KeySchema {
+		switch k.KeyType {
+		case types.KeyTypeHash:
+			hash = aws.ToString(k.AttributeName)
+		case types.KeyTypeRange:
+			rng = aws.ToString(k.AttributeName)
+		}
+	}
+	want := fmt.Sprintf("key %s (%s) / %s (%s)", t.hash, t.typ, t.rng, t.typ)
+	have := fmt.Sprintf("key %s (%s) / %s (%s)", hash, attrTypes[hash], rng, attrTypes[rng])
+	if t.stream {
+		want += " with a stream"
+		if d.StreamSpecification == nil || d.StreamSpecification.StreamEnabled == nil || !*d.StreamSpecification.StreamEnabled {
+			have += " without a stream"
+		} else {
+			have += " with a stream"
+		}
+	}
+	if want != have {
+		return &outbox.MisconfigurationError{Setting: t.role, Configured: fmt.Sprintf("%s: %s", t.name, want), Stored: have,
+			Fix: "name a table that does not exist yet (CreateTables creates it) or one created by CreateTables"}
+	}
+	return nil
+}
+
+// errUnknownOperation is the code DynamoDB Local answers for an API it does
+// not implement.
+const errUnknownOperation = "UnknownOperationException"
+
+func enableTTL(ctx context.Context, client AdminAPI, t tableSpec) error {
+	d, err := client.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: str(t.name)})
+	if apiCode(err) == errUnknownOperation {
+		// Only a local engine lacks the TTL API; it never expires items
+		// either, which changes nothing but storage in tests.
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("dynamo: describe TTL of table %s: %w", t.name, err)
+	}
+	if desc := d.TimeToLiveDescription; desc != nil {
+		switch desc.TimeToLiveStatus {
+		case types.TimeToLiveStatusEnabled, types.TimeToLiveStatusEnabling:
+			if attr := aws.ToString(desc.AttributeName); attr != attrTTL {
+				return &outbox.MisconfigurationError{Setting: t.role + " TTL", Configured: attrTTL, Stored: attr,
+					Fix: "the outbox expires fences and heartbeats by attribute x; disable the table's TTL or use another table"}
+			}
+			return nil
+		}
+	}
+	_, err = client.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
+		TableName:               str(t.name),
+		TimeToLiveSpecification: &types.TimeToLiveSpecification{AttributeName: str(attrTTL), Enabled: new(true)},
+	})
+	if err != nil && apiCode(err) != errUnknownOperation {
+		return fmt.Errorf("dynamo: enable TTL on attribute %s of table %s: %w", attrTTL, t.name, err)
+	}
+	return nil
+}
+
+func putConfig(ctx context.Context, client AdminAPI, table string, bucketCount int) error {
+	item := controlKey(configPK, configSK)
+	item[attrBuckets] = numAttr(int64(bucketCount))
+	item[attrVersion] = numAttr(outbox.FormatVersion)
+	_, err := client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                           str(table),
+		Item:                                item,
+		ConditionExpression:                 str("attribute_not_exists(#pk)"),
+		ExpressionAttributeNames:            names(attrPK),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err == nil {
+		return nil
+	}
+	if !isConditionFailed(err) {
+		return fmt.Errorf("dynamo: write the config item to %s: %w", table, err)
+	}
+	stored, err := readConfig(ctx, client, table)
+	if err != nil {
+		return err
+	}
+	return checkBucketCount(bucketCount, stored.BucketCount,
+		"pass the stored BucketCount (changing it needs a drained outbox and new tables)")
+}
+
+// readConfig reads the config item, consistently.
+func readConfig(ctx context.Context, client getItemAPI, table string) (outbox.Config, error) {
+	out, err := client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      str(table),
+		Key:            controlKey(configPK, configSK),
+		ConsistentRead: new(true),
+	})
+	if err != nil {
+		return outbox.Config{}, fmt.Errorf("dynamo: read the config item from %s: %w", table, err)
+	}
+	if len(out.Item) == 0 {
+		return outbox.Config{}, fmt.Errorf("%w (table %s)", ErrNoConfig, table)
+	}
+	bc, err := intAttr(out.Item, attrBuckets, true)
+	if err == nil && (bc < 1 || bc > outbox.MaxBucketCount) {
+		err = &ItemError{Attribute: attrBuckets, Reason: fmt.Sprintf("bucket count %d is outside 1..%d", bc, outbox.MaxBucketCount)}
+	}
+	if err != nil {
+		return outbox.Config{}, fmt.Errorf("dynamo: config item in %s: %w", table, err)
+	}
+	v, err := intAttr(out.Item, attrVersion, true)
+	if err != nil {
+		return outbox.Config{}, fmt.Errorf("dynamo: config item in %s: %w", table, err)
+	}
+	if v > outbox.FormatVersion {
+		return outbox.Config{}, &outbox.MisconfigurationError{Setting: "FormatVersion", Configured: strconv.Itoa(outbox.FormatVersion), Stored: strconv.FormatInt(v, 10),
+			Fix: "the outbox was created by a newer version of this library; upgrade"}
+	}
+	return outbox.Config{BucketCount: int(bc), FormatVersion: int(v)}, nil
+}
+
+// openOutbox validates what NewStore and NewWriter were given, reads the config
+// item and checks the configured bucket count against it.
+func openOutbox(ctx context.Context, client getItemAPI, tables Tables, s *settings) (outbox.Config, error) {
+	if err := s.validate(); err != nil {
+		return outbox.Config{}, err
+	}
+	if err := tables.validate(); err != nil {
+		return outbox.Config{}, err
+	}
+	if client == nil {
+		return outbox.Config{}, &outbox.OptionError{Option: "client", Value: nil, Reason: "a DynamoDB client is required"}
+	}
+	stored, err := readConfig(ctx, client, tables.Control)
+	if err != nil {
+		return outbox.Config{}, err
+	}
+	err = checkBucketCount(s.bucketCount, stored.BucketCount,
+		"configure every writer and relay with the outbox's BucketCount, or none to take it from the table "+
+			"(a writer with another count puts messages in buckets that no relay drains, or mixes keys' orders)")
+	return stored, err
+}
+
+// checkBucketCount compares a configured bucket count (0: none) with the
+// stored one.
+func checkBucketCount(configured, stored int, fix string) error {
+	if configured == 0 || configured == stored {
+		return nil
+	}
+	return &outbox.MisconfigurationError{Setting: "BucketCount", Configured: strconv.Itoa(configured), Stored: strconv.Itoa(stored), Fix: fix}
+}
+
+// apiCode is the error code of a DynamoDB API error, "" for other errors.
+func apiCode(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode()
+	}
+	return ""
+}
+
+func isConditionFailed(err error) bool {
+	var ccf *types.ConditionalCheckFailedException
+	return errors.As(err, &ccf)
+}

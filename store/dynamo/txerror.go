@@ -1,0 +1,251 @@
+package dynamo
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/dynakafka/outbox"
+)
+
+// TransactionError is what Writer.Write returns when its transaction did not
+// commit, or may not have. errors.Is matches it against Err (an outbox
+// sentinel) and errors.As reaches the SDK's error through Cause (for example
+// *types.TransactionCanceledException).
+type TransactionError struct {
+	// Err is the outbox sentinel: outbox.ErrConditionFailed, ErrConflict,
+	// ErrThrottled, ErrSequenceFenced or ErrOutcomeUnknown; nil when
+	// DynamoDB refused the request itself (Cause and Fix say why).
+	Err error
+	// Cause is the last error from DynamoDB.
+	Cause error
+	// Attempts is how many TransactWriteItems calls Write made.
+	Attempts int
+	// Reasons are the cancellation reasons of the last attempt, when it was
+	// cancelled: one per submitted item, the caller's CallerItems items
+	// first, then the outbox's puts.
+	Reasons     []types.CancellationReason
+	CallerItems int
+	// ReleaseErr is set when the reserved sequence numbers could not all be
+	// released (fenced) after a failure. Relays then fence them after their
+	// gap timeout; nothing is lost, the bucket is only delayed.
+	ReleaseErr error
+	// Fix says what to do about it.
+	Fix string
+}
+
+func (e *TransactionError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "dynamo: outbox write failed after %d attempt(s)", e.Attempts)
+	if e.Err != nil {
+		fmt.Fprintf(&b, ": %v", e.Err)
+	}
+	if e.Cause != nil {
+		fmt.Fprintf(&b, ": %v", e.Cause)
+	}
+	if e.Fix != "" {
+		fmt.Fprintf(&b, "; %s", e.Fix)
+	}
+	if e.ReleaseErr != nil {
+		fmt.Fprintf(&b, " (releasing the reserved sequence numbers failed: %v)", e.ReleaseErr)
+	}
+	return b.String()
+}
+
+// Unwrap returns Err and Cause.
+func (e *TransactionError) Unwrap() []error {
+	var errs []error
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	if e.Cause != nil {
+		errs = append(errs, e.Cause)
+	}
+	return errs
+}
+
+// CallerReasons returns the cancellation reasons of the caller's own items,
+// index-aligned with the items passed to Write (nil when the last attempt
+// was not cancelled).
+func (e *TransactionError) CallerReasons() []types.CancellationReason {
+	if len(e.Reasons) < e.CallerItems {
+		return nil
+	}
+	return e.Reasons[:e.CallerItems]
+}
+
+// outcome is the classification of one failed TransactWriteItems call.
+type outcome int
+
+const (
+	// outCommitted: cancelled, but the cancellation shows our own message
+	// already stored at our sequence: an earlier attempt committed.
+	outCommitted outcome = iota
+	// outConditionFailed: a condition on a caller's item failed.
+	outConditionFailed
+	// outFenced: only outbox puts failed their condition, on fences.
+	outFenced
+	// outConflict: cancelled by a conflicting transaction.
+	outConflict
+	// outThrottled: cancelled because an item's partition was throttled, or
+	// the whole request was throttled before it ran.
+	outThrottled
+	// outAmbiguous: the call may have committed (lost response, timeout,
+	// server error, a transaction with this token still in progress).
+	outAmbiguous
+	// outRejected: DynamoDB refused the request (validation, missing table,
+	// access); retrying the same request cannot help.
+	outRejected
+)
+
+func (o outcome) String() string {
+	return [...]string{"committed", "condition failed", "fenced", "conflict", "throttled", "ambiguous", "rejected"}[o]
+}
+
+// classification is one failed call, understood.
+type classification struct {
+	outcome outcome
+	// cancelled is true when DynamoDB evaluated and cancelled this call,
+	// which proves that no call with its token committed.
+	cancelled bool
+	reasons   []types.CancellationReason
+	// detail names the item and reason that decided the outcome.
+	detail string
+}
+
+// Cancellation reason codes (TransactionCanceledException).
+const (
+	codeNone        = "None"
+	codeCondition   = "ConditionalCheckFailed"
+	codeConflict    = "TransactionConflict"
+	codeThrottling  = "ThrottlingError"
+	codeProvisioned = "ProvisionedThroughputExceeded"
+)
+
+// classify sorts a TransactWriteItems error. callerItems is how many of the
+// submitted items are the caller's; ids are the ids of the outbox messages
+// that follow them, in order.
+func classify(err error, callerItems int, ids []string) classification {
+	var tc *types.TransactionCanceledException
+	if errors.As(err, &tc) {
+		return classifyCancellation(tc.CancellationReasons, callerItems, ids)
+	}
+	switch code := apiCode(err); code {
+	case "TransactionInProgressException":
+		return classification{outcome: outAmbiguous, detail: "a transaction with this client request token is still in progress"}
+	case "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
+		"LimitExceededException", "TooManyRequestsException", "Throttling":
+		return classification{outcome: outThrottled, detail: code}
+	case "TransactionConflictException":
+		return classification{outcome: outConflict, detail: code}
+	case "":
+		// Not an API error: the request failed on the way or the response
+		// was lost (timeouts, connection resets, a cancelled context).
+		return classification{outcome: outAmbiguous, detail: "no response from DynamoDB"}
+	default:
+		var ae smithy.APIError
+		if errors.As(err, &ae) && ae.ErrorFault() == smithy.FaultServer || code == "InternalServerError" ||
+			code == "ServiceUnavailable" || code == "InternalFailure" {
+			return classification{outcome: outAmbiguous, detail: code}
+		}
+		return classification{outcome: outRejected, detail: code}
+	}
+}
+
+func classifyCancellation(reasons []types.CancellationReason, callerItems int, ids []string) classification {
+	c := classification{cancelled: true, reasons: reasons}
+	var (
+		callerFailed, rejected, foreign, fenced, throttled, conflict = -1, -1, -1, -1, -1, -1
+	)
+	for i, r := range reasons {
+		code := aws.ToString(r.Code)
+		switch {
+		case code == "" || code == codeNone:
+		case code == codeCondition && i < callerItems:
+			if callerFailed < 0 {
+				callerFailed = i
+			}
+		case code == codeCondition:
+			j := i - callerItems
+			switch {
+			case len(r.Item) == 0:
+				// No old image (an engine that does not return one): the
+				// only thing that can be at a reserved sequence is a fence.
+				fenced = i
+			case j < len(ids) && stringOf(r.Item[attrID]) == ids[j]:
+				c.outcome, c.detail = outCommitted, fmt.Sprintf("outbox put %d already holds this message", j)
+				return c
+			case r.Item[attrFence] != nil:
+				fenced = i
+			default:
+				foreign = i
+			}
+		case code == codeConflict:
+			conflict = i
+		case code == codeThrottling || code == codeProvisioned:
+			throttled = i
+		default:
+			rejected = i
+		}
+	}
+	describe := func(i int) string {
+		r := reasons[i]
+		who := fmt.Sprintf("your item %d", i)
+		if i >= callerItems {
+			who = fmt.Sprintf("outbox put %d", i-callerItems)
+		}
+		if m := aws.ToString(r.Message); m != "" {
+			return fmt.Sprintf("%s: %s (%s)", who, aws.ToString(r.Code), m)
+		}
+		return fmt.Sprintf("%s: %s", who, aws.ToString(r.Code))
+	}
+	switch {
+	case callerFailed >= 0:
+		c.outcome, c.detail = outConditionFailed, describe(callerFailed)
+	case rejected >= 0:
+		c.outcome, c.detail = outRejected, describe(rejected)
+	case foreign >= 0:
+		c.outcome, c.detail = outRejected, describe(foreign)+": the reserved sequence number holds another outbox's message; "+
+			"the sequence counter was reset or two outboxes share the messages table"
+	case fenced >= 0:
+		c.outcome, c.detail = outFenced, describe(fenced)
+	case throttled >= 0:
+		c.outcome, c.detail = outThrottled, describe(throttled)
+	case conflict >= 0:
+		c.outcome, c.detail = outConflict, describe(conflict)
+	default:
+		// Cancelled without a reason we know: nothing was written; treat as
+		// a conflict (retryable).
+		c.outcome, c.detail = outConflict, "cancelled without a known reason"
+	}
+	return c
+}
+
+func stringOf(av types.AttributeValue) string {
+	if s, ok := av.(*types.AttributeValueMemberS); ok {
+		return s.Value
+	}
+	return ""
+}
+
+// sentinel and fix for a final outcome.
+func finalError(o outcome) (error, string) {
+	switch o {
+	case outConditionFailed:
+		return outbox.ErrConditionFailed, "nothing was written; re-read the aggregate and retry the whole operation"
+	case outFenced:
+		return outbox.ErrSequenceFenced, "relays fenced the reserved sequence numbers on every attempt: the time from reserving to committing exceeds the relays' GapTimeout; look for stalls between them"
+	case outConflict:
+		return outbox.ErrConflict, "another transaction was writing the same items; nothing was written, retrying is safe"
+	case outThrottled:
+		return outbox.ErrThrottled, "nothing was written; retry later, or raise the tables' capacity"
+	case outAmbiguous:
+		return outbox.ErrOutcomeUnknown, "the transaction may have committed; read your items to find out before retrying"
+	default:
+		return nil, "DynamoDB refused the transaction; nothing was written. Check your items (tables, keys, expressions, sizes) and the outbox tables"
+	}
+}
