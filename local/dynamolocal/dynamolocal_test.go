@@ -292,3 +292,18 @@ func TestNewConfig(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkStart measures a cold start (JVM launch until ListTables answers)
+// plus Stop; the installer is already a no-op after the first iteration.
+func BenchmarkStart(b *testing.B) {
+	ctx := context.Background()
+	for b.Loop() {
+		inst, err := Start(ctx, Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := inst.Stop(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
