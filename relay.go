@@ -398,6 +398,11 @@ func (d *drain) publish(ctx context.Context, msgs []Message) (int, error) {
 	// (and the watchdog with it), the publisher's context expires, by the
 	// machine's monotonic clock, before the lease can be taken over.
 	l0 := d.getLease()
+	if !cfg.clock.Now().Before(l0.Expires.Add(-cfg.leaseMargin)) {
+		// Stalled since the last renewal (e.g. in a slow read): the lease
+		// may be taken over any moment. Publish nothing.
+		return 0, fmt.Errorf("outbox: lease of bucket %d expires before a publish could finish: %w", l0.Bucket, ErrLeaseLost)
+	}
 	pctx, cancel := context.WithTimeout(ctx, l0.Expires.Add(-cfg.leaseMargin).Sub(cfg.clock.Now()))
 	defer cancel()
 	var (

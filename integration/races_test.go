@@ -1,0 +1,378 @@
+package integration_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/checker"
+	"github.com/dynakafka/outbox/store/dynamo"
+)
+
+// stallingClient holds the first TransactWriteItems call until released,
+// after the writer reserved its sequence numbers.
+type stallingClient struct {
+	*dynamodb.Client
+	once    sync.Once
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (c *stallingClient) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	c.once.Do(func() {
+		close(c.entered)
+		<-c.release
+	})
+	return c.Client.TransactWriteItems(ctx, in, o...)
+}
+
+// probe wraps a publisher: it records every published message and can hold
+// a publish.
+type probe struct {
+	inner   outbox.Publisher
+	mu      sync.Mutex
+	got     []outbox.Message
+	at      []time.Time
+	calls   atomic.Int32
+	holdOne chan struct{} // when non-nil, the first publish waits on it
+	entered chan struct{}
+}
+
+func (p *probe) Publish(ctx context.Context, msgs []outbox.Message) (int, error) {
+	if p.calls.Add(1) == 1 && p.holdOne != nil {
+		close(p.entered)
+		<-p.holdOne
+	}
+	n, err := p.inner.Publish(ctx, msgs)
+	p.mu.Lock()
+	for _, m := range msgs[:n] {
+		p.got = append(p.got, m)
+		p.at = append(p.at, time.Now())
+	}
+	p.mu.Unlock()
+	return n, err
+}
+
+func (p *probe) values() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, m := range p.got {
+		out = append(out, string(m.Value))
+	}
+	return out
+}
+
+func msgKV(topic, key, value string) outbox.Message {
+	return outbox.Message{Topic: topic, Key: []byte(key), Value: []byte(value)}
+}
+
+// Writer A reserves s and stalls; writer B commits s+1. The relay must not
+// publish s+1 before s is decided; after A resumes the order is (s, s+1) if A
+// made it within GapTimeout, else (s+1, s') with s fenced and A resubmitted.
+func TestWriterStallsBetweenReserveAndCommit(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		gapTimeout time.Duration
+		resumeAt   time.Duration
+		want       string
+	}{
+		{"resumes within GapTimeout", 10 * time.Second, 700 * time.Millisecond, "[A B]"},
+		{"resumes after GapTimeout", 400 * time.Millisecond, 1500 * time.Millisecond, "[B A]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, 1)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			sc := &stallingClient{Client: e.dynamo.Client, entered: make(chan struct{}), release: make(chan struct{})}
+			wa, err := dynamo.NewWriter(ctx, sc, e.tables)
+			if err != nil {
+				t.Fatal(err)
+			}
+			aDone := make(chan dynamo.Result, 1)
+			go func() {
+				res, err := wa.Write(ctx, nil, msgKV(e.topic, "k", "A"))
+				if err != nil {
+					t.Errorf("writer A: %v", err)
+				}
+				aDone <- res
+			}()
+			<-sc.entered // A holds sequence s
+			resB, err := e.writer.Write(ctx, nil, msgKV(e.topic, "k", "B"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := resB.Messages[0].Sequence - 1
+
+			p := &probe{inner: e.pub}
+			r, err := outbox.NewRelay(ctx, e.store, p, outbox.GapTimeout(c.gapTimeout), outbox.GapPollInterval(20*time.Millisecond), outbox.DeadlineMargin(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			drained := make(chan error, 1)
+			go func() { _, err := r.DrainBucket(ctx, 0); drained <- err }()
+
+			time.Sleep(c.resumeAt / 2)
+			if got := p.values(); len(got) != 0 && c.resumeAt < c.gapTimeout {
+				t.Fatalf("published %v while sequence %d was undecided", got, s)
+			}
+			time.Sleep(c.resumeAt / 2)
+			close(sc.release)
+			resA := <-aDone
+			if err := <-drained; err != nil {
+				t.Fatal(err)
+			}
+			// Drain once more: a resubmitted A lands after the first drain.
+			if _, err := r.DrainBucket(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			if got := fmt.Sprint(p.values()); got != c.want {
+				t.Fatalf("published %s, want %s", got, c.want)
+			}
+			seqA := resA.Messages[0].Sequence
+			switch c.want {
+			case "[A B]":
+				if seqA != s {
+					t.Fatalf("A committed at %d, want its reservation %d", seqA, s)
+				}
+			case "[B A]":
+				if seqA <= s+1 {
+					t.Fatalf("A committed at %d after being fenced at %d; want a fresh sequence above %d", seqA, s, s+1)
+				}
+			}
+		})
+	}
+}
+
+// A message committed while another relay holds its bucket is published by
+// that holder's drain (woken), within a second of its commit.
+func TestCommitDuringAnotherHoldersDrain(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := e.writer.Write(ctx, nil, msgKV(e.topic, "k", "first")); err != nil {
+		t.Fatal(err)
+	}
+	p := &probe{inner: e.pub, holdOne: make(chan struct{}), entered: make(chan struct{})}
+	holder, err := outbox.NewRelay(ctx, e.store, p, outbox.RelayID("holder"), outbox.DeadlineMargin(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := outbox.NewRelay(ctx, e.store, p, outbox.RelayID("other"), outbox.DeadlineMargin(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := holder.DrainBucket(ctx, 0); done <- err }()
+	<-p.entered // the holder has read "first" and is publishing it
+	if _, err := e.writer.Write(ctx, nil, msgKV(e.topic, "k", "second")); err != nil {
+		t.Fatal(err)
+	}
+	committed := time.Now()
+	// The stream hint for "second" reaches the other relay.
+	if _, err := other.DrainBucket(ctx, 0); !errors.Is(err, outbox.ErrLeaseHeld) {
+		t.Fatalf("other relay: %v, want ErrLeaseHeld", err)
+	}
+	close(p.holdOne)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(p.values()); got != "[first second]" {
+		t.Fatalf("published %s", got)
+	}
+	p.mu.Lock()
+	latency := p.at[1].Sub(committed)
+	p.mu.Unlock()
+	t.Logf("commit during another holder's drain published after %v", latency)
+	if latency > time.Second {
+		t.Fatalf("published %v after its commit, want within 1s", latency)
+	}
+}
+
+func TestBucketCountMismatchRefusesToStart(t *testing.T) {
+	e := newEnv(t, 8)
+	ctx := context.Background()
+	var me *outbox.MisconfigurationError
+	if _, err := outbox.NewRelay(ctx, e.store, e.pub, outbox.BucketCount(16)); !errors.As(err, &me) || me.Configured != "16" || me.Stored != "8" {
+		t.Fatalf("relay: %v, want a MisconfigurationError naming 16 and 8", err)
+	}
+	if _, err := dynamo.NewWriter(ctx, e.dynamo.Client, e.tables, dynamo.BucketCount(4)); !errors.As(err, &me) || me.Configured != "4" || me.Stored != "8" {
+		t.Fatalf("writer: %v, want a MisconfigurationError naming 4 and 8", err)
+	}
+}
+
+// faultyStore fails chosen methods once, simulating a crash at that point.
+type faultyStore struct {
+	outbox.Store
+	failUpdate, failDelete atomic.Bool
+	stallPending           atomic.Int64 // nanoseconds to stall the next Pending
+}
+
+var errCrash = errors.New("injected crash")
+
+func (f *faultyStore) Update(ctx context.Context, l outbox.Lease, u outbox.LeaseUpdate, now time.Time) (outbox.Lease, error) {
+	if f.failUpdate.CompareAndSwap(true, false) {
+		return outbox.Lease{}, errCrash
+	}
+	return f.Store.Update(ctx, l, u, now)
+}
+
+func (f *faultyStore) Delete(ctx context.Context, b int, seqs []int64) error {
+	if f.failDelete.CompareAndSwap(true, false) {
+		return errCrash
+	}
+	return f.Store.Delete(ctx, b, seqs)
+}
+
+func (f *faultyStore) Pending(ctx context.Context, b int, after int64, limit int) ([]outbox.Entry, bool, error) {
+	if d := f.stallPending.Swap(0); d > 0 {
+		time.Sleep(time.Duration(d))
+	}
+	return f.Store.Pending(ctx, b, after, limit)
+}
+
+// Crash points on real parts: after produce before the head update (the
+// batch is redelivered: duplicates, none lost), and between the head update
+// and the delete (leftovers deleted without republishing).
+func TestCrashPointsOnRealParts(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	chk := checker.New()
+	write := func(n int) {
+		for i := 0; i < n; i += 10 {
+			var msgs []outbox.Message
+			for j := i; j < i+10; j++ {
+				msgs = append(msgs, msgKV(e.topic, fmt.Sprint("key-", j%3), fmt.Sprint(j)))
+			}
+			res, err := e.writer.Write(ctx, nil, msgs...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range res.Messages {
+				chk.Committed(m.ID, string(m.Key), m.Sequence)
+			}
+		}
+	}
+	consumerCtx, stop := context.WithCancel(ctx)
+	done := e.consume(consumerCtx, t, func(id string, key, value []byte) {
+		chk.Delivered(id, id, string(key), 0)
+	})
+	fs := &faultyStore{Store: e.store}
+	r, err := outbox.NewRelay(ctx, fs, e.pub, outbox.DeadlineMargin(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	drainAll := func() (errs map[int]error) { return r.DrainBuckets(ctx, []int{0, 1}) }
+
+	write(100)
+	fs.failUpdate.Store(true)
+	if errs := drainAll(); len(errs) != 1 || !errors.Is(firstErr(errs), errCrash) {
+		t.Fatalf("crash after produce: %v", errs)
+	}
+	if errs := drainAll(); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	waitFor(t, func() bool { return chk.Missing() == 0 })
+	afterFirst := chk.Result()
+	if afterFirst.Duplicates == 0 || afterFirst.Lost != 0 {
+		t.Fatalf("after a crash before the head update: %+v; want duplicates and no loss", afterFirst)
+	}
+
+	write(100)
+	fs.failDelete.Store(true)
+	if errs := drainAll(); len(errs) != 1 || !errors.Is(firstErr(errs), errCrash) {
+		t.Fatalf("crash before delete: %v", errs)
+	}
+	if errs := drainAll(); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	waitFor(t, func() bool { return chk.Missing() == 0 })
+	time.Sleep(300 * time.Millisecond)
+	stop()
+	<-done
+	r2 := chk.Result()
+	if !r2.OK() || r2.Duplicates != afterFirst.Duplicates {
+		t.Fatalf("after a crash between head update and delete: %+v; want no loss and no new duplicates (had %d)", r2, afterFirst.Duplicates)
+	}
+	if left := e.pendingMessages(ctx, t); left != 0 {
+		t.Fatalf("%d leftovers not deleted", left)
+	}
+	t.Logf("crash points: committed=%d duplicates=%d (all from the crash before the head update)", r2.Committed, r2.Duplicates)
+}
+
+// A relay that stalls past its lease is taken over; it then produces nothing.
+func TestStalledHolderOnRealParts(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var values []string
+	for i := range 20 {
+		values = append(values, fmt.Sprint(i))
+	}
+	var msgs []outbox.Message
+	for _, v := range values {
+		msgs = append(msgs, msgKV(e.topic, "k", v))
+	}
+	if _, err := e.writer.Write(ctx, nil, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	lease := []outbox.Option{outbox.LeaseDuration(2 * time.Second), outbox.LeaseRenewInterval(500 * time.Millisecond),
+		outbox.LeaseMargin(500 * time.Millisecond), outbox.DeadlineMargin(0)}
+	fs := &faultyStore{Store: e.store}
+	fs.stallPending.Store(int64(3 * time.Second))
+	stalledPub := &probe{inner: e.pub}
+	stalled, err := outbox.NewRelay(ctx, fs, stalledPub, append(lease, outbox.RelayID("stalled"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	takerPub := &probe{inner: e.pub}
+	taker, err := outbox.NewRelay(ctx, e.store, takerPub, append(lease, outbox.RelayID("taker"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := stalled.DrainBucket(ctx, 0); done <- err }()
+	time.Sleep(200 * time.Millisecond) // the stalled relay holds the lease and hangs in its read
+	if _, err := taker.DrainBucket(ctx, 0); !errors.Is(err, outbox.ErrLeaseHeld) {
+		t.Fatalf("before expiry: %v, want ErrLeaseHeld", err)
+	}
+	time.Sleep(2 * time.Second) // past the lease
+	if _, err := taker.DrainBucket(ctx, 0); err != nil {
+		t.Fatalf("takeover: %v", err)
+	}
+	if err := <-done; !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Fatalf("stalled relay: %v, want ErrLeaseLost", err)
+	}
+	if got := stalledPub.values(); len(got) != 0 {
+		t.Fatalf("the stalled relay published %v after its lease expired", got)
+	}
+	if got := fmt.Sprint(takerPub.values()); got != fmt.Sprint(values) {
+		t.Fatalf("taker published %s", got)
+	}
+}
+
+func firstErr(m map[int]error) error {
+	for _, err := range m {
+		return err
+	}
+	return nil
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
