@@ -232,4 +232,3 @@ func (e *env) readVersion(ctx context.Context, agg string) (int64, error) {
 func num(n int64) *types.AttributeValueMemberN {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
 }
-
