@@ -1,0 +1,9 @@
+package esm
+
+import (
+	"testing"
+
+	"github.com/dynakafka/outbox/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
