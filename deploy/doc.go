@@ -13,8 +13,10 @@
 //   - ../localstack/, a Docker Compose setup (LocalStack community edition and
 //     a single-node KRaft Kafka) and the script that builds, packages and
 //     deploys the stack into it: the tests check that the compose file parses
-//     and pins images that run without an auth token, and that the script
+//     and pins images that run without an auth token, that the script
 //     parses (bash -n, shellcheck when present) and passes every parameter
-//     the template requires.
+//     the template requires, and, running it against stub docker, aws and go
+//     commands, that it takes its steps in order and stops on a config item
+//     with another bucket count or a failing function.
 //   - ../docs/deploy.md must document every template parameter.
 package deploy
