@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 
 	"github.com/dynakafka/outbox"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -63,18 +62,7 @@ func NewPublisher(ctx context.Context, seeds []string, opts ...Opt) (*Publisher,
 		kopts = append(kopts, kgo.SASL(c.sasl...))
 	}
 	// Enforced last so that nothing in ClientOptions overrides them.
-	kopts = append(kopts,
-		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.RecordPartitioner(newPartitioner()),
-		kgo.ProducerBatchMaxBytes(batchMaxBytes(c.maxMessageBytes)),
-		// kgo measures RecordDeliveryTimeout from the record's timestamp,
-		// which is the message's CreatedAt and may be long past for a
-		// backlog: it would fail old messages before sending them.
-		// Publish bounds delivery with a deadline on the records' context
-		// instead (see DeliveryTimeout), so this stays off.
-		kgo.RecordDeliveryTimeout(0),
-		kgo.ProducerBatchCompression(c.compression...),
-	)
+	kopts = append(kopts, enforcedOpts(&c)...)
 	cl, err := kgo.NewClient(kopts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: new client: %w", err)
@@ -90,7 +78,7 @@ func NewPublisher(ctx context.Context, seeds []string, opts ...Opt) (*Publisher,
 		cl:     cl,
 		cfg:    c,
 		log:    log,
-		topics: newTopicChecker(kadm.NewClient(cl), c.maxMessageBytes),
+		topics: newTopicChecker(cl, c.maxMessageBytes),
 	}
 	if len(c.topics) > 0 {
 		failed := p.topics.check(ctx, c.topics)
@@ -110,6 +98,24 @@ func NewPublisher(ctx context.Context, seeds []string, opts ...Opt) (*Publisher,
 	log.Debug("kafka publisher ready", "seeds", seeds, "topics", c.topics,
 		"max_message_bytes", c.maxMessageBytes, "delivery_timeout", c.deliveryTimeout)
 	return p, nil
+}
+
+// enforcedOpts are the kgo settings the Publisher applies after everything
+// else. Idempotence has no kgo option to turn it on (it is on unless
+// disabled), so checkClientOptions refuses its opt-out instead.
+func enforcedOpts(c *cfg) []kgo.Opt {
+	return []kgo.Opt{
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordPartitioner(newPartitioner()),
+		kgo.ProducerBatchMaxBytes(batchMaxBytes(c.maxMessageBytes)),
+		// kgo measures RecordDeliveryTimeout from the record's timestamp,
+		// which is the message's CreatedAt and may be long past for a
+		// backlog: it would fail old messages before sending them.
+		// Publish bounds delivery with a deadline on the records' context
+		// instead (see DeliveryTimeout), so this stays off.
+		kgo.RecordDeliveryTimeout(0),
+		kgo.ProducerBatchCompression(c.compression...),
+	}
 }
 
 // checkClientOptions refuses kgo options that would weaken delivery. It

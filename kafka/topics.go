@@ -7,8 +7,9 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // kafkaDefaultMaxMessageBytes is Kafka's documented default for the broker's
@@ -21,7 +22,7 @@ const kafkaDefaultMaxMessageBytes = 1048588
 // operator may have created or fixed it meanwhile). Concurrent callers share
 // one check per topic.
 type topicChecker struct {
-	adm             *kadm.Client
+	cl              *kgo.Client
 	maxMessageBytes int
 
 	mu     sync.Mutex
@@ -33,8 +34,8 @@ type topicCheck struct {
 	err  error
 }
 
-func newTopicChecker(adm *kadm.Client, maxMessageBytes int) *topicChecker {
-	return &topicChecker{adm: adm, maxMessageBytes: maxMessageBytes, checks: make(map[string]*topicCheck)}
+func newTopicChecker(cl *kgo.Client, maxMessageBytes int) *topicChecker {
+	return &topicChecker{cl: cl, maxMessageBytes: maxMessageBytes, checks: make(map[string]*topicCheck)}
 }
 
 // check returns the topics that failed, with their error. Topics already
@@ -88,36 +89,41 @@ func (c *topicChecker) check(ctx context.Context, topics []string) map[string]er
 	return failed
 }
 
-// describe checks that each topic exists and admits MaxMessageBytes.
+// describe checks that each topic exists and admits MaxMessageBytes. It
+// issues the requests itself rather than through kadm: kadm serves metadata
+// from kgo's cache (a topic created a moment ago would still look missing)
+// and turns one topic's authorization error into an error for all of them.
 func (c *topicChecker) describe(ctx context.Context, topics []string) map[string]error {
 	errs := make(map[string]error, len(topics))
-	failAll := func(err error) map[string]error {
+
+	mreq := kmsg.NewPtrMetadataRequest()
+	mreq.AllowAutoTopicCreation = false // a check must not create topics
+	for _, t := range topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		mreq.Topics = append(mreq.Topics, rt)
+	}
+	mresp, err := mreq.RequestWith(ctx, c.cl)
+	if err != nil {
 		for _, t := range topics {
-			if _, ok := errs[t]; !ok {
-				errs[t] = err
-			}
+			errs[t] = fmt.Errorf("kafka: checking topic %q: metadata: %w", t, err)
 		}
 		return errs
 	}
-
-	md, err := c.adm.Metadata(ctx, topics...)
-	if err != nil {
-		if ae, ok := errors.AsType[*kadm.AuthError](err); ok {
-			for _, t := range topics {
-				errs[t] = &TopicError{Topic: t, Err: ae.Err}
-			}
-			return errs
+	found := make(map[string]error)
+	for _, mt := range mresp.Topics {
+		if mt.Topic != nil {
+			found[*mt.Topic] = kerr.ErrorForCode(mt.ErrorCode)
 		}
-		return failAll(fmt.Errorf("kafka: checking topics %q: metadata: %w", topics, err))
 	}
 	var exist []string
 	for _, t := range topics {
-		td, ok := md.Topics[t]
+		err, ok := found[t]
 		switch {
 		case !ok:
 			errs[t] = &TopicError{Topic: t, Err: kerr.UnknownTopicOrPartition}
-		case td.Err != nil:
-			errs[t] = &TopicError{Topic: t, Err: td.Err}
+		case err != nil:
+			errs[t] = &TopicError{Topic: t, Err: err}
 		default:
 			exist = append(exist, t)
 		}
@@ -126,42 +132,57 @@ func (c *topicChecker) describe(ctx context.Context, topics []string) map[string
 		return errs
 	}
 
-	// DescribeTopicConfigs may return partial results with a *ShardErrors;
-	// topics without a result get the error.
-	rcs, describeErr := c.adm.DescribeTopicConfigs(ctx, exist...)
+	dreq := kmsg.NewPtrDescribeConfigsRequest()
+	for _, t := range exist {
+		rr := kmsg.NewDescribeConfigsRequestResource()
+		rr.ResourceType = kmsg.ConfigResourceTypeTopic
+		rr.ResourceName = t
+		rr.ConfigNames = []string{"max.message.bytes"}
+		dreq.Resources = append(dreq.Resources, rr)
+	}
+	dresp, err := dreq.RequestWith(ctx, c.cl)
+	if err != nil {
+		for _, t := range exist {
+			errs[t] = fmt.Errorf("kafka: checking topic %q: describe configs: %w", t, err)
+		}
+		return errs
+	}
+	described := make(map[string]*kmsg.DescribeConfigsResponseResource)
+	for i := range dresp.Resources {
+		described[dresp.Resources[i].ResourceName] = &dresp.Resources[i]
+	}
 	var brokerLimit *limit
 	for _, t := range exist {
-		rc, err := rcs.On(t, nil)
-		if err != nil {
-			if describeErr != nil {
-				errs[t] = fmt.Errorf("kafka: checking topic %q: describe configs: %w", t, describeErr)
-			} else {
-				errs[t] = &TopicError{Topic: t, Err: err}
-			}
+		r, ok := described[t]
+		if !ok {
+			errs[t] = &TopicError{Topic: t, Err: errors.New("the broker did not describe the topic's configs")}
 			continue
 		}
-		if rc.Err != nil {
-			errs[t] = &TopicError{Topic: t, Err: rc.Err}
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+			errs[t] = &TopicError{Topic: t, Err: err}
 			continue
 		}
-		lim, ok, err := topicLimit(rc)
+		lim, ok, err := topicLimit(r)
 		if err != nil {
 			errs[t] = &TopicError{Topic: t, Err: err}
 			continue
 		}
-		if !ok {
-			// The broker did not report the topic's value (some
-			// Kafka-compatible brokers omit defaults): fall back to the
-			// broker's message.max.bytes, which topics inherit.
+		if !ok || lim.fromDefault {
+			// The topic has no value of its own and the broker reported
+			// either none (some Kafka-compatible brokers omit defaults) or
+			// Kafka's built-in default: ask a broker for the
+			// message.max.bytes that topics inherit.
 			if brokerLimit == nil {
-				bl, err := c.brokerLimit(ctx, md)
+				bl, err := c.brokerLimit(ctx, mresp.Brokers)
 				if err != nil {
 					errs[t] = fmt.Errorf("kafka: checking topic %q: broker message.max.bytes: %w", t, err)
 					continue
 				}
 				brokerLimit = &bl
 			}
-			lim = *brokerLimit
+			if !ok || !brokerLimit.fromDefault {
+				lim = *brokerLimit
+			}
 		}
 		if lim.bytes < c.maxMessageBytes {
 			errs[t] = &TopicLimitError{Topic: t, TopicMaxMessageBytes: lim.bytes, Source: lim.source, MaxMessageBytes: c.maxMessageBytes}
@@ -171,50 +192,59 @@ func (c *topicChecker) describe(ctx context.Context, topics []string) map[string
 }
 
 type limit struct {
-	bytes  int
-	source string
+	bytes       int
+	source      string
+	fromDefault bool // Kafka's built-in default, not a setting
 }
 
 // topicLimit reads max.message.bytes from a topic's configs. ok is false when
 // the broker did not report it.
-func topicLimit(rc kadm.ResourceConfig) (l limit, ok bool, err error) {
-	for _, cfg := range rc.Configs {
-		if cfg.Key != "max.message.bytes" || cfg.Value == nil {
+func topicLimit(r *kmsg.DescribeConfigsResponseResource) (l limit, ok bool, err error) {
+	for _, cfg := range r.Configs {
+		if cfg.Name != "max.message.bytes" || cfg.Value == nil {
 			continue
 		}
 		n, err := strconv.Atoi(*cfg.Value)
 		if err != nil {
 			return l, false, fmt.Errorf("max.message.bytes %q is not a number", *cfg.Value)
 		}
-		return limit{n, "topic config max.message.bytes (" + cfg.Source.String() + ")"}, true, nil
+		fromDefault := cfg.Source == kmsg.ConfigSourceDefaultConfig || cfg.Source == kmsg.ConfigSourceUnknown
+		return limit{n, "max.message.bytes (" + cfg.Source.String() + ")", fromDefault}, true, nil
 	}
 	return l, false, nil
 }
 
 // brokerLimit reads message.max.bytes from one broker, or returns Kafka's
-// default when the broker does not report it either.
-func (c *topicChecker) brokerLimit(ctx context.Context, md kadm.Metadata) (limit, error) {
-	if len(md.Brokers) == 0 {
+// default when the broker does not report it.
+func (c *topicChecker) brokerLimit(ctx context.Context, brokers []kmsg.MetadataResponseBroker) (limit, error) {
+	if len(brokers) == 0 {
 		return limit{}, errors.New("metadata lists no brokers")
 	}
-	rcs, err := c.adm.DescribeBrokerConfigs(ctx, md.Brokers[0].NodeID)
+	node := brokers[0].NodeID
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	rr := kmsg.NewDescribeConfigsRequestResource()
+	rr.ResourceType = kmsg.ConfigResourceTypeBroker
+	rr.ResourceName = strconv.Itoa(int(node))
+	rr.ConfigNames = []string{"message.max.bytes"}
+	req.Resources = append(req.Resources, rr)
+	resp, err := req.RequestWith(ctx, c.cl)
 	if err != nil {
 		return limit{}, err
 	}
-	for _, rc := range rcs {
-		if rc.Err != nil {
-			return limit{}, rc.Err
+	for _, r := range resp.Resources {
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+			return limit{}, err
 		}
-		for _, cfg := range rc.Configs {
-			if cfg.Key != "message.max.bytes" || cfg.Value == nil {
+		for _, cfg := range r.Configs {
+			if cfg.Name != "message.max.bytes" || cfg.Value == nil {
 				continue
 			}
 			n, err := strconv.Atoi(*cfg.Value)
 			if err != nil {
 				return limit{}, fmt.Errorf("message.max.bytes %q is not a number", *cfg.Value)
 			}
-			return limit{n, fmt.Sprintf("broker %d message.max.bytes", md.Brokers[0].NodeID)}, nil
+			return limit{bytes: n, source: fmt.Sprintf("broker %d message.max.bytes (%s)", node, cfg.Source)}, nil
 		}
 	}
-	return limit{kafkaDefaultMaxMessageBytes, "Kafka's default message.max.bytes"}, nil
+	return limit{bytes: kafkaDefaultMaxMessageBytes, source: "Kafka's default message.max.bytes", fromDefault: true}, nil
 }
