@@ -237,6 +237,10 @@ func readConfig(ctx context.Context, client getItemAPI, table string) (outbox.Co
 		Key:            controlKey(configPK, configSK),
 		ConsistentRead: new(true),
 	})
+	var notFound *types.ResourceNotFoundException
+	if errors.As(err, &notFound) {
+		return outbox.Config{}, fmt.Errorf("%w (table %s does not exist): %w", ErrNoConfig, table, err)
+	}
 	if err != nil {
 		return outbox.Config{}, fmt.Errorf("dynamo: read the config item from %s: %w", table, err)
 	}

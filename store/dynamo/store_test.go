@@ -1,0 +1,456 @@
+package dynamo
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/testenv"
+)
+
+const leaseFor = 30 * time.Second
+
+// hookClient wraps the real client with optional hooks.
+type hookClient struct {
+	StoreAPI
+	beforeUpdate func(in *dynamodb.UpdateItemInput)
+	onGet        func(in *dynamodb.GetItemInput)
+	queries      atomic.Int64
+	batchWrite   func(ctx context.Context, in *dynamodb.BatchWriteItemInput) (*dynamodb.BatchWriteItemOutput, error)
+}
+
+func (h *hookClient) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if h.beforeUpdate != nil {
+		h.beforeUpdate(in)
+	}
+	return h.StoreAPI.UpdateItem(ctx, in, opts...)
+}
+
+func (h *hookClient) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	if h.onGet != nil {
+		h.onGet(in)
+	}
+	return h.StoreAPI.GetItem(ctx, in, opts...)
+}
+
+func (h *hookClient) Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	h.queries.Add(1)
+	return h.StoreAPI.Query(ctx, in, opts...)
+}
+
+func (h *hookClient) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error) {
+	if h.batchWrite != nil {
+		return h.batchWrite(ctx, in)
+	}
+	return h.StoreAPI.BatchWriteItem(ctx, in, opts...)
+}
+
+// hooked returns a store over e's tables whose client is wrapped by h.
+func (e *env) hooked(t *testing.T, h *hookClient, opts ...StoreOption) *Store {
+	t.Helper()
+	h.StoreAPI = e.d.Client
+	s, err := NewStore(ctxT(t), h, e.tables, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (e *env) leaseItem(t *testing.T, bucket int) map[string]types.AttributeValue {
+	return e.getItem(t, e.tables.Control, leaseKey(bucket))
+}
+
+func isWake(in *dynamodb.UpdateItemInput) bool {
+	return aws.ToString(in.UpdateExpression) == "ADD #w :one"
+}
+
+func TestAcquireLearnsTheHolderFromTheFailedWrite(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := ctxT(t)
+	// DynamoDB Local returns the old item with a failed condition
+	// (ReturnValuesOnConditionCheckFailure), so no extra read is needed.
+	s := e.hooked(t, &hookClient{onGet: func(in *dynamodb.GetItemInput) {
+		if aws.ToString(in.TableName) == e.tables.Control && stringOf(in.Key[attrSK]) == leaseSK {
+			t.Errorf("Acquire read the lease: the engine did not return the old image")
+		}
+	}})
+	a, err := s.Acquire(ctx, 1, "a", t0, leaseFor)
+	if err != nil || a.Epoch != 1 || a.Wake != 0 {
+		t.Fatalf("first acquire: %+v, %v", a, err)
+	}
+	for i := range 3 {
+		if _, err := s.Acquire(ctx, 1, "b", t0.Add(time.Duration(i)*time.Second), leaseFor); !errors.Is(err, outbox.ErrLeaseHeld) {
+			t.Fatalf("contender: %v", err)
+		}
+	}
+	item := e.leaseItem(t, 1)
+	if o := stringOf(item[attrOwner]); o != "a" {
+		t.Errorf("owner %q", o)
+	}
+	if w, _ := intAttr(item, attrWake, true); w != 3 {
+		t.Errorf("wake = %d after 3 contenders", w)
+	}
+	if ep, _ := intAttr(item, attrEpoch, true); ep != 1 {
+		t.Errorf("epoch = %d; contenders must not change it", ep)
+	}
+	if e, _ := intAttr(item, attrExpires, true); e != t0.Add(leaseFor).UnixMilli() {
+		t.Errorf("expiry = %d, want %d (Unix ms)", e, t0.Add(leaseFor).UnixMilli())
+	}
+}
+
+func TestAcquireAfterTheHolderReleasedInBetween(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := ctxT(t)
+	a, err := e.store.Acquire(ctx, 0, "a", t0, leaseFor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var released atomic.Bool
+	s := e.hooked(t, &hookClient{beforeUpdate: func(in *dynamodb.UpdateItemInput) {
+		// The holder releases after the contender's takeover failed and
+		// before its wake-up lands.
+		if isWake(in) && !released.Swap(true) {
+			if _, err := e.store.Release(ctx, a, 0); err != nil {
+				t.Errorf("release: %v", err)
+			}
+		}
+	}})
+	b, err := s.Acquire(ctx, 0, "b", t0.Add(time.Second), leaseFor)
+	if err != nil {
+		t.Fatalf("Acquire after the holder released: %v", err)
+	}
+	if !released.Load() || b.Owner != "b" || b.Epoch != 2 || b.Wake != 0 {
+		t.Fatalf("lease = %+v (released %v)", b, released.Load())
+	}
+}
+
+func TestAcquireGivesUpWhenTheLeaseKeepsChanging(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := ctxT(t)
+	a, err := e.store.Acquire(ctx, 0, "a", t0, leaseFor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var renewals atomic.Int64
+	s := e.hooked(t, &hookClient{beforeUpdate: func(in *dynamodb.UpdateItemInput) {
+		// The holder renews between every takeover attempt and wake-up.
+		if isWake(in) {
+			n := renewals.Add(1)
+			if a, err = e.store.Renew(ctx, a, t0.Add(time.Duration(n)*time.Millisecond), leaseFor); err != nil {
+				t.Errorf("renew: %v", err)
+			}
+		}
+	}})
+	_, err = s.Acquire(ctx, 0, "b", t0.Add(time.Second), leaseFor)
+	if !errors.Is(err, outbox.ErrLeaseHeld) || !strings.Contains(err.Error(), "changed hands") {
+		t.Fatalf("err = %v, want ErrLeaseHeld saying the lease changed hands", err)
+	}
+	if renewals.Load() != acquireAttempts {
+		t.Errorf("%d wake-up attempts, want %d", renewals.Load(), acquireAttempts)
+	}
+}
+
+func TestAcquireOwnExpiredLease(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := ctxT(t)
+	a, err := e.store.Acquire(ctx, 1, "a", t0, leaseFor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Expired, nobody took it: the owner gets it back without a new epoch.
+	a2, err := e.store.Acquire(ctx, 1, "a", t0.Add(time.Hour), leaseFor)
+	if err != nil || a2.Epoch != a.Epoch || !a2.Expires.Equal(t0.Add(time.Hour+leaseFor)) {
+		t.Fatalf("re-acquire of an expired own lease: %+v, %v", a2, err)
+	}
+}
+
+func TestLeaseArgumentsChecked(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := ctxT(t)
+	cases := []struct {
+		name string
+		call func() error
+	}{
+		{"negative bucket", func() error { _, err := e.store.Acquire(ctx, -1, "a", t0, leaseFor); return err }},
+		{"empty owner", func() error { _, err := e.store.Acquire(ctx, 0, "", t0, leaseFor); return err }},
+		{"zero duration", func() error { _, err := e.store.Acquire(ctx, 0, "a", t0, 0); return err }},
+		{"renew without owner", func() error { _, err := e.store.Renew(ctx, outbox.Lease{}, t0, leaseFor); return err }},
+		{"negative head", func() error {
+			_, err := e.store.Update(ctx, outbox.Lease{Owner: "a"}, outbox.LeaseUpdate{Head: -1}, t0)
+			return err
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if err := c.call(); err == nil {
+				t.Fatal("no error")
+			}
+		})
+	}
+	if item := e.leaseItem(t, 0); item != nil {
+		t.Errorf("invalid calls wrote a lease: %v", item)
+	}
+}
+
+func TestUpdateHeadNeverMovesBackwards(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := ctxT(t)
+	a, err := e.store.Acquire(ctx, 0, "a", t0, leaseFor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err = e.store.Update(ctx, a, outbox.LeaseUpdate{Head: 10, Cleaned: 8, Expires: t0.Add(time.Minute)}, t0)
+	if err != nil || !a.Expires.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("update: %+v, %v", a, err)
+	}
+	_, err = e.store.Update(ctx, a, outbox.LeaseUpdate{Head: 9, Cleaned: 9}, t0)
+	if !errors.Is(err, outbox.ErrLeaseLost) || !strings.Contains(err.Error(), "backwards") {
+		t.Fatalf("err = %v, want ErrLeaseLost saying the head would move backwards", err)
+	}
+	if l, _ := e.store.ReadLease(ctx, 0); l.Head != 10 || l.Cleaned != 8 {
+		t.Fatalf("lease changed by a refused update: %+v", l)
+	}
+	// The same head is fine (a batch of only leftovers).
+	if _, err := e.store.Update(ctx, a, outbox.LeaseUpdate{Head: 10, Cleaned: 10}, t0); err != nil {
+		t.Fatalf("same head: %v", err)
+	}
+}
+
+func TestReleaseKeepsTheHigherCleaned(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := ctxT(t)
+	a, err := e.store.Acquire(ctx, 1, "a", t0, leaseFor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, err = e.store.Update(ctx, a, outbox.LeaseUpdate{Head: 12, Cleaned: 10}, t0); err != nil {
+		t.Fatal(err)
+	}
+	l, err := e.store.Release(ctx, a, 5)
+	if err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if l.Owner != "" || !l.Expires.IsZero() || l.Cleaned != 10 || l.Head != 12 {
+		t.Fatalf("released lease = %+v", l)
+	}
+	if _, err := e.store.Release(ctx, a, 12); !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Fatalf("second release: %v, want ErrLeaseLost", err)
+	}
+}
+
+func putRaw(t *testing.T, e *env, item map[string]types.AttributeValue) {
+	t.Helper()
+	if _, err := e.d.Client.PutItem(ctxT(t), &dynamodb.PutItemInput{TableName: str(e.tables.Messages), Item: item}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPendingPaginatesPastOneMegabyte(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := ctxT(t)
+	// 12 items of 150 KB: DynamoDB returns at most 1 MB per page.
+	for seq := int64(1); seq <= 12; seq++ {
+		m := outbox.Message{ID: outbox.NewID(), Sequence: seq, Topic: "t", Key: []byte{byte(seq)},
+			Value: bytes.Repeat([]byte{byte(seq)}, 150*1024), CreatedAt: t0}
+		putRaw(t, e, messageItem(m))
+	}
+	h := &hookClient{}
+	s := e.hooked(t, h)
+	cases := []struct {
+		after     int64
+		limit     int
+		n         int
+		end       bool
+		firstSeen int64
+	}{
+		{0, 10, 10, false, 1},
+		{0, 12, 12, true, 1},
+		{0, 100, 12, true, 1},
+		{3, 9, 9, true, 4},
+		{3, 8, 8, false, 4},
+	}
+	for _, c := range cases {
+		before := h.queries.Load()
+		got, end, err := s.Pending(ctx, 0, c.after, c.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != c.n || end != c.end || got[0].Sequence != c.firstSeen {
+			t.Fatalf("Pending(after %d, limit %d) = %d entries from %d, end %v; want %d from %d, end %v",
+				c.after, c.limit, len(got), got[0].Sequence, end, c.n, c.firstSeen, c.end)
+		}
+		for i, g := range got {
+			if g.Err != nil || g.Sequence != c.firstSeen+int64(i) || len(g.Message.Value) != 150*1024 {
+				t.Fatalf("entry %d = seq %d err %v", i, g.Sequence, g.Err)
+			}
+		}
+		if q := h.queries.Load() - before; q < 2 {
+			t.Errorf("Pending(after %d, limit %d) read %d items of 150 KB in %d query; pages are 1 MB", c.after, c.limit, len(got), q)
+		}
+	}
+}
+
+func TestPendingReturnsUndecodableItemsAsEntries(t *testing.T) {
+	e := newEnv(t, 1)
+	m := outbox.Message{ID: outbox.NewID(), Topic: "t", CreatedAt: t0}
+	for _, seq := range []int64{1, 3} {
+		m.Sequence = seq
+		putRaw(t, e, messageItem(m))
+	}
+	bad := messageItem(m)
+	bad[attrSeq] = numAttr(2)
+	bad[attrHeaders] = &types.AttributeValueMemberB{Value: []byte{1, 5}}
+	putRaw(t, e, bad)
+	got, end, err := e.store.Pending(ctxT(t), 0, 0, 10)
+	if err != nil || !end || len(got) != 3 {
+		t.Fatalf("Pending = %d entries, %v, %v", len(got), end, err)
+	}
+	var ie *ItemError
+	if got[0].Err != nil || got[2].Err != nil || !errors.As(got[1].Err, &ie) || ie.Attribute != attrHeaders || got[1].Sequence != 2 {
+		t.Fatalf("entries = %+v", got)
+	}
+}
+
+func TestDeleteRetriesUnprocessedItems(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := ctxT(t)
+	var seqs []int64
+	for seq := int64(1); seq <= 60; seq++ {
+		putRaw(t, e, messageItem(outbox.Message{ID: outbox.NewID(), Sequence: seq, Topic: "t", CreatedAt: t0}))
+		seqs = append(seqs, seq, seq) // duplicates are allowed
+	}
+	var calls, deferred atomic.Int64
+	s := e.hooked(t, &hookClient{batchWrite: func(ctx context.Context, in *dynamodb.BatchWriteItemInput) (*dynamodb.BatchWriteItemOutput, error) {
+		calls.Add(1)
+		reqs := in.RequestItems[e.tables.Messages]
+		if len(reqs) > 25 {
+			t.Errorf("a batch of %d deletes", len(reqs))
+		}
+		// Like a throttled table: the second half stays unprocessed.
+		half := (len(reqs) + 1) / 2
+		if _, err := e.d.Client.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{
+			RequestItems: map[string][]types.WriteRequest{e.tables.Messages: reqs[:half]},
+		}); err != nil {
+			return nil, err
+		}
+		deferred.Add(int64(len(reqs) - half))
+		return &dynamodb.BatchWriteItemOutput{UnprocessedItems: map[string][]types.WriteRequest{e.tables.Messages: reqs[half:]}}, nil
+	}}, DeleteConcurrency(2))
+	if err := s.Delete(ctx, 0, seqs); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(t, 0); n != 0 {
+		t.Fatalf("%d items left", n)
+	}
+	if deferred.Load() == 0 || calls.Load() < 4 {
+		t.Fatalf("calls %d, deferred %d: the unprocessed path did not run", calls.Load(), deferred.Load())
+	}
+}
+
+func TestDeleteStopsWithTheContext(t *testing.T) {
+	e := newEnv(t, 1)
+	s := e.hooked(t, &hookClient{batchWrite: func(ctx context.Context, in *dynamodb.BatchWriteItemInput) (*dynamodb.BatchWriteItemOutput, error) {
+		return &dynamodb.BatchWriteItemOutput{UnprocessedItems: in.RequestItems}, nil // never progresses
+	}})
+	ctx, cancel := context.WithTimeout(ctxT(t), 200*time.Millisecond)
+	defer cancel()
+	err := s.Delete(ctx, 0, []int64{1, 2, 3})
+	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, outbox.ErrThrottled) {
+		t.Fatalf("err = %v, want the context's deadline (or ErrThrottled)", err)
+	}
+}
+
+func TestCreateTables(t *testing.T) {
+	d, tables := newTables(t, BucketCount(12))
+	ctx := ctxT(t)
+	// Idempotent.
+	if err := CreateTables(ctx, d.Client, tables, BucketCount(12)); err != nil {
+		t.Fatalf("second CreateTables: %v", err)
+	}
+	// Another bucket count is refused, naming both.
+	err := CreateTables(ctx, d.Client, tables, BucketCount(8))
+	var me *outbox.MisconfigurationError
+	if !errors.As(err, &me) || me.Configured != "8" || me.Stored != "12" {
+		t.Fatalf("CreateTables with another BucketCount: %v", err)
+	}
+	// Without the option the default (8) is meant, and refused too.
+	if err := CreateTables(ctx, d.Client, tables); !errors.As(err, &me) {
+		t.Fatalf("CreateTables with the default over 12: %v", err)
+	}
+	desc, err := d.Client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: str(tables.Messages)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ss := desc.Table.StreamSpecification; ss == nil || !aws.ToBool(ss.StreamEnabled) || ss.StreamViewType != types.StreamViewTypeKeysOnly {
+		t.Errorf("stream = %+v, want KEYS_ONLY", ss)
+	}
+	if bm := desc.Table.BillingModeSummary; bm == nil || bm.BillingMode != types.BillingModePayPerRequest {
+		t.Errorf("billing = %+v", bm)
+	}
+	for _, name := range []string{tables.Messages, tables.Control} {
+		ttl, err := d.Client.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: str(name)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl.TimeToLiveDescription.TimeToLiveStatus != types.TimeToLiveStatusEnabled || aws.ToString(ttl.TimeToLiveDescription.AttributeName) != attrTTL {
+			t.Errorf("TTL of %s = %+v", name, ttl.TimeToLiveDescription)
+		}
+	}
+	// A table of the wrong shape under the messages name is refused.
+	wrong := Tables{Messages: tables.Control, Control: testenv.Name(t, "ctl2")}
+	if err := CreateTables(ctx, d.Client, wrong); !errors.As(err, &me) || me.Setting != "Tables.Messages" {
+		t.Fatalf("CreateTables over a control table as messages table: %v", err)
+	}
+	if err := CreateTables(ctx, d.Client, Tables{Messages: "same", Control: "same"}); err == nil {
+		t.Fatal("one table for both accepted")
+	}
+}
+
+func TestNewStoreChecksConfig(t *testing.T) {
+	d, tables := newTables(t, BucketCount(4))
+	ctx := ctxT(t)
+	var me *outbox.MisconfigurationError
+	if _, err := NewStore(ctx, d.Client, tables, BucketCount(5)); !errors.As(err, &me) || me.Configured != "5" || me.Stored != "4" {
+		t.Fatalf("NewStore(BucketCount 5) over 4: %v", err)
+	}
+	if _, err := NewStore(ctx, d.Client, Tables{Messages: tables.Messages, Control: testenv.Name(t, "none")}); !errors.Is(err, ErrNoConfig) {
+		t.Fatalf("NewStore without an outbox: %v", err)
+	}
+	var oe *outbox.OptionError
+	if _, err := NewStore(ctx, d.Client, tables, DeleteConcurrency(0)); !errors.As(err, &oe) || oe.Option != "DeleteConcurrency" {
+		t.Fatalf("DeleteConcurrency(0): %v", err)
+	}
+	s, err := NewStore(ctx, d.Client, tables, BucketCount(4), FenceTTL(48*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s.Config(ctx); err != nil || c.BucketCount != 4 || c.FormatVersion != outbox.FormatVersion {
+		t.Fatalf("Config = %+v, %v", c, err)
+	}
+	if err := s.Fence(ctx, 0, 1, t0); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{d: d, tables: tables, store: s}
+	if x, _ := intAttr(e.getItem(t, tables.Messages, messageKey(0, 1)), attrTTL, true); x != ttlSeconds(t0.Add(48*time.Hour)) {
+		t.Errorf("fence TTL %d, want now+48h = %d", x, ttlSeconds(t0.Add(48*time.Hour)))
+	}
+	if err := s.Heartbeat(ctx, "r1", t0, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	hb := e.getItem(t, tables.Control, controlKey(relaysPK, "r1"))
+	if seen, _ := intAttr(hb, attrSeen, true); seen != t0.UnixMilli() {
+		t.Errorf("seen = %d", seen)
+	}
+	if x, _ := intAttr(hb, attrTTL, true); x != ttlSeconds(t0.Add(time.Minute)) {
+		t.Errorf("heartbeat TTL = %d", x)
+	}
+}

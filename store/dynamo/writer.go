@@ -1,0 +1,412 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/uuid"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/sequence"
+)
+
+// WriterAPI is the part of the DynamoDB client a Writer uses: GetItem (the
+// config item), UpdateItem (sequence counters), PutItem (fences) and
+// TransactWriteItems. *dynamodb.Client has them.
+type WriterAPI interface {
+	getItemAPI
+	putItemAPI
+	updateItemAPI
+	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+}
+
+// Writer writes outbox messages in the same DynamoDB transaction as the
+// caller's own items. It is safe for concurrent use.
+type Writer struct {
+	client      WriterAPI
+	tables      Tables
+	cfg         settings
+	bucketCount int
+	counter     *sequence.Counter
+}
+
+// Result is what a successful Write wrote.
+type Result struct {
+	// Messages are the written messages, in the order given, with ID,
+	// Bucket, Sequence and CreatedAt (as stored: whole milliseconds) set.
+	Messages []outbox.Message
+}
+
+// NewWriter returns a Writer for the outbox in tables. It reads the config
+// item for the bucket count. Options: BucketCount (checked against the
+// config item), MaxMessageBytes, MessageIDHeader, MaxAttempts, FenceTTL,
+// WithClock.
+func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...WriterOption) (*Writer, error) {
+	s := defaultSettings()
+	for _, o := range opts {
+		o.applyWriter(&s)
+	}
+	stored, err := openOutbox(ctx, client, tables, &s)
+	if err != nil {
+		return nil, err
+	}
+	counter, err := sequence.NewCounter(client, tables.Control)
+	if err != nil {
+		return nil, err
+	}
+	return &Writer{client: client, tables: tables, cfg: s, bucketCount: stored.BucketCount, counter: counter}, nil
+}
+
+// BucketCount returns the outbox's bucket count, as read from its config
+// item.
+func (w *Writer) BucketCount() int { return w.bucketCount }
+
+// Write commits items (the caller's own, for example the aggregate update
+// with its version condition) and msgs in one TransactWriteItems.
+//
+// Every message is validated first (outbox.Validate, a UUID id, a DynamoDB
+// item of at most 400 KB) and so is the transaction (at most 100 items and
+// 4 MB); a *outbox.ValidationError means nothing was written and nothing was
+// reserved. Messages get an id (outbox.NewID) when theirs is empty, CreatedAt
+// (the clock's now) when zero, and their bucket (outbox.BucketFor).
+//
+// Call Write after reading the aggregate your items are built from: it
+// reserves the messages' sequence numbers (one counter update per bucket)
+// immediately before committing, which makes sequence order equal commit
+// order for writers that serialize on the aggregate (see package sequence).
+//
+// Retries, within MaxAttempts calls: a lost or failed response (timeout,
+// network error, server error, a transaction with the same token in
+// progress, whole-request throttling) is retried with the same client
+// request token and identical items, so a transaction that did commit is
+// reported committed, once; a conflict or throttled cancellation is retried
+// after a backoff; if relays fenced the reserved sequence numbers (the
+// writer took longer than their gap timeout), new numbers are reserved and
+// the transaction resubmitted with a new token.
+//
+// Errors are *TransactionError matching, with errors.Is:
+//   - outbox.ErrConditionFailed: a condition on one of your items failed
+//     (CallerReasons says which); not retried;
+//   - outbox.ErrConflict, outbox.ErrThrottled, outbox.ErrSequenceFenced:
+//     the retries ran out;
+//   - outbox.ErrOutcomeUnknown: the transaction may have committed.
+//
+// On every failure that certainly wrote nothing, the reserved sequence
+// numbers are released at once by fencing them (the same write as
+// Store.Fence), so no relay waits on them. After ErrOutcomeUnknown they are
+// not fenced (the messages may be stored); if they are not, relays fence
+// them after their gap timeout.
+func (w *Writer) Write(ctx context.Context, items []types.TransactWriteItem, msgs ...outbox.Message) (Result, error) {
+	prepared, err := w.prepare(items, msgs)
+	if err != nil {
+		return Result{}, err
+	}
+	t := &txn{w: w, items: items, msgs: prepared}
+	return t.run(ctx)
+}
+
+// prepare validates and completes the messages; it writes nothing.
+func (w *Writer) prepare(items []types.TransactWriteItem, msgs []outbox.Message) ([]outbox.Message, error) {
+	total := len(items) + len(msgs)
+	switch {
+	case total == 0:
+		return nil, &outbox.ValidationError{Index: -1, Field: "Transaction", Reason: "nothing to write: no items and no messages"}
+	case total > MaxTransactionItems:
+		return nil, &outbox.ValidationError{Index: -1, Field: "Transaction", Reason: fmt.Sprintf(
+			"%d items (%d yours + %d messages); DynamoDB allows at most %d in one transaction: split the write",
+			total, len(items), len(msgs), MaxTransactionItems)}
+	}
+	now := w.cfg.clock.Now()
+	out := make([]outbox.Message, len(msgs))
+	size := 0
+	for i, m := range msgs {
+		if m.ID == "" {
+			m.ID = outbox.NewID()
+		} else if _, err := uuid.Parse(m.ID); err != nil || len(m.ID) != 36 {
+			return nil, &outbox.ValidationError{Index: i, Field: "ID", Reason: fmt.Sprintf(
+				"%q is not a UUID in canonical form (36 characters); leave ID empty to get a UUID v7", m.ID)}
+		}
+		if m.CreatedAt.IsZero() {
+			m.CreatedAt = now
+		}
+		if m.CreatedAt.UnixMilli() < 0 {
+			return nil, &outbox.ValidationError{Index: i, Field: "CreatedAt", Reason: fmt.Sprintf(
+				"%v is before 1970; Kafka timestamps cannot be negative (leave it zero for now)", m.CreatedAt)}
+		}
+		m.CreatedAt = time.UnixMilli(m.CreatedAt.UnixMilli())
+		if err := outbox.Validate(m, i, w.cfg.maxMessageBytes, w.cfg.idHeader); err != nil {
+			return nil, err
+		}
+		b, err := outbox.BucketFor(m, w.bucketCount)
+		if err != nil {
+			var ve *outbox.ValidationError
+			if errors.As(err, &ve) {
+				ve.Index = i
+			}
+			return nil, err
+		}
+		m.Bucket, m.Sequence = b, maxSeqForSize
+		n := itemSize(messageItem(m))
+		if n > MaxItemBytes {
+			return nil, itemTooLarge(i, m, n)
+		}
+		size += n
+		m.Sequence = 0
+		out[i] = m
+	}
+	for _, it := range items {
+		size += transactItemSize(it)
+	}
+	if size > MaxTransactionBytes {
+		return nil, &outbox.ValidationError{Index: -1, Field: "Transaction", Reason: fmt.Sprintf(
+			"the items add up to at least %d bytes; DynamoDB allows %d bytes in one transaction: split the write or shrink the messages",
+			size, MaxTransactionBytes)}
+	}
+	return out, nil
+}
+
+func itemTooLarge(i int, m outbox.Message, n int) error {
+	field, largest := "Value", len(m.Value)
+	if len(m.Key) > largest {
+		field, largest = "Key", len(m.Key)
+	}
+	h := 0
+	for _, x := range m.Headers {
+		h += len(x.Key) + len(x.Value)
+	}
+	if h > largest {
+		field = "Headers"
+	}
+	return &outbox.ValidationError{Index: i, Field: field, Reason: fmt.Sprintf(
+		"the DynamoDB item would be %d bytes, above DynamoDB's %d-byte item limit (key %d, value %d, headers %d bytes); shrink the %s",
+		n, MaxItemBytes, len(m.Key), len(m.Value), h, field)}
+}
+
+// transactItemSize is the part of a caller's item whose size is known before
+// the write: a Put's whole item, otherwise the key. DynamoDB checks the real
+// sizes and refuses an oversized transaction (a *TransactionError).
+func transactItemSize(it types.TransactWriteItem) int {
+	switch {
+	case it.Put != nil:
+		return itemSize(it.Put.Item)
+	case it.Update != nil:
+		return itemSize(it.Update.Key)
+	case it.Delete != nil:
+		return itemSize(it.Delete.Key)
+	case it.ConditionCheck != nil:
+		return itemSize(it.ConditionCheck.Key)
+	}
+	return 0
+}
+
+// reservation is a range of sequence numbers reserved in one bucket.
+type reservation struct {
+	bucket int
+	first  int64
+	n      int
+}
+
+// txn is one Write in progress.
+type txn struct {
+	w        *Writer
+	items    []types.TransactWriteItem
+	msgs     []outbox.Message
+	reserved []reservation
+}
+
+// Backoff between attempts.
+const (
+	retryBase = 25 * time.Millisecond
+	retryMax  = 2 * time.Second
+)
+
+func (t *txn) run(ctx context.Context) (Result, error) {
+	maxAttempts := t.w.cfg.maxAttempts
+	if err := t.reserve(ctx); err != nil {
+		return Result{}, err
+	}
+	in := t.input()
+	var (
+		// maybeCommitted: an attempt with the current token may have
+		// committed and no later attempt with it proved otherwise.
+		maybeCommitted bool
+		last           classification
+		lastErr        error
+	)
+	for attempt := 1; ; attempt++ {
+		if attempt == 1 && ctx.Err() != nil {
+			// Nothing was sent.
+			return Result{}, &TransactionError{Cause: ctx.Err(), CallerItems: len(t.items), ReleaseErr: t.release(ctx),
+				Fix: "the context ended before the transaction was sent; nothing was written"}
+		}
+		_, err := t.w.client.TransactWriteItems(ctx, in)
+		if err == nil {
+			return Result{Messages: t.msgs}, nil
+		}
+		c := classify(err, len(t.items), t.ids())
+		last, lastErr = c, err
+		switch {
+		case c.outcome == outCommitted:
+			return Result{Messages: t.msgs}, nil
+		case c.cancelled:
+			// DynamoDB evaluated this call and cancelled it; had an
+			// earlier call with the token committed, it would have
+			// answered success instead.
+			maybeCommitted = false
+		case c.outcome == outAmbiguous:
+			maybeCommitted = true
+		}
+
+		retry := false
+		switch c.outcome {
+		case outConditionFailed, outRejected:
+		case outFenced:
+			if attempt < maxAttempts && ctx.Err() == nil {
+				// The whole transaction was cancelled: release what is
+				// left of the old numbers, take new ones, new token.
+				t.release(ctx)
+				if err := t.reserve(ctx); err != nil {
+					return Result{}, err
+				}
+				in = t.input()
+				continue
+			}
+		case outConflict, outThrottled, outAmbiguous:
+			retry = attempt < maxAttempts
+		}
+		if retry && ctx.Err() == nil {
+			if sleep(ctx, backoff(attempt-1, retryBase, retryMax)) == nil {
+				continue
+			}
+		}
+		return Result{}, t.fail(ctx, attempt, last, lastErr, maybeCommitted)
+	}
+}
+
+// fail builds the final error and, when nothing can have been written,
+// releases the reserved sequence numbers.
+func (t *txn) fail(ctx context.Context, attempts int, c classification, err error, maybeCommitted bool) error {
+	o := c.outcome
+	if maybeCommitted || o == outAmbiguous {
+		o = outAmbiguous
+	}
+	sentinel, fix := finalError(o)
+	if c.detail != "" && o != outAmbiguous {
+		fix = c.detail + "; " + fix
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+		err = errors.Join(err, ctxErr)
+	}
+	te := &TransactionError{Err: sentinel, Cause: err, Attempts: attempts, Reasons: c.reasons, CallerItems: len(t.items), Fix: fix}
+	if o != outAmbiguous {
+		te.ReleaseErr = t.release(ctx)
+	}
+	return te
+}
+
+// reserve takes sequence numbers for the messages: one Reserve per distinct
+// bucket, in order of first appearance, assigned in message order.
+func (t *txn) reserve(ctx context.Context) error {
+	t.reserved = t.reserved[:0]
+	counts := map[int]int{}
+	var order []int
+	for _, m := range t.msgs {
+		if counts[m.Bucket] == 0 {
+			order = append(order, m.Bucket)
+		}
+		counts[m.Bucket]++
+	}
+	next := map[int]int64{}
+	for _, b := range order {
+		first, err := t.w.counter.Reserve(ctx, b, counts[b])
+		if err != nil {
+			releaseErr := t.release(ctx)
+			var sentinel error
+			if c := classify(err, 0, nil); c.outcome == outThrottled {
+				sentinel = outbox.ErrThrottled
+			}
+			return &TransactionError{Err: sentinel, Cause: err, ReleaseErr: releaseErr,
+				Fix: "reserving sequence numbers failed before the transaction was sent; nothing was written"}
+		}
+		t.reserved = append(t.reserved, reservation{bucket: b, first: first, n: counts[b]})
+		next[b] = first
+	}
+	for i := range t.msgs {
+		m := &t.msgs[i]
+		m.Sequence = next[m.Bucket]
+		next[m.Bucket]++
+	}
+	return nil
+}
+
+// input builds the transaction: the caller's items first, then one put per
+// message, conditional on its sequence number being free, and a new client
+// request token.
+func (t *txn) input() *dynamodb.TransactWriteItemsInput {
+	all := make([]types.TransactWriteItem, 0, len(t.items)+len(t.msgs))
+	all = append(all, t.items...)
+	for _, m := range t.msgs {
+		all = append(all, types.TransactWriteItem{Put: &types.Put{
+			TableName:                           str(t.w.tables.Messages),
+			Item:                                messageItem(m),
+			ConditionExpression:                 str("attribute_not_exists(#s)"),
+			ExpressionAttributeNames:            names(attrSeq),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}})
+	}
+	return &dynamodb.TransactWriteItemsInput{
+		TransactItems:      all,
+		ClientRequestToken: str(uuid.NewString()),
+	}
+}
+
+func (t *txn) ids() []string {
+	ids := make([]string, len(t.msgs))
+	for i, m := range t.msgs {
+		ids[i] = m.ID
+	}
+	return ids
+}
+
+// releaseTimeout bounds releasing reserved numbers, which runs even when the
+// caller's context is done.
+const releaseTimeout = 10 * time.Second
+
+// release fences every reserved sequence number that is still free. A number
+// already taken (a relay fenced it) is fine.
+func (t *txn) release(ctx context.Context) error {
+	if len(t.reserved) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	now := t.w.cfg.clock.Now()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		sem  = make(chan struct{}, 4)
+	)
+	for _, r := range t.reserved {
+		for seq := r.first; seq < r.first+int64(r.n); seq++ {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				err := putFence(ctx, t.w.client, t.w.tables.Messages, r.bucket, seq, now, t.w.cfg.fenceTTL)
+				if err != nil && !errors.Is(err, outbox.ErrAlreadyWritten) {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	t.reserved = t.reserved[:0]
+	return errors.Join(errs...)
+}

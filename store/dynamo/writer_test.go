@@ -1,0 +1,730 @@
+package dynamo
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/uuid"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/sequence"
+)
+
+type fixedClock struct{ t time.Time }
+
+func (c fixedClock) Now() time.Time { return c.t }
+
+// writerEnv is an outbox plus a business table the caller's items go to.
+type writerEnv struct {
+	*env
+	business string
+	client   *faultClient
+	writer   *Writer
+}
+
+// faultClient wraps the real client. Before every TransactWriteItems it asks
+// fault what to do: run the real call or not, and which error to return
+// instead of the real result (nil: the real result).
+type faultClient struct {
+	WriterAPI
+	fault func(call int, in *dynamodb.TransactWriteItemsInput) (execute bool, inject error)
+
+	mu     sync.Mutex
+	calls  int
+	tokens []string
+	real   []error // what DynamoDB answered to each executed call
+}
+
+func (f *faultClient) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	f.mu.Lock()
+	f.calls++
+	n := f.calls
+	f.tokens = append(f.tokens, aws.ToString(in.ClientRequestToken))
+	fault := f.fault
+	f.mu.Unlock()
+	execute, inject := true, error(nil)
+	if fault != nil {
+		execute, inject = fault(n, in)
+	}
+	var (
+		out *dynamodb.TransactWriteItemsOutput
+		err error
+	)
+	if execute {
+		out, err = f.WriterAPI.TransactWriteItems(ctx, in, opts...)
+		f.mu.Lock()
+		f.real = append(f.real, err)
+		f.mu.Unlock()
+	}
+	if inject != nil {
+		return nil, inject
+	}
+	return out, err
+}
+
+func newWriterEnv(t *testing.T, bucketCount int, opts ...WriterOption) *writerEnv {
+	t.Helper()
+	e := newEnv(t, bucketCount)
+	ctx := ctxT(t)
+	business := testenv.Name(t, "biz")
+	_, err := e.d.Client.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName:            str(business),
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: str("id"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: str("id"), KeyType: types.KeyTypeHash}},
+		BillingMode:          types.BillingModePayPerRequest,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := &faultClient{WriterAPI: e.d.Client}
+	opts = append([]WriterOption{WithClock(fixedClock{t0})}, opts...)
+	w, err := NewWriter(ctx, fc, e.tables, opts...)
+	if err != nil {
+		t.Fatalf("NewWriter: %v", err)
+	}
+	return &writerEnv{env: e, business: business, client: fc, writer: w}
+}
+
+// bump is the caller's item: add 1 to the aggregate's n, conditional on its
+// version being version (0: the aggregate must not exist), and set version+1.
+func (w *writerEnv) bump(id string, version int) types.TransactWriteItem {
+	cond := "#ver = :ver"
+	if version == 0 {
+		cond = "attribute_not_exists(#ver)"
+	}
+	values := map[string]types.AttributeValue{":one": numAttr(1), ":next": numAttr(int64(version + 1))}
+	if version != 0 {
+		values[":ver"] = numAttr(int64(version))
+	}
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName:                 str(w.business),
+		Key:                       map[string]types.AttributeValue{"id": strAttr(id)},
+		UpdateExpression:          str("ADD #n :one SET #ver = :next"),
+		ConditionExpression:       str(cond),
+		ExpressionAttributeNames:  map[string]string{"#n": "n", "#ver": "ver"},
+		ExpressionAttributeValues: values,
+	}}
+}
+
+// aggregate returns the aggregate's n and version (0, 0 when absent).
+func (w *writerEnv) aggregate(t *testing.T, id string) (n, version int64) {
+	t.Helper()
+	item := w.getItem(t, w.business, map[string]types.AttributeValue{"id": strAttr(id)})
+	n, _ = intAttr(item, "n", false)
+	version, _ = intAttr(item, "ver", false)
+	return n, version
+}
+
+// counter returns the last reserved sequence number of bucket (0: none).
+func (w *writerEnv) counter(t *testing.T, bucket int) int64 {
+	t.Helper()
+	item := w.getItem(t, w.tables.Control, controlKey(sequence.PartitionKey(bucket), sequence.SortKey))
+	n, _ := intAttr(item, "n", false)
+	return n
+}
+
+// entries returns bucket's stored entries.
+func (w *writerEnv) entries(t *testing.T, bucket int) []outbox.Entry {
+	t.Helper()
+	got, _, err := w.store.Pending(ctxT(t), bucket, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func keyed(key string) outbox.Message {
+	return outbox.Message{Topic: "orders", Key: []byte(key), Value: []byte("value of " + key)}
+}
+
+// keyInBucket returns a key that BucketForKey puts in bucket b.
+func keyInBucket(t *testing.T, b, bucketCount int) string {
+	t.Helper()
+	for i := range 10000 {
+		k := fmt.Sprintf("key-%d", i)
+		if outbox.BucketForKey([]byte(k), bucketCount) == b {
+			return k
+		}
+	}
+	t.Fatalf("no key for bucket %d", b)
+	return ""
+}
+
+func TestWriteCommitsItemsAndMessages(t *testing.T) {
+	w := newWriterEnv(t, 4)
+	ctx := ctxT(t)
+	k0, k1 := keyInBucket(t, 0, 4), keyInBucket(t, 1, 4)
+	explicit := outbox.Message{ID: uuid.NewString(), Topic: "orders", Key: []byte(k1), Value: nil,
+		CreatedAt: t0.Add(-time.Hour + 123456*time.Microsecond), Headers: []outbox.Header{{Key: "h", Value: []byte{}}}}
+	res, err := w.writer.Write(ctx, []types.TransactWriteItem{w.bump("agg-1", 0)},
+		keyed(k0), explicit, keyed(k0), outbox.Message{Topic: "audit", Partition: outbox.PartitionOf(6), Value: []byte("pinned")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := res.Messages
+	if len(got) != 4 {
+		t.Fatalf("%d messages in the result", len(got))
+	}
+	// Sequences per bucket, in message order; partition 6 mod 4 = bucket 2.
+	wantPlace := []struct {
+		bucket int
+		seq    int64
+	}{{0, 1}, {1, 1}, {0, 2}, {2, 1}}
+	for i, m := range got {
+		if m.Bucket != wantPlace[i].bucket || m.Sequence != wantPlace[i].seq {
+			t.Errorf("message %d at bucket %d seq %d, want %d/%d", i, m.Bucket, m.Sequence, wantPlace[i].bucket, wantPlace[i].seq)
+		}
+		if _, err := uuid.Parse(m.ID); err != nil {
+			t.Errorf("message %d id %q: %v", i, m.ID, err)
+		}
+	}
+	if got[1].ID != explicit.ID || !got[1].CreatedAt.Equal(explicit.CreatedAt.Truncate(time.Millisecond)) {
+		t.Errorf("explicit id/created-at not kept: %+v", got[1])
+	}
+	if !got[0].CreatedAt.Equal(t0.Truncate(time.Millisecond)) {
+		t.Errorf("default created-at = %v, want the clock's %v", got[0].CreatedAt, t0)
+	}
+	if got[0].ID == got[2].ID {
+		t.Error("two messages got the same id")
+	}
+	// What is stored is what the result says.
+	for _, m := range got {
+		entries := w.entries(t, m.Bucket)
+		var found bool
+		for _, e := range entries {
+			if e.Sequence == m.Sequence {
+				found = true
+				s := e.Message
+				if e.Err != nil || s.ID != m.ID || s.Topic != m.Topic || !bytes.Equal(s.Key, m.Key) || (s.Value == nil) != (m.Value == nil) ||
+					!s.CreatedAt.Equal(m.CreatedAt) || len(s.Headers) != len(m.Headers) {
+					t.Errorf("stored %+v (err %v), result %+v", s, e.Err, m)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("message %s not stored at %d/%d", m.ID, m.Bucket, m.Sequence)
+		}
+	}
+	if n, v := w.aggregate(t, "agg-1"); n != 1 || v != 1 {
+		t.Errorf("aggregate n=%d ver=%d, want 1, 1", n, v)
+	}
+	// The next write continues the buckets' sequences.
+	res, err = w.writer.Write(ctx, []types.TransactWriteItem{w.bump("agg-1", 1)}, keyed(k0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := res.Messages[0]; m.Bucket != 0 || m.Sequence != 3 {
+		t.Errorf("next message at %d/%d, want 0/3", m.Bucket, m.Sequence)
+	}
+	if w.client.calls != 2 {
+		t.Errorf("%d TransactWriteItems calls for two writes", w.client.calls)
+	}
+}
+
+func TestWriteOnlyItemsOrOnlyMessages(t *testing.T) {
+	w := newWriterEnv(t, 2)
+	ctx := ctxT(t)
+	if _, err := w.writer.Write(ctx, []types.TransactWriteItem{w.bump("a", 0)}); err != nil {
+		t.Fatalf("items without messages: %v", err)
+	}
+	res, err := w.writer.Write(ctx, nil, keyed("x"))
+	if err != nil || len(res.Messages) != 1 || res.Messages[0].Sequence != 1 {
+		t.Fatalf("messages without items: %+v, %v", res, err)
+	}
+}
+
+func TestNewWriterBucketCount(t *testing.T) {
+	d, tables := newTables(t, BucketCount(16))
+	ctx := ctxT(t)
+	_, err := NewWriter(ctx, d.Client, tables, BucketCount(8))
+	var me *outbox.MisconfigurationError
+	if !errors.As(err, &me) || me.Setting != "BucketCount" || me.Configured != "8" || me.Stored != "16" {
+		t.Fatalf("NewWriter(BucketCount 8) over 16 buckets: %v, want a *MisconfigurationError naming 8 and 16", err)
+	}
+	if !strings.Contains(err.Error(), "8") || !strings.Contains(err.Error(), "16") {
+		t.Errorf("message does not name both values: %v", err)
+	}
+	w, err := NewWriter(ctx, d.Client, tables, BucketCount(16))
+	if err != nil || w.BucketCount() != 16 {
+		t.Fatalf("matching BucketCount: %v", err)
+	}
+	w, err = NewWriter(ctx, d.Client, tables)
+	if err != nil || w.BucketCount() != 16 {
+		t.Fatalf("BucketCount from the table: %v, %d", err, w.BucketCount())
+	}
+	_, err = NewWriter(ctx, d.Client, Tables{Messages: tables.Messages, Control: testenv.Name(t, "none")})
+	if !errors.Is(err, ErrNoConfig) {
+		t.Fatalf("missing control table: %v, want ErrNoConfig", err)
+	}
+	if _, err := d.Client.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: str(tables.Control), Key: controlKey(configPK, configSK)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err = NewWriter(ctx, d.Client, tables); !errors.Is(err, ErrNoConfig) {
+		t.Fatalf("missing config item: %v, want ErrNoConfig", err)
+	}
+}
+
+func TestNewWriterOptions(t *testing.T) {
+	d, tables := newTables(t)
+	ctx := ctxT(t)
+	cases := []struct {
+		name   string
+		opt    WriterOption
+		option string
+	}{
+		{"bucket count", BucketCount(outbox.MaxBucketCount + 1), "BucketCount"},
+		{"max message bytes", MaxMessageBytes(10), "MaxMessageBytes"},
+		{"id header", MessageIDHeader(""), "MessageIDHeader"},
+		{"attempts", MaxAttempts(0), "MaxAttempts"},
+		{"fence ttl", FenceTTL(time.Minute), "FenceTTL"},
+		{"clock", WithClock(nil), "WithClock"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := NewWriter(ctx, d.Client, tables, c.opt)
+			var oe *outbox.OptionError
+			if !errors.As(err, &oe) || oe.Option != c.option {
+				t.Fatalf("err = %v, want an *OptionError about %s", err, c.option)
+			}
+		})
+	}
+}
+
+func TestWriteValidationWritesNothing(t *testing.T) {
+	w := newWriterEnv(t, 1, MaxMessageBytes(2<<20))
+	ctx := ctxT(t)
+	big := bytes.Repeat([]byte{1}, MaxItemBytes)
+	many := make([]outbox.Message, 100)
+	for i := range many {
+		many[i] = keyed("k")
+	}
+	var largeItems []types.TransactWriteItem
+	for i := range 11 {
+		largeItems = append(largeItems, types.TransactWriteItem{Put: &types.Put{TableName: str(w.business), Item: map[string]types.AttributeValue{
+			"id": strAttr(fmt.Sprint(i)), "blob": &types.AttributeValueMemberB{Value: bytes.Repeat([]byte{2}, 390*1024)},
+		}}})
+	}
+	cases := []struct {
+		name  string
+		items []types.TransactWriteItem
+		msgs  []outbox.Message
+		index int
+		field string
+	}{
+		{"nothing", nil, nil, -1, "Transaction"},
+		{"bad topic", nil, []outbox.Message{keyed("a"), {Topic: "bad topic", Key: []byte("a")}}, 1, "Topic"},
+		{"id header", nil, []outbox.Message{{Topic: "t", Headers: []outbox.Header{{Key: outbox.DefaultMessageIDHeader}}}}, 0, "Headers[0].Key"},
+		{"bad id", nil, []outbox.Message{{ID: "not-a-uuid", Topic: "t"}}, 0, "ID"},
+		{"negative partition", nil, []outbox.Message{{Topic: "t", Partition: outbox.PartitionOf(-1)}}, 0, "Partition"},
+		{"before 1970", nil, []outbox.Message{{Topic: "t", CreatedAt: time.Date(1969, 1, 1, 0, 0, 0, 0, time.UTC)}}, 0, "CreatedAt"},
+		{"item above 400 KB", nil, []outbox.Message{keyed("a"), {Topic: "t", Key: []byte("a"), Value: big}}, 1, "Value"},
+		{"headers above 400 KB", nil, []outbox.Message{{Topic: "t", Headers: []outbox.Header{{Key: "h", Value: big}}}}, 0, "Headers"},
+		{"101 items", []types.TransactWriteItem{w.bump("agg", 0)}, many, -1, "Transaction"},
+		{"above 4 MB", largeItems, []outbox.Message{keyed("a")}, -1, "Transaction"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := w.writer.Write(ctx, c.items, c.msgs...)
+			var ve *outbox.ValidationError
+			if !errors.As(err, &ve) || ve.Index != c.index || ve.Field != c.field {
+				t.Fatalf("err = %v, want a *ValidationError for message %d field %s", err, c.index, c.field)
+			}
+		})
+	}
+	if w.client.calls != 0 {
+		t.Errorf("%d transactions sent for invalid writes", w.client.calls)
+	}
+	if n := w.counter(t, 0); n != 0 {
+		t.Errorf("invalid writes reserved sequence numbers (counter %d)", n)
+	}
+	if n := w.count(t, 0); n != 0 {
+		t.Errorf("invalid writes stored %d items", n)
+	}
+	if n, _ := w.aggregate(t, "agg"); n != 0 {
+		t.Error("invalid writes applied the caller's item")
+	}
+}
+
+// A message just under the item limit passes: the size check is not off by
+// a wide margin.
+func TestWriteLargestItem(t *testing.T) {
+	w := newWriterEnv(t, 1, MaxMessageBytes(2<<20))
+	m := outbox.Message{ID: uuid.NewString(), Topic: "t", Key: []byte("k"), CreatedAt: t0}
+	m.Sequence, m.Value = maxSeqForSize, []byte{}
+	overhead := itemSize(messageItem(m))
+	m.Value = bytes.Repeat([]byte{3}, MaxItemBytes-overhead)
+	if _, err := w.writer.Write(ctxT(t), nil, m); err != nil {
+		t.Fatalf("a %d-byte item: %v", MaxItemBytes, err)
+	}
+	m.ID, m.Value = uuid.NewString(), append(m.Value, 0)
+	var ve *outbox.ValidationError
+	if _, err := w.writer.Write(ctxT(t), nil, m); !errors.As(err, &ve) {
+		t.Fatalf("a %d-byte item: %v, want a *ValidationError", MaxItemBytes+1, err)
+	}
+}
+
+// assertFenced checks that bucket holds fences, and only fences, at seqs.
+func (w *writerEnv) assertFenced(t *testing.T, bucket int, seqs ...int64) {
+	t.Helper()
+	entries := w.entries(t, bucket)
+	if len(entries) != len(seqs) {
+		t.Fatalf("bucket %d holds %d entries (%+v), want fences at %v", bucket, len(entries), entries, seqs)
+	}
+	for i, e := range entries {
+		if !e.Fence || e.Sequence != seqs[i] {
+			t.Fatalf("bucket %d entry %d = %+v, want a fence at %d", bucket, i, e, seqs[i])
+		}
+	}
+}
+
+func TestWriteBusinessConditionFailedFencesReservations(t *testing.T) {
+	w := newWriterEnv(t, 4)
+	ctx := ctxT(t)
+	k0, k3 := keyInBucket(t, 0, 4), keyInBucket(t, 3, 4)
+	if _, err := w.writer.Write(ctx, []types.TransactWriteItem{w.bump("agg", 0)}, keyed(k0)); err != nil {
+		t.Fatal(err)
+	}
+	// A stale writer: it read version 0, but the aggregate is at version 1.
+	_, err := w.writer.Write(ctx, []types.TransactWriteItem{w.bump("agg", 0)}, keyed(k0), keyed(k3), keyed(k0))
+	if !errors.Is(err, outbox.ErrConditionFailed) {
+		t.Fatalf("err = %v, want ErrConditionFailed", err)
+	}
+	var te *TransactionError
+	if !errors.As(err, &te) || te.Attempts != 1 || te.ReleaseErr != nil {
+		t.Fatalf("err = %#v", err)
+	}
+	if rs := te.CallerReasons(); len(rs) != 1 || aws.ToString(rs[0].Code) != codeCondition {
+		t.Errorf("CallerReasons = %+v", rs)
+	}
+	var tc *types.TransactionCanceledException
+	if !errors.As(err, &tc) {
+		t.Error("the SDK's TransactionCanceledException is not reachable with errors.As")
+	}
+	if w.client.calls != 2 {
+		t.Errorf("%d calls; a failed business condition must not be retried", w.client.calls)
+	}
+	// Bucket 0 had message 1; 2 and 3 were reserved and released. Bucket 3's 1 too.
+	entries := w.entries(t, 0)
+	if len(entries) != 3 || entries[0].Fence || !entries[1].Fence || !entries[2].Fence || entries[2].Sequence != 3 {
+		t.Fatalf("bucket 0 = %+v, want message 1 then fences 2 and 3", entries)
+	}
+	w.assertFenced(t, 3, 1)
+	if n, v := w.aggregate(t, "agg"); n != 1 || v != 1 {
+		t.Errorf("aggregate n=%d ver=%d after a failed write", n, v)
+	}
+	// The fences carry the TTL: now (the writer's clock) + FenceTTL.
+	item := w.getItem(t, w.tables.Messages, messageKey(0, 2))
+	if x, _ := intAttr(item, attrTTL, true); x != ttlSeconds(t0.Add(DefaultFenceTTL)) {
+		t.Errorf("fence TTL %d, want %d", x, ttlSeconds(t0.Add(DefaultFenceTTL)))
+	}
+}
+
+func TestWriteResubmitsAfterFence(t *testing.T) {
+	w := newWriterEnv(t, 2)
+	ctx := ctxT(t)
+	k0, k1 := keyInBucket(t, 0, 2), keyInBucket(t, 1, 2)
+	// A relay gave up on bucket 0's next number before the writer committed.
+	if err := w.store.Fence(ctx, 0, 1, t0); err != nil {
+		t.Fatal(err)
+	}
+	res, err := w.writer.Write(ctx, []types.TransactWriteItem{w.bump("agg", 0)}, keyed(k0), keyed(k1))
+	if err != nil {
+		t.Fatalf("Write over a fenced sequence: %v", err)
+	}
+	if m := res.Messages; m[0].Sequence != 2 || m[1].Sequence != 2 {
+		t.Fatalf("resubmitted at %d and %d, want 2 and 2 (new numbers in both buckets)", m[0].Sequence, m[1].Sequence)
+	}
+	if w.client.calls != 2 || w.client.tokens[0] == w.client.tokens[1] {
+		t.Errorf("calls %d, tokens %v: a resubmission with new items needs a new token", w.client.calls, w.client.tokens)
+	}
+	// Bucket 1's first reservation (1) was released with a fence.
+	if e := w.entries(t, 1); len(e) != 2 || !e[0].Fence || e[0].Sequence != 1 || e[1].Fence || e[1].Sequence != 2 {
+		t.Errorf("bucket 1 = %+v, want fence 1, message 2", e)
+	}
+	if n, _ := w.aggregate(t, "agg"); n != 1 {
+		t.Errorf("aggregate applied %d times", n)
+	}
+}
+
+func TestWriteFencedOnEveryAttempt(t *testing.T) {
+	w := newWriterEnv(t, 1, MaxAttempts(3))
+	ctx := ctxT(t)
+	// A relay that fences every reserved number just before the commit.
+	w.client.fault = func(_ int, in *dynamodb.TransactWriteItemsInput) (bool, error) {
+		for _, it := range in.TransactItems {
+			if it.Put != nil && aws.ToString(it.Put.TableName) == w.tables.Messages {
+				seq, _ := intAttr(it.Put.Item, attrSeq, true)
+				if err := w.store.Fence(ctx, 0, seq, t0); err != nil {
+					t.Errorf("fence %d: %v", seq, err)
+				}
+			}
+		}
+		return true, nil
+	}
+	_, err := w.writer.Write(ctx, []types.TransactWriteItem{w.bump("agg", 0)}, keyed("a"), keyed("b"))
+	if !errors.Is(err, outbox.ErrSequenceFenced) {
+		t.Fatalf("err = %v, want ErrSequenceFenced", err)
+	}
+	if w.client.calls != 3 {
+		t.Errorf("%d attempts, want MaxAttempts = 3", w.client.calls)
+	}
+	w.assertFenced(t, 0, 1, 2, 3, 4, 5, 6)
+	if n, _ := w.aggregate(t, "agg"); n != 0 {
+		t.Error("the caller's item was applied")
+	}
+}
+
+func cancelledBy(code string, items int) error {
+	rs := make([]types.CancellationReason, items)
+	for i := range rs {
+		rs[i] = reason(codeNone)
+	}
+	rs[0] = reason(code)
+	return cancelled(rs...)
+}
+
+func TestWriteRetriesTransientFailures(t *testing.T) {
+	cases := []struct {
+		name   string
+		inject func(items int) error
+		want   error
+	}{
+		{"conflict", func(n int) error { return cancelledBy(codeConflict, n) }, outbox.ErrConflict},
+		{"throttled item", func(n int) error { return cancelledBy(codeThrottling, n) }, outbox.ErrThrottled},
+		{"throttled request", func(int) error {
+			return &types.ProvisionedThroughputExceededException{Message: aws.String("slow down")}
+		}, outbox.ErrThrottled},
+	}
+	for _, c := range cases {
+		t.Run(c.name+" then success", func(t *testing.T) {
+			w := newWriterEnv(t, 1, MaxAttempts(3))
+			w.client.fault = func(call int, in *dynamodb.TransactWriteItemsInput) (bool, error) {
+				if call < 3 {
+					return false, c.inject(len(in.TransactItems))
+				}
+				return true, nil
+			}
+			res, err := w.writer.Write(ctxT(t), []types.TransactWriteItem{w.bump("agg", 0)}, keyed("a"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Messages[0].Sequence != 1 || w.client.calls != 3 {
+				t.Errorf("sequence %d after %d calls", res.Messages[0].Sequence, w.client.calls)
+			}
+			if n, _ := w.aggregate(t, "agg"); n != 1 {
+				t.Errorf("aggregate applied %d times", n)
+			}
+		})
+		t.Run(c.name+" past the budget", func(t *testing.T) {
+			w := newWriterEnv(t, 1, MaxAttempts(2))
+			w.client.fault = func(_ int, in *dynamodb.TransactWriteItemsInput) (bool, error) {
+				return false, c.inject(len(in.TransactItems))
+			}
+			_, err := w.writer.Write(ctxT(t), []types.TransactWriteItem{w.bump("agg", 0)}, keyed("a"), keyed("b"))
+			if !errors.Is(err, c.want) {
+				t.Fatalf("err = %v, want %v", err, c.want)
+			}
+			if w.client.calls != 2 || w.client.tokens[0] != w.client.tokens[1] {
+				t.Errorf("calls %d tokens %v", w.client.calls, w.client.tokens)
+			}
+			// Nothing was written, so the reservations were released.
+			w.assertFenced(t, 0, 1, 2)
+		})
+	}
+}
+
+func TestWriteRejectedByDynamoDB(t *testing.T) {
+	w := newWriterEnv(t, 1)
+	// An item for a table that does not exist: DynamoDB refuses the request.
+	bad := types.TransactWriteItem{Put: &types.Put{TableName: str(testenv.Name(t, "missing")), Item: map[string]types.AttributeValue{"id": strAttr("x")}}}
+	_, err := w.writer.Write(ctxT(t), []types.TransactWriteItem{bad}, keyed("a"))
+	var te *TransactionError
+	if !errors.As(err, &te) || te.Err != nil || te.Attempts != 1 {
+		t.Fatalf("err = %v, want a *TransactionError without a sentinel after 1 attempt", err)
+	}
+	for _, s := range []error{outbox.ErrOutcomeUnknown, outbox.ErrConflict, outbox.ErrConditionFailed} {
+		if errors.Is(err, s) {
+			t.Errorf("matches %v", s)
+		}
+	}
+	w.assertFenced(t, 0, 1)
+}
+
+// The response of a committed transaction is lost: Write must retry with the
+// same token and report one success, with the caller's item applied once.
+func TestWriteResponseLostAfterCommit(t *testing.T) {
+	w := newWriterEnv(t, 2)
+	w.client.fault = func(call int, _ *dynamodb.TransactWriteItemsInput) (bool, error) {
+		if call == 1 {
+			return true, lostResponse() // committed, but the caller hears a timeout
+		}
+		return true, nil
+	}
+	res, err := w.writer.Write(ctxT(t), []types.TransactWriteItem{w.bump("agg", 0)}, keyed("a"), keyed("b"))
+	if err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	if w.client.calls != 2 || w.client.tokens[0] != w.client.tokens[1] {
+		t.Fatalf("calls %d, tokens %v; want a retry with the same token", w.client.calls, w.client.tokens)
+	}
+	// DynamoDB itself answered the retry with success (it honours the
+	// token), rather than cancelling it and leaving Write to recognize its
+	// own messages.
+	if w.client.real[1] != nil {
+		t.Errorf("DynamoDB answered the same-token retry with %v", w.client.real[1])
+	}
+	if n, v := w.aggregate(t, "agg"); n != 1 || v != 1 {
+		t.Fatalf("aggregate n=%d ver=%d: the transaction ran twice", n, v)
+	}
+	total := 0
+	for b := range 2 {
+		for _, e := range w.entries(t, b) {
+			if e.Fence {
+				t.Errorf("fence at %d/%d after a committed write", b, e.Sequence)
+			}
+			total++
+		}
+	}
+	if total != 2 || len(res.Messages) != 2 {
+		t.Fatalf("%d stored, %d reported; want 2 and 2", total, len(res.Messages))
+	}
+}
+
+// Belt and braces for an engine that does not honour the token (or a retry
+// after its 10-minute window): the retry is evaluated again, its outbox puts
+// fail on our own messages, and Write recognizes its earlier commit.
+func TestWriteRecognizesOwnCommitWithoutToken(t *testing.T) {
+	w := newWriterEnv(t, 1)
+	w.client.fault = func(call int, in *dynamodb.TransactWriteItemsInput) (bool, error) {
+		if call == 1 {
+			return true, lostResponse()
+		}
+		in.ClientRequestToken = str(uuid.NewString())
+		return true, nil
+	}
+	res, err := w.writer.Write(ctxT(t), []types.TransactWriteItem{w.bump("agg", 0)}, keyed("a"))
+	if err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	if res.Messages[0].Sequence != 1 || len(w.entries(t, 0)) != 1 {
+		t.Fatalf("result %+v, stored %+v", res.Messages, w.entries(t, 0))
+	}
+	if n, _ := w.aggregate(t, "agg"); n != 1 {
+		t.Fatalf("aggregate applied %d times", n)
+	}
+}
+
+func TestWriteOutcomeUnknown(t *testing.T) {
+	cases := []struct {
+		name      string
+		committed bool
+	}{
+		{"committed", true},
+		{"not committed", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWriterEnv(t, 1, MaxAttempts(3))
+			w.client.fault = func(call int, _ *dynamodb.TransactWriteItemsInput) (bool, error) {
+				return call == 1 && c.committed, lostResponse()
+			}
+			_, err := w.writer.Write(ctxT(t), []types.TransactWriteItem{w.bump("agg", 0)}, keyed("a"))
+			if !errors.Is(err, outbox.ErrOutcomeUnknown) {
+				t.Fatalf("err = %v, want ErrOutcomeUnknown", err)
+			}
+			if w.client.calls != 3 {
+				t.Errorf("%d calls, want 3", w.client.calls)
+			}
+			// Never fenced: the messages may be stored.
+			entries := w.entries(t, 0)
+			if c.committed && (len(entries) != 1 || entries[0].Fence) || !c.committed && len(entries) != 0 {
+				t.Fatalf("entries = %+v", entries)
+			}
+		})
+	}
+}
+
+// A lost response followed by a cancellation with the same token proves the
+// transaction never committed, so the final answer is definite.
+func TestWriteLostThenConditionFailed(t *testing.T) {
+	w := newWriterEnv(t, 1)
+	ctx := ctxT(t)
+	if _, err := w.writer.Write(ctx, []types.TransactWriteItem{w.bump("agg", 0)}); err != nil {
+		t.Fatal(err)
+	}
+	w.client.fault = func(call int, _ *dynamodb.TransactWriteItemsInput) (bool, error) {
+		if call == 2 {
+			return false, lostResponse() // never reached DynamoDB
+		}
+		return true, nil
+	}
+	_, err := w.writer.Write(ctx, []types.TransactWriteItem{w.bump("agg", 0)}, keyed("a"))
+	if !errors.Is(err, outbox.ErrConditionFailed) {
+		t.Fatalf("err = %v, want ErrConditionFailed", err)
+	}
+	if w.client.calls != 3 || w.client.tokens[1] != w.client.tokens[2] {
+		t.Fatalf("calls %d, tokens %v; want the lost call retried once with its token", w.client.calls, w.client.tokens)
+	}
+	w.assertFenced(t, 0, 1)
+}
+
+func TestWriteContextDoneBeforeSending(t *testing.T) {
+	w := newWriterEnv(t, 1)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	cancel()
+	_, err := w.writer.Write(ctx, nil, keyed("a"))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if w.client.calls != 0 {
+		t.Errorf("%d transactions sent with a cancelled context", w.client.calls)
+	}
+}
+
+// Concurrent writers of one aggregate, each reading its version first: the
+// committed messages' sequence order equals the commit (version) order.
+func TestWriteSequenceOrderFollowsCommitOrder(t *testing.T) {
+	w := newWriterEnv(t, 1, MaxAttempts(10))
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	for writer := range 3 {
+		wg.Go(func() {
+			for range 4 {
+				for {
+					_, v := w.aggregate(t, "agg")
+					m := keyed("agg")
+					m.Headers = []outbox.Header{{Key: "version", Value: fmt.Appendf(nil, "%d", v+1)}, {Key: "writer", Value: fmt.Appendf(nil, "%d", writer)}}
+					_, err := w.writer.Write(ctx, []types.TransactWriteItem{w.bump("agg", int(v))}, m)
+					if err == nil {
+						break
+					}
+					if !errors.Is(err, outbox.ErrConditionFailed) && !errors.Is(err, outbox.ErrConflict) {
+						t.Errorf("write: %v", err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var versions []string
+	for _, e := range w.entries(t, 0) {
+		if !e.Fence {
+			versions = append(versions, string(e.Message.Headers[0].Value))
+		}
+	}
+	want := []string{"1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12"}
+	if strings.Join(versions, ",") != strings.Join(want, ",") {
+		t.Fatalf("versions in sequence order = %v, want %v", versions, want)
+	}
+}
