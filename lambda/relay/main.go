@@ -13,13 +13,14 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
-	"github.com/dynakafka/outbox/lambda/internal/env"
-	"github.com/dynakafka/outbox/lambda/internal/wiring"
+	"github.com/dynakafka/outbox/lambda/config"
+	"github.com/dynakafka/outbox/lambda/handler"
+	"github.com/dynakafka/outbox/lambda/wiring"
 )
 
 func main() {
 	logger := lambdacontext.NewLogger()
-	cfg, err := env.Load(os.Getenv)
+	cfg, err := config.Load(os.Getenv)
 	if err != nil {
 		logger.Error("outbox relay: invalid configuration; fix the variable and redeploy", "err", err)
 		os.Exit(2)
@@ -31,7 +32,7 @@ func main() {
 		logger.Error("outbox relay: init failed", "err", err)
 		os.Exit(2)
 	}
-	h := &handler{relay: parts.Relay, concurrency: cfg.Concurrency, log: logger, counters: &Counters{}}
+	h := handler.NewRelay(parts.Relay, cfg.Concurrency, logger)
 	logger.Info("outbox relay: ready", "relay_id", parts.Relay.ID(), "bucket_count", parts.Relay.BucketCount(),
 		"messages_table", cfg.MessagesTable, "brokers", cfg.Brokers, "auth", cfg.Auth)
 	lambda.Start(h.Handle)

@@ -12,13 +12,14 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
-	"github.com/dynakafka/outbox/lambda/internal/env"
-	"github.com/dynakafka/outbox/lambda/internal/wiring"
+	"github.com/dynakafka/outbox/lambda/config"
+	"github.com/dynakafka/outbox/lambda/handler"
+	"github.com/dynakafka/outbox/lambda/wiring"
 )
 
 func main() {
 	logger := lambdacontext.NewLogger()
-	cfg, err := env.Load(os.Getenv)
+	cfg, err := config.Load(os.Getenv)
 	if err != nil {
 		logger.Error("outbox sweeper: invalid configuration; fix the variable and redeploy", "err", err)
 		os.Exit(2)
@@ -30,6 +31,6 @@ func main() {
 		logger.Error("outbox sweeper: init failed", "err", err)
 		os.Exit(2)
 	}
-	h := &handler{relay: parts.Relay, log: logger, now: time.Now}
+	h := handler.NewSweeper(parts.Relay, logger)
 	lambda.Start(h.Handle)
 }

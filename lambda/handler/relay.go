@@ -1,4 +1,8 @@
-package main
+// Package handler holds the Lambda functions' handlers: Relay for the
+// messages table's stream, Sweeper for the schedule. They are importable so
+// the local pipeline (make demo) runs exactly the code Lambda runs; the
+// commands in lambda/relay and lambda/sweeper only wire them.
+package handler
 
 import (
 	"context"
@@ -15,8 +19,8 @@ import (
 	"github.com/dynakafka/outbox"
 )
 
-// drainer is the part of *outbox.Relay the handler uses.
-type drainer interface {
+// Drainer is the part of *outbox.Relay the relay handler uses.
+type Drainer interface {
 	DrainBucket(ctx context.Context, bucket int) (outbox.DrainStats, error)
 	BucketCount() int
 }
@@ -34,12 +38,22 @@ type Counters struct {
 	Published  atomic.Int64 // messages published
 }
 
-type handler struct {
-	relay       drainer
+// Relay handles DynamoDB stream events. Build it with NewRelay.
+type Relay struct {
+	relay       Drainer
 	concurrency int
 	log         *slog.Logger
 	counters    *Counters
 }
+
+// NewRelay returns the relay handler over r, draining at most concurrency
+// buckets at once.
+func NewRelay(r Drainer, concurrency int, log *slog.Logger) *Relay {
+	return &Relay{relay: r, concurrency: max(1, concurrency), log: log, counters: &Counters{}}
+}
+
+// Counters returns the handler's running totals.
+func (h *Relay) Counters() *Counters { return h.counters }
 
 // HintError says why a stream record is not a usable hint.
 type HintError struct {
@@ -93,7 +107,7 @@ func seqLess(a, b string) bool {
 // Handle drains every bucket named by the batch's INSERT records and reports
 // as a batch item failure only the lowest-sequence record of the buckets that
 // could not be drained: Lambda redelivers from that record on.
-func (h *handler) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
 	start := time.Now()
 	lowest := map[int]string{} // bucket -> its lowest stream sequence number in this batch
 	var ignored, malformed, outOfRange int

@@ -1,7 +1,7 @@
-// Package env reads and validates the Lambda functions' configuration from
+// Package config reads and validates the Lambda functions' configuration from
 // environment variables. An invalid value fails the function's init with an
 // error naming the variable and what to fix.
-package env
+package config
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package main
+package handler
 
 import (
 	"context"
@@ -11,15 +11,21 @@ import (
 	"github.com/dynakafka/outbox"
 )
 
-// sweepRelay is the part of *outbox.Relay the sweeper uses.
-type sweepRelay interface {
+// SweepRunner is the part of *outbox.Relay the sweeper handler uses.
+type SweepRunner interface {
 	Sweep(ctx context.Context) (outbox.SweepReport, error)
 }
 
-type handler struct {
-	relay sweepRelay
+// Sweeper handles the schedule's events. Build it with NewSweeper.
+type Sweeper struct {
+	relay SweepRunner
 	log   *slog.Logger
 	now   func() time.Time
+}
+
+// NewSweeper returns the sweeper handler over r.
+func NewSweeper(r SweepRunner, log *slog.Logger) *Sweeper {
+	return &Sweeper{relay: r, log: log, now: time.Now}
 }
 
 // Summary is the sweeper's invocation result: the backlog it saw and what it
@@ -41,7 +47,7 @@ type Summary struct {
 // Handle runs one sweep. A misconfiguration (messages in buckets outside the
 // range) fails the invocation, so the function's Errors alarm fires; a bucket
 // that could not be drained is logged and retried on the next schedule.
-func (h *handler) Handle(ctx context.Context, ev events.CloudWatchEvent) (Summary, error) {
+func (h *Sweeper) Handle(ctx context.Context, ev events.CloudWatchEvent) (Summary, error) {
 	rep, err := h.relay.Sweep(ctx)
 	s := Summary{Pending: rep.Pending, PendingTruncated: rep.Truncated, Live: rep.Live, Share: rep.Share,
 		Ready: rep.Ready, Drained: rep.Drained, Held: rep.Held, Skipped: rep.Skipped}

@@ -22,13 +22,13 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/kafka"
-	"github.com/dynakafka/outbox/lambda/internal/env"
+	"github.com/dynakafka/outbox/lambda/config"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
 // Parts are what a function needs.
 type Parts struct {
-	Config    env.Config
+	Config    config.Config
 	AWS       aws.Config
 	Dynamo    *dynamodb.Client
 	Store     *dynamo.Store
@@ -45,7 +45,7 @@ func (p *Parts) Close() {
 
 // Build builds every part from cfg. relayID names this container's relay in
 // leases and heartbeats; extra relay options come last (tests use them).
-func Build(ctx context.Context, cfg env.Config, logger *slog.Logger, relayID string, extra ...outbox.Option) (*Parts, error) {
+func Build(ctx context.Context, cfg config.Config, logger *slog.Logger, relayID string, extra ...outbox.Option) (*Parts, error) {
 	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(cfg.Region))
 	if err != nil {
 		return nil, fmt.Errorf("load AWS configuration: %w", err)
@@ -54,7 +54,7 @@ func Build(ctx context.Context, cfg env.Config, logger *slog.Logger, relayID str
 }
 
 // BuildWith is Build with a given AWS configuration.
-func BuildWith(ctx context.Context, cfg env.Config, awsCfg aws.Config, logger *slog.Logger, relayID string, extra ...outbox.Option) (*Parts, error) {
+func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger, relayID string, extra ...outbox.Option) (*Parts, error) {
 	p := &Parts{Config: cfg, AWS: awsCfg}
 	p.Dynamo = dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
 		if cfg.DynamoEndpoint != "" {
@@ -110,22 +110,22 @@ type secretAPI interface {
 
 var newSecrets = func(cfg aws.Config) secretAPI { return secretsmanager.NewFromConfig(cfg) }
 
-func authOptions(ctx context.Context, cfg env.Config, awsCfg aws.Config) ([]kafka.Opt, error) {
+func authOptions(ctx context.Context, cfg config.Config, awsCfg aws.Config) ([]kafka.Opt, error) {
 	switch cfg.Auth {
-	case env.AuthNone:
+	case config.AuthNone:
 		return nil, nil
-	case env.AuthTLS:
+	case config.AuthTLS:
 		return []kafka.Opt{kafka.TLS(nil)}, nil
-	case env.AuthSCRAM:
+	case config.AuthSCRAM:
 		mech, err := scramFromSecret(ctx, newSecrets(awsCfg), cfg.SASLSecretARN)
 		if err != nil {
 			return nil, err
 		}
 		return []kafka.Opt{kafka.TLS(nil), kafka.SASL(mech)}, nil
-	case env.AuthMSKIAM:
+	case config.AuthMSKIAM:
 		return []kafka.Opt{kafka.TLS(nil), kafka.SASL(mskIAM(awsCfg.Credentials))}, nil
 	}
-	return nil, &env.Error{Variable: "KAFKA_AUTH", Value: cfg.Auth, Reason: "unknown mode"}
+	return nil, &config.Error{Variable: "KAFKA_AUTH", Value: cfg.Auth, Reason: "unknown mode"}
 }
 
 // scramFromSecret reads {"username": ..., "password": ...} (the shape MSK's
@@ -140,7 +140,7 @@ func scramFromSecret(ctx context.Context, sm secretAPI, arn string) (sasl.Mechan
 		Password string `json:"password"`
 	}
 	if out.SecretString == nil || json.Unmarshal([]byte(*out.SecretString), &s) != nil || s.Username == "" || s.Password == "" {
-		return nil, &env.Error{Variable: "KAFKA_SASL_SECRET_ARN", Value: arn, Reason: `the secret must be a JSON string {"username": "...", "password": "..."}`}
+		return nil, &config.Error{Variable: "KAFKA_SASL_SECRET_ARN", Value: arn, Reason: `the secret must be a JSON string {"username": "...", "password": "..."}`}
 	}
 	return scram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism(), nil
 }

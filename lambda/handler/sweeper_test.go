@@ -1,4 +1,4 @@
-package main
+package handler
 
 import (
 	"context"
@@ -58,7 +58,8 @@ func TestSweeperDrainsAndSummarises(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &handler{relay: r, log: slog.New(slog.NewTextHandler(io.Discard, nil)), now: func() time.Time { return now }}
+	h := NewSweeper(r, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h.now = func() time.Time { return now }
 	sum, err := h.Handle(context.Background(), scheduled(t))
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +82,7 @@ func TestSweeperFailsLoudlyOnOutOfRangeBuckets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &handler{relay: r, log: slog.New(slog.NewTextHandler(io.Discard, nil)), now: time.Now}
+	h := NewSweeper(r, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	sum, err := h.Handle(context.Background(), scheduled(t))
 	var re *outbox.BucketRangeError
 	if !errors.As(err, &re) || fmt.Sprint(sum.OutOfRange) != "[9]" {

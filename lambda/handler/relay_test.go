@@ -1,4 +1,4 @@
-package main
+package handler
 
 import (
 	"context"
@@ -57,8 +57,8 @@ func loadEvent(t *testing.T, name string) events.DynamoDBEvent {
 	return ev
 }
 
-func newHandler(d drainer) *handler {
-	return &handler{relay: d, concurrency: 4, log: slog.New(slog.NewTextHandler(io.Discard, nil)), counters: &Counters{}}
+func newHandler(d Drainer) *Relay {
+	return NewRelay(d, 4, slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
 func TestHandlerFixtures(t *testing.T) {
