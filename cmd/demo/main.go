@@ -451,4 +451,3 @@ func splitList(s string) []string {
 	}
 	return out
 }
-
