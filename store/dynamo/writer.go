@@ -73,7 +73,9 @@ func (w *Writer) BucketCount() int { return w.bucketCount }
 // item of at most 400 KB) and so is the transaction (at most 100 items and
 // 4 MB); a *outbox.ValidationError means nothing was written and nothing was
 // reserved. Messages get an id (outbox.NewID) when theirs is empty, CreatedAt
-// (the clock's now) when zero, and their bucket (outbox.BucketFor).
+// (the clock's now) when zero, and their bucket (outbox.BucketFor) and
+// sequence number (any Bucket and Sequence the caller set are replaced). The
+// caller's items and messages are not modified.
 //
 // Call Write after reading the aggregate your items are built from: it
 // reserves the messages' sequence numbers (one counter update per bucket)
@@ -84,7 +86,8 @@ func (w *Writer) BucketCount() int { return w.bucketCount }
 // network error, server error, a transaction with the same token in
 // progress, whole-request throttling) is retried with the same client
 // request token and identical items, so a transaction that did commit is
-// reported committed, once; a conflict or throttled cancellation is retried
+// reported committed, once (DynamoDB honours a token for 10 minutes, far
+// longer than the retries take); a conflict or throttled cancellation is retried
 // after a backoff; if relays fenced the reserved sequence numbers (the
 // writer took longer than their gap timeout), new numbers are reserved and
 // the transaction resubmitted with a new token.
