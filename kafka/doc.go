@@ -58,9 +58,13 @@
 // answered is never failed by cancellation: with idempotent writes, the only
 // way to know whether Kafka stored it is the broker's answer (kgo retries the
 // request until it gets one). Publish therefore returns promptly on
-// cancellation when records are waiting (for metadata, a producer id, a
-// leader, a retry backoff or buffer space) and otherwise as soon as the
-// in-flight requests are answered. See Publisher.Publish.
+// cancellation when records are waiting (for a producer id or buffer space at
+// once, after a retriable error within DefaultMetadataMinAge) and otherwise
+// as soon as the in-flight requests are answered. A broker that accepted a
+// request and never answers it can thus hold a Publish past its lease; the
+// relay must not delete anything after losing its lease anyway, and what such
+// a request writes is a duplicate the message-id header identifies. See
+// Publisher.Publish.
 //
 // # Authentication
 //

@@ -16,6 +16,17 @@ const (
 	// DefaultLeaseDuration matches the relay's default bucket lease.
 	DefaultLeaseDuration = 30 * time.Second
 
+	// DefaultMetadataMinAge is the kgo MetadataMinAge the Publisher sets
+	// (kgo's own default is 5s); ClientOptions(kgo.MetadataMinAge(d))
+	// changes it. After a retriable produce error (NOT_LEADER,
+	// NOT_ENOUGH_REPLICAS, ...) kgo retries the partition only after a
+	// metadata refresh, at most once per MetadataMinAge, and that retry is
+	// also when it notices a cancelled context or an expired
+	// DeliveryTimeout. 1s keeps both within a second and recovery from a
+	// leader change quick, for at most one metadata request per second per
+	// client during an outage.
+	DefaultMetadataMinAge = time.Second
+
 	// batchLengthPrefix is what kgo counts in a record batch's size on top of
 	// what the broker counts: the 4-byte length of the records field in the
 	// produce request. Kafka measures a batch as 12 bytes (base offset and
@@ -76,7 +87,8 @@ func defaultCfg() cfg {
 }
 
 // ClientOptions passes options to the kgo client, for example kgo.ClientID,
-// kgo.Rack, kgo.Dialer or kgo.ProducerLinger. They are applied before the
+// kgo.Rack, kgo.Dialer, kgo.ProducerLinger or kgo.MetadataMinAge (which the
+// Publisher sets to DefaultMetadataMinAge unless given here). They are applied before the
 // publisher's own settings, which therefore win: the seed brokers,
 // RecordPartitioner, ProducerBatchMaxBytes, RecordDeliveryTimeout (off; see
 // DeliveryTimeout),
@@ -142,8 +154,9 @@ func LeaseDuration(d time.Duration) Opt {
 // records' context instead. A record already written to a broker waits for
 // the broker's answer (see Publisher.Publish). It must be positive and shorter
 // than LeaseDuration, leaving the relay time to record the acknowledged prefix
-// before the lease expires. Default LeaseDuration*2/3 (20s with the default
-// lease).
+// before the lease expires; with kgo's MetadataMinAge added (see
+// DefaultMetadataMinAge) it must still be shorter. Default LeaseDuration*2/3
+// (20s with the default lease).
 func DeliveryTimeout(d time.Duration) Opt {
 	return optFunc(func(c *cfg) { c.deliveryTimeout = d })
 }

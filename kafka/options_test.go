@@ -33,6 +33,7 @@ func TestNewPublisherRejectsBadOptions(t *testing.T) {
 		{"delivery timeout equals lease", noBroker, []Opt{LeaseDuration(10 * time.Second), DeliveryTimeout(10 * time.Second)}, "DeliveryTimeout"},
 		{"delivery timeout above default lease", noBroker, []Opt{DeliveryTimeout(time.Minute)}, "DeliveryTimeout"},
 		{"negative delivery timeout", noBroker, []Opt{DeliveryTimeout(-time.Second)}, "DeliveryTimeout"},
+		{"metadata min age leaves no room", noBroker, []Opt{ClientOptions(kgo.MetadataMinAge(10 * time.Second))}, "DeliveryTimeout"},
 		{"bad topic", noBroker, []Opt{Topics("ok", "not ok")}, "Topics[1]"},
 		{"nil SASL mechanism", noBroker, []Opt{SASL(nil)}, "SASL[0]"},
 	}
@@ -57,18 +58,20 @@ func TestNewPublisherDefaults(t *testing.T) {
 		opts         []Opt
 		wantDelivery time.Duration
 		wantBatch    int32
+		wantMinAge   time.Duration
 	}{
-		{"defaults", nil, 20 * time.Second, outbox.DefaultMaxMessageBytes + 4},
-		{"lease sets delivery timeout", []Opt{LeaseDuration(90 * time.Second)}, time.Minute, outbox.DefaultMaxMessageBytes + 4},
-		{"explicit delivery timeout", []Opt{DeliveryTimeout(5 * time.Second)}, 5 * time.Second, outbox.DefaultMaxMessageBytes + 4},
-		{"MaxMessageBytes sets batch bytes", []Opt{MaxMessageBytes(2048)}, 20 * time.Second, 2052},
+		{"defaults", nil, 20 * time.Second, outbox.DefaultMaxMessageBytes + 4, time.Second},
+		{"lease sets delivery timeout", []Opt{LeaseDuration(90 * time.Second)}, time.Minute, outbox.DefaultMaxMessageBytes + 4, time.Second},
+		{"explicit delivery timeout", []Opt{DeliveryTimeout(5 * time.Second)}, 5 * time.Second, outbox.DefaultMaxMessageBytes + 4, time.Second},
+		{"MaxMessageBytes sets batch bytes", []Opt{MaxMessageBytes(2048)}, 20 * time.Second, 2052, time.Second},
+		{"ClientOptions may set MetadataMinAge", []Opt{ClientOptions(kgo.MetadataMinAge(3 * time.Second))}, 20 * time.Second, outbox.DefaultMaxMessageBytes + 4, 3 * time.Second},
 		{"ClientOptions cannot override enforced settings", []Opt{ClientOptions(
 			kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
 			kgo.ProducerBatchMaxBytes(16<<20),
 			kgo.RecordDeliveryTimeout(time.Hour),
 			kgo.ProducerBatchCompression(kgo.ZstdCompression()),
 			kgo.ClientID("relay-test"),
-		)}, 20 * time.Second, outbox.DefaultMaxMessageBytes + 4},
+		)}, 20 * time.Second, outbox.DefaultMaxMessageBytes + 4, time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,6 +92,7 @@ func TestNewPublisherDefaults(t *testing.T) {
 				{"DisableIdempotentWrite", kgo.DisableIdempotentWrite, false},
 				{"ProducerBatchMaxBytes", kgo.ProducerBatchMaxBytes, tt.wantBatch},
 				{"RecordDeliveryTimeout", kgo.RecordDeliveryTimeout, time.Duration(0)},
+				{"MetadataMinAge", kgo.MetadataMinAge, tt.wantMinAge},
 			}
 			for _, c := range checks {
 				if got := p.cl.OptValue(c.opt); got != c.want {

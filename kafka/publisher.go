@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dynakafka/outbox"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -50,7 +51,9 @@ func NewPublisher(ctx context.Context, seeds []string, opts ...Opt) (*Publisher,
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	kopts := append([]kgo.Opt(nil), c.clientOpts...)
+	// Defaults first, so that ClientOptions can change them.
+	kopts := []kgo.Opt{kgo.MetadataMinAge(DefaultMetadataMinAge)}
+	kopts = append(kopts, c.clientOpts...)
 	kopts = append(kopts, kgo.SeedBrokers(seeds...))
 	if c.logger != nil {
 		kopts = append(kopts, kgo.WithLogger(kgoLogger{c.logger}))
@@ -66,6 +69,14 @@ func NewPublisher(ctx context.Context, seeds []string, opts ...Opt) (*Publisher,
 	cl, err := kgo.NewClient(kopts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: new client: %w", err)
+	}
+	// A record waiting on a retriable error is looked at again (and failed
+	// if its context is done) only when kgo retries it, after a metadata
+	// refresh, which kgo does at most once per MetadataMinAge.
+	if minAge, _ := cl.OptValue(kgo.MetadataMinAge).(time.Duration); c.deliveryTimeout+minAge >= c.leaseDuration {
+		cl.Close()
+		return nil, &outbox.OptionError{Option: "DeliveryTimeout", Value: c.deliveryTimeout,
+			Reason: fmt.Sprintf("plus kgo's MetadataMinAge (%v, the longest a waiting record goes unchecked) must be shorter than LeaseDuration=%v; lower either", minAge, c.leaseDuration)}
 	}
 	// checkClientOptions refused any downgrade and kgo has no option that
 	// could re-enable one after ours, but verify what the client will do.
@@ -189,9 +200,15 @@ func acksString(v any) string {
 //
 // When ctx is done, records not yet started are not produced, and kgo fails
 // the records it has not yet written to a broker (with ctx's error) the next
-// time it considers sending them. Publish does not return until every started
-// record has a result, so it may wait for requests already in flight to be
-// answered; those records are reported as acknowledged if they were.
+// time it considers sending them: at once for records waiting for a producer
+// id or for buffer space, at the next retry (within kgo's MetadataMinAge, see
+// DefaultMetadataMinAge) for records waiting after a retriable error, and
+// when the partition's earlier request is answered for records queued behind
+// it. Publish does not return until every started record has a result, so it
+// waits for requests already in flight to be answered (kgo retries such a
+// request until the broker answers it, since only the answer tells whether
+// Kafka stored it); records Kafka acknowledged are reported as acknowledged,
+// cancelled or not. The same holds for DeliveryTimeout.
 //
 // The client is shared by concurrent Publish calls, so Publish does not use
 // kgo's AbortBufferedRecords (it would abort every bucket's records) but

@@ -3,6 +3,7 @@ package kafka
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -289,5 +290,57 @@ func TestPublishAfterClose(t *testing.T) {
 	publishErr(t, err, msgs[0])
 	if !IsRetriable(err) {
 		t.Errorf("IsRetriable(ErrClosed) = false")
+	}
+}
+
+// The relay drains several buckets at once through one Publisher.
+func TestPublishConcurrentBuckets(t *testing.T) {
+	k := testenv.Kafka(t)
+	const partitions = 3
+	topic := newTopic(t, k, partitions, nil)
+	p := newPublisher(t, k, Topics(topic))
+
+	const buckets, perBucket = 6, 60
+	runs := make([][]outbox.Message, buckets)
+	errs := make(chan error, buckets)
+	for b := range runs {
+		runs[b] = messages(topic, perBucket, func(i int) []byte { return fmt.Appendf(nil, "bucket-%d-key-%d", b, i%4) })
+		for i := range runs[b] {
+			runs[b][i].Bucket = b
+		}
+		go func() {
+			acked, err := p.Publish(testCtx(t), runs[b])
+			if err == nil && acked != perBucket {
+				err = fmt.Errorf("bucket %d: acked %d of %d", b, acked, perBucket)
+			}
+			errs <- err
+		}()
+	}
+	for range runs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Per key, the records are in sequence order.
+	pos := make(map[string]int)
+	for _, r := range consumeAll(t, k, topic) {
+		pos[recordID(t, r, outbox.DefaultMessageIDHeader)] = int(r.Partition)<<20 | int(r.Offset)
+	}
+	for b, run := range runs {
+		last := make(map[string]int)
+		for _, m := range run {
+			at, ok := pos[m.ID]
+			if !ok {
+				t.Fatalf("bucket %d sequence %d is not on the topic", b, m.Sequence)
+			}
+			if prev, seen := last[string(m.Key)]; seen && at <= prev {
+				t.Fatalf("bucket %d key %s: sequence %d is before an earlier message", b, m.Key, m.Sequence)
+			}
+			last[string(m.Key)] = at
+		}
+	}
+	if len(pos) != buckets*perBucket {
+		t.Fatalf("topic holds %d records, want %d", len(pos), buckets*perBucket)
 	}
 }

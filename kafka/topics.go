@@ -123,7 +123,7 @@ func (c *topicChecker) describe(ctx context.Context, topics []string) map[string
 		case !ok:
 			errs[t] = &TopicError{Topic: t, Err: kerr.UnknownTopicOrPartition}
 		case err != nil:
-			errs[t] = &TopicError{Topic: t, Err: err}
+			errs[t] = topicError(t, err)
 		default:
 			exist = append(exist, t)
 		}
@@ -159,7 +159,7 @@ func (c *topicChecker) describe(ctx context.Context, topics []string) map[string
 			continue
 		}
 		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
-			errs[t] = &TopicError{Topic: t, Err: err}
+			errs[t] = topicError(t, err)
 			continue
 		}
 		lim, ok, err := topicLimit(r)
@@ -189,6 +189,17 @@ func (c *topicChecker) describe(ctx context.Context, topics []string) map[string
 		}
 	}
 	return errs
+}
+
+// topicError reports a per-topic error code: a *TopicError for what needs an
+// operator (missing topic, permissions), a plain wrap for what Kafka marks
+// retriable (a leader election right after the topic was created, ...), so
+// that IsRetriable tells them apart.
+func topicError(topic string, err error) error {
+	if kerr.IsRetriable(err) && !errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return fmt.Errorf("kafka: checking topic %q: %w", topic, err)
+	}
+	return &TopicError{Topic: topic, Err: err}
 }
 
 type limit struct {

@@ -1,0 +1,330 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// byPartition groups the ids of a topic's records by partition.
+func byPartition(t *testing.T, k *testenv.KafkaCluster, topic string) map[int32][]string {
+	t.Helper()
+	out := make(map[int32][]string)
+	for _, r := range consumeAll(t, k, topic) {
+		out[r.Partition] = append(out[r.Partition], recordID(t, r, outbox.DefaultMessageIDHeader))
+	}
+	return out
+}
+
+func TestPublishPartialFailure(t *testing.T) {
+	// Messages 1..5 pinned to partitions 0, 0, 1, 0, 2; faults hit partition 1
+	// (message 3) or 0 (message 1).
+	pins := []int32{0, 0, 1, 0, 2}
+	tests := []struct {
+		name      string
+		fault     kfake.Fault
+		opts      []Opt
+		wantAcked int
+		wantErr   error // errors.Is target for the first error
+		retriable bool
+		// which messages (1-based) each partition holds afterwards
+		want map[int32][]int
+	}{
+		{
+			name:      "non-retriable error on one partition",
+			fault:     kfake.Fault{Partitions: []int32{1}, Err: kerr.InvalidRecord, Count: -1},
+			wantAcked: 2, wantErr: kerr.InvalidRecord,
+			// Kafka judges each partition's batch on its own: messages 4
+			// and 5 are written although message 3 failed.
+			want: map[int32][]int{0: {1, 2, 4}, 2: {5}},
+		},
+		{
+			name:      "first message rejected",
+			fault:     kfake.Fault{Partitions: []int32{0}, Err: kerr.PolicyViolation, Count: -1},
+			wantAcked: 0, wantErr: kerr.PolicyViolation,
+			want: map[int32][]int{1: {3}, 2: {5}},
+		},
+		{
+			name:      "retriable error once",
+			fault:     kfake.Fault{Partitions: []int32{1}, Err: kerr.NotEnoughReplicas, Count: 1},
+			wantAcked: 5,
+			want:      map[int32][]int{0: {1, 2, 4}, 1: {3}, 2: {5}},
+		},
+		{
+			name:      "leader moved once",
+			fault:     kfake.Fault{Partitions: []int32{1}, Err: kerr.NotLeaderForPartition, Count: 1},
+			wantAcked: 5,
+			want:      map[int32][]int{0: {1, 2, 4}, 1: {3}, 2: {5}},
+		},
+		{
+			name:      "retriable error past the delivery timeout",
+			fault:     kfake.Fault{Partitions: []int32{1}, Err: kerr.NotEnoughReplicas, Count: -1},
+			opts:      []Opt{LeaseDuration(3 * time.Second), DeliveryTimeout(time.Second)},
+			wantAcked: 2, wantErr: kgo.ErrRecordTimeout, retriable: true,
+			want: map[int32][]int{0: {1, 2, 4}, 2: {5}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := testenv.Kafka(t)
+			testenv.RequireKfake(t, k)
+			topic := newTopic(t, k, 3, nil)
+			p := newPublisher(t, k, append([]Opt{Topics(topic)}, tt.opts...)...)
+			msgs := messages(topic, len(pins), sameKey("k"))
+			for i, pin := range pins {
+				msgs[i].Partition = outbox.PartitionOf(pin)
+			}
+			f := tt.fault
+			f.Keys, f.Topic = []kmsg.Key{kmsg.Produce}, topic
+			faults := k.Cluster.Fault(f)
+
+			acked, err := p.Publish(testCtx(t), msgs)
+			faults.Remove()
+			if acked != tt.wantAcked {
+				t.Fatalf("acked %d, want %d (err %v)", acked, tt.wantAcked, err)
+			}
+			if tt.wantErr == nil {
+				if err != nil {
+					t.Fatalf("err %v, want nil", err)
+				}
+			} else {
+				publishErr(t, err, msgs[acked])
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("err %v, want one matching %v", err, tt.wantErr)
+				}
+				pe, ok := errors.AsType[*ProduceError](err)
+				if !ok || pe.Topic != topic || pe.Partition != pins[acked] {
+					t.Fatalf("err %v: want a *ProduceError for %s partition %d", err, topic, pins[acked])
+				}
+				if IsRetriable(err) != tt.retriable {
+					t.Errorf("IsRetriable(%v) = %v, want %v", err, !tt.retriable, tt.retriable)
+				}
+			}
+			got := byPartition(t, k, topic)
+			for part := range int32(3) {
+				var want []string
+				for _, n := range tt.want[part] {
+					want = append(want, msgs[n-1].ID)
+				}
+				if !slices.Equal(got[part], want) {
+					t.Errorf("partition %d holds %v, want %v", part, got[part], want)
+				}
+			}
+		})
+	}
+}
+
+type publishResult struct {
+	acked int
+	err   error
+}
+
+func publishAsync(ctx context.Context, p *Publisher, msgs []outbox.Message) <-chan publishResult {
+	ch := make(chan publishResult, 1)
+	go func() {
+		acked, err := p.Publish(ctx, msgs)
+		ch <- publishResult{acked, err}
+	}()
+	return ch
+}
+
+func await(t *testing.T, ch <-chan publishResult) publishResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(testTimeout):
+		t.Fatal("Publish did not return")
+		return publishResult{}
+	}
+}
+
+// holdFirst makes the cluster hold the first request with key until release
+// is closed, and closes the returned channel when it holds it.
+func holdFirst(c *kfake.Cluster, key kmsg.Key, release <-chan struct{}) <-chan struct{} {
+	held := make(chan struct{})
+	var once atomic.Bool
+	c.ControlKey(int16(key), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if once.CompareAndSwap(false, true) {
+			close(held)
+			c.SleepControl(func() { <-release })
+		}
+		return nil, nil, false // then handle it normally
+	})
+	return held
+}
+
+// heldProducerID returns a topic and a Publisher whose first InitProducerID
+// request the cluster holds until the test ends, so that its records wait in
+// the client; held is closed once the request is held.
+func heldProducerID(t *testing.T) (topic string, p *Publisher, held <-chan struct{}) {
+	t.Helper()
+	k := testenv.Kafka(t)
+	testenv.RequireKfake(t, k)
+	topic = newTopic(t, k, 1, nil)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	held = holdFirst(k.Cluster, kmsg.InitProducerID, release)
+	return topic, newPublisher(t, k, Topics(topic)), held
+}
+
+// publishMarker publishes one message after the others and returns its id:
+// anything a cancelled Publish left in the client would be written before it.
+func publishMarker(t *testing.T, p *Publisher, topic string) string {
+	t.Helper()
+	m := messages(topic, 1, sameKey("k"))
+	if acked, err := p.Publish(testCtx(t), m); acked != 1 || err != nil {
+		t.Fatalf("marker Publish = %d, %v", acked, err)
+	}
+	return m[0].ID
+}
+
+// While the broker keeps answering with a retriable error, records wait in the
+// client; cancelling the Publish fails them at the next retry, long before the
+// delivery timeout, and none of them is written later.
+func TestPublishCancelWhileRetrying(t *testing.T) {
+	k := testenv.Kafka(t)
+	testenv.RequireKfake(t, k)
+	topic := newTopic(t, k, 1, nil)
+	p := newPublisher(t, k, Topics(topic)) // DeliveryTimeout 20s
+	faults := k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.NotEnoughReplicas, Count: -1})
+
+	ctx, cancel := context.WithCancel(testCtx(t))
+	msgs := messages(topic, 5, sameKey("k"))
+	result := publishAsync(ctx, p, msgs)
+	if err := faults.Wait(testCtx(t), 2); err != nil { // the records were sent and retried
+		t.Fatal(err)
+	}
+	cancel()
+	r := await(t, result)
+	if r.acked != 0 || !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("Publish = %d, %v; want 0 and context.Canceled", r.acked, r.err)
+	}
+	publishErr(t, r.err, msgs[0])
+	if !IsRetriable(r.err) {
+		t.Errorf("IsRetriable(%v) = false", r.err)
+	}
+
+	faults.Remove()
+	marker := publishMarker(t, p, topic)
+	if got := ids(t, consumeAll(t, k, topic)); !slices.Equal(got, []string{marker}) {
+		t.Fatalf("topic holds %v, want only the marker %s", got, marker)
+	}
+}
+
+// Records waiting for the producer id fail as soon as the Publish is
+// cancelled: kgo loads the id with the context of the first waiting record.
+func TestPublishCancelBeforeSending(t *testing.T) {
+	topic, p, held := heldProducerID(t)
+
+	ctx, cancel := context.WithCancel(testCtx(t))
+	msgs := messages(topic, 5, sameKey("k"))
+	result := publishAsync(ctx, p, msgs)
+	<-held
+	cancel()
+	r := await(t, result) // without releasing the held request
+	if r.acked != 0 || !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("Publish = %d, %v; want 0 and context.Canceled", r.acked, r.err)
+	}
+	publishErr(t, r.err, msgs[0])
+}
+
+// A Publish cancelled while its records are in flight waits for the broker's
+// answer: with idempotent writes that answer is the only way to know whether
+// Kafka stored them. What was acknowledged is reported as acknowledged, and
+// nothing is written after Publish returns.
+func TestPublishCancelWaitsForInFlight(t *testing.T) {
+	k := testenv.Kafka(t)
+	testenv.RequireKfake(t, k)
+	topic := newTopic(t, k, 1, nil)
+	p := newPublisher(t, k, Topics(topic))
+	release := make(chan struct{})
+	held := holdFirst(k.Cluster, kmsg.Produce, release)
+
+	ctx, cancel := context.WithCancel(testCtx(t))
+	msgs := messages(topic, 3, sameKey("k"))
+	result := publishAsync(ctx, p, msgs)
+	<-held
+	cancel()
+	select {
+	case r := <-result:
+		t.Fatalf("Publish returned %d, %v while its records were in flight", r.acked, r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	r := await(t, result)
+	// The held request carried at least the first message; any message kgo
+	// had not put in it was still buffered and failed with the context.
+	if r.acked < 1 || (r.acked < len(msgs)) != errors.Is(r.err, context.Canceled) || (r.acked == len(msgs)) != (r.err == nil) {
+		t.Fatalf("Publish = %d, %v; want at least 1 acknowledged, and context.Canceled for the rest", r.acked, r.err)
+	}
+	marker := publishMarker(t, p, topic)
+	want := append(msgIDs(msgs[:r.acked]), marker)
+	if got := ids(t, consumeAll(t, k, topic)); !slices.Equal(got, want) {
+		t.Fatalf("topic holds %v, want the acknowledged prefix then the marker %v", got, want)
+	}
+}
+
+func TestPublishCancelledBeforeStart(t *testing.T) {
+	k := testenv.Kafka(t)
+	topic := newTopic(t, k, 1, nil)
+	p := newPublisher(t, k, Topics(topic))
+	ctx, cancel := context.WithCancel(testCtx(t))
+	cancel()
+	msgs := messages(topic, 3, sameKey("k"))
+	acked, err := p.Publish(ctx, msgs)
+	if acked != 0 || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Publish = %d, %v; want 0 and context.Canceled", acked, err)
+	}
+	publishErr(t, err, msgs[0])
+	marker := publishMarker(t, p, topic)
+	if got := ids(t, consumeAll(t, k, topic)); !slices.Equal(got, []string{marker}) {
+		t.Fatalf("topic holds %v, want only the marker", got)
+	}
+}
+
+// kgo consults only the first record's context in a partition's batch: when
+// one Publish is cancelled, a concurrent Publish whose records share the batch
+// sees them fail too, with ErrSharedBatchCancelled.
+func TestPublishSharedBatchCancelled(t *testing.T) {
+	topic, p, held := heldProducerID(t)
+
+	ctxA, cancelA := context.WithCancel(testCtx(t))
+	a := messages(topic, 2, sameKey("a"))
+	resultA := publishAsync(ctxA, p, a)
+	<-held
+	for p.cl.BufferedProduceRecords() < int64(len(a)) {
+		time.Sleep(time.Millisecond)
+	}
+	b := messages(topic, 2, sameKey("b"))
+	for i := range b {
+		b[i].Bucket = 5
+	}
+	resultB := publishAsync(testCtx(t), p, b)
+	for p.cl.BufferedProduceRecords() < int64(len(a)+len(b)) {
+		time.Sleep(time.Millisecond)
+	}
+	cancelA()
+
+	ra, rb := await(t, resultA), await(t, resultB)
+	if ra.acked != 0 || !errors.Is(ra.err, context.Canceled) {
+		t.Fatalf("cancelled Publish = %d, %v; want 0, context.Canceled", ra.acked, ra.err)
+	}
+	if rb.acked != 0 || !errors.Is(rb.err, ErrSharedBatchCancelled) || errors.Is(rb.err, context.Canceled) {
+		t.Fatalf("other Publish = %d, %v; want 0, ErrSharedBatchCancelled (not context.Canceled)", rb.acked, rb.err)
+	}
+	publishErr(t, rb.err, b[0])
+	if !IsRetriable(rb.err) {
+		t.Errorf("IsRetriable(%v) = false", rb.err)
+	}
+}
