@@ -18,8 +18,10 @@ import (
 // *types.TransactionCanceledException).
 type TransactionError struct {
 	// Err is the outbox sentinel: outbox.ErrConditionFailed, ErrConflict,
-	// ErrThrottled, ErrSequenceFenced or ErrOutcomeUnknown; nil when
-	// DynamoDB refused the request itself (Cause and Fix say why).
+	// ErrThrottled, ErrSequenceFenced or ErrOutcomeUnknown; nil for other
+	// failures that wrote nothing (DynamoDB refused the request, a sequence
+	// counter could not be updated, the context ended before sending);
+	// Cause and Fix say why.
 	Err error
 	// Cause is the last error from DynamoDB.
 	Cause error

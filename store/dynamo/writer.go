@@ -272,8 +272,12 @@ func (t *txn) run(ctx context.Context) (Result, error) {
 			if attempt < maxAttempts && ctx.Err() == nil {
 				// The whole transaction was cancelled: release what is
 				// left of the old numbers, take new ones, new token.
-				t.release(ctx)
+				t.release(ctx) // best effort: relays fence what is left after their gap timeout
 				if err := t.reserve(ctx); err != nil {
+					var te *TransactionError
+					if errors.As(err, &te) {
+						te.Attempts = attempt
+					}
 					return Result{}, err
 				}
 				in = t.input()
