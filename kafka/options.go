@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dynakafka/outbox"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -88,15 +89,17 @@ func defaultCfg() cfg {
 
 // ClientOptions passes options to the kgo client, for example kgo.ClientID,
 // kgo.Rack, kgo.Dialer, kgo.ProducerLinger or kgo.MetadataMinAge (which the
-// Publisher sets to DefaultMetadataMinAge unless given here). They are applied before the
-// publisher's own settings, which therefore win: the seed brokers,
-// RecordPartitioner, ProducerBatchMaxBytes, RecordDeliveryTimeout (off; see
-// DeliveryTimeout),
-// ProducerBatchCompression, and (when Logger, TLS or SASL are given) WithLogger,
-// DialTLSConfig and SASL. Options that would weaken delivery (DisableIdempotentWrite,
-// RequiredAcks other than all, AllowIdempotentProduceCancellation,
-// TransactionalID, ManualFlushing, DefaultProduceTopicAlways) make NewPublisher
-// fail with a *DowngradeError. Default: none.
+// Publisher sets to DefaultMetadataMinAge unless given here).
+//
+// They are applied before the Publisher's own settings, which therefore win:
+// the seed brokers, RecordPartitioner, ProducerBatchMaxBytes,
+// RecordDeliveryTimeout (off; see DeliveryTimeout), ProducerBatchCompression
+// (see Compression), RequiredAcks, and, when Logger, TLS or SASL are given,
+// WithLogger, DialTLSConfig and SASL. Options that would weaken delivery
+// (DisableIdempotentWrite, RequiredAcks other than all,
+// AllowIdempotentProduceCancellation, TransactionalID, ManualFlushing,
+// DefaultProduceTopicAlways) make NewPublisher fail with a *DowngradeError.
+// Default: none.
 func ClientOptions(opts ...kgo.Opt) Opt {
 	return optFunc(func(c *cfg) { c.clientOpts = append(c.clientOpts, opts...) })
 }
@@ -177,9 +180,13 @@ func (c *cfg) validate() error {
 		return &outbox.OptionError{Option: "MessageIDHeader", Value: `""`,
 			Reason: fmt.Sprintf("must not be empty; omit the option for %q", outbox.DefaultMessageIDHeader)}
 	}
-	if min := outbox.RecordSize(outbox.Message{}, c.idHeader); min > c.maxMessageBytes {
+	if !utf8.ValidString(c.idHeader) {
 		return &outbox.OptionError{Option: "MessageIDHeader", Value: c.idHeader,
-			Reason: fmt.Sprintf("an empty message with this header is %d bytes, above MaxMessageBytes=%d; use a shorter name", min, c.maxMessageBytes)}
+			Reason: "must be valid UTF-8 (Kafka header keys are strings)"}
+	}
+	if smallest := outbox.RecordSize(outbox.Message{}, c.idHeader); smallest > c.maxMessageBytes {
+		return &outbox.OptionError{Option: "MessageIDHeader", Value: c.idHeader,
+			Reason: fmt.Sprintf("an empty message with this header is %d bytes, above MaxMessageBytes=%d; use a shorter name", smallest, c.maxMessageBytes)}
 	}
 	if len(c.compression) == 0 {
 		return &outbox.OptionError{Option: "Compression", Value: "none given",

@@ -27,6 +27,7 @@ func TestNewPublisherRejectsBadOptions(t *testing.T) {
 		{"MaxMessageBytes too large", noBroker, []Opt{MaxMessageBytes(100 << 20)}, "MaxMessageBytes"},
 		{"MaxMessageBytes zero", noBroker, []Opt{MaxMessageBytes(0)}, "MaxMessageBytes"},
 		{"empty id header", noBroker, []Opt{MessageIDHeader("")}, "MessageIDHeader"},
+		{"id header not UTF-8", noBroker, []Opt{MessageIDHeader("x-\xff")}, "MessageIDHeader"},
 		{"id header longer than MaxMessageBytes", noBroker, []Opt{MaxMessageBytes(512), MessageIDHeader(strings.Repeat("h", 400))}, "MessageIDHeader"},
 		{"no compression codec", noBroker, []Opt{Compression()}, "Compression"},
 		{"lease too short", noBroker, []Opt{LeaseDuration(500 * time.Millisecond)}, "LeaseDuration"},
