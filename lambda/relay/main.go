@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/aws/aws-lambda-go/lambdacontext"
 
 	"github.com/dynakafka/outbox/lambda/config"
 	"github.com/dynakafka/outbox/lambda/handler"
@@ -19,7 +18,7 @@ import (
 )
 
 func main() {
-	logger := lambdacontext.NewLogger()
+	logger := wiring.Logger()
 	cfg, err := config.Load(os.Getenv)
 	if err != nil {
 		logger.Error("outbox relay: invalid configuration; fix the variable and redeploy", "err", err)

@@ -1,0 +1,395 @@
+package integration_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/checker"
+	"github.com/dynakafka/outbox/lambda/handler"
+	"github.com/dynakafka/outbox/local/dynamolocal"
+	"github.com/dynakafka/outbox/local/esm"
+	"github.com/dynakafka/outbox/local/schedule"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func (e *env) streamARN(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	out, err := e.dynamo.Client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(e.tables.Messages)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return aws.ToString(out.Table.LatestStreamArn)
+}
+
+// mapping starts a local event-source mapping on the messages stream that
+// invokes inv, configured like template.yaml's event source.
+func (e *env) mapping(ctx context.Context, t *testing.T, inv esm.Invoker, opts ...esm.Opt) *esm.Mapping {
+	t.Helper()
+	base := []esm.Opt{esm.BatchSize(500), esm.Filter(esm.InsertsOnly), esm.MaximumRetryAttempts(5),
+		esm.BisectBatchOnFunctionError(true), esm.ReportBatchItemFailures(true)}
+	m, err := esm.New(e.dynamo.Streams, e.streamARN(ctx, t), inv, append(base, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	mctx, cancel := context.WithCancel(ctx)
+	go func() { defer close(done); _ = m.Run(mctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return m
+}
+
+// writeKeyed writes n messages over keys, several per transaction, each key's
+// messages numbered in commit order; it records them in chk.
+func (e *env) writeKeyed(ctx context.Context, t *testing.T, chk *checker.Checker, writer int, n int, keys int) {
+	t.Helper()
+	counters := map[string]int64{}
+	for i := 0; i < n; i += 5 {
+		key := fmt.Sprintf("w%d-k%d", writer, (i/5)%keys)
+		var msgs []outbox.Message
+		for j := i; j < min(i+5, n); j++ {
+			counters[key]++
+			msgs = append(msgs, outbox.Message{ID: outbox.NewID(), Topic: e.topic, Key: []byte(key), Value: []byte(fmt.Sprint(counters[key]))})
+		}
+		if _, err := e.writer.Write(ctx, nil, msgs...); err != nil {
+			t.Errorf("write: %v", err)
+			return
+		}
+		for _, m := range msgs {
+			var order int64
+			fmt.Sscan(string(m.Value), &order)
+			chk.Committed(m.ID, key, order)
+		}
+	}
+}
+
+func (e *env) checkDelivery(ctx context.Context, t *testing.T, chk *checker.Checker) <-chan struct{} {
+	return e.consume(ctx, t, func(id string, key, value []byte) {
+		var order int64
+		fmt.Sscan(string(value), &order)
+		chk.Delivered(id, id, string(key), order)
+	})
+}
+
+func waitDelivered(t *testing.T, chk *checker.Checker, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for chk.Missing() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d committed messages not delivered within %v", chk.Missing(), within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Enqueue → stream → local event-source mapping → relay handler → Kafka.
+func TestStreamToKafkaThroughTheEventSourceMapping(t *testing.T) {
+	e := newEnv(t, 8)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	fn := handler.NewRelay(e.relay(t, outbox.DeadlineMargin(time.Second)), 8, quiet)
+	m := e.mapping(ctx, t, esm.InProcess(fn.Handle, esm.Timeout(time.Minute)))
+	chk := checker.New()
+	cctx, stop := context.WithCancel(ctx)
+	consumed := e.checkDelivery(cctx, t, chk)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() { defer wg.Done(); e.writeKeyed(ctx, t, chk, w, 500, 10) }()
+	}
+	wg.Wait()
+	waitDelivered(t, chk, 90*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	stop()
+	<-consumed
+	r := chk.Result()
+	st := m.Stats()
+	t.Logf("esm: committed=%d delivered_unique=%d duplicates=%d invocations=%d records=%d published_by_handler=%d",
+		r.Committed, r.DeliveredUnique, r.Duplicates, st.Invocations, st.RecordsSeen, fn.Counters().Published.Load())
+	if !r.OK() || r.Committed != 2000 {
+		t.Fatalf("result %+v", r)
+	}
+	if fn.Counters().Published.Load() == 0 || st.Invocations == 0 {
+		t.Fatal("the relay handler never published: delivery came from elsewhere")
+	}
+}
+
+// With no event-source mapping at all, the sweeper alone delivers everything.
+func TestSweeperAloneDeliversEverything(t *testing.T) {
+	e := newEnv(t, 8)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	chk := checker.New()
+	for w := range 2 {
+		e.writeKeyed(ctx, t, chk, w, 400, 7)
+	}
+	cctx, stop := context.WithCancel(ctx)
+	consumed := e.checkDelivery(cctx, t, chk)
+	sw := handler.NewSweeper(e.relay(t, outbox.RelayID("sweeper"), outbox.DeadlineMargin(time.Second)), quiet)
+	clk := schedule.NewManualClock(time.Now())
+	runDone := make(chan struct{})
+	sctx, stopSchedule := context.WithCancel(ctx)
+	var (
+		mu        sync.Mutex
+		summaries []handler.Summary
+	)
+	go func() {
+		defer close(runDone)
+		_ = schedule.Run(sctx, schedule.Options{Clock: clk}, func(ctx context.Context, ev events.CloudWatchEvent) error {
+			s, err := sw.Handle(ctx, ev)
+			mu.Lock()
+			summaries = append(summaries, s)
+			mu.Unlock()
+			return err
+		}, func(err error) { t.Errorf("sweep: %v", err) })
+	}()
+	// One minute passes on the schedule's clock: one sweep.
+	if err := clk.Fire(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	waitDelivered(t, chk, 60*time.Second)
+	// The next minute's tick is taken only when the first sweep has ended;
+	// let the second (idle) sweep finish too.
+	if err := clk.Fire(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(summaries) == 2 })
+	stopSchedule()
+	<-runDone
+	time.Sleep(200 * time.Millisecond)
+	stop()
+	<-consumed
+	r := chk.Result()
+	if !r.OK() || r.Committed != 800 || r.Duplicates != 0 {
+		t.Fatalf("result %+v", r)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	first := summaries[0]
+	if first.Pending == 0 || len(first.Ready) == 0 || fmt.Sprint(first.Drained) != fmt.Sprint(first.Ready) || len(first.Failed) != 0 {
+		t.Fatalf("first sweep %+v; it should have seen the backlog and drained every ready bucket", first)
+	}
+	if summaries[1].Pending != 0 {
+		t.Fatalf("second sweep still saw %d pending", summaries[1].Pending)
+	}
+	if left := e.pendingMessages(ctx, t); left != 0 {
+		t.Fatalf("%d messages left after the sweep", left)
+	}
+}
+
+// exclusivity is a publisher probe shared by the relay and the sweeper: it
+// fails the test if two publishes of one bucket ever overlap.
+type exclusivity struct {
+	mu     sync.Mutex
+	active map[int]string
+	t      *testing.T
+}
+
+type probedPublisher struct {
+	x     *exclusivity
+	who   string
+	inner outbox.Publisher
+	n     atomic.Int64
+}
+
+func (p *probedPublisher) Publish(ctx context.Context, msgs []outbox.Message) (int, error) {
+	b := msgs[0].Bucket
+	p.x.mu.Lock()
+	if other, busy := p.x.active[b]; busy {
+		p.x.t.Errorf("bucket %d published by %s while %s was publishing it", b, p.who, other)
+	}
+	p.x.active[b] = p.who
+	p.x.mu.Unlock()
+	n, err := p.inner.Publish(ctx, msgs)
+	p.x.mu.Lock()
+	delete(p.x.active, b)
+	p.x.mu.Unlock()
+	p.n.Add(int64(n))
+	return n, err
+}
+
+// The relay (through the event-source mapping) and the sweeper run at once
+// over the same buckets; both must drain something, and never the same
+// bucket at the same time.
+func TestRelayAndSweeperConcurrently(t *testing.T) {
+	e := newEnv(t, 8)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	x := &exclusivity{active: map[int]string{}, t: t}
+	relayPub := &probedPublisher{x: x, who: "relay", inner: e.pub}
+	sweepPub := &probedPublisher{x: x, who: "sweeper", inner: e.pub}
+	relay, err := outbox.NewRelay(ctx, e.store, relayPub, outbox.RelayID("relay"), outbox.DeadlineMargin(time.Second), outbox.BatchSize(50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweeper, err := outbox.NewRelay(ctx, e.store, sweepPub, outbox.RelayID("sweeper"), outbox.DeadlineMargin(time.Second), outbox.BatchSize(50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn := handler.NewRelay(relay, 8, quiet)
+	// A batching window lets the sweeper reach some buckets first.
+	e.mapping(ctx, t, esm.InProcess(fn.Handle, esm.Timeout(time.Minute)), esm.MaximumBatchingWindow(500*time.Millisecond))
+	sw := handler.NewSweeper(sweeper, quiet)
+	clk := schedule.NewManualClock(time.Now())
+	sctx, stopSchedule := context.WithCancel(ctx)
+	runDone := make(chan struct{})
+	go func() {
+		defer close(runDone)
+		_ = schedule.Run(sctx, schedule.Options{Clock: clk}, func(ctx context.Context, ev events.CloudWatchEvent) error {
+			_, err := sw.Handle(ctx, ev)
+			return err
+		}, func(err error) { t.Errorf("sweep: %v", err) })
+	}()
+	chk := checker.New()
+	cctx, stop := context.WithCancel(ctx)
+	consumed := e.checkDelivery(cctx, t, chk)
+	var wg sync.WaitGroup
+	writing := make(chan struct{})
+	for w := range 4 {
+		wg.Add(1)
+		go func() { defer wg.Done(); e.writeKeyed(ctx, t, chk, w, 600, 10) }()
+	}
+	go func() { wg.Wait(); close(writing) }()
+	// Fire the schedule continuously while the writers write.
+fire:
+	for {
+		select {
+		case <-writing:
+			break fire
+		default:
+		}
+		if err := clk.Fire(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	waitDelivered(t, chk, 90*time.Second)
+	stopSchedule()
+	<-runDone
+	time.Sleep(300 * time.Millisecond)
+	stop()
+	<-consumed
+	r := chk.Result()
+	t.Logf("relay published %d, sweeper published %d, duplicates %d", relayPub.n.Load(), sweepPub.n.Load(), r.Duplicates)
+	if !r.OK() || r.Committed != 2400 {
+		t.Fatalf("result %+v", r)
+	}
+	if relayPub.n.Load() == 0 || sweepPub.n.Load() == 0 {
+		t.Fatalf("relay published %d and sweeper %d; both must have drained something", relayPub.n.Load(), sweepPub.n.Load())
+	}
+}
+
+// The real relay bootstrap, built from lambda/relay, runs under the Lambda
+// Runtime Interface Emulator and is invoked by the event-source mapping.
+func TestRelayBootstrapUnderRIE(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the bootstrap and the emulator")
+	}
+	e := newEnv(t, 4)
+	if e.dynamo.Endpoint == "" {
+		t.Skip("needs a DynamoDB endpoint the bootstrap can reach")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	root := repoRoot(t)
+	rie := installRIE(t, root)
+	dir := t.TempDir()
+	bootstrap := filepath.Join(dir, "bootstrap")
+	build := exec.CommandContext(ctx, "go", "build", "-tags", "lambda.norpc", "-o", bootstrap, "./lambda/relay")
+	build.Dir = root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build bootstrap: %v\n%s", err, out)
+	}
+	var logs bytes.Buffer
+	var logsMu sync.Mutex
+	proc, err := esm.StartRIE(ctx, esm.RIEOptions{
+		RIEPath: rie, BootstrapPath: bootstrap, Timeout: 60 * time.Second,
+		Output: writerFunc(func(p []byte) (int, error) { logsMu.Lock(); defer logsMu.Unlock(); return logs.Write(p) }),
+		Env: map[string]string{
+			"OUTBOX_MESSAGES_TABLE":      e.tables.Messages,
+			"OUTBOX_CONTROL_TABLE":       e.tables.Control,
+			"OUTBOX_TOPICS":              e.topic,
+			"OUTBOX_DYNAMODB_ENDPOINT":   e.dynamo.Endpoint,
+			"KAFKA_BOOTSTRAP_SERVERS":    strings.Join(e.kafka.Brokers, ","),
+			"AWS_REGION":                 e.dynamo.Config.Region,
+			"AWS_ACCESS_KEY_ID":          dynamolocal.AccessKeyID,
+			"AWS_SECRET_ACCESS_KEY":      dynamolocal.SecretAccessKey,
+			"AWS_LAMBDA_LOG_STREAM_NAME": "2026/11/30/[$LATEST]rie",
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proc.Close()
+	m := e.mapping(ctx, t, proc)
+	chk := checker.New()
+	cctx, stop := context.WithCancel(ctx)
+	consumed := e.checkDelivery(cctx, t, chk)
+	e.writeKeyed(ctx, t, chk, 0, 300, 6)
+	func() {
+		defer func() {
+			if t.Failed() {
+				logsMu.Lock()
+				t.Logf("function output:\n%s", logs.String())
+				logsMu.Unlock()
+			}
+		}()
+		waitDelivered(t, chk, 2*time.Minute)
+	}()
+	stop()
+	<-consumed
+	if r := chk.Result(); !r.OK() || r.Committed != 300 {
+		t.Fatalf("result %+v", r)
+	}
+	if m.Stats().Invocations == 0 {
+		t.Fatal("the bootstrap was never invoked")
+	}
+	logsMu.Lock()
+	defer logsMu.Unlock()
+	if !strings.Contains(logs.String(), "outbox relay: ready") || !strings.Contains(logs.String(), `"requestId"`) {
+		t.Fatalf("the bootstrap's logs lack its init line or a request id:\n%s", logs.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func installRIE(t *testing.T, root string) string {
+	t.Helper()
+	cmd := exec.Command("bash", filepath.Join(root, "scripts", "install-rie.sh"))
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("install the Lambda RIE: %v\n%s", err, stderr.String())
+	}
+	return strings.TrimSpace(string(out))
+}
