@@ -43,10 +43,20 @@
 //
 // Records the broker rejects are another matter: Kafka accepts or rejects each
 // partition's batch on its own, so when one message fails at the broker, later
-// messages on other partitions (and, after a non-retriable error, on the same
-// partition in a later batch) may still be written. The acknowledged prefix is
-// all the relay deletes; what was written beyond it is published again later,
-// which the message-id header lets consumers deduplicate.
+// messages on other partitions may still be written (on the same partition kgo
+// fails every record buffered behind the failed one, so a partition has no
+// gaps). The acknowledged prefix is all the relay deletes; what was written
+// beyond it is published again later, which the message-id header lets
+// consumers deduplicate.
+//
+// # Record timestamps
+//
+// A record's timestamp is the message's CreatedAt, which for a backlog can be
+// long past. Topics with message.timestamp.type=LogAppendTime replace it with
+// the broker's time; a topic with message.timestamp.before.max.ms (Kafka 3.6+)
+// or message.timestamp.difference.max.ms below the oldest backlog the outbox
+// may hold rejects older messages with INVALID_TIMESTAMP, which blocks their
+// bucket: leave those unset (the default) on outbox topics.
 //
 // # Cancellation and the lease
 //
