@@ -157,8 +157,8 @@ func (s *Store) deleteChunk(ctx context.Context, bucket int, seqs []int64) error
 }
 
 // Fence implements outbox.Store: a PutItem of a fence tombstone conditional
-// on attribute_not_exists(s). The tombstone expires (table TTL on x) after
-// FenceTTL.
+// on attribute_not_exists(s). The tombstone expires (table TTL on x) FenceTTL
+// after now or the wall clock, whichever is later.
 func (s *Store) Fence(ctx context.Context, bucket int, seq int64, now time.Time) error {
 	return putFence(ctx, s.client, s.tables.Messages, bucket, seq, now, s.cfg.fenceTTL)
 }
@@ -172,7 +172,7 @@ func putFence(ctx context.Context, client putItemAPI, table string, bucket int, 
 	}
 	_, err := client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                str(table),
-		Item:                     fenceItem(bucket, seq, now, now.Add(ttl)),
+		Item:                     fenceItem(bucket, seq, now, expiresAt(now, ttl)),
 		ConditionExpression:      str("attribute_not_exists(#s)"),
 		ExpressionAttributeNames: names(attrSeq),
 	})

@@ -81,7 +81,9 @@ func (o writerOption) applyWriter(s *settings) { o(s) }
 func BucketCount(n int) Option { return Option{func(s *settings) { s.bucketCount = n }} }
 
 // FenceTTL is how long a fence tombstone is kept before the table's TTL
-// removes it. Default DefaultFenceTTL (7 days); at least MinFenceTTL.
+// removes it, counted from the later of the fence's time and the wall clock
+// (DynamoDB expires items by its own clock). Default DefaultFenceTTL (7
+// days); at least MinFenceTTL.
 //
 // A fence stops a late writer from committing a message at a sequence number
 // the relay has already passed: the writer's put is conditional on the

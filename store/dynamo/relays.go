@@ -14,9 +14,10 @@ import (
 )
 
 // Heartbeat implements outbox.Store: a PutItem of pk "relays", sk id with
-// seen = now. The item expires (table TTL on x) at now+ttl, when it can no
-// longer count as live; LiveRelays filters on seen, not on the TTL, since
-// TTL deletion is late by up to days.
+// seen = now. The item expires (table TTL on x) ttl after now or the wall
+// clock, whichever is later, when it can no longer count as live;
+// LiveRelays filters on seen, not on the TTL, since TTL deletion is late by
+// up to days.
 func (s *Store) Heartbeat(ctx context.Context, id string, now time.Time, ttl time.Duration) error {
 	if id == "" {
 		return errors.New("dynamo: heartbeat: relay id is empty")
@@ -26,7 +27,7 @@ func (s *Store) Heartbeat(ctx context.Context, id string, now time.Time, ttl tim
 	}
 	item := controlKey(relaysPK, id)
 	item[attrSeen] = numAttr(millis(now))
-	item[attrTTL] = numAttr(ttlSeconds(now.Add(ttl)))
+	item[attrTTL] = numAttr(ttlSeconds(expiresAt(now, ttl)))
 	item[attrVersion] = numAttr(outbox.FormatVersion)
 	if _, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: str(s.tables.Control), Item: item}); err != nil {
 		return fmt.Errorf("dynamo: heartbeat of %s: %w", id, err)

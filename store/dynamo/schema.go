@@ -109,6 +109,22 @@ func fromMillis(ms int64) time.Time {
 	return time.UnixMilli(ms)
 }
 
+// wallClock is the real time, which DynamoDB's TTL deletion goes by.
+var wallClock = time.Now
+
+// expiresAt is when an item written at now should expire after ttl. DynamoDB
+// deletes expired items by its own (real) clock, so the expiry counts from
+// the later of now and the wall clock: a caller's fake or slow clock must not
+// make a fence expire at once. (DynamoDB Local deletes expired items within
+// seconds.)
+func expiresAt(now time.Time, ttl time.Duration) time.Time {
+	base := wallClock()
+	if now.After(base) {
+		base = now
+	}
+	return base.Add(ttl)
+}
+
 // ttlSeconds is t as a TTL attribute value: epoch seconds, rounded up.
 func ttlSeconds(t time.Time) int64 {
 	s := t.Unix()

@@ -436,13 +436,13 @@ func TestNewStoreChecksConfig(t *testing.T) {
 	if c, err := s.Config(ctx); err != nil || c.BucketCount != 4 || c.FormatVersion != outbox.FormatVersion {
 		t.Fatalf("Config = %+v, %v", c, err)
 	}
+	before := time.Now()
 	if err := s.Fence(ctx, 0, 1, t0); err != nil {
 		t.Fatal(err)
 	}
 	e := &env{d: d, tables: tables, store: s}
-	if x, _ := intAttr(e.getItem(t, tables.Messages, messageKey(0, 1)), attrTTL, true); x != ttlSeconds(t0.Add(48*time.Hour)) {
-		t.Errorf("fence TTL %d, want now+48h = %d", x, ttlSeconds(t0.Add(48*time.Hour)))
-	}
+	assertTTL(t, e.getItem(t, tables.Messages, messageKey(0, 1)), t0, before, 48*time.Hour)
+	before = time.Now()
 	if err := s.Heartbeat(ctx, "r1", t0, time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -450,7 +450,45 @@ func TestNewStoreChecksConfig(t *testing.T) {
 	if seen, _ := intAttr(hb, attrSeen, true); seen != t0.UnixMilli() {
 		t.Errorf("seen = %d", seen)
 	}
-	if x, _ := intAttr(hb, attrTTL, true); x != ttlSeconds(t0.Add(time.Minute)) {
-		t.Errorf("heartbeat TTL = %d", x)
+	assertTTL(t, hb, t0, before, time.Minute)
+}
+
+// assertTTL checks that item's x is ttl after the later of now (the caller's
+// clock) and the wall clock, read before the write and now.
+func assertTTL(t *testing.T, item map[string]types.AttributeValue, now, before time.Time, ttl time.Duration) {
+	t.Helper()
+	after := time.Now()
+	lo, hi := ttlSeconds(expiresAtFrom(now, before, ttl)), ttlSeconds(expiresAtFrom(now, after, ttl))
+	if x, err := intAttr(item, attrTTL, true); err != nil || x < lo || x > hi {
+		t.Errorf("TTL attribute %d (%v), want %d..%d: %v after max(now, wall clock)", x, err, lo, hi, ttl)
+	}
+}
+
+func expiresAtFrom(now, wall time.Time, ttl time.Duration) time.Time {
+	if now.After(wall) {
+		return now.Add(ttl)
+	}
+	return wall.Add(ttl)
+}
+
+func TestExpiresAtFollowsTheLaterClock(t *testing.T) {
+	defer func(f func() time.Time) { wallClock = f }(wallClock)
+	wall := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+	wallClock = func() time.Time { return wall }
+	cases := []struct {
+		name string
+		now  time.Time
+		want time.Time
+	}{
+		{"fake clock in the past", wall.Add(-30 * 24 * time.Hour), wall.Add(time.Hour)},
+		{"clock ahead of the wall", wall.Add(time.Minute), wall.Add(time.Minute + time.Hour)},
+		{"same", wall, wall.Add(time.Hour)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := expiresAt(c.now, time.Hour); !got.Equal(c.want) {
+				t.Fatalf("expiresAt = %v, want %v", got, c.want)
+			}
+		})
 	}
 }
