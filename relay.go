@@ -350,6 +350,10 @@ func (d *drain) untilEmpty(ctx context.Context) error {
 		d.st.Published += acked
 		d.st.Leftovers += len(leftovers)
 		if perr != nil {
+			var pe *PublishError
+			if errors.As(perr, &pe) {
+				return perr // the publisher already named the message
+			}
 			return &PublishError{Bucket: b, Sequence: msgs[acked].Sequence, MessageID: msgs[acked].ID, Err: perr}
 		}
 	}
