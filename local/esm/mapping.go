@@ -235,11 +235,12 @@ func (m *Mapping) readShard(ctx context.Context, sh *shard) {
 		return
 	}
 	for {
-		polled := 0
+		more := false // the last poll filled its limit: more records may be waiting
 		if iter != nil && len(buf) < m.cfg.batchSize {
+			limit := min(1000, m.cfg.batchSize-len(buf))
 			out, err := m.streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{
 				ShardIterator: iter,
-				Limit:         ptr(int32(min(1000, m.cfg.batchSize-len(buf)))),
+				Limit:         ptr(int32(limit)),
 			})
 			switch {
 			case ctx.Err() != nil:
@@ -263,7 +264,7 @@ func (m *Mapping) readShard(ctx context.Context, sh *shard) {
 			default:
 				failures = 0
 				iter = out.NextShardIterator
-				polled = len(out.Records)
+				more = len(out.Records) == limit
 				for _, r := range out.Records {
 					m.seen.Add(1)
 					if r.Dynamodb != nil && r.Dynamodb.SequenceNumber != nil {
@@ -287,12 +288,12 @@ func (m *Mapping) readShard(ctx context.Context, sh *shard) {
 			}
 		}
 		// Invoke with a full batch, at the end of the shard, when the window
-		// is over, or (without a window) once the backlog is read.
+		// is over, or (without a window) once the records waiting are read.
 		ready := len(buf) >= m.cfg.batchSize || iter == nil
 		if m.cfg.window > 0 {
 			ready = ready || time.Since(since) >= m.cfg.window
 		} else {
-			ready = ready || polled == 0
+			ready = ready || !more
 		}
 		if len(buf) > 0 && ready {
 			m.deliver(ctx, sh, buf, delivery{})
@@ -306,8 +307,8 @@ func (m *Mapping) readShard(ctx context.Context, sh *shard) {
 			m.exhausted.Add(1)
 			return
 		}
-		if polled > 0 {
-			continue // there may be more right behind
+		if more {
+			continue
 		}
 		wait := m.cfg.pollInterval
 		if len(buf) > 0 {

@@ -73,8 +73,8 @@ func BatchSize(n int) Opt {
 
 // MaximumBatchingWindow is how long records are gathered before the function
 // is invoked with fewer than BatchSize of them. Default 0: invoke as soon as
-// the records available have been read (GetRecords returned no more). 0 to
-// 300s (Lambda's limits).
+// the records waiting have been read (a GetRecords call returned fewer than
+// it asked for). 0 to 300s (Lambda's limits).
 func MaximumBatchingWindow(d time.Duration) Opt {
 	return func(c *cfg) {
 		if d < 0 || d > 300*time.Second {
