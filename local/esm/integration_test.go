@@ -19,7 +19,7 @@ import (
 
 // messagesTable creates a table shaped like the outbox's messages table (b, s
 // numbers; KEYS_ONLY stream) and returns its stream ARN.
-func messagesTable(ctx context.Context, t *testing.T, client *dynamodb.Client, name string) string {
+func messagesTable(ctx context.Context, t testing.TB, client *dynamodb.Client, name string) string {
 	t.Helper()
 	out, err := client.CreateTable(ctx, &dynamodb.CreateTableInput{
 		TableName: &name,

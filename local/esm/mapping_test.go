@@ -90,7 +90,7 @@ func fast(extra ...Opt) []Opt {
 
 // run runs m until the test ends or stop is called; stop checks that Run
 // returned nil promptly.
-func run(t *testing.T, m *Mapping) (stop func()) {
+func run(t testing.TB, m *Mapping) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -113,7 +113,7 @@ func run(t *testing.T, m *Mapping) (stop func()) {
 	return stop
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {

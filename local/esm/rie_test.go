@@ -24,7 +24,7 @@ import (
 // rieBinary returns the pinned emulator, installing it with
 // scripts/install-rie.sh (idempotent, and it checks the installed version)
 // if needed. It skips the test only if the script cannot install it.
-func rieBinary(t *testing.T) string {
+func rieBinary(t testing.TB) string {
 	t.Helper()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
@@ -45,7 +45,7 @@ func rieBinary(t *testing.T) string {
 }
 
 // buildEcho builds testdata/echo as a bootstrap binary in dir.
-func buildEcho(t *testing.T, dir string) string {
+func buildEcho(t testing.TB, dir string) string {
 	t.Helper()
 	bootstrap := filepath.Join(dir, "bootstrap")
 	cmd := exec.Command("go", "build", "-o", bootstrap, "./testdata/echo")
@@ -113,17 +113,16 @@ func echoRecord(i int, extraKey string) types.Record {
 	return streamRecord("event", types.OperationTypeInsert, types.StreamViewTypeKeysOnly, float64(time.Now().Unix()), seqOf(i), 12, keys, nil, nil)
 }
 
-func TestRIE(t *testing.T) {
+// startEcho runs testdata/echo under the emulator until the test ends, with
+// a 1s timeout, and returns it with the file it logs its invocations to.
+func startEcho(t testing.TB) (p *RIEProcess, seenLog string) {
+	t.Helper()
 	rie := rieBinary(t)
 	dir := t.TempDir()
 	bootstrap := buildEcho(t, dir)
-	seenLog := filepath.Join(dir, "seen.jsonl")
-	t.Setenv("ESM_TEST_HOST_ONLY", "leaked")
-
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	seenLog = filepath.Join(dir, "seen.jsonl")
 	var output syncBuffer
-	p, err := StartRIE(ctx, RIEOptions{
+	p, err := StartRIE(context.Background(), RIEOptions{
 		RIEPath:       rie,
 		BootstrapPath: bootstrap,
 		Env:           map[string]string{"ECHO_LOG": seenLog, "ECHO_MARK": "from-env"},
@@ -141,6 +140,14 @@ func TestRIE(t *testing.T) {
 			t.Logf("emulator output:\n%s", output.String())
 		}
 	})
+	return p, seenLog
+}
+
+func TestRIE(t *testing.T) {
+	t.Setenv("ESM_TEST_HOST_ONLY", "leaked")
+	p, seenLog := startEcho(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 
 	t.Run("item failures come back", func(t *testing.T) {
 		ev, err := BuildEvent(outboxStream, echoRecord(1, ""), echoRecord(2, "fail"), echoRecord(3, ""))
