@@ -347,3 +347,31 @@ func TestDecodeResponse(t *testing.T) {
 		})
 	}
 }
+
+// FuzzDecodeResponse checks that no emulator answer makes the decoder panic,
+// and that a body it accepts decodes to exactly what it says.
+func FuzzDecodeResponse(f *testing.F) {
+	for _, body := range []string{"", "null", "{}", `{"batchItemFailures":[{"itemIdentifier":"7"}]}`,
+		`{"errorMessage":"boom","errorType":"errorString"}`, "Task timed out after 3.00 seconds", "ok", `{"batchItemFailures":"7"}`} {
+		f.Add(200, []byte(body))
+	}
+	f.Add(502, []byte(`{"errorType":"Runtime.ExitError"}`))
+	f.Fuzz(func(t *testing.T, status int, body []byte) {
+		resp, err := decodeResponse(status, body)
+		if err != nil {
+			return
+		}
+		if status/100 != 2 {
+			t.Fatalf("status %d decoded as success", status)
+		}
+		var direct events.DynamoDBEventResponse
+		if len(bytes.TrimSpace(body)) > 0 {
+			if err := json.Unmarshal(body, &direct); err != nil {
+				t.Fatalf("accepted %q, which is not a DynamoDBEventResponse: %v", body, err)
+			}
+		}
+		if !reflect.DeepEqual(direct, resp) {
+			t.Fatalf("decoded %q as %+v, want %+v", body, resp, direct)
+		}
+	})
+}
