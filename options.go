@@ -26,6 +26,9 @@ type config struct {
 	relayID         string
 	concurrency     int
 	pollInterval    time.Duration
+	recordPolicy    RecordErrorPolicy
+	retryBase       time.Duration
+	retryMax        time.Duration
 	clock           Clock
 	logger          *slog.Logger
 	metrics         Metrics
@@ -46,6 +49,9 @@ func defaultConfig() config {
 		relayID:         fmt.Sprintf("%s-%d-%s", host, os.Getpid(), NewID()[24:]),
 		concurrency:     8,
 		pollInterval:    time.Second,
+		recordPolicy:    Park,
+		retryBase:       100 * time.Millisecond,
+		retryMax:        5 * time.Second,
 		clock:           SystemClock,
 		logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
 		metrics:         noMetrics{},
@@ -110,6 +116,18 @@ func Concurrency(n int) Option { return func(c *config) { c.concurrency = n } }
 // PollInterval is how often Run looks for work when idle. Default 1s.
 func PollInterval(d time.Duration) Option { return func(c *config) { c.pollInterval = d } }
 
+// OnRecordError sets what happens to a record-level permanent error at the
+// head of a bucket (MESSAGE_TOO_LARGE, INVALID_RECORD, an undecodable item,
+// a record above MaxMessageBytes). Default Park: the record goes to the dead
+// letters and the bucket continues. Block stops the bucket and reports it.
+func OnRecordError(p RecordErrorPolicy) Option { return func(c *config) { c.recordPolicy = p } }
+
+// RetryBackoff bounds the exponential backoff, with full jitter, between
+// attempts after a retriable publish error. Default 100ms doubling up to 5s.
+func RetryBackoff(base, max time.Duration) Option {
+	return func(c *config) { c.retryBase, c.retryMax = base, max }
+}
+
 // WithClock sets the clock used for leases, heartbeats and gap timeouts.
 // Default SystemClock.
 func WithClock(clk Clock) Option { return func(c *config) { c.clock = clk } }
@@ -149,6 +167,10 @@ func (c *config) validate() error {
 		return bad("Concurrency", c.concurrency, "must be at least 1")
 	case c.pollInterval <= 0:
 		return bad("PollInterval", c.pollInterval, "must be positive")
+	case c.recordPolicy != Park && c.recordPolicy != Block:
+		return bad("OnRecordError", c.recordPolicy, "must be Park or Block")
+	case c.retryBase <= 0 || c.retryMax < c.retryBase:
+		return bad("RetryBackoff", fmt.Sprintf("%v..%v", c.retryBase, c.retryMax), "base must be positive and max at least base")
 	case c.clock == nil:
 		return bad("WithClock", nil, "must not be nil")
 	case c.logger == nil:
@@ -173,8 +195,11 @@ type BatchStats struct {
 	Acked           int // contiguous acknowledged prefix
 	Fenced          int // fence tombstones passed over or written
 	Deleted         int // messages deleted (acknowledged + leftovers)
+	Parked          int // records moved to the dead letters
 	PublishDuration time.Duration
 	Err             error
+	// Class of Err when it is not nil.
+	Class ErrorClass
 }
 
 type noMetrics struct{}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"time"
@@ -78,6 +79,8 @@ type DrainStats struct {
 	Deleted   int   // messages deleted (acknowledged and leftovers)
 	Leftovers int   // messages found at or below head and deleted without republishing
 	Fenced    int   // fence tombstones written by this drain
+	Parked    int   // records moved to the dead letters
+	Retries   int   // publish attempts retried after a retriable error
 	Head      int64 // the bucket's head when the drain stopped
 }
 
@@ -186,6 +189,10 @@ type drain struct {
 	// start above it. Written to the lease as Cleaned.
 	deletedThrough int64
 	st             *DrainStats
+	// Consecutive publish failures, and the sequence and time of the first.
+	failures     int
+	failedSeq    int64
+	firstFailure time.Time
 }
 
 func (d *drain) getLease() Lease {
@@ -265,20 +272,28 @@ func (d *drain) untilEmpty(ctx context.Context) error {
 
 		if len(run) == 0 {
 			switch {
-			case badEntry != nil:
-				// Never delete or skip what cannot be published: stop the
-				// bucket and report it loudly.
-				if badEntry.Err != nil {
-					return fmt.Errorf("outbox: bucket %d sequence %d cannot be decoded; the bucket is stopped: %w", b, badEntry.Sequence, badEntry.Err)
-				}
-				return &PublishError{Bucket: b, Sequence: badEntry.Sequence, MessageID: badEntry.Message.ID,
-					Err: fmt.Errorf("record of %d bytes exceeds MaxMessageBytes=%d; the bucket is stopped", RecordSize(badEntry.Message, cfg.idHeader), cfg.maxMessageBytes)}
 			case len(leftovers) > 0:
 				if err := d.delete(ctx, leftovers); err != nil {
 					return err
 				}
 				d.st.Leftovers += len(leftovers)
 				d.deletedThrough = max(d.deletedThrough, min(head, seenThrough))
+				continue
+			case badEntry != nil:
+				// Never publish, skip or delete what cannot be published:
+				// park it (default) or stop the bucket.
+				reason := fmt.Errorf("record of %d bytes exceeds MaxMessageBytes=%d", RecordSize(badEntry.Message, cfg.idHeader), cfg.maxMessageBytes)
+				if badEntry.Err != nil {
+					if Classify(badEntry.Err) == Fatal {
+						cfg.logger.ErrorContext(ctx, "outbox: item cannot be read by this relay; the bucket stops", "bucket", b, "sequence", badEntry.Sequence, "err", badEntry.Err)
+						return &PublishError{Bucket: b, Sequence: badEntry.Sequence, Err: badEntry.Err}
+					}
+					reason = fmt.Errorf("item cannot be decoded: %w", badEntry.Err)
+				}
+				now := cfg.clock.Now()
+				if err := d.recordError(ctx, *badEntry, WithClass(reason, RecordPermanent), now, now, 0); err != nil {
+					return err
+				}
 				continue
 			case gapAt != 0:
 				if err := d.gap(ctx, gapAt, gapNext); err != nil {
@@ -319,6 +334,9 @@ func (d *drain) untilEmpty(ctx context.Context) error {
 			newHead = e.Sequence
 		}
 		stats := BatchStats{Bucket: b, Messages: len(msgs), Acked: acked, Fenced: fenced, PublishDuration: cfg.clock.Now().Sub(start), Err: perr}
+		if perr != nil {
+			stats.Class = Classify(perr)
+		}
 		if newHead > head {
 			u := LeaseUpdate{Head: newHead, Cleaned: d.deletedThrough}
 			if l := d.getLease(); l.Gap != 0 && l.Gap > newHead {
@@ -349,14 +367,92 @@ func (d *drain) untilEmpty(ctx context.Context) error {
 		d.st.Batches++
 		d.st.Published += acked
 		d.st.Leftovers += len(leftovers)
-		if perr != nil {
-			var pe *PublishError
-			if errors.As(perr, &pe) {
-				return perr // the publisher already named the message
+		if perr == nil {
+			d.failures = 0
+			continue
+		}
+		failed := msgs[acked]
+		var pe *PublishError
+		if !errors.As(perr, &pe) {
+			perr = &PublishError{Bucket: b, Sequence: failed.Sequence, MessageID: failed.ID, Err: perr}
+		}
+		d.failures++
+		if d.failures == 1 || d.failedSeq != failed.Sequence {
+			d.failedSeq, d.firstFailure = failed.Sequence, start
+		}
+		switch Classify(perr) {
+		case RecordPermanent:
+			if err := d.recordError(ctx, Entry{Sequence: failed.Sequence, Message: failed}, perr, d.firstFailure, cfg.clock.Now(), d.failures); err != nil {
+				return err
 			}
-			return &PublishError{Bucket: b, Sequence: msgs[acked].Sequence, MessageID: msgs[acked].ID, Err: perr}
+			d.failures = 0
+		case Fatal:
+			cfg.logger.ErrorContext(ctx, "outbox: publish failed with a permanent topic- or cluster-wide error; the bucket stops until the cause is fixed",
+				"bucket", b, "sequence", failed.Sequence, "err", perr)
+			return perr
+		default:
+			// Retriable: back off with full jitter, keep the rows, try again
+			// (from the new head) unless the deadline comes first.
+			wait := backoff(cfg.retryBase, cfg.retryMax, d.failures)
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl)-cfg.deadlineMargin < wait {
+				return perr
+			}
+			cfg.logger.WarnContext(ctx, "outbox: retriable publish error; backing off", "bucket", b, "sequence", failed.Sequence,
+				"attempt", d.failures, "wait", wait, "err", perr)
+			d.st.Retries++
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return perr
+			case <-t.C:
+			}
 		}
 	}
+}
+
+// backoff returns a full-jitter exponential backoff for the given attempt.
+func backoff(base, max time.Duration, attempt int) time.Duration {
+	d := base
+	for i := 1; i < attempt && d < max; i++ {
+		d *= 2
+	}
+	d = min(d, max)
+	return time.Duration(rand.Int64N(int64(d)) + 1)
+}
+
+// recordError applies the record-error policy to e, the entry at head+1.
+func (d *drain) recordError(ctx context.Context, e Entry, cause error, first, last time.Time, attempts int) error {
+	cfg := &d.r.cfg
+	b := d.lease.Bucket
+	if cfg.recordPolicy == Block {
+		cfg.logger.ErrorContext(ctx, "outbox: record cannot be published; the bucket is blocked until it is fixed or parked",
+			"bucket", b, "sequence", e.Sequence, "message_id", e.Message.ID, "err", cause)
+		var pe *PublishError
+		if errors.As(cause, &pe) {
+			return cause
+		}
+		return &PublishError{Bucket: b, Sequence: e.Sequence, MessageID: e.Message.ID, Err: cause}
+	}
+	msg := e.Message
+	msg.Bucket, msg.Sequence = b, e.Sequence
+	p := Parked{Bucket: b, Sequence: e.Sequence, Message: msg, Reason: cause.Error(), Class: RecordPermanent,
+		Attempts: max(attempts, 1), FirstFailure: first, LastFailure: last}
+	l, err := d.r.store.Park(ctx, d.getLease(), p, cfg.clock.Now())
+	if err != nil {
+		return fmt.Errorf("outbox: park bucket %d sequence %d: %w", b, e.Sequence, err)
+	}
+	d.mu.Lock()
+	d.lease = l
+	d.mu.Unlock()
+	if d.deletedThrough == e.Sequence-1 {
+		d.deletedThrough = e.Sequence
+	}
+	d.st.Parked++
+	cfg.metrics.Batch(BatchStats{Bucket: b, Parked: 1, Err: cause, Class: RecordPermanent})
+	cfg.logger.ErrorContext(ctx, "outbox: record parked in the dead letters; the bucket continues",
+		"bucket", b, "sequence", e.Sequence, "message_id", e.Message.ID, "attempts", p.Attempts, "err", cause)
+	return nil
 }
 
 func (d *drain) delete(ctx context.Context, seqs []int64) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -261,36 +262,95 @@ func TestCrashBetweenHeadUpdateAndDeleteLeavesLeftovers(t *testing.T) {
 }
 
 func TestPartialPublishDeletesOnlyThePrefix(t *testing.T) {
-	s := memory.New(1)
-	fill(t, s, 0, 1, 2, 4, 5, 6)
-	if err := s.Fence(context.Background(), 0, 3, base); err != nil {
-		t.Fatal(err)
-	}
-	boom := errors.New("broker said no")
-	var calls atomic.Int32
-	p := &recorder{before: func(ctx context.Context, msgs []outbox.Message) (int, error, bool) {
-		if calls.Add(1) == 1 {
-			return 3, boom, true // 1, 2 and 4 acknowledged; 5 failed
-		}
-		return 0, nil, false
-	}}
-	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
-	st, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0)
-	var pe *outbox.PublishError
-	if !errors.As(err, &pe) || !errors.Is(err, boom) || pe.Sequence != 5 {
-		t.Fatalf("err = %v; want a PublishError at sequence 5 wrapping the broker error", err)
-	}
-	if st.Head != 4 || s.Count(0) != 2 {
-		t.Fatalf("head %d, %d left; want head 4 (past the fence at 3) and 5, 6 kept", st.Head, s.Count(0))
-	}
-	if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); err != nil {
-		t.Fatal(err)
-	}
-	if got := fmt.Sprint(p.seqs(0)); got != "[1 2 4 5 6]" {
-		t.Fatalf("published %s", got)
+	for _, c := range []struct {
+		name  string
+		class outbox.ErrorClass
+	}{{"retriable", outbox.Retriable}, {"fatal", outbox.Fatal}} {
+		t.Run(c.name, func(t *testing.T) {
+			s := memory.New(1)
+			fill(t, s, 0, 1, 2, 4, 5, 6)
+			if err := s.Fence(context.Background(), 0, 3, base); err != nil {
+				t.Fatal(err)
+			}
+			boom := outbox.WithClass(errors.New("broker said no"), c.class)
+			var calls atomic.Int32
+			p := &recorder{before: func(ctx context.Context, msgs []outbox.Message) (int, error, bool) {
+				if calls.Add(1) == 1 {
+					return 3, boom, true // 1, 2 and 4 acknowledged; 5 failed
+				}
+				return 0, nil, false
+			}}
+			r := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.RetryBackoff(time.Millisecond, 10*time.Millisecond))
+			st, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0)
+			if c.class == outbox.Retriable {
+				// Backed off and retried within the drain, from the new head.
+				if err != nil || st.Retries != 1 || st.Head != 6 || s.Count(0) != 0 {
+					t.Fatalf("err=%v stats=%+v left=%d; want a retry that published 5 and 6", err, st, s.Count(0))
+				}
+			} else {
+				var pe *outbox.PublishError
+				if !errors.As(err, &pe) || !errors.Is(err, boom) || pe.Sequence != 5 {
+					t.Fatalf("err = %v; want a PublishError at sequence 5 wrapping the broker error", err)
+				}
+				if st.Head != 4 || s.Count(0) != 2 || st.Retries != 0 {
+					t.Fatalf("head %d, %d left, stats %+v; want head 4 (past the fence at 3), 5 and 6 kept, no retry", st.Head, s.Count(0), st)
+				}
+				if len(s.Parked(0)) != 0 {
+					t.Fatal("a fatal error parked something")
+				}
+				// The cause is fixed: the bucket resumes by itself.
+				if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := fmt.Sprint(p.seqs(0)); got != "[1 2 4 5 6]" {
+				t.Fatalf("published %s", got)
+			}
+		})
 	}
 }
 
+func TestRecordErrorPolicies(t *testing.T) {
+	tooLarge := outbox.WithClass(errors.New("MESSAGE_TOO_LARGE"), outbox.RecordPermanent)
+	for _, policy := range []outbox.RecordErrorPolicy{outbox.Park, outbox.Block} {
+		t.Run(policy.String(), func(t *testing.T) {
+			s := memory.New(1)
+			fill(t, s, 0, 1, 2, 3)
+			p := &recorder{before: func(ctx context.Context, msgs []outbox.Message) (int, error, bool) {
+				for i, m := range msgs {
+					if m.Sequence == 2 {
+						return i, tooLarge, true
+					}
+				}
+				return 0, nil, false
+			}}
+			r := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.OnRecordError(policy))
+			st, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0)
+			switch policy {
+			case outbox.Park:
+				if err != nil || st.Parked != 1 || st.Head != 3 || s.Count(0) != 0 {
+					t.Fatalf("err=%v stats=%+v left=%d", err, st, s.Count(0))
+				}
+				if got := fmt.Sprint(p.seqs(0)); got != "[1 3]" {
+					t.Fatalf("published %s, want [1 3]", got)
+				}
+				parked := s.Parked(0)
+				if len(parked) != 1 || parked[0].Sequence != 2 || parked[0].Attempts != 1 || !strings.Contains(parked[0].Reason, "MESSAGE_TOO_LARGE") ||
+					parked[0].Message.ID == "" || parked[0].FirstFailure.IsZero() {
+					t.Fatalf("parked %+v", parked)
+				}
+			case outbox.Block:
+				var pe *outbox.PublishError
+				if !errors.As(err, &pe) || pe.Sequence != 2 || !errors.Is(err, tooLarge) {
+					t.Fatalf("err = %v, want the bucket blocked at 2", err)
+				}
+				if st.Head != 1 || s.Count(0) != 2 || len(s.Parked(0)) != 0 {
+					t.Fatalf("stats %+v, %d left, parked %v", st, s.Count(0), s.Parked(0))
+				}
+			}
+		})
+	}
+}
 func TestWakeUpDuringDrainIsNotLost(t *testing.T) {
 	s := memory.New(1)
 	fill(t, s, 0, 1)
@@ -400,22 +460,76 @@ func TestStalledHolderStopsAfterTakeover(t *testing.T) {
 	}
 }
 
-func TestUndecodableItemStopsBucketWithoutDeleting(t *testing.T) {
+func TestUndecodableItemIsParkedOrBlocks(t *testing.T) {
+	for _, policy := range []outbox.RecordErrorPolicy{outbox.Park, outbox.Block} {
+		t.Run(policy.String(), func(t *testing.T) {
+			s := memory.New(1)
+			fill(t, s, 0, 1)
+			s.PutUndecodable(0, 2, outbox.WithClass(errors.New("bad item"), outbox.RecordPermanent))
+			fill(t, s, 0, 3)
+			p := &recorder{}
+			r := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.OnRecordError(policy))
+			_, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0)
+			if policy == outbox.Block {
+				if err == nil || fmt.Sprint(p.seqs(0)) != "[1]" || s.Count(0) != 2 {
+					t.Fatalf("err=%v published %v left %d; want blocked at 2 with nothing deleted", err, p.seqs(0), s.Count(0))
+				}
+				return
+			}
+			if err != nil || fmt.Sprint(p.seqs(0)) != "[1 3]" || len(s.Parked(0)) != 1 || s.Parked(0)[0].Sequence != 2 {
+				t.Fatalf("err=%v published %v parked %+v", err, p.seqs(0), s.Parked(0))
+			}
+		})
+	}
+}
+
+func TestNewerItemFormatStopsTheBucket(t *testing.T) {
 	s := memory.New(1)
-	fill(t, s, 0, 1)
-	s.PutUndecodable(0, 2, errors.New("bad item"))
-	fill(t, s, 0, 3)
+	s.PutUndecodable(0, 1, outbox.WithClass(errors.New("format version 2"), outbox.Fatal))
+	r := newRelay(t, s, &recorder{}, outbox.DeadlineMargin(0))
+	if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); err == nil || outbox.Classify(err) != outbox.Fatal {
+		t.Fatalf("err = %v, want a fatal error", err)
+	}
+	if len(s.Parked(0)) != 0 || s.Count(0) != 1 {
+		t.Fatal("an item of a newer format was parked or deleted")
+	}
+}
+
+func TestOversizedStoredRecordIsParked(t *testing.T) {
+	s := memory.New(1)
+	big := message(0, 1)
+	big.Value = make([]byte, 2048)
+	if err := s.Put(big, message(0, 2)); err != nil {
+		t.Fatal(err)
+	}
 	p := &recorder{}
-	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
-	_, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0)
-	if err == nil {
-		t.Fatal("drain passed an undecodable item")
+	r := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.MaxMessageBytes(1024))
+	if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); err != nil {
+		t.Fatal(err)
 	}
-	if got := fmt.Sprint(p.seqs(0)); got != "[1]" {
-		t.Fatalf("published %s, want [1]", got)
+	if fmt.Sprint(p.seqs(0)) != "[2]" || len(s.Parked(0)) != 1 || !strings.Contains(s.Parked(0)[0].Reason, "MaxMessageBytes") {
+		t.Fatalf("published %v parked %+v", p.seqs(0), s.Parked(0))
 	}
-	if s.Count(0) != 2 {
-		t.Fatalf("%d left, want the bad item and 3 kept", s.Count(0))
+}
+
+func TestClassify(t *testing.T) {
+	cases := []struct {
+		err  error
+		want outbox.ErrorClass
+	}{
+		{errors.New("unknown"), outbox.Retriable},
+		{context.DeadlineExceeded, outbox.Retriable},
+		{outbox.WithClass(errors.New("x"), outbox.Fatal), outbox.Fatal},
+		{fmt.Errorf("wrapped: %w", outbox.WithClass(errors.New("x"), outbox.RecordPermanent)), outbox.RecordPermanent},
+		{&outbox.PublishError{Err: outbox.WithClass(errors.New("x"), outbox.Fatal)}, outbox.Fatal},
+	}
+	for _, c := range cases {
+		if got := outbox.Classify(c.err); got != c.want {
+			t.Errorf("Classify(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+	if outbox.WithClass(nil, outbox.Fatal) != nil {
+		t.Error("WithClass(nil) is not nil")
 	}
 }
 
@@ -464,6 +578,8 @@ func TestOptionValidation(t *testing.T) {
 		{"empty id", outbox.RelayID(""), "RelayID"},
 		{"bucket count", outbox.BucketCount(-1), "BucketCount"},
 		{"concurrency", outbox.Concurrency(0), "Concurrency"},
+		{"policy", outbox.OnRecordError(7), "OnRecordError"},
+		{"backoff", outbox.RetryBackoff(time.Second, time.Millisecond), "RetryBackoff"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -91,11 +91,38 @@ type Store interface {
 	// returns ErrAlreadyWritten.
 	Fence(ctx context.Context, bucket int, seq int64, now time.Time) error
 
+	// Park moves the item at p.Sequence, which must be l.Head+1, out of the
+	// pending set into a dead-letter record and advances head to it, in one
+	// transaction conditional on l.Owner owning the lease at now (otherwise
+	// ErrLeaseLost; nothing changes). The dead-letter record keeps the item as
+	// stored (an undecodable item is copied as it is) plus p's reason,
+	// attempts and failure times. Parking never deletes data.
+	Park(ctx context.Context, l Lease, p Parked, now time.Time) (Lease, error)
+
 	// Heartbeat records that relay id is alive at now, for fair sharing.
 	Heartbeat(ctx context.Context, id string, now time.Time, ttl time.Duration) error
 	// LiveRelays returns the ids of relays whose heartbeat is newer than
 	// now-ttl, sorted.
 	LiveRelays(ctx context.Context, now time.Time, ttl time.Duration) ([]string, error)
+}
+
+// Parked describes a message moved to the dead letters.
+type Parked struct {
+	Bucket   int
+	Sequence int64
+	// Message is the message as read; for an undecodable item only Bucket
+	// and Sequence are set (the store keeps the raw item).
+	Message Message
+	// Reason is the error that made the relay park it.
+	Reason string
+	// Class of that error (RecordPermanent).
+	Class ErrorClass
+	// Attempts is how many publish attempts failed.
+	Attempts     int
+	FirstFailure time.Time
+	LastFailure  time.Time
+	// ParkedAt is when it was parked; set by the store on read.
+	ParkedAt time.Time
 }
 
 // BucketProbe is an optional Store capability used by the sweeper: a cheap,

@@ -49,6 +49,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("DeleteSparesFences", func(t *testing.T) { testDelete(t, h) })
 	t.Run("Heartbeats", func(t *testing.T) { testHeartbeats(t, h) })
 	t.Run("Peek", func(t *testing.T) { testPeek(t, h) })
+	t.Run("Park", func(t *testing.T) { testPark(t, h) })
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -461,5 +462,53 @@ func testPeek(t *testing.T, h Harness) {
 	l, err = p.ReadLease(ctx, 1)
 	if err != nil || l.Owner != "a" || l.Head != 3 || l.Cleaned != 2 || !l.Expires.Equal(t0.Add(lease)) {
 		t.Fatalf("ReadLease = %+v, %v", l, err)
+	}
+}
+
+func testPark(t *testing.T, h Harness) {
+	ctx, s := ctxT(t), h.New(t, 4)
+	put(t, h, s, msg(2, 1), msg(2, 2), msg(2, 3))
+	a, err := s.Acquire(ctx, 2, "a", t0, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, err = s.Update(ctx, a, outbox.LeaseUpdate{Head: 1, Cleaned: 0}, t0); err != nil {
+		t.Fatal(err)
+	}
+	p := outbox.Parked{Bucket: 2, Sequence: 2, Reason: "MESSAGE_TOO_LARGE", Class: outbox.RecordPermanent, Attempts: 2,
+		FirstFailure: t0, LastFailure: t0.Add(time.Second)}
+	// Only the head+1 item can be parked, and only by the holder.
+	if _, err := s.Park(ctx, a, outbox.Parked{Bucket: 2, Sequence: 3}, t0); err == nil {
+		t.Fatal("parked a sequence that is not head+1")
+	}
+	other := a
+	other.Owner = "b"
+	if _, err := s.Park(ctx, other, p, t0); !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Fatalf("park by a non-holder: %v, want ErrLeaseLost", err)
+	}
+	if _, err := s.Park(ctx, a, p, t0.Add(lease)); !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Fatalf("park after expiry: %v, want ErrLeaseLost", err)
+	}
+	a, err = s.Park(ctx, a, p, t0.Add(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Head != 2 {
+		t.Fatalf("head after park = %d, want 2", a.Head)
+	}
+	got, _, err := s.Pending(ctx, 2, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Sequence != 1 || got[1].Sequence != 3 {
+		t.Fatalf("pending after park = %+v; want 1 and 3 (2 moved to the dead letters)", got)
+	}
+	// The head persisted for the next owner.
+	if _, err := s.Release(ctx, a, 1); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Acquire(ctx, 2, "b", t0.Add(3*time.Second), lease)
+	if err != nil || b.Head != 2 {
+		t.Fatalf("next owner: %+v %v", b, err)
 	}
 }

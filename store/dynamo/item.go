@@ -75,6 +75,19 @@ func fenceItem(bucket int, seq int64, now, expires time.Time) map[string]types.A
 type ItemError struct {
 	Attribute string
 	Reason    string
+	// Newer is true when the item was written in a newer format than this
+	// code reads: not a bad record but an old relay.
+	Newer bool
+}
+
+// OutboxErrorClass implements outbox.Classifier: an item of a newer format
+// stops its bucket until the relay is upgraded (Fatal); any other bad item is
+// a record-level problem (parked or blocked by policy).
+func (e *ItemError) OutboxErrorClass() outbox.ErrorClass {
+	if e.Newer {
+		return outbox.Fatal
+	}
+	return outbox.RecordPermanent
 }
 
 func (e *ItemError) Error() string {
@@ -110,7 +123,8 @@ func decodeItem(item map[string]types.AttributeValue) outbox.Entry {
 		return e
 	}
 	if version < 1 || version > outbox.FormatVersion {
-		e.Err = &ItemError{Attribute: attrVersion, Reason: fmt.Sprintf("format version %d; this reader understands 1..%d (upgrade the relay)", version, outbox.FormatVersion)}
+		e.Err = &ItemError{Attribute: attrVersion, Reason: fmt.Sprintf("format version %d; this reader understands 1..%d (upgrade the relay)", version, outbox.FormatVersion),
+			Newer: version > outbox.FormatVersion}
 		return e
 	}
 	if av, ok := item[attrFence]; ok {

@@ -13,8 +13,11 @@ import (
 )
 
 // StoreAPI is the part of the DynamoDB client a Store uses: GetItem,
-// PutItem, UpdateItem, Query and BatchWriteItem. *dynamodb.Client has them.
+// PutItem, UpdateItem, DeleteItem, Query, BatchWriteItem and
+// TransactWriteItems (parking and replaying). *dynamodb.Client has them.
 type StoreAPI interface {
+	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)

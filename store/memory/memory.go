@@ -6,6 +6,7 @@ package memory
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -22,6 +23,7 @@ type Store struct {
 	counters    map[int]int64
 	leases      map[int]*outbox.Lease
 	relays      map[string]time.Time
+	parked      map[int][]outbox.Parked
 
 	// Hook, when set, is called at the start of every Store method with the
 	// method's name and bucket (-1 when none). A non-nil error is returned
@@ -42,6 +44,7 @@ func New(bucketCount int) *Store {
 		counters:    make(map[int]int64),
 		leases:      make(map[int]*outbox.Lease),
 		relays:      make(map[string]time.Time),
+		parked:      make(map[int][]outbox.Parked),
 	}
 }
 
@@ -275,6 +278,41 @@ func (s *Store) Fence(ctx context.Context, bucket int, seq int64, now time.Time)
 	}
 	s.buckets[bucket][seq] = outbox.Entry{Sequence: seq, Fence: true, Message: outbox.Message{Bucket: bucket, Sequence: seq, CreatedAt: now}}
 	return ctx.Err()
+}
+
+// Park implements outbox.Store.
+func (s *Store) Park(ctx context.Context, l outbox.Lease, p outbox.Parked, now time.Time) (outbox.Lease, error) {
+	if err := s.hook("Park", l.Bucket); err != nil {
+		return outbox.Lease{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, err := s.owned(l, now)
+	if err != nil {
+		return outbox.Lease{}, err
+	}
+	if p.Bucket != l.Bucket || p.Sequence != cur.Head+1 {
+		return outbox.Lease{}, fmt.Errorf("memory: park bucket %d sequence %d: head is %d: %w", p.Bucket, p.Sequence, cur.Head, outbox.ErrLeaseLost)
+	}
+	e, ok := s.buckets[p.Bucket][p.Sequence]
+	if !ok || e.Fence {
+		return outbox.Lease{}, fmt.Errorf("memory: park bucket %d sequence %d: no message there", p.Bucket, p.Sequence)
+	}
+	if e.Err == nil {
+		p.Message = e.Message
+	}
+	p.ParkedAt = now
+	s.parked[p.Bucket] = append(s.parked[p.Bucket], p)
+	delete(s.buckets[p.Bucket], p.Sequence)
+	cur.Head = p.Sequence
+	return *cur, ctx.Err()
+}
+
+// Parked returns the dead-letter records of bucket, in the order parked.
+func (s *Store) Parked(bucket int) []outbox.Parked {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]outbox.Parked(nil), s.parked[bucket]...)
 }
 
 // Heartbeat implements outbox.Store.

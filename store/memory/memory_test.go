@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/dynakafka/outbox"
-	"github.com/dynakafka/outbox/storetest"
 	"github.com/dynakafka/outbox/store/memory"
+	"github.com/dynakafka/outbox/storetest"
 )
 
 func TestConformance(t *testing.T) {

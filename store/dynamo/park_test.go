@@ -1,0 +1,163 @@
+package dynamo
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/sequence"
+)
+
+// parkSetup stores msgs in bucket 0 and parks sequence seq (after moving
+// head to seq-1) as holder "r", returning the lease.
+func parkSetup(t *testing.T, e *env, msgs []outbox.Message, seq int64, reason string) outbox.Lease {
+	t.Helper()
+	ctx := ctxT(t)
+	// Take the numbers from the counter, as writers do.
+	c, err := sequence.NewCounter(e.d.Client, e.tables.Control)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Reserve(ctx, 0, len(msgs)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.put(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	l, err := e.store.Acquire(ctx, 0, "r", now, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq > 1 {
+		if l, err = e.store.Update(ctx, l, outbox.LeaseUpdate{Head: seq - 1, Cleaned: seq - 1}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err = e.store.Park(ctx, l, outbox.Parked{Bucket: 0, Sequence: seq, Reason: reason, Attempts: 3, FirstFailure: now.Add(-time.Minute), LastFailure: now}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func testMsg(seq int64, key, value string) outbox.Message {
+	return outbox.Message{ID: outbox.NewID(), Bucket: 0, Sequence: seq, Topic: "orders", Key: []byte(key), Value: []byte(value),
+		Headers: []outbox.Header{{Key: "h", Value: []byte{0, 1}}}, CreatedAt: time.Now().Truncate(time.Millisecond)}
+}
+
+func TestParkListReplayDrop(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := ctxT(t)
+	m1, m2, m3 := testMsg(1, "k", "one"), testMsg(2, "k", "two"), testMsg(3, "k", "three")
+	parkSetup(t, e, []outbox.Message{m1, m2, m3}, 2, "MESSAGE_TOO_LARGE: the broker rejected it")
+
+	parked, err := e.store.ListParked(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parked) != 1 {
+		t.Fatalf("%d parked", len(parked))
+	}
+	p := parked[0]
+	if p.Err != nil || p.Sequence != 2 || p.Message.ID != m2.ID || string(p.Message.Value) != "two" || len(p.Message.Headers) != 1 ||
+		p.Attempts != 3 || !strings.Contains(p.Reason, "MESSAGE_TOO_LARGE") || p.ParkedAt.IsZero() || p.FirstFailure.IsZero() {
+		t.Fatalf("parked record %+v", p)
+	}
+
+	// Replay: at the tail, with the original id; the dead letter is gone.
+	replayed, err := e.store.ReplayParked(ctx, 0, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if replayed.ID != m2.ID || replayed.Sequence <= 3 {
+		t.Fatalf("replayed %+v; want the original id at a sequence above 3", replayed)
+	}
+	got, _, err := e.store.Pending(ctx, 0, 2, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[1].Message.ID != m2.ID || string(got[1].Message.Value) != "two" {
+		t.Fatalf("pending after replay %+v", got)
+	}
+	if left, _ := e.store.ListParked(ctx, 0, 0); len(left) != 0 {
+		t.Fatalf("dead letter still there: %+v", left)
+	}
+	if _, err := e.store.ReplayParked(ctx, 0, 2, nil); !errors.Is(err, ErrNotParked) {
+		t.Fatalf("second replay: %v, want ErrNotParked", err)
+	}
+	if err := e.store.DropParked(ctx, 0, 2); !errors.Is(err, ErrNotParked) {
+		t.Fatalf("drop of nothing: %v, want ErrNotParked", err)
+	}
+}
+
+func TestReplayWithARepairedPayloadAndDrop(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := ctxT(t)
+	m1, m2 := testMsg(1, "k", "broken"), testMsg(2, "k", "fine")
+	l := parkSetup(t, e, []outbox.Message{m1, m2}, 1, "INVALID_RECORD")
+	// The second one is parked too, then dropped.
+	if _, err := e.store.Park(ctx, l, outbox.Parked{Bucket: 0, Sequence: 2, Reason: "x"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	fixed := m1
+	fixed.Value = []byte("repaired")
+	other := fixed
+	other.ID = outbox.NewID()
+	var ve *outbox.ValidationError
+	if _, err := e.store.ReplayParked(ctx, 0, 1, &other); !errors.As(err, &ve) || ve.Field != "ID" {
+		t.Fatalf("replacement with another id: %v", err)
+	}
+	if _, err := e.store.ReplayParked(ctx, 0, 1, &fixed); err != nil {
+		t.Fatal(err)
+	}
+	got, _, _ := e.store.Pending(ctx, 0, 2, 10)
+	if len(got) != 1 || string(got[0].Message.Value) != "repaired" || got[0].Message.ID != m1.ID {
+		t.Fatalf("pending %+v", got)
+	}
+	if err := e.store.DropParked(ctx, 0, 2); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := e.store.ListParked(ctx, 0, 0); len(left) != 0 {
+		t.Fatalf("left %+v", left)
+	}
+}
+
+func TestParkKeepsAnUndecodableItemExactly(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := ctxT(t)
+	bad := map[string]types.AttributeValue{
+		attrBucket: numAttr(0), attrSeq: numAttr(1), attrVersion: numAttr(1),
+		attrID: strAttr("not-a-uuid"), attrTopic: &types.AttributeValueMemberN{Value: "42"}, "extra": strAttr("kept"),
+	}
+	putRaw(t, e, bad)
+	l, err := e.store.Acquire(ctx, 0, "r", time.Now(), 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Park(ctx, l, outbox.Parked{Bucket: 0, Sequence: 1, Reason: "cannot decode"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	parked, err := e.store.ListParked(ctx, 0, 0)
+	if err != nil || len(parked) != 1 || parked[0].Err == nil {
+		t.Fatalf("parked %+v %v; want one undecodable record", parked, err)
+	}
+	if _, err := e.store.ReplayParked(ctx, 0, 1, nil); err == nil || !strings.Contains(err.Error(), "replacement") {
+		t.Fatalf("replay of an undecodable item without a replacement: %v", err)
+	}
+	got, err := e.d.Client.GetItem(ctx, &dynamodb.GetItemInput{TableName: str(e.tables.Control), Key: controlKey(parkedPK(0), parkedSK(1)), ConsistentRead: new(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x, ok := got.Item["extra"].(*types.AttributeValueMemberS); !ok || x.Value != "kept" {
+		t.Fatalf("the raw item was not kept as stored: %v", got.Item)
+	}
+	if tp, ok := got.Item[attrTopic].(*types.AttributeValueMemberN); !ok || tp.Value != "42" {
+		t.Fatalf("the malformed topic attribute changed: %v", got.Item[attrTopic])
+	}
+}
