@@ -389,7 +389,7 @@ func join(lists ...[]grant) []grant {
 // the failure queue.
 func baseGrants(fn string) []grant {
 	tables := join(
-		grants([]string{"dynamodb:Query", "dynamodb:PutItem", "dynamodb:BatchWriteItem"}, "<MessagesTable.Arn>", ""),
+		grants([]string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}, "<MessagesTable.Arn>", ""),
 		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"}, "<ControlTable.Arn>", ""),
 	)
 	switch fn {
