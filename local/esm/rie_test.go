@@ -201,6 +201,17 @@ func TestRIE(t *testing.T) {
 		}
 	})
 
+	t.Run("RIE reaches a running emulator by URL", func(t *testing.T) {
+		ev, err := BuildEvent(outboxStream, echoRecord(7, "fail"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := RIE(p.URL).Invoke(ctx, ev)
+		if err != nil || len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != seqOf(7) {
+			t.Fatalf("Invoke = %+v, %v; want record 7 reported failed", resp, err)
+		}
+	})
+
 	t.Run("as a mapping target", func(t *testing.T) {
 		before := len(readSeen(t, seenLog))
 		f := newFakeStreams("s")
