@@ -65,6 +65,10 @@ func (e *ValidationError) Error() string {
 	return fmt.Sprintf("outbox: invalid %s: %s", e.Field, e.Reason)
 }
 
+// OutboxErrorClass implements Classifier: a message that fails validation
+// is a record-level problem.
+func (e *ValidationError) OutboxErrorClass() ErrorClass { return RecordPermanent }
+
 // MisconfigurationError reports a setting that contradicts the outbox's
 // stored configuration or another setting. It names both values. A relay or
 // writer that gets it must not run.
@@ -74,6 +78,9 @@ type MisconfigurationError struct {
 	Stored     string // what the outbox's config item says
 	Fix        string
 }
+
+// OutboxErrorClass implements Classifier: Fatal.
+func (e *MisconfigurationError) OutboxErrorClass() ErrorClass { return Fatal }
 
 func (e *MisconfigurationError) Error() string {
 	return fmt.Sprintf("outbox: misconfigured %s: configured %s but the outbox table says %s; %s",

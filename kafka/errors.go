@@ -164,3 +164,64 @@ func IsRetriable(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne)
 }
+
+// Class sorts a Publish error into the relay's error classes (see
+// outbox.ErrorClass):
+//
+//   - RecordPermanent: the record itself cannot be written — larger than
+//     MaxMessageBytes, or rejected by the broker as MESSAGE_TOO_LARGE,
+//     INVALID_RECORD, CORRUPT_MESSAGE, INVALID_TIMESTAMP,
+//     RECORD_LIST_TOO_LARGE or INVALID_TOPIC_EXCEPTION, or invalid before it
+//     was produced. The relay parks it (or blocks its bucket).
+//   - Fatal: nothing in the topic or cluster can be written until someone
+//     acts — a missing (deleted) or too small topic, authorization or SASL
+//     failures, a refused option, an unsupported broker, and any broker
+//     error Kafka does not mark retriable. The bucket stops; nothing is
+//     parked; it resumes when the cause is fixed.
+//   - Retriable: everything else, including UNKNOWN_TOPIC_OR_PARTITION while
+//     producing (metadata may be settling), leadership changes, timeouts,
+//     NOT_ENOUGH_REPLICAS and network errors.
+func Class(err error) outbox.ErrorClass {
+	var (
+		tooLarge  *RecordTooLargeError
+		limit     *TopicLimitError
+		topic     *TopicError
+		downgrade *DowngradeError
+		invalid   *outbox.ValidationError
+	)
+	switch {
+	case err == nil:
+		return outbox.Retriable
+	case errors.As(err, &tooLarge), errors.As(err, &invalid):
+		return outbox.RecordPermanent
+	case errors.As(err, &limit), errors.As(err, &topic), errors.As(err, &downgrade):
+		return outbox.Fatal
+	}
+	if ke, ok := errors.AsType[*kerr.Error](err); ok {
+		switch ke {
+		case kerr.MessageTooLarge, kerr.InvalidRecord, kerr.CorruptMessage, kerr.InvalidTimestamp,
+			kerr.RecordListTooLarge, kerr.InvalidTopicException:
+			return outbox.RecordPermanent
+		case kerr.UnknownTopicOrPartition:
+			return outbox.Retriable
+		}
+		if ke.Retriable {
+			return outbox.Retriable
+		}
+		return outbox.Fatal
+	}
+	return outbox.Retriable
+}
+
+// OutboxErrorClass implements outbox.Classifier.
+func (e *ProduceError) OutboxErrorClass() outbox.ErrorClass { return Class(e.Err) }
+
+// OutboxErrorClass implements outbox.Classifier: always RecordPermanent.
+func (e *RecordTooLargeError) OutboxErrorClass() outbox.ErrorClass { return outbox.RecordPermanent }
+
+// OutboxErrorClass implements outbox.Classifier: always Fatal (the topic is
+// missing, or cannot be described).
+func (e *TopicError) OutboxErrorClass() outbox.ErrorClass { return outbox.Fatal }
+
+// OutboxErrorClass implements outbox.Classifier: always Fatal.
+func (e *TopicLimitError) OutboxErrorClass() outbox.ErrorClass { return outbox.Fatal }
