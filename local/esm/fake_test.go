@@ -22,8 +22,8 @@ type fakeStreams struct {
 	next     int // index of the next record, across shards
 	pageSize int // DescribeStream page size; 0 for all at once
 
-	expireCalls map[string][]int // shard -> GetRecords call numbers (1-based) that fail as expired
-	missing     bool             // DescribeStream answers ResourceNotFound
+	faults  map[string]map[int]error // shard -> GetRecords call number (1-based) -> its error
+	missing bool                     // DescribeStream answers ResourceNotFound
 
 	getRecords []string // shard of every GetRecords call, in order
 	iterators  []string // "shard type [seq]" of every GetShardIterator call
@@ -37,7 +37,7 @@ type fakeShard struct {
 }
 
 func newFakeStreams(shards ...string) *fakeStreams {
-	f := &fakeStreams{expireCalls: map[string][]int{}}
+	f := &fakeStreams{faults: map[string]map[int]error{}}
 	for _, id := range shards {
 		f.addShard(id, "")
 	}
@@ -193,10 +193,8 @@ func (f *fakeStreams) GetRecords(ctx context.Context, in *dynamodbstreams.GetRec
 	s := f.shard(id)
 	s.calls++
 	f.getRecords = append(f.getRecords, id)
-	for _, n := range f.expireCalls[id] {
-		if n == s.calls {
-			return nil, &types.ExpiredIteratorException{Message: ptr("Iterator expired")}
-		}
+	if err := f.faults[id][s.calls]; err != nil {
+		return nil, err
 	}
 	limit := 1000
 	if in.Limit != nil {

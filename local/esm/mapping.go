@@ -247,6 +247,14 @@ func (m *Mapping) readShard(ctx context.Context, sh *shard) {
 				return
 			case hasCode(err, "ExpiredIteratorException", "TrimmedDataAccessException"):
 				m.cfg.logger.Debug("esm: shard iterator unusable; getting a new one", "shard", sh.id, "err", err)
+				if hasCode(err, "TrimmedDataAccessException") {
+					// What follows lastRead is gone: resume at the oldest record left.
+					lastRead, sh.from = "", types.ShardIteratorTypeTrimHorizon
+				}
+				// A fresh iterator that fails again is not retried in a hot loop.
+				if failures++; failures > 1 && !sleep(ctx, m.backoff(failures-1)) {
+					return
+				}
 				if iter, ok = m.iterator(ctx, sh, lastRead); !ok {
 					return
 				}

@@ -603,25 +603,36 @@ func TestNewShardFoundByPeriodicDiscovery(t *testing.T) {
 	}
 }
 
-func TestExpiredIterator(t *testing.T) {
+func TestGetRecordsErrors(t *testing.T) {
+	expired := &types.ExpiredIteratorException{Message: ptr("Iterator expired")}
 	cases := []struct {
-		name        string
-		expire      []int // GetRecords calls that fail
-		wantIterate []string
+		name          string
+		faults        map[int]error // GetRecords call -> error
+		want          [][]int
+		wantIterators []string
 	}{
 		// Before anything was read, the shard is started again.
-		{"before the first read", []int{1}, []string{"s TRIM_HORIZON", "s TRIM_HORIZON"}},
+		{"expired before the first read", map[int]error{1: expired},
+			[][]int{{0, 1}, {2}}, []string{"s TRIM_HORIZON", "s TRIM_HORIZON"}},
 		// After a read, reading resumes right after the last record read.
-		{"after a read", []int{2}, []string{"s TRIM_HORIZON", "s AFTER_SEQUENCE_NUMBER " + seqOf(1)}},
-		{"twice in a row", []int{2, 3}, []string{"s TRIM_HORIZON",
-			"s AFTER_SEQUENCE_NUMBER " + seqOf(1), "s AFTER_SEQUENCE_NUMBER " + seqOf(1)}},
+		{"expired after a read", map[int]error{2: expired},
+			[][]int{{0, 1}, {2}}, []string{"s TRIM_HORIZON", "s AFTER_SEQUENCE_NUMBER " + seqOf(1)}},
+		{"expired twice in a row", map[int]error{2: expired, 3: expired},
+			[][]int{{0, 1}, {2}}, []string{"s TRIM_HORIZON", "s AFTER_SEQUENCE_NUMBER " + seqOf(1), "s AFTER_SEQUENCE_NUMBER " + seqOf(1)}},
+		// Trimmed: what follows the last read is gone, so reading restarts at
+		// the oldest record left (the fake trims nothing, so it redelivers).
+		{"trimmed", map[int]error{2: &types.TrimmedDataAccessException{Message: ptr("trimmed")}},
+			[][]int{{0, 1}, {0, 1}, {2}}, []string{"s TRIM_HORIZON", "s TRIM_HORIZON"}},
+		// Any other error is retried with the same iterator.
+		{"throttled", map[int]error{2: &types.LimitExceededException{Message: ptr("slow down")}, 3: errors.New("connection reset")},
+			[][]int{{0, 1}, {2}}, []string{"s TRIM_HORIZON"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeStreams("s")
 			f.inserts("s", 3)
 			f.close("s")
-			f.expireCalls["s"] = tc.expire
+			f.faults["s"] = tc.faults
 			rec := &recorder{}
 			m, err := New(f, fakeARN, InProcess(rec.handle), fast(BatchSize(2))...)
 			if err != nil {
@@ -629,11 +640,11 @@ func TestExpiredIterator(t *testing.T) {
 			}
 			run(t, m)
 			waitFor(t, "the shard", func() bool { return m.Stats().ShardsExhausted == 1 })
-			if got, want := rec.got(), [][]int{{0, 1}, {2}}; !reflect.DeepEqual(got, want) {
-				t.Errorf("invocations %v, want %v (each record once, in order)", got, want)
+			if got := rec.got(); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("invocations %v, want %v", got, tc.want)
 			}
-			if _, iters := f.log(); !reflect.DeepEqual(iters, tc.wantIterate) {
-				t.Errorf("GetShardIterator calls\n got: %v\nwant: %v", iters, tc.wantIterate)
+			if _, iters := f.log(); !reflect.DeepEqual(iters, tc.wantIterators) {
+				t.Errorf("GetShardIterator calls\n got: %v\nwant: %v", iters, tc.wantIterators)
 			}
 		})
 	}
