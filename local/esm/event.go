@@ -52,13 +52,13 @@ func buildRecord(streamARN, region string, r types.Record) (events.DynamoDBEvent
 			c.ApproximateCreationDateTime = events.SecondsEpochTime{Time: d.ApproximateCreationDateTime.Truncate(time.Second)}
 		}
 		if c.Keys, err = convertMap(d.Keys); err != nil {
-			return out, fmt.Errorf("Keys: %w", err)
+			return out, fmt.Errorf("dynamodb.Keys: %w", err)
 		}
 		if c.NewImage, err = convertMap(d.NewImage); err != nil {
-			return out, fmt.Errorf("NewImage: %w", err)
+			return out, fmt.Errorf("dynamodb.NewImage: %w", err)
 		}
 		if c.OldImage, err = convertMap(d.OldImage); err != nil {
-			return out, fmt.Errorf("OldImage: %w", err)
+			return out, fmt.Errorf("dynamodb.OldImage: %w", err)
 		}
 		c.SequenceNumber = deref(d.SequenceNumber)
 		if d.SizeBytes != nil {
