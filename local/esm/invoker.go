@@ -59,11 +59,11 @@ type InProcessOpt func(*inProcess)
 
 // Timeout is the function timeout: the handler's context is cancelled at this
 // deadline and a late return is reported as ErrTimeout. Default 3s (Lambda's
-// default function timeout); 1ms to 900s.
+// default function timeout); positive, at most 900s.
 func Timeout(d time.Duration) InProcessOpt {
 	return func(p *inProcess) {
 		if d <= 0 || d > 900*time.Second {
-			p.err = &outbox.OptionError{Option: "esm.Timeout", Value: d, Reason: "must be 1ms..900s (Lambda's limit is 15 minutes)"}
+			p.err = &outbox.OptionError{Option: "esm.Timeout", Value: d, Reason: "must be positive and at most 900s (Lambda's limit is 15 minutes)"}
 			return
 		}
 		p.timeout = d
