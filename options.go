@@ -30,6 +30,7 @@ type config struct {
 	retryBase       time.Duration
 	retryMax        time.Duration
 	clock           Clock
+	faults          FaultInjector
 	logger          *slog.Logger
 	metrics         Metrics
 }

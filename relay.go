@@ -107,11 +107,15 @@ func (r *Relay) DrainBucket(ctx context.Context, bucket int) (DrainStats, error)
 		return st, fmt.Errorf("outbox: acquire bucket %d: %w", bucket, err)
 	}
 	d := &drain{r: r, lease: lease, deletedThrough: lease.Cleaned, st: &st}
+	if err := d.inject(ctx, AfterAcquire); err != nil {
+		return st, err
+	}
 	for {
 		err := d.untilEmpty(ctx)
 		st.Head = d.lease.Head
 		if err != nil {
-			if !errors.Is(err, ErrLeaseLost) {
+			var crash *CrashError
+			if !errors.Is(err, ErrLeaseLost) && !errors.As(err, &crash) {
 				d.releaseAfterError()
 			}
 			r.cfg.logger.Log(ctx, levelFor(err), "outbox: drain stopped", "bucket", bucket, "head", d.lease.Head, "err", err)
@@ -315,9 +319,15 @@ func (d *drain) untilEmpty(ctx context.Context) error {
 		if len(msgs) > 0 {
 			acked, perr = d.publish(ctx, msgs)
 		}
-		if errors.Is(perr, ErrLeaseLost) {
+		var crashed *CrashError
+		if errors.Is(perr, ErrLeaseLost) || errors.As(perr, &crashed) {
 			// Another owner may take over at any moment: write nothing.
 			return perr
+		}
+		if acked > 0 {
+			if err := d.inject(ctx, AfterProduce); err != nil {
+				return err
+			}
 		}
 		// The decided prefix: every entry up to the first unacknowledged
 		// message, fences included.
@@ -349,6 +359,9 @@ func (d *drain) untilEmpty(ctx context.Context) error {
 				return fmt.Errorf("outbox: advance head of bucket %d to %d: %w", b, newHead, err)
 			}
 			d.lease = l
+			if err := d.inject(ctx, AfterHeadUpdate); err != nil {
+				return err
+			}
 		}
 		toDelete := leftovers
 		for _, m := range msgs[:acked] {
@@ -457,8 +470,20 @@ func (d *drain) recordError(ctx context.Context, e Entry, cause error, first, la
 
 func (d *drain) delete(ctx context.Context, seqs []int64) error {
 	b := d.lease.Bucket
-	if err := d.r.store.Delete(ctx, b, seqs); err != nil {
-		return fmt.Errorf("outbox: delete %d messages of bucket %d: %w", len(seqs), b, err)
+	first := seqs
+	if d.r.cfg.faults != nil && len(seqs) > 1 {
+		first = seqs[:len(seqs)/2] // so that a crash can fall in the middle
+	}
+	if err := d.r.store.Delete(ctx, b, first); err != nil {
+		return fmt.Errorf("outbox: delete %d messages of bucket %d: %w", len(first), b, err)
+	}
+	if len(first) < len(seqs) {
+		if err := d.inject(ctx, MidDelete); err != nil {
+			return err
+		}
+		if err := d.r.store.Delete(ctx, b, seqs[len(first):]); err != nil {
+			return fmt.Errorf("outbox: delete %d messages of bucket %d: %w", len(seqs)-len(first), b, err)
+		}
 	}
 	d.st.Deleted += len(seqs)
 	return nil
@@ -484,7 +509,7 @@ func (d *drain) renewIfDue(ctx context.Context) error {
 	d.mu.Lock()
 	d.lease = nl
 	d.mu.Unlock()
-	return nil
+	return d.inject(ctx, DuringRenewal)
 }
 
 // publish runs the publisher while a watchdog renews the lease every
@@ -539,6 +564,11 @@ func (d *drain) publish(ctx context.Context, msgs []Message) (int, error) {
 				d.mu.Lock()
 				d.lease = nl
 				d.mu.Unlock()
+				if cerr := d.inject(ctx, DuringRenewal); cerr != nil {
+					lost = cerr
+					cancel()
+					return
+				}
 				continue
 			}
 			if errors.Is(err, ErrLeaseLost) {
@@ -595,6 +625,9 @@ func (d *drain) gap(ctx context.Context, seq, next int64) error {
 			switch {
 			case err == nil:
 				d.st.Fenced++
+				if cerr := d.inject(ctx, DuringFence); cerr != nil {
+					return cerr
+				}
 				cfg.logger.WarnContext(ctx, "outbox: fenced a sequence number nobody committed within GapTimeout", "bucket", l.Bucket, "sequence", s, "waited", waited)
 			case errors.Is(err, ErrAlreadyWritten):
 				// The writer won the race; its message is read next.

@@ -54,11 +54,15 @@ func (r *recorder) seqs(bucket int) []int64 {
 	return out
 }
 
-type fakeClock struct{ off atomic.Int64 }
+// fakeClock is a test clock. With step set, every Now advances it by step.
+type fakeClock struct {
+	off  atomic.Int64
+	step time.Duration
+}
 
 var base = time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 
-func (c *fakeClock) Now() time.Time          { return base.Add(time.Duration(c.off.Load())) }
+func (c *fakeClock) Now() time.Time { return base.Add(time.Duration(c.off.Add(int64(c.step)))) }
 func (c *fakeClock) Advance(d time.Duration) { c.off.Add(int64(d)) }
 
 func message(bucket int, seq int64) outbox.Message {
