@@ -40,7 +40,7 @@ func TestCrashPoints(t *testing.T) {
 			// Renewal is due on every batch (interval 1ns), so the renewal
 			// point is reached; the gap is fenced at once.
 			common := []outbox.Option{outbox.WithClock(clk), outbox.DeadlineMargin(0), outbox.BatchSize(10),
-				outbox.GapTimeout(5*time.Millisecond), outbox.GapPollInterval(time.Millisecond), outbox.LeaseRenewInterval(time.Nanosecond)}
+				outbox.GapTimeout(5 * time.Millisecond), outbox.GapPollInterval(time.Millisecond), outbox.LeaseRenewInterval(time.Nanosecond)}
 			crashing := newRelay(t, s, p, append(common, outbox.RelayID("crashing"), outbox.WithFaultInjector(inj))...)
 			_, err := crashing.DrainBucket(ctxFor(t, 5*time.Second), 0)
 			var ce *outbox.CrashError

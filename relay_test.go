@@ -62,7 +62,7 @@ type fakeClock struct {
 
 var base = time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 
-func (c *fakeClock) Now() time.Time { return base.Add(time.Duration(c.off.Add(int64(c.step)))) }
+func (c *fakeClock) Now() time.Time          { return base.Add(time.Duration(c.off.Add(int64(c.step)))) }
 func (c *fakeClock) Advance(d time.Duration) { c.off.Add(int64(d)) }
 
 func message(bucket int, seq int64) outbox.Message {
