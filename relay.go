@@ -193,6 +193,9 @@ type drain struct {
 	// start above it. Written to the lease as Cleaned.
 	deletedThrough int64
 	st             *DrainStats
+	// isolate: the next publish is the head record alone, to tell whether
+	// a record-level rejection is really its own.
+	isolate bool
 	// Consecutive publish failures, and the sequence and time of the first.
 	failures     int
 	failedSeq    int64
@@ -260,7 +263,7 @@ func (d *drain) untilEmpty(ctx context.Context) error {
 				}
 				break
 			}
-			if len(msgs) == cfg.batchSize {
+			if len(msgs) == cfg.batchSize || d.isolate && len(msgs) == 1 {
 				break
 			}
 			if e.Err != nil || (!e.Fence && RecordSize(e.Message, cfg.idHeader) > cfg.maxMessageBytes) {
@@ -381,7 +384,7 @@ func (d *drain) untilEmpty(ctx context.Context) error {
 		d.st.Published += acked
 		d.st.Leftovers += len(leftovers)
 		if perr == nil {
-			d.failures = 0
+			d.failures, d.isolate = 0, false
 			continue
 		}
 		failed := msgs[acked]
@@ -395,6 +398,13 @@ func (d *drain) untilEmpty(ctx context.Context) error {
 		}
 		switch Classify(perr) {
 		case RecordPermanent:
+			if !d.isolate && len(msgs)-acked > 1 {
+				// Kafka rejects whole batches: the record named may have
+				// failed with a neighbour. Publish it alone before judging.
+				d.isolate = true
+				continue
+			}
+			d.isolate = false
 			if err := d.recordError(ctx, Entry{Sequence: failed.Sequence, Message: failed}, perr, d.firstFailure, cfg.clock.Now(), d.failures); err != nil {
 				return err
 			}

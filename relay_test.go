@@ -339,7 +339,7 @@ func TestRecordErrorPolicies(t *testing.T) {
 					t.Fatalf("published %s, want [1 3]", got)
 				}
 				parked := s.Parked(0)
-				if len(parked) != 1 || parked[0].Sequence != 2 || parked[0].Attempts != 1 || !strings.Contains(parked[0].Reason, "MESSAGE_TOO_LARGE") ||
+				if len(parked) != 1 || parked[0].Sequence != 2 || parked[0].Attempts != 2 || !strings.Contains(parked[0].Reason, "MESSAGE_TOO_LARGE") ||
 					parked[0].Message.ID == "" || parked[0].FirstFailure.IsZero() {
 					t.Fatalf("parked %+v", parked)
 				}
@@ -461,6 +461,34 @@ func TestStalledHolderStopsAfterTakeover(t *testing.T) {
 	}
 	if got := fmt.Sprint(p.seqs(0)); got != "[1 2 3]" {
 		t.Fatalf("published %s; the stalled holder must produce nothing after its lease expired", got)
+	}
+}
+
+// Kafka rejects a whole batch for one record's sake (MESSAGE_TOO_LARGE for
+// the batch): the relay isolates the named record before parking it, so only
+// the culprit is parked.
+func TestBatchRejectionParksOnlyTheCulprit(t *testing.T) {
+	s := memory.New(1)
+	fill(t, s, 0, 1, 2, 3, 4)
+	tooLarge := outbox.WithClass(errors.New("MESSAGE_TOO_LARGE"), outbox.RecordPermanent)
+	p := &recorder{before: func(ctx context.Context, msgs []outbox.Message) (int, error, bool) {
+		for _, m := range msgs {
+			if m.Sequence == 3 {
+				return 0, tooLarge, true // the whole batch fails, naming its first record
+			}
+		}
+		return 0, nil, false
+	}}
+	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
+	st, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(p.seqs(0)); got != "[1 2 4]" {
+		t.Fatalf("published %s, want [1 2 4]", got)
+	}
+	if parked := s.Parked(0); st.Parked != 1 || len(parked) != 1 || parked[0].Sequence != 3 {
+		t.Fatalf("parked %+v; want only 3", parked)
 	}
 }
 

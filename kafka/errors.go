@@ -77,9 +77,15 @@ func (e *TopicLimitError) Error() string {
 type RecordTooLargeError struct {
 	Size            int // outbox.RecordSize of the message with the id header
 	MaxMessageBytes int
+	// Topic is set when the limit is the topic's max.message.bytes (Strict
+	// mode's pre-flight check) rather than MaxMessageBytes.
+	Topic string
 }
 
 func (e *RecordTooLargeError) Error() string {
+	if e.Topic != "" {
+		return fmt.Sprintf("kafka: record is %d bytes, above topic %q's max.message.bytes=%d; it was not produced (was the topic's limit lowered?)", e.Size, e.Topic, e.MaxMessageBytes)
+	}
 	return fmt.Sprintf("kafka: record is %d bytes, above MaxMessageBytes=%d; it was not produced (a writer with a larger MaxMessageBytes wrote it?)", e.Size, e.MaxMessageBytes)
 }
 

@@ -76,6 +76,8 @@ type cfg struct {
 	tls             *tls.Config
 	tlsSet          bool
 	sasl            []sasl.Mechanism
+	strict          bool
+	strictRecheck   time.Duration
 }
 
 func defaultCfg() cfg {
@@ -84,8 +86,32 @@ func defaultCfg() cfg {
 		idHeader:        outbox.DefaultMessageIDHeader,
 		compression:     DefaultCompression(),
 		leaseDuration:   DefaultLeaseDuration,
+		strictRecheck:   DefaultStrictRecheck,
 	}
 }
+
+// DefaultStrictRecheck is how often Strict mode re-reads a topic's
+// max.message.bytes.
+const DefaultStrictRecheck = 5 * time.Second
+
+// Strict keeps a bucket's order through failures: no later record of a
+// bucket becomes visible in Kafka before every earlier one was acknowledged
+// (or parked by the relay). Default off. It does three things:
+//
+//  1. pre-flight size checks against each topic's current max.message.bytes
+//     (re-read every DefaultStrictRecheck and after any failure), so a record
+//     the topic would reject is never sent and nothing after it is produced;
+//     a topic limit below MaxMessageBytes is then not a start-up error;
+//  2. one produce request in flight per broker, so when Kafka rejects a
+//     batch the batches queued behind it on that partition fail instead of
+//     being written;
+//  3. after any failure in a bucket, that bucket's records are produced one
+//     at a time, each after the previous was acknowledged, until a whole
+//     publish succeeds.
+//
+// The cost is throughput: see BenchmarkPublish in this package
+// (docs/failures.md has the numbers).
+func Strict() Opt { return optFunc(func(c *cfg) { c.strict = true }) }
 
 // ClientOptions passes options to the kgo client, for example kgo.ClientID,
 // kgo.Rack, kgo.Dialer, kgo.ProducerLinger or kgo.MetadataMinAge (which the

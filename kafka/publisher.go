@@ -23,6 +23,11 @@ type Publisher struct {
 	log    *slog.Logger
 	topics *topicChecker
 	closed atomic.Bool
+
+	// Strict mode: buckets whose last publish failed, produced one record
+	// at a time until a publish succeeds.
+	carefulMu sync.Mutex
+	careful   map[int]bool
 }
 
 var _ outbox.Publisher = (*Publisher)(nil)
@@ -86,10 +91,14 @@ func NewPublisher(ctx context.Context, seeds []string, opts ...Opt) (*Publisher,
 	}
 
 	p := &Publisher{
-		cl:     cl,
-		cfg:    c,
-		log:    log,
-		topics: newTopicChecker(cl, c.maxMessageBytes),
+		cl:      cl,
+		cfg:     c,
+		log:     log,
+		topics:  newTopicChecker(cl, c.maxMessageBytes),
+		careful: make(map[int]bool),
+	}
+	if c.strict {
+		p.topics.strict, p.topics.maxAge = true, c.strictRecheck
 	}
 	if len(c.topics) > 0 {
 		failed := p.topics.check(ctx, c.topics)
@@ -115,7 +124,7 @@ func NewPublisher(ctx context.Context, seeds []string, opts ...Opt) (*Publisher,
 // else. Idempotence has no kgo option to turn it on (it is on unless
 // disabled), so checkClientOptions refuses its opt-out instead.
 func enforcedOpts(c *cfg) []kgo.Opt {
-	return []kgo.Opt{
+	opts := []kgo.Opt{
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(newPartitioner()),
 		kgo.ProducerBatchMaxBytes(batchMaxBytes(c.maxMessageBytes)),
@@ -127,6 +136,10 @@ func enforcedOpts(c *cfg) []kgo.Opt {
 		kgo.RecordDeliveryTimeout(0),
 		kgo.ProducerBatchCompression(c.compression...),
 	}
+	if c.strict {
+		opts = append(opts, kgo.MaxProduceRequestsInflightPerBroker(1))
+	}
+	return opts
 }
 
 // checkClientOptions refuses kgo options that would weaken delivery. It
@@ -235,6 +248,13 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) (acked i
 	defer cancel()
 	recs := make([]*kgo.Record, n)
 	results := make([]error, n)
+	bucket := msgs[0].Bucket
+	careful := false
+	if p.cfg.strict {
+		p.carefulMu.Lock()
+		careful = p.careful[bucket]
+		p.carefulMu.Unlock()
+	}
 	var wg sync.WaitGroup
 	for i := range n {
 		if err := rctx.Err(); err != nil {
@@ -247,6 +267,15 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) (acked i
 			results[i] = err
 			wg.Done()
 		})
+		if careful {
+			// After a failure, one record at a time: the next is produced
+			// only once this one is acknowledged.
+			wg.Wait()
+			if results[i] != nil {
+				n = i + 1
+				break
+			}
+		}
 	}
 	wg.Wait()
 
@@ -258,6 +287,18 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) (acked i
 		err = wrapMessage(msgs[acked], p.produceError(ctx, rctx, recs[acked], results[acked]))
 	case stopErr != nil:
 		err = wrapMessage(msgs[n], stopErr)
+	}
+	if p.cfg.strict {
+		p.carefulMu.Lock()
+		if err != nil {
+			p.careful[bucket] = true
+		} else {
+			delete(p.careful, bucket)
+		}
+		p.carefulMu.Unlock()
+		if err != nil && acked < len(msgs) {
+			p.topics.forget(msgs[acked].Topic) // re-read its limit before the next publish
+		}
 	}
 	if err != nil {
 		p.log.Debug("kafka publish stopped", "bucket", msgs[0].Bucket, "messages", len(msgs),
@@ -288,12 +329,18 @@ func (p *Publisher) precheck(ctx context.Context, msgs []outbox.Message) (int, e
 		return n, stopErr
 	}
 	failed := p.topics.check(ctx, topics)
-	if len(failed) == 0 {
-		return n, stopErr
-	}
 	for i := range n {
 		if err, ok := failed[msgs[i].Topic]; ok {
 			return i, err
+		}
+		if p.cfg.strict {
+			// Pre-flight: the record, alone in a batch, within the topic's
+			// current limit.
+			if lim := p.topics.limitOf(msgs[i].Topic); lim > 0 {
+				if size := outbox.RecordSize(msgs[i], p.cfg.idHeader); size > lim {
+					return i, &RecordTooLargeError{Size: size, MaxMessageBytes: lim, Topic: msgs[i].Topic}
+				}
+			}
 		}
 	}
 	return n, stopErr

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -24,18 +25,54 @@ const kafkaDefaultMaxMessageBytes = 1048588
 type topicChecker struct {
 	cl              *kgo.Client
 	maxMessageBytes int
+	// strict: a topic limit below MaxMessageBytes is not an error; records
+	// are checked against the limit itself (Strict mode).
+	strict bool
+	// maxAge, when positive, makes a passed check expire (Strict mode
+	// re-reads topic limits, which an operator may lower at any time).
+	maxAge time.Duration
 
 	mu     sync.Mutex
 	checks map[string]*topicCheck
 }
 
 type topicCheck struct {
-	done chan struct{}
-	err  error
+	done  chan struct{}
+	err   error
+	limit int // the topic's max.message.bytes as last read (0: unknown)
+	at    time.Time
 }
 
 func newTopicChecker(cl *kgo.Client, maxMessageBytes int) *topicChecker {
 	return &topicChecker{cl: cl, maxMessageBytes: maxMessageBytes, checks: make(map[string]*topicCheck)}
+}
+
+// limitOf returns the last known max.message.bytes of a checked topic (0 if
+// unknown).
+func (c *topicChecker) limitOf(topic string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if tc, ok := c.checks[topic]; ok {
+		select {
+		case <-tc.done:
+			return tc.limit
+		default:
+		}
+	}
+	return 0
+}
+
+// forget drops a topic's cached check, so the next use checks it again.
+func (c *topicChecker) forget(topic string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if tc, ok := c.checks[topic]; ok {
+		select {
+		case <-tc.done:
+			delete(c.checks, topic)
+		default:
+		}
+	}
 }
 
 // check returns the topics that failed, with their error. Topics already
@@ -52,6 +89,15 @@ func (c *topicChecker) check(ctx context.Context, topics []string) map[string]er
 			continue
 		}
 		tc, ok := c.checks[t]
+		if ok && c.maxAge > 0 {
+			select {
+			case <-tc.done:
+				if time.Since(tc.at) > c.maxAge {
+					ok = false
+				}
+			default:
+			}
+		}
 		if !ok {
 			tc = &topicCheck{done: make(chan struct{})}
 			c.checks[t] = tc
@@ -62,11 +108,11 @@ func (c *topicChecker) check(ctx context.Context, topics []string) map[string]er
 	c.mu.Unlock()
 
 	if len(mine) > 0 {
-		errs := c.describe(ctx, mine)
+		errs, limits := c.describe(ctx, mine)
 		c.mu.Lock()
 		for _, t := range mine {
 			tc := c.checks[t]
-			tc.err = errs[t]
+			tc.err, tc.limit, tc.at = errs[t], limits[t], time.Now()
 			if tc.err != nil {
 				delete(c.checks, t) // check again next time
 			}
@@ -93,8 +139,9 @@ func (c *topicChecker) check(ctx context.Context, topics []string) map[string]er
 // issues the requests itself rather than through kadm: kadm serves metadata
 // from kgo's cache (a topic created a moment ago would still look missing)
 // and turns one topic's authorization error into an error for all of them.
-func (c *topicChecker) describe(ctx context.Context, topics []string) map[string]error {
+func (c *topicChecker) describe(ctx context.Context, topics []string) (map[string]error, map[string]int) {
 	errs := make(map[string]error, len(topics))
+	limits := make(map[string]int, len(topics))
 
 	mreq := kmsg.NewPtrMetadataRequest()
 	mreq.AllowAutoTopicCreation = false // a check must not create topics
@@ -108,7 +155,7 @@ func (c *topicChecker) describe(ctx context.Context, topics []string) map[string
 		for _, t := range topics {
 			errs[t] = fmt.Errorf("kafka: checking topic %q: metadata: %w", t, err)
 		}
-		return errs
+		return errs, limits
 	}
 	found := make(map[string]error)
 	for _, mt := range mresp.Topics {
@@ -129,7 +176,7 @@ func (c *topicChecker) describe(ctx context.Context, topics []string) map[string
 		}
 	}
 	if len(exist) == 0 {
-		return errs
+		return errs, limits
 	}
 
 	dreq := kmsg.NewPtrDescribeConfigsRequest()
@@ -145,7 +192,7 @@ func (c *topicChecker) describe(ctx context.Context, topics []string) map[string
 		for _, t := range exist {
 			errs[t] = fmt.Errorf("kafka: checking topic %q: describe configs: %w", t, err)
 		}
-		return errs
+		return errs, limits
 	}
 	described := make(map[string]*kmsg.DescribeConfigsResponseResource)
 	for i := range dresp.Resources {
@@ -184,11 +231,12 @@ func (c *topicChecker) describe(ctx context.Context, topics []string) map[string
 				lim = *brokerLimit
 			}
 		}
-		if lim.bytes < c.maxMessageBytes {
+		limits[t] = lim.bytes
+		if lim.bytes < c.maxMessageBytes && !c.strict {
 			errs[t] = &TopicLimitError{Topic: t, TopicMaxMessageBytes: lim.bytes, Source: lim.source, MaxMessageBytes: c.maxMessageBytes}
 		}
 	}
-	return errs
+	return errs, limits
 }
 
 // topicError reports a per-topic error code: a *TopicError for what needs an
