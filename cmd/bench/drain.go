@@ -1,0 +1,316 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/kafka"
+	"github.com/dynakafka/outbox/store/dynamo"
+)
+
+// The relay's defaults, which the raw limits are measured at.
+const (
+	relayConcurrency = 8   // outbox.Concurrency default
+	relayBatch       = 500 // outbox.BatchSize default
+	deleteChunk      = 25  // BatchWriteItem's limit
+	deleteParallel   = 4   // dynamo.DeleteConcurrency default
+)
+
+// drainResult is one timed drain of a pre-filled backlog.
+type drainResult struct {
+	Name       string   `json:"name"`
+	Backlog    backlog  `json:"backlog"`
+	Messages   int      `json:"messages"` // messages moved (deleted, produced or both)
+	Seconds    float64  `json:"seconds"`
+	MsgsPerS   float64  `json:"msgs_per_s"`
+	Calls      int64    `json:"dynamodb_calls,omitempty"`
+	Attempts   int64    `json:"dynamodb_attempts,omitempty"`
+	CallsPerM  float64  `json:"dynamodb_calls_per_msg,omitempty"`
+	Dynamo     snapshot `json:"dynamodb"`
+	Remaining  int      `json:"remaining_items"`
+	Produced   int64    `json:"records_in_topic,omitempty"`
+	Concurrent int      `json:"concurrency"`
+	Note       string   `json:"note,omitempty"`
+}
+
+func (r *drainResult) finish(elapsed time.Duration, st *stage) {
+	r.Seconds = elapsed.Seconds()
+	if r.Seconds > 0 {
+		r.MsgsPerS = float64(r.Messages) / r.Seconds
+	}
+	r.Dynamo = st.meter.snapshot(st.roles())
+	r.Calls, r.Attempts = r.Dynamo.calls()
+	if r.Messages > 0 {
+		r.CallsPerM = float64(r.Calls) / float64(r.Messages)
+	}
+}
+
+// rawDynamo drains the backlog with nothing but the DynamoDB calls the relay
+// cannot avoid, at the relay's concurrency: per bucket, a consistent Query
+// of BatchSize items, then their deletes in BatchWriteItem calls of 25,
+// DeleteConcurrency at once; 8 buckets at once.
+func rawDynamo(ctx context.Context, st *stage, bl backlog) (drainResult, error) {
+	r := drainResult{Name: "raw DynamoDB (consistent Query + BatchWriteItem delete)", Backlog: bl, Concurrent: relayConcurrency}
+	var moved atomic.Int64
+	start := time.Now()
+	err := forBuckets(st.buckets, relayConcurrency, func(b int) error {
+		var after int64
+		for {
+			out, err := st.metered.Query(ctx, &dynamodb.QueryInput{
+				TableName:                 aws.String(st.tables.Messages),
+				KeyConditionExpression:    aws.String("#b = :b AND #s > :after"),
+				ExpressionAttributeNames:  map[string]string{"#b": "b", "#s": "s"},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":b": num(int64(b)), ":after": num(after)},
+				ConsistentRead:            aws.Bool(true),
+				Limit:                     aws.Int32(relayBatch),
+			})
+			if err != nil {
+				return err
+			}
+			if len(out.Items) > 0 {
+				if err := deleteItems(ctx, st, b, out.Items); err != nil {
+					return err
+				}
+				moved.Add(int64(len(out.Items)))
+				after, _ = strconv.ParseInt(out.Items[len(out.Items)-1]["s"].(*types.AttributeValueMemberN).Value, 10, 64)
+			}
+			if len(out.LastEvaluatedKey) == 0 {
+				return nil
+			}
+		}
+	})
+	r.Messages = int(moved.Load())
+	r.finish(time.Since(start), st)
+	if err != nil {
+		return r, err
+	}
+	r.Remaining, err = st.remaining(ctx)
+	return r, err
+}
+
+// deleteItems deletes items in chunks of 25, deleteParallel chunks at once.
+func deleteItems(ctx context.Context, st *stage, bucket int, items []map[string]types.AttributeValue) error {
+	var chunks [][]types.WriteRequest
+	for i := 0; i < len(items); i += deleteChunk {
+		var reqs []types.WriteRequest
+		for _, it := range items[i:min(i+deleteChunk, len(items))] {
+			reqs = append(reqs, types.WriteRequest{DeleteRequest: &types.DeleteRequest{
+				Key: map[string]types.AttributeValue{"b": it["b"], "s": it["s"]}}})
+		}
+		chunks = append(chunks, reqs)
+	}
+	return forBuckets(len(chunks), deleteParallel, func(i int) error {
+		return batchWrite(ctx, st.metered, st.tables.Messages, chunks[i])
+	})
+}
+
+// forBuckets runs fn(0..n-1), at most parallel at once, and returns the
+// first error.
+func forBuckets(n, parallel int, fn func(int) error) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		sem   = make(chan struct{}, parallel)
+	)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := fn(i); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// rawKafka produces the same number of records as the backlog (same sizes,
+// keys and headers) with the publisher's kgo settings, at the relay's
+// concurrency: 8 producers, each producing BatchSize records at once and
+// waiting for all of them before the next batch, as Publish does.
+func rawKafka(ctx context.Context, st *stage, g *gen, n int) (drainResult, error) {
+	r := drainResult{Name: "raw Kafka (kgo produce, publisher settings)", Concurrent: relayConcurrency}
+	cl, err := kgo.NewClient(producerOptions(st.brokers)...)
+	if err != nil {
+		return r, err
+	}
+	defer cl.Close()
+	// Build the records first: generating them is not Kafka's cost.
+	per := make([][]*kgo.Record, st.buckets)
+	for i := range n {
+		b := i % st.buckets
+		per[b] = append(per[b], record(g.message(st.topic, b)))
+	}
+	// Warm up metadata and the producer id outside the timing.
+	if err := cl.ProduceSync(ctx, record(g.message(st.topic, 0))).FirstErr(); err != nil {
+		return r, err
+	}
+	var moved atomic.Int64
+	start := time.Now()
+	err = forBuckets(st.buckets, relayConcurrency, func(b int) error {
+		recs := per[b]
+		for len(recs) > 0 {
+			batch := recs[:min(relayBatch, len(recs))]
+			recs = recs[len(batch):]
+			var (
+				wg    sync.WaitGroup
+				mu    sync.Mutex
+				first error
+			)
+			for _, rec := range batch {
+				wg.Add(1)
+				cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+					if err != nil {
+						mu.Lock()
+						first = cmpErr(first, err)
+						mu.Unlock()
+					}
+					wg.Done()
+				})
+			}
+			wg.Wait()
+			if first != nil {
+				return first
+			}
+			moved.Add(int64(len(batch)))
+		}
+		return nil
+	})
+	r.Messages = int(moved.Load())
+	r.finish(time.Since(start), st)
+	return r, err
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// relayDrain drains the backlog with the relay engine on store/dynamo and
+// kafka.Publisher, all options at their defaults.
+func relayDrain(ctx context.Context, st *stage, bl backlog, name string) (drainResult, error) {
+	r := drainResult{Name: name, Backlog: bl, Concurrent: relayConcurrency}
+	store, err := dynamo.NewStore(ctx, st.metered, st.tables)
+	if err != nil {
+		return r, err
+	}
+	pub, err := kafka.NewPublisher(ctx, st.brokers, kafka.Topics(st.topic))
+	if err != nil {
+		return r, err
+	}
+	defer pub.Close()
+	var acked atomic.Int64
+	relay, err := outbox.NewRelay(ctx, store, pub, outbox.WithMetrics(metricsFunc(func(s outbox.BatchStats) { acked.Add(int64(s.Acked)) })))
+	if err != nil {
+		return r, err
+	}
+	buckets := make([]int, relay.BucketCount())
+	for i := range buckets {
+		buckets[i] = i
+	}
+	st.meter.reset() // count the drain only, not the set-up reads
+	start := time.Now()
+	errs := relay.DrainBuckets(ctx, buckets)
+	elapsed := time.Since(start)
+	r.Messages = int(acked.Load())
+	r.finish(elapsed, st)
+	if len(errs) > 0 {
+		var all []error
+		for b, err := range errs {
+			all = append(all, fmt.Errorf("bucket %d: %w", b, err))
+		}
+		return r, errors.Join(all...)
+	}
+	if r.Remaining, err = st.remaining(ctx); err != nil {
+		return r, err
+	}
+	r.Produced, err = st.produced(ctx)
+	return r, err
+}
+
+type metricsFunc func(outbox.BatchStats)
+
+func (f metricsFunc) Batch(s outbox.BatchStats) { f(s) }
+
+// naiveDrain is the send-then-mark relay of the usual outbox FAQ, on the
+// same SDK and Kafka clients: per bucket, loop { Query Limit 1
+// ConsistentRead; ProduceSync one record; DeleteItem }, 8 buckets at once
+// (the relay's concurrency, so that the comparison is of batching, not of
+// parallelism).
+func naiveDrain(ctx context.Context, st *stage, bl backlog) (drainResult, error) {
+	r := drainResult{Name: "naive send-then-mark relay", Backlog: bl, Concurrent: relayConcurrency,
+		Note: "loop { Query Limit 1 ConsistentRead; ProduceSync 1 record; DeleteItem } per bucket, 8 buckets at once"}
+	cl, err := kgo.NewClient(producerOptions(st.brokers)...)
+	if err != nil {
+		return r, err
+	}
+	defer cl.Close()
+	var moved atomic.Int64
+	start := time.Now()
+	err = forBuckets(st.buckets, relayConcurrency, func(b int) error {
+		for {
+			out, err := st.metered.Query(ctx, &dynamodb.QueryInput{
+				TableName:                 aws.String(st.tables.Messages),
+				KeyConditionExpression:    aws.String("#b = :b"),
+				ExpressionAttributeNames:  map[string]string{"#b": "b"},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":b": num(int64(b))},
+				ConsistentRead:            aws.Bool(true),
+				Limit:                     aws.Int32(1),
+			})
+			if err != nil {
+				return err
+			}
+			if len(out.Items) == 0 {
+				return nil
+			}
+			it := out.Items[0]
+			rec := &kgo.Record{Topic: st.topic, Key: bin(it["k"]), Value: bin(it["val"]),
+				Headers: []kgo.RecordHeader{{Key: outbox.DefaultMessageIDHeader, Value: []byte(it["id"].(*types.AttributeValueMemberS).Value)}}}
+			if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+				return err
+			}
+			if _, err := st.metered.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+				TableName: aws.String(st.tables.Messages), Key: map[string]types.AttributeValue{"b": it["b"], "s": it["s"]},
+			}); err != nil {
+				return err
+			}
+			moved.Add(1)
+		}
+	})
+	r.Messages = int(moved.Load())
+	r.finish(time.Since(start), st)
+	if err != nil {
+		return r, err
+	}
+	if r.Remaining, err = st.remaining(ctx); err != nil {
+		return r, err
+	}
+	r.Produced, err = st.produced(ctx)
+	return r, err
+}
+
+func bin(av types.AttributeValue) []byte {
+	if b, ok := av.(*types.AttributeValueMemberB); ok {
+		return b.Value
+	}
+	return nil
+}

@@ -1,0 +1,285 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/dynakafka/outbox/local/dynamolocal"
+	"github.com/dynakafka/outbox/local/esm"
+)
+
+type binarySize struct {
+	Arch  string `json:"arch"`
+	Bytes int64  `json:"bytes"`
+}
+
+type footprintResult struct {
+	Binaries   []binarySize `json:"bootstrap_sizes"`
+	BuildFlags string       `json:"build_flags"`
+	RunArch    string       `json:"run_arch"`
+	// InitMs is from the first invocation's request to the bootstrap's
+	// "outbox relay: ready" log line: process start, Go runtime, config,
+	// AWS and Kafka clients, the config-item read and the topic check.
+	InitMs float64 `json:"init_ms"`
+	// ReportInitMs is the emulator's REPORT "Init Duration". This emulator
+	// starts the function asynchronously and stops its clock at once, so
+	// the figure is near zero and not an init time; kept for transparency.
+	ReportInitMs float64 `json:"rie_report_init_duration_ms"`
+	// ColdInvokeMs is the first (empty) invocation as the caller saw it,
+	// init included.
+	ColdInvokeMs  float64 `json:"cold_invoke_ms"`
+	Messages      int     `json:"messages_drained"`
+	Invocations   int     `json:"drain_invocations"`
+	DrainSeconds  float64 `json:"drain_seconds"`
+	PeakRSSBytes  int64   `json:"peak_rss_bytes"` // VmHWM of the bootstrap process
+	RSSAfterBytes int64   `json:"rss_after_bytes"`
+	Backlog       backlog `json:"backlog"`
+}
+
+// buildFlags are the release build's flags (the Makefile's build target).
+var buildFlags = []string{"-trimpath", "-tags", "lambda.norpc", "-ldflags=-s -w"}
+
+// buildBootstraps builds the relay Lambda for linux on each arch into dir
+// and returns the sizes and the path of the binary for this machine's arch.
+func buildBootstraps(ctx context.Context, root, dir string, arches []string) ([]binarySize, string, error) {
+	var sizes []binarySize
+	host := ""
+	for _, arch := range arches {
+		out := filepath.Join(dir, arch, "bootstrap")
+		args := append([]string{"build"}, buildFlags...)
+		args = append(args, "-o", out, "./lambda/relay")
+		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return nil, "", fmt.Errorf("go build ./lambda/relay for %s: %v\n%s", arch, err, b)
+		}
+		fi, err := os.Stat(out)
+		if err != nil {
+			return nil, "", err
+		}
+		sizes = append(sizes, binarySize{Arch: arch, Bytes: fi.Size()})
+		if arch == runtime.GOARCH {
+			host = out
+		}
+	}
+	if host == "" {
+		return sizes, "", fmt.Errorf("no bootstrap built for this machine's arch %s", runtime.GOARCH)
+	}
+	return sizes, host, nil
+}
+
+// footprint runs the relay bootstrap under the Lambda Runtime Interface
+// Emulator (Kafka stays in this process, DynamoDB Local in its own): one
+// empty invocation for the cold start, then invocations naming every bucket
+// until the backlog is drained; the bootstrap's peak RSS is read from
+// /proc/<pid>/status (VmHWM) of the bootstrap process, the emulator's child.
+func footprint(ctx context.Context, st *stage, rie, bootstrap string, bl backlog) (footprintResult, error) {
+	res := footprintResult{RunArch: runtime.GOARCH, Backlog: bl, Messages: bl.Messages}
+	var (
+		logMu   sync.Mutex
+		logs    bytes.Buffer
+		readyAt time.Time
+	)
+	record := func(p []byte) (int, error) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		n, err := logs.Write(p)
+		if readyAt.IsZero() && bytes.Contains(logs.Bytes(), []byte("outbox relay: ready")) {
+			readyAt = time.Now()
+		}
+		return n, err
+	}
+	proc, err := esm.StartRIE(ctx, esm.RIEOptions{
+		RIEPath: rie, BootstrapPath: bootstrap, Timeout: 900 * time.Second, Output: writerFunc(record),
+		Env: map[string]string{
+			"OUTBOX_MESSAGES_TABLE":      st.tables.Messages,
+			"OUTBOX_CONTROL_TABLE":       st.tables.Control,
+			"OUTBOX_TOPICS":              st.topic,
+			"OUTBOX_DYNAMODB_ENDPOINT":   st.endpoint,
+			"KAFKA_BOOTSTRAP_SERVERS":    strings.Join(st.brokers, ","),
+			"AWS_REGION":                 st.awsCfg.Region,
+			"AWS_ACCESS_KEY_ID":          dynamolocal.AccessKeyID,
+			"AWS_SECRET_ACCESS_KEY":      dynamolocal.SecretAccessKey,
+			"AWS_LAMBDA_LOG_STREAM_NAME": "bench/[$LATEST]rie",
+		},
+	})
+	if err != nil {
+		return res, err
+	}
+	defer proc.Close()
+	output := func() string { logMu.Lock(); defer logMu.Unlock(); return logs.String() }
+
+	start := time.Now()
+	if _, err := proc.Invoke(ctx, events.DynamoDBEvent{}); err != nil {
+		return res, fmt.Errorf("cold invocation: %w\n%s", err, output())
+	}
+	res.ColdInvokeMs = ms(time.Since(start))
+	if res.ReportInitMs, err = initDuration(output()); err != nil {
+		return res, err
+	}
+	logMu.Lock()
+	ready := readyAt
+	logMu.Unlock()
+	if ready.IsZero() {
+		return res, fmt.Errorf("the bootstrap never logged \"outbox relay: ready\":\n%s", tail(output(), 4000))
+	}
+	res.InitMs = ms(ready.Sub(start))
+	pid, err := pidOf(bootstrap)
+	if err != nil {
+		return res, err
+	}
+
+	hints := events.DynamoDBEvent{}
+	for b := range st.buckets {
+		hints.Records = append(hints.Records, events.DynamoDBEventRecord{
+			EventID: fmt.Sprintf("bench-%d", b), EventName: "INSERT", EventSource: "aws:dynamodb",
+			Change: events.DynamoDBStreamRecord{
+				Keys:           map[string]events.DynamoDBAttributeValue{"b": events.NewNumberAttribute(strconv.Itoa(b)), "s": events.NewNumberAttribute("1")},
+				SequenceNumber: fmt.Sprintf("%021d", b+1), StreamViewType: "KEYS_ONLY",
+			},
+		})
+	}
+	start = time.Now()
+	for {
+		res.Invocations++
+		resp, err := proc.Invoke(ctx, hints)
+		if err != nil {
+			return res, fmt.Errorf("drain invocation: %w\n%s", err, tail(output(), 4000))
+		}
+		left, err := st.remaining(ctx)
+		if err != nil {
+			return res, err
+		}
+		if left == 0 {
+			break
+		}
+		if res.Invocations >= 20 {
+			return res, fmt.Errorf("%d messages left after %d invocations (last response %+v)\n%s", left, res.Invocations, resp, tail(output(), 4000))
+		}
+	}
+	res.DrainSeconds = time.Since(start).Seconds()
+	if res.PeakRSSBytes, res.RSSAfterBytes, err = memoryOf(pid); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+var initRE = regexp.MustCompile(`Init Duration: ([0-9.]+) ms`)
+
+func initDuration(logs string) (float64, error) {
+	m := initRE.FindStringSubmatch(logs)
+	if m == nil {
+		return 0, fmt.Errorf("no Init Duration in the emulator's REPORT line:\n%s", tail(logs, 4000))
+	}
+	return strconv.ParseFloat(m[1], 64)
+}
+
+// pidOf finds the process running the executable at path (the bootstrap
+// the emulator started).
+func pidOf(path string) (int, error) {
+	want, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return 0, err
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, fmt.Errorf("peak RSS is read from /proc (Linux only): %w", err)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && exe == want {
+			return pid, nil
+		}
+	}
+	return 0, errors.New("the bootstrap process was not found under /proc")
+}
+
+// memoryOf reads VmHWM (peak resident set) and VmRSS of pid, in bytes.
+func memoryOf(pid int) (hwm, rss int64, err error) {
+	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name, rest, ok := strings.Cut(sc.Text(), ":")
+		if !ok || (name != "VmHWM" && name != "VmRSS") {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s of pid %d: %q", name, pid, rest)
+		}
+		if name == "VmHWM" {
+			hwm = kb << 10
+		} else {
+			rss = kb << 10
+		}
+	}
+	if hwm == 0 {
+		return 0, 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+	}
+	return hwm, rss, sc.Err()
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// moduleRoot finds the directory of go.mod from the working directory up.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above the working directory; run the bench from the repository")
+		}
+		dir = parent
+	}
+}
+
+// installRIE runs scripts/install-rie.sh (idempotent) and returns the
+// emulator's path.
+func installRIE(ctx context.Context, root string) (string, error) {
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts", "install-rie.sh"))
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("install the Lambda RIE: %v\n%s", err, stderr.String())
+	}
+	return strings.TrimSpace(string(out)), nil
+}

@@ -1,0 +1,266 @@
+// Command bench measures the outbox on real parts, in one run: the raw
+// limits of DynamoDB (consistent Query + BatchWriteItem delete) and Kafka
+// (produce) at the relay's own concurrency, the relay engine draining a
+// pre-filled backlog, a naive send-then-mark relay, the capacity units per
+// message (a model by AWS's rules, cross-checked with ReturnConsumedCapacity),
+// commit-to-consume latency through the local event-source mapping, the relay
+// Lambda's footprint (binary size, init time, peak RSS under the Lambda
+// Runtime Interface Emulator) and the relay's overhead per bucket.
+//
+// Each stage gets a fresh DynamoDB Local (its throughput drops as stream
+// records pile up) and a fresh in-process Kafka (kfake), unless
+// OUTBOX_DYNAMODB_ENDPOINT or KAFKA_BOOTSTRAP_SERVERS name endpoints to use
+// instead.
+//
+//	make bench                    # writes docs/benchmarks.{json,md,png}
+//	go run ./cmd/bench -smoke -out /tmp/bench
+//
+// It ends with one line:
+//
+//	bench: relay_msgs_per_s=… raw_msgs_per_s=… naive_msgs_per_s=… relay_vs_raw=… relay_vs_naive=…
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"time"
+)
+
+// options are the volumes and places of one run.
+type options struct {
+	smoke         bool
+	out           string // directory for benchmarks.{json,md,png}; "" writes nothing
+	endpoint      string
+	brokers       []string
+	relayMsgs     int // raw and relay backlog
+	naiveMsgs     int
+	bucketMsgs    int
+	bucketCounts  []int // per-bucket overhead stages besides the relay stage's 8
+	footprintMsgs int
+	latencyRate   float64
+	latencyFor    time.Duration
+	txns          map[int]int // capacity: transactions per messages-per-transaction
+	arches        []string
+	progress      func(format string, args ...any)
+}
+
+func fullOptions() options {
+	return options{
+		relayMsgs: 20_000, naiveMsgs: 2_000, bucketMsgs: 20_000, bucketCounts: []int{32, 64},
+		footprintMsgs: 100_000, latencyRate: 200, latencyFor: 30 * time.Second,
+		txns: map[int]int{1: 300, 10: 60, 100: 12}, arches: []string{"amd64", "arm64"},
+	}
+}
+
+func smokeOptions() options {
+	return options{
+		smoke: true, relayMsgs: 400, naiveMsgs: 40, bucketMsgs: 400, bucketCounts: []int{32, 64},
+		footprintMsgs: 400, latencyRate: 20, latencyFor: time.Second,
+		txns: map[int]int{1: 4, 10: 2, 100: 1}, arches: []string{runtime.GOARCH},
+	}
+}
+
+func main() {
+	smoke := flag.Bool("smoke", false, "tiny volumes: check that every stage runs (seconds, not minutes)")
+	out := flag.String("out", "docs", "directory for benchmarks.json, benchmarks.md and benchmarks.png (empty: write nothing)")
+	flag.Parse()
+	o := fullOptions()
+	if *smoke {
+		o = smokeOptions()
+	}
+	o.out = *out
+	o.endpoint = os.Getenv("OUTBOX_DYNAMODB_ENDPOINT")
+	o.brokers = brokerList(os.Getenv("KAFKA_BOOTSTRAP_SERVERS"))
+	o.progress = func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := run(ctx, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	fmt.Println(res.line())
+}
+
+// run runs every stage in order and writes the results.
+func run(ctx context.Context, o options) (*results, error) {
+	if o.progress == nil {
+		o.progress = func(string, ...any) {}
+	}
+	e := &env{endpoint: o.endpoint, brokers: o.brokers, run: runID()}
+	res := &results{Generated: time.Now().UTC().Format(time.RFC3339), Smoke: o.smoke, Machine: machineInfo()}
+	res.Settings = settingsOf(o)
+	g := newGen(8, uint64(time.Now().UnixNano()))
+
+	// Capacity first: it also makes the item template every backlog uses.
+	o.progress("capacity: writer at 1, 10 and 100 messages per transaction")
+	tmpl, err := capacityStage(ctx, e, g, o, res)
+	if err != nil {
+		return nil, fmt.Errorf("capacity: %w", err)
+	}
+
+	o.progress("raw DynamoDB: %d messages, consistent Query + BatchWriteItem delete", o.relayMsgs)
+	if err := withStage(ctx, e, "rawddb", 8, func(st *stage) (err error) {
+		bl, err := prefill(ctx, st, g, tmpl, o.relayMsgs)
+		if err != nil {
+			return err
+		}
+		st.meter.deletedBytes = bl.MaxItemSize
+		res.Raw.DynamoDB, err = rawDynamo(ctx, st, bl)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("raw DynamoDB: %w", err)
+	}
+
+	o.progress("raw Kafka: %d records", o.relayMsgs)
+	if err := withStage(ctx, e, "rawkafka", 8, func(st *stage) (err error) {
+		res.Raw.Kafka, err = rawKafka(ctx, st, g, o.relayMsgs)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("raw Kafka: %w", err)
+	}
+
+	o.progress("relay: draining %d messages over 8 buckets", o.relayMsgs)
+	if err := withStage(ctx, e, "relay", 8, func(st *stage) (err error) {
+		res.Relay, err = backlogDrain(ctx, st, g, tmpl, o.relayMsgs, "relay engine (defaults: 8 buckets at once, BatchSize 500)")
+		if err != nil {
+			return err
+		}
+		res.Capacity.LeaseItemBytes, err = storedSize(ctx, st, st.tables.Control, controlKey("bucket#0", "lease"))
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+
+	o.progress("naive relay: %d messages", o.naiveMsgs)
+	if err := withStage(ctx, e, "naive", 8, func(st *stage) (err error) {
+		bl, err := prefill(ctx, st, g, tmpl, o.naiveMsgs)
+		if err != nil {
+			return err
+		}
+		st.meter.deletedBytes = bl.MaxItemSize
+		res.Naive, err = naiveDrain(ctx, st, bl)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("naive: %w", err)
+	}
+
+	res.Buckets = append(res.Buckets, res.Relay)
+	for _, n := range o.bucketCounts {
+		o.progress("per-bucket overhead: %d messages over %d buckets", o.bucketMsgs, n)
+		if err := withStage(ctx, e, fmt.Sprintf("buckets%d", n), n, func(st *stage) (err error) {
+			gn := newGen(n, uint64(n))
+			r, err := backlogDrain(ctx, st, gn, tmpl, o.bucketMsgs, fmt.Sprintf("relay engine, %d buckets", n))
+			res.Buckets = append(res.Buckets, r)
+			return err
+		}); err != nil {
+			return nil, fmt.Errorf("%d buckets: %w", n, err)
+		}
+	}
+
+	o.progress("latency: %.0f msgs/s for %v through the local event-source mapping", o.latencyRate, o.latencyFor)
+	if err := withStage(ctx, e, "latency", 8, func(st *stage) (err error) {
+		res.Latency, err = latency(ctx, st, g, o.latencyRate, o.latencyFor)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("latency: %w", err)
+	}
+
+	o.progress("footprint: building the relay bootstrap for %v", o.arches)
+	if err := footprintStage(ctx, e, g, tmpl, o, res); err != nil {
+		return nil, fmt.Errorf("footprint: %w", err)
+	}
+
+	res.finish(e)
+	if o.out != "" {
+		if err := res.write(o.out); err != nil {
+			return nil, err
+		}
+		o.progress("wrote %s", filepath.Join(o.out, "benchmarks.{json,md,png}"))
+	}
+	return res, nil
+}
+
+// withStage opens a stage (a fresh DynamoDB Local and kfake unless
+// endpoints were given), runs fn and closes it.
+func withStage(ctx context.Context, e *env, name string, buckets int, fn func(*stage) error) error {
+	st, err := e.open(ctx, name, buckets)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+	return fn(st)
+}
+
+// backlogDrain pre-fills n messages and drains them with the relay.
+func backlogDrain(ctx context.Context, st *stage, g *gen, tmpl *template, n int, name string) (drainResult, error) {
+	bl, err := prefill(ctx, st, g, tmpl, n)
+	if err != nil {
+		return drainResult{}, err
+	}
+	st.meter.deletedBytes = bl.MaxItemSize
+	return relayDrain(ctx, st, bl, name)
+}
+
+func capacityStage(ctx context.Context, e *env, g *gen, o options, res *results) (*template, error) {
+	var tmpl *template
+	err := withStage(ctx, e, "capacity", 8, func(st *stage) (err error) {
+		if tmpl, err = newTemplate(ctx, st, g); err != nil {
+			return err
+		}
+		size := itemBytes(tmpl.item(g.message(st.topic, 0)))
+		st.meter.deletedBytes = size
+		c := &res.Capacity
+		c.MessageItemBytes = size
+		if c.Writer, err = writerCapacity(ctx, st, g, size, o.txns); err != nil {
+			return err
+		}
+		if c.CounterItemBytes, err = storedSize(ctx, st, st.tables.Control, controlKey("bucket#0", "seq")); err != nil {
+			return err
+		}
+		c.FenceLocalWCU, c.FenceAWSRuleWCU, c.FenceItemBytes, err = fenceCost(ctx, st)
+		return err
+	})
+	return tmpl, err
+}
+
+func footprintStage(ctx context.Context, e *env, g *gen, tmpl *template, o options, res *results) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "outbox-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	f := &res.Footprint
+	var host string
+	if f.Binaries, host, err = buildBootstraps(ctx, root, dir, o.arches); err != nil {
+		return err
+	}
+	f.BuildFlags = "CGO_ENABLED=0 GOOS=linux go build -trimpath -tags lambda.norpc -ldflags='-s -w' ./lambda/relay"
+	rie, err := installRIE(ctx, root)
+	if err != nil {
+		return err
+	}
+	o.progress("footprint: %d messages drained by the bootstrap under the Lambda RIE", o.footprintMsgs)
+	return withStage(ctx, e, "footprint", 8, func(st *stage) error {
+		bl, err := prefill(ctx, st, g, tmpl, o.footprintMsgs)
+		if err != nil {
+			return err
+		}
+		r, err := footprint(ctx, st, rie, host, bl)
+		r.Binaries, r.BuildFlags = f.Binaries, f.BuildFlags
+		*f = r
+		return err
+	})
+}

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// markdown renders docs/benchmarks.md from the results: every figure in it
+// comes from this run.
+func (r *results) markdown() string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	s := r.Summary
+	m := r.Machine
+	c := r.Capacity
+
+	p("# Benchmarks\n\n")
+	p("Written by `make bench` (`go run ./cmd/bench`) on %s; every figure below is from that one run.\n", r.Generated)
+	p("Re-run it to refresh this page, `benchmarks.json` (all the numbers, including every DynamoDB\n")
+	p("operation's calls and capacity) and `benchmarks.png`.\n\n")
+	if r.Smoke {
+		p("> **Smoke run** (tiny volumes): these figures only show that every stage ran. Do not quote them.\n\n")
+	}
+	p("```\n%s\n```\n\n", r.line())
+	p("![throughput](benchmarks.png)\n\n")
+
+	p("## Machine and versions\n\n")
+	p("| | |\n|---|---|\n")
+	p("| CPU | %s, %d cores (shared with other jobs) |\n", m.CPU, m.Cores)
+	p("| load average (1, 5, 15 min) | %s at start, %s at end |\n", m.LoadStart, m.LoadEnd)
+	p("| Go | %s %s |\n", m.Go, m.OS)
+	p("| DynamoDB | DynamoDB Local %s (in memory, one fresh instance per stage: %d instances) |\n", m.DynamoDBLocal, m.Instances)
+	p("| Kafka | %s |\n", m.Kafka)
+	p("| clients | franz-go %s, aws-sdk-go-v2 dynamodb %s |\n\n", m.FranzGo, m.AWSSDKDynamoDB)
+
+	p("## Goals\n\n| goal | target | reached | met |\n|---|---|---|---|\n")
+	for _, g := range r.Goals {
+		met := "no"
+		if g.Met {
+			met = "yes"
+		}
+		p("| %s | %s | %.4g | %s |\n", g.Name, g.Target, g.Value, met)
+	}
+	p("\n")
+
+	p("## Throughput\n\n")
+	p("Message items are %d bytes as stored (≤ 1 KB: %d-byte JSON values, a 15-byte key, one header).\n\n", c.MessageItemBytes, valueBytes)
+	p("| stage | messages | seconds | msgs/s | DynamoDB calls per msg |\n|---|---:|---:|---:|---:|\n")
+	row := func(d drainResult) {
+		calls := "—"
+		if d.Calls > 0 {
+			calls = fmt.Sprintf("%.4f", d.CallsPerM)
+		}
+		p("| %s | %d | %.2f | %.0f | %s |\n", d.Name, d.Messages, d.Seconds, d.MsgsPerS, calls)
+	}
+	row(r.Raw.DynamoDB)
+	row(r.Raw.Kafka)
+	p("| **raw limit** = min(DynamoDB, Kafka) | | | **%.0f** | |\n", r.Raw.MsgsPerS)
+	row(r.Relay)
+	row(r.Naive)
+	p("\nrelay / raw = **%.2f**, relay / naive = **%.1f**, DynamoDB round trips per relayed message = **%.4f**.\n\n",
+		s.RelayVsRaw, s.RelayVsNaive, s.RoundTripsPerMsg)
+	p("Relay DynamoDB calls by operation (the drain only):\n\n| operation table | calls | HTTP attempts | DynamoDB Local units | AWS-rule units |\n|---|---:|---:|---:|---:|\n")
+	for _, k := range r.Relay.Dynamo.keys() {
+		v := r.Relay.Dynamo.Ops[k]
+		p("| %s | %d | %d | %.1f | %.1f |\n", k, v.Calls, v.Attempts, v.Capacity, v.AWSUnits)
+	}
+	p("\n")
+
+	p("## Capacity units per message\n\n")
+	p("Item sizes by AWS's rules: message %d B, counter %d B, lease %d B, fence tombstone %d B.\n\n",
+		c.MessageItemBytes, c.CounterItemBytes, c.LeaseItemBytes, c.FenceItemBytes)
+	p("**Model** (AWS's rules from the item sizes; see [capacity.md](capacity.md)): the writer puts each message in its\n")
+	p("transaction at 2 WCU per KB and reserves its sequence numbers with one counter update per bucket per transaction\n")
+	p("(shared by the transaction's messages); the relay deletes each message (1 WCU per KB of the deleted item), updates\n")
+	p("the lease's head once per batch, acquires and releases the lease once per drain, and reads with consistent Queries\n")
+	p("(1 RCU per 4 KB of the items read, rounded up per Query). **AWS rules on the calls made** applies the same rules\n")
+	p("to every call the bench counted; **DynamoDB Local** is what the emulator reported with ReturnConsumedCapacity.\n\n")
+	p("| messages per transaction | writer WCU: model | AWS rules on calls | DynamoDB Local | writer calls per msg |\n|---:|---:|---:|---:|---:|\n")
+	for _, w := range c.Writer {
+		p("| %d | %.4f | %.4f | %.4f | %.3f |\n", w.PerTxn, w.ModelWCU, w.AWSRuleWCU, w.LocalWCU, w.CallsPerMsg)
+	}
+	p("\n| relay (%d msgs over %d buckets) | model | minimum | AWS rules on calls | DynamoDB Local |\n|---|---:|---:|---:|---:|\n", c.Relay.Messages, c.Relay.Buckets)
+	p("| WCU per message | %.4f | %.4f | %.4f | %.4f |\n", c.Relay.ModelWCU, c.Relay.MinWCU, c.Relay.AWSRuleWCU, c.Relay.LocalWCU)
+	p("| RCU per message | %.4f | %.4f | %.4f | %.4f |\n", c.Relay.ModelRCU, c.Relay.MinRCU, c.Relay.AWSRuleRCU, c.Relay.LocalRCU)
+	p("| naive relay WCU / RCU per message | | | %.4f / %.4f | %.4f / %.4f |\n\n", c.Naive.AWSRuleWCU, c.Naive.AWSRuleRCU, c.Naive.LocalWCU, c.Naive.LocalRCU)
+	p("| messages per transaction | total WCU per msg: model | minimum | AWS rules on calls | RCU per msg | USD per million messages |\n|---:|---:|---:|---:|---:|---:|\n")
+	for _, t := range c.Total {
+		p("| %d | %.4f | %.4f | %.4f | %.4f | %.3f |\n", t.PerTxn, t.ModelWCU, t.MinWCU, t.AWSRuleWCU, t.ModelRCU, t.USDPerMillion)
+	}
+	p("\nA fence tombstone costs %.0f WCU to write by AWS's rules (DynamoDB Local reported %.1f); the relay never deletes it\n", c.FenceAWSRuleWCU, c.FenceLocalWCU)
+	p("(TTL deletes are free). Prices: on-demand, us-east-1, standard table class, $%.3f per million WRU and $%.3f per\n", pricePerMillionWRU, pricePerMillionRRU)
+	p("million RRU (published prices since %s) — an assumption to check against the current price list.\n", priceDate)
+	p("Stream reads by Lambda's event-source mapping are not charged.\n\n")
+	p("Where DynamoDB Local reports differently from AWS:\n\n")
+	for _, n := range c.LocalVsAWS {
+		p("- %s\n", n)
+	}
+	p("\n")
+
+	l := r.Latency
+	p("## Latency: commit → consumed\n\n")
+	p("%.0f messages per second offered for %.0f s (one message per transaction, %d writers), through the table's stream,\n", l.OfferedPerS, l.Seconds, l.Writers)
+	p("the local event-source mapping (polling every %s as Lambda does, BatchSize 1000, no batching window) and the relay\n", l.PollInterval)
+	p("Lambda's handler in process, to a Kafka consumer. Committed: %d (%.0f/s achieved), consumed: %d, sends behind schedule: %d.\n\n",
+		l.Committed, l.AchievedPerS, l.Delivered, l.Late)
+	p("| p50 | p90 | p99 | max | writer commit p50 / p99 | invocations |\n|---:|---:|---:|---:|---:|---:|\n")
+	p("| %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f / %.1f ms | %d |\n\n", l.P50ms, l.P90ms, l.P99ms, l.MaxMs, l.CommitP50ms, l.CommitP99ms, l.Invocations)
+
+	f := r.Footprint
+	p("## Footprint of the relay Lambda\n\n")
+	p("`%s`:\n\n| arch | bootstrap size |\n|---|---:|\n", f.BuildFlags)
+	for _, bs := range f.Binaries {
+		p("| %s | %.1f MiB (%d bytes) |\n", bs.Arch, float64(bs.Bytes)/(1<<20), bs.Bytes)
+	}
+	p("\nThe %s bootstrap under the Lambda Runtime Interface Emulator, DynamoDB Local and Kafka in other processes:\n\n", f.RunArch)
+	p("| init: request → \"ready\" | cold invocation, as seen by the caller | drained | invocations | drain time | peak RSS (VmHWM) of the bootstrap |\n|---:|---:|---:|---:|---:|---:|\n")
+	p("| %.1f ms | %.1f ms | %d msgs | %d | %.1f s | %.1f MiB |\n\n", f.InitMs, f.ColdInvokeMs, f.Messages, f.Invocations, f.DrainSeconds, float64(f.PeakRSSBytes)/(1<<20))
+	p("Init is measured from the first invocation's request to the bootstrap's `outbox relay: ready` log line (process start,\n")
+	p("Go runtime, configuration, clients, the config-item read and the topic check, against local endpoints). The emulator's\n")
+	p("own REPORT line says `Init Duration: %.2f ms`: it starts the function asynchronously and stops that clock at once, so\n", f.ReportInitMs)
+	p("its figure is not an init time. On Lambda, add the sandbox's own start.\n\n")
+
+	p("## Per-bucket overhead\n\n")
+	p("The same backlog drained by the relay with 8, 32 and 64 buckets (Concurrency 8, BatchSize 500). On one emulator\n")
+	p("this measures the relay's **overhead per bucket** (more leases, more and smaller batches, one empty read per bucket),\n")
+	p("**not partition scaling**: DynamoDB Local is one process with no partitions, while on AWS each bucket is its own\n")
+	p("partition key with its own write ceiling (see [capacity.md](capacity.md)).\n\n")
+	p("| buckets | messages | msgs/s | DynamoDB calls per msg |\n|---:|---:|---:|---:|\n")
+	for _, d := range r.Buckets {
+		p("| %d | %d | %.0f | %.4f |\n", d.Backlog.Buckets, d.Messages, d.MsgsPerS, d.CallsPerM)
+	}
+	p("\n")
+
+	p("## Method\n\n")
+	p("- One run does every stage; each stage gets a fresh DynamoDB Local (it slows down as stream records pile up) and a fresh\n")
+	p("  in-process kfake, and creates its tables with `dynamo.CreateTables` (KEYS_ONLY stream on) and a topic with one\n")
+	p("  partition per bucket.\n")
+	p("- Backlogs are made from a message item written by `dynamo.Writer` and read back, with the per-message attributes\n")
+	p("  replaced; sequence numbers are reserved with `sequence.Counter`; items are stored with BatchWriteItem. The relay reads\n")
+	p("  the writer's own item format. Pre-filling is not timed.\n")
+	p("- **raw DynamoDB**: per bucket, consistent `Query` of 500 items, then their deletes in `BatchWriteItem` calls of 25, 4\n")
+	p("  at once (the store's DeleteConcurrency); 8 buckets at once. **raw Kafka**: the same number of records (same sizes,\n")
+	p("  keys, headers) produced by kgo with the publisher's settings (acks=all, idempotent, lz4, sticky murmur2 key\n")
+	p("  partitioner, batches up to 1 MiB), 8 producers each producing 500 records at once and waiting for them.\n")
+	p("- **relay**: `outbox.NewRelay` with default options over `dynamo.NewStore` and `kafka.NewPublisher`,\n")
+	p("  `DrainBuckets` of every bucket, timed from the first call to the last bucket released; the stage checks that the\n")
+	p("  table is empty and the topic holds every message afterwards.\n")
+	p("- **naive**: the FAQ's send-then-mark loop on the same clients, `Query Limit 1 ConsistentRead; ProduceSync; DeleteItem`,\n")
+	p("  one loop per bucket, 8 at once (so the ratio measures batching, not parallelism; one loop would be slower still).\n")
+	p("- DynamoDB calls are counted with an SDK middleware on the measured client, which also sets\n")
+	p("  ReturnConsumedCapacity=TOTAL (it changes nothing else); \"AWS rules\" applies AWS's published capacity rules to the\n")
+	p("  items each counted call sent and received.\n")
+	p("- Latency is from `Writer.Write` returning to the record being polled by a consumer; footprint builds the bootstrap as\n")
+	p("  `make build` does and reads VmHWM from `/proc/<pid>/status` of the bootstrap, the emulator's child process.\n\n")
+
+	p("## Caveats\n\n")
+	p("- Two shared cores: DynamoDB Local (Java), kfake, the relay and the bench share them with other jobs, so absolute\n")
+	p("  figures are noisy and far below AWS's; compare the ratios, which come from one run. The load average is above.\n")
+	p("- DynamoDB Local is not DynamoDB: no partitions, no throttling, no per-partition ceilings, different latencies, and its\n")
+	p("  capacity reports differ (listed above). The capacity model, not the emulator, is what [capacity.md](capacity.md) uses.\n")
+	p("- kfake is an in-process Kafka without replication or disks; acks=all costs nothing there.\n")
+	p("- The latency stage polls the stream as Lambda does (4 times a second), so about 125 ms of the median is the poll\n")
+	p("  interval; Lambda's own invocation overhead is not included.\n")
+	return b.String()
+}
