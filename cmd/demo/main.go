@@ -177,8 +177,10 @@ func run(ctx context.Context, o options) (int, error) {
 	defer stopPipe()
 	var bg sync.WaitGroup
 	mapping, err := esm.New(streams, streamARN, esm.InProcess(relayFn.Handle, esm.Timeout(2*time.Minute)),
+		// As template.yaml deploys it.
 		esm.BatchSize(1000), esm.MaximumBatchingWindow(0), esm.Filter(esm.InsertsOnly),
 		esm.MaximumRetryAttempts(5), esm.BisectBatchOnFunctionError(true), esm.ReportBatchItemFailures(true),
+		esm.MaximumRecordAge(time.Hour),
 		esm.Logger(logger))
 	if err != nil {
 		return 0, err
