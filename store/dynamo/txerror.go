@@ -235,19 +235,19 @@ func stringOf(av types.AttributeValue) string {
 }
 
 // sentinel and fix for a final outcome.
-func finalError(o outcome) (error, string) {
+func finalError(o outcome) (fix string, sentinel error) {
 	switch o {
 	case outConditionFailed:
-		return outbox.ErrConditionFailed, "nothing was written; re-read the aggregate and retry the whole operation"
+		return "nothing was written; re-read the aggregate and retry the whole operation", outbox.ErrConditionFailed
 	case outFenced:
-		return outbox.ErrSequenceFenced, "relays fenced the reserved sequence numbers on every attempt: the time from reserving to committing exceeds the relays' GapTimeout; look for stalls between them"
+		return "relays fenced the reserved sequence numbers on every attempt: the time from reserving to committing exceeds the relays' GapTimeout; look for stalls between them", outbox.ErrSequenceFenced
 	case outConflict:
-		return outbox.ErrConflict, "another transaction was writing the same items; nothing was written, retrying is safe"
+		return "another transaction was writing the same items; nothing was written, retrying is safe", outbox.ErrConflict
 	case outThrottled:
-		return outbox.ErrThrottled, "nothing was written; retry later, or raise the tables' capacity"
+		return "nothing was written; retry later, or raise the tables' capacity", outbox.ErrThrottled
 	case outAmbiguous:
-		return outbox.ErrOutcomeUnknown, "the transaction may have committed; read your items to find out before retrying"
+		return "the transaction may have committed; read your items to find out before retrying", outbox.ErrOutcomeUnknown
 	default:
-		return nil, "DynamoDB refused the transaction; nothing was written. Check your items (tables, keys, expressions, sizes) and the outbox tables"
+		return "DynamoDB refused the transaction; nothing was written. Check your items (tables, keys, expressions, sizes) and the outbox tables", nil
 	}
 }

@@ -302,7 +302,7 @@ func (t *txn) fail(ctx context.Context, attempts int, c classification, err erro
 	if maybeCommitted || o == outAmbiguous {
 		o = outAmbiguous
 	}
-	sentinel, fix := finalError(o)
+	fix, sentinel := finalError(o)
 	if c.detail != "" && o != outAmbiguous {
 		fix = c.detail + "; " + fix
 	}
