@@ -274,6 +274,9 @@ func TestCrashPointsOnRealParts(t *testing.T) {
 
 	write(100)
 	fs.failUpdate.Store(true)
+	// The crash before the head update puts everything written so far at
+	// risk of a second delivery.
+	chk.AtRisk(chk.CommittedIDs()...)
 	if errs := drainAll(); len(errs) != 1 || !errors.Is(firstErr(errs), errCrash) {
 		t.Fatalf("crash after produce: %v", errs)
 	}

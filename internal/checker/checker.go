@@ -21,6 +21,8 @@ type Checker struct {
 	violations []Violation
 	mismatches []string
 	deliveries int
+	atRisk     map[string]bool // published where a fault may republish it
+	parked     map[string]bool
 }
 
 type expect struct {
@@ -44,7 +46,29 @@ func New() *Checker {
 		rolledBack: map[string]bool{},
 		delivered:  map[string]int{},
 		firstMax:   map[string]int64{},
+		atRisk:     map[string]bool{},
+		parked:     map[string]bool{},
 	}
+}
+
+// AtRisk records that a message was published in circumstances where an
+// injected fault may make the relay publish it again (its publish failed,
+// or the drain crashed, stalled or lost its lease before the head moved past
+// it). A duplicate of a message never marked at risk is unexplained.
+func (c *Checker) AtRisk(ids ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, id := range ids {
+		c.atRisk[id] = true
+	}
+}
+
+// Parked records that the relay moved a message to the dead letters: it is
+// accounted for, not lost, and must not be delivered.
+func (c *Checker) Parked(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.parked[id] = true
 }
 
 // Committed records a message whose transaction committed. order is its
@@ -96,16 +120,19 @@ type Result struct {
 	Phantom         int // delivered but rolled back or never committed
 	OrderViolations int
 	HeaderMismatch  int
+	Parked          int // committed messages in the dead letters
+	Unexplained     int // duplicates of messages never put at risk by a fault
 	// Examples of each problem, for the failure message.
-	LostIDs    []string
-	PhantomIDs []string
+	LostIDs        []string
+	PhantomIDs     []string
+	UnexplainedIDs []string
 	Violations []Violation
 	Mismatches []string
 }
 
 // OK reports whether no promise was broken.
 func (r Result) OK() bool {
-	return r.Lost == 0 && r.Phantom == 0 && r.OrderViolations == 0 && r.HeaderMismatch == 0
+	return r.Lost == 0 && r.Phantom == 0 && r.OrderViolations == 0 && r.HeaderMismatch == 0 && r.Unexplained == 0
 }
 
 // Result computes the verdict from everything recorded so far.
@@ -122,25 +149,46 @@ func (c *Checker) Result() Result {
 		}
 		r.DeliveredUnique++
 		r.Duplicates += n - 1
+		if n > 1 && !c.atRisk[id] {
+			r.Unexplained++
+			r.UnexplainedIDs = append(r.UnexplainedIDs, id)
+		}
 	}
 	for id := range c.committed {
-		if c.delivered[id] == 0 {
+		switch {
+		case c.parked[id]:
+			r.Parked++
+		case c.delivered[id] == 0:
 			r.Lost++
 			r.LostIDs = append(r.LostIDs, id)
 		}
 	}
 	sort.Strings(r.LostIDs)
 	sort.Strings(r.PhantomIDs)
+	sort.Strings(r.UnexplainedIDs)
 	return r
 }
 
-// Missing returns how many committed messages have not been delivered yet.
+// CommittedIDs returns the ids of every committed message.
+func (c *Checker) CommittedIDs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids := make([]string, 0, len(c.committed))
+	for id := range c.committed {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// Missing returns how many committed messages have not been delivered yet
+// (parked ones excepted).
 func (c *Checker) Missing() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := 0
 	for id := range c.committed {
-		if c.delivered[id] == 0 {
+		if c.delivered[id] == 0 && !c.parked[id] {
 			n++
 		}
 	}

@@ -18,6 +18,7 @@ func TestCheckerCatchesSeededFaults(t *testing.T) {
 		c.Delivered("a1", "a1", "a", 1)
 		c.Delivered("b1", "b1", "b", 1)
 		c.Delivered("a2", "a2", "a", 2)
+		c.AtRisk("a1")
 		c.Delivered("a1", "a1", "a", 1) // an older duplicate after a newer record: not a violation
 		r := c.Result()
 		if !r.OK() || r.Duplicates != 1 || r.DeliveredUnique != 3 || r.Lost != 0 {
@@ -54,6 +55,29 @@ func TestCheckerCatchesSeededFaults(t *testing.T) {
 		r := c.Result()
 		if r.OK() || r.OrderViolations != 1 || r.Violations[0].ID != "a1" {
 			t.Fatalf("reorder not caught: %+v", r)
+		}
+	})
+	t.Run("seeded unexplained duplicate", func(t *testing.T) {
+		c := clean()
+		c.Delivered("a1", "a1", "a", 1)
+		c.Delivered("a2", "a2", "a", 2)
+		c.Delivered("b1", "b1", "b", 1)
+		c.AtRisk("a1")
+		c.Delivered("a1", "a1", "a", 1) // explained: a fault put it at risk
+		c.Delivered("b1", "b1", "b", 1) // unexplained
+		r := c.Result()
+		if r.OK() || r.Duplicates != 2 || r.Unexplained != 1 || r.UnexplainedIDs[0] != "b1" {
+			t.Fatalf("unexplained duplicate not caught: %+v", r)
+		}
+	})
+	t.Run("parked is accounted, not lost", func(t *testing.T) {
+		c := clean()
+		c.Delivered("a1", "a1", "a", 1)
+		c.Delivered("a2", "a2", "a", 2)
+		c.Parked("b1")
+		r := c.Result()
+		if !r.OK() || r.Parked != 1 || r.Lost != 0 || c.Missing() != 0 {
+			t.Fatalf("parked message judged %+v", r)
 		}
 	})
 	t.Run("seeded header mismatch", func(t *testing.T) {
