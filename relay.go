@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,6 +21,11 @@ type Relay struct {
 	pub         Publisher
 	cfg         config
 	bucketCount int
+
+	// Drains running in this process, by bucket. The store's lease is per
+	// owner id, so it cannot keep two drains of one Relay apart: this can.
+	mu     sync.Mutex
+	active map[int]*atomic.Bool // bucket -> woken while draining
 }
 
 // NewRelay reads the outbox's config item and returns a relay for it. It
@@ -44,7 +50,7 @@ func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (
 	if err := CheckConfig(stored, cfg.bucketCount); err != nil {
 		return nil, err
 	}
-	return &Relay{store: store, pub: pub, cfg: cfg, bucketCount: stored.BucketCount}, nil
+	return &Relay{store: store, pub: pub, cfg: cfg, bucketCount: stored.BucketCount, active: map[int]*atomic.Bool{}}, nil
 }
 
 // CheckConfig verifies a stored configuration against a process's expected
@@ -99,6 +105,21 @@ func (r *Relay) DrainBucket(ctx context.Context, bucket int) (DrainStats, error)
 	if r.pastDeadline(ctx) {
 		return st, ErrDeadline
 	}
+	// One drain per bucket in this process: a second one wakes the first.
+	r.mu.Lock()
+	if woken, busy := r.active[bucket]; busy {
+		woken.Store(true)
+		r.mu.Unlock()
+		return st, ErrLeaseHeld
+	}
+	localWake := new(atomic.Bool)
+	r.active[bucket] = localWake
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.active, bucket)
+		r.mu.Unlock()
+	}()
 	lease, err := r.store.Acquire(ctx, bucket, r.cfg.relayID, r.cfg.clock.Now(), r.cfg.leaseDuration)
 	if err != nil {
 		if errors.Is(err, ErrLeaseHeld) {
@@ -120,6 +141,9 @@ func (r *Relay) DrainBucket(ctx context.Context, bucket int) (DrainStats, error)
 			}
 			r.cfg.logger.Log(ctx, levelFor(err), "outbox: drain stopped", "bucket", bucket, "head", d.lease.Head, "err", err)
 			return st, err
+		}
+		if localWake.Swap(false) {
+			continue // a drain of this process was asked for meanwhile
 		}
 		l, err := r.store.Release(ctx, d.lease, d.deletedThrough)
 		if errors.Is(err, ErrWoken) {

@@ -645,3 +645,42 @@ func TestDrainBucketsConcurrently(t *testing.T) {
 		}
 	}
 }
+
+// Two drains of one bucket through the same Relay (same owner id, so the
+// store's lease cannot tell them apart) never run at once; the second wakes
+// the first, which drains again.
+func TestSameRelayDrainsABucketOnceAtATime(t *testing.T) {
+	s := memory.New(1)
+	fill(t, s, 0, 1)
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var first atomic.Bool
+	first.Store(true)
+	var active atomic.Int32
+	p := &recorder{before: func(ctx context.Context, msgs []outbox.Message) (int, error, bool) {
+		if active.Add(1) > 1 {
+			t.Error("two publishes of one bucket at once")
+		}
+		defer active.Add(-1)
+		if first.CompareAndSwap(true, false) {
+			close(entered)
+			<-release
+		}
+		return 0, nil, false
+	}}
+	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
+	done := make(chan error, 1)
+	go func() { _, err := r.DrainBucket(ctxFor(t, 10*time.Second), 0); done <- err }()
+	<-entered
+	fill(t, s, 0, 2)
+	if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); !errors.Is(err, outbox.ErrLeaseHeld) {
+		t.Fatalf("second drain: %v, want ErrLeaseHeld", err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(p.seqs(0)); got != "[1 2]" {
+		t.Fatalf("published %s", got)
+	}
+}
