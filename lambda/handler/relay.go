@@ -90,7 +90,7 @@ func decodeHint(rec events.DynamoDBEventRecord) (bucket int, seq int64, err erro
 	if err != nil {
 		return 0, 0, err
 	}
-	if b > outbox.MaxBucketCount {
+	if b >= outbox.MaxBucketCount {
 		return 0, 0, &HintError{EventID: rec.EventID, Reason: fmt.Sprintf("bucket %d is above the largest possible bucket %d", b, outbox.MaxBucketCount-1)}
 	}
 	return int(b), s, nil
@@ -165,6 +165,7 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 	var (
 		resp                         events.DynamoDBEventResponse
 		failedAt                     string
+		anyFailed                    bool // failedAt may be "" (an empty string item identifier fails the whole batch)
 		drained, held, failed, pubed int
 	)
 	for _, r := range results {
@@ -181,12 +182,12 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 		default:
 			failed++
 			h.log.WarnContext(ctx, "outbox relay: bucket not drained; reporting it for redelivery", "bucket", r.bucket, "err", r.err)
-			if sn := lowest[r.bucket]; failedAt == "" || seqLess(sn, failedAt) {
-				failedAt = sn
+			if sn := lowest[r.bucket]; !anyFailed || seqLess(sn, failedAt) {
+				failedAt, anyFailed = sn, true
 			}
 		}
 	}
-	if failedAt != "" {
+	if anyFailed {
 		resp.BatchItemFailures = []events.DynamoDBBatchItemFailure{{ItemIdentifier: failedAt}}
 	}
 	h.counters.Drained.Add(int64(drained))
