@@ -96,25 +96,3 @@ func TestDecodeHeadersErrors(t *testing.T) {
 		})
 	}
 }
-
-func FuzzDecodeHeaders(f *testing.F) {
-	f.Add(encodeHeaders([]outbox.Header{{Key: "a", Value: []byte("1")}, {Key: "b"}, {Key: "c", Value: []byte{}}}))
-	f.Add([]byte{1, 1, 1, 'a', 0})
-	f.Add([]byte{1, 0x80})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		hs, err := decodeHeaders(b)
-		if err != nil {
-			var he *HeaderError
-			if !errors.As(err, &he) || he.Offset < 0 || he.Offset > len(b) {
-				t.Fatalf("error %v (%T) is not a *HeaderError within the input", err, err)
-			}
-			return
-		}
-		// What decodes re-encodes to something that decodes the same.
-		again, err := decodeHeaders(encodeHeaders(hs))
-		if err != nil {
-			t.Fatalf("re-encoding of a decoded value does not decode: %v", err)
-		}
-		assertHeaders(t, again, hs)
-	})
-}

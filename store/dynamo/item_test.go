@@ -3,7 +3,6 @@ package dynamo
 import (
 	"bytes"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -156,36 +155,4 @@ func TestItemSize(t *testing.T) {
 			}
 		})
 	}
-}
-
-func FuzzDecodeItem(f *testing.F) {
-	f.Add(int64(3), int64(42), int64(1), "id", "topic", []byte("k"), []byte("v"), encodeHeaders(testMessage().Headers), int64(5), int64(1), true, false)
-	f.Add(int64(0), int64(1), int64(1), "", "", []byte{}, []byte(nil), []byte{1, 0}, int64(-1), int64(-5), false, true)
-	f.Fuzz(func(t *testing.T, b, s, v int64, id, topic string, key, value, headers []byte, p, c int64, withKey, fence bool) {
-		item := map[string]types.AttributeValue{
-			attrBucket: numAttr(b), attrSeq: numAttr(s), attrVersion: numAttr(v),
-			attrID: strAttr(id), attrTopic: strAttr(topic), attrCreated: numAttr(c),
-			attrValue: &types.AttributeValueMemberB{Value: value}, attrHeaders: &types.AttributeValueMemberB{Value: headers},
-			attrPartition: numAttr(p),
-		}
-		if withKey {
-			item[attrKey] = &types.AttributeValueMemberB{Value: key}
-		}
-		if fence {
-			item[attrFence] = &types.AttributeValueMemberBOOL{Value: true}
-		}
-		e := decodeItem(item)
-		if e.Err != nil {
-			if !strings.HasPrefix(e.Err.Error(), "dynamo: ") {
-				t.Fatalf("error without the package prefix: %v", e.Err)
-			}
-			return
-		}
-		if e.Sequence != s || e.Message.Bucket != int(b) || e.Fence != fence {
-			t.Fatalf("entry %+v from b=%d s=%d fence=%v", e, b, s, fence)
-		}
-		if !fence && (e.Message.ID != id || e.Message.Topic != topic || (e.Message.Key != nil) != withKey) {
-			t.Fatalf("message %+v from id=%q topic=%q withKey=%v", e.Message, id, topic, withKey)
-		}
-	})
 }
