@@ -56,5 +56,20 @@ bench: deps
 soak: deps
 	$(GO) run ./cmd/soak -n $(or $(N),100000)
 
+# make fuzz: every go test -fuzz target in the module, one after the other,
+# FUZZTIME each (a duration, or Nx for N executions; default 30s), with
+# FUZZPARALLEL workers (default 2). New failing inputs land in the package's
+# testdata/fuzz/<FuzzName>/ (commit them with the fix).
+FUZZTIME     ?= 30s
+FUZZPARALLEL ?= 2
+.PHONY: fuzz
+fuzz:
+	@set -e; for f in $$(grep -rl --include='*_test.go' --exclude-dir='.?*' --exclude-dir=node_modules '^func Fuzz' .); do \
+		for fn in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+			echo "fuzz: $$(dirname $$f) $$fn for $(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -parallel $(FUZZPARALLEL) -timeout 6h $$(dirname $$f); \
+		done; \
+	done
+
 clean:
 	rm -rf bin
