@@ -1,0 +1,52 @@
+// Command soak runs the fault-injection soak (internal/soak) and prints its
+// one-line verdict:
+//
+//	soak: messages=N lost=0 phantom=0 duplicates=D unexplained=0 reorders=R parked=P faults=F
+//
+//	make soak N=100000
+//
+// A long run is split into rounds of -per-round messages, each on a fresh
+// DynamoDB Local instance (the emulator slows down as stream records pile
+// up). It exits 1 when a promise was broken or the harness failed.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/dynakafka/outbox/internal/soak"
+)
+
+func main() {
+	var cfg soak.Config
+	flag.IntVar(&cfg.Messages, "n", 100000, "committed messages to reach")
+	flag.IntVar(&cfg.PerRound, "per-round", 20000, "messages per fresh DynamoDB Local instance")
+	flag.IntVar(&cfg.Writers, "writers", 8, "concurrent writers")
+	flag.Float64Var(&cfg.FaultRate, "fault-rate", 1, "multiplies every fault probability")
+	seed := flag.Uint64("seed", uint64(time.Now().UnixNano()), "random seed")
+	minEach := flag.Int("min-each-fault", 5, "fail unless every fault kind fired at least this often")
+	timeout := flag.Duration("timeout", 80*time.Minute, "give up after this long")
+	flag.Parse()
+	cfg.Seed, cfg.MinEachFault, cfg.Progress = *seed, *minEach, os.Stderr
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	fmt.Fprintf(os.Stderr, "soak: seed %d\n", cfg.Seed)
+	res, err := soak.Run(ctx, cfg)
+	fmt.Fprintf(os.Stderr, "soak: %d rounds in %v; faults by kind: %s\n", res.Rounds, res.Elapsed.Round(time.Second), res.Kinds())
+	fmt.Println(res.Line())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if !res.OK() {
+		fmt.Fprintf(os.Stderr, "soak: broken promises: lost %v phantom %v unexplained %v reorders %+v\n", res.LostIDs, res.PhantomIDs, res.UnexplainedIDs, res.Violations)
+		os.Exit(1)
+	}
+}

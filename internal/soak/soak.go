@@ -1,0 +1,901 @@
+// Package soak runs the outbox under random faults at every layer and checks
+// its promises with an invariant checker that links every message id to what
+// happened to it.
+//
+// Writers update version-checked aggregates (5 % with a stale version, so
+// their business condition fails; some crash between reserving sequence
+// numbers and committing). The relay runs as the Lambda handler behind a
+// local event-source mapping, next to the sweeper on a fast schedule, while
+// faults are injected into Kafka (kfake faults on produce), DynamoDB (an SDK
+// middleware: throttling, 5xx, timeouts, unprocessed items, responses lost
+// after the write committed), the relay (crashes at every named crash point,
+// stalled lease holders) and the stream (duplicated and redelivered hints).
+// Then the faults stop, everything drains, and the checker verifies: every
+// committed message delivered at least once or parked (lost=0), no rolled
+// back message delivered (phantom=0), every duplicate attributed to an
+// injected fault (unexplained=0), and no first delivery of a key out of
+// aggregate-version order (reorders=0).
+//
+// DynamoDB Local slows down as stream records pile up, so a long run is
+// split into rounds, each on a fresh instance.
+package soak
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/checker"
+	"github.com/dynakafka/outbox/internal/faults"
+	"github.com/dynakafka/outbox/kafka"
+	"github.com/dynakafka/outbox/lambda/handler"
+	"github.com/dynakafka/outbox/local/dynamolocal"
+	"github.com/dynakafka/outbox/local/esm"
+	"github.com/dynakafka/outbox/local/schedule"
+	"github.com/dynakafka/outbox/store/dynamo"
+)
+
+// Config sizes a run. Zero fields take the defaults in brackets.
+type Config struct {
+	Messages   int     // committed messages to reach over all rounds [5000]
+	PerRound   int     // messages per fresh DynamoDB Local instance [20000]
+	Writers    int     // concurrent writers [8]
+	Aggregates int     // version-checked aggregates per round [300]
+	Buckets    int     // BucketCount [8]
+	FaultRate  float64 // multiplies every fault probability [1]
+	Seed       uint64  // [1]
+	// MinEachFault fails the run unless every fault kind fired at least
+	// this often (0: not checked).
+	MinEachFault int
+	// Progress receives progress lines (nil: none).
+	Progress io.Writer
+}
+
+func (c *Config) defaults() {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.Messages, 5000)
+	def(&c.PerRound, 20000)
+	def(&c.Writers, 8)
+	def(&c.Aggregates, 300)
+	def(&c.Buckets, 8)
+	if c.FaultRate <= 0 {
+		c.FaultRate = 1
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+}
+
+// Result is the verdict of a run.
+type Result struct {
+	Messages    int // committed messages
+	RolledBack  int
+	Lost        int
+	Phantom     int
+	Duplicates  int
+	Unexplained int
+	Reorders    int
+	Parked      int
+	Mismatch    int // id header different from the stored id
+	Faults      int
+	ByKind      map[string]int
+	Rounds      int
+	Elapsed     time.Duration
+	// Examples of problems.
+	LostIDs, PhantomIDs, UnexplainedIDs []string
+	Violations                          []checker.Violation
+}
+
+// Line is the run's one-line summary.
+func (r Result) Line() string {
+	return fmt.Sprintf("soak: messages=%d lost=%d phantom=%d duplicates=%d unexplained=%d reorders=%d parked=%d faults=%d",
+		r.Messages, r.Lost, r.Phantom, r.Duplicates, r.Unexplained, r.Reorders, r.Parked, r.Faults)
+}
+
+// OK reports whether every promise held.
+func (r Result) OK() bool {
+	return r.Lost == 0 && r.Phantom == 0 && r.Unexplained == 0 && r.Reorders == 0 && r.Mismatch == 0
+}
+
+// Kinds returns the fault kinds in a stable order with their counts.
+func (r Result) Kinds() string {
+	var ks []string
+	for k := range r.ByKind {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	var b strings.Builder
+	for _, k := range ks {
+		fmt.Fprintf(&b, "%s=%d ", k, r.ByKind[k])
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// tally counts injected faults by kind.
+type tally struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (t *tally) add(kind string, n int) {
+	if n == 0 {
+		return
+	}
+	t.mu.Lock()
+	t.n[kind] += n
+	t.mu.Unlock()
+}
+
+// ExpectedKinds are the fault kinds every run injects.
+var ExpectedKinds = func() []string {
+	k := []string{
+		"kafka:not-leader", "kafka:request-timed-out", "kafka:not-enough-replicas", "kafka:message-too-large", "kafka:topic-authorization-failed",
+		"dynamo:throttle", "dynamo:throttling", "dynamo:server-error", "dynamo:timeout", "dynamo:response-lost", "dynamo:unprocessed",
+		"relay:stall", "stream:duplicate", "stream:redelivery", "writer:crash",
+	}
+	for _, p := range outbox.CrashPoints {
+		k = append(k, "crash:"+string(p))
+	}
+	sort.Strings(k)
+	return k
+}()
+
+// Run runs the soak and returns its verdict. An error means the harness
+// itself failed (a round could not be set up or never drained); broken
+// promises are in the Result.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	cfg.defaults()
+	start := time.Now()
+	chk := checker.New()
+	tl := &tally{n: map[string]int{}}
+	var rolledBack atomic.Int64
+	res := Result{}
+	for round, done := 0, 0; done < cfg.Messages; round++ {
+		target := min(cfg.PerRound, cfg.Messages-done)
+		n, err := runRound(ctx, cfg, round, target, chk, tl, &rolledBack)
+		if err != nil {
+			return res, fmt.Errorf("soak round %d: %w", round, err)
+		}
+		done += n
+		res.Rounds++
+	}
+	r := chk.Result()
+	res.Messages, res.RolledBack = r.Committed, int(rolledBack.Load())
+	res.Lost, res.Phantom, res.Duplicates, res.Unexplained = r.Lost, r.Phantom, r.Duplicates, r.Unexplained
+	res.Reorders, res.Parked, res.Mismatch = r.OrderViolations, r.Parked, r.HeaderMismatch
+	res.LostIDs, res.PhantomIDs, res.UnexplainedIDs, res.Violations = first(r.LostIDs), first(r.PhantomIDs), first(r.UnexplainedIDs), r.Violations[:min(5, len(r.Violations))]
+	res.ByKind = tl.n
+	for _, n := range tl.n {
+		res.Faults += n
+	}
+	res.Elapsed = time.Since(start)
+	if cfg.MinEachFault > 0 {
+		var short []string
+		for _, k := range ExpectedKinds {
+			if tl.n[k] < cfg.MinEachFault {
+				short = append(short, fmt.Sprintf("%s=%d", k, tl.n[k]))
+			}
+		}
+		if len(short) > 0 {
+			return res, fmt.Errorf("soak: these fault kinds fired fewer than %d times: %s", cfg.MinEachFault, strings.Join(short, " "))
+		}
+	}
+	return res, nil
+}
+
+func first(s []string) []string { return s[:min(5, len(s))] }
+
+func (c *Config) logf(format string, args ...any) {
+	if c.Progress != nil {
+		fmt.Fprintf(c.Progress, "soak: "+format+"\n", args...)
+	}
+}
+
+// payload is what writers put in a message's value.
+type payload struct {
+	ID      string `json:"id"`
+	Agg     string `json:"agg"`
+	Version int64  `json:"ver"`
+	Index   int    `json:"idx"`
+}
+
+func (p payload) order() int64 { return p.Version*1000 + int64(p.Index) }
+
+const (
+	leaseDuration = 4 * time.Second
+	gapTimeout    = time.Second
+)
+
+// runRound runs one round on a fresh DynamoDB and Kafka and returns how many
+// messages it committed.
+func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.Checker, tl *tally, rolledBack *atomic.Int64) (int, error) {
+	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(round)))
+	var rngMu sync.Mutex
+	chance := func(p float64) bool {
+		rngMu.Lock()
+		defer rngMu.Unlock()
+		return rng.Float64() < p*cfg.FaultRate
+	}
+	intn := func(n int) int {
+		rngMu.Lock()
+		defer rngMu.Unlock()
+		return rng.IntN(n)
+	}
+
+	// DynamoDB: a fresh instance per round, or the given endpoint.
+	endpoint := os.Getenv("OUTBOX_TEST_DYNAMODB_ENDPOINT")
+	if endpoint == "" {
+		inst, err := dynamolocal.Start(ctx, dynamolocal.Options{})
+		if err != nil {
+			return 0, err
+		}
+		defer inst.Stop()
+		endpoint = inst.Endpoint
+	}
+	awsCfg, err := dynamolocal.NewConfig(ctx, endpoint, os.Getenv("AWS_REGION"))
+	if err != nil {
+		return 0, err
+	}
+	inj, err := faults.New(faults.Seed(cfg.Seed*1000+uint64(round)), faults.Disabled(),
+		faults.For("TransactWriteItems", scale(faults.Policy{Throttling: 0.02, ServerError: 0.02, Timeout: 0.01, ResponseLost: 0.04}, cfg.FaultRate)),
+		faults.For("UpdateItem", scale(faults.Policy{Throttle: 0.01, ServerError: 0.01, Timeout: 0.005, ResponseLost: 0.01}, cfg.FaultRate)),
+		faults.For("PutItem", scale(faults.Policy{Throttle: 0.01, ServerError: 0.01, ResponseLost: 0.01}, cfg.FaultRate)),
+		faults.For("Query", scale(faults.Policy{Throttle: 0.01, ServerError: 0.01, Timeout: 0.01}, cfg.FaultRate)),
+		faults.For("BatchWriteItem", scale(faults.Policy{Unprocessed: 0.2, ServerError: 0.01, Timeout: 0.01, ResponseLost: 0.01}, cfg.FaultRate)),
+		faults.For("GetItem", scale(faults.Policy{ServerError: 0.005}, cfg.FaultRate)),
+	)
+	if err != nil {
+		return 0, err
+	}
+	clean := dynamolocal.NewClient(awsCfg, endpoint)
+	faulty := dynamolocal.NewClient(awsCfg, endpoint, inj.Install)
+	streams := dynamolocal.NewStreamsClient(awsCfg, endpoint)
+
+	// Kafka: in-process kfake (faults need it).
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(3))
+	if err != nil {
+		return 0, err
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+
+	name := fmt.Sprintf("soak-%d-%d", time.Now().UnixNano()%1_000_000_000, round)
+	tables := dynamo.Tables{Messages: name + "-msgs", Control: name + "-ctl"}
+	aggTable, topic := name+"-aggs", name
+	if err := dynamo.CreateTables(ctx, clean, tables, dynamo.BucketCount(cfg.Buckets)); err != nil {
+		return 0, err
+	}
+	if err := createAggregates(ctx, clean, aggTable, cfg.Aggregates); err != nil {
+		return 0, err
+	}
+	if err := createTopic(ctx, brokers, topic, int32(cfg.Buckets)); err != nil {
+		return 0, err
+	}
+	desc, err := clean.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(tables.Messages)})
+	if err != nil {
+		return 0, err
+	}
+
+	// The relay's parts, wrapped to attribute duplicates to faults.
+	store, err := dynamo.NewStore(ctx, faulty, tables)
+	if err != nil {
+		return 0, err
+	}
+	pub, err := kafka.NewPublisher(ctx, brokers, kafka.Topics(topic), kafka.LeaseDuration(leaseDuration))
+	if err != nil {
+		return 0, err
+	}
+	defer pub.Close()
+	at := &attribution{Store: store, pub: pub, chk: chk, last: map[int][]outbox.Message{}}
+	crash := &crasher{chance: chance, tl: tl}
+	relayOpts := func(id string) []outbox.Option {
+		return []outbox.Option{outbox.RelayID(id), outbox.LeaseDuration(leaseDuration), outbox.LeaseRenewInterval(time.Second),
+			outbox.LeaseMargin(time.Second), outbox.GapTimeout(gapTimeout), outbox.GapPollInterval(20 * time.Millisecond),
+			outbox.RetryBackoff(20*time.Millisecond, 500*time.Millisecond), outbox.DeadlineMargin(500 * time.Millisecond),
+			// Small batches: more batches, so more chances for every fault.
+			outbox.BatchSize(25), outbox.WithFaultInjector(crash)}
+	}
+	streamRelay, err := outbox.NewRelay(ctx, at, at, relayOpts(fmt.Sprint("stream-relay-", round))...)
+	if err != nil {
+		return 0, err
+	}
+	sweepRelay, err := outbox.NewRelay(ctx, at, at, relayOpts(fmt.Sprint("sweeper-", round))...)
+	if err != nil {
+		return 0, err
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	relayFn := handler.NewRelay(streamRelay, 8, quiet)
+	sweepFn := handler.NewSweeper(sweepRelay, quiet)
+
+	pipeCtx, stopPipe := context.WithCancel(ctx)
+	defer stopPipe()
+	var bg sync.WaitGroup
+	// The stream path; the invoker keeps past events for the chaos hinter.
+	seen := &eventLog{}
+	invoker := esm.InProcess(func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+		seen.add(ev)
+		return relayFn.Handle(ctx, ev)
+	}, esm.Timeout(30*time.Second))
+	mapping, err := esm.New(streams, aws.ToString(desc.Table.LatestStreamArn), invoker,
+		esm.BatchSize(500), esm.Filter(esm.InsertsOnly), esm.MaximumRetryAttempts(5), esm.BisectBatchOnFunctionError(true),
+		esm.ReportBatchItemFailures(true), esm.PollInterval(50*time.Millisecond))
+	if err != nil {
+		return 0, err
+	}
+	bg.Add(1)
+	go func() { defer bg.Done(); _ = mapping.Run(pipeCtx) }()
+	// The sweeper, on a fast schedule.
+	clk := schedule.NewManualClock(time.Now())
+	bg.Add(2)
+	go func() {
+		defer bg.Done()
+		_ = schedule.Run(pipeCtx, schedule.Options{Clock: clk, Timeout: 30 * time.Second}, func(ctx context.Context, ev events.CloudWatchEvent) error {
+			_, err := sweepFn.Handle(ctx, ev)
+			return err
+		}, nil)
+	}()
+	go func() {
+		defer bg.Done()
+		for pipeCtx.Err() == nil {
+			if clk.Fire(pipeCtx, time.Minute) != nil {
+				return
+			}
+			sleep(pipeCtx, 700*time.Millisecond)
+		}
+	}()
+	// Chaos on the stream: duplicated and redelivered hints.
+	var chaosOn atomic.Bool
+	chaosOn.Store(true)
+	chaosSlots := make(chan struct{}, 3)
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		for pipeCtx.Err() == nil {
+			sleep(pipeCtx, 100*time.Millisecond)
+			if !chaosOn.Load() {
+				continue
+			}
+			// Like a concurrent invocation with a duplicated or redelivered
+			// batch; at most a few at once.
+			replay := func(kind string, ev events.DynamoDBEvent) {
+				select {
+				case chaosSlots <- struct{}{}:
+				default:
+					return
+				}
+				tl.add(kind, 1)
+				bg.Add(1)
+				go func() {
+					defer func() { <-chaosSlots; bg.Done() }()
+					_, _ = invoker.Invoke(pipeCtx, ev)
+				}()
+			}
+			switch {
+			case chance(0.3):
+				if ev, ok := seen.latest(); ok {
+					replay("stream:duplicate", ev)
+				}
+			case chance(0.3):
+				if ev, ok := seen.random(intn); ok {
+					replay("stream:redelivery", ev)
+				}
+			}
+		}
+	}()
+
+	// The consumer.
+	consumed := make(chan struct{})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
+	if err != nil {
+		return 0, err
+	}
+	go func() {
+		defer close(consumed)
+		defer cl.Close()
+		for pipeCtx.Err() == nil {
+			cl.PollFetches(pipeCtx).EachRecord(func(r *kgo.Record) {
+				var p payload
+				_ = json.Unmarshal(r.Value, &p)
+				id := ""
+				for _, h := range r.Headers {
+					if h.Key == outbox.DefaultMessageIDHeader {
+						id = string(h.Value)
+					}
+				}
+				chk.Delivered(id, p.ID, string(r.Key), p.order())
+			})
+		}
+	}()
+
+	// Faults on.
+	kafkaFaults := installKafkaFaults(cluster, topic, chance)
+	inj.Enable()
+	crash.on.Store(true)
+	cfg.logf("round %d: %d messages, endpoint %s, topic %s", round, target, endpoint, topic)
+
+	// The writers.
+	w, err := dynamo.NewWriter(ctx, &crashableClient{Client: faulty}, tables, dynamo.MaxAttempts(8))
+	if err != nil {
+		return 0, err
+	}
+	var committed atomic.Int64
+	var wg sync.WaitGroup
+	werrs := make(chan error, cfg.Writers)
+	for i := range cfg.Writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for committed.Load() < int64(target) && ctx.Err() == nil {
+				n, err := writeOne(ctx, w, clean, aggTable, topic, cfg, chance, intn, chk, tl, rolledBack)
+				if err != nil {
+					werrs <- fmt.Errorf("writer %d: %w", i, err)
+					return
+				}
+				committed.Add(int64(n))
+			}
+		}()
+	}
+	progressDone := make(chan struct{})
+	go func() {
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-progressDone:
+				return
+			case <-t.C:
+				cfg.logf("round %d: committed=%d missing=%d faults=%d", round, committed.Load(), chk.Missing(), inj.Total())
+			}
+		}
+	}()
+	wg.Wait()
+	close(werrs)
+	if err := <-werrs; err != nil {
+		close(progressDone)
+		return 0, err
+	}
+
+	// The relay lags the writers: keep the faults on until it has caught up
+	// with most of the backlog, so the relay's faults get their share.
+	for catchUp := time.Now().Add(2 * time.Minute); chk.Missing() > target/20 && time.Now().Before(catchUp); {
+		sleep(ctx, 200*time.Millisecond)
+	}
+	// Faults off; everything must drain.
+	inj.Disable()
+	crash.on.Store(false)
+	chaosOn.Store(false)
+	for _, h := range kafkaFaults {
+		tl.add(h.kind, h.h.Hits())
+		h.h.Remove()
+	}
+	for k, n := range inj.Counts() {
+		tl.add("dynamo:"+k.Kind.String(), int(n))
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		pending, err := pendingMessages(ctx, store, cfg.Buckets)
+		if err != nil {
+			close(progressDone)
+			return 0, err
+		}
+		if pending == 0 && chk.Missing() == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			close(progressDone)
+			return 0, fmt.Errorf("not drained after the faults stopped: %d pending in the table, %d committed messages not delivered", pending, chk.Missing())
+		}
+		sleep(ctx, 200*time.Millisecond)
+	}
+	close(progressDone)
+	sleep(ctx, 500*time.Millisecond) // late duplicates
+	stopPipe()
+	bg.Wait()
+	<-consumed
+
+	// Every message the relay parked is in the dead letters, and only those.
+	var inDeadLetters []string
+	for b := range cfg.Buckets {
+		ps, err := store.ListParked(ctx, b, 0)
+		if err != nil {
+			return 0, err
+		}
+		for _, p := range ps {
+			inDeadLetters = append(inDeadLetters, p.Message.ID)
+		}
+	}
+	sort.Strings(inDeadLetters)
+	parkedIDs := at.parkedIDs()
+	if fmt.Sprint(inDeadLetters) != fmt.Sprint(parkedIDs) {
+		return 0, fmt.Errorf("dead letters %v differ from the messages the relay parked %v", inDeadLetters, parkedIDs)
+	}
+	cfg.logf("round %d done: committed=%d parked=%d", round, committed.Load(), len(parkedIDs))
+	return int(committed.Load()), nil
+}
+
+func scale(p faults.Policy, f float64) faults.Policy {
+	c := func(v float64) float64 { return min(v*f, 0.5) }
+	return faults.Policy{Throttle: c(p.Throttle), Throttling: c(p.Throttling), ServerError: c(p.ServerError), Timeout: c(p.Timeout),
+		ResponseLost: c(p.ResponseLost), Unprocessed: c(p.Unprocessed)}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// crasher injects crashes at the relay's crash points, and stalls.
+type crasher struct {
+	on     atomic.Bool
+	chance func(float64) bool
+	tl     *tally
+}
+
+var errKilled = errors.New("soak: killed")
+
+// crashChance is the probability of a crash each time a drain reaches a
+// point: points reached rarely (a fence needs an abandoned reservation) get a
+// higher one, so every point fires in a small run.
+var crashChance = map[outbox.CrashPoint]float64{
+	outbox.AfterAcquire:    0.08,
+	outbox.DuringRenewal:   0.10,
+	outbox.AfterProduce:    0.06,
+	outbox.AfterHeadUpdate: 0.06,
+	outbox.MidDelete:       0.06,
+	outbox.DuringFence:     0.40,
+}
+
+func (c *crasher) At(ctx context.Context, p outbox.CrashPoint, bucket int) error {
+	if !c.on.Load() {
+		return nil
+	}
+	if p == outbox.AfterProduce && c.chance(0.05) {
+		// A stalled holder: it sleeps past its lease, then carries on.
+		c.tl.add("relay:stall", 1)
+		sleep(ctx, leaseDuration+time.Second)
+		return nil
+	}
+	if c.chance(crashChance[p]) {
+		c.tl.add("crash:"+string(p), 1)
+		return errKilled
+	}
+	return nil
+}
+
+// attribution wraps the relay's store and publisher. Per bucket it keeps the
+// messages published since the head last moved past them; when they are
+// published again before that (a crash, a stall, a lost lease, a failed head
+// update) or their publish failed, they are at risk of a second delivery.
+type attribution struct {
+	outbox.Store
+	pub *kafka.Publisher
+	chk *checker.Checker
+
+	mu     sync.Mutex
+	last   map[int][]outbox.Message
+	parked []string
+}
+
+func (a *attribution) Publish(ctx context.Context, msgs []outbox.Message) (int, error) {
+	b := msgs[0].Bucket
+	a.mu.Lock()
+	if prev := a.last[b]; len(prev) > 0 {
+		a.chk.AtRisk(ids(prev)...)
+	}
+	a.last[b] = append(a.last[b], msgs...)
+	a.mu.Unlock()
+	n, err := a.pub.Publish(ctx, msgs)
+	if err != nil {
+		a.chk.AtRisk(ids(msgs)...)
+	}
+	return n, err
+}
+
+func (a *attribution) Update(ctx context.Context, l outbox.Lease, u outbox.LeaseUpdate, now time.Time) (outbox.Lease, error) {
+	nl, err := a.Store.Update(ctx, l, u, now)
+	if err == nil {
+		a.decided(l.Bucket, u.Head)
+	}
+	return nl, err
+}
+
+func (a *attribution) Park(ctx context.Context, l outbox.Lease, p outbox.Parked, now time.Time) (outbox.Lease, error) {
+	nl, err := a.Store.Park(ctx, l, p, now)
+	if err == nil {
+		a.mu.Lock()
+		a.parked = append(a.parked, p.Message.ID)
+		a.mu.Unlock()
+		a.chk.Parked(p.Message.ID)
+		a.decided(l.Bucket, p.Sequence)
+	}
+	return nl, err
+}
+
+// decided drops the bucket's published messages at or below head.
+func (a *attribution) decided(bucket int, head int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	keep := a.last[bucket][:0]
+	for _, m := range a.last[bucket] {
+		if m.Sequence > head {
+			keep = append(keep, m)
+		}
+	}
+	a.last[bucket] = keep
+}
+
+func (a *attribution) parkedIDs() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := append([]string(nil), a.parked...)
+	sort.Strings(out)
+	return out
+}
+
+func ids(msgs []outbox.Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.ID
+	}
+	return out
+}
+
+// eventLog keeps the last stream events the relay was invoked with.
+type eventLog struct {
+	mu  sync.Mutex
+	evs []events.DynamoDBEvent
+}
+
+func (l *eventLog) add(ev events.DynamoDBEvent) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.evs = append(l.evs, ev)
+	if len(l.evs) > 200 {
+		l.evs = l.evs[len(l.evs)-200:]
+	}
+}
+
+func (l *eventLog) latest() (events.DynamoDBEvent, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.evs) == 0 {
+		return events.DynamoDBEvent{}, false
+	}
+	return l.evs[len(l.evs)-1], true
+}
+
+func (l *eventLog) random(intn func(int) int) (events.DynamoDBEvent, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.evs) == 0 {
+		return events.DynamoDBEvent{}, false
+	}
+	return l.evs[intn(len(l.evs))], true
+}
+
+type kafkaFault struct {
+	kind string
+	h    *kfake.FaultHandle
+}
+
+// installKafkaFaults fails a share of the produce requests to topic with
+// each error.
+func installKafkaFaults(c *kfake.Cluster, topic string, chance func(float64) bool) []kafkaFault {
+	add := func(kind string, err *kerr.Error, p float64) kafkaFault {
+		h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: err, Count: -1,
+			When: func(kmsg.Request) bool { return chance(p) }})
+		return kafkaFault{kind, h}
+	}
+	return []kafkaFault{
+		add("kafka:not-leader", kerr.NotLeaderForPartition, 0.05),
+		add("kafka:request-timed-out", kerr.RequestTimedOut, 0.05),
+		add("kafka:not-enough-replicas", kerr.NotEnoughReplicas, 0.05),
+		add("kafka:message-too-large", kerr.MessageTooLarge, 0.04),
+		add("kafka:topic-authorization-failed", kerr.TopicAuthorizationFailed, 0.04),
+	}
+}
+
+// crashableClient lets a writer "crash" between reserving its sequence
+// numbers and committing: the commit is never sent and nothing releases the
+// reservation.
+type crashableClient struct{ *dynamodb.Client }
+
+type crashKey struct{}
+
+func (c *crashableClient) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	if kill, ok := ctx.Value(crashKey{}).(context.CancelFunc); ok {
+		kill()
+		return nil, context.Canceled
+	}
+	return c.Client.TransactWriteItems(ctx, in, o...)
+}
+
+// writeOne runs one writer transaction: bump an aggregate's version (stale
+// on purpose 5 % of the time), record the transaction, enqueue 1..10
+// messages. It records the outcome in chk and returns how many messages
+// committed.
+func writeOne(ctx context.Context, w *dynamo.Writer, clean *dynamodb.Client, table, topic string, cfg Config,
+	chance func(float64) bool, intn func(int) int, chk *checker.Checker, tl *tally, rolledBack *atomic.Int64) (int, error) {
+	agg := fmt.Sprintf("agg-%04d", intn(cfg.Aggregates))
+	ver, err := readVersion(ctx, clean, table, agg)
+	if err != nil {
+		return 0, err
+	}
+	expected := ver
+	if intn(100) < 5 {
+		expected = ver - 1 // a stale read: the business condition fails
+	}
+	txID := outbox.NewID()
+	n := 1 + intn(10)
+	msgs := make([]outbox.Message, n)
+	for i := range msgs {
+		p := payload{ID: outbox.NewID(), Agg: agg, Version: ver + 1, Index: i}
+		v, _ := json.Marshal(p)
+		msgs[i] = outbox.Message{ID: p.ID, Topic: topic, Key: []byte(agg), Value: v}
+	}
+	items := []types.TransactWriteItem{
+		{Update: &types.Update{
+			TableName: aws.String(table), Key: map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: agg}},
+			UpdateExpression: aws.String("SET #v = :next"), ConditionExpression: aws.String("#v = :expected"),
+			ExpressionAttributeNames:  map[string]string{"#v": "version"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":next": num(expected + 1), ":expected": num(expected)},
+		}},
+		{Put: &types.Put{TableName: aws.String(table), Item: map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: "tx#" + txID}}}},
+	}
+	wctx := ctx
+	if chance(0.02) {
+		var kill context.CancelFunc
+		wctx, kill = context.WithCancel(ctx)
+		wctx = context.WithValue(wctx, crashKey{}, kill)
+		tl.add("writer:crash", 1)
+	}
+	_, werr := w.Write(wctx, items, msgs...)
+	committed := werr == nil
+	if werr != nil && ctx.Err() == nil {
+		switch {
+		case errors.Is(werr, outbox.ErrConditionFailed), errors.Is(werr, outbox.ErrConflict),
+			errors.Is(werr, outbox.ErrThrottled), errors.Is(werr, outbox.ErrSequenceFenced):
+			// Definitely not written.
+		default:
+			// Ambiguous (outcome unknown, a crashed writer, ...): the
+			// transaction record says whether it committed.
+			exists, err := txExists(ctx, clean, table, txID)
+			if err != nil {
+				return 0, err
+			}
+			committed = exists
+		}
+	}
+	for _, m := range msgs {
+		if committed {
+			var p payload
+			_ = json.Unmarshal(m.Value, &p)
+			chk.Committed(m.ID, agg, p.order())
+		} else {
+			chk.RolledBack(m.ID)
+		}
+	}
+	if !committed {
+		rolledBack.Add(int64(n))
+		return 0, nil
+	}
+	return n, nil
+}
+
+func num(n int64) *types.AttributeValueMemberN {
+	return &types.AttributeValueMemberN{Value: fmt.Sprint(n)}
+}
+
+func readVersion(ctx context.Context, db *dynamodb.Client, table, agg string) (int64, error) {
+	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: agg}}})
+	if err != nil {
+		return 0, err
+	}
+	v, ok := out.Item["version"].(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, fmt.Errorf("aggregate %s has no version", agg)
+	}
+	var n int64
+	_, err = fmt.Sscan(v.Value, &n)
+	return n, err
+}
+
+func txExists(ctx context.Context, db *dynamodb.Client, table, txID string) (bool, error) {
+	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: "tx#" + txID}}})
+	if err != nil {
+		return false, err
+	}
+	return out.Item != nil, nil
+}
+
+func createAggregates(ctx context.Context, db *dynamodb.Client, table string, n int) error {
+	if _, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName:            aws.String(table),
+		BillingMode:          types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
+	}); err != nil {
+		return err
+	}
+	if err := dynamodb.NewTableExistsWaiter(db).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, time.Minute); err != nil {
+		return err
+	}
+	for start := 0; start < n; start += 25 {
+		var reqs []types.WriteRequest
+		for i := start; i < min(start+25, n); i++ {
+			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: map[string]types.AttributeValue{
+				"id": &types.AttributeValueMemberS{Value: fmt.Sprintf("agg-%04d", i)}, "version": num(0)}}})
+		}
+		for len(reqs) > 0 {
+			out, err := db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{table: reqs}})
+			if err != nil {
+				return err
+			}
+			reqs = out.UnprocessedItems[table]
+		}
+	}
+	return nil
+}
+
+func createTopic(ctx context.Context, brokers []string, topic string, partitions int32) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, partitions, -1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	return err
+}
+
+// pendingMessages counts the messages still pending in the outbox (bounded
+// per bucket), through the store's probe.
+func pendingMessages(ctx context.Context, s *dynamo.Store, buckets int) (int, error) {
+	n := 0
+	for b := range buckets {
+		l, err := s.ReadLease(ctx, b)
+		if err != nil {
+			return 0, err
+		}
+		p, _, err := s.Peek(ctx, b, l.Cleaned, 1000)
+		if err != nil {
+			return 0, err
+		}
+		n += p
+	}
+	return n, nil
+}

@@ -1,0 +1,42 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+)
+
+// TestSmallSoak is the small soak run of `make test`: at least 5,000
+// messages through every fault, each kind firing at least 5 times.
+func TestSmallSoak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("soak skipped in -short mode")
+	}
+	if os.Getenv("OUTBOX_TEST_KAFKA_BROKERS") != "" {
+		t.Log("the soak injects Kafka faults through kfake; it runs on kfake even when a broker is given")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Config{Messages: 5000, FaultRate: 1, MinEachFault: 5, Progress: testWriter{t}})
+	fmt.Println(res.Line())
+	t.Logf("faults by kind: %s", res.Kinds())
+	t.Logf("rolled back %d, elapsed %v", res.RolledBack, res.Elapsed.Round(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.OK() {
+		t.Fatalf("broken promises: %s; lost %v phantom %v unexplained %v reorders %+v", res.Line(), res.LostIDs, res.PhantomIDs, res.UnexplainedIDs, res.Violations)
+	}
+	if res.Messages < 5000 {
+		t.Fatalf("only %d messages", res.Messages)
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}
