@@ -126,8 +126,8 @@ type Result struct {
 	LostIDs        []string
 	PhantomIDs     []string
 	UnexplainedIDs []string
-	Violations []Violation
-	Mismatches []string
+	Violations     []Violation
+	Mismatches     []string
 }
 
 // OK reports whether no promise was broken.
