@@ -68,7 +68,7 @@ func NewID() string {
 type Entry struct {
 	Sequence int64
 	// Fence is true for a fence tombstone; Message is then zero except for
-	// Bucket and Sequence.
+	// Bucket, Sequence and CreatedAt (when the fence was written).
 	Fence   bool
 	Message Message
 	// Err is set when the stored item could not be decoded into a message.
