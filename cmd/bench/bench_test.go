@@ -39,10 +39,12 @@ func TestSmoke(t *testing.T) {
 	}{
 		{"raw DynamoDB", res.Raw.DynamoDB.Messages, o.relayMsgs},
 		{"raw Kafka", res.Raw.Kafka.Messages, o.relayMsgs},
+		{"raw pipeline", res.Raw.Pipeline.Messages, o.relayMsgs},
 		{"relay", res.Relay.Messages, o.relayMsgs},
 		{"relay: records in the topic", int(res.Relay.Produced), o.relayMsgs},
 		{"naive", res.Naive.Messages, o.naiveMsgs},
 		{"naive: records in the topic", int(res.Naive.Produced), o.naiveMsgs},
+		{"naive, 8 loops", res.NaiveParallel.Messages, o.naiveMsgs},
 		{"per-bucket stages", len(res.Buckets), 1 + len(o.bucketCounts)},
 		{"capacity: transaction sizes", len(res.Capacity.Writer), 3},
 		{"latency: consumed of committed", res.Latency.Delivered, res.Latency.Committed},
@@ -56,7 +58,7 @@ func TestSmoke(t *testing.T) {
 			}
 		})
 	}
-	for _, d := range append([]drainResult{res.Raw.DynamoDB, res.Relay, res.Naive}, res.Buckets...) {
+	for _, d := range append([]drainResult{res.Raw.DynamoDB, res.Raw.Pipeline, res.Relay, res.Naive, res.NaiveParallel}, res.Buckets...) {
 		if d.Remaining != 0 {
 			t.Errorf("%s left %d items in the table", d.Name, d.Remaining)
 		}
@@ -68,8 +70,10 @@ func TestSmoke(t *testing.T) {
 	}{
 		{"raw DynamoDB msgs/s", res.Raw.DynamoDB.MsgsPerS},
 		{"raw Kafka msgs/s", res.Raw.Kafka.MsgsPerS},
+		{"raw pipeline msgs/s", res.Raw.Pipeline.MsgsPerS},
 		{"relay msgs/s", res.Summary.RelayMsgsPerS},
 		{"naive msgs/s", res.Summary.NaiveMsgsPerS},
+		{"naive 8 loops msgs/s", res.NaiveParallel.MsgsPerS},
 		{"relay vs raw", res.Summary.RelayVsRaw},
 		{"relay vs naive", res.Summary.RelayVsNaive},
 		{"relay round trips per message", res.Summary.RoundTripsPerMsg},

@@ -17,9 +17,9 @@ import (
 // bucket count.
 func (r *results) chart(path string) error {
 	left, err := bars("Drain throughput (msgs/s)",
-		[]string{"naive", "relay", "raw limit"},
-		[]float64{r.Naive.MsgsPerS, r.Relay.MsgsPerS, r.Raw.MsgsPerS},
-		[]color.Color{gray, blue, green})
+		[]string{"naive", "naive ×8", "relay", "raw pipeline", "raw limit"},
+		[]float64{r.Naive.MsgsPerS, r.NaiveParallel.MsgsPerS, r.Relay.MsgsPerS, r.Raw.Pipeline.MsgsPerS, r.Raw.MsgsPerS},
+		[]color.Color{gray, gray, blue, teal, green})
 	if err != nil {
 		return err
 	}
@@ -59,6 +59,7 @@ var (
 	gray  = color.RGBA{R: 150, G: 150, B: 150, A: 255}
 	blue  = color.RGBA{R: 51, G: 102, B: 204, A: 255}
 	green = color.RGBA{R: 60, G: 150, B: 90, A: 255}
+	teal  = color.RGBA{R: 90, G: 170, B: 170, A: 255}
 )
 
 // bars is one bar chart with a value label on each bar.

@@ -41,11 +41,16 @@ type drainResult struct {
 	Remaining  int      `json:"remaining_items"`
 	Produced   int64    `json:"records_in_topic,omitempty"`
 	Concurrent int      `json:"concurrency"`
-	Note       string   `json:"note,omitempty"`
+	Load       string   `json:"loadavg_after"` // the machine's load average when the drain ended
+	// Relay drains only: batches and the time their publishes took.
+	Batches        int64   `json:"batches,omitempty"`
+	PublishSeconds float64 `json:"publish_seconds,omitempty"`
+	Note           string  `json:"note,omitempty"`
 }
 
 func (r *drainResult) finish(elapsed time.Duration, st *stage) {
 	r.Seconds = elapsed.Seconds()
+	r.Load = loadavg()
 	if r.Seconds > 0 {
 		r.MsgsPerS = float64(r.Messages) / r.Seconds
 	}
@@ -198,6 +203,79 @@ func rawKafka(ctx context.Context, st *stage, g *gen, n int) (drainResult, error
 	return r, err
 }
 
+// rawPipeline is the relay's work done by hand with nothing else: per
+// bucket, a consistent Query of BatchSize items, their records produced
+// (publisher settings, all at once, waiting for every ack), then their
+// deletes (BatchWriteItem, 25 per call, 4 at once); 8 buckets at once. No
+// lease, no head update, no decoding or validation: the floor under the
+// relay engine's own overhead when DynamoDB and Kafka share the machine.
+func rawPipeline(ctx context.Context, st *stage, bl backlog) (drainResult, error) {
+	r := drainResult{Name: "raw pipeline (Query → produce → delete by hand)", Backlog: bl, Concurrent: relayConcurrency}
+	cl, err := kgo.NewClient(producerOptions(st.brokers)...)
+	if err != nil {
+		return r, err
+	}
+	defer cl.Close()
+	var moved atomic.Int64
+	start := time.Now()
+	err = forBuckets(st.buckets, relayConcurrency, func(b int) error {
+		var after int64
+		for {
+			out, err := st.metered.Query(ctx, &dynamodb.QueryInput{
+				TableName:                 aws.String(st.tables.Messages),
+				KeyConditionExpression:    aws.String("#b = :b AND #s > :after"),
+				ExpressionAttributeNames:  map[string]string{"#b": "b", "#s": "s"},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":b": num(int64(b)), ":after": num(after)},
+				ConsistentRead:            aws.Bool(true),
+				Limit:                     aws.Int32(relayBatch),
+			})
+			if err != nil {
+				return err
+			}
+			if len(out.Items) > 0 {
+				recs := make([]*kgo.Record, len(out.Items))
+				for i, it := range out.Items {
+					recs[i] = itemRecord(st.topic, it)
+				}
+				if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+					return err
+				}
+				if err := deleteItems(ctx, st, b, out.Items); err != nil {
+					return err
+				}
+				moved.Add(int64(len(out.Items)))
+				after, _ = strconv.ParseInt(out.Items[len(out.Items)-1]["s"].(*types.AttributeValueMemberN).Value, 10, 64)
+			}
+			if len(out.LastEvaluatedKey) == 0 {
+				return nil
+			}
+		}
+	})
+	r.Messages = int(moved.Load())
+	r.finish(time.Since(start), st)
+	if err != nil {
+		return r, err
+	}
+	if r.Remaining, err = st.remaining(ctx); err != nil {
+		return r, err
+	}
+	r.Produced, err = st.produced(ctx)
+	return r, err
+}
+
+// itemRecord is the record for a stored message item, taken as it is (key,
+// value, the id as the message-id header; the item's own headers are left
+// out, which only flatters the hand-written loops).
+func itemRecord(topic string, it map[string]types.AttributeValue) *kgo.Record {
+	id, _ := it["id"].(*types.AttributeValueMemberS)
+	var idv []byte
+	if id != nil {
+		idv = []byte(id.Value)
+	}
+	return &kgo.Record{Topic: topic, Key: bin(it["k"]), Value: bin(it["val"]),
+		Headers: []kgo.RecordHeader{{Key: outbox.DefaultMessageIDHeader, Value: idv}}}
+}
+
 func cmpErr(a, b error) error {
 	if a != nil {
 		return a
@@ -218,8 +296,12 @@ func relayDrain(ctx context.Context, st *stage, bl backlog, name string) (drainR
 		return r, err
 	}
 	defer pub.Close()
-	var acked atomic.Int64
-	relay, err := outbox.NewRelay(ctx, store, pub, outbox.WithMetrics(metricsFunc(func(s outbox.BatchStats) { acked.Add(int64(s.Acked)) })))
+	var acked, batches, publishNanos atomic.Int64
+	relay, err := outbox.NewRelay(ctx, store, pub, outbox.WithMetrics(metricsFunc(func(s outbox.BatchStats) {
+		acked.Add(int64(s.Acked))
+		batches.Add(1)
+		publishNanos.Add(int64(s.PublishDuration))
+	})))
 	if err != nil {
 		return r, err
 	}
@@ -232,6 +314,7 @@ func relayDrain(ctx context.Context, st *stage, bl backlog, name string) (drainR
 	errs := relay.DrainBuckets(ctx, buckets)
 	elapsed := time.Since(start)
 	r.Messages = int(acked.Load())
+	r.Batches, r.PublishSeconds = batches.Load(), time.Duration(publishNanos.Load()).Seconds()
 	r.finish(elapsed, st)
 	if len(errs) > 0 {
 		var all []error
@@ -252,50 +335,66 @@ type metricsFunc func(outbox.BatchStats)
 func (f metricsFunc) Batch(s outbox.BatchStats) { f(s) }
 
 // naiveDrain is the send-then-mark relay of the usual outbox FAQ, on the
-// same SDK and Kafka clients: per bucket, loop { Query Limit 1
-// ConsistentRead; ProduceSync one record; DeleteItem }, 8 buckets at once
-// (the relay's concurrency, so that the comparison is of batching, not of
-// parallelism).
-func naiveDrain(ctx context.Context, st *stage, bl backlog) (drainResult, error) {
-	r := drainResult{Name: "naive send-then-mark relay", Backlog: bl, Concurrent: relayConcurrency,
-		Note: "loop { Query Limit 1 ConsistentRead; ProduceSync 1 record; DeleteItem } per bucket, 8 buckets at once"}
+// same SDK and Kafka clients: loop { Query Limit 1 ConsistentRead;
+// ProduceSync one record; DeleteItem }. With loops = 1 it is the FAQ's relay
+// as written, one poller going round the buckets; with loops = 8 each bucket
+// has its own loop, 8 at once, the relay's concurrency, so that the
+// comparison is of batching alone.
+func naiveDrain(ctx context.Context, st *stage, bl backlog, loops int) (drainResult, error) {
+	r := drainResult{Name: fmt.Sprintf("naive send-then-mark relay, %d loop(s)", loops), Backlog: bl, Concurrent: loops,
+		Note: "loop { Query Limit 1 ConsistentRead; ProduceSync 1 record; DeleteItem }"}
 	cl, err := kgo.NewClient(producerOptions(st.brokers)...)
 	if err != nil {
 		return r, err
 	}
 	defer cl.Close()
 	var moved atomic.Int64
-	start := time.Now()
-	err = forBuckets(st.buckets, relayConcurrency, func(b int) error {
-		for {
-			out, err := st.metered.Query(ctx, &dynamodb.QueryInput{
-				TableName:                 aws.String(st.tables.Messages),
-				KeyConditionExpression:    aws.String("#b = :b"),
-				ExpressionAttributeNames:  map[string]string{"#b": "b"},
-				ExpressionAttributeValues: map[string]types.AttributeValue{":b": num(int64(b))},
-				ConsistentRead:            aws.Bool(true),
-				Limit:                     aws.Int32(1),
-			})
-			if err != nil {
-				return err
-			}
-			if len(out.Items) == 0 {
-				return nil
-			}
-			it := out.Items[0]
-			rec := &kgo.Record{Topic: st.topic, Key: bin(it["k"]), Value: bin(it["val"]),
-				Headers: []kgo.RecordHeader{{Key: outbox.DefaultMessageIDHeader, Value: []byte(it["id"].(*types.AttributeValueMemberS).Value)}}}
-			if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
-				return err
-			}
-			if _, err := st.metered.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-				TableName: aws.String(st.tables.Messages), Key: map[string]types.AttributeValue{"b": it["b"], "s": it["s"]},
-			}); err != nil {
-				return err
-			}
-			moved.Add(1)
+	// step moves one message of bucket b, if it has one.
+	step := func(b int) (bool, error) {
+		out, err := st.metered.Query(ctx, &dynamodb.QueryInput{
+			TableName:                 aws.String(st.tables.Messages),
+			KeyConditionExpression:    aws.String("#b = :b"),
+			ExpressionAttributeNames:  map[string]string{"#b": "b"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":b": num(int64(b))},
+			ConsistentRead:            aws.Bool(true),
+			Limit:                     aws.Int32(1),
+		})
+		if err != nil || len(out.Items) == 0 {
+			return false, err
 		}
-	})
+		it := out.Items[0]
+		if err := cl.ProduceSync(ctx, itemRecord(st.topic, it)).FirstErr(); err != nil {
+			return false, err
+		}
+		if _, err := st.metered.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+			TableName: aws.String(st.tables.Messages), Key: map[string]types.AttributeValue{"b": it["b"], "s": it["s"]},
+		}); err != nil {
+			return false, err
+		}
+		moved.Add(1)
+		return true, nil
+	}
+	start := time.Now()
+	if loops == 1 {
+		for more := true; more && err == nil; {
+			more = false
+			for b := range st.buckets {
+				var moved bool
+				if moved, err = step(b); err != nil {
+					break
+				}
+				more = more || moved
+			}
+		}
+	} else {
+		err = forBuckets(st.buckets, loops, func(b int) error {
+			for {
+				if moved, err := step(b); err != nil || !moved {
+					return err
+				}
+			}
+		})
+	}
 	r.Messages = int(moved.Load())
 	r.finish(time.Since(start), st)
 	if err != nil {

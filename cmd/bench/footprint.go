@@ -129,7 +129,13 @@ func footprint(ctx context.Context, st *stage, rie, bootstrap string, bl backlog
 		return res, fmt.Errorf("cold invocation: %w\n%s", err, output())
 	}
 	res.ColdInvokeMs = ms(time.Since(start))
-	if res.ReportInitMs, err = initDuration(output()); err != nil {
+	// The emulator prints its REPORT line after it has answered.
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if res.ReportInitMs, err = initDuration(output()); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
 		return res, err
 	}
 	logMu.Lock()

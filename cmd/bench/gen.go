@@ -203,14 +203,19 @@ func prefill(ctx context.Context, st *stage, g *gen, t *template, n int) (backlo
 		if count == 0 {
 			continue
 		}
-		first, err := counter.Reserve(ctx, b, count)
-		if err != nil {
-			fail(err)
-			break
-		}
+		var first, reserved int64
 		for i := range count {
+			if reserved == 0 {
+				n := min(count-i, sequence.MaxReserve)
+				if first, err = counter.Reserve(ctx, b, n); err != nil {
+					break
+				}
+				reserved = int64(n)
+			}
 			m := g.message(st.topic, b)
-			m.Sequence = first + int64(i)
+			m.Sequence = first
+			first++
+			reserved--
 			it := t.item(m)
 			if size := itemBytes(it); size > bl.MaxItemSize {
 				bl.MaxItemSize = size
@@ -223,6 +228,10 @@ func prefill(ctx context.Context, st *stage, g *gen, t *template, n int) (backlo
 				chunks <- cur
 				cur = nil
 			}
+		}
+		if err != nil {
+			fail(err)
+			break
 		}
 	}
 	if len(cur) > 0 {

@@ -39,6 +39,9 @@ type latencyResult struct {
 	PollInterval  string  `json:"esm_poll_interval"`
 	Invocations   int64   `json:"invocations"`
 	WriteFailures int64   `json:"write_failures"`
+	// The relay handler's DynamoDB calls while the rate was offered.
+	RelayCallsPerMsg float64  `json:"relay_dynamodb_calls_per_msg"`
+	Dynamo           snapshot `json:"relay_dynamodb"`
 }
 
 // latency offers rate messages per second for d, each in its own
@@ -58,7 +61,11 @@ func latency(ctx context.Context, st *stage, g *gen, rate float64, d time.Durati
 		LeaseDuration: 30 * time.Second, GapTimeout: 10 * time.Second, MaxMessageBytes: outbox.DefaultMaxMessageBytes,
 		Concurrency: relayConcurrency, Brokers: st.brokers, Auth: config.AuthNone, Region: st.awsCfg.Region, DynamoEndpoint: st.endpoint,
 	}
-	parts, err := wiring.BuildWith(ctx, cfg, st.awsCfg, quiet, "bench-relay")
+	// The relay's own client is built by the wiring: meter it through the
+	// AWS config's API options (the writer uses the unmetered client).
+	relayAWS := st.awsCfg.Copy()
+	relayAWS.APIOptions = append(relayAWS.APIOptions, st.meter.register)
+	parts, err := wiring.BuildWith(ctx, cfg, relayAWS, quiet, "bench-relay")
 	if err != nil {
 		return res, err
 	}
@@ -134,6 +141,7 @@ func latency(ctx context.Context, st *stage, g *gen, rate float64, d time.Durati
 			}
 		})
 	}
+	st.meter.reset()
 	start := time.Now()
 	for i := range total {
 		next := start.Add(time.Duration(i) * interval)
@@ -178,6 +186,11 @@ func latency(ctx context.Context, st *stage, g *gen, rate float64, d time.Durati
 	res.AchievedPerS = float64(res.Committed) / res.Seconds
 	res.WriteFailures = failures.Load()
 	res.Invocations = mapping.Stats().Invocations
+	res.Dynamo = st.meter.snapshot(st.roles())
+	calls, _ := res.Dynamo.calls()
+	if res.Delivered > 0 {
+		res.RelayCallsPerMsg = float64(calls) / float64(res.Delivered)
+	}
 	res.P50ms, res.P90ms, res.P99ms, res.MaxMs = pct(lat, 0.50), pct(lat, 0.90), pct(lat, 0.99), pct(lat, 1)
 	res.CommitP50ms, res.CommitP99ms = pct(commitLat, 0.50), pct(commitLat, 0.99)
 	if res.Delivered < res.Committed {

@@ -52,8 +52,8 @@ type options struct {
 
 func fullOptions() options {
 	return options{
-		relayMsgs: 20_000, naiveMsgs: 2_000, bucketMsgs: 20_000, bucketCounts: []int{32, 64},
-		footprintMsgs: 100_000, latencyRate: 200, latencyFor: 30 * time.Second,
+		relayMsgs: 20_000, naiveMsgs: 1_000, bucketMsgs: 20_000, bucketCounts: []int{32, 64},
+		footprintMsgs: 100_000, latencyRate: 50, latencyFor: 30 * time.Second,
 		txns: map[int]int{1: 300, 10: 60, 100: 12}, arches: []string{"amd64", "arm64"},
 	}
 }
@@ -115,6 +115,7 @@ func run(ctx context.Context, o options) (*results, error) {
 		}
 		st.meter.deletedBytes = bl.MaxItemSize
 		res.Raw.DynamoDB, err = rawDynamo(ctx, st, bl)
+		o.progress("  %.0f msgs/s", res.Raw.DynamoDB.MsgsPerS)
 		return err
 	}); err != nil {
 		return nil, fmt.Errorf("raw DynamoDB: %w", err)
@@ -123,9 +124,24 @@ func run(ctx context.Context, o options) (*results, error) {
 	o.progress("raw Kafka: %d records", o.relayMsgs)
 	if err := withStage(ctx, e, "rawkafka", 8, func(st *stage) (err error) {
 		res.Raw.Kafka, err = rawKafka(ctx, st, g, o.relayMsgs)
+		o.progress("  %.0f msgs/s", res.Raw.Kafka.MsgsPerS)
 		return err
 	}); err != nil {
 		return nil, fmt.Errorf("raw Kafka: %w", err)
+	}
+
+	o.progress("raw pipeline: %d messages, Query → produce → delete by hand", o.relayMsgs)
+	if err := withStage(ctx, e, "rawpipe", 8, func(st *stage) (err error) {
+		bl, err := prefill(ctx, st, g, tmpl, o.relayMsgs)
+		if err != nil {
+			return err
+		}
+		st.meter.deletedBytes = bl.MaxItemSize
+		res.Raw.Pipeline, err = rawPipeline(ctx, st, bl)
+		o.progress("  %.0f msgs/s", res.Raw.Pipeline.MsgsPerS)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("raw pipeline: %w", err)
 	}
 
 	o.progress("relay: draining %d messages over 8 buckets", o.relayMsgs)
@@ -134,23 +150,32 @@ func run(ctx context.Context, o options) (*results, error) {
 		if err != nil {
 			return err
 		}
+		o.progress("  %.0f msgs/s, %.4f DynamoDB calls per message", res.Relay.MsgsPerS, res.Relay.CallsPerM)
 		res.Capacity.LeaseItemBytes, err = storedSize(ctx, st, st.tables.Control, controlKey("bucket#0", "lease"))
 		return err
 	}); err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 
-	o.progress("naive relay: %d messages", o.naiveMsgs)
-	if err := withStage(ctx, e, "naive", 8, func(st *stage) (err error) {
-		bl, err := prefill(ctx, st, g, tmpl, o.naiveMsgs)
-		if err != nil {
+	for _, loops := range []int{1, relayConcurrency} {
+		o.progress("naive relay, %d loop(s): %d messages", loops, o.naiveMsgs)
+		if err := withStage(ctx, e, fmt.Sprintf("naive%d", loops), 8, func(st *stage) (err error) {
+			bl, err := prefill(ctx, st, g, tmpl, o.naiveMsgs)
+			if err != nil {
+				return err
+			}
+			st.meter.deletedBytes = bl.MaxItemSize
+			d, err := naiveDrain(ctx, st, bl, loops)
+			if loops == 1 {
+				res.Naive = d
+			} else {
+				res.NaiveParallel = d
+			}
+			o.progress("  %.0f msgs/s", d.MsgsPerS)
 			return err
+		}); err != nil {
+			return nil, fmt.Errorf("naive, %d loop(s): %w", loops, err)
 		}
-		st.meter.deletedBytes = bl.MaxItemSize
-		res.Naive, err = naiveDrain(ctx, st, bl)
-		return err
-	}); err != nil {
-		return nil, fmt.Errorf("naive: %w", err)
 	}
 
 	res.Buckets = append(res.Buckets, res.Relay)
@@ -160,6 +185,7 @@ func run(ctx context.Context, o options) (*results, error) {
 			gn := newGen(n, uint64(n))
 			r, err := backlogDrain(ctx, st, gn, tmpl, o.bucketMsgs, fmt.Sprintf("relay engine, %d buckets", n))
 			res.Buckets = append(res.Buckets, r)
+			o.progress("  %.0f msgs/s", r.MsgsPerS)
 			return err
 		}); err != nil {
 			return nil, fmt.Errorf("%d buckets: %w", n, err)
@@ -169,6 +195,7 @@ func run(ctx context.Context, o options) (*results, error) {
 	o.progress("latency: %.0f msgs/s for %v through the local event-source mapping", o.latencyRate, o.latencyFor)
 	if err := withStage(ctx, e, "latency", 8, func(st *stage) (err error) {
 		res.Latency, err = latency(ctx, st, g, o.latencyRate, o.latencyFor)
+		o.progress("  p50 %.1f ms, p99 %.1f ms, %.0f msgs/s committed", res.Latency.P50ms, res.Latency.P99ms, res.Latency.AchievedPerS)
 		return err
 	}); err != nil {
 		return nil, fmt.Errorf("latency: %w", err)

@@ -12,34 +12,42 @@ import (
 )
 
 type results struct {
-	Generated string          `json:"generated"`
-	Smoke     bool            `json:"smoke"`
-	Machine   machine         `json:"machine"`
-	Settings  map[string]any  `json:"settings"`
-	Summary   summary         `json:"summary"`
-	Goals     []goal          `json:"goals"`
-	Raw       rawResults      `json:"raw"`
-	Relay     drainResult     `json:"relay"`
-	Naive     drainResult     `json:"naive"`
-	Buckets   []drainResult   `json:"per_bucket_overhead"`
-	Capacity  capacityResult  `json:"capacity"`
-	Latency   latencyResult   `json:"latency"`
-	Footprint footprintResult `json:"footprint"`
+	Generated     string          `json:"generated"`
+	Smoke         bool            `json:"smoke"`
+	Machine       machine         `json:"machine"`
+	Settings      map[string]any  `json:"settings"`
+	Summary       summary         `json:"summary"`
+	Goals         []goal          `json:"goals"`
+	Raw           rawResults      `json:"raw"`
+	Relay         drainResult     `json:"relay"`
+	Naive         drainResult     `json:"naive"`          // one loop: the FAQ's relay
+	NaiveParallel drainResult     `json:"naive_parallel"` // one loop per bucket, 8 at once
+	Buckets       []drainResult   `json:"per_bucket_overhead"`
+	Capacity      capacityResult  `json:"capacity"`
+	Latency       latencyResult   `json:"latency"`
+	Footprint     footprintResult `json:"footprint"`
 }
 
 type rawResults struct {
 	DynamoDB drainResult `json:"dynamodb"`
 	Kafka    drainResult `json:"kafka"`
 	MsgsPerS float64     `json:"msgs_per_s"` // min of the two
+	// Pipeline is both jobs done by hand, one after the other per bucket:
+	// what is left of the raw limit when DynamoDB and Kafka share the CPU.
+	Pipeline drainResult `json:"pipeline"`
 }
 
 type summary struct {
-	RelayMsgsPerS    float64 `json:"relay_msgs_per_s"`
-	RawMsgsPerS      float64 `json:"raw_msgs_per_s"`
-	NaiveMsgsPerS    float64 `json:"naive_msgs_per_s"`
-	RelayVsRaw       float64 `json:"relay_vs_raw"`
-	RelayVsNaive     float64 `json:"relay_vs_naive"`
-	RoundTripsPerMsg float64 `json:"dynamodb_round_trips_per_relayed_msg"`
+	RelayMsgsPerS   float64 `json:"relay_msgs_per_s"`
+	RawMsgsPerS     float64 `json:"raw_msgs_per_s"`
+	NaiveMsgsPerS   float64 `json:"naive_msgs_per_s"`
+	RelayVsRaw      float64 `json:"relay_vs_raw"`
+	RelayVsNaive    float64 `json:"relay_vs_naive"`
+	RelayVsPipeline float64 `json:"relay_vs_raw_pipeline"`
+	// RelayVsNaiveParallel compares with the naive relay run at the
+	// relay's concurrency (8 loops).
+	RelayVsNaiveParallel float64 `json:"relay_vs_naive_parallel"`
+	RoundTripsPerMsg     float64 `json:"dynamodb_round_trips_per_relayed_msg"`
 }
 
 type goal struct {
@@ -135,13 +143,19 @@ func (r *results) finish(e *env) {
 	if s.NaiveMsgsPerS > 0 {
 		s.RelayVsNaive = s.RelayMsgsPerS / s.NaiveMsgsPerS
 	}
+	if r.NaiveParallel.MsgsPerS > 0 {
+		s.RelayVsNaiveParallel = s.RelayMsgsPerS / r.NaiveParallel.MsgsPerS
+	}
+	if r.Raw.Pipeline.MsgsPerS > 0 {
+		s.RelayVsPipeline = s.RelayMsgsPerS / r.Raw.Pipeline.MsgsPerS
+	}
 	s.RoundTripsPerMsg = r.Relay.CallsPerM
 
 	c := &r.Capacity
 	c.Relay = relayCapacityOf(r.Relay, c.MessageItemBytes)
 	c.Naive = relayCapacityOf(r.Naive, c.MessageItemBytes)
 	c.Total = totals(c.Writer, c.Relay, c.MessageItemBytes)
-	snaps := []snapshot{r.Relay.Dynamo, r.Naive.Dynamo, r.Raw.DynamoDB.Dynamo}
+	snaps := []snapshot{r.Relay.Dynamo, r.Naive.Dynamo, r.NaiveParallel.Dynamo, r.Raw.DynamoDB.Dynamo, r.Raw.Pipeline.Dynamo}
 	for _, w := range c.Writer {
 		snaps = append(snaps, w.Dynamo)
 	}
@@ -151,7 +165,10 @@ func (r *results) finish(e *env) {
 
 	r.Goals = []goal{
 		{Name: "relay_vs_raw", Target: ">= 0.85", Value: s.RelayVsRaw, Met: s.RelayVsRaw >= 0.85},
-		{Name: "relay_vs_naive", Target: ">= 10 (20 excellent)", Value: s.RelayVsNaive, Met: s.RelayVsNaive >= 10},
+		{Name: "relay_vs_naive", Target: ">= 10 (20 excellent)", Value: s.RelayVsNaive, Met: s.RelayVsNaive >= 10,
+			Note: "the FAQ's relay as written: one loop"},
+		{Name: "relay_vs_naive_parallel", Target: ">= 10 (not required; same concurrency as the relay)", Value: s.RelayVsNaiveParallel,
+			Met: s.RelayVsNaiveParallel >= 10, Note: "the naive loop run 8 at once, one per bucket"},
 		{Name: "dynamodb_round_trips_per_relayed_msg", Target: "<= 0.05 at BatchSize 500", Value: s.RoundTripsPerMsg, Met: s.RoundTripsPerMsg > 0 && s.RoundTripsPerMsg <= 0.05},
 	}
 	for _, t := range c.Total {
