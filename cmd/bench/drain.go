@@ -67,6 +67,16 @@ func (r *drainResult) finish(elapsed time.Duration, st *stage) {
 // DeleteConcurrency at once; 8 buckets at once.
 func rawDynamo(ctx context.Context, st *stage, bl backlog) (drainResult, error) {
 	r := drainResult{Name: "raw DynamoDB (consistent Query + BatchWriteItem delete)", Backlog: bl, Concurrent: relayConcurrency}
+	err := pages(ctx, st, &r, func(b int, items []map[string]types.AttributeValue) error {
+		return deleteItems(ctx, st, b, items)
+	})
+	return r, err
+}
+
+// pages runs, for every bucket (8 at once), a loop of consistent Queries of
+// BatchSize items, handing each page to move (which removes its items), and
+// records the drain in r.
+func pages(ctx context.Context, st *stage, r *drainResult, move func(b int, items []map[string]types.AttributeValue) error) error {
 	var moved atomic.Int64
 	start := time.Now()
 	err := forBuckets(st.buckets, relayConcurrency, func(b int) error {
@@ -84,7 +94,7 @@ func rawDynamo(ctx context.Context, st *stage, bl backlog) (drainResult, error) 
 				return err
 			}
 			if len(out.Items) > 0 {
-				if err := deleteItems(ctx, st, b, out.Items); err != nil {
+				if err := move(b, out.Items); err != nil {
 					return err
 				}
 				moved.Add(int64(len(out.Items)))
@@ -98,10 +108,18 @@ func rawDynamo(ctx context.Context, st *stage, bl backlog) (drainResult, error) 
 	r.Messages = int(moved.Load())
 	r.finish(time.Since(start), st)
 	if err != nil {
-		return r, err
+		return err
 	}
-	r.Remaining, err = st.remaining(ctx)
-	return r, err
+	return r.check(ctx, st)
+}
+
+// check records what the drain left in the table and put in the topic.
+func (r *drainResult) check(ctx context.Context, st *stage) (err error) {
+	if r.Remaining, err = st.remaining(ctx); err != nil {
+		return err
+	}
+	r.Produced, err = st.produced(ctx)
+	return err
 }
 
 // deleteItems deletes items in chunks of 25, deleteParallel chunks at once.
@@ -216,50 +234,16 @@ func rawPipeline(ctx context.Context, st *stage, bl backlog) (drainResult, error
 		return r, err
 	}
 	defer cl.Close()
-	var moved atomic.Int64
-	start := time.Now()
-	err = forBuckets(st.buckets, relayConcurrency, func(b int) error {
-		var after int64
-		for {
-			out, err := st.metered.Query(ctx, &dynamodb.QueryInput{
-				TableName:                 aws.String(st.tables.Messages),
-				KeyConditionExpression:    aws.String("#b = :b AND #s > :after"),
-				ExpressionAttributeNames:  map[string]string{"#b": "b", "#s": "s"},
-				ExpressionAttributeValues: map[string]types.AttributeValue{":b": num(int64(b)), ":after": num(after)},
-				ConsistentRead:            aws.Bool(true),
-				Limit:                     aws.Int32(relayBatch),
-			})
-			if err != nil {
-				return err
-			}
-			if len(out.Items) > 0 {
-				recs := make([]*kgo.Record, len(out.Items))
-				for i, it := range out.Items {
-					recs[i] = itemRecord(st.topic, it)
-				}
-				if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-					return err
-				}
-				if err := deleteItems(ctx, st, b, out.Items); err != nil {
-					return err
-				}
-				moved.Add(int64(len(out.Items)))
-				after, _ = strconv.ParseInt(out.Items[len(out.Items)-1]["s"].(*types.AttributeValueMemberN).Value, 10, 64)
-			}
-			if len(out.LastEvaluatedKey) == 0 {
-				return nil
-			}
+	err = pages(ctx, st, &r, func(b int, items []map[string]types.AttributeValue) error {
+		recs := make([]*kgo.Record, len(items))
+		for i, it := range items {
+			recs[i] = itemRecord(st.topic, it)
 		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			return err
+		}
+		return deleteItems(ctx, st, b, items)
 	})
-	r.Messages = int(moved.Load())
-	r.finish(time.Since(start), st)
-	if err != nil {
-		return r, err
-	}
-	if r.Remaining, err = st.remaining(ctx); err != nil {
-		return r, err
-	}
-	r.Produced, err = st.produced(ctx)
 	return r, err
 }
 
@@ -323,10 +307,7 @@ func relayDrain(ctx context.Context, st *stage, bl backlog, name string) (drainR
 		}
 		return r, errors.Join(all...)
 	}
-	if r.Remaining, err = st.remaining(ctx); err != nil {
-		return r, err
-	}
-	r.Produced, err = st.produced(ctx)
+	err = r.check(ctx, st)
 	return r, err
 }
 
@@ -400,10 +381,7 @@ func naiveDrain(ctx context.Context, st *stage, bl backlog, loops int) (drainRes
 	if err != nil {
 		return r, err
 	}
-	if r.Remaining, err = st.remaining(ctx); err != nil {
-		return r, err
-	}
-	r.Produced, err = st.produced(ctx)
+	err = r.check(ctx, st)
 	return r, err
 }
 
