@@ -22,6 +22,7 @@ package soak
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -164,6 +165,36 @@ var ExpectedKinds = func() []string {
 	sort.Strings(k)
 	return k
 }()
+
+// traces collects, per message id, the relay's publishes and head updates
+// and the consumer's deliveries, to explain a failed run.
+var traces struct {
+	mu   sync.Mutex
+	at   []*attribution
+	recv map[string][]string
+}
+
+func traceDelivery(id string, r *kgo.Record) {
+	traces.mu.Lock()
+	defer traces.mu.Unlock()
+	if traces.recv == nil {
+		traces.recv = map[string][]string{}
+	}
+	traces.recv[id] = append(traces.recv[id], fmt.Sprintf("%s delivered p%d@%d", time.Now().Format("15:04:05.000"), r.Partition, r.Offset))
+}
+
+// Trace returns what happened to message id in the runs of this process.
+func Trace(id string) []string {
+	traces.mu.Lock()
+	defer traces.mu.Unlock()
+	var out []string
+	for _, a := range traces.at {
+		out = append(out, a.Trace(id)...)
+	}
+	out = append(out, traces.recv[id]...)
+	sort.Strings(out)
+	return out
+}
 
 // Run runs the soak and returns its verdict. An error means the harness
 // itself failed (a round could not be set up or never drained); broken
@@ -312,6 +343,9 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	}
 	defer pub.Close()
 	at := &attribution{Store: store, pub: pub, chk: chk, last: map[int][]outbox.Message{}}
+	traces.mu.Lock()
+	traces.at = append(traces.at, at)
+	traces.mu.Unlock()
 	crash := &crasher{chance: chance, tl: tl}
 	relayOpts := func(id string) []outbox.Option {
 		return []outbox.Option{outbox.RelayID(id), outbox.LeaseDuration(leaseDuration), outbox.LeaseRenewInterval(time.Second),
@@ -429,12 +463,13 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 					}
 				}
 				chk.Delivered(id, p.ID, string(r.Key), p.order())
+				traceDelivery(id, r)
 			})
 		}
 	}()
 
 	// Faults on.
-	kafkaFaults := installKafkaFaults(cluster, topic, chance)
+	kafkaFaults := installKafkaFaults(cluster, topic, chance, chk)
 	inj.Enable()
 	crash.on.Store(true)
 	cfg.logf("round %d: %d messages, endpoint %s, topic %s", round, target, endpoint, topic)
@@ -604,6 +639,26 @@ type attribution struct {
 	mu     sync.Mutex
 	last   map[int][]outbox.Message
 	parked []string
+	trace  map[string][]string // message id -> what happened to it, for reports
+}
+
+func (a *attribution) note(msgs []outbox.Message, format string, args ...any) {
+	ev := time.Now().Format("15:04:05.000") + " " + fmt.Sprintf(format, args...)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.trace == nil {
+		a.trace = map[string][]string{}
+	}
+	for _, m := range msgs {
+		a.trace[m.ID] = append(a.trace[m.ID], ev)
+	}
+}
+
+// Trace returns what happened to a message (for reports).
+func (a *attribution) Trace(id string) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.trace[id]...)
 }
 
 func (a *attribution) Publish(ctx context.Context, msgs []outbox.Message) (int, error) {
@@ -618,14 +673,19 @@ func (a *attribution) Publish(ctx context.Context, msgs []outbox.Message) (int, 
 	if err != nil {
 		a.chk.AtRisk(ids(msgs)...)
 	}
+	a.note(msgs, "publish bucket %d seqs %d..%d acked %d err %v", b, msgs[0].Sequence, msgs[len(msgs)-1].Sequence, n, err)
 	return n, err
 }
 
 func (a *attribution) Update(ctx context.Context, l outbox.Lease, u outbox.LeaseUpdate, now time.Time) (outbox.Lease, error) {
+	a.mu.Lock()
+	last := append([]outbox.Message(nil), a.last[l.Bucket]...)
+	a.mu.Unlock()
 	nl, err := a.Store.Update(ctx, l, u, now)
 	if err == nil {
 		a.decided(l.Bucket, u.Head)
 	}
+	a.note(last, "update bucket %d by %s head %d -> %d err %v", l.Bucket, l.Owner, l.Head, u.Head, err)
 	return nl, err
 }
 
@@ -709,11 +769,22 @@ type kafkaFault struct {
 }
 
 // installKafkaFaults fails a share of the produce requests to topic with
-// each error.
-func installKafkaFaults(c *kfake.Cluster, topic string, chance func(float64) bool) []kafkaFault {
+// each error. REQUEST_TIMED_OUT is answered after the broker appended the
+// records (as a real broker does when replication times out): the client's
+// retry may write them again, so the records of such a request are put at
+// risk of duplication.
+func installKafkaFaults(c *kfake.Cluster, topic string, chance func(float64) bool, chk *checker.Checker) []kafkaFault {
 	add := func(kind string, err *kerr.Error, p float64) kafkaFault {
 		h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: err, Count: -1,
-			When: func(kmsg.Request) bool { return chance(p) }})
+			When: func(req kmsg.Request) bool {
+				if !chance(p) {
+					return false
+				}
+				if err == kerr.RequestTimedOut {
+					chk.AtRisk(produceIDs(req)...)
+				}
+				return true
+			}})
 		return kafkaFault{kind, h}
 	}
 	return []kafkaFault{
@@ -898,4 +969,55 @@ func pendingMessages(ctx context.Context, s *dynamo.Store, buckets int) (int, er
 		n += p
 	}
 	return n, nil
+}
+
+// produceIDs returns the outbox message ids carried by a produce request's
+// records (the message-id header of each record).
+func produceIDs(req kmsg.Request) []string {
+	pr, ok := req.(*kmsg.ProduceRequest)
+	if !ok {
+		return nil
+	}
+	dec := kgo.DefaultDecompressor()
+	var out []string
+	for _, t := range pr.Topics {
+		for _, p := range t.Partitions {
+			raw := p.Records
+			for len(raw) > 0 {
+				var batch kmsg.RecordBatch
+				if err := batch.ReadFrom(raw); err != nil {
+					break
+				}
+				size := int(batch.Length) + 12 // FirstOffset and Length precede the counted bytes
+				data := batch.Records
+				if codec := batch.Attributes & 0x07; codec != 0 {
+					d, err := dec.Decompress(data, kgo.CompressionCodecType(codec))
+					if err != nil {
+						break
+					}
+					data = d
+				}
+				for range batch.NumRecords {
+					n, w := binary.Varint(data)
+					if w <= 0 || int(n)+w > len(data) {
+						break
+					}
+					var r kmsg.Record
+					if r.ReadFrom(data[:w+int(n)]) == nil {
+						for _, h := range r.Headers {
+							if h.Key == outbox.DefaultMessageIDHeader {
+								out = append(out, string(h.Value))
+							}
+						}
+					}
+					data = data[w+int(n):]
+				}
+				if size <= 0 || size > len(raw) {
+					break
+				}
+				raw = raw[size:]
+			}
+		}
+	}
+	return out
 }

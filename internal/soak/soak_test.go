@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -25,6 +26,9 @@ func TestSmallSoak(t *testing.T) {
 	t.Logf("rolled back %d, elapsed %v", res.RolledBack, res.Elapsed.Round(time.Second))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, id := range res.UnexplainedIDs {
+		t.Logf("unexplained duplicate %s:\n  %s", id, strings.Join(Trace(id), "\n  "))
 	}
 	if !res.OK() {
 		t.Fatalf("broken promises: %s; lost %v phantom %v unexplained %v reorders %+v", res.Line(), res.LostIDs, res.PhantomIDs, res.UnexplainedIDs, res.Violations)
