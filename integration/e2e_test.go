@@ -194,6 +194,12 @@ func TestEndToEnd(t *testing.T) {
 	if metrics.mean() <= 1 {
 		t.Errorf("mean published batch %.2f, want > 1", metrics.mean())
 	}
+	// Stopping the relays may cut a drain between its head update and its
+	// delete: one more drain deletes such leftovers without publishing.
+	final := env.relay(t, outbox.RelayID("e2e-final"))
+	if errs := final.DrainBuckets(ctx, []int{0, 1, 2, 3, 4, 5, 6, 7}); len(errs) != 0 {
+		t.Errorf("final drain: %v", errs)
+	}
 	if left := env.pendingMessages(ctx, t); left != 0 {
 		t.Errorf("%d messages still in the outbox table after the drain", left)
 	}
