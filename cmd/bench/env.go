@@ -121,6 +121,13 @@ func (st *stage) close() {
 	st.closers = nil
 }
 
+// keepIdle rebuilds the measured client to keep n idle connections per
+// host instead of the SDK's default 10.
+func (st *stage) keepIdle(n int) {
+	st.meter.idleConns = n
+	st.metered = dynamolocal.NewClient(st.awsCfg, st.endpoint, st.meter.option)
+}
+
 // roles names the stage's tables for meter snapshots.
 func (st *stage) roles() map[string]string {
 	return map[string]string{st.tables.Messages: "messages", st.tables.Control: "control"}

@@ -54,13 +54,13 @@ func (r *results) markdown() string {
 
 	p("## Throughput\n\n")
 	p("Message items are %d bytes as stored (≤ 1 KB: %d-byte JSON values, a 15-byte key, one header).\n\n", c.MessageItemBytes, valueBytes)
-	p("| stage | messages | seconds | msgs/s | DynamoDB calls per msg | load average after |\n|---|---:|---:|---:|---:|---|\n")
+	p("| stage | messages | seconds | msgs/s | DynamoDB calls per msg | TCP connections opened | load average after |\n|---|---:|---:|---:|---:|---:|---|\n")
 	row := func(d drainResult) {
-		calls := "—"
+		calls, dials := "—", "—"
 		if d.Calls > 0 {
-			calls = fmt.Sprintf("%.4f", d.CallsPerM)
+			calls, dials = fmt.Sprintf("%.4f", d.CallsPerM), fmt.Sprint(d.Dynamo.Dials)
 		}
-		p("| %s | %d | %.2f | %.0f | %s | %s |\n", d.Name, d.Messages, d.Seconds, d.MsgsPerS, calls, d.Load)
+		p("| %s | %d | %.2f | %.0f | %s | %s | %s |\n", d.Name, d.Messages, d.Seconds, d.MsgsPerS, calls, dials, d.Load)
 	}
 	row(r.Raw.DynamoDB)
 	row(r.Raw.Kafka)
@@ -71,6 +71,30 @@ func (r *results) markdown() string {
 	row(r.NaiveParallel)
 	p("\nrelay / raw = **%.2f**, relay / naive = **%.1f**, DynamoDB round trips per relayed message = **%.4f**;\n", s.RelayVsRaw, s.RelayVsNaive, s.RoundTripsPerMsg)
 	p("relay / raw pipeline = **%.2f**; relay / naive with 8 loops = **%.1f**.\n\n", s.RelayVsPipeline, s.RelayVsNaiveParallel)
+	if len(r.IdleConns) > 0 {
+		p("\nThe AWS SDK's HTTP transport keeps at most 10 idle connections per host and closes the rest after use; 8 buckets\n")
+		p("with 4 concurrent deletes each keep up to 32 calls in flight, so the client keeps opening connections (on AWS, each\n")
+		p("one a TLS handshake). One round each with the measured client keeping %d idle connections per host:\n\n", idleConnsExperiment)
+		p("| stage | messages | seconds | msgs/s | DynamoDB calls per msg | TCP connections opened | load average after |\n|---|---:|---:|---:|---:|---:|---|\n")
+		for _, d := range r.IdleConns {
+			row(d)
+		}
+	}
+	p("\n")
+	if len(r.Rounds.Relay) > 1 {
+		p("Raw DynamoDB, the raw pipeline and the relay ran in %d interleaved rounds, each on a fresh DynamoDB Local; the table\n", len(r.Rounds.Relay))
+		p("above shows each one's median round. All rounds, msgs/s (load average after the round):\n\n| round | raw DynamoDB | raw pipeline | relay |\n|---:|---:|---:|---:|\n")
+		for i := range r.Rounds.Relay {
+			cell := func(ds []drainResult) string {
+				if i >= len(ds) {
+					return ""
+				}
+				return fmt.Sprintf("%.0f (%s)", ds[i].MsgsPerS, ds[i].Load)
+			}
+			p("| %d | %s | %s | %s |\n", i+1, cell(r.Rounds.DynamoDB), cell(r.Rounds.Pipeline), cell(r.Rounds.Relay))
+		}
+		p("\n")
+	}
 	p("The raw limit measures DynamoDB and Kafka one at a time, each with the whole machine. The relay must do both jobs,\n")
 	p("and here they share two cores with DynamoDB Local and kfake, so when the CPU is the bottleneck no relay can reach\n")
 	p("min(DynamoDB, Kafka): the work adds up, 1 / (1/%.0f + 1/%.0f) = %.0f msgs/s. The **raw pipeline** row does the\n",

@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"net"
+	"net/http"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
@@ -22,6 +26,12 @@ import (
 type meter struct {
 	mu  sync.Mutex
 	ops map[opKey]*opStats
+	// dials counts the TCP connections the metered client opened. The SDK's
+	// transport keeps at most idleConns idle connections per host (its
+	// default, 10, when idleConns is 0) and closes the others after use, so
+	// more concurrent calls than that open new connections all the time.
+	dials     atomic.Int64
+	idleConns int
 	// deletedBytes is the size of the items the metered client deletes
 	// (a delete request does not carry the item, and AWS charges a delete
 	// by the deleted item's size): the backlog's largest item.
@@ -54,11 +64,27 @@ func (m *meter) reset() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.ops = map[opKey]*opStats{}
+	m.dials.Store(0)
 }
 
-// option is the dynamodb.Options hook that installs the meter.
+// option is the dynamodb.Options hook that installs the meter: the
+// middleware, and the SDK's default HTTP client with its dialer counted
+// (and, if idleConns is set, that many idle connections kept per host).
 func (m *meter) option(o *dynamodb.Options) {
 	o.APIOptions = append(o.APIOptions, m.register)
+	o.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+		dial := tr.DialContext
+		if dial == nil {
+			dial = (&net.Dialer{}).DialContext
+		}
+		tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			m.dials.Add(1)
+			return dial(ctx, network, addr)
+		}
+		if m.idleConns > 0 {
+			tr.MaxIdleConnsPerHost = m.idleConns
+		}
+	})
 }
 
 func (m *meter) register(stack *middleware.Stack) error {
@@ -214,6 +240,8 @@ type snapshot struct {
 	// Ops maps "Operation table-role" (for example "Query messages") to
 	// its totals. Attempts are kept under "Operation *".
 	Ops map[string]opStats `json:"ops"`
+	// Dials is the number of TCP connections opened.
+	Dials int64 `json:"tcp_connections_opened"`
 }
 
 // snapshot names tables by role through roles (table name -> role); other
@@ -221,7 +249,7 @@ type snapshot struct {
 func (m *meter) snapshot(roles map[string]string) snapshot {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := snapshot{Ops: map[string]opStats{}}
+	s := snapshot{Ops: map[string]opStats{}, Dials: m.dials.Load()}
 	for k, v := range m.ops {
 		t := k.table
 		if r, ok := roles[t]; ok {

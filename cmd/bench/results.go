@@ -12,13 +12,17 @@ import (
 )
 
 type results struct {
-	Generated     string          `json:"generated"`
-	Smoke         bool            `json:"smoke"`
-	Machine       machine         `json:"machine"`
-	Settings      map[string]any  `json:"settings"`
-	Summary       summary         `json:"summary"`
-	Goals         []goal          `json:"goals"`
-	Raw           rawResults      `json:"raw"`
+	Generated string         `json:"generated"`
+	Smoke     bool           `json:"smoke"`
+	Machine   machine        `json:"machine"`
+	Settings  map[string]any `json:"settings"`
+	Summary   summary        `json:"summary"`
+	Goals     []goal         `json:"goals"`
+	Raw       rawResults     `json:"raw"`
+	Rounds    rounds         `json:"rounds"`
+	// IdleConns are raw DynamoDB and the relay with 64 idle connections
+	// per host kept by the measured client (one round each).
+	IdleConns     []drainResult   `json:"idle_connections_experiment"`
 	Relay         drainResult     `json:"relay"`
 	Naive         drainResult     `json:"naive"`          // one loop: the FAQ's relay
 	NaiveParallel drainResult     `json:"naive_parallel"` // one loop per bucket, 8 at once
@@ -26,6 +30,14 @@ type results struct {
 	Capacity      capacityResult  `json:"capacity"`
 	Latency       latencyResult   `json:"latency"`
 	Footprint     footprintResult `json:"footprint"`
+}
+
+// rounds are every round of the three drains run in turns; Raw.DynamoDB,
+// Raw.Pipeline and Relay are their medians.
+type rounds struct {
+	DynamoDB []drainResult `json:"raw_dynamodb"`
+	Pipeline []drainResult `json:"raw_pipeline"`
+	Relay    []drainResult `json:"relay"`
 }
 
 type rawResults struct {
@@ -117,7 +129,7 @@ func settingsOf(o options) map[string]any {
 	return map[string]any{
 		"relay_backlog": o.relayMsgs, "naive_backlog": o.naiveMsgs, "bucket_backlog": o.bucketMsgs,
 		"footprint_backlog": o.footprintMsgs, "latency_offered_per_s": o.latencyRate, "latency_seconds": o.latencyFor.Seconds(),
-		"capacity_transactions": o.txns, "value_bytes": valueBytes, "relay_concurrency": relayConcurrency,
+		"capacity_transactions": o.txns, "rounds": o.rounds, "value_bytes": valueBytes, "relay_concurrency": relayConcurrency,
 		"batch_size": relayBatch, "delete_concurrency": deleteParallel, "fresh_dynamodb_per_stage": o.endpoint == "",
 		"fresh_kfake_per_stage": len(o.brokers) == 0,
 	}
