@@ -42,7 +42,6 @@ type options struct {
 	brokers       []string
 	relayMsgs     int // raw and relay backlog
 	naiveMsgs     int
-	bucketMsgs    int
 	bucketCounts  []int // per-bucket overhead stages besides the relay stage's 8
 	footprintMsgs int
 	latencyRate   float64
@@ -55,7 +54,7 @@ type options struct {
 
 func fullOptions() options {
 	return options{
-		relayMsgs: 20_000, naiveMsgs: 1_000, rounds: 3, bucketMsgs: 20_000, bucketCounts: []int{32, 64},
+		relayMsgs: 20_000, naiveMsgs: 1_000, rounds: 3, bucketCounts: []int{32, 64},
 		footprintMsgs: 100_000, latencyRate: 50, latencyFor: 30 * time.Second,
 		txns: map[int]int{1: 300, 10: 60, 100: 12}, arches: []string{"amd64", "arm64"},
 	}
@@ -63,7 +62,7 @@ func fullOptions() options {
 
 func smokeOptions() options {
 	return options{
-		smoke: true, relayMsgs: 400, naiveMsgs: 40, rounds: 1, bucketMsgs: 400, bucketCounts: []int{32, 64},
+		smoke: true, relayMsgs: 400, naiveMsgs: 40, rounds: 1, bucketCounts: []int{32, 64},
 		footprintMsgs: 400, latencyRate: 20, latencyFor: time.Second,
 		txns: map[int]int{1: 4, 10: 2, 100: 1}, arches: []string{runtime.GOARCH},
 	}
@@ -123,22 +122,34 @@ func run(ctx context.Context, o options) (*results, error) {
 	// that a burst of load from elsewhere hits one round of each rather
 	// than one stage; each figure is the median of its rounds.
 	type drainStage struct {
-		name string
-		out  *[]drainResult
-		run  func(context.Context, *stage, backlog) (drainResult, error)
+		name    string
+		buckets int
+		out     *[]drainResult
+		run     func(context.Context, *stage, backlog) (drainResult, error)
+	}
+	relayStage := func(n int) func(context.Context, *stage, backlog) (drainResult, error) {
+		return func(ctx context.Context, st *stage, bl backlog) (drainResult, error) {
+			return relayDrain(ctx, st, bl, fmt.Sprintf("relay engine (defaults: 8 buckets at once, BatchSize 500), %d buckets", n))
+		}
 	}
 	stages := []drainStage{
-		{"raw DynamoDB: consistent Query + BatchWriteItem delete", &res.Rounds.DynamoDB, rawDynamo},
-		{"raw pipeline: Query → produce → delete by hand", &res.Rounds.Pipeline, rawPipeline},
-		{"relay: the engine with default options", &res.Rounds.Relay, func(ctx context.Context, st *stage, bl backlog) (drainResult, error) {
-			return relayDrain(ctx, st, bl, "relay engine (defaults: 8 buckets at once, BatchSize 500)")
-		}},
+		{"raw DynamoDB: consistent Query + BatchWriteItem delete", 8, &res.Rounds.DynamoDB, rawDynamo},
+		{"raw pipeline: Query → produce → delete by hand", 8, &res.Rounds.Pipeline, rawPipeline},
+		{"relay: the engine with default options", 8, &res.Rounds.Relay, relayStage(8)},
 	}
+	res.Rounds.Buckets = make([][]drainResult, len(o.bucketCounts))
+	for i, n := range o.bucketCounts {
+		stages = append(stages, drainStage{fmt.Sprintf("relay, %d buckets (per-bucket overhead)", n), n, &res.Rounds.Buckets[i], relayStage(n)})
+	}
+	gens := map[int]*gen{8: g}
 	for round := 1; round <= o.rounds; round++ {
 		for i, sg := range stages {
-			o.progress("round %d/%d, %s: %d messages over 8 buckets", round, o.rounds, sg.name, o.relayMsgs)
-			if err := withStage(ctx, e, fmt.Sprintf("r%dd%d", round, i), 8, func(st *stage) error {
-				bl, err := prefill(ctx, st, g, tmpl, o.relayMsgs)
+			o.progress("round %d/%d, %s: %d messages over %d buckets", round, o.rounds, sg.name, o.relayMsgs, sg.buckets)
+			if gens[sg.buckets] == nil {
+				gens[sg.buckets] = newGen(sg.buckets, uint64(sg.buckets))
+			}
+			if err := withStage(ctx, e, fmt.Sprintf("r%dd%d", round, i), sg.buckets, func(st *stage) error {
+				bl, err := prefill(ctx, st, gens[sg.buckets], tmpl, o.relayMsgs)
 				if err != nil {
 					return err
 				}
@@ -203,17 +214,8 @@ func run(ctx context.Context, o options) (*results, error) {
 	}
 
 	res.Buckets = append(res.Buckets, res.Relay)
-	for _, n := range o.bucketCounts {
-		o.progress("per-bucket overhead: %d messages over %d buckets", o.bucketMsgs, n)
-		if err := withStage(ctx, e, fmt.Sprintf("buckets%d", n), n, func(st *stage) (err error) {
-			gn := newGen(n, uint64(n))
-			r, err := backlogDrain(ctx, st, gn, tmpl, o.bucketMsgs, fmt.Sprintf("relay engine, %d buckets", n))
-			res.Buckets = append(res.Buckets, r)
-			o.progress("  %.0f msgs/s", r.MsgsPerS)
-			return err
-		}); err != nil {
-			return nil, fmt.Errorf("%d buckets: %w", n, err)
-		}
+	for _, rs := range res.Rounds.Buckets {
+		res.Buckets = append(res.Buckets, median(rs))
 	}
 
 	o.progress("latency: %.0f msgs/s for %v through the local event-source mapping", o.latencyRate, o.latencyFor)
@@ -264,16 +266,6 @@ func withStage(ctx context.Context, e *env, name string, buckets int, fn func(*s
 	}
 	defer st.close()
 	return fn(st)
-}
-
-// backlogDrain pre-fills n messages and drains them with the relay.
-func backlogDrain(ctx context.Context, st *stage, g *gen, tmpl *template, n int, name string) (drainResult, error) {
-	bl, err := prefill(ctx, st, g, tmpl, n)
-	if err != nil {
-		return drainResult{}, err
-	}
-	st.meter.deletedBytes = bl.MaxItemSize
-	return relayDrain(ctx, st, bl, name)
 }
 
 func capacityStage(ctx context.Context, e *env, g *gen, o options, res *results) (*template, error) {

@@ -38,6 +38,9 @@ type rounds struct {
 	DynamoDB []drainResult `json:"raw_dynamodb"`
 	Pipeline []drainResult `json:"raw_pipeline"`
 	Relay    []drainResult `json:"relay"`
+	// Buckets has the rounds of the relay with each of the per-bucket
+	// overhead stages' bucket counts (32 and 64).
+	Buckets [][]drainResult `json:"relay_by_buckets"`
 }
 
 type rawResults struct {
@@ -127,7 +130,7 @@ func loadavg() string {
 
 func settingsOf(o options) map[string]any {
 	return map[string]any{
-		"relay_backlog": o.relayMsgs, "naive_backlog": o.naiveMsgs, "bucket_backlog": o.bucketMsgs,
+		"relay_backlog": o.relayMsgs, "naive_backlog": o.naiveMsgs, "bucket_counts": append([]int{8}, o.bucketCounts...),
 		"footprint_backlog": o.footprintMsgs, "latency_offered_per_s": o.latencyRate, "latency_seconds": o.latencyFor.Seconds(),
 		"capacity_transactions": o.txns, "rounds": o.rounds, "value_bytes": valueBytes, "relay_concurrency": relayConcurrency,
 		"batch_size": relayBatch, "delete_concurrency": deleteParallel, "fresh_dynamodb_per_stage": o.endpoint == "",
