@@ -321,7 +321,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	if err := dynamo.CreateTables(ctx, clean, tables, dynamo.BucketCount(cfg.Buckets)); err != nil {
 		return 0, err
 	}
-	if err := createAggregates(ctx, clean, aggTable, cfg.Aggregates); err != nil {
+	if err := createAggregates(ctx, clean, aggTable, round, cfg.Aggregates); err != nil {
 		return 0, err
 	}
 	if err := createTopic(ctx, brokers, topic, int32(cfg.Buckets)); err != nil {
@@ -487,7 +487,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 		go func() {
 			defer wg.Done()
 			for committed.Load() < int64(target) && ctx.Err() == nil {
-				n, err := writeOne(ctx, w, clean, aggTable, topic, cfg, chance, intn, chk, tl, rolledBack)
+				n, err := writeOne(ctx, w, clean, aggTable, topic, round, cfg, chance, intn, chk, tl, rolledBack)
 				if err != nil {
 					werrs <- fmt.Errorf("writer %d: %w", i, err)
 					return
@@ -815,9 +815,11 @@ func (c *crashableClient) TransactWriteItems(ctx context.Context, in *dynamodb.T
 // on purpose 5 % of the time), record the transaction, enqueue 1..10
 // messages. It records the outcome in chk and returns how many messages
 // committed.
-func writeOne(ctx context.Context, w *dynamo.Writer, clean *dynamodb.Client, table, topic string, cfg Config,
+func writeOne(ctx context.Context, w *dynamo.Writer, clean *dynamodb.Client, table, topic string, round int, cfg Config,
 	chance func(float64) bool, intn func(int) int, chk *checker.Checker, tl *tally, rolledBack *atomic.Int64) (int, error) {
-	agg := fmt.Sprintf("agg-%04d", intn(cfg.Aggregates))
+	// Aggregates are per round (each round starts them at version 0), and
+	// so are the keys the checker orders by.
+	agg := fmt.Sprintf("r%d-agg-%04d", round, intn(cfg.Aggregates))
 	ver, err := readVersion(ctx, clean, table, agg)
 	if err != nil {
 		return 0, err
@@ -911,7 +913,7 @@ func txExists(ctx context.Context, db *dynamodb.Client, table, txID string) (boo
 	return out.Item != nil, nil
 }
 
-func createAggregates(ctx context.Context, db *dynamodb.Client, table string, n int) error {
+func createAggregates(ctx context.Context, db *dynamodb.Client, table string, round, n int) error {
 	if _, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
 		TableName:            aws.String(table),
 		BillingMode:          types.BillingModePayPerRequest,
@@ -927,7 +929,7 @@ func createAggregates(ctx context.Context, db *dynamodb.Client, table string, n 
 		var reqs []types.WriteRequest
 		for i := start; i < min(start+25, n); i++ {
 			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: map[string]types.AttributeValue{
-				"id": &types.AttributeValueMemberS{Value: fmt.Sprintf("agg-%04d", i)}, "version": num(0)}}})
+				"id": &types.AttributeValueMemberS{Value: fmt.Sprintf("r%d-agg-%04d", round, i)}, "version": num(0)}}})
 		}
 		for len(reqs) > 0 {
 			out, err := db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{table: reqs}})
