@@ -98,6 +98,18 @@ type DrainStats struct {
 // it has been woken and will drain again before releasing, so the caller's
 // hint is not lost.
 func (r *Relay) DrainBucket(ctx context.Context, bucket int) (DrainStats, error) {
+	return r.DrainBucketTo(ctx, bucket, 0)
+}
+
+// DrainBucketTo is DrainBucket that may stop as soon as the bucket's head
+// has reached seq (0: drain until empty). A stream hint names the sequence
+// number of the message it announces, and every committed message's hint
+// arrives in some batch, so a relay invocation need only drain each bucket
+// up to the highest sequence hinted in its batch: messages committed later
+// are announced to the next invocation. This keeps invocations short, so a
+// busy bucket cannot hold back the hints of the others. A wake-up from a
+// contender still drains until empty.
+func (r *Relay) DrainBucketTo(ctx context.Context, bucket int, seq int64) (DrainStats, error) {
 	st := DrainStats{Bucket: bucket}
 	if bucket < 0 || bucket >= r.bucketCount {
 		return st, &BucketRangeError{Bucket: bucket, BucketCount: r.bucketCount}
@@ -127,7 +139,7 @@ func (r *Relay) DrainBucket(ctx context.Context, bucket int) (DrainStats, error)
 		}
 		return st, fmt.Errorf("outbox: acquire bucket %d: %w", bucket, err)
 	}
-	d := &drain{r: r, lease: lease, deletedThrough: lease.Cleaned, st: &st}
+	d := &drain{r: r, lease: lease, deletedThrough: lease.Cleaned, st: &st, target: seq}
 	if err := d.inject(ctx, AfterAcquire); err != nil {
 		return st, err
 	}
@@ -143,13 +155,15 @@ func (r *Relay) DrainBucket(ctx context.Context, bucket int) (DrainStats, error)
 			return st, err
 		}
 		if localWake.Swap(false) {
+			d.target = 0
 			continue // a drain of this process was asked for meanwhile
 		}
 		l, err := r.store.Release(ctx, d.lease, d.deletedThrough)
 		if errors.Is(err, ErrWoken) {
 			// A contender found the bucket held while we drained: what it
-			// saw committed may have landed after our last read. Drain again.
-			d.lease = l
+			// saw committed may have landed after our last read. Drain
+			// again, until empty.
+			d.lease, d.target = l, 0
 			continue
 		}
 		if err != nil {
@@ -217,6 +231,8 @@ type drain struct {
 	// start above it. Written to the lease as Cleaned.
 	deletedThrough int64
 	st             *DrainStats
+	// target: stop once head reaches it (0: drain until empty).
+	target int64
 	// isolate: the next publish is the head record alone, to tell whether
 	// a record-level rejection is really its own.
 	isolate bool
@@ -240,6 +256,9 @@ func (d *drain) untilEmpty(ctx context.Context) error {
 	for {
 		if r.pastDeadline(ctx) {
 			return ErrDeadline
+		}
+		if d.target > 0 && d.lease.Head >= d.target {
+			return nil // everything hinted is decided; later commits bring their own hints
 		}
 		if err := d.renewIfDue(ctx); err != nil {
 			return err

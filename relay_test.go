@@ -684,3 +684,27 @@ func TestSameRelayDrainsABucketOnceAtATime(t *testing.T) {
 		t.Fatalf("published %s", got)
 	}
 }
+
+func TestDrainBucketToStopsOnceTheTargetIsDecided(t *testing.T) {
+	s := memory.New(1)
+	fill(t, s, 0, span(1, 100)...)
+	p := &recorder{}
+	r := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.BatchSize(10))
+	st, err := r.DrainBucketTo(ctxFor(t, 5*time.Second), 0, 45)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Head != 50 || fmt.Sprint(p.seqs(0)) != fmt.Sprint(span(1, 50)) {
+		t.Fatalf("head %d, published %v; want to stop after the batch that reached 45", st.Head, p.seqs(0))
+	}
+	if s.Count(0) != 50 {
+		t.Fatalf("%d left, want 50", s.Count(0))
+	}
+	// A target already behind the head costs an acquire and a release.
+	if st, err := r.DrainBucketTo(ctxFor(t, 5*time.Second), 0, 30); err != nil || st.Published != 0 {
+		t.Fatalf("%+v %v", st, err)
+	}
+	if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); err != nil || s.Count(0) != 0 {
+		t.Fatalf("drain until empty: %v, %d left", err, s.Count(0))
+	}
+}

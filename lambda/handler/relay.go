@@ -21,7 +21,8 @@ import (
 
 // Drainer is the part of *outbox.Relay the relay handler uses.
 type Drainer interface {
-	DrainBucket(ctx context.Context, bucket int) (outbox.DrainStats, error)
+	// DrainBucketTo drains bucket at least up to sequence seq.
+	DrainBucketTo(ctx context.Context, bucket int, seq int64) (outbox.DrainStats, error)
 	BucketCount() int
 }
 
@@ -110,6 +111,7 @@ func seqLess(a, b string) bool {
 func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
 	start := time.Now()
 	lowest := map[int]string{} // bucket -> its lowest stream sequence number in this batch
+	upTo := map[int]int64{}    // bucket -> the highest outbox sequence hinted in this batch
 	var ignored, malformed, outOfRange int
 	for _, rec := range ev.Records {
 		h.counters.Records.Add(1)
@@ -117,7 +119,7 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 			ignored++
 			continue
 		}
-		b, _, err := decodeHint(rec)
+		b, seq, err := decodeHint(rec)
 		if err != nil {
 			malformed++
 			h.log.ErrorContext(ctx, "outbox relay: malformed stream record ignored; the sweeper recovers its bucket", "err", err)
@@ -133,6 +135,7 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 		if cur, ok := lowest[b]; !ok || seqLess(sn, cur) {
 			lowest[b] = sn
 		}
+		upTo[b] = max(upTo[b], seq)
 	}
 	h.counters.Ignored.Add(int64(ignored))
 	h.counters.Malformed.Add(int64(malformed))
@@ -154,7 +157,10 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 		sem <- struct{}{}
 		go func(b int) {
 			defer func() { <-sem; wg.Done() }()
-			st, err := h.relay.DrainBucket(ctx, b)
+			// Up to the highest hinted sequence: later commits are announced
+			// to the next invocation, so a busy bucket does not keep this
+			// one (and every other bucket's new hints) waiting.
+			st, err := h.relay.DrainBucketTo(ctx, b, max(upTo[b], 1))
 			mu.Lock()
 			results = append(results, result{b, st, err})
 			mu.Unlock()

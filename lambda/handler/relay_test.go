@@ -22,13 +22,18 @@ type fakeDrainer struct {
 	count   int
 	errs    map[int]error
 	drained []int
+	targets map[int]int64
 }
 
 func (f *fakeDrainer) BucketCount() int { return f.count }
 
-func (f *fakeDrainer) DrainBucket(ctx context.Context, b int) (outbox.DrainStats, error) {
+func (f *fakeDrainer) DrainBucketTo(ctx context.Context, b int, seq int64) (outbox.DrainStats, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.targets == nil {
+		f.targets = map[int]int64{}
+	}
+	f.targets[b] = seq
 	f.drained = append(f.drained, b)
 	if err := f.errs[b]; err != nil {
 		return outbox.DrainStats{Bucket: b}, err
@@ -110,6 +115,17 @@ func TestHandlerFixtures(t *testing.T) {
 					h.counters.Ignored.Load(), h.counters.Malformed.Load(), h.counters.OutOfRange.Load(), c.ignored, c.malformed, c.outOfRange)
 			}
 		})
+	}
+}
+
+// Each bucket is drained up to the highest sequence hinted for it.
+func TestHandlerDrainsUpToTheHighestHint(t *testing.T) {
+	d := &fakeDrainer{count: 8}
+	if _, err := newHandler(d).Handle(context.Background(), loadEvent(t, "insert.json")); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(d.targets); got != "map[1:6 3:19 7:1]" {
+		t.Fatalf("targets %s, want map[1:6 3:19 7:1]", got)
 	}
 }
 
