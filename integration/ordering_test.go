@@ -2,8 +2,8 @@ package integration_test
 
 import (
 	"bytes"
-	"crypto/rand"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strconv"
