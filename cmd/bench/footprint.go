@@ -155,7 +155,10 @@ func footprint(ctx context.Context, st *stage, rie, bootstrap string, bl backlog
 		hints.Records = append(hints.Records, events.DynamoDBEventRecord{
 			EventID: fmt.Sprintf("bench-%d", b), EventName: "INSERT", EventSource: "aws:dynamodb",
 			Change: events.DynamoDBStreamRecord{
-				Keys:           map[string]events.DynamoDBAttributeValue{"b": events.NewNumberAttribute(strconv.Itoa(b)), "s": events.NewNumberAttribute("1")},
+				// The bucket's last message: the relay drains a bucket up
+				// to the highest sequence its hints name.
+				Keys: map[string]events.DynamoDBAttributeValue{"b": events.NewNumberAttribute(strconv.Itoa(b)),
+					"s": events.NewNumberAttribute(strconv.FormatInt(max(bl.Last[b], 1), 10))},
 				SequenceNumber: fmt.Sprintf("%021d", b+1), StreamViewType: "KEYS_ONLY",
 			},
 		})

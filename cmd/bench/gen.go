@@ -158,6 +158,9 @@ type backlog struct {
 	MaxItemSize int `json:"max_item_bytes"`
 	// Seconds is how long the pre-fill took (not part of any figure).
 	Seconds float64 `json:"prefill_seconds"`
+	// Last is each bucket's highest sequence number, what the stream's
+	// last hint for the bucket would name.
+	Last []int64 `json:"-"`
 }
 
 // prefill stores n messages spread evenly over st's buckets: the counters
@@ -166,7 +169,7 @@ type backlog struct {
 // 8 calls at once. It fails if an item would exceed 1 KB.
 func prefill(ctx context.Context, st *stage, g *gen, t *template, n int) (backlog, error) {
 	start := time.Now()
-	bl := backlog{Messages: n, Buckets: st.buckets}
+	bl := backlog{Messages: n, Buckets: st.buckets, Last: make([]int64, st.buckets)}
 	counter, err := sequence.NewCounter(st.plain, st.tables.Control)
 	if err != nil {
 		return bl, err
@@ -214,6 +217,7 @@ func prefill(ctx context.Context, st *stage, g *gen, t *template, n int) (backlo
 			}
 			m := g.message(st.topic, b)
 			m.Sequence = first
+			bl.Last[b] = first
 			first++
 			reserved--
 			it := t.item(m)
