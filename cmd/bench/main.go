@@ -23,6 +23,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -71,7 +72,15 @@ func smokeOptions() options {
 func main() {
 	smoke := flag.Bool("smoke", false, "tiny volumes: check that every stage runs (seconds, not minutes)")
 	out := flag.String("out", "docs", "directory for benchmarks.json, benchmarks.md and benchmarks.png (empty: write nothing)")
+	render := flag.String("render", "", "write benchmarks.md and benchmarks.png again from this benchmarks.json, running nothing")
 	flag.Parse()
+	if *render != "" {
+		if err := rerender(*render, *out); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	o := fullOptions()
 	if *smoke {
 		o = smokeOptions()
@@ -90,6 +99,19 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Println(res.line())
+}
+
+// rerender reads a results file and writes its page and chart into dir.
+func rerender(path, dir string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var res results
+	if err := json.Unmarshal(b, &res); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return res.write(dir)
 }
 
 // run runs every stage in order and writes the results.
