@@ -139,7 +139,7 @@ func (r *Relay) DrainBucketTo(ctx context.Context, bucket int, seq int64) (Drain
 		}
 		return st, fmt.Errorf("outbox: acquire bucket %d: %w", bucket, err)
 	}
-	d := &drain{r: r, lease: lease, deletedThrough: lease.Cleaned, st: &st, target: seq}
+	d := &drain{r: r, lease: lease, deletedThrough: lease.Cleaned, st: &st, target: seq, wakeAtRead: lease.Wake}
 	if err := d.inject(ctx, AfterAcquire); err != nil {
 		return st, err
 	}
@@ -158,7 +158,9 @@ func (r *Relay) DrainBucketTo(ctx context.Context, bucket int, seq int64) (Drain
 			d.target = 0
 			continue // a drain of this process was asked for meanwhile
 		}
-		l, err := r.store.Release(ctx, d.lease, d.deletedThrough)
+		rl := d.lease
+		rl.Wake = d.wakeAtRead
+		l, err := r.store.Release(ctx, rl, d.deletedThrough)
 		if errors.Is(err, ErrWoken) {
 			// A contender found the bucket held while we drained: what it
 			// saw committed may have landed after our last read. Drain
@@ -231,6 +233,8 @@ type drain struct {
 	// start above it. Written to the lease as Cleaned.
 	deletedThrough int64
 	st             *DrainStats
+	// wakeAtRead is the lease's wake count when the bucket was last read.
+	wakeAtRead int64
 	// target: stop once head reaches it (0: drain until empty).
 	target int64
 	// isolate: the next publish is the head record alone, to tell whether
@@ -267,6 +271,10 @@ func (d *drain) untilEmpty(ctx context.Context) error {
 		// Read from the cleaned mark: messages in (deletedThrough, head] are
 		// leftovers of a crash between a head update and its delete.
 		limit := cfg.batchSize + int(min(head-d.deletedThrough, int64(cfg.batchSize)))
+		// A wake-up counted after this read must make the release fail, so
+		// release with the wake count as of the last read (Update and
+		// Renew return newer counts).
+		d.wakeAtRead = d.getLease().Wake
 		entries, end, err := r.store.Pending(ctx, b, d.deletedThrough, limit)
 		if err != nil {
 			return fmt.Errorf("outbox: read bucket %d after %d: %w", b, d.deletedThrough, err)
@@ -428,6 +436,12 @@ func (d *drain) untilEmpty(ctx context.Context) error {
 		d.st.Leftovers += len(leftovers)
 		if perr == nil {
 			d.failures, d.isolate = 0, false
+			if end && len(run) > 0 && run[len(run)-1].Sequence == entries[len(entries)-1].Sequence {
+				// The read reached the end of the bucket and this batch took
+				// all of it: nothing is left to read. A later commit wakes the
+				// holder (Release fails) or finds the lease free.
+				return nil
+			}
 			continue
 		}
 		failed := msgs[acked]

@@ -10,9 +10,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
@@ -56,7 +58,13 @@ func Build(ctx context.Context, cfg config.Config, logger *slog.Logger, relayID 
 // BuildWith is Build with a given AWS configuration.
 func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger, relayID string, extra ...outbox.Option) (*Parts, error) {
 	p := &Parts{Config: cfg, AWS: awsCfg}
+	// Up to Concurrency buckets x the store's concurrent deletes are in
+	// flight; keep that many idle connections (the SDK keeps 10 per host),
+	// so busy drains do not open a new TLS connection per call.
 	p.Dynamo = dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
+		o.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+			tr.MaxIdleConnsPerHost = 64
+		})
 		if cfg.DynamoEndpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.DynamoEndpoint)
 			o.DisableValidateResponseChecksum = true // DynamoDB Local sends no CRC on errors
