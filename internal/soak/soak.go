@@ -30,6 +30,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -385,11 +386,19 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	go func() { defer bg.Done(); _ = mapping.Run(pipeCtx) }()
 	// The sweeper, on a fast schedule.
 	clk := schedule.NewManualClock(time.Now())
+	var sweeps, sweptBuckets atomic.Int64
+	var sweepErr atomic.Value
 	bg.Add(2)
 	go func() {
 		defer bg.Done()
 		_ = schedule.Run(pipeCtx, schedule.Options{Clock: clk, Timeout: 30 * time.Second}, func(ctx context.Context, ev events.CloudWatchEvent) error {
-			_, err := sweepFn.Handle(ctx, ev)
+			s, err := sweepFn.Handle(ctx, ev)
+			sweeps.Add(1)
+			sweptBuckets.Add(int64(len(s.Drained)))
+			if err != nil && !crash.on.Load() && ctx.Err() == nil {
+				// With the faults off, a sweep must not fail.
+				sweepErr.Store(err)
+			}
 			return err
 		}, nil)
 	}()
@@ -544,11 +553,34 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 		}
 		if time.Now().After(deadline) {
 			close(progressDone)
-			return 0, fmt.Errorf("not drained after the faults stopped: %d pending in the table, %d committed messages not delivered", pending, chk.Missing())
+			buf := make([]byte, 1<<22)
+			_ = os.WriteFile(os.TempDir()+"/soak-stacks.txt", buf[:runtime.Stack(buf, true)], 0o644)
+			diag := describePending(ctx, store, cfg.Buckets)
+			sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
+			rep, serr := sweepRelay.Sweep(sctx)
+			scancel()
+			diag += fmt.Sprintf("the sweeper's sweep now: %+v %v; ", rep, serr)
+			fresh, ferr := outbox.NewRelay(ctx, store, pub, outbox.RelayID("diagnosis"), outbox.DeadlineMargin(0))
+			if ferr == nil {
+				dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+				for b := range cfg.Buckets {
+					st, err := fresh.DrainBucket(dctx, b)
+					diag += fmt.Sprintf("fresh drain of %d: %+v %v; ", b, st, err)
+				}
+				cancel()
+			}
+			return 0, fmt.Errorf("not drained after the faults stopped: %d pending in the table, %d committed messages not delivered; %s (goroutines in %s/soak-stacks.txt)",
+				pending, chk.Missing(), diag, os.TempDir())
 		}
 		sleep(ctx, 200*time.Millisecond)
 	}
 	close(progressDone)
+	if err, _ := sweepErr.Load().(error); err != nil {
+		return 0, fmt.Errorf("a sweep failed with the faults off: %w", err)
+	}
+	if sweptBuckets.Load() == 0 {
+		return 0, fmt.Errorf("the sweeper drained nothing in %d sweeps", sweeps.Load())
+	}
 	sleep(ctx, 500*time.Millisecond) // late duplicates
 	stopPipe()
 	bg.Wait()
@@ -660,6 +692,18 @@ func (a *attribution) Trace(id string) []string {
 	defer a.mu.Unlock()
 	return append([]string(nil), a.trace[id]...)
 }
+
+// ReadLease and Peek pass through, so the sweeper (which needs an
+// outbox.BucketProbe) works on the wrapped store.
+func (a *attribution) ReadLease(ctx context.Context, bucket int) (outbox.Lease, error) {
+	return a.Store.(outbox.BucketProbe).ReadLease(ctx, bucket)
+}
+
+func (a *attribution) Peek(ctx context.Context, bucket int, after int64, limit int) (int, time.Time, error) {
+	return a.Store.(outbox.BucketProbe).Peek(ctx, bucket, after, limit)
+}
+
+var _ outbox.BucketProbe = (*attribution)(nil)
 
 func (a *attribution) Publish(ctx context.Context, msgs []outbox.Message) (int, error) {
 	b := msgs[0].Bucket
@@ -1022,4 +1066,27 @@ func produceIDs(req kmsg.Request) []string {
 		}
 	}
 	return out
+}
+
+// describePending says, for a failed run, what is left in each bucket.
+func describePending(ctx context.Context, s *dynamo.Store, buckets int) string {
+	var b strings.Builder
+	for bucket := range buckets {
+		l, err := s.ReadLease(ctx, bucket)
+		if err != nil {
+			fmt.Fprintf(&b, "bucket %d: %v; ", bucket, err)
+			continue
+		}
+		entries, _, err := s.Pending(ctx, bucket, l.Cleaned, 20)
+		if err != nil || len(entries) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "bucket %d lease{owner=%q expires=%s head=%d cleaned=%d gap=%d wake=%d}: ", bucket, l.Owner,
+			l.Expires.Format("15:04:05.000"), l.Head, l.Cleaned, l.Gap, l.Wake)
+		for _, e := range entries {
+			fmt.Fprintf(&b, "%d(fence=%v err=%v id=%s) ", e.Sequence, e.Fence, e.Err, e.Message.ID)
+		}
+		b.WriteString("; ")
+	}
+	return b.String()
 }
