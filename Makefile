@@ -32,8 +32,12 @@ deps:
 	@if [ -f scripts/install-rie.sh ]; then bash scripts/install-rie.sh >/dev/null; fi
 	@$(GO) mod download
 
+# Verbose, filtered to the package results, failures and the one-line
+# summaries the suites print (outbox-e2e:, soak:, bench:).
+TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|soak:|bench:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
+
 test: deps
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	set -o pipefail; $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./... 2>&1 | grep -E $(TEST_FILTER)
 
 test-short:
 	$(GO) test -count=1 -short -timeout 5m ./...
