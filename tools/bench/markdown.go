@@ -15,7 +15,7 @@ func (r *results) markdown() string {
 	c := r.Capacity
 
 	p("# Benchmarks\n\n")
-	p("Written by `make bench` (`go run ./cmd/bench`) on %s; every figure below is from that one run.\n", r.Generated)
+	p("Written by `make bench` (`cd tools && go run ./bench`) on %s; every figure below is from that one run.\n", r.Generated)
 	p("Re-run it to refresh this page, `benchmarks.json` (all the numbers, including every DynamoDB\n")
 	p("operation's calls and capacity) and `benchmarks.png`.\n\n")
 	if r.Smoke {

@@ -261,22 +261,34 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
-// moduleRoot finds the directory of go.mod from the working directory up.
-func moduleRoot() (string, error) {
+// libraryRoot finds the outbox library's module root (the directory whose
+// go.mod declares github.com/dynakafka/outbox) from the working directory up:
+// the bench is its own module (tools/), so the nearest go.mod is not it.
+func libraryRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && modulePath(b) == "github.com/dynakafka/outbox" {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("go.mod not found above the working directory; run the bench from the repository")
+			return "", errors.New("the outbox library's go.mod was not found above the working directory; run the bench from the repository")
 		}
 		dir = parent
 	}
+}
+
+// modulePath returns the path of a go.mod's module directive.
+func modulePath(gomod []byte) string {
+	for _, line := range strings.Split(string(gomod), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "module" {
+			return strings.Trim(f[1], `"`)
+		}
+	}
+	return ""
 }
 
 // installRIE runs scripts/install-rie.sh (idempotent) and returns the
