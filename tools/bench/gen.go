@@ -125,7 +125,7 @@ func newTemplate(ctx context.Context, st *stage, g *gen) (*template, error) {
 	}
 	for _, a := range append([]string{"v", "h"}, perMessage...) {
 		if _, ok := out.Item[a]; !ok {
-			return nil, fmt.Errorf("the writer's item has no attribute %q: the item format changed; update cmd/bench", a)
+			return nil, fmt.Errorf("the writer's item has no attribute %q: the item format changed; update tools/bench", a)
 		}
 	}
 	if _, err := st.plain.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(st.tables.Messages), Key: key}); err != nil {

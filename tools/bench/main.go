@@ -53,7 +53,7 @@ type options struct {
 	// prebuilt: bootstraps built before the run (tests build them before
 	// any time budget starts); empty: the footprint stage builds them.
 	prebuilt prebuilt
-	progress      func(format string, args ...any)
+	progress func(format string, args ...any)
 }
 
 // prebuilt names relay bootstraps already built, and their sizes.
