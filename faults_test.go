@@ -9,16 +9,17 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/seam"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
 // crashOnce crashes the first time the drain reaches point.
 type crashOnce struct {
-	point outbox.CrashPoint
+	point seam.CrashPoint
 	fired atomic.Int32
 }
 
-func (c *crashOnce) At(ctx context.Context, p outbox.CrashPoint, bucket int) error {
+func (c *crashOnce) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 	if p == c.point && c.fired.Add(1) == 1 {
 		return errors.New("kill -9")
 	}
@@ -29,7 +30,7 @@ func (c *crashOnce) At(ctx context.Context, p outbox.CrashPoint, bucket int) err
 // relay takes the bucket over after expiry, and every message is published,
 // in order; only a crash after produce duplicates (that batch).
 func TestCrashPoints(t *testing.T) {
-	for _, point := range outbox.CrashPoints {
+	for _, point := range seam.CrashPoints {
 		t.Run(string(point), func(t *testing.T) {
 			s := memory.New(1)
 			clk := &fakeClock{step: time.Millisecond}
@@ -41,9 +42,9 @@ func TestCrashPoints(t *testing.T) {
 			// point is reached; the gap is fenced at once.
 			common := []outbox.Option{outbox.WithClock(clk), outbox.DeadlineMargin(0), outbox.BatchSize(10),
 				outbox.GapTimeout(5 * time.Millisecond), outbox.GapPollInterval(time.Millisecond), outbox.LeaseRenewInterval(time.Nanosecond)}
-			crashing := newRelay(t, s, p, append(common, outbox.RelayID("crashing"), outbox.WithFaultInjector(inj))...)
+			crashing := newRelay(t, s, p, append(common, outbox.RelayID("crashing"), seam.With(seam.Hooks{Faults: inj}).(outbox.Option))...)
 			_, err := crashing.DrainBucket(ctxFor(t, 5*time.Second), 0)
-			var ce *outbox.CrashError
+			var ce *seam.CrashError
 			if !errors.As(err, &ce) || ce.Point != point {
 				t.Fatalf("err = %v, want a crash at %s", err, point)
 			}
@@ -51,7 +52,8 @@ func TestCrashPoints(t *testing.T) {
 				t.Fatalf("a crashed relay released its lease: %+v", l)
 			}
 			survivor := newRelay(t, s, p, append(common, outbox.RelayID("survivor"))...)
-			if _, err := survivor.DrainBucket(ctxFor(t, 5*time.Second), 0); !errors.Is(err, outbox.ErrLeaseHeld) {
+			// Before expiry, with no time to wait: a wake-up.
+			if _, err := survivor.DrainBucket(ctxFor(t, 20*time.Millisecond), 0); !errors.Is(err, outbox.ErrLeaseHeld) {
 				t.Fatalf("before expiry: %v, want ErrLeaseHeld", err)
 			}
 			clk.Advance(31 * time.Second)
@@ -70,10 +72,10 @@ func TestCrashPoints(t *testing.T) {
 				t.Fatalf("first deliveries %v, want %v", first, want)
 			}
 			dups := len(p.seqs(0)) - len(first)
-			if point == outbox.AfterProduce && dups == 0 {
+			if point == seam.AfterProduce && dups == 0 {
 				t.Fatal("a crash after produce must republish that batch")
 			}
-			if point != outbox.AfterProduce && point != outbox.DuringRenewal && dups != 0 {
+			if point != seam.AfterProduce && point != seam.DuringRenewal && dups != 0 {
 				t.Fatalf("%d duplicates after a crash at %s", dups, point)
 			}
 			if s.Count(0) != 0 {

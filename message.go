@@ -63,15 +63,20 @@ func NewID() string {
 	return id.String()
 }
 
-// Entry is one item read from a bucket's pending range: either a message or a
-// fence tombstone that marks a sequence number as decided without a message.
+// Entry is one item read from a bucket's pending range: a message, or a
+// tombstone that marks its sequence number as decided without a message — a
+// fence (nobody committed that number in time, or its writer's transaction
+// failed) or a published message's tombstone (DeleteMode).
 type Entry struct {
 	Sequence int64
-	// Fence is true for a fence tombstone; Message is then zero except for
-	// Bucket, Sequence and CreatedAt (when the fence was written).
-	Fence   bool
-	Message Message
+	// Fence is true for a tombstone; Message is then zero except for
+	// Bucket, Sequence and CreatedAt (when the tombstone was written).
+	Fence bool
+	// Published is true for the tombstone of a published message (Fence is
+	// true too).
+	Published bool
+	Message   Message
 	// Err is set when the stored item could not be decoded into a message.
-	// The relay never deletes such an item; it stops the bucket and reports.
+	// The relay never deletes such an item; it parks it or stops the bucket.
 	Err error
 }

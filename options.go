@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/dynakafka/outbox/internal/seam"
 )
 
 // Option configures a Relay. Every option states its default; NewRelay
@@ -18,6 +20,11 @@ type config struct {
 	leaseDuration   time.Duration
 	renewInterval   time.Duration
 	leaseMargin     time.Duration
+	maxSkew         time.Duration
+	flushInterval   time.Duration
+	resume          bool
+	mode            Mode
+	modeSet         bool
 	gapTimeout      time.Duration
 	gapPoll         time.Duration
 	deadlineMargin  time.Duration
@@ -30,7 +37,7 @@ type config struct {
 	retryBase       time.Duration
 	retryMax        time.Duration
 	clock           Clock
-	faults          FaultInjector
+	hooks           seam.Hooks
 	logger          *slog.Logger
 	metrics         Metrics
 }
@@ -42,6 +49,9 @@ func defaultConfig() config {
 		leaseDuration:   30 * time.Second,
 		renewInterval:   10 * time.Second,
 		leaseMargin:     5 * time.Second,
+		maxSkew:         5 * time.Second,
+		flushInterval:   5 * time.Second,
+		resume:          true,
 		gapTimeout:      10 * time.Second,
 		gapPoll:         50 * time.Millisecond,
 		deadlineMargin:  5 * time.Second,
@@ -73,14 +83,47 @@ func BatchSize(n int) Option { return func(c *config) { c.batchSize = n } }
 func LeaseDuration(d time.Duration) Option { return func(c *config) { c.leaseDuration = d } }
 
 // LeaseRenewInterval is how often a held lease is renewed, also while a
-// publish is pending. Default 10s; must be below LeaseDuration-LeaseMargin.
-// LeaseDuration-LeaseRenewInterval is the clock skew the relays tolerate.
+// publish is pending. Default 10s; LeaseRenewInterval + LeaseMargin +
+// MaxClockSkew must be below LeaseDuration, so that a renewal is due before
+// the holder's publish cut-off.
 func LeaseRenewInterval(d time.Duration) Option { return func(c *config) { c.renewInterval = d } }
 
-// LeaseMargin is how long before its lease would expire a holder that could
-// not renew cancels its publish and stops, so that nothing it produces can
-// land after another owner may take the bucket over. Default 5s.
+// LeaseMargin is how long a publish the holder cancels may still take to
+// stop: the holder cancels its publish LeaseMargin + MaxClockSkew before its
+// lease expires (by its own clock) unless a renewal moved the expiry, so
+// that nothing it sends can land after another relay whose clock runs ahead
+// by up to MaxClockSkew took the bucket over. Default 5s.
 func LeaseMargin(d time.Duration) Option { return func(c *config) { c.leaseMargin = d } }
+
+// MaxClockSkew is how far the relays' clocks may disagree. Lease expiry is
+// written by the holder's clock and compared with a contender's, so a
+// contender whose clock runs ahead takes over early: the holder stops
+// publishing MaxClockSkew earlier to make up for it. Beyond this bound a
+// stalled holder may still publish after a takeover — duplicates, never
+// loss. Default 5s (Lambda's clocks are NTP-synchronised to well under a
+// second); must be below LeaseDuration-LeaseRenewInterval-LeaseMargin.
+func MaxClockSkew(d time.Duration) Option { return func(c *config) { c.maxSkew = d } }
+
+// HeadFlushInterval bounds how stale a bucket's stored head may be while
+// this relay drains it without holding its lease (resuming a lease it
+// released, see docs/design.md). In DeleteMode the tombstones of published
+// messages mark them decided, so the head is written at most once per
+// interval per bucket; the sweeper advances the heads of quiet buckets.
+// WatermarkMode writes it after every drain. Default 5s; 0 writes it every
+// time.
+func HeadFlushInterval(d time.Duration) Option { return func(c *config) { c.flushInterval = d } }
+
+// ResumeReleased lets a relay drain a bucket whose lease it released last,
+// and nobody acquired since, without acquiring it again: no lease write in
+// the steady state of a warm relay. Default true. With false every drain
+// acquires and releases the lease (two writes), as relays before version
+// 0.2 did.
+func ResumeReleased(on bool) Option { return func(c *config) { c.resume = on } }
+
+// WithMode states the mode this relay expects the outbox to be in. Default:
+// take it from the outbox's config item. When set and different, NewRelay
+// fails with a *MisconfigurationError naming both.
+func WithMode(m Mode) Option { return func(c *config) { c.mode, c.modeSet = m, true } }
 
 // GapTimeout is how long a missing sequence number (head+1 absent while a
 // later one is present) is waited on before it is fenced. It is measured from
@@ -136,7 +179,8 @@ func WithClock(clk Clock) Option { return func(c *config) { c.clock = clk } }
 // WithLogger sets the logger. Default: silent.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-// WithMetrics sets the metrics sink, called once per batch. Default: none.
+// WithMetrics sets the metrics sink, called once per batch and once per
+// drain. Default: none.
 func WithMetrics(m Metrics) Option { return func(c *config) { c.metrics = m } }
 
 func (c *config) validate() error {
@@ -150,8 +194,14 @@ func (c *config) validate() error {
 		return bad("LeaseDuration", c.leaseDuration, "must be at least 1s")
 	case c.leaseMargin <= 0:
 		return bad("LeaseMargin", c.leaseMargin, "must be positive")
-	case c.renewInterval <= 0 || c.renewInterval >= c.leaseDuration-c.leaseMargin:
-		return bad("LeaseRenewInterval", c.renewInterval, fmt.Sprintf("must be positive and below LeaseDuration-LeaseMargin (%v)", c.leaseDuration-c.leaseMargin))
+	case c.maxSkew < 0:
+		return bad("MaxClockSkew", c.maxSkew, "must not be negative")
+	case c.renewInterval <= 0 || c.renewInterval >= c.leaseDuration-c.leaseMargin-c.maxSkew:
+		return bad("LeaseRenewInterval", c.renewInterval, fmt.Sprintf("must be positive and below LeaseDuration-LeaseMargin-MaxClockSkew (%v): a renewal must be due before the publish cut-off", c.leaseDuration-c.leaseMargin-c.maxSkew))
+	case c.flushInterval < 0:
+		return bad("HeadFlushInterval", c.flushInterval, "must not be negative")
+	case c.modeSet && c.mode != DeleteMode && c.mode != WatermarkMode:
+		return bad("WithMode", c.mode, "must be DeleteMode or WatermarkMode")
 	case c.gapTimeout <= 0:
 		return bad("GapTimeout", c.gapTimeout, "must be positive")
 	case c.gapPoll <= 0:
@@ -182,11 +232,13 @@ func (c *config) validate() error {
 	return nil
 }
 
-// Metrics receives one call per published batch. Implementations must be
-// fast and safe for concurrent use; adapters (CloudWatch EMF,
+// Metrics receives one call per published batch and one per drain (each
+// DrainBucket call that got past its argument checks). Implementations must
+// be fast and safe for concurrent use; adapters (CloudWatch EMF,
 // OpenTelemetry) live outside this package.
 type Metrics interface {
 	Batch(BatchStats)
+	Drain(DrainStats)
 }
 
 // BatchStats describes one batch of one bucket.
@@ -194,8 +246,8 @@ type BatchStats struct {
 	Bucket          int
 	Messages        int // messages handed to the publisher
 	Acked           int // contiguous acknowledged prefix
-	Fenced          int // fence tombstones passed over or written
-	Deleted         int // messages deleted (acknowledged + leftovers)
+	Fenced          int // fences passed over (written by this relay or another, or by a failed writer)
+	Deleted         int // messages replaced by tombstones (acknowledged + leftovers; DeleteMode)
 	Parked          int // records moved to the dead letters
 	PublishDuration time.Duration
 	Err             error
@@ -206,3 +258,4 @@ type BatchStats struct {
 type noMetrics struct{}
 
 func (noMetrics) Batch(BatchStats) {}
+func (noMetrics) Drain(DrainStats) {}

@@ -2,26 +2,87 @@ package outbox
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
+// Mode says what becomes of a message once Kafka acknowledged it. It is a
+// property of the outbox, stored in its config item: writers and relays
+// read it there, and a relay configured for the other mode refuses to run.
+type Mode int
+
+const (
+	// DeleteMode (the default): each acknowledged message is replaced by a
+	// tombstone of a few dozen bytes — the same one write unit as deleting
+	// it — which DynamoDB's TTL removes later, for free. The tombstone
+	// marks the sequence number as decided, so the bucket's stored head
+	// may lag behind it.
+	DeleteMode Mode = iota
+	// WatermarkMode: the relay never writes per message. The bucket's head
+	// is the watermark: everything at or below it was acknowledged.
+	// Messages stay, with their payload, until their TTL (the outbox's
+	// retention, set by the writer) removes them, and can be published
+	// again by range (replay). A message still pending when its TTL passes
+	// can be deleted by DynamoDB before it is published: the retention
+	// must be far above any backlog the outbox can build up.
+	WatermarkMode
+)
+
+func (m Mode) String() string {
+	switch m {
+	case DeleteMode:
+		return "delete"
+	case WatermarkMode:
+		return "watermark"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// ParseMode parses "delete" or "watermark".
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "delete":
+		return DeleteMode, nil
+	case "watermark":
+		return WatermarkMode, nil
+	}
+	return 0, fmt.Errorf("outbox: unknown mode %q: want delete or watermark", s)
+}
+
 // Config is the outbox's stored configuration (the config item of the control
 // table). Writers and relays read it at start and refuse to run when their own
-// BucketCount differs.
+// settings differ.
 type Config struct {
 	BucketCount int
 	// FormatVersion is the item format version the outbox was created with.
 	FormatVersion int
+	// Mode is what the relay does with published messages.
+	Mode Mode
+	// Retention is how long a message item lives in WatermarkMode (its TTL,
+	// set by the writer). Zero in DeleteMode.
+	Retention time.Duration
 }
 
-// Lease is one owner's hold on one bucket, as last read or written.
+// Lease is one bucket's lease item, as last read or written.
+//
+// A lease is in one of four states:
+//
+//   - free: no owner has ever held it;
+//   - held: Owner holds it until Expires (after now);
+//   - expired: Owner held it and neither renewed nor released it (a
+//     crashed or stalled holder); anyone may take it over;
+//   - released: Owner released it (Expires is zero) and nobody has taken
+//     it since. Anyone may acquire it; Owner may also drain the bucket
+//     again without acquiring it (see docs/design.md, "resuming").
 //
 // Head is the highest sequence number already decided (published and
-// acknowledged, or fenced); the relay publishes from Head+1. Cleaned is the
-// highest sequence number below which every message is known to be deleted;
-// the relay reads from Cleaned+1, so messages in (Cleaned, Head] are leftovers
-// of a crash between the head update and the delete, deleted without being
-// republished.
+// acknowledged, fenced or parked), as far as the lease item knows: the
+// items themselves are the truth (a published message is replaced by a
+// tombstone before head moves past it), so a stored head may lag. Cleaned is
+// the highest sequence number below which every item is known decided and
+// marked; the relay reads from Cleaned+1. Messages in (Cleaned, Head] are
+// leftovers of an older relay version that advanced head before deleting;
+// they are marked without being published again.
 type Lease struct {
 	Bucket  int
 	Owner   string
@@ -33,13 +94,25 @@ type Lease struct {
 	// the lease so GapTimeout holds across invocations and restarts.
 	Gap      int64
 	GapSince time.Time
-	// Wake counts wake-ups left by contenders that found the lease held. The
-	// holder releases only if Wake is still what it last saw.
+	// Wake counts wake-ups left by contenders that found the lease held
+	// since it was last released. The holder releases only if Wake is still
+	// what it was before its last complete read; a release resets it.
+	// Wake-ups still on a lease when it is acquired were never honoured
+	// (their holder failed or crashed): the new holder drains to the end.
 	Wake int64
-	// Epoch increases with every acquisition by a new owner. Probes use it
-	// to tell holders apart.
+	// Epoch increases with every acquisition by a new owner.
 	Epoch int64
+	// TakenOver is set by Acquire only: the lease was taken from another
+	// owner whose hold had expired without a release (a crashed or stalled
+	// holder).
+	TakenOver bool
 }
+
+// HeldAt reports whether an owner holds the lease at now.
+func (l Lease) HeldAt(now time.Time) bool { return l.Owner != "" && l.Expires.After(now) }
+
+// Released reports whether the lease is released (owner kept, no expiry).
+func (l Lease) Released() bool { return l.Owner != "" && l.Expires.IsZero() }
 
 // LeaseUpdate is what the relay writes to its lease after a batch, in one
 // conditional write (conditional on owning the lease).
@@ -53,47 +126,68 @@ type LeaseUpdate struct {
 }
 
 // Store is what the relay engine needs from a storage backend. Every method
-// takes a context and must honour its cancellation. store/dynamo implements it
-// over two DynamoDB tables; the conformance suite in storetest checks any
-// implementation.
+// takes a context and must honour its cancellation, and every write must be
+// safe to retry (a retried request that already applied has the same
+// outcome). store/dynamo implements it over two DynamoDB tables; the
+// conformance suite in storetest checks any implementation.
 type Store interface {
 	// Config reads the outbox's stored configuration.
 	Config(ctx context.Context) (Config, error)
 
-	// Acquire takes the bucket's lease for owner until now+d, when it is free,
-	// expired (Expires <= now), or already owned by owner. Otherwise it leaves
-	// a wake-up on the lease (increments Wake, conditional on the holder being
-	// unchanged, so the holder drains again before it releases) and returns
-	// ErrLeaseHeld. If the holder released in between, Acquire tries again.
+	// ReadLease returns the bucket's lease as stored, read consistently (a
+	// Lease with only Bucket set when there is none yet).
+	ReadLease(ctx context.Context, bucket int) (Lease, error)
+	// Acquire takes the bucket's lease for owner until now+d, when it is
+	// free, released, expired (Expires <= now), or already owner's.
+	// Otherwise it leaves a wake-up on the lease (increments Wake,
+	// conditional on the holder being unchanged, so the holder drains again
+	// before it releases) and returns ErrLeaseHeld — only then. If the
+	// holder changes in between, Acquire tries again; if it cannot decide
+	// in a few attempts it returns an error that is not ErrLeaseHeld.
 	Acquire(ctx context.Context, bucket int, owner string, now time.Time, d time.Duration) (Lease, error)
-	// Renew extends l to now+d if l.Owner still owns it and it has not
+	// Renew extends l to now+d if l.Owner still holds it and it has not
 	// expired at now; otherwise ErrLeaseLost.
 	Renew(ctx context.Context, l Lease, now time.Time, d time.Duration) (Lease, error)
-	// Update writes u to the lease if l.Owner still owns it and it has not
+	// Update writes u to the lease if l.Owner still holds it and it has not
 	// expired at now; otherwise ErrLeaseLost. Head never moves backwards.
 	Update(ctx context.Context, l Lease, u LeaseUpdate, now time.Time) (Lease, error)
-	// Release gives the lease up (writing cleaned) if its Wake is still
-	// l.Wake. If a wake-up arrived it returns ErrWoken with the lease, still
-	// held, carrying the new Wake. ErrLeaseLost if no longer owned.
-	Release(ctx context.Context, l Lease, cleaned int64) (Lease, error)
+	// Release ends l.Owner's hold if no wake-up arrived since l.Wake: it
+	// keeps the owner, clears the expiry and the wake count, and writes
+	// head and cleaned (neither moves backwards). If a wake-up arrived it
+	// returns ErrWoken with the lease, still held, carrying the current
+	// Wake. ErrLeaseLost if l.Owner no longer holds it. A release that
+	// already applied returns nil.
+	Release(ctx context.Context, l Lease, head, cleaned int64) (Lease, error)
+	// Abandon ends l.Owner's hold after a failed drain without honouring
+	// wake-ups: they stay on the lease, so whoever acquires it next drains
+	// the bucket to its end. It writes head and cleaned like Release. Nil if
+	// l.Owner no longer holds the lease.
+	Abandon(ctx context.Context, l Lease, head, cleaned int64) error
+	// Advance moves head and cleaned (and clears a gap they pass) on the
+	// lease of a bucket nobody holds at now — free, released or expired —
+	// if its head and gap are still l's. The caller guarantees that every
+	// sequence number up to head is decided and marked. ErrLeaseHeld if it
+	// is held; ErrLeaseLost if it changed since l was read.
+	Advance(ctx context.Context, l Lease, head, cleaned int64, now time.Time) (Lease, error)
 
 	// Pending returns up to limit entries of bucket with sequence > after, in
 	// ascending sequence order, read consistently. The second result is true
 	// when the read reached the end of the bucket (no entries beyond those
 	// returned).
 	Pending(ctx context.Context, bucket int, after int64, limit int) ([]Entry, bool, error)
-	// Delete deletes the messages at these sequence numbers. Deleting a
-	// missing item is not an error. The engine passes only sequence numbers
-	// it read as messages, never fences (fences expire by TTL), so a store
-	// may delete unconditionally.
-	Delete(ctx context.Context, bucket int, seqs []int64) error
+	// MarkPublished replaces the messages at these sequence numbers, which
+	// the relay read as messages and Kafka acknowledged, by tombstones
+	// (DeleteMode). A tombstone reads as an Entry with Fence and Published
+	// set. Marking a missing or already marked sequence number is not an
+	// error.
+	MarkPublished(ctx context.Context, bucket int, seqs []int64, now time.Time) error
 	// Fence puts a fence tombstone at seq if nothing is stored there, else
 	// returns ErrAlreadyWritten.
 	Fence(ctx context.Context, bucket int, seq int64, now time.Time) error
 
 	// Park moves the item at p.Sequence, which must be l.Head+1, out of the
 	// pending set into a dead-letter record and advances head to it, in one
-	// transaction conditional on l.Owner owning the lease at now (otherwise
+	// transaction conditional on l.Owner holding the lease at now (otherwise
 	// ErrLeaseLost; nothing changes). The dead-letter record keeps the item as
 	// stored (an undecodable item is copied as it is) plus p's reason,
 	// attempts and failure times. Parking never deletes data.
@@ -128,22 +222,31 @@ type Parked struct {
 // BucketProbe is an optional Store capability used by the sweeper: a cheap,
 // bounded look at one bucket, without a table scan.
 type BucketProbe interface {
-	// ReadLease returns the bucket's lease as stored, read consistently (a
-	// Lease with only Bucket set when there is none yet).
-	ReadLease(ctx context.Context, bucket int) (Lease, error)
-	// Peek reads at most limit items of bucket with sequence > after and
-	// returns how many of them are messages (fences are not counted) and the
-	// creation time of the first message (zero when none).
+	// Peek looks at the items of bucket with sequence > after and returns
+	// how many messages it found, up to limit (tombstones and fences, however
+	// many, are skipped without counting toward the limit), and the creation
+	// time of the first message (zero when none).
 	Peek(ctx context.Context, bucket int, after int64, limit int) (pending int, oldest time.Time, err error)
 }
 
 // Publisher produces messages to the broker. Publish produces msgs (one
 // bucket's contiguous run, in sequence order) and returns how many of them,
 // counted from the front, were acknowledged, and the first error in message
-// order. It must not return before every record it started has completed or
-// been aborted; when ctx is done it aborts what it has not sent yet.
+// order. When ctx is done it aborts what it has not sent and returns soon
+// after, even if records already sent are still unanswered: those are
+// abandoned (they may still be appended: duplicates, which consumers drop).
 type Publisher interface {
 	Publish(ctx context.Context, msgs []Message) (acked int, err error)
+}
+
+// Isolator is an optional Publisher capability. PublishAlone produces one
+// message in a produce request that carries no other record, so that a
+// record-level rejection (MESSAGE_TOO_LARGE, INVALID_RECORD) is that
+// message's own and not a batch mate's. The relay parks a message only after
+// PublishAlone rejected it; with a Publisher that is not an Isolator it
+// relies on Publish with that one message.
+type Isolator interface {
+	PublishAlone(ctx context.Context, msg Message) error
 }
 
 // Clock tells the time. The relay uses it for leases, heartbeats and gap

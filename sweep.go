@@ -91,7 +91,7 @@ func (r *Relay) sweep(ctx context.Context, probeOutOfRange bool) (SweepReport, e
 			lk := look{bucket: b}
 			after := int64(0)
 			if b < r.bucketCount {
-				lk.lease, lk.err = probe.ReadLease(ctx, b)
+				lk.lease, lk.err = r.store.ReadLease(ctx, b)
 				after = lk.lease.Cleaned
 			}
 			if lk.err == nil {
@@ -140,7 +140,7 @@ func (r *Relay) sweep(ctx context.Context, probeOutOfRange bool) (SweepReport, e
 		rep.Skipped = append(rep.Skipped, ready[share:]...)
 		ready = ready[:share]
 	}
-	for b, err := range r.DrainBuckets(ctx, ready) {
+	for b, err := range r.drainBuckets(ctx, ready, false) {
 		if errors.Is(err, ErrLeaseHeld) {
 			rep.Held = append(rep.Held, b)
 		} else {

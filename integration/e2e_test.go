@@ -43,6 +43,8 @@ func (b *batchCounter) Batch(s outbox.BatchStats) {
 	}
 }
 
+func (b *batchCounter) Drain(outbox.DrainStats) {}
+
 func (b *batchCounter) mean() float64 {
 	if n := b.batches.Load(); n > 0 {
 		return float64(b.messages.Load()) / float64(n)

@@ -224,11 +224,11 @@ func (f *faultyStore) Update(ctx context.Context, l outbox.Lease, u outbox.Lease
 	return f.Store.Update(ctx, l, u, now)
 }
 
-func (f *faultyStore) Delete(ctx context.Context, b int, seqs []int64) error {
+func (f *faultyStore) MarkPublished(ctx context.Context, b int, seqs []int64, now time.Time) error {
 	if f.failDelete.CompareAndSwap(true, false) {
 		return errCrash
 	}
-	return f.Store.Delete(ctx, b, seqs)
+	return f.Store.MarkPublished(ctx, b, seqs, now)
 }
 
 func (f *faultyStore) Pending(ctx context.Context, b int, after int64, limit int) ([]outbox.Entry, bool, error) {

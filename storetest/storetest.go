@@ -6,9 +6,11 @@
 //	}
 //
 // The suite checks the contract the relay engine relies on: lease exclusion,
-// takeover on expiry, wake-ups, head monotonicity, ordered consistent reads,
-// fences that win or lose against writers, deletes that spare fences, and
-// heartbeats. It uses a fixed fake time, so it does not sleep.
+// takeover on expiry, release that keeps the owner, wake-ups that survive a
+// failed holder, idempotent release, idle head advances, head monotonicity,
+// ordered consistent reads, fences that win or lose against writers,
+// tombstones for published messages that spare fences, and heartbeats. It
+// uses a fixed fake time, so it does not sleep.
 package storetest
 
 import (
@@ -43,10 +45,14 @@ func Run(t *testing.T, h Harness) {
 	t.Run("LeaseTakeover", func(t *testing.T) { testLeaseTakeover(t, h) })
 	t.Run("RenewAndUpdate", func(t *testing.T) { testRenewUpdate(t, h) })
 	t.Run("WakeOnRelease", func(t *testing.T) { testWake(t, h) })
+	t.Run("ReleaseKeepsOwner", func(t *testing.T) { testReleaseKeepsOwner(t, h) })
+	t.Run("ReleaseIsIdempotent", func(t *testing.T) { testReleaseIdempotent(t, h) })
+	t.Run("AbandonKeepsWakeUps", func(t *testing.T) { testAbandon(t, h) })
+	t.Run("AdvanceIdle", func(t *testing.T) { testAdvance(t, h) })
 	t.Run("PendingOrderAndLimit", func(t *testing.T) { testPending(t, h) })
 	t.Run("MessageRoundTrip", func(t *testing.T) { testRoundTrip(t, h) })
 	t.Run("FenceAgainstWriter", func(t *testing.T) { testFence(t, h) })
-	t.Run("DeleteSparesFences", func(t *testing.T) { testDelete(t, h) })
+	t.Run("MarkPublishedSparesFences", func(t *testing.T) { testMarkPublished(t, h) })
 	t.Run("Heartbeats", func(t *testing.T) { testHeartbeats(t, h) })
 	t.Run("Peek", func(t *testing.T) { testPeek(t, h) })
 	t.Run("Park", func(t *testing.T) { testPark(t, h) })
@@ -111,7 +117,7 @@ func testLeaseExclusion(t *testing.T, h Harness) {
 		t.Fatalf("re-acquire by the holder changed epoch %d -> %d", a.Epoch, a2.Epoch)
 	}
 	// Released: free for anyone at once.
-	if _, err := s.Release(ctx, a2, 0); err != nil {
+	if _, err := s.Release(ctx, a2, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	b, err := s.Acquire(ctx, 1, "b", t0.Add(2*time.Second), lease)
@@ -142,8 +148,8 @@ func testLeaseTakeover(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatalf("takeover at expiry: %v", err)
 	}
-	if b.Head != 7 || b.Cleaned != 5 {
-		t.Fatalf("takeover lost the head: %+v", b)
+	if b.Head != 7 || b.Cleaned != 5 || !b.TakenOver {
+		t.Fatalf("takeover lost the head or did not say it took over: %+v", b)
 	}
 	// The stalled holder can no longer act.
 	if _, err := s.Update(ctx, a, outbox.LeaseUpdate{Head: 9, Cleaned: 7}, t0.Add(lease+time.Second)); !errors.Is(err, outbox.ErrLeaseLost) {
@@ -152,7 +158,7 @@ func testLeaseTakeover(t *testing.T, h Harness) {
 	if _, err := s.Renew(ctx, a, t0.Add(lease+time.Second), lease); !errors.Is(err, outbox.ErrLeaseLost) {
 		t.Fatalf("renew by the stalled holder: err = %v, want ErrLeaseLost", err)
 	}
-	if _, err := s.Release(ctx, a, 7); !errors.Is(err, outbox.ErrLeaseLost) {
+	if _, err := s.Release(ctx, a, 7, 5); !errors.Is(err, outbox.ErrLeaseLost) {
 		t.Fatalf("release by the stalled holder: err = %v, want ErrLeaseLost", err)
 	}
 	// An expired lease that nobody took over cannot be renewed either.
@@ -190,7 +196,7 @@ func testRenewUpdate(t *testing.T, h Harness) {
 		t.Fatal("head moved backwards without an error")
 	}
 	// The update persists for the next owner, gap included.
-	if _, err := s.Release(ctx, a, 10); err != nil {
+	if _, err := s.Release(ctx, a, 10, 10); err != nil {
 		t.Fatal(err)
 	}
 	b, err := s.Acquire(ctx, 2, "b", t0.Add(14*time.Second), lease)
@@ -211,7 +217,7 @@ func testWake(t *testing.T, h Harness) {
 	if _, err := s.Acquire(ctx, 3, "b", t0.Add(time.Second), lease); !errors.Is(err, outbox.ErrLeaseHeld) {
 		t.Fatalf("contender: %v", err)
 	}
-	woken, err := s.Release(ctx, a, 0)
+	woken, err := s.Release(ctx, a, 0, 0)
 	if !errors.Is(err, outbox.ErrWoken) {
 		t.Fatalf("release after a wake-up: err = %v, want ErrWoken", err)
 	}
@@ -222,15 +228,161 @@ func testWake(t *testing.T, h Harness) {
 	if _, err := s.Acquire(ctx, 3, "b", t0.Add(2*time.Second), lease); !errors.Is(err, outbox.ErrLeaseHeld) {
 		t.Fatalf("contender after ErrWoken: %v", err)
 	}
-	woken2, err := s.Release(ctx, woken, 0)
+	woken2, err := s.Release(ctx, woken, 0, 0)
 	if !errors.Is(err, outbox.ErrWoken) {
 		t.Fatalf("second wake-up not seen: %v", err)
 	}
-	if _, err := s.Release(ctx, woken2, 0); err != nil {
+	released, err := s.Release(ctx, woken2, 0, 0)
+	if err != nil {
 		t.Fatalf("release after draining again: %v", err)
 	}
-	if _, err := s.Acquire(ctx, 3, "b", t0.Add(3*time.Second), lease); err != nil {
+	if released.Wake != 0 {
+		t.Fatalf("release did not reset the wake count: %+v", released)
+	}
+	b, err := s.Acquire(ctx, 3, "b", t0.Add(3*time.Second), lease)
+	if err != nil {
 		t.Fatalf("contender after release: %v", err)
+	}
+	if b.Wake != 0 || b.TakenOver {
+		t.Fatalf("acquired after a release: %+v; want no wake-ups and no takeover", b)
+	}
+}
+
+func testReleaseKeepsOwner(t *testing.T, h Harness) {
+	ctx, s := ctxT(t), h.New(t, 4)
+	a, err := s.Acquire(ctx, 0, "a", t0, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(ctx, a, outbox.LeaseUpdate{Head: 4, Cleaned: 4, Gap: 5, GapSince: t0}, t0); err != nil {
+		t.Fatal(err)
+	}
+	a, _ = s.ReadLease(ctx, 0)
+	if _, err := s.Release(ctx, a, 9, 8); err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.ReadLease(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Released() || l.Owner != "a" || l.HeldAt(t0) || l.Head != 9 || l.Cleaned != 8 || l.Gap != 0 || l.Epoch != a.Epoch {
+		t.Fatalf("released lease = %+v; want owner a kept, no expiry, head 9, cleaned 8, the gap at 5 cleared, epoch %d", l, a.Epoch)
+	}
+	// Its owner acquires it again without a new epoch; another owner with one.
+	a2, err := s.Acquire(ctx, 0, "a", t0.Add(time.Second), lease)
+	if err != nil || a2.Epoch != a.Epoch || a2.TakenOver || a2.Head != 9 {
+		t.Fatalf("re-acquire by its owner = %+v, %v", a2, err)
+	}
+	if _, err := s.Release(ctx, a2, 9, 9); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Acquire(ctx, 0, "b", t0.Add(2*time.Second), lease)
+	if err != nil || b.Epoch != a.Epoch+1 || b.TakenOver {
+		t.Fatalf("acquire of a released lease = %+v, %v; want epoch %d and no takeover", b, err, a.Epoch+1)
+	}
+	// Neither mark moves backwards.
+	if _, err := s.Release(ctx, b, 3, 3); err == nil {
+		t.Fatal("release moved head backwards without an error")
+	}
+}
+
+func testReleaseIdempotent(t *testing.T, h Harness) {
+	ctx, s := ctxT(t), h.New(t, 4)
+	a, err := s.Acquire(ctx, 1, "a", t0, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, 1, "b", t0, lease); !errors.Is(err, outbox.ErrLeaseHeld) {
+		t.Fatal(err)
+	}
+	woken, err := s.Release(ctx, a, 2, 2)
+	if !errors.Is(err, outbox.ErrWoken) {
+		t.Fatal(err)
+	}
+	if _, err := s.Release(ctx, woken, 2, 2); err != nil {
+		t.Fatal(err)
+	}
+	// A retried request of a release that applied (a lost response) succeeds.
+	if _, err := s.Release(ctx, woken, 2, 2); err != nil {
+		t.Fatalf("retried release: %v, want nil", err)
+	}
+}
+
+func testAbandon(t *testing.T, h Harness) {
+	ctx, s := ctxT(t), h.New(t, 4)
+	a, err := s.Acquire(ctx, 2, "a", t0, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, 2, "b", t0, lease); !errors.Is(err, outbox.ErrLeaseHeld) {
+		t.Fatal(err)
+	}
+	if err := s.Abandon(ctx, a, 6, 6); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Abandon(ctx, a, 6, 6); err != nil {
+		t.Fatalf("abandoning twice: %v", err)
+	}
+	c, err := s.Acquire(ctx, 2, "c", t0.Add(time.Second), lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Wake == 0 || c.Head != 6 {
+		t.Fatalf("after abandon: %+v; want the wake-up kept and head 6", c)
+	}
+	// Abandon by a non-holder changes nothing.
+	if err := s.Abandon(ctx, a, 9, 9); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := s.ReadLease(ctx, 2); l.Owner != "c" || l.Head != 6 || !l.HeldAt(t0.Add(time.Second)) {
+		t.Fatalf("a stale abandon changed the lease: %+v", l)
+	}
+}
+
+func testAdvance(t *testing.T, h Harness) {
+	ctx, s := ctxT(t), h.New(t, 4)
+	// A lease nobody ever held.
+	l, err := s.ReadLease(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err = s.Advance(ctx, l, 4, 4, t0)
+	if err != nil || l.Head != 4 || l.Cleaned != 4 {
+		t.Fatalf("advance a new lease = %+v, %v", l, err)
+	}
+	// Not from a stale read.
+	stale := l
+	stale.Head = 2
+	if _, err := s.Advance(ctx, stale, 5, 5, t0); !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Fatalf("advance from a stale head: %v, want ErrLeaseLost", err)
+	}
+	// Not while held.
+	a, err := s.Acquire(ctx, 3, "a", t0, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Advance(ctx, a, 6, 6, t0.Add(time.Second)); !errors.Is(err, outbox.ErrLeaseHeld) {
+		t.Fatalf("advance a held lease: %v, want ErrLeaseHeld", err)
+	}
+	if a, err = s.Update(ctx, a, outbox.LeaseUpdate{Head: 4, Cleaned: 4, Gap: 5, GapSince: t0}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Release(ctx, a, 4, 4); err != nil {
+		t.Fatal(err)
+	}
+	// Released: its owner (or anyone) advances it; a passed gap is cleared.
+	l, _ = s.ReadLease(ctx, 3)
+	l, err = s.Advance(ctx, l, 7, 7, t0.Add(2*time.Second))
+	if err != nil || l.Head != 7 || l.Gap != 0 || l.Owner != "a" || !l.Released() {
+		t.Fatalf("advance a released lease = %+v, %v", l, err)
+	}
+	// Expired: too.
+	b, err := s.Acquire(ctx, 3, "b", t0.Add(3*time.Second), lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Advance(ctx, b, 8, 8, t0.Add(3*time.Second+lease)); err != nil {
+		t.Fatalf("advance an expired lease: %v", err)
 	}
 }
 
@@ -370,7 +522,7 @@ func testFence(t *testing.T, h Harness) {
 	}
 }
 
-func testDelete(t *testing.T, h Harness) {
+func testMarkPublished(t *testing.T, h Harness) {
 	ctx, s := ctxT(t), h.New(t, 4)
 	var msgs []outbox.Message
 	var seqs []int64
@@ -382,20 +534,39 @@ func testDelete(t *testing.T, h Harness) {
 	if err := s.Fence(ctx, 3, 61, t0); err != nil {
 		t.Fatal(err)
 	}
-	// Deleting more than one batch's worth (DynamoDB batches 25) and a
-	// missing item: those messages go, the rest and the fence stay.
-	if err := s.Delete(ctx, 3, append(seqs[:55:55], 99)); err != nil {
+	// Marking more than one batch's worth (DynamoDB batches 25): those
+	// messages become tombstones; the rest and the fence stay as they were.
+	if err := s.MarkPublished(ctx, 3, seqs[:55], t0); err != nil {
 		t.Fatal(err)
 	}
 	got, _, err := s.Pending(ctx, 3, 0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 6 || got[0].Sequence != 56 || !got[5].Fence {
-		t.Fatalf("after delete: %d entries (first %+v)", len(got), got)
+	var marked, messages int
+	for _, e := range got {
+		switch {
+		case e.Sequence <= 55 && e.Fence && e.Published:
+			marked++
+		case e.Sequence > 55 && e.Sequence <= 60 && !e.Fence:
+			messages++
+		case e.Sequence == 61 && e.Fence && !e.Published:
+		default:
+			t.Fatalf("after marking: unexpected entry %+v", e)
+		}
 	}
-	if err := s.Delete(ctx, 3, seqs[:55]); err != nil {
-		t.Fatalf("deleting again: %v", err)
+	if marked != 55 || messages != 5 || len(got) != 61 {
+		t.Fatalf("after marking: %d tombstones, %d messages, %d entries; want 55, 5, 61", marked, messages, len(got))
+	}
+	if err := s.MarkPublished(ctx, 3, seqs[:55], t0); err != nil {
+		t.Fatalf("marking again: %v", err)
+	}
+	// A tombstone holds its sequence number like a fence.
+	if err := s.Fence(ctx, 3, 5, t0); !errors.Is(err, outbox.ErrAlreadyWritten) {
+		t.Fatalf("fence over a tombstone: %v, want ErrAlreadyWritten", err)
+	}
+	if err := h.Put(t, s, msg(3, 6)); !errors.Is(err, outbox.ErrAlreadyWritten) {
+		t.Fatalf("writer over a tombstone: %v, want ErrAlreadyWritten", err)
 	}
 }
 
@@ -428,7 +599,7 @@ func testPeek(t *testing.T, h Harness) {
 	if !ok {
 		t.Skip("store does not implement outbox.BucketProbe")
 	}
-	l, err := p.ReadLease(ctx, 1)
+	l, err := s.ReadLease(ctx, 1)
 	if err != nil || l.Bucket != 1 || l.Owner != "" || l.Head != 0 {
 		t.Fatalf("ReadLease of a new bucket = %+v, %v", l, err)
 	}
@@ -459,7 +630,7 @@ func testPeek(t *testing.T, h Harness) {
 	if _, err := s.Update(ctx, a, outbox.LeaseUpdate{Head: 3, Cleaned: 2}, t0); err != nil {
 		t.Fatal(err)
 	}
-	l, err = p.ReadLease(ctx, 1)
+	l, err = s.ReadLease(ctx, 1)
 	if err != nil || l.Owner != "a" || l.Head != 3 || l.Cleaned != 2 || !l.Expires.Equal(t0.Add(lease)) {
 		t.Fatalf("ReadLease = %+v, %v", l, err)
 	}
@@ -504,7 +675,7 @@ func testPark(t *testing.T, h Harness) {
 		t.Fatalf("pending after park = %+v; want 1 and 3 (2 moved to the dead letters)", got)
 	}
 	// The head persisted for the next owner.
-	if _, err := s.Release(ctx, a, 1); err != nil {
+	if _, err := s.Release(ctx, a, 2, 1); err != nil {
 		t.Fatal(err)
 	}
 	b, err := s.Acquire(ctx, 2, "b", t0.Add(3*time.Second), lease)

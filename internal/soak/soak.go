@@ -50,6 +50,7 @@ import (
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/checker"
 	"github.com/dynakafka/outbox/internal/faults"
+	"github.com/dynakafka/outbox/internal/seam"
 	"github.com/dynakafka/outbox/kafka"
 	"github.com/dynakafka/outbox/lambda/handler"
 	"github.com/dynakafka/outbox/local/dynamolocal"
@@ -160,7 +161,7 @@ var ExpectedKinds = func() []string {
 		"dynamo:throttle", "dynamo:throttling", "dynamo:server-error", "dynamo:timeout", "dynamo:response-lost", "dynamo:unprocessed",
 		"relay:stall", "stream:duplicate", "stream:redelivery", "writer:crash",
 	}
-	for _, p := range outbox.CrashPoints {
+	for _, p := range seam.CrashPoints {
 		k = append(k, "crash:"+string(p))
 	}
 	sort.Strings(k)
@@ -353,7 +354,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 			outbox.LeaseMargin(time.Second), outbox.GapTimeout(gapTimeout), outbox.GapPollInterval(20 * time.Millisecond),
 			outbox.RetryBackoff(20*time.Millisecond, 500*time.Millisecond), outbox.DeadlineMargin(500 * time.Millisecond),
 			// Small batches: more batches, so more chances for every fault.
-			outbox.BatchSize(25), outbox.WithFaultInjector(crash)}
+			outbox.BatchSize(25), seam.With(seam.Hooks{Faults: crash}).(outbox.Option)}
 	}
 	streamRelay, err := outbox.NewRelay(ctx, at, at, relayOpts(fmt.Sprint("stream-relay-", round))...)
 	if err != nil {
@@ -633,20 +634,20 @@ var errKilled = errors.New("soak: killed")
 // crashChance is the probability of a crash each time a drain reaches a
 // point: points reached rarely (a fence needs an abandoned reservation) get a
 // higher one, so every point fires in a small run.
-var crashChance = map[outbox.CrashPoint]float64{
-	outbox.AfterAcquire:    0.08,
-	outbox.DuringRenewal:   0.10,
-	outbox.AfterProduce:    0.06,
-	outbox.AfterHeadUpdate: 0.06,
-	outbox.MidDelete:       0.06,
-	outbox.DuringFence:     0.40,
+var crashChance = map[seam.CrashPoint]float64{
+	seam.AfterAcquire:    0.08,
+	seam.DuringRenewal:   0.10,
+	seam.AfterProduce:    0.06,
+	seam.AfterHeadUpdate: 0.06,
+	seam.MidDelete:       0.06,
+	seam.DuringFence:     0.40,
 }
 
-func (c *crasher) At(ctx context.Context, p outbox.CrashPoint, bucket int) error {
+func (c *crasher) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 	if !c.on.Load() {
 		return nil
 	}
-	if p == outbox.AfterProduce && c.chance(0.05) {
+	if p == seam.AfterProduce && c.chance(0.05) {
 		// A stalled holder: it sleeps past its lease, then carries on.
 		c.tl.add("relay:stall", 1)
 		sleep(ctx, leaseDuration+time.Second)
@@ -693,12 +694,8 @@ func (a *attribution) Trace(id string) []string {
 	return append([]string(nil), a.trace[id]...)
 }
 
-// ReadLease and Peek pass through, so the sweeper (which needs an
-// outbox.BucketProbe) works on the wrapped store.
-func (a *attribution) ReadLease(ctx context.Context, bucket int) (outbox.Lease, error) {
-	return a.Store.(outbox.BucketProbe).ReadLease(ctx, bucket)
-}
-
+// Peek passes through, so the sweeper (which needs an outbox.BucketProbe)
+// works on the wrapped store.
 func (a *attribution) Peek(ctx context.Context, bucket int, after int64, limit int) (int, time.Time, error) {
 	return a.Store.(outbox.BucketProbe).Peek(ctx, bucket, after, limit)
 }
@@ -733,6 +730,40 @@ func (a *attribution) Update(ctx context.Context, l outbox.Lease, u outbox.Lease
 	return nl, err
 }
 
+// MarkPublished, Release, Abandon and Advance decide messages too: a
+// tombstone marks its message decided; the heads they write cover the rest.
+func (a *attribution) MarkPublished(ctx context.Context, bucket int, seqs []int64, now time.Time) error {
+	err := a.Store.MarkPublished(ctx, bucket, seqs, now)
+	if err == nil {
+		a.decidedSeqs(bucket, seqs)
+	}
+	return err
+}
+
+func (a *attribution) Release(ctx context.Context, l outbox.Lease, head, cleaned int64) (outbox.Lease, error) {
+	nl, err := a.Store.Release(ctx, l, head, cleaned)
+	if err == nil {
+		a.decided(l.Bucket, head)
+	}
+	return nl, err
+}
+
+func (a *attribution) Abandon(ctx context.Context, l outbox.Lease, head, cleaned int64) error {
+	err := a.Store.Abandon(ctx, l, head, cleaned)
+	if err == nil {
+		a.decided(l.Bucket, head)
+	}
+	return err
+}
+
+func (a *attribution) Advance(ctx context.Context, l outbox.Lease, head, cleaned int64, now time.Time) (outbox.Lease, error) {
+	nl, err := a.Store.Advance(ctx, l, head, cleaned, now)
+	if err == nil {
+		a.decided(l.Bucket, head)
+	}
+	return nl, err
+}
+
 func (a *attribution) Park(ctx context.Context, l outbox.Lease, p outbox.Parked, now time.Time) (outbox.Lease, error) {
 	nl, err := a.Store.Park(ctx, l, p, now)
 	if err == nil {
@@ -752,6 +783,23 @@ func (a *attribution) decided(bucket int, head int64) {
 	keep := a.last[bucket][:0]
 	for _, m := range a.last[bucket] {
 		if m.Sequence > head {
+			keep = append(keep, m)
+		}
+	}
+	a.last[bucket] = keep
+}
+
+// decidedSeqs drops these published messages of the bucket.
+func (a *attribution) decidedSeqs(bucket int, seqs []int64) {
+	done := make(map[int64]bool, len(seqs))
+	for _, q := range seqs {
+		done[q] = true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	keep := a.last[bucket][:0]
+	for _, m := range a.last[bucket] {
+		if !done[m.Sequence] {
 			keep = append(keep, m)
 		}
 	}

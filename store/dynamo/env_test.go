@@ -91,5 +91,11 @@ func (e *env) count(t *testing.T, bucket int) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(entries)
+	n := 0
+	for _, en := range entries {
+		if !en.Fence {
+			n++
+		}
+	}
+	return n
 }

@@ -71,6 +71,15 @@ func fenceItem(bucket int, seq int64, now, expires time.Time) map[string]types.A
 	}
 }
 
+// publishedItem is the tombstone that replaces the published message at
+// bucket/seq: a fence-format item (so every reader treats the sequence
+// number as decided) flagged as published, expiring at expires.
+func publishedItem(bucket int, seq int64, now, expires time.Time) map[string]types.AttributeValue {
+	item := fenceItem(bucket, seq, now, expires)
+	item[attrPublished] = &types.AttributeValueMemberBOOL{Value: true}
+	return item
+}
+
 // ItemError reports a stored item that is not a valid outbox item.
 type ItemError struct {
 	Attribute string
@@ -134,6 +143,9 @@ func decodeItem(item map[string]types.AttributeValue) outbox.Entry {
 			return e
 		}
 		e.Fence = true
+		if pb, ok := item[attrPublished].(*types.AttributeValueMemberBOOL); ok && pb.Value {
+			e.Published = true
+		}
 		if c, err := intAttr(item, attrCreated, false); err == nil {
 			e.Message.CreatedAt = fromMillis(c)
 		}

@@ -60,20 +60,21 @@ func (s *Store) Pending(ctx context.Context, bucket int, after int64, limit int)
 	}
 }
 
-// Delete implements outbox.Store with BatchWriteItem, 25 deletes per call,
-// DeleteConcurrency calls at once; unprocessed items are retried with
-// jittered exponential backoff while ctx allows, at most deleteAttempts
-// times per call.
+// MarkPublished implements outbox.Store with BatchWriteItem, 25 puts per
+// call, DeleteConcurrency calls at once: each published message is replaced
+// by a tombstone (a few dozen bytes, expiring after TombstoneTTL). Replacing
+// costs what deleting would (write units are counted on the larger of the old
+// and new item, as a delete is on the deleted one), and the tombstone keeps
+// the sequence number marked decided, so the bucket's head may lag behind it
+// (docs/design.md, "resuming"). Unprocessed items are retried with jittered
+// exponential backoff while ctx allows, at most markAttempts times per call.
 //
-// The deletes are unconditional (BatchWriteItem has no conditions), so
-// Delete would delete a fence tombstone if asked to. It is never asked to:
-// the engine passes only sequence numbers it read as messages (published, or
-// found at or below its head), never those of fences. A fence must not be
-// deleted before its TTL because it is what stops a late writer from
-// committing a message behind the head, where no relay would ever read it.
-func (s *Store) Delete(ctx context.Context, bucket int, seqs []int64) error {
+// The puts are unconditional (BatchWriteItem has no conditions). The engine
+// passes only sequence numbers it read as messages and Kafka acknowledged,
+// or found at or below its head; nobody writes those numbers again.
+func (s *Store) MarkPublished(ctx context.Context, bucket int, seqs []int64, now time.Time) error {
 	if bucket < 0 {
-		return fmt.Errorf("dynamo: delete from bucket %d: bucket is negative", bucket)
+		return fmt.Errorf("dynamo: mark bucket %d: bucket is negative", bucket)
 	}
 	if len(seqs) == 0 {
 		return nil
@@ -82,6 +83,7 @@ func (s *Store) Delete(ctx context.Context, bucket int, seqs []int64) error {
 	seqs = slices.Clone(seqs)
 	slices.Sort(seqs)
 	seqs = slices.Compact(seqs)
+	expires := expiresAt(now, s.cfg.tombstoneTTL)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -109,7 +111,7 @@ func (s *Store) Delete(ctx context.Context, bucket int, seqs []int64) error {
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if err := s.deleteChunk(ctx, bucket, chunk); err != nil {
+			if err := s.markChunk(ctx, bucket, chunk, now, expires); err != nil {
 				fail(err)
 			}
 		})
@@ -119,20 +121,20 @@ func (s *Store) Delete(ctx context.Context, bucket int, seqs []int64) error {
 		return firstErr
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("dynamo: delete from bucket %d: %w", bucket, err)
+		return fmt.Errorf("dynamo: mark published in bucket %d: %w", bucket, err)
 	}
 	return nil
 }
 
 const (
-	batchWriteMax  = 25
-	deleteAttempts = 10
+	batchWriteMax = 25
+	markAttempts  = 10
 )
 
-func (s *Store) deleteChunk(ctx context.Context, bucket int, seqs []int64) error {
+func (s *Store) markChunk(ctx context.Context, bucket int, seqs []int64, now, expires time.Time) error {
 	reqs := make([]types.WriteRequest, len(seqs))
 	for i, seq := range seqs {
-		reqs[i] = types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: messageKey(bucket, seq)}}
+		reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: publishedItem(bucket, seq, now, expires)}}
 	}
 	table := s.tables.Messages
 	for attempt := 0; ; attempt++ {
@@ -140,18 +142,18 @@ func (s *Store) deleteChunk(ctx context.Context, bucket int, seqs []int64) error
 			RequestItems: map[string][]types.WriteRequest{table: reqs},
 		})
 		if err != nil {
-			return fmt.Errorf("dynamo: delete %d messages from bucket %d (%d..%d): %w", len(seqs), bucket, seqs[0], seqs[len(seqs)-1], err)
+			return fmt.Errorf("dynamo: mark %d messages of bucket %d published (%d..%d): %w", len(seqs), bucket, seqs[0], seqs[len(seqs)-1], err)
 		}
 		reqs = out.UnprocessedItems[table]
 		if len(reqs) == 0 {
 			return nil
 		}
-		if attempt+1 == deleteAttempts {
-			return fmt.Errorf("dynamo: delete from bucket %d: %d deletes still unprocessed after %d attempts: %w",
-				bucket, len(reqs), deleteAttempts, outbox.ErrThrottled)
+		if attempt+1 == markAttempts {
+			return fmt.Errorf("dynamo: mark published in bucket %d: %d puts still unprocessed after %d attempts: %w",
+				bucket, len(reqs), markAttempts, outbox.ErrThrottled)
 		}
 		if err := sleep(ctx, backoff(attempt, 50*time.Millisecond, 2*time.Second)); err != nil {
-			return fmt.Errorf("dynamo: delete from bucket %d: %d deletes unprocessed: %w", bucket, len(reqs), err)
+			return fmt.Errorf("dynamo: mark published in bucket %d: %d puts unprocessed: %w", bucket, len(reqs), err)
 		}
 	}
 }
@@ -239,7 +241,7 @@ func (s *Store) Peek(ctx context.Context, bucket int, after int64, limit int) (i
 	return pending, oldest, nil
 }
 
-// ReadLease implements outbox.BucketProbe: a consistent GetItem of the
+// ReadLease implements outbox.Store: a consistent GetItem of the
 // bucket's lease item.
 func (s *Store) ReadLease(ctx context.Context, bucket int) (outbox.Lease, error) {
 	if bucket < 0 {

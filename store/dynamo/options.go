@@ -12,6 +12,7 @@ import (
 type settings struct {
 	bucketCount       int
 	fenceTTL          time.Duration
+	tombstoneTTL      time.Duration
 	deleteConcurrency int
 	maxMessageBytes   int
 	idHeader          string
@@ -22,6 +23,7 @@ type settings struct {
 func defaultSettings() settings {
 	return settings{
 		fenceTTL:          DefaultFenceTTL,
+		tombstoneTTL:      DefaultTombstoneTTL,
 		deleteConcurrency: 4,
 		maxMessageBytes:   outbox.DefaultMaxMessageBytes,
 		idHeader:          outbox.DefaultMessageIDHeader,
@@ -35,6 +37,13 @@ const DefaultFenceTTL = 7 * 24 * time.Hour
 
 // MinFenceTTL is the shortest FenceTTL accepted.
 const MinFenceTTL = time.Hour
+
+// DefaultTombstoneTTL is how long the tombstone of a published message is
+// kept: 1 day.
+const DefaultTombstoneTTL = 24 * time.Hour
+
+// MinTombstoneTTL is the shortest TombstoneTTL accepted.
+const MinTombstoneTTL = time.Hour
 
 // DefaultMaxAttempts is the default number of TransactWriteItems calls one
 // Writer.Write makes at most.
@@ -95,8 +104,20 @@ func FenceTTL(d time.Duration) FenceOption {
 	return FenceOption{func(s *settings) { s.fenceTTL = d }}
 }
 
-// DeleteConcurrency is how many BatchWriteItem calls of 25 deletes Store.Delete
-// runs at once. Default 4; 1..32.
+// TombstoneTTL is how long the tombstone that replaces a published message
+// (DeleteMode) is kept before the table's TTL removes it. Default
+// DefaultTombstoneTTL (1 day); at least MinTombstoneTTL. While it exists it
+// marks its sequence number decided for relays whose view of the bucket's
+// head is older; a relay reading the bucket after it expired, from a head
+// that still lags behind it, waits GapTimeout and fences the number (a
+// delay, never a loss). Heads are written every HeadFlushInterval and by
+// the sweeper, so an hour is already plenty.
+func TombstoneTTL(d time.Duration) StoreOption {
+	return storeOption(func(s *settings) { s.tombstoneTTL = d })
+}
+
+// DeleteConcurrency is how many BatchWriteItem calls of 25 tombstones
+// Store.MarkPublished runs at once. Default 4; 1..32.
 func DeleteConcurrency(n int) StoreOption {
 	return storeOption(func(s *settings) { s.deleteConcurrency = n })
 }
@@ -142,6 +163,8 @@ func (s *settings) validate() error {
 		return bad("BucketCount", s.bucketCount, fmt.Sprintf("must be 1..%d (or 0 for the default)", outbox.MaxBucketCount))
 	case s.fenceTTL < MinFenceTTL:
 		return bad("FenceTTL", s.fenceTTL, fmt.Sprintf("must be at least %v, and should be days: a fence must outlive any writer that could still commit at its sequence", MinFenceTTL))
+	case s.tombstoneTTL < MinTombstoneTTL:
+		return bad("TombstoneTTL", s.tombstoneTTL, fmt.Sprintf("must be at least %v", MinTombstoneTTL))
 	case s.deleteConcurrency < 1 || s.deleteConcurrency > 32:
 		return bad("DeleteConcurrency", s.deleteConcurrency, "must be 1..32")
 	case s.maxMessageBytes < outbox.RecordOverhead:

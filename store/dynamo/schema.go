@@ -26,6 +26,7 @@ const (
 	attrPartition = "p"
 	attrCreated   = "c"
 	attrFence     = "f"
+	attrPublished = "pb"
 	attrTTL       = "x"
 
 	// Control table.

@@ -60,29 +60,51 @@ func (s *Store) Config(ctx context.Context) (outbox.Config, error) {
 
 // acquireAttempts bounds how often Acquire starts over when the lease
 // changes between its conditional writes.
-const acquireAttempts = 4
+const acquireAttempts = 8
 
 // errChanged: a conditional lease write failed; the old image says why.
 var errChanged = errors.New("lease changed")
+
+// ContendedError is returned by Acquire when the lease kept changing hands
+// while it tried to take it or leave a wake-up: it left none, so it is not
+// ErrLeaseHeld; the caller's drain failed and is retried later.
+type ContendedError struct {
+	Bucket   int
+	Attempts int
+}
+
+func (e *ContendedError) Error() string {
+	return fmt.Sprintf("dynamo: acquire bucket %d: the lease changed hands %d times while Acquire tried to take it or leave a wake-up; retry later", e.Bucket, e.Attempts)
+}
+
+// OutboxErrorClass implements outbox.Classifier: Retriable.
+func (e *ContendedError) OutboxErrorClass() outbox.ErrorClass { return outbox.Retriable }
 
 // Acquire implements outbox.Store.
 //
 // The common case is one conditional UpdateItem. Because a new owner
 // increments the epoch and a returning owner does not, the write is split by
-// who holds the lease: the takeover write (condition: no owner, or expired and
-// not ours; ADD ep 1) is tried first; if its condition fails, DynamoDB returns
-// the lease as it was (ReturnValuesOnConditionCheckFailure ALL_OLD), and
+// who holds the lease: the takeover write (condition: no owner, or released
+// or expired and not ours; ADD ep 1) is tried first; it returns the lease as
+// it was (ALL_OLD) on success and on failure, which tells whether it took
+// the lease from a holder that never released it. If its condition fails,
 // Acquire either extends its own lease (condition: o = owner) or leaves a
 // wake-up for the live holder (ADD w 1, condition: o and e unchanged). When
 // that second write's condition fails too, the lease changed hands in between
-// and Acquire starts over, at most acquireAttempts times.
+// and Acquire starts over, at most acquireAttempts times; then it returns a
+// *ContendedError, never ErrLeaseHeld without a wake-up.
 func (s *Store) Acquire(ctx context.Context, bucket int, owner string, now time.Time, d time.Duration) (outbox.Lease, error) {
 	if err := checkLeaseArgs(bucket, owner, d); err != nil {
 		return outbox.Lease{}, err
 	}
 	exp := millis(now.Add(d))
-	for range acquireAttempts {
-		l, old, err := s.updateLease(ctx, bucket, &dynamodb.UpdateItemInput{
+	for attempt := range acquireAttempts {
+		if attempt > 0 {
+			if err := sleep(ctx, backoff(attempt-1, 5*time.Millisecond, 100*time.Millisecond)); err != nil {
+				return outbox.Lease{}, wrapLease("acquire", bucket, err)
+			}
+		}
+		in := &dynamodb.UpdateItemInput{
 			ConditionExpression: str("attribute_not_exists(#o) OR (#e <= :now AND #o <> :me)"),
 			UpdateExpression: str("SET #o = :me, #e = :exp, #v = :v, #hd = if_not_exists(#hd, :zero), " +
 				"#cl = if_not_exists(#cl, :zero), #w = if_not_exists(#w, :zero) ADD #ep :one"),
@@ -91,13 +113,26 @@ func (s *Store) Acquire(ctx context.Context, bucket int, owner string, now time.
 				":now": numAttr(millis(now)), ":me": strAttr(owner), ":exp": numAttr(exp),
 				":v": numAttr(outbox.FormatVersion), ":zero": numAttr(0), ":one": numAttr(1),
 			},
-		})
-		if !errors.Is(err, errChanged) {
-			return l, wrapLease("acquire", bucket, err)
+			ReturnValues: types.ReturnValueAllOld,
 		}
-		holder, _ := decodeLease(bucket, old)
+		old, err := s.writeLease(ctx, bucket, in)
+		prev, derr := decodeLease(bucket, old)
+		if err == nil {
+			if derr != nil {
+				return outbox.Lease{}, derr
+			}
+			// The lease as written: the old one with this owner's hold.
+			l := prev
+			l.Owner, l.Expires, l.Epoch = owner, fromMillis(exp), prev.Epoch+1
+			l.TakenOver = prev.Owner != "" && !prev.Expires.IsZero()
+			return l, nil
+		}
+		if !errors.Is(err, errChanged) {
+			return outbox.Lease{}, wrapLease("acquire", bucket, err)
+		}
+		holder := prev
 		if holder.Owner == owner {
-			l, _, err = s.updateLease(ctx, bucket, &dynamodb.UpdateItemInput{
+			l, _, err := s.updateLease(ctx, bucket, &dynamodb.UpdateItemInput{
 				ConditionExpression:       str("#o = :me"),
 				UpdateExpression:          str("SET #e = :exp"),
 				ExpressionAttributeNames:  names(attrOwner, attrExpires),
@@ -108,8 +143,8 @@ func (s *Store) Acquire(ctx context.Context, bucket int, owner string, now time.
 			}
 			continue
 		}
-		if holder.Owner == "" {
-			continue // released between our read and our write
+		if !holder.HeldAt(now) {
+			continue // released or expired between our write and its check
 		}
 		_, _, err = s.updateLease(ctx, bucket, &dynamodb.UpdateItemInput{
 			ConditionExpression:      str("#o = :holder AND #e = :holderExp"),
@@ -127,8 +162,7 @@ func (s *Store) Acquire(ctx context.Context, bucket int, owner string, now time.
 			return outbox.Lease{}, wrapLease("wake holder of", bucket, err)
 		}
 	}
-	return outbox.Lease{}, fmt.Errorf("dynamo: acquire bucket %d: the lease changed hands %d times while Acquire tried to take it or leave a wake-up; someone else is active on it: %w",
-		bucket, acquireAttempts, outbox.ErrLeaseHeld)
+	return outbox.Lease{}, &ContendedError{Bucket: bucket, Attempts: acquireAttempts}
 }
 
 // Renew implements outbox.Store.
@@ -153,7 +187,8 @@ func (s *Store) Renew(ctx context.Context, l outbox.Lease, now time.Time, d time
 // Update implements outbox.Store. The head never moves backwards: the write
 // is also conditional on the stored head being <= u.Head, and a lower u.Head
 // is refused with ErrLeaseLost (as if the lease were lost: the caller's view
-// of the bucket is stale).
+// of the bucket is stale). A retried Update that already applied applies
+// again, unchanged.
 func (s *Store) Update(ctx context.Context, l outbox.Lease, u outbox.LeaseUpdate, now time.Time) (outbox.Lease, error) {
 	if err := checkLeaseArgs(l.Bucket, l.Owner, time.Second); err != nil {
 		return outbox.Lease{}, err
@@ -187,43 +222,127 @@ func (s *Store) Update(ctx context.Context, l outbox.Lease, u outbox.LeaseUpdate
 	return nl, wrapLease("update", l.Bucket, err)
 }
 
-// Release implements outbox.Store. Cleaned never moves backwards: a lower
-// cleaned than the stored one leaves the stored one.
-func (s *Store) Release(ctx context.Context, l outbox.Lease, cleaned int64) (outbox.Lease, error) {
+// endHold is the update that ends a hold: the owner stays (so that it may
+// resume), the expiry becomes 0, head and cleaned move forward, and a gap
+// that head passed is cleared. The condition keeps both marks monotonic.
+func endHold(l outbox.Lease, head, cleaned int64) (cond, update string, attrs map[string]string, values map[string]types.AttributeValue) {
+	cleaned = min(cleaned, head)
+	cond = "#o = :me AND (attribute_not_exists(#hd) OR #hd <= :hd) AND (attribute_not_exists(#cl) OR #cl <= :cl)"
+	update = "SET #e = :zero, #hd = :hd, #cl = :cl"
+	attrs = names(attrOwner, attrExpires, attrHead, attrCleaned)
+	if l.Gap != 0 && l.Gap <= head {
+		update += ", #g = :zero, #gs = :zero"
+		attrs["#g"], attrs["#gs"] = attrGap, attrGapSince
+	}
+	values = map[string]types.AttributeValue{":me": strAttr(l.Owner), ":zero": numAttr(0), ":hd": numAttr(head), ":cl": numAttr(cleaned)}
+	return cond, update, attrs, values
+}
+
+// Release implements outbox.Store: one conditional UpdateItem (condition:
+// still ours, wake count unchanged, marks not moving backwards) that ends
+// the hold and resets the wake count. When the condition fails, the old
+// image tells why: another owner (ErrLeaseLost), already released by us (a
+// retried request that applied: nil), or a wake-up (ErrWoken).
+func (s *Store) Release(ctx context.Context, l outbox.Lease, head, cleaned int64) (outbox.Lease, error) {
 	if err := checkLeaseArgs(l.Bucket, l.Owner, time.Second); err != nil {
 		return outbox.Lease{}, err
 	}
-	keepCleaned := false
-	for range 2 {
-		cond := "#o = :me AND #w = :w AND (attribute_not_exists(#cl) OR #cl <= :cl)"
-		update := "REMOVE #o SET #e = :zero, #cl = :cl"
-		values := map[string]types.AttributeValue{":me": strAttr(l.Owner), ":w": numAttr(l.Wake), ":zero": numAttr(0), ":cl": numAttr(cleaned)}
-		attrNames := names(attrOwner, attrWake, attrExpires, attrCleaned)
-		if keepCleaned {
-			cond, update = "#o = :me AND #w = :w", "REMOVE #o SET #e = :zero"
-			delete(values, ":cl")
-			delete(attrNames, "#cl")
-		}
-		nl, old, err := s.updateLease(ctx, l.Bucket, &dynamodb.UpdateItemInput{
-			ConditionExpression:       str(cond),
-			UpdateExpression:          str(update),
-			ExpressionAttributeNames:  attrNames,
-			ExpressionAttributeValues: values,
-		})
-		if !errors.Is(err, errChanged) {
-			return nl, wrapLease("release", l.Bucket, err)
-		}
-		cur, _ := decodeLease(l.Bucket, old)
-		switch {
-		case cur.Owner != l.Owner:
-			return outbox.Lease{}, fmt.Errorf("dynamo: release bucket %d for %s: now held by %q: %w", l.Bucket, l.Owner, cur.Owner, outbox.ErrLeaseLost)
-		case cur.Wake != l.Wake:
-			return cur, fmt.Errorf("dynamo: release bucket %d: wake %d, last seen %d: %w", l.Bucket, cur.Wake, l.Wake, outbox.ErrWoken)
-		}
-		// Ours and not woken: the stored cleaned is ahead of ours; keep it.
-		keepCleaned = true
+	cond, update, attrs, values := endHold(l, head, cleaned)
+	values[":w"] = numAttr(l.Wake)
+	attrs["#w"] = attrWake
+	nl, old, err := s.updateLease(ctx, l.Bucket, &dynamodb.UpdateItemInput{
+		ConditionExpression:       str(cond + " AND #w = :w"),
+		UpdateExpression:          str(update + ", #w = :zero"),
+		ExpressionAttributeNames:  attrs,
+		ExpressionAttributeValues: values,
+	})
+	if !errors.Is(err, errChanged) {
+		return nl, wrapLease("release", l.Bucket, err)
 	}
-	return outbox.Lease{}, fmt.Errorf("dynamo: release bucket %d: the lease kept changing", l.Bucket)
+	cur, _ := decodeLease(l.Bucket, old)
+	switch {
+	case cur.Owner != l.Owner:
+		return outbox.Lease{}, fmt.Errorf("dynamo: release bucket %d for %s: now held by %q: %w", l.Bucket, l.Owner, cur.Owner, outbox.ErrLeaseLost)
+	case cur.Expires.IsZero():
+		return cur, nil // a retry of a release that applied
+	case cur.Wake != l.Wake:
+		return cur, fmt.Errorf("dynamo: release bucket %d: wake %d, last seen %d: %w", l.Bucket, cur.Wake, l.Wake, outbox.ErrWoken)
+	}
+	return outbox.Lease{}, fmt.Errorf("dynamo: release bucket %d: head %d or cleaned %d would move backwards (stored %d, %d): %w",
+		l.Bucket, head, cleaned, cur.Head, cur.Cleaned, outbox.ErrLeaseLost)
+}
+
+// Abandon implements outbox.Store: like Release without the wake-count
+// condition and without resetting it.
+func (s *Store) Abandon(ctx context.Context, l outbox.Lease, head, cleaned int64) error {
+	if err := checkLeaseArgs(l.Bucket, l.Owner, time.Second); err != nil {
+		return err
+	}
+	cond, update, attrs, values := endHold(l, head, cleaned)
+	_, old, err := s.updateLease(ctx, l.Bucket, &dynamodb.UpdateItemInput{
+		ConditionExpression:       str(cond),
+		UpdateExpression:          str(update),
+		ExpressionAttributeNames:  attrs,
+		ExpressionAttributeValues: values,
+	})
+	if !errors.Is(err, errChanged) {
+		return wrapLease("abandon", l.Bucket, err)
+	}
+	if cur, _ := decodeLease(l.Bucket, old); cur.Owner != l.Owner || cur.Expires.IsZero() {
+		return nil // not ours any more, or already given up
+	}
+	// Ours, but a mark would move backwards: give the hold up, marks as they are.
+	_, _, err = s.updateLease(ctx, l.Bucket, &dynamodb.UpdateItemInput{
+		ConditionExpression:       str("#o = :me"),
+		UpdateExpression:          str("SET #e = :zero"),
+		ExpressionAttributeNames:  names(attrOwner, attrExpires),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":me": strAttr(l.Owner), ":zero": numAttr(0)},
+	})
+	if errors.Is(err, errChanged) {
+		return nil
+	}
+	return wrapLease("abandon", l.Bucket, err)
+}
+
+// Advance implements outbox.Store: one UpdateItem conditional on nobody
+// holding the lease at now and on its head and gap being still l's.
+func (s *Store) Advance(ctx context.Context, l outbox.Lease, head, cleaned int64, now time.Time) (outbox.Lease, error) {
+	if l.Bucket < 0 || head < l.Head || head < 0 {
+		return outbox.Lease{}, fmt.Errorf("dynamo: advance bucket %d from %d to %d: bad arguments", l.Bucket, l.Head, head)
+	}
+	cond := "(attribute_not_exists(#o) OR #e <= :now)"
+	values := map[string]types.AttributeValue{":now": numAttr(millis(now)), ":hd": numAttr(head), ":cl": numAttr(min(cleaned, head)),
+		":oldhd": numAttr(l.Head), ":oldg": numAttr(l.Gap), ":v": numAttr(outbox.FormatVersion)}
+	if l.Head == 0 {
+		cond += " AND (attribute_not_exists(#hd) OR #hd = :oldhd)"
+	} else {
+		cond += " AND #hd = :oldhd"
+	}
+	if l.Gap == 0 {
+		cond += " AND (attribute_not_exists(#g) OR #g = :oldg)"
+	} else {
+		cond += " AND #g = :oldg"
+	}
+	update := "SET #hd = :hd, #cl = :cl, #v = :v"
+	attrs := names(attrOwner, attrExpires, attrHead, attrCleaned, attrGap, attrVersion)
+	if l.Gap != 0 && l.Gap <= head {
+		update += ", #g = :zero, #gs = :zero"
+		values[":zero"] = numAttr(0)
+		attrs["#gs"] = attrGapSince
+	}
+	nl, old, err := s.updateLease(ctx, l.Bucket, &dynamodb.UpdateItemInput{
+		ConditionExpression:       str(cond),
+		UpdateExpression:          str(update),
+		ExpressionAttributeNames:  attrs,
+		ExpressionAttributeValues: values,
+	})
+	if !errors.Is(err, errChanged) {
+		return nl, wrapLease("advance", l.Bucket, err)
+	}
+	if cur, _ := decodeLease(l.Bucket, old); cur.HeldAt(now) {
+		return outbox.Lease{}, fmt.Errorf("dynamo: advance bucket %d: held by %s: %w", l.Bucket, cur.Owner, outbox.ErrLeaseHeld)
+	}
+	return outbox.Lease{}, fmt.Errorf("dynamo: advance bucket %d: the lease changed since it was read: %w", l.Bucket, outbox.ErrLeaseLost)
 }
 
 // updateLease runs one conditional UpdateItem on bucket's lease and returns
@@ -231,28 +350,39 @@ func (s *Store) Release(ctx context.Context, l outbox.Lease, cleaned int64) (out
 // as it was (from ReturnValuesOnConditionCheckFailure, or a consistent read
 // if the engine returned none).
 func (s *Store) updateLease(ctx context.Context, bucket int, in *dynamodb.UpdateItemInput) (outbox.Lease, map[string]types.AttributeValue, error) {
+	in.ReturnValues = types.ReturnValueAllNew
+	item, err := s.writeLease(ctx, bucket, in)
+	if err != nil {
+		return outbox.Lease{}, item, err
+	}
+	l, err := decodeLease(bucket, item)
+	return l, nil, err
+}
+
+// writeLease runs one conditional UpdateItem on bucket's lease and returns
+// the attributes in.ReturnValues asks for; when the condition fails,
+// errChanged and the item as it was.
+func (s *Store) writeLease(ctx context.Context, bucket int, in *dynamodb.UpdateItemInput) (map[string]types.AttributeValue, error) {
 	in.TableName = str(s.tables.Control)
 	in.Key = leaseKey(bucket)
-	in.ReturnValues = types.ReturnValueAllNew
 	in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
 	out, err := s.client.UpdateItem(ctx, in)
 	if err != nil {
 		var ccf *types.ConditionalCheckFailedException
 		if !errors.As(err, &ccf) {
-			return outbox.Lease{}, nil, err
+			return nil, err
 		}
 		old := ccf.Item
 		if old == nil {
 			g, gerr := s.client.GetItem(ctx, &dynamodb.GetItemInput{TableName: in.TableName, Key: in.Key, ConsistentRead: new(true)})
 			if gerr != nil {
-				return outbox.Lease{}, nil, gerr
+				return nil, gerr
 			}
 			old = g.Item
 		}
-		return outbox.Lease{}, old, errChanged
+		return old, errChanged
 	}
-	l, err := decodeLease(bucket, out.Attributes)
-	return l, nil, err
+	return out.Attributes, nil
 }
 
 // decodeLease decodes a lease item; missing attributes are zero.

@@ -119,7 +119,7 @@ func TestAcquireAfterTheHolderReleasedInBetween(t *testing.T) {
 		// The holder releases after the contender's takeover failed and
 		// before its wake-up lands.
 		if isWake(in) && !released.Swap(true) {
-			if _, err := e.store.Release(ctx, a, 0); err != nil {
+			if _, err := e.store.Release(ctx, a, 0, 0); err != nil {
 				t.Errorf("release: %v", err)
 			}
 		}
@@ -133,7 +133,10 @@ func TestAcquireAfterTheHolderReleasedInBetween(t *testing.T) {
 	}
 }
 
-func TestAcquireGivesUpWhenTheLeaseKeepsChanging(t *testing.T) {
+// Issue 8 item 1: Acquire returns ErrLeaseHeld only when it left a wake-up.
+// When the lease keeps changing hands under it, it gives up with an error
+// that makes the caller retry instead.
+func TestAcquireThatLeftNoWakeUpIsNotErrLeaseHeld(t *testing.T) {
 	e := newEnv(t, 2)
 	ctx := ctxT(t)
 	a, err := e.store.Acquire(ctx, 0, "a", t0, leaseFor)
@@ -151,11 +154,18 @@ func TestAcquireGivesUpWhenTheLeaseKeepsChanging(t *testing.T) {
 		}
 	}})
 	_, err = s.Acquire(ctx, 0, "b", t0.Add(time.Second), leaseFor)
-	if !errors.Is(err, outbox.ErrLeaseHeld) || !strings.Contains(err.Error(), "changed hands") {
-		t.Fatalf("err = %v, want ErrLeaseHeld saying the lease changed hands", err)
+	var ce *ContendedError
+	if errors.Is(err, outbox.ErrLeaseHeld) || !errors.As(err, &ce) || !strings.Contains(err.Error(), "changed hands") {
+		t.Fatalf("err = %v, want a *ContendedError (not ErrLeaseHeld: no wake-up was left)", err)
+	}
+	if outbox.Classify(err) != outbox.Retriable {
+		t.Errorf("class %v, want retriable", outbox.Classify(err))
 	}
 	if renewals.Load() != acquireAttempts {
 		t.Errorf("%d wake-up attempts, want %d", renewals.Load(), acquireAttempts)
+	}
+	if l, _ := e.store.ReadLease(ctx, 0); l.Wake != 0 {
+		t.Errorf("wake = %d: a wake-up landed after all", l.Wake)
 	}
 }
 
@@ -225,7 +235,7 @@ func TestUpdateHeadNeverMovesBackwards(t *testing.T) {
 	}
 }
 
-func TestReleaseKeepsTheHigherCleaned(t *testing.T) {
+func TestReleaseNeverMovesMarksBackwards(t *testing.T) {
 	e := newEnv(t, 2)
 	ctx := ctxT(t)
 	a, err := e.store.Acquire(ctx, 1, "a", t0, leaseFor)
@@ -235,15 +245,61 @@ func TestReleaseKeepsTheHigherCleaned(t *testing.T) {
 	if a, err = e.store.Update(ctx, a, outbox.LeaseUpdate{Head: 12, Cleaned: 10}, t0); err != nil {
 		t.Fatal(err)
 	}
-	l, err := e.store.Release(ctx, a, 5)
+	if _, err := e.store.Release(ctx, a, 12, 5); !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Fatalf("release with a lower cleaned: %v, want ErrLeaseLost", err)
+	}
+	if l, _ := e.store.ReadLease(ctx, 1); l.Owner != "a" || l.Cleaned != 10 || l.Head != 12 || !l.HeldAt(t0) {
+		t.Fatalf("a refused release changed the lease: %+v", l)
+	}
+	l, err := e.store.Release(ctx, a, 12, 11)
 	if err != nil {
 		t.Fatalf("release: %v", err)
 	}
-	if l.Owner != "" || !l.Expires.IsZero() || l.Cleaned != 10 || l.Head != 12 {
+	if l.Owner != "a" || !l.Expires.IsZero() || l.Cleaned != 11 || l.Head != 12 {
 		t.Fatalf("released lease = %+v", l)
 	}
-	if _, err := e.store.Release(ctx, a, 12); !errors.Is(err, outbox.ErrLeaseLost) {
-		t.Fatalf("second release: %v, want ErrLeaseLost", err)
+}
+
+// appliedTwice applies every UpdateItem of a release twice, as the SDK's
+// retryer does when the first response is lost, and returns the second
+// answer.
+type appliedTwice struct{ StoreAPI }
+
+func (c appliedTwice) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if !strings.Contains(aws.ToString(in.UpdateExpression), "#e = :zero") {
+		return c.StoreAPI.UpdateItem(ctx, in, o...)
+	}
+	if _, err := c.StoreAPI.UpdateItem(ctx, in, o...); err != nil {
+		return nil, err
+	}
+	return c.StoreAPI.UpdateItem(ctx, in, o...)
+}
+
+// Issue 8 item 7: an SDK retry of a release that already applied must not
+// report the lease lost (the drained bucket would be reported failed).
+func TestRetriedReleaseThatAppliedSucceeds(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := ctxT(t)
+	s := &Store{client: appliedTwice{e.d.Client}, tables: e.tables, cfg: e.store.cfg}
+	for _, woken := range []bool{false, true} {
+		a, err := s.Acquire(ctx, 0, "a", t0, leaseFor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if woken {
+			if _, err := s.Acquire(ctx, 0, "b", t0, leaseFor); !errors.Is(err, outbox.ErrLeaseHeld) {
+				t.Fatal(err)
+			}
+			if a, err = s.Release(ctx, a, 0, 0); !errors.Is(err, outbox.ErrWoken) {
+				t.Fatalf("release after a wake-up: %v", err)
+			}
+		}
+		if _, err := s.Release(ctx, a, 3, 3); err != nil {
+			t.Fatalf("woken=%v: retried release: %v, want nil", woken, err)
+		}
+		if err := s.Abandon(ctx, a, 3, 3); err != nil {
+			t.Fatalf("abandon after release: %v", err)
+		}
 	}
 }
 
@@ -320,7 +376,7 @@ func TestPendingReturnsUndecodableItemsAsEntries(t *testing.T) {
 	}
 }
 
-func TestDeleteRetriesUnprocessedItems(t *testing.T) {
+func TestMarkPublishedRetriesUnprocessedItems(t *testing.T) {
 	e := newEnv(t, 1)
 	ctx := ctxT(t)
 	var seqs []int64
@@ -333,7 +389,7 @@ func TestDeleteRetriesUnprocessedItems(t *testing.T) {
 		calls.Add(1)
 		reqs := in.RequestItems[e.tables.Messages]
 		if len(reqs) > 25 {
-			t.Errorf("a batch of %d deletes", len(reqs))
+			t.Errorf("a batch of %d puts", len(reqs))
 		}
 		// Like a throttled table: the second half stays unprocessed.
 		half := (len(reqs) + 1) / 2
@@ -345,7 +401,7 @@ func TestDeleteRetriesUnprocessedItems(t *testing.T) {
 		deferred.Add(int64(len(reqs) - half))
 		return &dynamodb.BatchWriteItemOutput{UnprocessedItems: map[string][]types.WriteRequest{e.tables.Messages: reqs[half:]}}, nil
 	}}, DeleteConcurrency(2))
-	if err := s.Delete(ctx, 0, seqs); err != nil {
+	if err := s.MarkPublished(ctx, 0, seqs, t0); err != nil {
 		t.Fatal(err)
 	}
 	if n := e.count(t, 0); n != 0 {
@@ -356,14 +412,14 @@ func TestDeleteRetriesUnprocessedItems(t *testing.T) {
 	}
 }
 
-func TestDeleteStopsWithTheContext(t *testing.T) {
+func TestMarkPublishedStopsWithTheContext(t *testing.T) {
 	e := newEnv(t, 1)
 	s := e.hooked(t, &hookClient{batchWrite: func(ctx context.Context, in *dynamodb.BatchWriteItemInput) (*dynamodb.BatchWriteItemOutput, error) {
 		return &dynamodb.BatchWriteItemOutput{UnprocessedItems: in.RequestItems}, nil // never progresses
 	}})
 	ctx, cancel := context.WithTimeout(ctxT(t), 200*time.Millisecond)
 	defer cancel()
-	err := s.Delete(ctx, 0, []int64{1, 2, 3})
+	err := s.MarkPublished(ctx, 0, []int64{1, 2, 3}, t0)
 	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, outbox.ErrThrottled) {
 		t.Fatalf("err = %v, want the context's deadline (or ErrThrottled)", err)
 	}

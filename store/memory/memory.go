@@ -93,7 +93,7 @@ func (s *Store) PutUndecodable(bucket int, seq int64, err error) {
 	s.buckets[bucket][seq] = outbox.Entry{Sequence: seq, Err: err, Message: outbox.Message{Bucket: bucket, Sequence: seq}}
 }
 
-// Count returns how many messages (not fences) are stored in bucket.
+// Count returns how many messages (not tombstones) are stored in bucket.
 func (s *Store) Count(bucket int) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -148,12 +148,15 @@ func (s *Store) Acquire(ctx context.Context, bucket int, owner string, now time.
 		l.Wake++
 		return outbox.Lease{}, outbox.ErrLeaseHeld
 	}
+	takenOver := l.Owner != "" && l.Owner != owner && !l.Expires.IsZero()
 	if l.Owner != owner {
 		l.Epoch++
 	}
 	l.Owner = owner
 	l.Expires = now.Add(d)
-	return *l, nil
+	out := *l
+	out.TakenOver = takenOver
+	return out, nil
 }
 
 func (s *Store) owned(l outbox.Lease, now time.Time) (*outbox.Lease, error) {
@@ -193,7 +196,7 @@ func (s *Store) Update(ctx context.Context, l outbox.Lease, u outbox.LeaseUpdate
 	if u.Head < cur.Head {
 		return outbox.Lease{}, outbox.ErrLeaseLost
 	}
-	cur.Head, cur.Cleaned, cur.Gap, cur.GapSince = u.Head, u.Cleaned, u.Gap, u.GapSince
+	cur.Head, cur.Cleaned, cur.Gap, cur.GapSince = u.Head, max(cur.Cleaned, u.Cleaned), u.Gap, u.GapSince
 	if !u.Expires.IsZero() {
 		cur.Expires = u.Expires
 	}
@@ -201,22 +204,72 @@ func (s *Store) Update(ctx context.Context, l outbox.Lease, u outbox.LeaseUpdate
 }
 
 // Release implements outbox.Store.
-func (s *Store) Release(ctx context.Context, l outbox.Lease, cleaned int64) (outbox.Lease, error) {
+func (s *Store) Release(ctx context.Context, l outbox.Lease, head, cleaned int64) (outbox.Lease, error) {
 	if err := s.hook("Release", l.Bucket); err != nil {
 		return outbox.Lease{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur := s.lease(l.Bucket)
-	if cur.Owner != l.Owner || l.Owner == "" {
+	switch {
+	case cur.Owner != l.Owner || l.Owner == "":
+		return outbox.Lease{}, outbox.ErrLeaseLost
+	case cur.Expires.IsZero():
+		return *cur, ctx.Err() // released already
+	case cur.Wake != l.Wake:
+		return *cur, outbox.ErrWoken
+	case head < cur.Head || min(cleaned, head) < cur.Cleaned:
+		return outbox.Lease{}, fmt.Errorf("memory: release bucket %d: marks would move backwards: %w", l.Bucket, outbox.ErrLeaseLost)
+	}
+	s.giveUp(cur, head, cleaned)
+	cur.Wake = 0
+	return *cur, ctx.Err()
+}
+
+// Abandon implements outbox.Store.
+func (s *Store) Abandon(ctx context.Context, l outbox.Lease, head, cleaned int64) error {
+	if err := s.hook("Abandon", l.Bucket); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur := s.lease(l.Bucket); cur.Owner == l.Owner && l.Owner != "" {
+		s.giveUp(cur, head, cleaned)
+	}
+	return ctx.Err()
+}
+
+// giveUp ends a hold: owner kept, expiry cleared, marks moved forward.
+func (s *Store) giveUp(cur *outbox.Lease, head, cleaned int64) {
+	cur.Expires = time.Time{}
+	if head > cur.Head {
+		cur.Head = head
+		if cur.Gap != 0 && cur.Gap <= head {
+			cur.Gap, cur.GapSince = 0, time.Time{}
+		}
+	}
+	cur.Cleaned = max(cur.Cleaned, min(cleaned, cur.Head))
+}
+
+// Advance implements outbox.Store.
+func (s *Store) Advance(ctx context.Context, l outbox.Lease, head, cleaned int64, now time.Time) (outbox.Lease, error) {
+	if err := s.hook("Advance", l.Bucket); err != nil {
+		return outbox.Lease{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.lease(l.Bucket)
+	switch {
+	case cur.HeldAt(now):
+		return outbox.Lease{}, outbox.ErrLeaseHeld
+	case cur.Head != l.Head || cur.Gap != l.Gap || head < cur.Head:
 		return outbox.Lease{}, outbox.ErrLeaseLost
 	}
-	if cur.Wake != l.Wake {
-		return *cur, outbox.ErrWoken
+	cur.Head = head
+	cur.Cleaned = max(cur.Cleaned, min(cleaned, head))
+	if cur.Gap != 0 && cur.Gap <= head {
+		cur.Gap, cur.GapSince = 0, time.Time{}
 	}
-	cur.Owner = ""
-	cur.Expires = time.Time{}
-	cur.Cleaned = max(cur.Cleaned, cleaned)
 	return *cur, ctx.Err()
 }
 
@@ -248,16 +301,17 @@ func (s *Store) Pending(ctx context.Context, bucket int, after int64, limit int)
 	return out, end, nil
 }
 
-// Delete implements outbox.Store.
-func (s *Store) Delete(ctx context.Context, bucket int, seqs []int64) error {
-	if err := s.hook("Delete", bucket); err != nil {
+// MarkPublished implements outbox.Store.
+func (s *Store) MarkPublished(ctx context.Context, bucket int, seqs []int64, now time.Time) error {
+	if err := s.hook("MarkPublished", bucket); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, seq := range seqs {
 		if e, ok := s.buckets[bucket][seq]; ok && !e.Fence {
-			delete(s.buckets[bucket], seq)
+			s.buckets[bucket][seq] = outbox.Entry{Sequence: seq, Fence: true, Published: true,
+				Message: outbox.Message{Bucket: bucket, Sequence: seq, CreatedAt: now}}
 		}
 	}
 	return ctx.Err()

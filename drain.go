@@ -1,0 +1,651 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/dynakafka/outbox/internal/seam"
+)
+
+// drain is one drain of one bucket: it holds the bucket's lease, or has
+// resumed a lease this relay released (docs/design.md, "resuming").
+//
+// A drain repeats the phases of docs/design.md §5 until the bucket is empty
+// or its target is decided: read, classify (leftovers, run, gap, bad entry),
+// publish, mark (tombstones, DeleteMode) and advance head.
+type drain struct {
+	r   *Relay
+	b   int
+	st  *DrainStats
+	loc *local
+
+	mu    sync.Mutex // guards lease while the watchdog renews it
+	lease Lease      // as last read or written
+	// held: this drain holds the lease (acquired it). Otherwise it resumed
+	// a lease this relay had released, and writes it only lazily.
+	held bool
+	// head: the decided prefix as this drain knows it (the stored head may
+	// lag). cleaned: every item at or below it is known decided and marked;
+	// reads start above it.
+	head, cleaned int64
+	// wakeBase: release only if the lease's wake count is still this: the
+	// count before the last read that reached the end of the bucket with
+	// everything it read decided (0 until then).
+	wakeBase int64
+	// target: stop once head reaches it (0: drain until empty).
+	target int64
+	// isolate: the next publish is the head record alone, to tell whether
+	// a record-level rejection is really its own.
+	isolate bool
+	// Consecutive publish failures, and the sequence and time of the first.
+	failures     int
+	failedSeq    int64
+	firstFailure time.Time
+}
+
+func (d *drain) getLease() Lease {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lease
+}
+
+func (d *drain) setLease(l Lease) {
+	d.mu.Lock()
+	d.lease = l
+	d.mu.Unlock()
+}
+
+// acquire takes the lease with a write. On ErrLeaseHeld a wake-up was left.
+func (d *drain) acquire(ctx context.Context) error {
+	cfg := &d.r.cfg
+	l, err := d.r.store.Acquire(ctx, d.b, cfg.relayID, cfg.clock.Now(), cfg.leaseDuration)
+	if err != nil {
+		if errors.Is(err, ErrLeaseHeld) {
+			return err
+		}
+		return fmt.Errorf("outbox: acquire bucket %d: %w", d.b, err)
+	}
+	d.setLease(l)
+	d.held = true
+	d.st.Acquired = true
+	d.st.TakenOver = d.st.TakenOver || l.TakenOver
+	d.head, d.cleaned = max(d.head, l.Head), max(d.cleaned, l.Cleaned)
+	if l.Wake > 0 {
+		// Wake-ups a failed or crashed holder never honoured: their
+		// messages may be anywhere in the bucket.
+		d.target = 0
+	}
+	return d.inject(ctx, seam.AfterAcquire)
+}
+
+// hold makes sure this drain holds the lease before an action that needs
+// it (recording a gap, fencing, parking). It reports whether it had to
+// acquire: the batch read before is then stale and must be read again.
+func (d *drain) hold(ctx context.Context) (bool, error) {
+	if d.held {
+		return false, nil
+	}
+	return true, d.acquire(ctx)
+}
+
+// run drains until the bucket is empty or the target is decided. It returns
+// nil then; any error leaves the bucket to the next drain.
+func (d *drain) run(ctx context.Context) error {
+	cfg := &d.r.cfg
+	for {
+		if d.r.pastDeadline(ctx) {
+			return ErrDeadline
+		}
+		if d.target > 0 && d.head >= d.target {
+			return nil // everything hinted is decided; later commits bring their own hints
+		}
+		if err := d.renewIfDue(ctx); err != nil {
+			return err
+		}
+		bt, err := d.read(ctx)
+		if err != nil {
+			return err
+		}
+		classify(bt, d.head, cfg.batchSize, cfg.maxMessageBytes, cfg.idHeader, d.isolate)
+
+		if len(bt.run) == 0 {
+			done, err := d.nothingToPublish(ctx, bt)
+			if done || err != nil {
+				return err
+			}
+			continue
+		}
+
+		start := cfg.clock.Now()
+		acked, perr := 0, error(nil)
+		if len(bt.msgs) > 0 {
+			acked, perr = d.publish(ctx, bt.msgs, d.isolate)
+		}
+		var crashed *seam.CrashError
+		if errors.Is(perr, ErrLeaseLost) || errors.As(perr, &crashed) {
+			// Another owner may take over at any moment: write nothing.
+			return perr
+		}
+		if acked > 0 {
+			if err := d.inject(ctx, seam.AfterProduce); err != nil {
+				return err
+			}
+		}
+		if err := d.advance(ctx, bt, acked, perr, cfg.clock.Now().Sub(start)); err != nil {
+			return err
+		}
+		if perr == nil {
+			d.failures, d.isolate = 0, false
+			if bt.complete(d.head) {
+				d.reachedEnd(bt)
+				return nil
+			}
+			continue
+		}
+		if err := d.publishFailed(ctx, bt, acked, perr, start); err != nil {
+			return err
+		}
+	}
+}
+
+// batch is what one read of the bucket found, classified.
+type batch struct {
+	entries []Entry
+	// end: the read reached the end of the bucket.
+	end bool
+	// seenThrough: every sequence number up to it was covered by the read.
+	seenThrough int64
+	// wakeBefore: the lease's wake count (as this drain knew it) before the
+	// read.
+	wakeBefore int64
+
+	leftovers []int64   // messages at or below head: published, not marked
+	run       []Entry   // the contiguous run from head+1: messages and tombstones
+	msgs      []Message // the run's messages, to publish
+	gapAt     int64     // head+1 missing while gapNext is present
+	gapNext   int64
+	bad       *Entry // at head+1: undecodable, or above MaxMessageBytes
+}
+
+// complete reports whether the read reached the end of the bucket and
+// everything it read is decided.
+func (bt *batch) complete(head int64) bool {
+	return bt.end && (len(bt.entries) == 0 || head >= bt.entries[len(bt.entries)-1].Sequence)
+}
+
+// read reads up to a batch of entries above the cleaned mark, consistently.
+func (d *drain) read(ctx context.Context) (*batch, error) {
+	cfg := &d.r.cfg
+	// Entries in (cleaned, head] are tombstones or leftovers; read enough
+	// to also get a batch beyond head.
+	limit := cfg.batchSize + int(min(d.head-d.cleaned, int64(cfg.batchSize)))
+	bt := &batch{wakeBefore: d.getLease().Wake}
+	entries, end, err := d.r.store.Pending(ctx, d.b, d.cleaned, limit)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: read bucket %d after %d: %w", d.b, d.cleaned, err)
+	}
+	bt.entries, bt.end = entries, end || len(entries) == 0
+	bt.seenThrough = int64(1<<63 - 1)
+	if !bt.end {
+		bt.seenThrough = entries[len(entries)-1].Sequence
+	}
+	return bt, nil
+}
+
+// classify sorts what a read found, given the decided head: leftovers at or
+// below head, the contiguous run from head+1 (at most batchSize messages,
+// one when isolating), a gap, or a bad entry at head+1.
+func classify(bt *batch, head int64, batchSize, maxMessageBytes int, idHeader string, isolate bool) {
+	expect := head + 1
+	for i := range bt.entries {
+		e := &bt.entries[i]
+		if e.Sequence <= head {
+			if e.Err == nil && !e.Fence {
+				bt.leftovers = append(bt.leftovers, e.Sequence)
+			}
+			continue
+		}
+		if e.Sequence != expect {
+			if len(bt.run) == 0 {
+				bt.gapAt, bt.gapNext = expect, e.Sequence
+			}
+			return
+		}
+		if len(bt.msgs) == batchSize || isolate && len(bt.msgs) == 1 {
+			return
+		}
+		if e.Err != nil || (!e.Fence && RecordSize(e.Message, idHeader) > maxMessageBytes) {
+			bt.bad = e
+			return
+		}
+		bt.run = append(bt.run, *e)
+		if !e.Fence {
+			bt.msgs = append(bt.msgs, e.Message)
+		}
+		expect++
+	}
+}
+
+// nothingToPublish handles a read whose run is empty. It reports whether
+// the drain is done.
+func (d *drain) nothingToPublish(ctx context.Context, bt *batch) (bool, error) {
+	cfg := &d.r.cfg
+	switch {
+	case len(bt.leftovers) > 0:
+		if err := d.mark(ctx, bt.leftovers); err != nil {
+			return false, err
+		}
+		d.st.Leftovers += len(bt.leftovers)
+		d.cleaned = max(d.cleaned, min(d.head, bt.seenThrough))
+		return false, nil
+	case bt.bad != nil:
+		// Never publish, skip or delete what cannot be published: park it
+		// (default) or stop the bucket.
+		if stale, err := d.hold(ctx); stale || err != nil {
+			return false, err
+		}
+		e := *bt.bad
+		reason := fmt.Errorf("record of %d bytes exceeds MaxMessageBytes=%d", RecordSize(e.Message, cfg.idHeader), cfg.maxMessageBytes)
+		if e.Err != nil {
+			if Classify(e.Err) == Fatal {
+				cfg.logger.ErrorContext(ctx, "outbox: item cannot be read by this relay; the bucket stops", "bucket", d.b, "sequence", e.Sequence, "err", e.Err)
+				return false, &PublishError{Bucket: d.b, Sequence: e.Sequence, Err: e.Err}
+			}
+			reason = fmt.Errorf("item cannot be decoded: %w", e.Err)
+		}
+		now := cfg.clock.Now()
+		return false, d.recordError(ctx, e, WithClass(reason, RecordPermanent), now, now, 0)
+	case bt.gapAt != 0:
+		if stale, err := d.hold(ctx); stale || err != nil {
+			return false, err
+		}
+		return false, d.gap(ctx, bt.gapAt, bt.gapNext)
+	case bt.end:
+		d.reachedEnd(bt)
+		return true, nil
+	default:
+		// Everything read was at or below head and already marked; read on
+		// from the last sequence seen.
+		d.cleaned = max(d.cleaned, min(d.head, bt.seenThrough))
+		return false, nil
+	}
+}
+
+// reachedEnd records that a read reached the end of the bucket and
+// everything it saw is decided: every wake-up counted before that read is
+// honoured.
+func (d *drain) reachedEnd(bt *batch) { d.wakeBase = bt.wakeBefore }
+
+// advance handles the decided prefix of a published run: it moves head past
+// the acknowledged messages and the run's tombstones and marks the
+// acknowledged messages and the leftovers (DeleteMode). A held drain writes
+// head first, so that a crash in between leaves leftovers (marked later
+// without publishing them again); a resumed drain keeps head in memory (it is
+// written by finish or a later drain) and relies on the tombstones.
+func (d *drain) advance(ctx context.Context, bt *batch, acked int, perr error, took time.Duration) error {
+	cfg := &d.r.cfg
+	newHead, fenced, n := d.head, 0, 0
+	for _, e := range bt.run {
+		if !e.Fence {
+			if n == acked {
+				break
+			}
+			n++
+		} else if !e.Published {
+			fenced++
+		}
+		newHead = e.Sequence
+	}
+	stats := BatchStats{Bucket: d.b, Messages: len(bt.msgs), Acked: acked, Fenced: fenced, PublishDuration: took, Err: perr}
+	if perr != nil {
+		stats.Class = Classify(perr)
+	}
+	if newHead > d.head {
+		d.head = newHead
+		if d.held {
+			if err := d.writeHead(ctx); err != nil {
+				stats.Err = err
+				cfg.metrics.Batch(stats)
+				return err
+			}
+			if err := d.inject(ctx, seam.AfterHeadUpdate); err != nil {
+				return err
+			}
+		}
+	}
+	toMark := bt.leftovers
+	for _, m := range bt.msgs[:acked] {
+		toMark = append(toMark, m.Sequence)
+	}
+	if len(toMark) > 0 {
+		if err := d.mark(ctx, toMark); err != nil {
+			stats.Err = err
+			cfg.metrics.Batch(stats)
+			return err
+		}
+	}
+	d.cleaned = max(d.cleaned, min(d.head, bt.seenThrough))
+	if d.r.mode == DeleteMode {
+		stats.Deleted = len(toMark)
+	}
+	cfg.metrics.Batch(stats)
+	d.st.Batches++
+	d.st.Published += acked
+	d.st.Leftovers += len(bt.leftovers)
+	return nil
+}
+
+// writeHead writes the drain's head and cleaned marks to the lease it holds,
+// keeping a recorded gap that head has not passed.
+func (d *drain) writeHead(ctx context.Context) error {
+	cfg := &d.r.cfg
+	l := d.getLease()
+	u := LeaseUpdate{Head: d.head, Cleaned: min(d.cleaned, d.head)}
+	if l.Gap != 0 && l.Gap > d.head {
+		u.Gap, u.GapSince = l.Gap, l.GapSince
+	}
+	nl, err := d.r.store.Update(ctx, l, u, cfg.clock.Now())
+	if err != nil {
+		return fmt.Errorf("outbox: advance head of bucket %d to %d: %w", d.b, d.head, err)
+	}
+	d.setLease(nl)
+	return nil
+}
+
+// mark replaces acknowledged messages (and leftovers) by tombstones
+// (DeleteMode; WatermarkMode keeps them). With a fault injector the write is
+// split in two so that a crash can fall between.
+func (d *drain) mark(ctx context.Context, seqs []int64) error {
+	if d.r.mode == WatermarkMode {
+		return nil
+	}
+	now := d.r.cfg.clock.Now()
+	first := seqs
+	if d.r.cfg.hooks.Faults != nil && len(seqs) > 1 {
+		first = seqs[:len(seqs)/2]
+	}
+	if err := d.r.store.MarkPublished(ctx, d.b, first, now); err != nil {
+		return fmt.Errorf("outbox: mark %d messages of bucket %d published: %w", len(first), d.b, err)
+	}
+	if len(first) < len(seqs) {
+		if err := d.inject(ctx, seam.MidDelete); err != nil {
+			return err
+		}
+		if err := d.r.store.MarkPublished(ctx, d.b, seqs[len(first):], now); err != nil {
+			return fmt.Errorf("outbox: mark %d messages of bucket %d published: %w", len(seqs)-len(first), d.b, err)
+		}
+	}
+	d.st.Deleted += len(seqs)
+	return nil
+}
+
+// publishFailed applies the error class of a failed publish: retry with
+// backoff, isolate and then park (or block) a record-level failure, or stop
+// the bucket on a fatal one.
+func (d *drain) publishFailed(ctx context.Context, bt *batch, acked int, perr error, start time.Time) error {
+	cfg := &d.r.cfg
+	failed := bt.msgs[acked]
+	var pe *PublishError
+	if !errors.As(perr, &pe) {
+		perr = &PublishError{Bucket: d.b, Sequence: failed.Sequence, MessageID: failed.ID, Err: perr}
+	}
+	d.failures++
+	if d.failures == 1 || d.failedSeq != failed.Sequence {
+		d.failedSeq, d.firstFailure = failed.Sequence, start
+	}
+	switch Classify(perr) {
+	case RecordPermanent:
+		if !d.isolate {
+			// Kafka rejects whole batches, and franz-go fails every record
+			// buffered with a rejected one, other buckets' included: only a
+			// publish of this record alone can tell.
+			d.isolate = true
+			return nil
+		}
+		if stale, err := d.hold(ctx); stale || err != nil {
+			return err // read again under the lease; the record is isolated again
+		}
+		d.isolate = false
+		if err := d.recordError(ctx, Entry{Sequence: failed.Sequence, Message: failed}, perr, d.firstFailure, cfg.clock.Now(), d.failures); err != nil {
+			return err
+		}
+		d.failures = 0
+		return nil
+	case Fatal:
+		cfg.logger.ErrorContext(ctx, "outbox: publish failed with a permanent topic- or cluster-wide error; the bucket stops until the cause is fixed",
+			"bucket", d.b, "sequence", failed.Sequence, "err", perr)
+		return perr
+	default:
+		// Retriable: back off with full jitter, keep the rows, try again
+		// (from the new head) unless the deadline comes first.
+		wait := backoff(cfg.retryBase, cfg.retryMax, d.failures)
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl)-cfg.deadlineMargin < wait {
+			return perr
+		}
+		cfg.logger.WarnContext(ctx, "outbox: retriable publish error; backing off", "bucket", d.b, "sequence", failed.Sequence,
+			"attempt", d.failures, "wait", wait, "err", perr)
+		d.st.Retries++
+		if !d.r.sched.Sleep(ctx.Done(), wait) {
+			return perr
+		}
+		return nil
+	}
+}
+
+// backoff returns a full-jitter exponential backoff for the given attempt.
+func backoff(base, max time.Duration, attempt int) time.Duration {
+	d := base
+	for i := 1; i < attempt && d < max; i++ {
+		d *= 2
+	}
+	d = min(d, max)
+	return time.Duration(rand.Int64N(int64(d)) + 1)
+}
+
+// recordError applies the record-error policy to e, the entry at head+1.
+// The drain holds the lease.
+func (d *drain) recordError(ctx context.Context, e Entry, cause error, first, last time.Time, attempts int) error {
+	cfg := &d.r.cfg
+	if cfg.recordPolicy == Block {
+		cfg.logger.ErrorContext(ctx, "outbox: record cannot be published; the bucket is blocked until it is fixed or parked",
+			"bucket", d.b, "sequence", e.Sequence, "message_id", e.Message.ID, "err", cause)
+		var pe *PublishError
+		if errors.As(cause, &pe) {
+			return cause
+		}
+		return &PublishError{Bucket: d.b, Sequence: e.Sequence, MessageID: e.Message.ID, Err: cause}
+	}
+	// Park writes head to e.Sequence conditional on it being e.Sequence-1:
+	// bring a lagging stored head up first.
+	if d.getLease().Head < d.head {
+		if err := d.writeHead(ctx); err != nil {
+			return err
+		}
+	}
+	msg := e.Message
+	msg.Bucket, msg.Sequence = d.b, e.Sequence
+	p := Parked{Bucket: d.b, Sequence: e.Sequence, Message: msg, Reason: cause.Error(), Class: RecordPermanent,
+		Attempts: max(attempts, 1), FirstFailure: first, LastFailure: last}
+	l, err := d.r.store.Park(ctx, d.getLease(), p, cfg.clock.Now())
+	if err != nil {
+		return fmt.Errorf("outbox: park bucket %d sequence %d: %w", d.b, e.Sequence, err)
+	}
+	d.setLease(l)
+	d.head = max(d.head, e.Sequence)
+	if d.cleaned == e.Sequence-1 {
+		d.cleaned = e.Sequence
+	}
+	d.st.Parked++
+	cfg.metrics.Batch(BatchStats{Bucket: d.b, Parked: 1, Err: cause, Class: RecordPermanent})
+	cfg.logger.ErrorContext(ctx, "outbox: record parked in the dead letters; the bucket continues",
+		"bucket", d.b, "sequence", e.Sequence, "message_id", e.Message.ID, "attempts", p.Attempts, "err", cause)
+	return nil
+}
+
+// gap handles a missing sequence number at seq (head+1) while next, a later
+// one, is present: wait until GapTimeout has passed since any relay first saw
+// it, then fence [seq, next) so the bucket can move on. If a writer's commit
+// lands first, its message is published in order; if the fence lands first,
+// the writer's transaction is cancelled and resubmitted with a fresh sequence.
+// The drain holds the lease.
+func (d *drain) gap(ctx context.Context, seq, next int64) error {
+	r := d.r
+	cfg := &r.cfg
+	now := cfg.clock.Now()
+	l := d.getLease()
+	if l.Gap != seq || l.Head < d.head {
+		since := now
+		if l.Gap == seq {
+			since = l.GapSince
+		}
+		nl, err := r.store.Update(ctx, l, LeaseUpdate{Head: d.head, Cleaned: min(d.cleaned, d.head), Gap: seq, GapSince: since}, now)
+		if err != nil {
+			return fmt.Errorf("outbox: record gap at %d in bucket %d: %w", seq, d.b, err)
+		}
+		d.setLease(nl)
+		l = nl
+	}
+	waited := now.Sub(l.GapSince)
+	if waited >= cfg.gapTimeout {
+		const maxFences = 100
+		for s := seq; s < next && s < seq+maxFences; s++ {
+			err := r.store.Fence(ctx, d.b, s, now)
+			switch {
+			case err == nil:
+				d.st.Fenced++
+				if cerr := d.inject(ctx, seam.DuringFence); cerr != nil {
+					return cerr
+				}
+				cfg.logger.WarnContext(ctx, "outbox: fenced a sequence number nobody committed within GapTimeout", "bucket", d.b, "sequence", s, "waited", waited)
+			case errors.Is(err, ErrAlreadyWritten):
+				// The writer won the race; its message is read next.
+			default:
+				return fmt.Errorf("outbox: fence bucket %d sequence %d: %w", d.b, s, err)
+			}
+		}
+		return nil
+	}
+	wait := min(cfg.gapPoll, cfg.gapTimeout-waited)
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl)-cfg.deadlineMargin < wait {
+		return fmt.Errorf("outbox: bucket %d waits on sequence %d for %v more: %w", d.b, seq, cfg.gapTimeout-waited, ErrGapPending)
+	}
+	t0 := time.Now()
+	ok := r.sched.Sleep(ctx.Done(), wait)
+	d.st.GapWait += time.Since(t0)
+	if !ok {
+		return ctx.Err()
+	}
+	return nil
+}
+
+// renewIfDue renews a held lease when its renewal interval has passed, and
+// fails with ErrLeaseLost when it is past its publish cut-off: a holder that
+// stalled past it must not act on the bucket again.
+func (d *drain) renewIfDue(ctx context.Context) error {
+	if !d.held {
+		return nil
+	}
+	cfg := &d.r.cfg
+	now := cfg.clock.Now()
+	l := d.getLease()
+	if now.Before(l.Expires.Add(-(cfg.leaseDuration - cfg.renewInterval))) {
+		return nil
+	}
+	nl, err := d.r.store.Renew(ctx, l, now, cfg.leaseDuration)
+	if err != nil {
+		if errors.Is(err, ErrLeaseLost) || !now.Before(d.cutoff(l)) {
+			return fmt.Errorf("outbox: renew lease of bucket %d: %w", l.Bucket, errors.Join(ErrLeaseLost, err))
+		}
+		return fmt.Errorf("outbox: renew lease of bucket %d: %w", l.Bucket, err)
+	}
+	d.setLease(nl)
+	return d.inject(ctx, seam.DuringRenewal)
+}
+
+// cutoff is when, by this relay's clock, a holder of l stops publishing:
+// LeaseMargin for a cancelled publish to stop, plus MaxClockSkew for a
+// contender whose clock runs ahead, before l expires.
+func (d *drain) cutoff(l Lease) time.Time {
+	return l.Expires.Add(-(d.r.cfg.leaseMargin + d.r.cfg.maxSkew))
+}
+
+// finish ends a drain that reached its goal. A held lease is released, with
+// the wake count of the last complete read (ErrWoken: drain again). A resumed
+// drain writes its head when it is due (docs/design.md, "resuming").
+func (d *drain) finish(ctx context.Context) error {
+	cfg := &d.r.cfg
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	if d.held {
+		l := d.getLease()
+		l.Wake = d.wakeBase
+		nl, err := d.r.store.Release(cctx, l, d.head, min(d.cleaned, d.head))
+		if errors.Is(err, ErrWoken) {
+			d.setLease(nl)
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		d.setLease(nl)
+		d.loc.flushedAt = cfg.clock.Now()
+		return nil
+	}
+	l := d.getLease()
+	now := cfg.clock.Now()
+	if d.head <= l.Head || (d.r.mode == DeleteMode && now.Sub(d.loc.flushedAt) < cfg.flushInterval) {
+		return nil
+	}
+	nl, err := d.r.store.Advance(cctx, l, d.head, min(d.cleaned, d.head), now)
+	switch {
+	case err == nil:
+		d.setLease(nl)
+		d.loc.flushedAt = now
+	case errors.Is(err, ErrLeaseHeld) || errors.Is(err, ErrLeaseLost):
+		// Another relay took the bucket while this one drained it without
+		// holding it: both published, so some messages went out twice.
+		cfg.logger.InfoContext(ctx, "outbox: another relay took the bucket during a resumed drain; its head stands", "bucket", d.b, "err", err)
+	default:
+		// The head is a cache in DeleteMode; in WatermarkMode a stale head
+		// means the next drain publishes those messages again.
+		cfg.logger.WarnContext(ctx, "outbox: could not write the bucket's head after a resumed drain", "bucket", d.b, "head", d.head, "err", err)
+	}
+	return nil
+}
+
+// stop ends a drain that failed. A held lease is abandoned — its wake-ups
+// stay for the next holder — unless it was lost or the drain crashed.
+func (d *drain) stop(ctx context.Context, err error) {
+	var crash *seam.CrashError
+	if errors.As(err, &crash) {
+		return
+	}
+	if errors.Is(err, ErrLeaseLost) {
+		d.st.LeaseLost = true
+		return
+	}
+	if !d.held {
+		return
+	}
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	if aerr := d.r.store.Abandon(cctx, d.getLease(), d.head, min(d.cleaned, d.head)); aerr != nil {
+		d.r.cfg.logger.WarnContext(ctx, "outbox: could not give the lease up after a failed drain; it expires by itself", "bucket", d.b, "err", aerr)
+	}
+}
+
+// inject consults the fault injector at p.
+func (d *drain) inject(ctx context.Context, p seam.CrashPoint) error {
+	f := d.r.cfg.hooks.Faults
+	if f == nil {
+		return nil
+	}
+	if err := f.At(ctx, p, d.b); err != nil {
+		return &seam.CrashError{Point: p, Bucket: d.b, Err: err}
+	}
+	return nil
+}

@@ -1,0 +1,120 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dynakafka/outbox/internal/seam"
+)
+
+// publish produces msgs (alone: msgs[0] alone, see Isolator). A resumed
+// drain publishes under the caller's context. A held drain publishes under
+// its lease: a watchdog renews the lease every LeaseRenewInterval, and the
+// publish is cancelled at the lease's cut-off (LeaseMargin + MaxClockSkew
+// before it expires, by this relay's clock) unless a renewal moved it. If
+// the lease is lost, or cannot be renewed before the cut-off, the publisher
+// aborts what it has not sent and ErrLeaseLost is returned.
+func (d *drain) publish(ctx context.Context, msgs []Message, alone bool) (int, error) {
+	call := func(ctx context.Context) (int, error) {
+		if iso, ok := d.r.pub.(Isolator); ok && alone {
+			if err := iso.PublishAlone(ctx, msgs[0]); err != nil {
+				return 0, err
+			}
+			return 1, nil
+		}
+		return d.r.pub.Publish(ctx, msgs)
+	}
+	if alone {
+		msgs = msgs[:1]
+	}
+	if !d.held {
+		return checkAcked(call(ctx))(len(msgs))
+	}
+
+	cfg := &d.r.cfg
+	l0 := d.getLease()
+	now := cfg.clock.Now()
+	if !now.Before(d.cutoff(l0)) {
+		// Stalled since the last renewal (e.g. in a slow read): the lease
+		// may be taken over any moment. Publish nothing.
+		return 0, fmt.Errorf("outbox: lease of bucket %d is past its publish cut-off: %w", d.b, ErrLeaseLost)
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu   sync.Mutex
+		lost error
+		done = make(chan struct{})
+	)
+	fail := func(err error) {
+		mu.Lock()
+		if lost == nil {
+			lost = err
+		}
+		mu.Unlock()
+		cancel()
+	}
+	// The cut-off runs on the runtime's timer, by the monotonic clock, so it
+	// fires even if the watchdog is stuck in a renewal; every successful
+	// renewal moves it.
+	deadline := d.r.sched.AfterFunc(d.cutoff(l0).Sub(now), func() {
+		fail(fmt.Errorf("outbox: publish of bucket %d reached its lease's cut-off: %w", d.b, ErrLeaseLost))
+	})
+	wait := d.r.sched.Go(func() {
+		for {
+			l := d.getLease()
+			now := cfg.clock.Now()
+			w := l.Expires.Add(-(cfg.leaseDuration - cfg.renewInterval)).Sub(now)
+			if w <= 0 {
+				// A renewal failed: try again soon, until the cut-off.
+				w = max(cfg.renewInterval/10, time.Millisecond)
+			}
+			if !d.r.sched.Sleep(done, w) {
+				return
+			}
+			nl, err := d.r.store.Renew(ctx, l, cfg.clock.Now(), cfg.leaseDuration)
+			if err == nil {
+				d.setLease(nl)
+				if pctx.Err() == nil {
+					deadline.Reset(d.cutoff(nl).Sub(cfg.clock.Now()))
+				}
+				if cerr := d.inject(ctx, seam.DuringRenewal); cerr != nil {
+					fail(cerr)
+					return
+				}
+				continue
+			}
+			if errors.Is(err, ErrLeaseLost) || ctx.Err() != nil {
+				fail(fmt.Errorf("outbox: renew lease of bucket %d during publish: %w", d.b, errors.Join(ErrLeaseLost, err)))
+				return
+			}
+			cfg.logger.WarnContext(ctx, "outbox: lease renewal failed during publish; retrying", "bucket", d.b, "err", err)
+		}
+	})
+	acked, err := call(pctx)
+	close(done)
+	wait()
+	deadline.Stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if lost != nil {
+		return min(max(acked, 0), len(msgs)), lost
+	}
+	return checkAcked(acked, err)(len(msgs))
+}
+
+// checkAcked validates a publisher's answer for n messages.
+func checkAcked(acked int, err error) func(n int) (int, error) {
+	return func(n int) (int, error) {
+		if acked < 0 || acked > n {
+			return 0, fmt.Errorf("outbox: publisher returned acked=%d for %d messages", acked, n)
+		}
+		if err == nil && acked < n {
+			return acked, fmt.Errorf("outbox: publisher acknowledged %d of %d messages without an error", acked, n)
+		}
+		return acked, err
+	}
+}
