@@ -186,9 +186,28 @@ func putFence(ctx context.Context, client putItemAPI, table string, bucket int, 
 	}
 }
 
-// Peek implements outbox.BucketProbe: a consistent Query of at most limit
-// items of bucket after after (projecting only s, c and f), counting the
-// messages among them.
+// peekMaxPage caps the items one Peek Query evaluates once fences were
+// seen: about 40 KB of fences (~10 consistent RCU) per call.
+const peekMaxPage = 1000
+
+// Peek implements outbox.BucketProbe: consistent, ascending Queries of
+// b = bucket AND s > after (projecting s and c) with a filter that drops
+// every item whose fence flag is true, paged on LastEvaluatedKey until limit
+// messages are counted or the bucket ends. Fences therefore never use up
+// the limit, however many come before the first message. An item with a
+// malformed fence flag is not a fence (the relay parks it), so it counts.
+//
+// How the reads stay bounded: a Query's Limit caps the items it evaluates,
+// fences included, and DynamoDB caps each page at 1 MB. The first page
+// evaluates limit items; after a page that held fences the next one
+// evaluates twice as many (up to peekMaxPage, and never fewer than the
+// messages still wanted). So F fences ahead of the
+// messages cost about log2(peekMaxPage/limit) + F/peekMaxPage calls, and at
+// most peekMaxPage messages are read beyond limit (they are not counted).
+// F itself is bounded: fences above the cleaned mark are only those no relay
+// has drained since they were written (a drain moves head and the cleaned
+// mark over fences), and every fence expires after FenceTTL. The context
+// bounds the time.
 func (s *Store) Peek(ctx context.Context, bucket int, after int64, limit int) (int, time.Time, error) {
 	if bucket < 0 {
 		return 0, time.Time{}, fmt.Errorf("dynamo: peek bucket %d: bucket is negative", bucket)
@@ -197,46 +216,50 @@ func (s *Store) Peek(ctx context.Context, bucket int, after int64, limit int) (i
 		return 0, time.Time{}, fmt.Errorf("dynamo: peek bucket %d: limit %d is outside 1..%d", bucket, limit, maxQueryLimit)
 	}
 	var (
-		read, pending int
-		oldest        time.Time
-		start         map[string]types.AttributeValue
+		pending int
+		oldest  time.Time
+		start   map[string]types.AttributeValue
+		page    = limit
 	)
-	for read < limit {
+	for {
 		out, err := s.client.Query(ctx, &dynamodb.QueryInput{
 			TableName:                str(s.tables.Messages),
 			KeyConditionExpression:   str("#b = :b AND #s > :after"),
-			ProjectionExpression:     str("#s, #c, #f"),
+			FilterExpression:         str("attribute_not_exists(#f) OR #f <> :fence"),
+			ProjectionExpression:     str("#s, #c"),
 			ExpressionAttributeNames: names(attrBucket, attrSeq, attrFence, attrCreated),
 			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":b": numAttr(int64(bucket)), ":after": numAttr(after),
+				":b": numAttr(int64(bucket)), ":after": numAttr(after), ":fence": &types.AttributeValueMemberBOOL{Value: true},
 			},
 			ConsistentRead:    new(true),
-			Limit:             new(int32(limit - read)),
+			ScanIndexForward:  new(true),
+			Limit:             new(int32(page)),
 			ExclusiveStartKey: start,
 		})
 		if err != nil {
 			return 0, time.Time{}, fmt.Errorf("dynamo: peek bucket %d after %d: %w", bucket, after, err)
 		}
-		read += len(out.Items)
-		for _, item := range out.Items {
-			if _, fence := item[attrFence]; fence {
-				continue
+		if pending == 0 && len(out.Items) > 0 {
+			// An undecodable creation time leaves oldest zero; the
+			// message still counts.
+			if c, err := intAttr(out.Items[0], attrCreated, true); err == nil {
+				oldest = time.UnixMilli(c)
 			}
-			if pending == 0 {
-				// An undecodable creation time leaves oldest zero; the
-				// message still counts.
-				if c, err := intAttr(item, attrCreated, true); err == nil {
-					oldest = time.UnixMilli(c)
-				}
-			}
-			pending++
+		}
+		pending += len(out.Items)
+		if pending >= limit {
+			return limit, oldest, nil
 		}
 		if len(out.LastEvaluatedKey) == 0 {
-			break
+			return pending, oldest, nil
 		}
 		start = out.LastEvaluatedKey
+		prev := page
+		page = limit - pending
+		if out.ScannedCount > out.Count {
+			page = max(page, min(2*prev, peekMaxPage))
+		}
 	}
-	return pending, oldest, nil
 }
 
 // ReadLease implements outbox.BucketProbe: a consistent GetItem of the
