@@ -40,7 +40,9 @@
 // reported failed. If a relay fenced a reserved number first (the writer
 // took longer than the relay's gap timeout), the put's condition fails and
 // Write takes new numbers and resubmits. Every failure that certainly wrote
-// nothing releases the reserved numbers at once by fencing them.
+// nothing releases the reserved numbers at once by fencing them. The Writer
+// is the one layer that retries these calls (the client's retryer is off for
+// them): MaxAttempts is the number of requests on the wire.
 //
 // # Leases
 //

@@ -55,11 +55,12 @@ func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...Wri
 	if err != nil {
 		return nil, err
 	}
-	counter, err := sequence.NewCounter(client, tables.Control)
-	if err != nil {
+	w := &Writer{client: client, tables: tables, cfg: s, bucketCount: stored.BucketCount}
+	// The counter's UpdateItem goes through the Writer's one retry layer.
+	if w.counter, err = sequence.NewCounter(writerCalls{w}, tables.Control); err != nil {
 		return nil, err
 	}
-	return &Writer{client: client, tables: tables, cfg: s, bucketCount: stored.BucketCount, counter: counter}, nil
+	return w, nil
 }
 
 // BucketCount returns the outbox's bucket count, as read from its config
@@ -82,15 +83,19 @@ func (w *Writer) BucketCount() int { return w.bucketCount }
 // immediately before committing, which makes sequence order equal commit
 // order for writers that serialize on the aggregate (see package sequence).
 //
-// Retries, within MaxAttempts calls: a lost or failed response (timeout,
-// network error, server error, a transaction with the same token in
-// progress, whole-request throttling) is retried with the same client
-// request token and identical items, so a transaction that did commit is
-// reported committed, once (DynamoDB honours a token for 10 minutes, far
-// longer than the retries take); a conflict or throttled cancellation is retried
-// after a backoff; if relays fenced the reserved sequence numbers (the
-// writer took longer than their gap timeout), new numbers are reserved and
-// the transaction resubmitted with a new token.
+// Retries: Write is the one layer that retries its DynamoDB calls (the
+// client's retryer is switched off for them), and MaxAttempts bounds the
+// requests it sends for the transaction (see MaxAttempts for the counter
+// and fence calls). A lost or failed response (timeout, network error,
+// server error, a transaction with the same token in progress,
+// whole-request throttling) is retried with the same client request token
+// and identical items, so a transaction that did commit is reported
+// committed, once (DynamoDB honours a token for 10 minutes, far longer than
+// the retries take); a conflict or throttled cancellation is retried after
+// a backoff (a longer one after throttling); if relays fenced the reserved
+// sequence numbers (the writer took longer than their gap timeout), new
+// numbers are reserved and the transaction resubmitted at once with a new
+// token, which counts as an attempt.
 //
 // Errors are *TransactionError matching, with errors.Is:
 //   - outbox.ErrConditionFailed: a condition on one of your items failed
@@ -222,12 +227,6 @@ type txn struct {
 	reserved []reservation
 }
 
-// Backoff between attempts.
-const (
-	retryBase = 25 * time.Millisecond
-	retryMax  = 2 * time.Second
-)
-
 func (t *txn) run(ctx context.Context) (Result, error) {
 	maxAttempts := t.w.cfg.maxAttempts
 	if err := t.reserve(ctx); err != nil {
@@ -247,7 +246,7 @@ func (t *txn) run(ctx context.Context) (Result, error) {
 			return Result{}, &TransactionError{Cause: ctx.Err(), CallerItems: len(t.items), ReleaseErr: t.release(ctx),
 				Fix: "the context ended before the transaction was sent; nothing was written"}
 		}
-		_, err := t.w.client.TransactWriteItems(ctx, in)
+		_, err := t.w.client.TransactWriteItems(ctx, in, withoutClientRetries)
 		if err == nil {
 			return Result{Messages: t.msgs}, nil
 		}
@@ -287,7 +286,7 @@ func (t *txn) run(ctx context.Context) (Result, error) {
 			retry = attempt < maxAttempts
 		}
 		if retry && ctx.Err() == nil {
-			if sleep(ctx, backoff(attempt-1, retryBase, retryMax)) == nil {
+			if t.w.pause(ctx, attempt, c.outcome == outThrottled) == nil {
 				continue
 			}
 		}
@@ -404,7 +403,7 @@ func (t *txn) release(ctx context.Context) error {
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				err := putFence(ctx, t.w.client, t.w.tables.Messages, r.bucket, seq, now, t.w.cfg.fenceTTL)
+				err := putFence(ctx, writerCalls{t.w}, t.w.tables.Messages, r.bucket, seq, now, t.w.cfg.fenceTTL)
 				if err != nil && !errors.Is(err, outbox.ErrAlreadyWritten) {
 					mu.Lock()
 					errs = append(errs, err)
