@@ -24,11 +24,11 @@ import (
 type answer int
 
 const (
-	forward         answer = iota // to DynamoDB Local, and its response back
-	serverError                   // HTTP 500 InternalServerError; DynamoDB Local never sees it
-	throttled                     // HTTP 400 ThrottlingException; DynamoDB Local never sees it
-	lostAfterCommit               // forwarded (it takes effect), then answered HTTP 500
-	droppedAfterCommit            // forwarded (it takes effect), then the connection fails
+	forward            answer = iota // to DynamoDB Local, and its response back
+	serverError                      // HTTP 500 InternalServerError; DynamoDB Local never sees it
+	throttled                        // HTTP 400 ThrottlingException; DynamoDB Local never sees it
+	lostAfterCommit                  // forwarded (it takes effect), then answered HTTP 500
+	droppedAfterCommit               // forwarded (it takes effect), then the connection fails
 )
 
 // wireCall is one HTTP request as the wire saw it.
