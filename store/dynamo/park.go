@@ -191,10 +191,25 @@ var ErrNotParked = errors.New("dynamo: no parked message at that bucket and sequ
 
 // ReplayParked re-enqueues the parked message at bucket/seq at the bucket's
 // tail — a fresh sequence number, its original message id — and removes the
-// dead-letter record, in one transaction. replacement, when not nil,
-// replaces the stored message (a repaired payload); it must carry the same
-// ID, topic and bucket-determining key or partition, and is validated like a
-// write. It returns the message as re-enqueued.
+// dead-letter record, in one transaction. It returns the message as
+// re-enqueued.
+//
+// replacement, when not nil, replaces the stored message (a repaired
+// payload). A replay repairs the message, it does not make a new one, so
+// the replacement keeps the parked message's identity:
+//   - ID: empty takes the parked message's id; another id is refused
+//     (consumers deduplicate by it). When the parked item is undecodable
+//     and its id cannot be read as a UUID, the replacement must carry one
+//     (the id consumers know the message by, or outbox.NewID()).
+//   - Topic: empty takes the parked message's topic; another topic is
+//     refused (the message's consumers and its key's order are on its
+//     topic; to publish elsewhere, write a new message). When the parked
+//     item's topic cannot be read, the replacement must name one.
+//   - Key or partition: must put it in the same bucket.
+//   - CreatedAt: zero takes the parked message's (now, when unreadable).
+//
+// The replacement is then validated like a write. Every refusal is a
+// *outbox.ValidationError naming the field, and nothing is written.
 //
 // Replaying moves the message behind everything enqueued since; consumers
 // see it after them (docs/failures.md).
@@ -211,13 +226,8 @@ func (s *Store) ReplayParked(ctx context.Context, bucket int, seq int64, replace
 	pi := decodeParked(bucket, got.Item)
 	m := pi.Message
 	if replacement != nil {
-		r := *replacement
-		if pi.Err == nil && r.ID != m.ID {
-			return outbox.Message{}, &outbox.ValidationError{Index: -1, Field: "ID", Reason: fmt.Sprintf("a replacement must keep the message id %s", m.ID)}
-		}
-		m = r
-		if m.CreatedAt.IsZero() {
-			m.CreatedAt = pi.Message.CreatedAt
+		if m, err = s.replacing(pi, got.Item, *replacement); err != nil {
+			return outbox.Message{}, err
 		}
 	} else if pi.Err != nil {
 		return outbox.Message{}, fmt.Errorf("dynamo: replay bucket %d sequence %d: the parked item cannot be decoded (%v); give a replacement message", bucket, seq, pi.Err)
@@ -272,6 +282,57 @@ func (s *Store) ReplayParked(ctx context.Context, bucket int, seq int64, replace
 		return outbox.Message{}, fmt.Errorf("dynamo: replay bucket %d sequence %d: %w", bucket, seq, err)
 	}
 	return m, nil
+}
+
+// replacing checks replacement r against the parked item pi (raw as
+// stored) and fills its empty ID, Topic and CreatedAt from it (see
+// ReplayParked).
+func (s *Store) replacing(pi ParkedItem, raw map[string]types.AttributeValue, r outbox.Message) (outbox.Message, error) {
+	refuse := func(field, format string, args ...any) (outbox.Message, error) {
+		return outbox.Message{}, &outbox.ValidationError{Index: -1, Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
+	// The parked message's identity, as far as it can be read: an
+	// undecodable item may still hold a well-formed id and topic.
+	id, topic, created := pi.Message.ID, pi.Message.Topic, pi.Message.CreatedAt
+	if pi.Err != nil {
+		id, topic = stringOf(raw[attrID]), stringOf(raw[attrTopic])
+		if !canonicalUUID(id) {
+			id = ""
+		}
+		if outbox.ValidateTopic(topic) != nil {
+			topic = ""
+		}
+	}
+	switch {
+	case r.ID == "" && id == "":
+		return refuse("ID", "the parked item's message id cannot be read (%v); give the replacement the id consumers know the message by, or a new one from outbox.NewID()", pi.Err)
+	case r.ID == "":
+		r.ID = id
+	case id != "" && r.ID != id:
+		return refuse("ID", "the replacement has id %s, the parked message %s; a replay must keep the message id, which consumers deduplicate by", r.ID, id)
+	case id == "" && !canonicalUUID(r.ID):
+		return refuse("ID", "%q is not a UUID in canonical form (36 characters); use outbox.NewID()", r.ID)
+	}
+	switch {
+	case r.Topic == "" && topic == "":
+		return refuse("Topic", "the parked item's topic cannot be read (%v); give the replacement its topic", pi.Err)
+	case r.Topic == "":
+		r.Topic = topic
+	case topic != "" && r.Topic != topic:
+		return refuse("Topic", "the replacement is for topic %q, the parked message for %q; a replay repairs the message on its own topic, "+
+			"where its consumers and its key's order are (to publish to another topic, write a new message)", r.Topic, topic)
+	}
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = created
+	}
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = s.cfg.clock.Now()
+	}
+	if r.CreatedAt.UnixMilli() < 0 {
+		return refuse("CreatedAt", "%v is before 1970; Kafka timestamps cannot be negative (leave it zero to keep the parked message's)", r.CreatedAt)
+	}
+	r.CreatedAt = time.UnixMilli(r.CreatedAt.UnixMilli())
+	return r, nil
 }
 
 // DropParked deletes the dead-letter record at bucket/seq for good (an

@@ -135,7 +135,7 @@ func (w *Writer) prepare(items []types.TransactWriteItem, msgs []outbox.Message)
 	for i, m := range msgs {
 		if m.ID == "" {
 			m.ID = outbox.NewID()
-		} else if _, err := uuid.Parse(m.ID); err != nil || len(m.ID) != 36 {
+		} else if !canonicalUUID(m.ID) {
 			return nil, &outbox.ValidationError{Index: i, Field: "ID", Reason: fmt.Sprintf(
 				"%q is not a UUID in canonical form (36 characters); leave ID empty to get a UUID v7", m.ID)}
 		}
@@ -176,6 +176,13 @@ func (w *Writer) prepare(items []types.TransactWriteItem, msgs []outbox.Message)
 			size, MaxTransactionBytes)}
 	}
 	return out, nil
+}
+
+// canonicalUUID reports whether id is a UUID in its canonical 36-character
+// form, the only message id form the outbox stores.
+func canonicalUUID(id string) bool {
+	_, err := uuid.Parse(id)
+	return err == nil && len(id) == 36
 }
 
 func itemTooLarge(i int, m outbox.Message, n int) error {
