@@ -124,6 +124,13 @@ func (w *Writer) prepare(items []types.TransactWriteItem, msgs []outbox.Message)
 			"%d items (%d yours + %d messages); DynamoDB allows at most %d in one transaction: split the write",
 			total, len(items), len(msgs), MaxTransactionItems)}
 	}
+	for i, it := range items {
+		if it.Put == nil && it.Update == nil && it.Delete == nil && it.ConditionCheck == nil {
+			// Typically an item whose constructor's error was dropped.
+			return nil, &outbox.ValidationError{Index: -1, Field: fmt.Sprintf("items[%d]", i), Reason: "no Put, Update, Delete or ConditionCheck is set; " +
+				"build it with dynamo.Put, Update, UpdateIfVersion, Check or Delete and check their error"}
+		}
+	}
 	now := w.cfg.clock.Now()
 	out := make([]outbox.Message, len(msgs))
 	size := 0

@@ -331,6 +331,7 @@ func TestWriteValidationWritesNothing(t *testing.T) {
 		{"headers above 400 KB", nil, []outbox.Message{{Topic: "t", Headers: []outbox.Header{{Key: "h", Value: big}}}}, 0, "Headers"},
 		{"101 items", []types.TransactWriteItem{w.bump("agg", 0)}, many, -1, "Transaction"},
 		{"above 4 MB", largeItems, []outbox.Message{keyed("a")}, -1, "Transaction"},
+		{"empty item", []types.TransactWriteItem{w.bump("agg", 0), {}}, []outbox.Message{keyed("a")}, -1, "items[1]"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
