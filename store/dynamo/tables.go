@@ -206,6 +206,7 @@ func putConfig(ctx context.Context, client AdminAPI, table string, bucketCount i
 	item := controlKey(configPK, configSK)
 	item[attrBuckets] = numAttr(int64(bucketCount))
 	item[attrVersion] = numAttr(outbox.FormatVersion)
+	// A constant condition (expr.go): never overwrite a stored config.
 	_, err := client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                           str(table),
 		Item:                                item,

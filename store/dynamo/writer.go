@@ -365,6 +365,8 @@ func (t *txn) input() *dynamodb.TransactWriteItemsInput {
 	all := make([]types.TransactWriteItem, 0, len(t.items)+len(t.msgs))
 	all = append(all, t.items...)
 	for _, m := range t.msgs {
+		// A constant condition (expr.go), on every message: the reserved
+		// position is free (a relay may have fenced it).
 		all = append(all, types.TransactWriteItem{Put: &types.Put{
 			TableName:                           str(t.w.tables.Messages),
 			Item:                                messageItem(m),
