@@ -43,16 +43,34 @@ type Result struct {
 }
 
 // NewWriter returns a Writer for the outbox in tables. It reads the config
-// item for the bucket count. Options: BucketCount (checked against the
+// item for the bucket count and checks that the messages table exists (a
+// GetItem of a key no item has), so a wrong table name or region fails here,
+// with a *TableError naming the table (both tables', when both are missing),
+// and not on the first Write. Options: BucketCount (checked against the
 // config item), MaxMessageBytes, MessageIDHeader, MaxAttempts, FenceTTL,
 // WithClock.
+//
+// The writer's IAM permissions: dynamodb:GetItem on both tables (config
+// item, this check), dynamodb:UpdateItem on the control table (sequence
+// counters), dynamodb:PutItem on the messages table (messages, and fences
+// that release numbers a failed write reserved), and what its transactions
+// need on your own tables (PutItem, UpdateItem, DeleteItem,
+// ConditionCheckItem).
 func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...WriterOption) (*Writer, error) {
 	s := defaultSettings()
 	for _, o := range opts {
 		o.applyWriter(&s)
 	}
 	stored, err := openOutbox(ctx, client, tables, &s)
+	var te *TableError
+	if errors.As(err, &te) {
+		// Say everything that is missing at once.
+		return nil, errors.Join(err, checkMessagesTable(ctx, client, tables.Messages))
+	}
 	if err != nil {
+		return nil, err
+	}
+	if err := checkMessagesTable(ctx, client, tables.Messages); err != nil {
 		return nil, err
 	}
 	counter, err := sequence.NewCounter(client, tables.Control)
