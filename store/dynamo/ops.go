@@ -70,6 +70,9 @@ func UpdateIfVersion(table string, key any, versionAttr string, version int64, u
 	case versionAttr == "":
 		return types.TransactWriteItem{}, &OperationError{Op: op, Table: table, Field: "version attribute",
 			Reason: "name the number attribute that holds the item's version"}
+	case strings.ContainsAny(versionAttr, ".[]"):
+		return types.TransactWriteItem{}, &OperationError{Op: op, Table: table, Field: "version attribute",
+			Reason: fmt.Sprintf("%q is a document path; the version must be a top-level number attribute (use Update with your own condition for a nested one)", versionAttr)}
 	case version < 0:
 		return types.TransactWriteItem{}, &OperationError{Op: op, Table: table, Field: "version",
 			Reason: fmt.Sprintf("version %d is negative; pass the version you read (0 for an item that has none yet)", version)}

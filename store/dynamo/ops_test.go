@@ -259,6 +259,9 @@ func TestOperationErrors(t *testing.T) {
 		{"update if version: no attribute", func() (types.TransactWriteItem, error) {
 			return UpdateIfVersion("t", orderKey("a"), "", 1, setStatus("x"))
 		}, "version attribute", nil},
+		{"update if version: nested attribute", func() (types.TransactWriteItem, error) {
+			return UpdateIfVersion("t", orderKey("a"), "meta.ver", 1, setStatus("x"))
+		}, "version attribute", nil},
 		{"update if version: negative", func() (types.TransactWriteItem, error) {
 			return UpdateIfVersion("t", orderKey("a"), "ver", -1, setStatus("x"))
 		}, "version", nil},
