@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -28,21 +29,23 @@ func (s *Store) Pending(ctx context.Context, bucket int, after int64, limit int)
 	if limit < 1 || limit > maxQueryLimit {
 		return nil, false, fmt.Errorf("dynamo: pending of bucket %d: limit %d is outside 1..%d", bucket, limit, maxQueryLimit)
 	}
+	e, err := buildExpr("pending", expression.NewBuilder().WithKeyCondition(bucketAfter(bucket, after)))
+	if err != nil {
+		return nil, false, err
+	}
 	want := limit + 1
 	entries := make([]outbox.Entry, 0, min(want, 1024))
 	var start map[string]types.AttributeValue
 	for {
 		out, err := s.client.Query(ctx, &dynamodb.QueryInput{
-			TableName:                str(s.tables.Messages),
-			KeyConditionExpression:   str("#b = :b AND #s > :after"),
-			ExpressionAttributeNames: names(attrBucket, attrSeq),
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":b": numAttr(int64(bucket)), ":after": numAttr(after),
-			},
-			ConsistentRead:    new(true),
-			ScanIndexForward:  new(true),
-			Limit:             new(int32(want - len(entries))),
-			ExclusiveStartKey: start,
+			TableName:                 str(s.tables.Messages),
+			KeyConditionExpression:    e.KeyCondition(),
+			ExpressionAttributeNames:  e.Names(),
+			ExpressionAttributeValues: e.Values(),
+			ConsistentRead:            new(true),
+			ScanIndexForward:          new(true),
+			Limit:                     new(int32(want - len(entries))),
+			ExclusiveStartKey:         start,
 		})
 		if err != nil {
 			return nil, false, fmt.Errorf("dynamo: read bucket %d after %d: %w", bucket, after, err)
@@ -170,6 +173,7 @@ func putFence(ctx context.Context, client putItemAPI, table string, bucket int, 
 	if bucket < 0 || seq < 1 {
 		return fmt.Errorf("dynamo: fence bucket %d sequence %d: bucket must be >= 0 and sequence >= 1", bucket, seq)
 	}
+	// A constant condition (expr.go): only if the position is free.
 	_, err := client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                str(table),
 		Item:                     fenceItem(bucket, seq, now, expiresAt(now, ttl)),

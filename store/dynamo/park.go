@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/uuid"
@@ -68,19 +69,29 @@ func (s *Store) Park(ctx context.Context, l outbox.Lease, p outbox.Parked, now t
 	dead[attrParkedAt] = numAttr(millis(now))
 	delete(dead, attrTTL)
 
+	// The lease holder at head p.Sequence-1 advances it past the parked item.
+	advance, err := buildExpr("park", expression.NewBuilder().
+		WithCondition(expression.And(
+			expression.Name(attrOwner).Equal(expression.Value(l.Owner)),
+			expression.Name(attrExpires).GreaterThan(expression.Value(millis(now))),
+			expression.Name(attrHead).Equal(expression.Value(p.Sequence-1)))).
+		WithUpdate(expression.Set(expression.Name(attrHead), expression.Value(p.Sequence))))
+	if err != nil {
+		return outbox.Lease{}, err
+	}
 	_, err = s.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
 		ClientRequestToken: str(uuid.NewString()),
 		TransactItems: []types.TransactWriteItem{
 			{Update: &types.Update{
-				TableName:                str(s.tables.Control),
-				Key:                      leaseKey(p.Bucket),
-				ConditionExpression:      str("#o = :me AND #e > :now AND #hd = :prev"),
-				UpdateExpression:         str("SET #hd = :seq"),
-				ExpressionAttributeNames: names(attrOwner, attrExpires, attrHead),
-				ExpressionAttributeValues: map[string]types.AttributeValue{
-					":me": strAttr(l.Owner), ":now": numAttr(millis(now)), ":prev": numAttr(p.Sequence - 1), ":seq": numAttr(p.Sequence),
-				},
+				TableName:                 str(s.tables.Control),
+				Key:                       leaseKey(p.Bucket),
+				ConditionExpression:       advance.Condition(),
+				UpdateExpression:          advance.Update(),
+				ExpressionAttributeNames:  advance.Names(),
+				ExpressionAttributeValues: advance.Values(),
 			}},
+			// Constant conditions (expr.go): a message, not a fence; a
+			// dead-letter position not yet taken.
 			{Delete: &types.Delete{
 				TableName:                str(s.tables.Messages),
 				Key:                      messageKey(p.Bucket, p.Sequence),
@@ -133,6 +144,11 @@ type ParkedItem struct {
 // ListParked returns bucket's dead-letter records, oldest sequence first
 // (at most limit; 0 means all).
 func (s *Store) ListParked(ctx context.Context, bucket int, limit int) ([]ParkedItem, error) {
+	e, err := buildExpr("list parked", expression.NewBuilder().
+		WithKeyCondition(expression.Key(attrPK).Equal(expression.Value(parkedPK(bucket)))))
+	if err != nil {
+		return nil, err
+	}
 	var (
 		out   []ParkedItem
 		start map[string]types.AttributeValue
@@ -140,9 +156,9 @@ func (s *Store) ListParked(ctx context.Context, bucket int, limit int) ([]Parked
 	for {
 		q := &dynamodb.QueryInput{
 			TableName:                 str(s.tables.Control),
-			KeyConditionExpression:    str("#pk = :pk"),
-			ExpressionAttributeNames:  names(attrPK),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": strAttr(parkedPK(bucket))},
+			KeyConditionExpression:    e.KeyCondition(),
+			ExpressionAttributeNames:  e.Names(),
+			ExpressionAttributeValues: e.Values(),
 			ConsistentRead:            new(true),
 			ExclusiveStartKey:         start,
 		}
@@ -255,27 +271,14 @@ func (s *Store) ReplayParked(ctx context.Context, bucket int, seq int64, replace
 		return outbox.Message{}, fmt.Errorf("dynamo: replay bucket %d sequence %d: reserve: %w", bucket, seq, err)
 	}
 	m.Bucket, m.Sequence = bucket, first
-	_, err = s.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
-		ClientRequestToken: str(uuid.NewString()),
-		TransactItems: []types.TransactWriteItem{
-			{Put: &types.Put{
-				TableName: str(s.tables.Messages), Item: messageItem(m),
-				ConditionExpression: str("attribute_not_exists(#s)"), ExpressionAttributeNames: names(attrSeq),
-			}},
-			{Delete: &types.Delete{
-				TableName: str(s.tables.Control), Key: controlKey(parkedPK(bucket), parkedSK(seq)),
-				ConditionExpression: str("attribute_exists(#pk)"), ExpressionAttributeNames: names(attrPK),
-			}},
-			// Defence in depth: a message at or below head would be taken
-			// for a leftover and deleted unpublished.
-			{ConditionCheck: &types.ConditionCheck{
-				TableName: str(s.tables.Control), Key: leaseKey(bucket),
-				ConditionExpression:       str("attribute_not_exists(#hd) OR #hd < :seq"),
-				ExpressionAttributeNames:  names(attrHead),
-				ExpressionAttributeValues: map[string]types.AttributeValue{":seq": numAttr(first)},
-			}},
-		},
-	})
+	// Defence in depth: a message at or below head would be taken for a
+	// leftover and deleted unpublished.
+	aboveHead, err := buildExpr("replay", expression.NewBuilder().WithCondition(expression.Or(
+		expression.AttributeNotExists(expression.Name(attrHead)),
+		expression.Name(attrHead).LessThan(expression.Value(first)))))
+	if err == nil {
+		_, err = s.client.TransactWriteItems(ctx, s.replayInput(m, bucket, seq, aboveHead))
+	}
 	if err != nil {
 		// The reserved number is abandoned; fence it so no relay waits.
 		_ = putFence(ctx, s.client, s.tables.Messages, bucket, first, time.Now(), s.cfg.fenceTTL)
@@ -335,11 +338,38 @@ func (s *Store) replacing(pi ParkedItem, raw map[string]types.AttributeValue, r 
 	return r, nil
 }
 
+// replayInput moves the parked message at bucket/seq to m's position, if
+// aboveHead holds.
+func (s *Store) replayInput(m outbox.Message, bucket int, seq int64, aboveHead expression.Expression) *dynamodb.TransactWriteItemsInput {
+	return &dynamodb.TransactWriteItemsInput{
+		ClientRequestToken: str(uuid.NewString()),
+		TransactItems: []types.TransactWriteItem{
+			// Constant conditions (expr.go): the new position is free, the
+			// dead letter is still there.
+			{Put: &types.Put{
+				TableName: str(s.tables.Messages), Item: messageItem(m),
+				ConditionExpression: str("attribute_not_exists(#s)"), ExpressionAttributeNames: names(attrSeq),
+			}},
+			{Delete: &types.Delete{
+				TableName: str(s.tables.Control), Key: controlKey(parkedPK(bucket), parkedSK(seq)),
+				ConditionExpression: str("attribute_exists(#pk)"), ExpressionAttributeNames: names(attrPK),
+			}},
+			{ConditionCheck: &types.ConditionCheck{
+				TableName: str(s.tables.Control), Key: leaseKey(bucket),
+				ConditionExpression:       aboveHead.Condition(),
+				ExpressionAttributeNames:  aboveHead.Names(),
+				ExpressionAttributeValues: aboveHead.Values(),
+			}},
+		},
+	}
+}
+
 // DropParked deletes the dead-letter record at bucket/seq for good (an
 // operator's decision; the relay never drops anything).
 func (s *Store) DropParked(ctx context.Context, bucket int, seq int64) error {
 	_, err := s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName: str(s.tables.Control), Key: controlKey(parkedPK(bucket), parkedSK(seq)),
+		// A constant condition (expr.go): tells a missing record apart.
 		ConditionExpression: str("attribute_exists(#pk)"), ExpressionAttributeNames: names(attrPK),
 	})
 	var ccf *types.ConditionalCheckFailedException

@@ -43,16 +43,34 @@ type Result struct {
 }
 
 // NewWriter returns a Writer for the outbox in tables. It reads the config
-// item for the bucket count. Options: BucketCount (checked against the
+// item for the bucket count and checks that the messages table exists (a
+// GetItem of a key no item has), so a wrong table name or region fails here,
+// with a *TableError naming the table (both tables', when both are missing),
+// and not on the first Write. Options: BucketCount (checked against the
 // config item), MaxMessageBytes, MessageIDHeader, MaxAttempts, FenceTTL,
 // WithClock.
+//
+// The writer's IAM permissions: dynamodb:GetItem on both tables (config
+// item, this check), dynamodb:UpdateItem on the control table (sequence
+// counters), dynamodb:PutItem on the messages table (messages, and fences
+// that release numbers a failed write reserved), and what its transactions
+// need on your own tables (PutItem, UpdateItem, DeleteItem,
+// ConditionCheckItem).
 func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...WriterOption) (*Writer, error) {
 	s := defaultSettings()
 	for _, o := range opts {
 		o.applyWriter(&s)
 	}
 	stored, err := openOutbox(ctx, client, tables, &s)
+	var te *TableError
+	if errors.As(err, &te) {
+		// Say everything that is missing at once.
+		return nil, errors.Join(err, checkMessagesTable(ctx, client, tables.Messages))
+	}
 	if err != nil {
+		return nil, err
+	}
+	if err := checkMessagesTable(ctx, client, tables.Messages); err != nil {
 		return nil, err
 	}
 	w := &Writer{client: client, tables: tables, cfg: s, bucketCount: stored.BucketCount}
@@ -128,6 +146,13 @@ func (w *Writer) prepare(items []types.TransactWriteItem, msgs []outbox.Message)
 		return nil, &outbox.ValidationError{Index: -1, Field: "Transaction", Reason: fmt.Sprintf(
 			"%d items (%d yours + %d messages); DynamoDB allows at most %d in one transaction: split the write",
 			total, len(items), len(msgs), MaxTransactionItems)}
+	}
+	for i, it := range items {
+		if it.Put == nil && it.Update == nil && it.Delete == nil && it.ConditionCheck == nil {
+			// Typically an item whose constructor's error was dropped.
+			return nil, &outbox.ValidationError{Index: -1, Field: fmt.Sprintf("items[%d]", i), Reason: "no Put, Update, Delete or ConditionCheck is set; " +
+				"build it with dynamo.Put, Update, UpdateIfVersion, Check or Delete and check their error"}
+		}
 	}
 	now := w.cfg.clock.Now()
 	out := make([]outbox.Message, len(msgs))
@@ -364,6 +389,8 @@ func (t *txn) input() *dynamodb.TransactWriteItemsInput {
 	all := make([]types.TransactWriteItem, 0, len(t.items)+len(t.msgs))
 	all = append(all, t.items...)
 	for _, m := range t.msgs {
+		// A constant condition (expr.go), on every message: the reserved
+		// position is free (a relay may have fenced it).
 		all = append(all, types.TransactWriteItem{Put: &types.Put{
 			TableName:                           str(t.w.tables.Messages),
 			Item:                                messageItem(m),
