@@ -489,3 +489,40 @@ func TestStatusWarnsOfAResetCounter(t *testing.T) {
 		t.Fatalf("JSON warnings %q, pending %d, %v", rep.Warnings, rep.Totals.Pending, err)
 	}
 }
+
+// TestEndpointKeepsTheCredentialChain: --endpoint (LocalStack, VPC, FIPS)
+// changes where DynamoDB is reached, not who signs; only --local selects
+// DynamoDB Local's static credentials.
+func TestEndpointKeepsTheCredentialChain(t *testing.T) {
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_PROFILE", "")
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDFROMTHECHAIN")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	const endpoint = "https://dynamodb-fips.us-gov-west-1.amazonaws.com"
+	for _, tc := range []struct {
+		local   bool
+		wantKey string
+	}{
+		{false, "AKIDFROMTHECHAIN"},
+		{true, "outboxlocal"},
+	} {
+		s, err := connect(context.Background(), connection{messages: "m", control: "c", endpoint: endpoint, region: "us-gov-west-1", local: tc.local})
+		if err != nil {
+			t.Fatal(err)
+		}
+		creds, err := s.aws.Credentials.Retrieve(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if creds.AccessKeyID != tc.wantKey {
+			t.Errorf("local=%v: access key %q, want %q", tc.local, creds.AccessKeyID, tc.wantKey)
+		}
+		if got := s.db.Options().BaseEndpoint; got == nil || *got != endpoint {
+			t.Errorf("local=%v: DynamoDB endpoint %v, want %s", tc.local, got, endpoint)
+		}
+		if s.aws.Region != "us-gov-west-1" {
+			t.Errorf("local=%v: region %q", tc.local, s.aws.Region)
+		}
+	}
+}

@@ -47,7 +47,7 @@ outbox status --local --endpoint http://127.0.0.1:8000 --messages m --control c`
 		asJSON := fs.Bool("json", false, "print JSON instead of a table (fields are only ever added)")
 		bucket := fs.Int("bucket", -1, "show only this `BUCKET`")
 		active := fs.Bool("active", false, "list only buckets with something pending or parked, a gap or a lease (totals still cover every bucket)")
-		liveWithin := fs.Duration("live-within", 30*time.Second, "a relay is live if its heartbeat is this recent (the relays' lease duration)")
+		liveWithin := fs.Duration("live-within", 30*time.Second, "a relay is live if its heartbeat is this `DURATION` old or newer (the relays' lease duration)")
 		return func(_ *app, _ *connection, args []string) (action, error) {
 			if err := noArgs(args); err != nil {
 				return nil, err
@@ -165,7 +165,7 @@ func readStatus(ctx context.Context, s *session, now time.Time, bucket int, live
 		return nil, err
 	}
 	rep := &statusReport{
-		MessagesTable: s.tables.Messages, ControlTable: s.tables.Control, At: now.UTC(),
+		MessagesTable: s.tables.Messages, ControlTable: s.tables.Control, At: now.UTC().Truncate(time.Millisecond),
 		Config:     configStatus{BucketCount: cfg.BucketCount, FormatVersion: cfg.FormatVersion},
 		LiveRelays: relaysStatus{WithinSeconds: seconds(liveWithin), IDs: append([]string{}, live...)},
 		Buckets:    make([]bucketStatus, len(buckets)),
