@@ -23,8 +23,8 @@ BucketCount parameter) and of every writer. If the outbox already holds
 another one, init changes nothing and exits with 3, naming both values;
 changing BucketCount needs a drained outbox and new tables.
 
-A SAM stack writes the config item itself; init is for tables made any
-other way.`,
+A stack whose template writes the config item needs no init; run it for
+tables made any other way, or to check a stack's tables.`,
 	example: `outbox init --buckets 8 --messages orders-outbox --control orders-outbox-control`,
 	timeout: 10 * time.Minute,
 	bind: func(fs *flag.FlagSet) func(*app, *connection, []string) (action, error) {
