@@ -179,6 +179,56 @@ func (s *Store) ListParked(ctx context.Context, bucket int, limit int) ([]Parked
 	}
 }
 
+// GetParked returns the dead-letter record at bucket/seq (a consistent
+// GetItem), or an error matching ErrNotParked when there is none.
+func (s *Store) GetParked(ctx context.Context, bucket int, seq int64) (ParkedItem, error) {
+	pi, _, err := s.getParked(ctx, bucket, seq)
+	return pi, err
+}
+
+// getParked is GetParked that also returns the record as stored.
+func (s *Store) getParked(ctx context.Context, bucket int, seq int64) (ParkedItem, map[string]types.AttributeValue, error) {
+	got, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: str(s.tables.Control), Key: controlKey(parkedPK(bucket), parkedSK(seq)), ConsistentRead: new(true),
+	})
+	if err != nil {
+		return ParkedItem{}, nil, fmt.Errorf("dynamo: read parked bucket %d sequence %d: %w", bucket, seq, err)
+	}
+	if got.Item == nil {
+		return ParkedItem{}, nil, fmt.Errorf("read parked bucket %d sequence %d: %w", bucket, seq, ErrNotParked)
+	}
+	return decodeParked(bucket, got.Item), got.Item, nil
+}
+
+// CountParked returns how many dead-letter records bucket has: a consistent
+// Query of the bucket's dead-letter partition with Select COUNT, so nothing
+// but the count crosses the wire (the read capacity is that of the records).
+func (s *Store) CountParked(ctx context.Context, bucket int) (int, error) {
+	var (
+		n     int
+		start map[string]types.AttributeValue
+	)
+	for {
+		res, err := s.client.Query(ctx, &dynamodb.QueryInput{
+			TableName:                 str(s.tables.Control),
+			KeyConditionExpression:    str("#pk = :pk"),
+			ExpressionAttributeNames:  names(attrPK),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": strAttr(parkedPK(bucket))},
+			Select:                    types.SelectCount,
+			ConsistentRead:            new(true),
+			ExclusiveStartKey:         start,
+		})
+		if err != nil {
+			return 0, fmt.Errorf("dynamo: count parked of bucket %d: %w", bucket, err)
+		}
+		n += int(res.Count)
+		if len(res.LastEvaluatedKey) == 0 {
+			return n, nil
+		}
+		start = res.LastEvaluatedKey
+	}
+}
+
 func decodeParked(bucket int, item map[string]types.AttributeValue) ParkedItem {
 	msgItem := make(map[string]types.AttributeValue, len(item))
 	for k, v := range item {
@@ -230,19 +280,13 @@ var ErrNotParked = errors.New("dynamo: no parked message at that bucket and sequ
 // Replaying moves the message behind everything enqueued since; consumers
 // see it after them (docs/failures.md).
 func (s *Store) ReplayParked(ctx context.Context, bucket int, seq int64, replacement *outbox.Message) (outbox.Message, error) {
-	got, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: str(s.tables.Control), Key: controlKey(parkedPK(bucket), parkedSK(seq)), ConsistentRead: new(true),
-	})
+	pi, raw, err := s.getParked(ctx, bucket, seq)
 	if err != nil {
-		return outbox.Message{}, fmt.Errorf("dynamo: replay bucket %d sequence %d: %w", bucket, seq, err)
+		return outbox.Message{}, fmt.Errorf("replay: %w", err)
 	}
-	if got.Item == nil {
-		return outbox.Message{}, fmt.Errorf("replay bucket %d sequence %d: %w", bucket, seq, ErrNotParked)
-	}
-	pi := decodeParked(bucket, got.Item)
 	m := pi.Message
 	if replacement != nil {
-		if m, err = s.replacing(pi, got.Item, *replacement); err != nil {
+		if m, err = s.replacing(pi, raw, *replacement); err != nil {
 			return outbox.Message{}, err
 		}
 	} else if pi.Err != nil {

@@ -258,3 +258,31 @@ func TestReplayReplacementChecks(t *testing.T) {
 		})
 	}
 }
+
+func TestGetAndCountParked(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := ctxT(t)
+	if n, err := e.store.CountParked(ctx, 0); err != nil || n != 0 {
+		t.Fatalf("CountParked of an empty bucket = %d, %v", n, err)
+	}
+	m1, m2, m3 := testMsg(1, "k", "one"), testMsg(2, "k", "two"), testMsg(3, "k", "three")
+	l := parkSetup(t, e, []outbox.Message{m1, m2, m3}, 1, "INVALID_RECORD")
+	if _, err := e.store.Park(ctx, l, outbox.Parked{Bucket: 0, Sequence: 2, Reason: "again"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		bucket int
+		want   int
+	}{{0, 2}, {1, 0}} {
+		if n, err := e.store.CountParked(ctx, tc.bucket); err != nil || n != tc.want {
+			t.Fatalf("CountParked(%d) = %d, %v; want %d", tc.bucket, n, err, tc.want)
+		}
+	}
+	p, err := e.store.GetParked(ctx, 0, 2)
+	if err != nil || p.Sequence != 2 || p.Message.ID != m2.ID || string(p.Message.Value) != "two" || p.Reason != "again" {
+		t.Fatalf("GetParked(0, 2) = %+v, %v", p, err)
+	}
+	if _, err := e.store.GetParked(ctx, 0, 3); !errors.Is(err, ErrNotParked) {
+		t.Fatalf("GetParked of a message that is not parked: %v, want ErrNotParked", err)
+	}
+}
