@@ -23,6 +23,7 @@ type config struct {
 	maxSkew         time.Duration
 	flushInterval   time.Duration
 	resume          bool
+	holderWait      time.Duration // <0: LeaseDuration + MaxClockSkew
 	mode            Mode
 	modeSet         bool
 	gapTimeout      time.Duration
@@ -52,6 +53,7 @@ func defaultConfig() config {
 		maxSkew:         5 * time.Second,
 		flushInterval:   5 * time.Second,
 		resume:          true,
+		holderWait:      -1,
 		gapTimeout:      10 * time.Second,
 		gapPoll:         50 * time.Millisecond,
 		deadlineMargin:  5 * time.Second,
@@ -119,6 +121,16 @@ func HeadFlushInterval(d time.Duration) Option { return func(c *config) { c.flus
 // acquires and releases the lease (two writes), as relays before version
 // 0.2 did.
 func ResumeReleased(on bool) Option { return func(c *config) { c.resume = on } }
+
+// HolderWait is how long DrainBucket waits for another relay that holds the
+// bucket to release it (or for its lease to expire) before it leaves a
+// wake-up on the lease and returns ErrLeaseHeld. Waiting makes the caller's
+// drain independent of the holder's life: a holder that dies after the
+// wake-up would leave the caller's message to the next drain or sweep.
+// Default LeaseDuration + MaxClockSkew (long enough to see a dead holder's
+// lease expire), always bounded by the context's deadline minus
+// DeadlineMargin; 0 never waits. Sweeps never wait.
+func HolderWait(d time.Duration) Option { return func(c *config) { c.holderWait = d } }
 
 // WithMode states the mode this relay expects the outbox to be in. Default:
 // take it from the outbox's config item. When set and different, NewRelay
@@ -198,6 +210,8 @@ func (c *config) validate() error {
 		return bad("MaxClockSkew", c.maxSkew, "must not be negative")
 	case c.renewInterval <= 0 || c.renewInterval >= c.leaseDuration-c.leaseMargin-c.maxSkew:
 		return bad("LeaseRenewInterval", c.renewInterval, fmt.Sprintf("must be positive and below LeaseDuration-LeaseMargin-MaxClockSkew (%v): a renewal must be due before the publish cut-off", c.leaseDuration-c.leaseMargin-c.maxSkew))
+	case c.holderWait < -1:
+		return bad("HolderWait", c.holderWait, "must not be negative")
 	case c.flushInterval < 0:
 		return bad("HeadFlushInterval", c.flushInterval, "must not be negative")
 	case c.modeSet && c.mode != DeleteMode && c.mode != WatermarkMode:

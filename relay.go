@@ -270,7 +270,7 @@ func (r *Relay) begin(ctx context.Context, bucket int, target int64, wait bool, 
 		st.Resumed = true
 		return d, d.inject(ctx, seam.AfterAcquire)
 	}
-	if wait && l.HeldAt(r.cfg.clock.Now()) && l.Owner != r.cfg.relayID {
+	if wait && r.holderWait() > 0 && l.HeldAt(r.cfg.clock.Now()) && l.Owner != r.cfg.relayID {
 		st.Waited = r.waitForHolder(ctx, bucket)
 	}
 	if err := d.acquire(ctx); err != nil {
@@ -279,26 +279,35 @@ func (r *Relay) begin(ctx context.Context, bucket int, target int64, wait bool, 
 	return d, nil
 }
 
-// waitForHolder polls the bucket's lease until nobody holds it or the
-// context's deadline (minus DeadlineMargin) is near, and returns how long it
-// waited. A live holder releases after its drain; a dead one's lease
-// expires.
+// holderWait is the HolderWait option with its default resolved.
+func (r *Relay) holderWait() time.Duration {
+	if r.cfg.holderWait < 0 {
+		return r.cfg.leaseDuration + r.cfg.maxSkew
+	}
+	return r.cfg.holderWait
+}
+
+// waitForHolder polls the bucket's lease until nobody holds it, HolderWait
+// has passed or the context's deadline (minus DeadlineMargin) is near, and
+// returns how long it waited. A live holder releases after its drain; a dead
+// one's lease expires.
 func (r *Relay) waitForHolder(ctx context.Context, bucket int) time.Duration {
 	// What is left after waiting must still do for acquiring.
 	const keep = 100 * time.Millisecond
-	start := time.Now()
+	start := r.cfg.clock.Now()
+	until := start.Add(r.holderWait())
 	poll := 10 * time.Millisecond
 	for {
 		dl, ok := ctx.Deadline()
-		if ok && time.Until(dl)-r.cfg.deadlineMargin-keep < poll {
-			return time.Since(start)
+		if ok && time.Until(dl)-r.cfg.deadlineMargin-keep < poll || until.Sub(r.cfg.clock.Now()) < poll {
+			return r.cfg.clock.Now().Sub(start)
 		}
 		if !r.sched.Sleep(ctx.Done(), poll) {
-			return time.Since(start)
+			return r.cfg.clock.Now().Sub(start)
 		}
 		l, err := r.store.ReadLease(ctx, bucket)
 		if err != nil || !l.HeldAt(r.cfg.clock.Now()) {
-			return time.Since(start)
+			return r.cfg.clock.Now().Sub(start)
 		}
 		poll = min(2*poll, 500*time.Millisecond)
 	}

@@ -222,10 +222,14 @@ type Parked struct {
 // BucketProbe is an optional Store capability used by the sweeper: a cheap,
 // bounded look at one bucket, without a table scan.
 type BucketProbe interface {
-	// Peek looks at the items of bucket with sequence > after and returns
-	// how many messages it found, up to limit (tombstones and fences, however
-	// many, are skipped without counting toward the limit), and the creation
-	// time of the first message (zero when none).
+	// Peek counts the messages of bucket with sequence > after, up to
+	// limit, and returns that count and the creation time of the first of
+	// them (zero when none). Fences, and any other item marked as a fence,
+	// are skipped without counting toward limit, however many come before
+	// the first message: a bucket with a message above after is never
+	// reported empty. An undecodable item counts as a message (the relay
+	// must park it). Implementations bound each read they make, not the
+	// number of fences skipped, and document how.
 	Peek(ctx context.Context, bucket int, after int64, limit int) (pending int, oldest time.Time, err error)
 }
 
