@@ -57,8 +57,11 @@ func SetBucketCount(ctx context.Context, client StoreAPI, tables Tables, bucketC
 		return 0, &outbox.OptionError{Option: "client", Value: nil, Reason: "a DynamoDB client is required"}
 	}
 	stored, err := readConfig(ctx, client, tables.Control)
+	var missing *types.ResourceNotFoundException
 	switch {
-	case errors.Is(err, ErrNoConfig) && !isTableMissing(err):
+	case errors.As(err, &missing):
+		return 0, fmt.Errorf("dynamo: the control table %s does not exist (create the tables first): %w", tables.Control, missing)
+	case errors.Is(err, ErrNoConfig):
 		err = writeNewConfig(ctx, client, tables.Control, bucketCount)
 		if !isConditionFailed(err) {
 			return 0, err
@@ -96,11 +99,6 @@ func SetBucketCount(ctx context.Context, client StoreAPI, tables Tables, bucketC
 	default:
 		return stored.BucketCount, fmt.Errorf("dynamo: change BucketCount in %s from %d to %d: %w", tables.Control, stored.BucketCount, bucketCount, err)
 	}
-}
-
-func isTableMissing(err error) bool {
-	var nf *types.ResourceNotFoundException
-	return errors.As(err, &nf)
 }
 
 // writeNewConfig puts the config item unless one exists.
