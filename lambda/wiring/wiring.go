@@ -44,7 +44,8 @@ func (p *Parts) Close() {
 // KAFKA_AUTH says, and checks the brokers before anything is published: the
 // topics in OUTBOX_TOPICS must exist and admit OUTBOX_MAX_MESSAGE_BYTES, and
 // without topics a broker must answer. An error names the variables to fix.
-func NewPublisher(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger) (*kafka.Publisher, error) {
+// Options in extra come last (tests use them).
+func NewPublisher(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger, extra ...kafka.Opt) (*kafka.Publisher, error) {
 	kopts := []kafka.Opt{
 		kafka.MaxMessageBytes(cfg.MaxMessageBytes),
 		kafka.LeaseDuration(cfg.LeaseDuration),
@@ -58,7 +59,7 @@ func NewPublisher(ctx context.Context, cfg config.Config, awsCfg aws.Config, log
 		return nil, err
 	}
 	kopts = append(kopts, auth...)
-	p, err := kafka.NewPublisher(ctx, cfg.Brokers, kopts...)
+	p, err := kafka.NewPublisher(ctx, cfg.Brokers, append(kopts, extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka publisher (KAFKA_BOOTSTRAP_SERVERS=%v, OUTBOX_TOPICS=%v, KAFKA_AUTH=%s): %w", cfg.Brokers, cfg.Topics, cfg.Auth, err)
 	}
