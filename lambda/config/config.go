@@ -146,9 +146,6 @@ func Load(getenv func(string) string) (Config, error) {
 // RenewInterval is a third of the lease, as the defaults are.
 func (c Config) RenewInterval() time.Duration { return c.LeaseDuration / 3 }
 
-// UsesTLS reports whether the Kafka connections use TLS.
-func (c Config) UsesTLS() bool { return c.Auth != AuthNone }
-
 type loader struct {
 	getenv func(string) string
 	errs   []error

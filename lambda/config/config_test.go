@@ -164,9 +164,6 @@ func TestLoadAuthModes(t *testing.T) {
 				got.TLSClientCertSecretARN != c.want.TLSClientCertSecretARN {
 				t.Fatalf("got %+v, want %+v", got, c.want)
 			}
-			if !got.UsesTLS() {
-				t.Fatalf("%s does not use TLS", got.Auth)
-			}
 		})
 	}
 }
