@@ -101,7 +101,8 @@ func SetBucketCount(ctx context.Context, client StoreAPI, tables Tables, bucketC
 	}
 }
 
-// writeNewConfig puts the config item unless one exists.
+// writeNewConfig puts the config item unless one exists. A constant
+// condition (expr.go): never overwrite a stored config.
 func writeNewConfig(ctx context.Context, client putItemAPI, table string, bucketCount int) error {
 	item := controlKey(configPK, configSK)
 	item[attrBuckets] = numAttr(int64(bucketCount))
