@@ -118,13 +118,13 @@ func smokeOptions() options {
 		footprintMsgs: 400, txns: map[int]int{1: 4, 10: 2, 100: 1}, arches: []string{runtime.GOARCH},
 		steady: []profile{
 			{Name: "10", Rate: 10, Seconds: 1},
-			{Name: "50", Rate: 50, Seconds: 1},
-			{Name: "200", Rate: 200, Seconds: 0.5},
-			{Name: "burst", Rate: 50, Seconds: 1, BurstRate: 500, BurstAt: 0.3, BurstFor: 0.2},
+			{Name: "50", Rate: 50, Seconds: 0.6},
+			{Name: "200", Rate: 200, Seconds: 0.3},
+			{Name: "burst", Rate: 50, Seconds: 0.6, BurstRate: 500, BurstAt: 0.2, BurstFor: 0.2},
 		},
 		steadyWarmup: 300 * time.Millisecond, modes: []relayMode{modeDelete},
 		sweep: sweepOptions{rates: []float64{50}, windows: []time.Duration{time.Second},
-			seconds: func(float64) float64 { return 2 }},
+			seconds: func(float64) float64 { return 1.5 }},
 	}
 }
 

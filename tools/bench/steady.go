@@ -192,55 +192,27 @@ func mappingOptions(window time.Duration) []esm.Opt {
 // with its peak rate.
 func steadyWriters(p profile) int { return max(32, int(math.Ceil(p.peak()/2))) }
 
-// steady runs the pipeline with run's handler under run's load: writers
-// commit messages (dynamo.Writer, one message per transaction, bucket by
-// bucket in turn) on schedule, a consumer reads the topic, and the stage
-// measures commit (Write returned) -> consumed, the handler's DynamoDB calls
-// and capacity, and the writer's.
+// steady runs the pipeline with run's handler under run's load, in the
+// phases below: start the handler, the mapping and a consumer; offer the
+// load (writers commit on schedule); settle (wait until everything is
+// consumed and the stream is idle); tally.
 func steady(ctx context.Context, st *stage, g *gen, run steadyRun) (steadyResult, error) {
-	p := run.profile
-	res := steadyResult{Profile: p, Handler: run.handler, WindowS: run.window.Seconds(), WarmupS: run.warmup.Seconds(), Writers: steadyWriters(p)}
+	res := steadyResult{Profile: run.profile, Handler: run.handler, WindowS: run.window.Seconds(), WarmupS: run.warmup.Seconds(),
+		Writers: steadyWriters(run.profile)}
+	if run.handler == handlerRelay {
+		res.Mode = run.mode.Name
+	}
 	desc, err := st.plain.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(st.tables.Messages)})
 	if err != nil {
 		return res, err
 	}
 	arn := aws.ToString(desc.Table.LatestStreamArn)
 	st.meter.deletedBytes = run.itemBytes
-
-	var (
-		handle    esm.Handler
-		published func() int64
-	)
-	switch run.handler {
-	case handlerRelay:
-		res.Mode = run.mode.Name
-		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		cfg := config.Config{
-			MessagesTable: st.tables.Messages, ControlTable: st.tables.Control, BatchSize: relayBatch, Topics: []string{st.topic},
-			LeaseDuration: 30 * time.Second, GapTimeout: 10 * time.Second, MaxMessageBytes: outbox.DefaultMaxMessageBytes,
-			Concurrency: relayConcurrency, Brokers: st.brokers, Auth: config.AuthNone, Region: st.awsCfg.Region, DynamoEndpoint: st.endpoint,
-		}
-		// The relay's own client is built by the wiring: meter it through
-		// the AWS config's API options.
-		relayAWS := st.awsCfg.Copy()
-		relayAWS.APIOptions = append(relayAWS.APIOptions, st.meter.register)
-		parts, err := wiring.BuildWith(ctx, cfg, relayAWS, quiet, "bench-relay", run.mode.Opts...)
-		if err != nil {
-			return res, err
-		}
-		defer parts.Close()
-		h := handler.NewRelay(parts.Relay, cfg.Concurrency, quiet)
-		handle, published = h.Handle, h.Counters().Published.Load
-	case handlerFloor:
-		f, err := newFloor(st)
-		if err != nil {
-			return res, err
-		}
-		defer f.close()
-		handle, published = f.Handle, f.published.Load
-	default:
-		return res, fmt.Errorf("steady: unknown handler %q", run.handler)
+	handle, published, closeHandler, err := startHandler(ctx, st, run)
+	if err != nil {
+		return res, err
 	}
+	defer closeHandler()
 	gt := &gate{next: handle, published: published, reset: st.meter.reset, snap: func() snapshot { return st.meter.snapshot(st.roles()) }}
 	mapping, err := esm.New(st.streams, arn, esm.InProcess(gt.handle, esm.Timeout(time.Minute)), mappingOptions(run.window)...)
 	if err != nil {
@@ -252,36 +224,121 @@ func steady(ctx context.Context, st *stage, g *gen, run steadyRun) (steadyResult
 	defer stop()
 	mapErr := make(chan error, 1)
 	bg.Go(func() { mapErr <- mapping.Run(pipe) })
-
 	cons, err := newConsumer(pipe, st)
 	if err != nil {
 		return res, err
 	}
 	bg.Go(cons.run)
 
-	// The writer has its own meter: its cost is the same with any handler.
-	wm := newMeter()
-	wm.idleConns = res.Writers
-	w, err := dynamo.NewWriter(ctx, dynamolocal.NewClient(st.awsCfg, st.endpoint, wm.option), st.tables)
+	load, err := offer(ctx, st, g, run, res.Writers, gt)
 	if err != nil {
 		return res, err
 	}
-	wm.reset() // not the writer's check of the table
-	sched := p.schedule(run.warmup)
-	type commit struct {
-		at              time.Time
-		measured, burst bool
+	// Settle: every committed message consumed, every hint delivered, no
+	// invocation running (a relay releases its leases after producing).
+	deadline := time.Now().Add(2 * time.Minute)
+	for !(cons.seenAll(load.commits) && gt.idle(int64(len(load.commits)))) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
 	}
+	var inv, pub int64
+	var measured time.Duration
+	res.HandlerDynamo, inv, pub, measured = gt.counts()
+	stats := mapping.Stats()
+	stop()
+	bg.Wait()
+
+	res.Invocations, res.Messages, res.MeasuredSeconds = inv, pub, measured.Seconds()
+	res.ESM = esmStats{Retries: stats.Retries, Bisections: stats.Bisections, Dropped: stats.RecordsDropped}
+	if out, err := st.streams.DescribeStream(ctx, &dynamodbstreams.DescribeStreamInput{StreamArn: aws.String(arn)}); err == nil && out.StreamDescription != nil {
+		res.ESM.Shards = len(out.StreamDescription.Shards)
+	}
+	res.Load = loadavg()
+	consumed, dups := cons.result()
+	missing := res.tally(load, consumed, dups)
+	switch {
+	case missing > 0:
+		return res, fmt.Errorf("steady %s: %d of %d committed messages were not consumed within 2 minutes (event-source mapping: %v)",
+			run.handler, missing, len(load.commits), <-mapErr)
+	case res.Messages == 0 || res.Invocations == 0:
+		return res, fmt.Errorf("steady %s: no invocation after the warm-up published anything", run.handler)
+	}
+	return res, nil
+}
+
+// startHandler builds run's handler, once per container as Lambda would:
+// the relay Lambda's handler over the relay the Lambda wiring builds (its
+// DynamoDB client metered through the AWS config's API options, so every
+// call of the relay is counted), or the floor on the stage's metered
+// client. It returns the handler, its running count of messages published
+// and what closes it.
+func startHandler(ctx context.Context, st *stage, run steadyRun) (esm.Handler, func() int64, func(), error) {
+	switch run.handler {
+	case handlerRelay:
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg := config.Config{
+			MessagesTable: st.tables.Messages, ControlTable: st.tables.Control, BatchSize: relayBatch, Topics: []string{st.topic},
+			LeaseDuration: 30 * time.Second, GapTimeout: 10 * time.Second, MaxMessageBytes: outbox.DefaultMaxMessageBytes,
+			Concurrency: relayConcurrency, Brokers: st.brokers, Auth: config.AuthNone, Region: st.awsCfg.Region, DynamoEndpoint: st.endpoint,
+		}
+		relayAWS := st.awsCfg.Copy()
+		relayAWS.APIOptions = append(relayAWS.APIOptions, st.meter.register)
+		parts, err := wiring.BuildWith(ctx, cfg, relayAWS, quiet, "bench-relay", run.mode.Opts...)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		h := handler.NewRelay(parts.Relay, cfg.Concurrency, quiet)
+		return h.Handle, h.Counters().Published.Load, parts.Close, nil
+	case handlerFloor:
+		f, err := newFloor(st)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return f.Handle, f.published.Load, f.close, nil
+	}
+	return nil, nil, nil, fmt.Errorf("steady: unknown handler %q", run.handler)
+}
+
+// commit is a message the writers committed: when Write returned, and
+// whether it was offered after the warm-up and during the burst.
+type commit struct {
+	at              time.Time
+	measured, burst bool
+}
+
+// offered is what the writers did.
+type offered struct {
+	commits   map[string]commit // by message id
+	commitLat []float64         // ms, the messages offered after the warm-up
+	count     int               // messages offered after the warm-up
+	late      int
+	failures  int64
+	seconds   float64 // from the end of the warm-up until the last write returned
+	writer    snapshot
+}
+
+// offer runs the writers (dynamo.Writer, one message per transaction,
+// bucket after bucket, with a meter of their own: their cost is the same
+// with any handler) on run's schedule, and tells gt when the warm-up is
+// over.
+func offer(ctx context.Context, st *stage, g *gen, run steadyRun, writers int, gt *gate) (*offered, error) {
+	wm := newMeter()
+	wm.idleConns = writers
+	w, err := dynamo.NewWriter(ctx, dynamolocal.NewClient(st.awsCfg, st.endpoint, wm.option), st.tables)
+	if err != nil {
+		return nil, err
+	}
+	wm.reset() // not the writer's check of the table
+	p := run.profile
+	sched := p.schedule(run.warmup)
+	o := &offered{commits: map[string]commit{}}
 	var (
-		mu        sync.Mutex
-		commits   = map[string]commit{}
-		commitLat []float64
-		failures  atomic.Int64
-		writers   sync.WaitGroup
-		jobs      = make(chan int, res.Writers)
+		mu       sync.Mutex
+		failures atomic.Int64
+		wg       sync.WaitGroup
+		jobs     = make(chan int, writers)
 	)
-	for range res.Writers {
-		writers.Go(func() {
+	for range writers {
+		wg.Go(func() {
 			for i := range jobs {
 				start := time.Now()
 				r, err := w.Write(ctx, nil, g.message(st.topic, i%st.buckets))
@@ -292,9 +349,9 @@ func steady(ctx context.Context, st *stage, g *gen, run steadyRun) (steadyResult
 				}
 				measured := sched[i] >= 0
 				mu.Lock()
-				commits[r.Messages[0].ID] = commit{done, measured, p.inBurst(sched[i])}
+				o.commits[r.Messages[0].ID] = commit{done, measured, p.inBurst(sched[i])}
 				if measured {
-					commitLat = append(commitLat, ms(done.Sub(start)))
+					o.commitLat = append(o.commitLat, ms(done.Sub(start)))
 				}
 				mu.Unlock()
 			}
@@ -304,63 +361,43 @@ func steady(ctx context.Context, st *stage, g *gen, run steadyRun) (steadyResult
 	begin := time.Now()
 	for i, at := range sched {
 		time.Sleep(time.Until(begin.Add(time.Duration((at + run.warmup.Seconds()) * float64(time.Second)))))
-		if at >= 0 && measureStart.IsZero() {
-			measureStart = time.Now()
-			gt.measure() // the next invocation starts the count
-		}
 		if at >= 0 {
-			res.Offered++
+			if measureStart.IsZero() {
+				measureStart = time.Now()
+				gt.measure() // the next invocation starts the count
+			}
+			o.count++
 		}
 		select {
 		case jobs <- i:
 		default:
-			res.Late++ // every writer busy: the offered rate is above what commits sustain
+			o.late++ // every writer busy: the offered rate is above what commits sustain
 			jobs <- i
 		}
 	}
 	close(jobs)
-	writers.Wait()
-	res.Seconds = time.Since(measureStart).Seconds()
+	wg.Wait()
+	o.seconds = time.Since(measureStart).Seconds()
+	o.failures = failures.Load()
+	o.writer = wm.snapshot(st.roles())
+	return o, nil
+}
 
-	// Wait until every committed message was consumed and every hint was
-	// delivered, and no invocation is running: the handler's work for the
-	// last message is done (a relay releases its leases after producing).
-	mu.Lock()
-	total := len(commits)
-	mu.Unlock()
-	all := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return seenAllOf(cons, commits) && gt.idle(int64(total))
-	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for !all() && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	hs, inv, pub, measured := gt.counts()
-	stats := mapping.Stats()
-	stop()
-	bg.Wait()
-
-	res.HandlerDynamo = hs
-	res.Invocations, res.Messages, res.MeasuredSeconds = inv, pub, measured.Seconds()
-	res.ESM = esmStats{Retries: stats.Retries, Bisections: stats.Bisections, Dropped: stats.RecordsDropped}
-	if sh, err := st.streams.DescribeStream(ctx, &dynamodbstreams.DescribeStreamInput{StreamArn: aws.String(arn)}); err == nil && sh.StreamDescription != nil {
-		res.ESM.Shards = len(sh.StreamDescription.Shards)
-	}
-	res.WriterDynamo, res.WriterMessages = wm.snapshot(st.roles()), total
-	res.WriteFailures = failures.Load()
-	res.Load = loadavg()
-
+// tally fills in the figures from the writers' commits and the consumer's
+// polls, and returns how many committed messages were never consumed.
+func (r *steadyResult) tally(o *offered, consumed map[string]time.Time, dups int) (missing int) {
+	r.Offered, r.Late, r.WriteFailures, r.Seconds, r.Duplicates = o.count, o.late, o.failures, o.seconds, dups
+	r.WriterDynamo, r.WriterMessages = o.writer, len(o.commits)
 	var lat, burst []float64
-	consumed, dups := cons.result()
-	res.Duplicates = dups
-	for id, c := range commits {
+	for id, c := range o.commits {
+		t, ok := consumed[id]
+		if !ok {
+			missing++
+		}
 		if !c.measured {
 			continue
 		}
-		res.Committed++
-		t, ok := consumed[id]
+		r.Committed++
 		if !ok {
 			continue
 		}
@@ -370,28 +407,15 @@ func steady(ctx context.Context, st *stage, g *gen, run steadyRun) (steadyResult
 			burst = append(burst, d)
 		}
 	}
-	res.Consumed = len(lat)
-	if res.Seconds > 0 {
-		res.AchievedPerS = float64(res.Committed) / res.Seconds
+	r.Consumed = len(lat)
+	if r.Seconds > 0 {
+		r.AchievedPerS = float64(r.Committed) / r.Seconds
 	}
-	res.P50ms, res.P90ms, res.P99ms, res.MaxMs = pct(lat, 0.50), pct(lat, 0.90), pct(lat, 0.99), pct(lat, 1)
-	res.BurstP99ms = pct(burst, 0.99)
-	res.CommitP50ms, res.CommitP99ms = pct(commitLat, 0.50), pct(commitLat, 0.99)
-	res.perMessage()
-	missing := 0
-	for id := range commits {
-		if _, ok := consumed[id]; !ok {
-			missing++
-		}
-	}
-	switch {
-	case missing > 0:
-		return res, fmt.Errorf("steady %s: %d of %d committed messages were not consumed within 2 minutes (event-source mapping: %v)",
-			run.handler, missing, total, <-mapErr)
-	case res.Messages == 0 || res.Invocations == 0:
-		return res, fmt.Errorf("steady %s: no invocation after the warm-up published anything", run.handler)
-	}
-	return res, nil
+	r.P50ms, r.P90ms, r.P99ms, r.MaxMs = pct(lat, 0.50), pct(lat, 0.90), pct(lat, 0.99), pct(lat, 1)
+	r.BurstP99ms = pct(burst, 0.99)
+	r.CommitP50ms, r.CommitP99ms = pct(o.commitLat, 0.50), pct(o.commitLat, 0.99)
+	r.perMessage()
+	return missing
 }
 
 // perMessage derives the per-message figures from the counts.
@@ -540,7 +564,7 @@ func (c *consumer) run() {
 }
 
 // seenAll tells whether every id in commits was consumed.
-func seenAllOf[V any](c *consumer, commits map[string]V) bool {
+func (c *consumer) seenAll(commits map[string]commit) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for id := range commits {
