@@ -47,7 +47,7 @@ func (r *results) chart(path string) error {
 			if s.Handler == handlerFloor {
 				c = gray
 			}
-			names = append(names, s.Profile.Name+" "+s.Handler)
+			names = append(names, s.Profile.Name+"\n"+s.Handler)
 			vals = append(vals, s.P99ms)
 			cols = append(cols, c)
 		}

@@ -285,6 +285,20 @@ func (s snapshot) calls() (calls, attempts int64) {
 	return calls, attempts
 }
 
+// meanMs is the mean duration of a call, in milliseconds.
+func (s snapshot) meanMs() float64 {
+	var calls int64
+	var secs float64
+	for _, v := range s.Ops {
+		calls += v.Calls
+		secs += v.Seconds
+	}
+	if calls == 0 {
+		return 0
+	}
+	return 1000 * secs / float64(calls)
+}
+
 // capacity sums the reported capacity and the units by AWS's rules of the
 // operations for which keep is true (keep gets the operation and table
 // role).

@@ -312,7 +312,7 @@ type offered struct {
 	count     int               // messages offered after the warm-up
 	late      int
 	failures  int64
-	seconds   float64 // from the end of the warm-up until the last write returned
+	seconds   float64 // from the scheduled end of the warm-up until the last write returned
 	writer    snapshot
 }
 
@@ -357,13 +357,12 @@ func offer(ctx context.Context, st *stage, g *gen, run steadyRun, writers int, g
 			}
 		})
 	}
-	var measureStart time.Time
 	begin := time.Now()
+	measureStart := begin.Add(run.warmup) // as scheduled: a send loop running late does not shorten the period
 	for i, at := range sched {
 		time.Sleep(time.Until(begin.Add(time.Duration((at + run.warmup.Seconds()) * float64(time.Second)))))
 		if at >= 0 {
-			if measureStart.IsZero() {
-				measureStart = time.Now()
+			if o.count == 0 {
 				gt.measure() // the next invocation starts the count
 			}
 			o.count++
@@ -417,6 +416,18 @@ func (r *steadyResult) tally(o *offered, consumed map[string]time.Time, dups int
 	r.perMessage()
 	return missing
 }
+
+// offeredPerS is the rate offered after the warm-up, on average.
+func (r steadyResult) offeredPerS() float64 {
+	if r.Profile.Seconds == 0 {
+		return 0
+	}
+	return float64(r.Offered) / r.Profile.Seconds
+}
+
+// sustained tells whether the writers committed at least 95 % of the
+// offered rate.
+func (r steadyResult) sustained() bool { return r.AchievedPerS >= 0.95*r.offeredPerS() }
 
 // perMessage derives the per-message figures from the counts.
 func (r *steadyResult) perMessage() {
