@@ -22,7 +22,7 @@ func (r *results) markdown() string {
 	if r.Smoke {
 		p("> **Smoke run** (tiny volumes): these figures only show that every stage ran. Do not quote them.\n\n")
 	}
-	p("```\n%s\n```\n\n", r.line())
+	p("```\n%s\n```\n\n", strings.Join(r.lines(), "\n"))
 	p("![throughput](benchmarks.png)\n\n")
 
 	p("## Machine and versions\n\n")
