@@ -28,6 +28,10 @@ type drain struct {
 	// held: this drain holds the lease (acquired it). Otherwise it resumed
 	// a lease this relay had released, and writes it only lazily.
 	held bool
+	// checkedAt: when (scheduler clock) the last look at the lease that
+	// found it still released by this relay began; a resumed publish ends
+	// LeaseMargin before ResumeWindow after it.
+	checkedAt time.Time
 	// head: the decided prefix as this drain knows it (the stored head may
 	// lag). cleaned: every item at or below it is known decided and marked;
 	// reads start above it.
@@ -73,6 +77,15 @@ func (d *drain) acquire(ctx context.Context) error {
 	d.held = true
 	d.st.Acquired = true
 	d.st.TakenOver = d.st.TakenOver || l.TakenOver
+	if l.PrevReleasedBy != "" {
+		// The relay that released it may be resuming it, within
+		// ResumeWindow of its last look at the lease, which came before
+		// this acquisition: publish nothing before that window is over.
+		nb := d.r.sched.Now().Add(d.r.cfg.resumeWindow)
+		if nb.After(d.loc.notBefore) {
+			d.loc.notBefore = nb
+		}
+	}
 	d.head, d.cleaned = max(d.head, l.Head), max(d.cleaned, l.Cleaned)
 	if l.Wake > 0 {
 		// Wake-ups a failed or crashed holder never honoured: their
@@ -106,6 +119,9 @@ func (d *drain) run(ctx context.Context) error {
 		if err := d.renewIfDue(ctx); err != nil {
 			return err
 		}
+		if err := d.recheck(ctx); err != nil {
+			return err
+		}
 		bt, err := d.read(ctx)
 		if err != nil {
 			return err
@@ -126,7 +142,7 @@ func (d *drain) run(ctx context.Context) error {
 			acked, perr = d.publish(ctx, bt.msgs, d.isolate)
 		}
 		var crashed *seam.CrashError
-		if errors.Is(perr, ErrLeaseLost) || errors.As(perr, &crashed) {
+		if errors.Is(perr, ErrLeaseLost) || errors.As(perr, &crashed) || errors.Is(perr, ErrDeadline) {
 			// Another owner may take over at any moment: write nothing.
 			return perr
 		}
@@ -137,6 +153,15 @@ func (d *drain) run(ctx context.Context) error {
 		}
 		if err := d.advance(ctx, bt, acked, perr, cfg.clock.Now().Sub(start)); err != nil {
 			return err
+		}
+		if errors.Is(perr, errResumeWindow) {
+			// A resumed publish ran out of its window: go on under the
+			// lease, with its watchdog.
+			d.st.Retries++
+			if _, err := d.hold(ctx); err != nil {
+				return err
+			}
+			continue
 		}
 		if perr == nil {
 			d.failures, d.isolate = 0, false
@@ -540,6 +565,33 @@ func (d *drain) gap(ctx context.Context, seq, next int64) error {
 		return ctx.Err()
 	}
 	return nil
+}
+
+// recheck confirms, for a resumed drain, that the lease is still released
+// by this relay, when the last look is older than half the publish window;
+// if it is not, the drain acquires the lease (or fails with ErrLeaseHeld).
+func (d *drain) recheck(ctx context.Context) error {
+	if d.held {
+		return nil
+	}
+	cfg := &d.r.cfg
+	now := d.r.sched.Now()
+	if now.Sub(d.checkedAt) < (cfg.resumeWindow-cfg.leaseMargin)/2 {
+		return nil
+	}
+	l, err := d.r.store.ReadLease(ctx, d.b)
+	if err != nil {
+		return fmt.Errorf("outbox: read lease of bucket %d: %w", d.b, err)
+	}
+	if d.r.resumable(l) && l.Epoch == d.getLease().Epoch {
+		// Still ours (a sweeper may have advanced its head meanwhile).
+		d.checkedAt = now
+		d.setLease(l)
+		d.head, d.cleaned = max(d.head, l.Head), max(d.cleaned, l.Cleaned)
+		return nil
+	}
+	_, err = d.hold(ctx)
+	return err
 }
 
 // renewIfDue renews a held lease when its renewal interval has passed, and

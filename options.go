@@ -23,7 +23,9 @@ type config struct {
 	maxSkew         time.Duration
 	flushInterval   time.Duration
 	resume          bool
+	resumeWindow    time.Duration
 	holderWait      time.Duration // <0: LeaseDuration + MaxClockSkew
+	sweepMinAge     time.Duration
 	mode            Mode
 	modeSet         bool
 	gapTimeout      time.Duration
@@ -53,6 +55,7 @@ func defaultConfig() config {
 		maxSkew:         5 * time.Second,
 		flushInterval:   5 * time.Second,
 		resume:          true,
+		resumeWindow:    7 * time.Second,
 		holderWait:      -1,
 		gapTimeout:      10 * time.Second,
 		gapPoll:         50 * time.Millisecond,
@@ -132,6 +135,24 @@ func ResumeReleased(on bool) Option { return func(c *config) { c.resume = on } }
 // DeadlineMargin; 0 never waits. Sweeps never wait.
 func HolderWait(d time.Duration) Option { return func(c *config) { c.holderWait = d } }
 
+// ResumeWindow bounds how long a relay drains a bucket it resumed (see
+// ResumeReleased) on the strength of one look at the bucket's lease: it
+// checks the lease before each read, and a publish must stop LeaseMargin
+// before ResumeWindow has passed since that check. In exchange, a relay that
+// acquires a bucket another relay released publishes nothing until
+// ResumeWindow after its acquisition, so the two never publish one bucket at
+// once. Both are measured by each process's monotonic clock from events the
+// store orders, so clock skew does not enter. Default 7s; must exceed
+// LeaseMargin by at least 100ms.
+func ResumeWindow(d time.Duration) Option { return func(c *config) { c.resumeWindow = d } }
+
+// SweepMinAge leaves a sweep's hands off messages younger than this: they are
+// in flight on the stream path, which drains them within a second, and a
+// sweeper that took their bucket would only make both wait. Default 0 (a
+// long-running relay that is the only path drains everything); the
+// sweeper Lambda uses OUTBOX_SWEEP_MIN_AGE (default 10s).
+func SweepMinAge(d time.Duration) Option { return func(c *config) { c.sweepMinAge = d } }
+
 // WithMode states the mode this relay expects the outbox to be in. Default:
 // take it from the outbox's config item. When set and different, NewRelay
 // fails with a *MisconfigurationError naming both.
@@ -210,6 +231,10 @@ func (c *config) validate() error {
 		return bad("MaxClockSkew", c.maxSkew, "must not be negative")
 	case c.renewInterval <= 0 || c.renewInterval >= c.leaseDuration-c.leaseMargin-c.maxSkew:
 		return bad("LeaseRenewInterval", c.renewInterval, fmt.Sprintf("must be positive and below LeaseDuration-LeaseMargin-MaxClockSkew (%v): a renewal must be due before the publish cut-off", c.leaseDuration-c.leaseMargin-c.maxSkew))
+	case c.resumeWindow < c.leaseMargin+100*time.Millisecond:
+		return bad("ResumeWindow", c.resumeWindow, fmt.Sprintf("must exceed LeaseMargin (%v) by at least 100ms: a resumed publish stops LeaseMargin before the window ends", c.leaseMargin))
+	case c.sweepMinAge < 0:
+		return bad("SweepMinAge", c.sweepMinAge, "must not be negative")
 	case c.holderWait < -1:
 		return bad("HolderWait", c.holderWait, "must not be negative")
 	case c.flushInterval < 0:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dynakafka/outbox/internal/seam"
@@ -30,11 +31,21 @@ func (d *drain) publish(ctx context.Context, msgs []Message, alone bool) (int, e
 	if alone {
 		msgs = msgs[:1]
 	}
+	cfg := &d.r.cfg
+	if wait := d.loc.notBefore.Sub(d.r.sched.Now()); wait > 0 {
+		// Acquired from a relay that released it and may still be
+		// resuming it: let its window pass.
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl)-cfg.deadlineMargin < wait {
+			return 0, fmt.Errorf("outbox: bucket %d may not be published for %v more (a relay that released it may still resume it): %w", d.b, wait, ErrDeadline)
+		}
+		if !d.r.sched.Sleep(ctx.Done(), wait) {
+			return 0, ctx.Err()
+		}
+	}
 	if !d.held {
-		return checkAcked(call(ctx))(len(msgs))
+		return d.publishResumed(ctx, msgs, call)
 	}
 
-	cfg := &d.r.cfg
 	l0 := d.getLease()
 	now := cfg.clock.Now()
 	if !now.Before(d.cutoff(l0)) {
@@ -102,6 +113,32 @@ func (d *drain) publish(ctx context.Context, msgs []Message, alone bool) (int, e
 	defer mu.Unlock()
 	if lost != nil {
 		return min(max(acked, 0), len(msgs)), lost
+	}
+	return checkAcked(acked, err)(len(msgs))
+}
+
+// errResumeWindow: a resumed drain's publish reached the end of its window.
+var errResumeWindow = errors.New("outbox: a resumed publish reached the end of its window")
+
+// publishResumed publishes for a resumed drain: until LeaseMargin before
+// ResumeWindow has passed since the drain's last look at the lease.
+func (d *drain) publishResumed(ctx context.Context, msgs []Message, call func(context.Context) (int, error)) (int, error) {
+	cfg := &d.r.cfg
+	left := d.checkedAt.Add(cfg.resumeWindow - cfg.leaseMargin).Sub(d.r.sched.Now())
+	if left <= 0 {
+		return 0, errResumeWindow
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var expired atomic.Bool
+	t := d.r.sched.AfterFunc(left, func() {
+		expired.Store(true)
+		cancel()
+	})
+	acked, err := call(pctx)
+	t.Stop()
+	if expired.Load() && ctx.Err() == nil {
+		return min(max(acked, 0), len(msgs)), errResumeWindow
 	}
 	return checkAcked(acked, err)(len(msgs))
 }

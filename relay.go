@@ -38,7 +38,11 @@ type Relay struct {
 // local is this process's view of one bucket.
 type local struct {
 	turn      chan struct{} // holds a token while a drain of this Relay runs
-	flushedAt time.Time     // when this relay last wrote the bucket's head
+	flushedAt time.Time     // when this relay last wrote the bucket's head (lease clock)
+	// notBefore: no publish of this bucket before it (scheduler clock):
+	// ResumeWindow after this relay acquired it from a relay that had
+	// released it and may still be resuming it.
+	notBefore time.Time
 }
 
 // NewRelay reads the outbox's config item and returns a relay for it. It
@@ -259,14 +263,15 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // allows, for another holder to release it or for its lease to expire.
 func (r *Relay) begin(ctx context.Context, bucket int, target int64, wait bool, st *DrainStats) (*drain, error) {
 	d := &drain{r: r, b: bucket, st: st, target: target, loc: r.local(bucket)}
+	checked := r.sched.Now()
 	l, err := r.store.ReadLease(ctx, bucket)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: read lease of bucket %d: %w", bucket, err)
 	}
-	if r.cfg.resume && l.Released() && l.Owner == r.cfg.relayID && l.Wake == 0 {
+	if r.resumable(l) {
 		// Released by this relay and acquired by nobody since: drain it
 		// again without a write (docs/design.md, "resuming").
-		d.lease, d.head, d.cleaned = l, l.Head, l.Cleaned
+		d.lease, d.head, d.cleaned, d.checkedAt = l, l.Head, l.Cleaned, checked
 		st.Resumed = true
 		return d, d.inject(ctx, seam.AfterAcquire)
 	}
@@ -285,6 +290,12 @@ func (r *Relay) holderWait() time.Duration {
 		return r.cfg.leaseDuration + r.cfg.maxSkew
 	}
 	return r.cfg.holderWait
+}
+
+// resumable reports whether this relay may drain the bucket of l without
+// acquiring it: it released the lease last and no wake-up is pending.
+func (r *Relay) resumable(l Lease) bool {
+	return r.cfg.resume && l.Released() && l.Owner == r.cfg.relayID && l.Wake == 0
 }
 
 // waitForHolder polls the bucket's lease until nobody holds it, HolderWait

@@ -106,6 +106,12 @@ type Lease struct {
 	// owner whose hold had expired without a release (a crashed or stalled
 	// holder).
 	TakenOver bool
+	// PrevReleasedBy is set by Acquire only: the owner that had released
+	// the lease, when it is not the acquirer. That owner may still be
+	// draining the bucket as its resumer, within ResumeWindow of its last
+	// check of the lease, so the new holder publishes nothing before
+	// ResumeWindow has passed.
+	PrevReleasedBy string
 }
 
 // HeldAt reports whether an owner holds the lease at now.

@@ -12,8 +12,8 @@ import (
 // SweepReport summarises one Sweep.
 type SweepReport struct {
 	Live  int // live relays, this one included
-	Share int // buckets this relay may drain in this sweep
-	// Pending is the number of pending messages seen (each bucket's look is
+	Share int // buckets in this relay's fair-share range
+	// Pending is the number of pending messages the probes saw (each is
 	// bounded by the probe limit, so this is a lower bound when Truncated).
 	Pending   int
 	Truncated bool
@@ -23,14 +23,60 @@ type SweepReport struct {
 	Ready   []int
 	Drained []int
 	Held    []int // held by another owner, which was woken to drain again
-	Skipped []int // beyond this relay's fair share; left to the others
+	Skipped []int // left to others: outside this relay's range, or younger than SweepMinAge
+	// CaughtUp lists the buckets whose stored head this sweep advanced over
+	// tombstones and fences (a relay resuming them writes it lazily).
+	CaughtUp []int
 	// OutOfRange maps buckets outside 0..BucketCount-1 to the number of
 	// messages seen in them: a writer uses another BucketCount.
 	OutOfRange map[int]int
 	Errors     map[int]error
+	// Buckets holds what the sweep saw of each bucket in range, in order.
+	Buckets []BucketReport
 }
 
-// probeLimit bounds the items one bucket probe reads.
+// BucketReport is what a sweep saw of one bucket.
+type BucketReport struct {
+	Bucket int
+	// Lease as read (and advanced, when the sweep caught its head up).
+	Lease Lease
+	// Last is the bucket's last reserved sequence number, -1 when the store
+	// cannot tell (no CounterProbe) or the read failed.
+	Last int64
+	// Messages is how many pending messages the probe saw (at most the
+	// probe limit); Oldest the creation time of the first.
+	Messages int
+	Oldest   time.Time
+	// Parked is the bucket's dead-letter count, -1 when the store cannot
+	// tell (no ParkedCounter) or the read failed.
+	Parked int
+	// Err is the error of this bucket's probe, if any.
+	Err error
+}
+
+// Reserved returns how many sequence numbers are reserved above the head:
+// pending messages, fences not yet passed and reservations not yet committed
+// or abandoned. -1 when Last is unknown.
+func (b BucketReport) Reserved() int64 {
+	if b.Last < 0 {
+		return -1
+	}
+	return max(0, b.Last-b.Lease.Head)
+}
+
+// CounterProbe is an optional Store capability: the last sequence number
+// reserved in a bucket (0 when none).
+type CounterProbe interface {
+	LastSequence(ctx context.Context, bucket int) (int64, error)
+}
+
+// ParkedCounter is an optional Store capability: how many dead-letter
+// records a bucket has.
+type ParkedCounter interface {
+	CountParked(ctx context.Context, bucket int) (int, error)
+}
+
+// probeLimit bounds the messages one bucket probe counts.
 const probeLimit = 100
 
 // OutOfRangeProbe is how far beyond BucketCount Sweep looks for stray
@@ -40,13 +86,19 @@ func OutOfRangeProbe(bucketCount int) int {
 }
 
 // Sweep is one round of polling recovery, for a scheduled sweeper or a
-// long-running relay: it heartbeats, looks at every bucket with one bounded
-// read (no table scan), drains the buckets with pending messages up to its
-// fair share of the live relays, and reports the backlog. It also looks at
-// the buckets just above the configured range and reports messages there
-// loudly: the returned error is then a *BucketRangeError.
+// long-running relay: it heartbeats; looks at every bucket with a few
+// bounded reads (no table scan); advances the stored heads of buckets that
+// nobody holds over the tombstones of messages already published; drains the
+// buckets with pending messages in this relay's fair-share range, and those
+// outside it whose oldest message waited longer than LeaseDuration; and
+// reports the backlog. Messages younger than SweepMinAge are left to the
+// stream. It also looks at the buckets just above the configured range and
+// reports messages there loudly: the returned error is then a
+// *BucketRangeError. A sweep never waits for another relay's drain: a held
+// bucket is woken.
 //
-// The store must implement BucketProbe.
+// The store must implement BucketProbe; CounterProbe and ParkedCounter
+// complete the report when it implements them.
 func (r *Relay) Sweep(ctx context.Context) (SweepReport, error) {
 	return r.sweep(ctx, true)
 }
@@ -69,18 +121,11 @@ func (r *Relay) sweep(ctx context.Context, probeOutOfRange bool) (SweepReport, e
 	share, rank := LiveShare(r.bucketCount, live, cfg.relayID)
 	rep.Live, rep.Share = max(len(live), rank+1), share
 
-	type look struct {
-		bucket  int
-		pending int
-		oldest  time.Time
-		lease   Lease
-		err     error
-	}
 	upper := r.bucketCount
 	if probeOutOfRange {
 		upper = OutOfRangeProbe(r.bucketCount)
 	}
-	looks := make([]look, upper)
+	looks := make([]BucketReport, upper)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
 	for b := range upper {
@@ -88,58 +133,58 @@ func (r *Relay) sweep(ctx context.Context, probeOutOfRange bool) (SweepReport, e
 		sem <- struct{}{}
 		go func(b int) {
 			defer func() { <-sem; wg.Done() }()
-			lk := look{bucket: b}
-			after := int64(0)
-			if b < r.bucketCount {
-				lk.lease, lk.err = r.store.ReadLease(ctx, b)
-				after = lk.lease.Cleaned
-			}
-			if lk.err == nil {
-				lk.pending, lk.oldest, lk.err = probe.Peek(ctx, b, after, probeLimit)
-			}
-			looks[b] = lk
+			looks[b] = r.look(ctx, probe, b, b < r.bucketCount)
 		}(b)
 	}
 	wg.Wait()
 
-	for _, lk := range looks {
-		switch {
-		case lk.err != nil:
-			rep.Errors[lk.bucket] = fmt.Errorf("outbox: probe bucket %d: %w", lk.bucket, lk.err)
-			continue
-		case lk.pending == 0:
-			continue
-		}
-		rep.Pending += lk.pending
-		rep.Truncated = rep.Truncated || lk.pending >= probeLimit
-		if rep.Oldest.IsZero() || lk.oldest.Before(rep.Oldest) {
-			rep.Oldest = lk.oldest
-		}
-		if lk.bucket >= r.bucketCount {
-			rep.OutOfRange[lk.bucket] = lk.pending
-			cfg.logger.ErrorContext(ctx, "outbox: messages in a bucket outside the configured range; a writer uses another BucketCount and these messages will not be relayed",
-				"bucket", lk.bucket, "bucket_count", r.bucketCount, "pending_seen", lk.pending)
-			continue
-		}
-		rep.Ready = append(rep.Ready, lk.bucket)
-	}
-
-	// Fair share: start at this relay's rank so live relays prefer disjoint
-	// buckets, and prefer buckets nobody holds.
 	n := r.bucketCount
 	pos := func(b int) int { return ((b-rank*share)%n + n) % n }
-	ready := append([]int(nil), rep.Ready...)
-	sort.SliceStable(ready, func(i, j int) bool {
-		hi, hj := heldAt(looks[ready[i]].lease, now), heldAt(looks[ready[j]].lease, now)
-		if hi != hj {
-			return !hi
+	var ready []int
+	for _, lk := range looks {
+		switch {
+		case lk.Err != nil:
+			rep.Errors[lk.Bucket] = fmt.Errorf("outbox: probe bucket %d: %w", lk.Bucket, lk.Err)
+			continue
+		case lk.Bucket >= n:
+			if lk.Messages > 0 {
+				rep.OutOfRange[lk.Bucket] = lk.Messages
+				cfg.logger.ErrorContext(ctx, "outbox: messages in a bucket outside the configured range; a writer uses another BucketCount and these messages will not be relayed",
+					"bucket", lk.Bucket, "bucket_count", n, "pending_seen", lk.Messages)
+			}
+			continue
 		}
-		return pos(ready[i]) < pos(ready[j])
-	})
-	if len(ready) > share {
-		rep.Skipped = append(rep.Skipped, ready[share:]...)
-		ready = ready[:share]
+		if lk.Messages == 0 {
+			continue
+		}
+		rep.Pending += lk.Messages
+		rep.Truncated = rep.Truncated || lk.Messages >= probeLimit
+		if rep.Oldest.IsZero() || lk.Oldest.Before(rep.Oldest) {
+			rep.Oldest = lk.Oldest
+		}
+		rep.Ready = append(rep.Ready, lk.Bucket)
+		age := now.Sub(lk.Oldest)
+		switch {
+		case age < cfg.sweepMinAge:
+			rep.Skipped = append(rep.Skipped, lk.Bucket) // in flight on the stream path
+		case pos(lk.Bucket) < share || age >= cfg.leaseDuration:
+			ready = append(ready, lk.Bucket)
+		default:
+			rep.Skipped = append(rep.Skipped, lk.Bucket) // another live relay's range
+		}
 	}
+	rep.Buckets = looks[:min(n, len(looks))]
+	for _, lk := range rep.Buckets {
+		if lk.Err == nil && lk.Messages == 0 {
+			if nl, ok := r.catchUp(ctx, lk, now); ok {
+				rep.Buckets[lk.Bucket].Lease = nl
+				rep.CaughtUp = append(rep.CaughtUp, lk.Bucket)
+			}
+		}
+	}
+
+	// Prefer this relay's range, in its order.
+	sort.SliceStable(ready, func(i, j int) bool { return pos(ready[i]) < pos(ready[j]) })
 	for b, err := range r.drainBuckets(ctx, ready, false) {
 		if errors.Is(err, ErrLeaseHeld) {
 			rep.Held = append(rep.Held, b)
@@ -157,7 +202,7 @@ func (r *Relay) sweep(ctx context.Context, probeOutOfRange bool) (SweepReport, e
 	sort.Ints(rep.Skipped)
 	cfg.logger.InfoContext(ctx, "outbox: sweep", "live", rep.Live, "share", rep.Share, "pending", rep.Pending, "truncated", rep.Truncated,
 		"oldest_age_s", ageSeconds(now, rep.Oldest), "ready", rep.Ready, "drained", rep.Drained, "held", rep.Held,
-		"skipped", rep.Skipped, "errors", len(rep.Errors), "out_of_range", rep.OutOfRange)
+		"skipped", rep.Skipped, "caught_up", rep.CaughtUp, "errors", len(rep.Errors), "out_of_range", rep.OutOfRange)
 	if len(rep.OutOfRange) > 0 {
 		worst := -1
 		for b := range rep.OutOfRange {
@@ -166,6 +211,70 @@ func (r *Relay) sweep(ctx context.Context, probeOutOfRange bool) (SweepReport, e
 		return rep, &BucketRangeError{Bucket: worst, BucketCount: r.bucketCount}
 	}
 	return rep, nil
+}
+
+// look probes one bucket: its lease (in range), its pending messages, and
+// what the optional probes tell.
+func (r *Relay) look(ctx context.Context, probe BucketProbe, b int, inRange bool) BucketReport {
+	lk := BucketReport{Bucket: b, Last: -1, Parked: -1}
+	after := int64(0)
+	if inRange {
+		if lk.Lease, lk.Err = r.store.ReadLease(ctx, b); lk.Err != nil {
+			return lk
+		}
+		after = lk.Lease.Cleaned
+	}
+	if lk.Messages, lk.Oldest, lk.Err = probe.Peek(ctx, b, after, probeLimit); lk.Err != nil || !inRange {
+		return lk
+	}
+	if cp, ok := r.store.(CounterProbe); ok {
+		if last, err := cp.LastSequence(ctx, b); err == nil {
+			lk.Last = last
+		}
+	}
+	if pc, ok := r.store.(ParkedCounter); ok {
+		if n, err := pc.CountParked(ctx, b); err == nil {
+			lk.Parked = n
+		}
+	}
+	return lk
+}
+
+// catchUp advances the stored head of a bucket nobody holds over the
+// tombstones and fences that follow it, when the probe found no message and
+// the counter says numbers above the head were reserved. Relays that resume
+// a bucket write its head lazily (HeadFlushInterval); this keeps a quiet
+// bucket's head, and so its reported backlog, exact.
+func (r *Relay) catchUp(ctx context.Context, lk BucketReport, now time.Time) (Lease, bool) {
+	l := lk.Lease
+	if lk.Last >= 0 && lk.Last <= l.Head || l.HeldAt(now) {
+		return l, false
+	}
+	entries, _, err := r.store.Pending(ctx, lk.Bucket, l.Cleaned, r.cfg.batchSize)
+	if err != nil {
+		return l, false
+	}
+	head := l.Head
+	for _, e := range entries {
+		if e.Sequence <= head {
+			if !e.Fence {
+				return l, false // a leftover: the next drain marks it
+			}
+			continue
+		}
+		if e.Sequence != head+1 || !e.Fence {
+			break
+		}
+		head = e.Sequence
+	}
+	if head == l.Head {
+		return l, false
+	}
+	nl, err := r.store.Advance(ctx, l, head, head, now)
+	if err != nil {
+		return l, false
+	}
+	return nl, true
 }
 
 func heldAt(l Lease, now time.Time) bool { return l.Owner != "" && l.Expires.After(now) }

@@ -151,6 +151,7 @@ func TestParametersMatchConfigRanges(t *testing.T) {
 		"OUTBOX_CONCURRENCY":       "RelayConcurrency",
 		"OUTBOX_LEASE_DURATION":    "LeaseDurationSeconds",
 		"OUTBOX_GAP_TIMEOUT":       "GapTimeoutSeconds",
+		"OUTBOX_SWEEP_MIN_AGE":     "SweepMinAgeSeconds",
 	}
 	for _, r := range config.Ranges {
 		name, ok := params[r.Variable]

@@ -362,6 +362,7 @@ func TestParameters(t *testing.T) {
 		// lambda/config's ranges (TestParametersMatchConfigRanges).
 		{"LeaseDurationSeconds", "{Type: Number, Default: 30, MinValue: 10, MaxValue: 900}"},
 		{"GapTimeoutSeconds", "{Type: Number, Default: 10, MinValue: 1, MaxValue: 3600}"},
+		{"SweepMinAgeSeconds", "{Type: Number, Default: 10, MinValue: 0, MaxValue: 600}"},
 		{"MaxMessageBytes", "{Type: Number, Default: 1048576, MinValue: 1024, MaxValue: 104857596}"},
 		{"RelayConcurrency", "{Type: Number, Default: 8, MinValue: 1, MaxValue: 256}"},
 		{"RelayTimeout", "{Type: Number, Default: 120, MinValue: 30, MaxValue: 900}"},
@@ -587,6 +588,7 @@ func baseEnv() map[string]any {
 		"OUTBOX_TOPICS":            "",
 		"OUTBOX_LEASE_DURATION":    "30s",
 		"OUTBOX_GAP_TIMEOUT":       "10s",
+		"OUTBOX_SWEEP_MIN_AGE":     "10s",
 		"OUTBOX_MAX_MESSAGE_BYTES": "1048576",
 		"OUTBOX_CONCURRENCY":       "8",
 		"KAFKA_BOOTSTRAP_SERVERS":  "b-1.example:9092,b-2.example:9092",

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/checker"
+	"github.com/dynakafka/outbox/internal/seam"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
@@ -165,7 +166,9 @@ func TestCommitDuringAnotherHoldersDrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := outbox.NewRelay(ctx, e.store, p, outbox.RelayID("other"), outbox.DeadlineMargin(0))
+	// The other relay leaves a wake-up rather than waiting for the holder
+	// (which this test keeps publishing until the other relay returned).
+	other, err := outbox.NewRelay(ctx, e.store, p, outbox.RelayID("other"), outbox.DeadlineMargin(0), outbox.HolderWait(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,6 +211,18 @@ func TestBucketCountMismatchRefusesToStart(t *testing.T) {
 	}
 }
 
+// crashAt crashes a drain once at the armed crash point.
+type crashAt struct{ point atomic.Value }
+
+func (c *crashAt) arm(p seam.CrashPoint) { c.point.Store(p) }
+
+func (c *crashAt) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
+	if c.point.CompareAndSwap(p, seam.CrashPoint("")) {
+		return errCrash
+	}
+	return nil
+}
+
 // faultyStore fails chosen methods once, simulating a crash at that point.
 type faultyStore struct {
 	outbox.Store
@@ -240,7 +255,8 @@ func (f *faultyStore) Pending(ctx context.Context, b int, after int64, limit int
 
 // Crash points on real parts: after produce before the head update (the
 // batch is redelivered: duplicates, none lost), and between the head update
-// and the delete (leftovers deleted without republishing).
+// and the marking (leftovers marked without republishing). A crashed drain
+// keeps its lease, as a dead process would; the same relay takes it up again.
 func TestCrashPointsOnRealParts(t *testing.T) {
 	e := newEnv(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -265,15 +281,15 @@ func TestCrashPointsOnRealParts(t *testing.T) {
 	done := e.consume(consumerCtx, t, func(id string, key, value []byte) {
 		chk.Delivered(id, id, string(key), 0)
 	})
-	fs := &faultyStore{Store: e.store}
-	r, err := outbox.NewRelay(ctx, fs, e.pub, outbox.DeadlineMargin(0))
+	inj := &crashAt{}
+	r, err := outbox.NewRelay(ctx, e.store, e.pub, outbox.DeadlineMargin(0), seam.With(seam.Hooks{Faults: inj}).(outbox.Option))
 	if err != nil {
 		t.Fatal(err)
 	}
 	drainAll := func() (errs map[int]error) { return r.DrainBuckets(ctx, []int{0, 1}) }
 
 	write(100)
-	fs.failUpdate.Store(true)
+	inj.arm(seam.AfterProduce)
 	// The crash before the head update puts everything written so far at
 	// risk of a second delivery.
 	chk.AtRisk(chk.CommittedIDs()...)
@@ -290,9 +306,9 @@ func TestCrashPointsOnRealParts(t *testing.T) {
 	}
 
 	write(100)
-	fs.failDelete.Store(true)
+	inj.arm(seam.AfterHeadUpdate)
 	if errs := drainAll(); len(errs) != 1 || !errors.Is(firstErr(errs), errCrash) {
-		t.Fatalf("crash before delete: %v", errs)
+		t.Fatalf("crash before marking: %v", errs)
 	}
 	if errs := drainAll(); len(errs) != 0 {
 		t.Fatal(errs)
@@ -328,7 +344,7 @@ func TestStalledHolderOnRealParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	lease := []outbox.Option{outbox.LeaseDuration(2 * time.Second), outbox.LeaseRenewInterval(500 * time.Millisecond),
-		outbox.LeaseMargin(500 * time.Millisecond), outbox.DeadlineMargin(0)}
+		outbox.LeaseMargin(500 * time.Millisecond), outbox.MaxClockSkew(200 * time.Millisecond), outbox.DeadlineMargin(0)}
 	fs := &faultyStore{Store: e.store}
 	fs.stallPending.Store(int64(3 * time.Second))
 	stalledPub := &probe{inner: e.pub}

@@ -63,6 +63,9 @@ func (e *CrashError) Unwrap() error { return e.Err }
 // uses goroutines and the runtime's timers; a simulation replaces it so that
 // it decides, deterministically, when each wait ends.
 type Scheduler interface {
+	// Now is the monotonic time the drain measures its windows with (not
+	// the lease clock, which is the relay's Clock option).
+	Now() time.Time
 	// Go runs f in a new goroutine and returns a function that waits for
 	// it to return.
 	Go(f func()) (wait func())
@@ -106,6 +109,8 @@ func With(h Hooks) any { return install(h) }
 var Runtime Scheduler = runtime{}
 
 type runtime struct{}
+
+func (runtime) Now() time.Time { return time.Now() }
 
 func (runtime) Go(f func()) func() {
 	var wg sync.WaitGroup

@@ -39,6 +39,13 @@ type Config struct {
 	GapTimeout      time.Duration // OUTBOX_GAP_TIMEOUT (10s)
 	MaxMessageBytes int           // OUTBOX_MAX_MESSAGE_BYTES (1048576)
 	Concurrency     int           // OUTBOX_CONCURRENCY (8)
+	// SweepMinAge is OUTBOX_SWEEP_MIN_AGE (10s): the sweeper leaves
+	// messages younger than this to the stream path.
+	SweepMinAge time.Duration
+	// Mode is OUTBOX_MODE: "delete" or "watermark", the mode the outbox
+	// must be in (checked against its config item at init); empty accepts
+	// the stored one.
+	Mode string
 	Brokers         []string      // KAFKA_BOOTSTRAP_SERVERS (required)
 	Auth            string        // KAFKA_AUTH (required: one of AuthModes)
 	SASLSecretARN   string        // KAFKA_SASL_SECRET_ARN (required for the sasl-scram-* modes, refused otherwise)
@@ -88,6 +95,7 @@ var Ranges = []Range{
 	{Variable: "OUTBOX_CONCURRENCY", Min: 1, Max: 256},
 	{Variable: "OUTBOX_LEASE_DURATION", Min: 10, Max: 900, Unit: time.Second},
 	{Variable: "OUTBOX_GAP_TIMEOUT", Min: 1, Max: 3600, Unit: time.Second},
+	{Variable: "OUTBOX_SWEEP_MIN_AGE", Min: 0, Max: 600, Unit: time.Second},
 }
 
 func rangeOf(variable string) Range {
@@ -125,6 +133,8 @@ func Load(getenv func(string) string) (Config, error) {
 		Concurrency:            l.int("OUTBOX_CONCURRENCY", 8),
 		LeaseDuration:          l.duration("OUTBOX_LEASE_DURATION", 30*time.Second),
 		GapTimeout:             l.duration("OUTBOX_GAP_TIMEOUT", 10*time.Second),
+		SweepMinAge:            l.duration("OUTBOX_SWEEP_MIN_AGE", 10*time.Second),
+		Mode:                   l.mode("OUTBOX_MODE"),
 		Topics:                 l.topics("OUTBOX_TOPICS"),
 		Brokers:                l.brokers("KAFKA_BOOTSTRAP_SERVERS"),
 		Auth:                   l.required("KAFKA_AUTH", "one of "+strings.Join(AuthModes, ", ")+" (see docs/deploy.md)"),
@@ -145,6 +155,25 @@ func Load(getenv func(string) string) (Config, error) {
 
 // RenewInterval is a third of the lease, as the defaults are.
 func (c Config) RenewInterval() time.Duration { return c.LeaseDuration / 3 }
+
+// LeaseMargin and MaxClockSkew are the engine's defaults (5s each) for the
+// default 30s lease, a sixth of a shorter one: renewal (a third), margin
+// and skew must fit in the lease.
+func (c Config) LeaseMargin() time.Duration { return min(5*time.Second, c.LeaseDuration/6) }
+
+// MaxClockSkew: see LeaseMargin.
+func (c Config) MaxClockSkew() time.Duration { return min(5*time.Second, c.LeaseDuration/6) }
+
+func (l *loader) mode(name string) string {
+	v := strings.TrimSpace(l.getenv(name))
+	if v == "" {
+		return ""
+	}
+	if _, err := outbox.ParseMode(v); err != nil {
+		l.fail(name, v, "must be delete or watermark (the mode the outbox was created with), or unset to accept the stored one")
+	}
+	return v
+}
 
 type loader struct {
 	getenv func(string) string

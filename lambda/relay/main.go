@@ -25,7 +25,7 @@ func main() {
 		os.Exit(2)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second) // Lambda's init phase allows 10 s
-	parts, err := wiring.Build(ctx, cfg, logger, wiring.ContainerID("relay"))
+	parts, err := wiring.Build(ctx, cfg, logger, wiring.StreamOwnerID())
 	cancel()
 	if err != nil {
 		logger.Error("outbox relay: init failed", "err", err)

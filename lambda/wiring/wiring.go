@@ -110,7 +110,10 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 		outbox.BatchSize(cfg.BatchSize),
 		outbox.LeaseDuration(cfg.LeaseDuration),
 		outbox.LeaseRenewInterval(cfg.RenewInterval()),
+		outbox.LeaseMargin(cfg.LeaseMargin()),
+		outbox.MaxClockSkew(cfg.MaxClockSkew()),
 		outbox.GapTimeout(cfg.GapTimeout),
+		outbox.SweepMinAge(cfg.SweepMinAge),
 		outbox.MaxMessageBytes(cfg.MaxMessageBytes),
 		outbox.Concurrency(cfg.Concurrency),
 		outbox.WithLogger(logger),
@@ -118,11 +121,34 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 	if relayID != "" {
 		ropts = append(ropts, outbox.RelayID(relayID))
 	}
+	if cfg.Mode != "" {
+		m, _ := outbox.ParseMode(cfg.Mode) // validated by config.Load
+		ropts = append(ropts, outbox.WithMode(m))
+	}
 	if p.Relay, err = outbox.NewRelay(ctx, p.Store, p.Publisher, append(ropts, extra...)...); err != nil {
 		p.Close()
 		return nil, fmt.Errorf("relay (OUTBOX_BUCKET_COUNT=%d): %w", cfg.BucketCount, err)
 	}
 	return p, nil
+}
+
+// StreamOwnerID is the lease owner id of the relay function: one id for all
+// of its execution environments, "relay/<function name>". The event-source
+// mapping hands a bucket's records (one partition key) to one invocation at
+// a time, so the function's invocations never drain one bucket at once; with
+// one owner id, a bucket that one environment released is resumed by the next
+// without a lease write and without waiting out a ResumeWindow, and a bucket
+// whose holder died is taken up by the next invocation at once
+// (docs/design.md, "resuming"). Outside Lambda it is ContainerID("relay").
+func StreamOwnerID() string {
+	if fn := os.Getenv("AWS_LAMBDA_FUNCTION_NAME"); fn != "" {
+		id := "relay/" + fn
+		if len(id) > 128 {
+			id = id[:128]
+		}
+		return id
+	}
+	return ContainerID("relay")
 }
 
 // ContainerID names this execution environment: the log stream is unique per

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/sequence"
 )
 
 // maxQueryLimit bounds Pending's limit (the relay reads at most two batches
@@ -283,4 +284,10 @@ func (s *Store) ReadLease(ctx context.Context, bucket int) (outbox.Lease, error)
 		return outbox.Lease{}, fmt.Errorf("dynamo: read lease of bucket %d: %w", bucket, err)
 	}
 	return decodeLease(bucket, out.Item)
+}
+
+// LastSequence implements outbox.CounterProbe: a consistent read of the
+// bucket's sequence counter (0 when nothing was ever reserved).
+func (s *Store) LastSequence(ctx context.Context, bucket int) (int64, error) {
+	return sequence.Last(ctx, s.client, s.tables.Control, bucket)
 }

@@ -34,8 +34,10 @@ type Store struct {
 }
 
 var (
-	_ outbox.Store       = (*Store)(nil)
-	_ outbox.BucketProbe = (*Store)(nil)
+	_ outbox.Store         = (*Store)(nil)
+	_ outbox.BucketProbe   = (*Store)(nil)
+	_ outbox.CounterProbe  = (*Store)(nil)
+	_ outbox.ParkedCounter = (*Store)(nil)
 )
 
 // NewStore returns a Store over tables. It reads the config item, so the
@@ -125,6 +127,9 @@ func (s *Store) Acquire(ctx context.Context, bucket int, owner string, now time.
 			l := prev
 			l.Owner, l.Expires, l.Epoch = owner, fromMillis(exp), prev.Epoch+1
 			l.TakenOver = prev.Owner != "" && !prev.Expires.IsZero()
+			if prev.Released() {
+				l.PrevReleasedBy = prev.Owner
+			}
 			return l, nil
 		}
 		if !errors.Is(err, errChanged) {

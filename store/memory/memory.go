@@ -32,8 +32,10 @@ type Store struct {
 }
 
 var (
-	_ outbox.Store       = (*Store)(nil)
-	_ outbox.BucketProbe = (*Store)(nil)
+	_ outbox.Store         = (*Store)(nil)
+	_ outbox.BucketProbe   = (*Store)(nil)
+	_ outbox.CounterProbe  = (*Store)(nil)
+	_ outbox.ParkedCounter = (*Store)(nil)
 )
 
 // New returns an empty store for an outbox with bucketCount buckets.
@@ -79,6 +81,8 @@ func (s *Store) Put(msgs ...outbox.Message) error {
 			s.buckets[m.Bucket] = make(map[int64]outbox.Entry)
 		}
 		s.buckets[m.Bucket][m.Sequence] = outbox.Entry{Sequence: m.Sequence, Message: m}
+		// As if reserved: a writer's sequence is always at most the counter.
+		s.counters[m.Bucket] = max(s.counters[m.Bucket], m.Sequence)
 	}
 	return nil
 }
@@ -148,14 +152,20 @@ func (s *Store) Acquire(ctx context.Context, bucket int, owner string, now time.
 		l.Wake++
 		return outbox.Lease{}, outbox.ErrLeaseHeld
 	}
-	takenOver := l.Owner != "" && l.Owner != owner && !l.Expires.IsZero()
+	out := outbox.Lease{}
+	if l.Owner != "" && l.Owner != owner {
+		out.TakenOver = !l.Expires.IsZero()
+		if l.Expires.IsZero() {
+			out.PrevReleasedBy = l.Owner
+		}
+	}
 	if l.Owner != owner {
 		l.Epoch++
 	}
 	l.Owner = owner
 	l.Expires = now.Add(d)
-	out := *l
-	out.TakenOver = takenOver
+	out.Bucket, out.Owner, out.Expires, out.Head, out.Cleaned = l.Bucket, l.Owner, l.Expires, l.Head, l.Cleaned
+	out.Gap, out.GapSince, out.Wake, out.Epoch = l.Gap, l.GapSince, l.Wake, l.Epoch
 	return out, nil
 }
 
@@ -430,4 +440,24 @@ func (s *Store) Peek(ctx context.Context, bucket int, after int64, limit int) (i
 		first = min(first, seq)
 	}
 	return min(len(seqs), limit), s.buckets[bucket][first].Message.CreatedAt, nil
+}
+
+// LastSequence implements outbox.CounterProbe.
+func (s *Store) LastSequence(ctx context.Context, bucket int) (int64, error) {
+	if err := s.hook("LastSequence", bucket); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.counters[bucket], ctx.Err()
+}
+
+// CountParked implements outbox.ParkedCounter.
+func (s *Store) CountParked(ctx context.Context, bucket int) (int, error) {
+	if err := s.hook("CountParked", bucket); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.parked[bucket]), ctx.Err()
 }

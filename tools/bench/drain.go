@@ -315,6 +315,7 @@ func relayDrain(ctx context.Context, st *stage, bl backlog, name string, opts ..
 type metricsFunc func(outbox.BatchStats)
 
 func (f metricsFunc) Batch(s outbox.BatchStats) { f(s) }
+func (metricsFunc) Drain(outbox.DrainStats)     {}
 
 // naiveDrain is the send-then-mark relay of the usual outbox FAQ, on the
 // same SDK and Kafka clients: loop { Query Limit 1 ConsistentRead;
