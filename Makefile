@@ -6,6 +6,7 @@
 #   make lint    go mod tidy -diff, go vet and staticcheck on every module
 #   make bench   benchmarks and the capacity model (docs/benchmarks.md)
 #   make soak    the fault-injection soak (N=100000 messages by default)
+#   make sim     the randomized interleaving simulation (SCHEDULES=10000 by default)
 #   make fuzz    every fuzz target for FUZZTIME (default 30s)
 #
 # Everything the targets need is installed by the scripts below into .cache/
@@ -30,7 +31,7 @@ ARCHES      := arm64 amd64
 # Every Go module of the repository: the library first, then the tools.
 MODULES     := . tools
 
-.PHONY: all deps test test-short build lint demo bench soak clean
+.PHONY: all deps test test-short build lint demo bench soak sim clean
 
 all: build test
 
@@ -73,6 +74,12 @@ bench: deps
 
 soak: deps
 	$(GO) run ./cmd/soak -n $(or $(N),100000)
+
+# make sim: the deterministic scheduler over the memory store (internal/sim),
+# SCHEDULES seeded schedules (make test runs 3000). A failure prints its seed;
+# go test ./internal/sim -run TestSchedules -sim.seed N replays it.
+sim:
+	$(GO) test -count=1 -run TestSchedules -v -timeout 2h ./internal/sim -sim.schedules=$(or $(SCHEDULES),10000) | grep -E '^(ok|FAIL|---)|sim:|seed'
 
 # make fuzz: every go test -fuzz target in the module, one after the other,
 # FUZZTIME each (a duration, or Nx for N executions; default 30s), with

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -447,7 +446,7 @@ func (d *drain) publishFailed(ctx context.Context, bt *batch, acked int, perr er
 	default:
 		// Retriable: back off with full jitter, keep the rows, try again
 		// (from the new head) unless the deadline comes first.
-		wait := backoff(cfg.retryBase, cfg.retryMax, d.failures)
+		wait := backoff(cfg.retryBase, cfg.retryMax, d.failures, d.r.rand)
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl)-cfg.deadlineMargin < wait {
 			return perr
 		}
@@ -461,14 +460,15 @@ func (d *drain) publishFailed(ctx context.Context, bt *batch, acked int, perr er
 	}
 }
 
-// backoff returns a full-jitter exponential backoff for the given attempt.
-func backoff(base, max time.Duration, attempt int) time.Duration {
+// backoff returns a full-jitter exponential backoff for the given attempt,
+// drawing from rnd (rand.Int64N unless a test installed another).
+func backoff(base, max time.Duration, attempt int, rnd func(int64) int64) time.Duration {
 	d := base
 	for i := 1; i < attempt && d < max; i++ {
 		d *= 2
 	}
 	d = min(d, max)
-	return time.Duration(rand.Int64N(int64(d)) + 1)
+	return time.Duration(rnd(int64(d)) + 1)
 }
 
 // recordError applies the record-error policy to e, the entry at head+1.

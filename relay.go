@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"time"
@@ -27,6 +28,7 @@ type Relay struct {
 	bucketCount int
 	mode        Mode
 	sched       seam.Scheduler
+	rand        func(int64) int64
 
 	// Per bucket: one drain at a time in this process, and when this relay
 	// last wrote the bucket's head. The store's lease is per owner id, so it
@@ -75,8 +77,12 @@ func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (
 	if sched == nil {
 		sched = seam.Runtime
 	}
+	rnd := cfg.hooks.Rand
+	if rnd == nil {
+		rnd = rand.Int64N
+	}
 	return &Relay{store: store, pub: pub, cfg: cfg, bucketCount: stored.BucketCount, mode: stored.Mode, sched: sched,
-		buckets: map[int]*local{}}, nil
+		rand: rnd, buckets: map[int]*local{}}, nil
 }
 
 // CheckConfig verifies a stored configuration against a process's expected
@@ -182,10 +188,8 @@ func (r *Relay) drainBucket(ctx context.Context, bucket int, target int64, wait 
 		r.cfg.metrics.Drain(st)
 	}()
 	loc := r.local(bucket)
-	select {
-	case loc.turn <- struct{}{}:
-	case <-ctx.Done():
-		return st, ErrDeadline
+	if err := r.takeTurn(ctx, loc); err != nil {
+		return st, err
 	}
 	defer func() { <-loc.turn }()
 
@@ -218,6 +222,22 @@ func (r *Relay) drainBucket(ctx context.Context, bucket int, target int64, wait 
 			return st, fmt.Errorf("outbox: release bucket %d: %w", bucket, err)
 		}
 		return st, nil
+	}
+}
+
+// takeTurn waits until no other drain of this Relay runs on the bucket.
+// Such concurrency is rare (a stream hint during a sweep of the same relay),
+// so a short poll is enough, and it keeps every wait on the scheduler.
+func (r *Relay) takeTurn(ctx context.Context, loc *local) error {
+	for poll := 5 * time.Millisecond; ; poll = min(2*poll, 200*time.Millisecond) {
+		select {
+		case loc.turn <- struct{}{}:
+			return nil
+		default:
+		}
+		if !r.sched.Sleep(ctx.Done(), poll) {
+			return ErrDeadline
+		}
 	}
 }
 

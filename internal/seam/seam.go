@@ -92,6 +92,9 @@ type Hooks struct {
 	Faults FaultInjector
 	// Scheduler replaces the runtime's goroutines and timers.
 	Scheduler Scheduler
+	// Rand, when set, replaces the random source of backoff jitter:
+	// Rand(n) returns a number in [0, n).
+	Rand func(n int64) int64
 }
 
 // install is set by package outbox: it turns hooks into an outbox.Option.

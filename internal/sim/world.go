@@ -1,0 +1,545 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/seam"
+	"github.com/dynakafka/outbox/store/memory"
+)
+
+// Config is one schedule's shape, drawn from its seed.
+type Config struct {
+	Buckets    int
+	Relays     int
+	SharedID   bool // two relays share an owner id (the relay function's containers)
+	Writers    int
+	PerWriter  int
+	BatchSize  int
+	Resume     bool
+	HolderWait bool // contenders wait for a holder (else they leave a wake-up at once)
+	Deliverers int  // stream deliveries in flight at once
+	PerBucket  bool // at most one delivery of a bucket in flight (the event-source mapping)
+	CrashRate  float64
+	StallRate  float64
+	FaultRate  float64 // publish errors
+	Skew       time.Duration
+}
+
+// Draw picks a schedule's shape.
+func Draw(s *Scheduler) Config {
+	r := s.Rand()
+	c := Config{
+		Buckets:    1 + r.IntN(2),
+		Relays:     2 + r.IntN(3),
+		SharedID:   r.IntN(4) == 0,
+		Writers:    1 + r.IntN(3),
+		PerWriter:  2 + r.IntN(8),
+		BatchSize:  1 + r.IntN(4),
+		Resume:     r.IntN(4) != 0,
+		HolderWait: r.IntN(3) != 0,
+		Deliverers: 1 + r.IntN(3),
+		PerBucket:  r.IntN(2) == 0,
+		Skew:       time.Duration(r.Int64N(int64(2 * time.Second))),
+	}
+	if r.IntN(2) == 0 {
+		c.CrashRate = 0.03
+	}
+	if r.IntN(3) == 0 {
+		c.StallRate = 0.05
+	}
+	if r.IntN(2) == 0 {
+		c.FaultRate = 0.1
+	}
+	return c
+}
+
+// Result is what a schedule did and what the checker found.
+type Result struct {
+	Config     Config
+	Committed  int
+	Published  int // records appended to the log
+	Parked     int
+	Crashes    int
+	Stalls     int
+	FinalDrain bool // a wake-up left on a dead holder's lease needed one more drain
+	Steps      int
+	// Stranded: committed messages neither published nor parked.
+	Stranded []string
+	// OutOfOrder: first deliveries of a bucket out of sequence order.
+	OutOfOrder []string
+	// Overlaps counts publishes of a bucket that began while another of
+	// the same bucket was under way; Exclusive says whether this schedule's
+	// shape promises none (no stalled holders, and relays that share an id
+	// get one delivery of a bucket at a time, as the event-source mapping
+	// does).
+	Overlaps  int
+	Exclusive bool
+}
+
+// Failed reports whether the schedule broke a promise.
+func (r Result) Failed() bool {
+	return len(r.Stranded) > 0 || len(r.OutOfOrder) > 0 || r.Exclusive && r.Overlaps > 0
+}
+
+type record struct {
+	id     string
+	bucket int
+	seq    int64
+}
+
+type hint struct {
+	bucket int
+	seq    int64
+}
+
+// world is one schedule's system: a memory store, relays, writers, the
+// stream and Kafka, all under one scheduler.
+type world struct {
+	s     *Scheduler
+	cfg   Config
+	mem   *memory.Store
+	store *yieldStore
+	pub   *publisher
+
+	relays []*relay
+	nextID int
+
+	committed map[string]record
+	hints     []hint
+	inFlight  map[int]int // bucket -> deliveries running
+	writing   int
+	running   int // deliveries running
+	res       Result
+}
+
+// relay is one relay process.
+type relay struct {
+	id    string
+	r     *outbox.Relay
+	dead  bool
+	crash *faults
+}
+
+// Run runs the schedule of seed and checks it.
+func Run(seed uint64) (Result, error) {
+	s := New(seed)
+	cfg := Draw(s)
+	w := &world{s: s, cfg: cfg, mem: memory.New(cfg.Buckets), committed: map[string]record{}, inFlight: map[int]int{}}
+	w.res.Config = cfg
+	w.res.Exclusive = cfg.StallRate == 0 && (!cfg.SharedID || cfg.PerBucket)
+	w.store = &yieldStore{Store: w.mem, s: s}
+	w.pub = &publisher{w: w}
+	for i := range cfg.Relays {
+		if err := w.startRelay(fmt.Sprint("r", i)); err != nil {
+			return w.res, err
+		}
+	}
+	w.writing = cfg.Writers
+	for i := range cfg.Writers {
+		s.Spawn(fmt.Sprint("writer", i), func() { w.write(i) })
+	}
+	for i := range cfg.Deliverers {
+		s.Spawn(fmt.Sprint("stream", i), w.deliver)
+	}
+	err := s.Run(2_000_000)
+	w.res.Steps = s.Steps()
+	if err != nil {
+		return w.res, err
+	}
+	if err := w.check(); err != nil {
+		return w.res, err
+	}
+	return w.res, nil
+}
+
+func (w *world) startRelay(id string) error {
+	if w.cfg.SharedID && len(w.relays) == 1 {
+		id = w.relays[0].id // the relay function's containers share an id
+	}
+	f := &faults{w: w}
+	opts := []outbox.Option{
+		outbox.RelayID(id),
+		outbox.WithClock(skewed{w.s, time.Duration(len(w.relays)%2) * w.cfg.Skew}),
+		outbox.BatchSize(w.cfg.BatchSize),
+		outbox.DeadlineMargin(0),
+		outbox.ResumeReleased(w.cfg.Resume),
+		outbox.GapPollInterval(200 * time.Millisecond),
+		seam.With(seam.Hooks{Faults: f, Scheduler: w.s, Rand: w.s.Rand().Int64N}).(outbox.Option),
+	}
+	if !w.cfg.HolderWait {
+		opts = append(opts, outbox.HolderWait(0))
+	}
+	r, err := outbox.NewRelay(context.Background(), w.store, w.pub, opts...)
+	if err != nil {
+		return err
+	}
+	w.relays = append(w.relays, &relay{id: id, r: r, crash: f})
+	f.relay = w.relays[len(w.relays)-1]
+	return nil
+}
+
+// skewed is a relay's lease clock: simulated time plus its skew.
+type skewed struct {
+	s    *Scheduler
+	skew time.Duration
+}
+
+func (c skewed) Now() time.Time { return c.s.Now().Add(c.skew) }
+
+// write is one writer: it reserves sequence numbers, then commits, abandons
+// (a gap) or fails its business condition (fences), and hints every commit.
+func (w *world) write(n int) {
+	r := w.s.Rand()
+	defer func() { w.writing-- }()
+	for i := range w.cfg.PerWriter {
+		b := r.IntN(w.cfg.Buckets)
+		k := 1 + r.IntN(3)
+		for {
+			w.s.Yield()
+			first := w.mem.Reserve(b, k)
+			w.s.Sleep(nil, time.Duration(r.Int64N(int64(50*time.Millisecond))))
+			var msgs []outbox.Message
+			for j := range k {
+				seq := first + int64(j)
+				msgs = append(msgs, outbox.Message{ID: fmt.Sprintf("w%d-%d-%d", n, i, seq), Bucket: b, Sequence: seq,
+					Topic: "t", Key: []byte(fmt.Sprint("k", b)), Value: []byte("v"), CreatedAt: w.s.Now()})
+			}
+			switch x := r.Float64(); {
+			case x < 0.05: // abandoned: the relay fences it after GapTimeout
+			case x < 0.10: // business condition failed: the writer fences its numbers
+				for _, m := range msgs {
+					w.s.Yield()
+					_ = w.mem.Fence(context.Background(), b, m.Sequence, w.s.Now())
+				}
+			default:
+				w.s.Yield()
+				if err := w.mem.Put(msgs...); errors.Is(err, outbox.ErrAlreadyWritten) {
+					continue // fenced by a relay: reserve again
+				}
+				for _, m := range msgs {
+					w.committed[m.ID] = record{id: m.ID, bucket: b, seq: m.Sequence}
+					w.res.Committed++
+					w.hints = append(w.hints, hint{b, m.Sequence})
+				}
+			}
+			break
+		}
+		w.s.Sleep(nil, time.Duration(r.Int64N(int64(200*time.Millisecond))))
+	}
+}
+
+// deliver is the stream: it takes hints in order and hands a batch's
+// buckets to random live relays (DrainBucketTo the highest hinted sequence),
+// redelivering the hints of a bucket whose drain failed.
+func (w *world) deliver() {
+	r := w.s.Rand()
+	for {
+		if len(w.hints) == 0 {
+			if w.writing == 0 && w.running == 0 {
+				return
+			}
+			w.s.Sleep(nil, 20*time.Millisecond)
+			continue
+		}
+		n := 1 + r.IntN(min(4, len(w.hints)))
+		upTo := map[int]int64{}
+		var batch, rest []hint
+		for _, h := range w.hints {
+			if len(batch) < n && (!w.cfg.PerBucket || w.inFlight[h.bucket] == 0 || upTo[h.bucket] > 0) {
+				batch = append(batch, h)
+				upTo[h.bucket] = max(upTo[h.bucket], h.seq)
+			} else {
+				rest = append(rest, h)
+			}
+		}
+		if len(batch) == 0 {
+			w.s.Sleep(nil, 20*time.Millisecond)
+			continue
+		}
+		w.hints = rest
+		for b, seq := range upTo {
+			w.inFlight[b]++
+			w.running++
+			rl := w.liveRelay()
+			w.s.Spawn("drain", func() {
+				defer func() { w.inFlight[b]--; w.running-- }()
+				_, err := rl.r.DrainBucketTo(context.Background(), b, seq)
+				if err != nil && !errors.Is(err, outbox.ErrLeaseHeld) {
+					// The mapping retries the batch after a while.
+					w.s.Sleep(nil, time.Second)
+					for _, h := range batch {
+						if h.bucket == b {
+							w.hints = append(w.hints, h)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// liveRelay picks a live relay, starting a new one if all died.
+func (w *world) liveRelay() *relay {
+	var live []*relay
+	for _, r := range w.relays {
+		if !r.dead {
+			live = append(live, r)
+		}
+	}
+	if len(live) == 0 {
+		w.nextID++
+		if err := w.startRelay(fmt.Sprint("restarted", w.nextID)); err != nil {
+			panic(err)
+		}
+		return w.relays[len(w.relays)-1]
+	}
+	return live[w.s.Rand().IntN(len(live))]
+}
+
+// check verifies the promises: every committed message published or parked,
+// and first deliveries of each bucket in sequence order.
+func (w *world) check() error {
+	parked := map[string]bool{}
+	for b := range w.cfg.Buckets {
+		for _, p := range w.mem.Parked(b) {
+			parked[p.Message.ID] = true
+		}
+	}
+	w.res.Parked = len(parked)
+	missing := w.missing(parked)
+	if len(missing) > 0 && w.deadHolderWoken() {
+		// Wake-ups left on the lease of a holder that died stay there for
+		// the next holder (a sweep, in production): one more drain.
+		w.res.FinalDrain = true
+		r, err := outbox.NewRelay(context.Background(), w.store, w.pub, outbox.RelayID("final"), outbox.WithClock(skewed{w.s, 0}),
+			outbox.DeadlineMargin(0), seam.With(seam.Hooks{Scheduler: w.s, Rand: w.s.Rand().Int64N}).(outbox.Option))
+		if err != nil {
+			return err
+		}
+		for b := range w.cfg.Buckets {
+			w.s.Spawn("final", func() {
+				if _, err := r.DrainBucket(context.Background(), b); err != nil {
+					w.s.mu.Lock()
+					w.s.err = fmt.Errorf("final drain of bucket %d: %w", b, err)
+					w.s.mu.Unlock()
+				}
+			})
+		}
+		if err := w.s.Run(2_000_000); err != nil {
+			return err
+		}
+		for b := range w.cfg.Buckets {
+			for _, p := range w.mem.Parked(b) {
+				parked[p.Message.ID] = true
+			}
+		}
+		missing = w.missing(parked)
+	}
+	w.res.Stranded = missing
+	first := map[string]bool{}
+	last := map[int]int64{}
+	for _, rec := range w.pub.log {
+		if first[rec.id] || parked[rec.id] {
+			continue
+		}
+		first[rec.id] = true
+		if rec.seq <= last[rec.bucket] {
+			w.res.OutOfOrder = append(w.res.OutOfOrder, fmt.Sprintf("bucket %d: %d after %d", rec.bucket, rec.seq, last[rec.bucket]))
+		}
+		last[rec.bucket] = rec.seq
+	}
+	w.res.Published = len(w.pub.log)
+	return nil
+}
+
+func (w *world) missing(parked map[string]bool) []string {
+	published := map[string]bool{}
+	for _, rec := range w.pub.log {
+		published[rec.id] = true
+	}
+	var out []string
+	for id := range w.committed {
+		if !published[id] && !parked[id] {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// deadHolderWoken reports whether some bucket's lease still carries
+// wake-ups and its holder is a relay that died.
+func (w *world) deadHolderWoken() bool {
+	dead := map[string]bool{}
+	for _, r := range w.relays {
+		if r.dead {
+			dead[r.id] = true
+		}
+	}
+	for b := range w.cfg.Buckets {
+		if l := w.mem.Lease(b); l.Wake > 0 && dead[l.Owner] {
+			return true
+		}
+	}
+	return false
+}
+
+// faults crashes or stalls a relay's drains at crash points. A crash kills
+// the relay's process: it gets no more hints, and keeps its leases.
+type faults struct {
+	w     *world
+	relay *relay
+}
+
+var errKilled = errors.New("process killed")
+
+func (f *faults) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
+	r := f.w.s.Rand()
+	if f.relay.dead {
+		return errKilled // its other drains die with it
+	}
+	if r.Float64() < f.w.cfg.StallRate {
+		f.w.res.Stalls++
+		f.w.s.Sleep(nil, time.Duration(r.Int64N(int64(45*time.Second)))) // past the lease, sometimes
+	}
+	if r.Float64() < f.w.cfg.CrashRate {
+		f.w.res.Crashes++
+		f.relay.dead = true
+		return errKilled
+	}
+	return nil
+}
+
+// publisher is Kafka: an append-only log.
+type publisher struct {
+	w      *world
+	log    []record
+	active map[int]int // bucket -> publishes under way
+}
+
+// begin and end bracket a publish of bucket, counting overlaps.
+func (p *publisher) begin(bucket int) func() {
+	if p.active == nil {
+		p.active = map[int]int{}
+	}
+	if p.active[bucket] > 0 {
+		p.w.res.Overlaps++
+	}
+	p.active[bucket]++
+	return func() { p.active[bucket]-- }
+}
+
+var (
+	errRetriable = errors.New("NOT_LEADER_FOR_PARTITION")
+	errTooLarge  = outbox.WithClass(errors.New("MESSAGE_TOO_LARGE"), outbox.RecordPermanent)
+	errAuth      = outbox.WithClass(errors.New("TOPIC_AUTHORIZATION_FAILED"), outbox.Fatal)
+)
+
+func (p *publisher) Publish(ctx context.Context, msgs []outbox.Message) (int, error) {
+	s, r := p.w.s, p.w.s.Rand()
+	s.Yield()
+	defer p.begin(msgs[0].Bucket)()
+	// The broker takes a while; the context may end meanwhile.
+	s.Sleep(ctx.Done(), time.Duration(r.Int64N(int64(300*time.Millisecond))))
+	if r.Float64() < p.w.cfg.FaultRate/10 {
+		s.Sleep(ctx.Done(), 30*time.Second) // a very slow broker
+	}
+	acked := len(msgs)
+	var err error
+	switch x := r.Float64(); {
+	case x < p.w.cfg.FaultRate/3:
+		acked, err = r.IntN(len(msgs)+1), errRetriable
+		if acked == len(msgs) {
+			err = nil
+		}
+	case x < p.w.cfg.FaultRate*2/3:
+		acked, err = r.IntN(len(msgs)), errTooLarge
+	case x < p.w.cfg.FaultRate*3/4:
+		acked, err = 0, errAuth
+	}
+	if ctx.Err() != nil && err == nil {
+		// Cancelled: what was sent may still be appended.
+		acked, err = r.IntN(len(msgs)+1), ctx.Err()
+	}
+	for _, m := range msgs[:acked] {
+		p.log = append(p.log, record{id: m.ID, bucket: m.Bucket, seq: m.Sequence})
+	}
+	return acked, err
+}
+
+// PublishAlone: a record rejected alone is a real poison record, one time
+// in three.
+func (p *publisher) PublishAlone(ctx context.Context, m outbox.Message) error {
+	s, r := p.w.s, p.w.s.Rand()
+	s.Yield()
+	defer p.begin(m.Bucket)()
+	s.Sleep(ctx.Done(), time.Duration(r.Int64N(int64(100*time.Millisecond))))
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if r.Float64() < p.w.cfg.FaultRate/3 {
+		return errTooLarge
+	}
+	p.log = append(p.log, record{id: m.ID, bucket: m.Bucket, seq: m.Sequence})
+	return nil
+}
+
+// yieldStore lets another actor run before every store call.
+type yieldStore struct {
+	*memory.Store
+	s *Scheduler
+}
+
+func (y *yieldStore) Config(ctx context.Context) (outbox.Config, error) { return y.Store.Config(ctx) }
+func (y *yieldStore) ReadLease(ctx context.Context, b int) (outbox.Lease, error) {
+	y.s.Yield()
+	return y.Store.ReadLease(ctx, b)
+}
+func (y *yieldStore) Acquire(ctx context.Context, b int, o string, now time.Time, d time.Duration) (outbox.Lease, error) {
+	y.s.Yield()
+	return y.Store.Acquire(ctx, b, o, y.clock(now), d)
+}
+func (y *yieldStore) Renew(ctx context.Context, l outbox.Lease, now time.Time, d time.Duration) (outbox.Lease, error) {
+	y.s.Yield()
+	return y.Store.Renew(ctx, l, now, d)
+}
+func (y *yieldStore) Update(ctx context.Context, l outbox.Lease, u outbox.LeaseUpdate, now time.Time) (outbox.Lease, error) {
+	y.s.Yield()
+	return y.Store.Update(ctx, l, u, now)
+}
+func (y *yieldStore) Release(ctx context.Context, l outbox.Lease, head, cleaned int64) (outbox.Lease, error) {
+	y.s.Yield()
+	return y.Store.Release(ctx, l, head, cleaned)
+}
+func (y *yieldStore) Abandon(ctx context.Context, l outbox.Lease, head, cleaned int64) error {
+	y.s.Yield()
+	return y.Store.Abandon(ctx, l, head, cleaned)
+}
+func (y *yieldStore) Advance(ctx context.Context, l outbox.Lease, head, cleaned int64, now time.Time) (outbox.Lease, error) {
+	y.s.Yield()
+	return y.Store.Advance(ctx, l, head, cleaned, now)
+}
+func (y *yieldStore) Pending(ctx context.Context, b int, after int64, limit int) ([]outbox.Entry, bool, error) {
+	y.s.Yield()
+	return y.Store.Pending(ctx, b, after, limit)
+}
+func (y *yieldStore) MarkPublished(ctx context.Context, b int, seqs []int64, now time.Time) error {
+	y.s.Yield()
+	return y.Store.MarkPublished(ctx, b, seqs, now)
+}
+func (y *yieldStore) Fence(ctx context.Context, b int, seq int64, now time.Time) error {
+	y.s.Yield()
+	return y.Store.Fence(ctx, b, seq, now)
+}
+func (y *yieldStore) Park(ctx context.Context, l outbox.Lease, p outbox.Parked, now time.Time) (outbox.Lease, error) {
+	y.s.Yield()
+	return y.Store.Park(ctx, l, p, now)
+}
+
+// clock returns now unchanged: relays pass their own (skewed) lease clock.
+func (y *yieldStore) clock(now time.Time) time.Time { return now }
