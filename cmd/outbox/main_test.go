@@ -413,7 +413,7 @@ func TestDrain(t *testing.T) {
 	c.step(exitOK, "drain", "1", "--brokers", brokers, "--auth", "none")
 	c.step(exitOK, "drain", "--brokers", brokers, "--auth", "none", "1") // nothing left: a no-op
 	c.env["KAFKA_AUTH"] = "none"
-	c.env["KAFKA_BOOTSTRAP_SERVERS"] = brokers         // as the relay Lambda reads it
+	c.env["KAFKA_BOOTSTRAP_SERVERS"] = brokers // as the relay Lambda reads it
 	c.step(exitNotDrained, "drain", "0")
 	c.step(exitUsage, "drain", "2")
 	golden(t, "drain.txt", c.normalise(c.out.String()))

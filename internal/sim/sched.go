@@ -29,9 +29,9 @@ type actor struct {
 	name string
 	run  chan struct{} // the scheduler lets the actor run
 	// What it waits for while parked (all zero: runnable).
-	until  time.Time     // sleeping until then
+	until  time.Time       // sleeping until then
 	stop   <-chan struct{} // or until this closes
-	joinOn *actor        // waiting for this actor to finish
+	joinOn *actor          // waiting for this actor to finish
 	done   bool
 }
 

@@ -45,10 +45,10 @@ type Config struct {
 	// Mode is OUTBOX_MODE: "delete" or "watermark", the mode the outbox
 	// must be in (checked against its config item at init); empty accepts
 	// the stored one.
-	Mode string
-	Brokers         []string      // KAFKA_BOOTSTRAP_SERVERS (required)
-	Auth            string        // KAFKA_AUTH (required: one of AuthModes)
-	SASLSecretARN   string        // KAFKA_SASL_SECRET_ARN (required for the sasl-scram-* modes, refused otherwise)
+	Mode          string
+	Brokers       []string // KAFKA_BOOTSTRAP_SERVERS (required)
+	Auth          string   // KAFKA_AUTH (required: one of AuthModes)
+	SASLSecretARN string   // KAFKA_SASL_SECRET_ARN (required for the sasl-scram-* modes, refused otherwise)
 	// TLSCASecretARN is KAFKA_TLS_CA_SECRET_ARN: a secret holding the PEM
 	// bundle of the certificate authorities that sign the brokers'
 	// certificates, trusted instead of the system roots. Optional; any mode
