@@ -121,6 +121,9 @@ func (d *drain) run(ctx context.Context) error {
 		if err := d.recheck(ctx); err != nil {
 			return err
 		}
+		if err := d.waitForResumer(ctx); err != nil {
+			return err
+		}
 		bt, err := d.read(ctx)
 		if err != nil {
 			return err
@@ -563,6 +566,23 @@ func (d *drain) gap(ctx context.Context, seq, next int64) error {
 	d.st.GapWait += time.Since(t0)
 	if !ok {
 		return ctx.Err()
+	}
+	return nil
+}
+
+// waitForResumer waits, before reading, until a relay that released the
+// bucket and may still be resuming it can no longer publish (the window set
+// when this relay acquired it): what it reads then is what that relay left.
+func (d *drain) waitForResumer(ctx context.Context) error {
+	wait := d.loc.notBefore.Sub(d.r.sched.Now())
+	if wait <= 0 {
+		return nil
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl)-d.r.cfg.deadlineMargin < wait {
+		return fmt.Errorf("outbox: bucket %d may not be published for %v more (a relay that released it may still resume it): %w", d.b, wait, ErrDeadline)
+	}
+	if !d.r.sched.Sleep(ctx.Done(), wait) {
+		return ErrDeadline
 	}
 	return nil
 }

@@ -55,7 +55,7 @@ func defaultConfig() config {
 		maxSkew:         5 * time.Second,
 		flushInterval:   5 * time.Second,
 		resume:          true,
-		resumeWindow:    7 * time.Second,
+		resumeWindow:    10 * time.Second,
 		holderWait:      -1,
 		gapTimeout:      10 * time.Second,
 		gapPoll:         50 * time.Millisecond,
@@ -136,14 +136,15 @@ func ResumeReleased(on bool) Option { return func(c *config) { c.resume = on } }
 func HolderWait(d time.Duration) Option { return func(c *config) { c.holderWait = d } }
 
 // ResumeWindow bounds how long a relay drains a bucket it resumed (see
-// ResumeReleased) on the strength of one look at the bucket's lease: it
-// checks the lease before each read, and a publish must stop LeaseMargin
-// before ResumeWindow has passed since that check. In exchange, a relay that
-// acquires a bucket another relay released publishes nothing until
-// ResumeWindow after its acquisition, so the two never publish one bucket at
-// once. Both are measured by each process's monotonic clock from events the
-// store orders, so clock skew does not enter. Default 7s; must exceed
-// LeaseMargin by at least 100ms.
+// ResumeReleased) on the strength of one look at the bucket's lease: a
+// publish stops LeaseMargin before ResumeWindow has passed since the last
+// look that found the lease still released by this relay (a watchdog looks
+// again while a publish runs, every half window: reads, not writes). In
+// exchange, a relay that acquires a bucket another relay released reads and
+// publishes nothing until ResumeWindow after its acquisition, so the two never
+// publish one bucket at once. Both are measured by each process's monotonic
+// clock from events the store orders, so clock skew does not enter. Default
+// 10s; must exceed LeaseMargin by at least 100ms.
 func ResumeWindow(d time.Duration) Option { return func(c *config) { c.resumeWindow = d } }
 
 // SweepMinAge leaves a sweep's hands off messages younger than this: they are

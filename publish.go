@@ -32,16 +32,6 @@ func (d *drain) publish(ctx context.Context, msgs []Message, alone bool) (int, e
 		msgs = msgs[:1]
 	}
 	cfg := &d.r.cfg
-	if wait := d.loc.notBefore.Sub(d.r.sched.Now()); wait > 0 {
-		// Acquired from a relay that released it and may still be
-		// resuming it: let its window pass.
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl)-cfg.deadlineMargin < wait {
-			return 0, fmt.Errorf("outbox: bucket %d may not be published for %v more (a relay that released it may still resume it): %w", d.b, wait, ErrDeadline)
-		}
-		if !d.r.sched.Sleep(ctx.Done(), wait) {
-			return 0, ctx.Err()
-		}
-	}
 	if !d.held {
 		return d.publishResumed(ctx, msgs, call)
 	}
@@ -120,23 +110,51 @@ func (d *drain) publish(ctx context.Context, msgs []Message, alone bool) (int, e
 // errResumeWindow: a resumed drain's publish reached the end of its window.
 var errResumeWindow = errors.New("outbox: a resumed publish reached the end of its window")
 
-// publishResumed publishes for a resumed drain: until LeaseMargin before
-// ResumeWindow has passed since the drain's last look at the lease.
+// publishResumed publishes for a resumed drain. Its bound is LeaseMargin
+// before ResumeWindow after the drain's last look at the lease that found it
+// still released by this relay; a watchdog looks again before the bound and
+// moves it, so a publish runs as long as it needs while nobody takes the
+// bucket, and stops before a relay that did may publish.
 func (d *drain) publishResumed(ctx context.Context, msgs []Message, call func(context.Context) (int, error)) (int, error) {
 	cfg := &d.r.cfg
-	left := d.checkedAt.Add(cfg.resumeWindow - cfg.leaseMargin).Sub(d.r.sched.Now())
+	bound := cfg.resumeWindow - cfg.leaseMargin
+	left := d.checkedAt.Add(bound).Sub(d.r.sched.Now())
 	if left <= 0 {
 		return 0, errResumeWindow
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var expired atomic.Bool
-	t := d.r.sched.AfterFunc(left, func() {
+	deadline := d.r.sched.AfterFunc(left, func() {
 		expired.Store(true)
 		cancel()
 	})
+	done := make(chan struct{})
+	wait := d.r.sched.Go(func() {
+		for {
+			// Look again half-way to the bound.
+			if !d.r.sched.Sleep(done, d.checkedAt.Add(bound/2).Sub(d.r.sched.Now())) {
+				return
+			}
+			checked := d.r.sched.Now()
+			l, err := d.r.store.ReadLease(ctx, d.b)
+			if err != nil || !d.r.resumable(l) || l.Epoch != d.getLease().Epoch {
+				if err != nil {
+					cfg.logger.WarnContext(ctx, "outbox: cannot look at the lease of a bucket being resumed; its publish stops at the window's end", "bucket", d.b, "err", err)
+				}
+				return // the deadline stands
+			}
+			d.checkedAt = checked
+			if pctx.Err() != nil {
+				return
+			}
+			deadline.Reset(d.checkedAt.Add(bound).Sub(d.r.sched.Now()))
+		}
+	})
 	acked, err := call(pctx)
-	t.Stop()
+	close(done)
+	wait()
+	deadline.Stop()
 	if expired.Load() && ctx.Err() == nil {
 		return min(max(acked, 0), len(msgs)), errResumeWindow
 	}
