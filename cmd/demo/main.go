@@ -3,14 +3,19 @@
 // an in-process Kafka (kfake) or the brokers in KAFKA_BOOTSTRAP_SERVERS, the
 // relay Lambda's handler behind a local event-source mapping on the table's
 // stream, the sweeper Lambda's handler on its one-minute schedule, a sample
-// order service and a consumer that deduplicates on the message id.
+// order service and the example read-model service (examples/orderview),
+// which consumes the topic through the inbox and applies every order once to
+// a read model in DynamoDB.
 //
 //	make demo             # 10,000 orders
 //	ORDERS=2000 make demo
 //
-// It ends with one line:
+// It ends with one line; applied, lost and the latencies (commit to applied
+// in the read model) come from the read model's consumer, and
+// read_model_mismatches compares the read model with the committed orders
+// (missing, phantom or twice-counted orders):
 //
-//	demo: orders=N enqueued=N delivered_unique=N duplicates=D lost=0 p50_ms=… p99_ms=… msgs_per_s=…
+//	demo: orders=N enqueued=N applied=N duplicates_skipped=D lost=0 read_model_mismatches=0 p50_ms=… p99_ms=… msgs_per_s=…
 //
 // Ctrl-C stops it cleanly (the summary is still printed).
 package main
@@ -198,29 +203,12 @@ func run(ctx context.Context, o options) (int, error) {
 			}, func(err error) { progress("sweeper: %v", err) })
 	}()
 
-	// The consumer, deduplicating on the message id.
+	// The consumer: the example read-model service on the inbox (readmodel.go).
 	st := newStats()
-	consumed := make(chan struct{})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(o.topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
+	rm, err := startReadModel(pipeCtx, db, brokers, o.topic, "demo-"+run, time.Now(), st)
 	if err != nil {
 		return 0, err
 	}
-	go func() {
-		defer close(consumed)
-		defer cl.Close()
-		for pipeCtx.Err() == nil {
-			fs := cl.PollFetches(pipeCtx)
-			now := time.Now()
-			fs.EachRecord(func(r *kgo.Record) {
-				for _, h := range r.Headers {
-					if h.Key == outbox.DefaultMessageIDHeader {
-						st.delivered(string(h.Value), now)
-					}
-				}
-			})
-		}
-	}()
 
 	// The order service.
 	w, err := dynamo.NewWriter(ctx, db, tables)
@@ -287,9 +275,15 @@ loop:
 	time.Sleep(300 * time.Millisecond) // let late duplicates arrive before counting
 	stopPipe()
 	bg.Wait()
-	<-consumed
+	if err := rm.wait(); err != nil {
+		return 0, err
+	}
+	report, err := rm.check(ctx, db, ordersTable)
+	if err != nil {
+		return 0, err
+	}
 
-	enq, uniq, dup := st.counts()
+	enq, uniq, _ := st.counts()
 	lost := enq - uniq
 	p50, p99 := st.percentiles()
 	elapsed := st.lastDelivery().Sub(start).Seconds()
@@ -303,9 +297,10 @@ loop:
 	if interrupted {
 		progress("interrupted: the summary covers what was enqueued before Ctrl-C")
 	}
-	fmt.Printf("demo: orders=%d enqueued=%d delivered_unique=%d duplicates=%d lost=%d p50_ms=%.1f p99_ms=%.1f msgs_per_s=%.0f\n",
-		o.orders, enq, uniq, dup, lost, p50, p99, rate)
-	if lost != 0 && !interrupted {
+	mismatches := report.Missing + report.Phantom + report.Mismatches
+	fmt.Printf("demo: orders=%d enqueued=%d applied=%d duplicates_skipped=%d lost=%d read_model_mismatches=%d p50_ms=%.1f p99_ms=%.1f msgs_per_s=%.0f\n",
+		o.orders, enq, uniq, rm.skipped.Load(), lost, mismatches, p50, p99, rate)
+	if (lost != 0 || mismatches != 0) && !interrupted {
 		return 1, nil
 	}
 	return 0, nil
