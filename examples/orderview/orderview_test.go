@@ -72,7 +72,7 @@ func TestApplyAndCheck(t *testing.T) {
 		}
 	}
 	check(Report{Orders: 3, Applied: 2, Missing: 1, Mismatches: 1}) // o3 missing, so c2's totals too
-	for _, r := range records { // o1 and o2 again: skipped
+	for _, r := range records {                                     // o1 and o2 again: skipped
 		if _, err := ib.Process(ctx, r, Apply(view)); err != nil {
 			t.Fatal(err)
 		}
