@@ -71,8 +71,10 @@ func TestApplyAndCheck(t *testing.T) {
 			t.Fatalf("Process: %v %v", res.Status, err)
 		}
 	}
-	check(Report{Orders: 3, Applied: 2, Missing: 1, Mismatches: 1}) // o3 missing, so c2's totals too
-	for _, r := range records {                                     // o1 and o2 again: skipped
+	// o3 is missing, and so c2's totals differ.
+	check(Report{Orders: 3, Applied: 2, Missing: 1, Mismatches: 1})
+	// All three: o1 and o2 are skipped.
+	for _, r := range records {
 		if _, err := ib.Process(ctx, r, Apply(view)); err != nil {
 			t.Fatal(err)
 		}
