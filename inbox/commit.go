@@ -132,11 +132,22 @@ type classification struct {
 	detail    string
 }
 
-// Retry backoff.
+// Process is the one layer that retries its TransactWriteItems: each call
+// is sent with the client's retryer switched off (two layers would multiply
+// the requests on the wire), and sent again after a full-jitter exponential
+// backoff, longer for throttling so a table out of capacity can recover.
 const (
-	retryBase = 25 * time.Millisecond
-	retryMax  = 2 * time.Second
+	retryBase    = 25 * time.Millisecond
+	retryMax     = 2 * time.Second
+	throttleBase = 100 * time.Millisecond
+	throttleMax  = 5 * time.Second
 )
+
+// withoutClientRetries switches the client's retryer off for one call.
+func withoutClientRetries(o *dynamodb.Options) {
+	o.Retryer = aws.NopRetryer{}
+	o.RetryMaxAttempts = 0
+}
 
 // commit runs the transaction, retrying within MaxAttempts, and returns the
 // status, the attempts made and, for Stale, the stored position.
@@ -146,7 +157,7 @@ func (ib *Inbox) commit(ctx context.Context, in *dynamodb.TransactWriteItemsInpu
 	// proved otherwise.
 	maybeCommitted := false
 	for attempt := 1; ; attempt++ {
-		_, err := ib.client.TransactWriteItems(ctx, in)
+		_, err := ib.client.TransactWriteItems(ctx, in, withoutClientRetries)
 		if err == nil {
 			return Applied, attempt, 0, nil
 		}
@@ -178,7 +189,7 @@ func (ib *Inbox) commit(ctx context.Context, in *dynamodb.TransactWriteItemsInpu
 		}
 		switch c.outcome {
 		case outConflict, outThrottled, outAmbiguous:
-			if attempt < ib.cfg.maxAttempts && ctx.Err() == nil && sleep(ctx, backoff(attempt-1)) == nil {
+			if attempt < ib.cfg.maxAttempts && ctx.Err() == nil && sleep(ctx, backoff(attempt-1, c.outcome == outThrottled)) == nil {
 				continue
 			}
 		}
@@ -400,8 +411,12 @@ func intOf(av types.AttributeValue) int64 {
 }
 
 // backoff is a full-jitter exponential delay for retry attempt (0-based).
-func backoff(attempt int) time.Duration {
-	return rand.N(min(retryMax, retryBase<<min(attempt, 20)))
+func backoff(attempt int, throttled bool) time.Duration {
+	base, most := retryBase, retryMax
+	if throttled {
+		base, most = throttleBase, throttleMax
+	}
+	return rand.N(min(most, base<<min(attempt, 20)))
 }
 
 // sleep waits d or until ctx is done.

@@ -15,6 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/faults"
+	"github.com/dynakafka/outbox/local/dynamolocal"
 )
 
 // step is one delivery: the record of message id (on key k, sequence seq)
@@ -403,6 +405,41 @@ func TestClassifyCancellation(t *testing.T) {
 			got := classifyCancellation(c.reasons, c.ours, tok)
 			if got.outcome != c.want || got.old != c.old || !got.cancelled {
 				t.Fatalf("outcome %d old %d, want %d old %d", got.outcome, got.old, c.want, c.old)
+			}
+		})
+	}
+}
+
+// Process is the one layer that retries its transaction: with the client's
+// retryer switched off for the call, each injected failure is one of
+// Process's attempts (the SDK would have retried them itself, unseen), and
+// a response lost after the commit is recognised by its token.
+func TestOneRetryLayer(t *testing.T) {
+	cases := []struct {
+		name   string
+		policy faults.Policy
+		kind   faults.Kind
+	}{
+		{"server error", faults.Policy{ServerError: 1, Limit: 2}, faults.ServerError},
+		{"throttling", faults.Policy{Throttling: 1, Limit: 2}, faults.Throttling},
+		{"response lost", faults.Policy{ResponseLost: 1, Limit: 2}, faults.ResponseLost},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			inj, err := faults.New(faults.For("TransactWriteItems", c.policy))
+			if err != nil {
+				t.Fatal(err)
+			}
+			client := dynamolocal.NewClient(e.d.Config, e.d.Endpoint, inj.Install)
+			ib := e.inbox(t, client, InOrder())
+			res, err := ib.Process(ctxT(t), rec("orders", 0, 0, "k", "m1", 1, 1), e.apply)
+			if err != nil || res.Status != Applied || res.Attempts != 3 || inj.Count(c.kind, "TransactWriteItems") != 2 {
+				t.Fatalf("Process = %v after %d attempts, %v; %d faults; want applied on the third attempt after 2 faults",
+					res.Status, res.Attempts, err, inj.Count(c.kind, "TransactWriteItems"))
+			}
+			if n, _ := e.applied(t, "k"); n != 1 {
+				t.Fatalf("applied %d times", n)
 			}
 		})
 	}

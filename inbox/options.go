@@ -73,12 +73,12 @@ func Headers(h outbox.HeaderNames) Option {
 	return func(c *config) { c.headers = h.WithDefaults() }
 }
 
-// MaxAttempts is the most TransactWriteItems calls one Process makes,
+// MaxAttempts is the most TransactWriteItems requests one Process sends,
 // counting the first: retries of a lost or failed response (same client
 // request token and items) and of a conflicting or throttled transaction
-// (after a backoff). This is the only retry loop of the inbox; each call may
-// itself be retried by the SDK client's retryer, which resends the same
-// token. Default DefaultMaxAttempts (6); 1..20.
+// (after a backoff). Process is the one layer that retries them: the
+// client's retryer is switched off for these calls, whatever the client was
+// configured with, as the writer does. Default DefaultMaxAttempts (6); 1..20.
 func MaxAttempts(n int) Option { return func(c *config) { c.maxAttempts = n } }
 
 // WithClock sets the clock for TTLs and processing times. Default

@@ -30,7 +30,8 @@ type readModel struct {
 // replaced, as a supervisor would restart the service: it resumes at the
 // first record not applied. The group reads from the run's start time, so
 // a topic that already holds other runs' orders works too.
-func startReadModel(ctx context.Context, db *dynamodb.Client, brokers []string, topic, prefix string, since time.Time, st *stats) (*readModel, error) {
+func startReadModel(ctx context.Context, db *dynamodb.Client, brokers []string, topic, prefix string, since time.Time, st *stats,
+	progress func(string, ...any)) (*readModel, error) {
 	m := &readModel{view: prefix + "-view", done: make(chan struct{})}
 	inboxTable := prefix + "-view-inbox"
 	if err := orderview.CreateTable(ctx, db, m.view); err != nil {

@@ -23,10 +23,12 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox/inbox"
+	"github.com/dynakafka/outbox/store/dynamo"
 )
 
 // OrderPlaced is the event's value.
@@ -53,24 +55,17 @@ func Apply(table string) func(tx *inbox.Tx) error {
 		if ev.OrderID == "" || ev.Customer == "" {
 			return fmt.Errorf("orderview: OrderPlaced without order_id or customer: %s", tx.Record().Value)
 		}
-		amount := &types.AttributeValueMemberN{Value: strconv.FormatInt(ev.AmountCents, 10)}
-		tx.Add(
-			types.TransactWriteItem{Put: &types.Put{
-				TableName: aws.String(table),
-				Item: map[string]types.AttributeValue{
-					"pk":           &types.AttributeValueMemberS{Value: "order#" + ev.OrderID},
-					"customer":     &types.AttributeValueMemberS{Value: ev.Customer},
-					"amount_cents": amount,
-				},
-			}},
-			types.TransactWriteItem{Update: &types.Update{
-				TableName:                 aws.String(table),
-				Key:                       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "customer#" + ev.Customer}},
-				UpdateExpression:          aws.String("ADD #orders :one, #total :amount"),
-				ExpressionAttributeNames:  map[string]string{"#orders": "orders", "#total": "total_cents"},
-				ExpressionAttributeValues: map[string]types.AttributeValue{":one": &types.AttributeValueMemberN{Value: "1"}, ":amount": amount},
-			}},
-		)
+		// The same helpers as the writer's items (store/dynamo).
+		order, err := dynamo.Put(table, map[string]any{"pk": "order#" + ev.OrderID, "customer": ev.Customer, "amount_cents": ev.AmountCents})
+		if err != nil {
+			return err
+		}
+		totals, err := dynamo.Update(table, map[string]any{"pk": "customer#" + ev.Customer},
+			expression.Add(expression.Name("orders"), expression.Value(1)).Add(expression.Name("total_cents"), expression.Value(ev.AmountCents)))
+		if err != nil {
+			return err
+		}
+		tx.Add(order, totals)
 		return nil
 	}
 }

@@ -1,0 +1,14 @@
+package dynamo
+
+import (
+	"testing"
+
+	"github.com/dynakafka/outbox/internal/readmecheck"
+)
+
+// TestReadmeExample checks that the README's enqueue snippet is the import
+// block of readme_example_test.go followed by the body of ExampleWriter_Write,
+// so that the snippet users copy is code that compiles.
+func TestReadmeExample(t *testing.T) {
+	readmecheck.Snippet(t, "../../README.md", "## Enqueue\n", "readme_example_test.go", "ExampleWriter_Write")
+}
