@@ -14,9 +14,10 @@
 # Emulator and staticcheck with `go install`.
 #
 # The library is the root module. Tools with heavy dependencies live in
-# their own modules (tools/: benchmarks and charts), so that a service that
-# imports the library never downloads them; each requires the library
-# through a replace directive to this checkout.
+# their own modules (tools/: benchmarks and charts; otel/: the OpenTelemetry
+# adapters), so that a service that imports the library never downloads
+# them; each requires the library through a replace directive to this
+# checkout.
 
 SHELL       := /bin/bash
 GO          ?= go
@@ -29,7 +30,7 @@ STATICCHECK_VERSION := v0.8.2
 LAMBDAS     := relay sweeper setup
 ARCHES      := arm64 amd64
 # Every Go module of the repository: the library first, then the tools.
-MODULES     := . tools
+MODULES     := . tools otel
 
 .PHONY: all deps test test-short build lint demo bench soak sim clean
 

@@ -158,6 +158,9 @@ func TestValidate(t *testing.T) {
 		{"bad char", outbox.Message{Topic: "orders/v1"}, "Topic"},
 		{"too large", outbox.Message{Topic: "t", Value: big}, "Value"},
 		{"id header reused", outbox.Message{Topic: "t", Headers: []outbox.Header{{Key: outbox.DefaultMessageIDHeader}}}, "Headers[0].Key"},
+		{"bucket header reused", outbox.Message{Topic: "t", Headers: []outbox.Header{{Key: "a"}, {Key: outbox.DefaultBucketHeader}}}, "Headers[1].Key"},
+		{"sequence header reused", outbox.Message{Topic: "t", Headers: []outbox.Header{{Key: outbox.DefaultSequenceHeader}}}, "Headers[0].Key"},
+		{"trace context is an ordinary header", outbox.Message{Topic: "t", Headers: []outbox.Header{{Key: outbox.TraceParentHeader, Value: []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")}}}, ""},
 		{"invalid utf8 header", outbox.Message{Topic: "t", Headers: []outbox.Header{{Key: "ok"}, {Key: "\xff"}}}, "Headers[1].Key"},
 		{"negative partition", outbox.Message{Topic: "t", Partition: outbox.PartitionOf(-3)}, "Partition"},
 	}
@@ -186,7 +189,44 @@ func TestValidate(t *testing.T) {
 	if err := outbox.Validate(m, 0, 1024, outbox.DefaultMessageIDHeader); err == nil {
 		t.Fatal("record one byte over the limit passed")
 	}
+	// Custom stamped-header names: refused in messages, counted in the size.
+	names := outbox.HeaderNames{Bucket: "b", Sequence: "s"}
+	if err := names.Validate(outbox.Message{Topic: "t", Headers: []outbox.Header{{Key: "s"}}}, 0, 1024); err == nil {
+		t.Fatal("a message carrying the custom sequence header passed")
+	}
+	if err := names.Validate(outbox.Message{Topic: "t", Headers: []outbox.Header{{Key: outbox.DefaultSequenceHeader}}}, 0, 1024); err != nil {
+		t.Fatalf("the default name is an ordinary header when another is configured: %v", err)
+	}
+	if d := outbox.RecordSize(m, outbox.DefaultMessageIDHeader) - names.RecordSize(m); d != len(outbox.DefaultBucketHeader)+len(outbox.DefaultSequenceHeader)-2 {
+		t.Fatalf("size difference between default and one-letter names = %d", d)
+	}
 	if s := fmt.Sprint(&outbox.ValidationError{Index: -1, Field: "Transaction", Reason: "r"}); s != "outbox: invalid Transaction: r" {
 		t.Fatalf("message = %q", s)
+	}
+}
+
+func TestHeaderNamesCheck(t *testing.T) {
+	cases := []struct {
+		name   string
+		names  outbox.HeaderNames
+		option string // "" when valid
+	}{
+		{"defaults", outbox.HeaderNames{}, ""},
+		{"custom", outbox.HeaderNames{MessageID: "id", Bucket: "b", Sequence: "s"}, ""},
+		{"bucket not UTF-8", outbox.HeaderNames{Bucket: "b\xff"}, "BucketHeader"},
+		{"bucket equals id", outbox.HeaderNames{Bucket: outbox.DefaultMessageIDHeader}, "BucketHeader"},
+		{"sequence equals bucket", outbox.HeaderNames{Bucket: "x", Sequence: "x"}, "SequenceHeader"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.names.Check()
+			var oe *outbox.OptionError
+			switch {
+			case c.option == "" && err != nil:
+				t.Fatalf("Check = %v", err)
+			case c.option != "" && (!errors.As(err, &oe) || oe.Option != c.option):
+				t.Fatalf("Check = %v, want an *OptionError for %s", err, c.option)
+			}
+		})
 	}
 }

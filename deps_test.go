@@ -27,7 +27,8 @@ func TestRootImportsNoAWSOrKafka(t *testing.T) {
 }
 
 // A service that imports the library's packages must not get the tools'
-// heavy dependencies (plotting, PDF, fonts, the CDK) in its module graph.
+// heavy dependencies (plotting, PDF, fonts, the CDK) in its module graph, nor
+// OpenTelemetry unless it imports the otel module.
 // This builds such a consumer module against this checkout and lists its
 // modules.
 func TestConsumerModuleGraphIsLean(t *testing.T) {
@@ -44,6 +45,7 @@ func TestConsumerModuleGraphIsLean(t *testing.T) {
 
 import (
 	_ "github.com/dynakafka/outbox"
+	_ "github.com/dynakafka/outbox/inbox"
 	_ "github.com/dynakafka/outbox/kafka"
 	_ "github.com/dynakafka/outbox/lambda/handler"
 	_ "github.com/dynakafka/outbox/lambda/wiring"
@@ -88,7 +90,8 @@ func main() {}
 	heavy := []string{"gonum.org/", "codeberg.org/go-latex", "codeberg.org/go-pdf", "codeberg.org/go-fonts",
 		"git.sr.ht/~sbinet", "github.com/ajstarks/svgo", "github.com/golang/freetype", "golang.org/x/image",
 		"github.com/aws/aws-cdk-go", "github.com/aws/constructs-go", "github.com/aws/jsii-runtime-go",
-		"github.com/dynakafka/outbox/tools", "github.com/dynakafka/outbox/cdk"}
+		"github.com/dynakafka/outbox/tools", "github.com/dynakafka/outbox/cdk",
+		"go.opentelemetry.io/", "github.com/dynakafka/outbox/otel"}
 	for _, m := range mods {
 		for _, h := range heavy {
 			if strings.HasPrefix(m, h) {

@@ -49,6 +49,21 @@
 // beyond it is published again later, which the message-id header lets
 // consumers deduplicate.
 //
+// # Stamped headers
+//
+// After the message's own headers, every record carries three headers (the
+// wire contract; names configurable with MessageIDHeader, BucketHeader and
+// SequenceHeader, which must match the writers'):
+//
+//	x-outbox-message-id  the message id, a canonical UUID (v7 from the writer API)
+//	x-outbox-bucket      the message's bucket, decimal: (murmur2(key) & 0x7fffffff) mod BucketCount
+//	x-outbox-sequence    the message's sequence number in its bucket, decimal
+//
+// A consumer in any language can deduplicate on the id, and order a bucket's
+// records by sequence: sequences grow with commit order per bucket but have
+// gaps (fenced numbers, parked messages, and the bucket's messages on other
+// topics). The inbox package does both for Go consumers.
+//
 // # Record timestamps
 //
 // A record's timestamp is the message's CreatedAt, which for a backlog can be

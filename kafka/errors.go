@@ -75,7 +75,7 @@ func (e *TopicLimitError) Error() string {
 // RecordTooLargeError reports a message larger than MaxMessageBytes. It was
 // not produced. It matches kerr.MessageTooLarge with errors.Is.
 type RecordTooLargeError struct {
-	Size            int // outbox.RecordSize of the message with the id header
+	Size            int // outbox.HeaderNames.RecordSize of the message with the stamped headers
 	MaxMessageBytes int
 	// Topic is set when the limit is the topic's max.message.bytes (Strict
 	// mode's pre-flight check) rather than MaxMessageBytes.

@@ -134,13 +134,14 @@ func consumeAll(t *testing.T, k *testenv.KafkaCluster, topic string) []*kgo.Reco
 	return recs
 }
 
-// recordID returns the message id a record carries in its id header.
+// recordID returns the message id a record carries in its id header, the
+// first of the three stamped headers that end every record.
 func recordID(t *testing.T, r *kgo.Record, idHeader string) string {
 	t.Helper()
-	if len(r.Headers) == 0 || r.Headers[len(r.Headers)-1].Key != idHeader {
-		t.Fatalf("record %s/%d@%d: last header is not %q: %v", r.Topic, r.Partition, r.Offset, idHeader, r.Headers)
+	if len(r.Headers) < 3 || r.Headers[len(r.Headers)-3].Key != idHeader {
+		t.Fatalf("record %s/%d@%d: third header from the end is not %q: %v", r.Topic, r.Partition, r.Offset, idHeader, r.Headers)
 	}
-	return string(r.Headers[len(r.Headers)-1].Value)
+	return string(r.Headers[len(r.Headers)-3].Value)
 }
 
 // ids returns the message ids of records, in order.

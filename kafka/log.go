@@ -43,3 +43,7 @@ func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 	}
 	k.l.Log(context.Background(), l, msg, keyvals...)
 }
+
+// KgoLogger returns l as a kgo.Logger (at the levels l's handler enables),
+// for other franz-go clients of a service, such as the inbox's consumer.
+func KgoLogger(l *slog.Logger) kgo.Logger { return kgoLogger{l} }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-	"unicode/utf8"
 
 	"github.com/dynakafka/outbox"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -68,7 +67,8 @@ type cfg struct {
 	clientOpts      []kgo.Opt
 	topics          []string
 	maxMessageBytes int
-	idHeader        string
+	headers         outbox.HeaderNames
+	tracer          outbox.Tracer
 	compression     []kgo.CompressionCodec
 	leaseDuration   time.Duration
 	deliveryTimeout time.Duration // 0: derived from leaseDuration
@@ -83,7 +83,7 @@ type cfg struct {
 func defaultCfg() cfg {
 	return cfg{
 		maxMessageBytes: outbox.DefaultMaxMessageBytes,
-		idHeader:        outbox.DefaultMessageIDHeader,
+		headers:         outbox.HeaderNames{}.WithDefaults(),
 		compression:     DefaultCompression(),
 		leaseDuration:   DefaultLeaseDuration,
 		strictRecheck:   DefaultStrictRecheck,
@@ -140,7 +140,7 @@ func Topics(topics ...string) Opt {
 }
 
 // MaxMessageBytes bounds one message as a Kafka record, as measured by
-// outbox.RecordSize with the message-id header (which includes the record
+// outbox.HeaderNames.RecordSize with the stamped headers (which includes the record
 // batch overhead, so it bounds a batch holding the record alone). It must
 // equal the writers' MaxMessageBytes. A larger message is not produced and
 // fails with a *RecordTooLargeError. Each topic's max.message.bytes must be
@@ -156,7 +156,33 @@ func MaxMessageBytes(n int) Opt {
 // and must match the writers'. Default outbox.DefaultMessageIDHeader
 // ("x-outbox-message-id").
 func MessageIDHeader(name string) Opt {
-	return optFunc(func(c *cfg) { c.idHeader = name })
+	return optFunc(func(c *cfg) { c.headers.MessageID = name })
+}
+
+// BucketHeader names the header that carries the message's bucket (a decimal
+// string), stamped after the message-id header. Consumers order by bucket and
+// sequence (the inbox package does). It must not be empty and must match the
+// writers'. Default outbox.DefaultBucketHeader ("x-outbox-bucket").
+func BucketHeader(name string) Opt {
+	return optFunc(func(c *cfg) { c.headers.Bucket = name })
+}
+
+// SequenceHeader names the header that carries the message's sequence number
+// in its bucket (a decimal string), stamped after the bucket header. It must
+// not be empty and must match the writers'. Default
+// outbox.DefaultSequenceHeader ("x-outbox-sequence").
+func SequenceHeader(name string) Opt {
+	return optFunc(func(c *cfg) { c.headers.Sequence = name })
+}
+
+// WithTracer traces every Publish (one bucket's run, the relay's batch) as an
+// "outbox publish" span, a child of the Publish context, linked to the trace
+// context each message carries in its headers (written by the writer's
+// tracer). Records keep the messages' headers, so consumers continue the
+// writers' traces. Default: none. github.com/dynakafka/outbox/otel provides
+// an OpenTelemetry Tracer.
+func WithTracer(t outbox.Tracer) Opt {
+	return optFunc(func(c *cfg) { c.tracer = t })
 }
 
 // Compression sets the record batch compression, in order of preference (the
@@ -202,17 +228,22 @@ func (c *cfg) validate() error {
 		return &outbox.OptionError{Option: "MaxMessageBytes", Value: c.maxMessageBytes,
 			Reason: fmt.Sprintf("must be between %d and %d; set it to the writers' MaxMessageBytes", minMaxMessageBytes, maxMaxMessageBytes)}
 	}
-	if c.idHeader == "" {
-		return &outbox.OptionError{Option: "MessageIDHeader", Value: `""`,
-			Reason: fmt.Sprintf("must not be empty; omit the option for %q", outbox.DefaultMessageIDHeader)}
+	for _, h := range []struct{ option, name, def string }{
+		{"MessageIDHeader", c.headers.MessageID, outbox.DefaultMessageIDHeader},
+		{"BucketHeader", c.headers.Bucket, outbox.DefaultBucketHeader},
+		{"SequenceHeader", c.headers.Sequence, outbox.DefaultSequenceHeader},
+	} {
+		if h.name == "" {
+			return &outbox.OptionError{Option: h.option, Value: `""`,
+				Reason: fmt.Sprintf("must not be empty; omit the option for %q", h.def)}
+		}
 	}
-	if !utf8.ValidString(c.idHeader) {
-		return &outbox.OptionError{Option: "MessageIDHeader", Value: c.idHeader,
-			Reason: "must be valid UTF-8 (Kafka header keys are strings)"}
+	if err := c.headers.Check(); err != nil {
+		return err
 	}
-	if smallest := outbox.RecordSize(outbox.Message{}, c.idHeader); smallest > c.maxMessageBytes {
-		return &outbox.OptionError{Option: "MessageIDHeader", Value: c.idHeader,
-			Reason: fmt.Sprintf("an empty message with this header is %d bytes, above MaxMessageBytes=%d; use a shorter name", smallest, c.maxMessageBytes)}
+	if smallest := c.headers.RecordSize(outbox.Message{}); smallest > c.maxMessageBytes {
+		return &outbox.OptionError{Option: "MessageIDHeader", Value: c.headers.MessageID,
+			Reason: fmt.Sprintf("an empty message with the stamped headers is %d bytes, above MaxMessageBytes=%d; use shorter header names", smallest, c.maxMessageBytes)}
 	}
 	if len(c.compression) == 0 {
 		return &outbox.OptionError{Option: "Compression", Value: "none given",

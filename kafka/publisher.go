@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -237,6 +239,11 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) (acked i
 	if p.closed.Load() {
 		return 0, wrapMessage(msgs[0], ErrClosed)
 	}
+	if p.cfg.tracer != nil {
+		var end func(error)
+		ctx, end = p.cfg.tracer.Start(ctx, "outbox publish", publishSpan(msgs))
+		defer func() { end(err) }()
+	}
 
 	n, stopErr := p.precheck(ctx, msgs)
 
@@ -307,6 +314,26 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) (acked i
 	return acked, err
 }
 
+// publishSpan describes the span of one Publish: the relay's batch of one
+// bucket, linked to the trace context each message carries.
+func publishSpan(msgs []outbox.Message) outbox.SpanStart {
+	links := make([][]outbox.Header, len(msgs))
+	for i := range msgs {
+		links[i] = msgs[i].Headers
+	}
+	attrs := []slog.Attr{
+		slog.String("messaging.system", "kafka"),
+		slog.Int("messaging.batch.message_count", len(msgs)),
+		slog.Int("outbox.bucket", msgs[0].Bucket),
+		slog.Int64("outbox.sequence.first", msgs[0].Sequence),
+		slog.Int64("outbox.sequence.last", msgs[len(msgs)-1].Sequence),
+	}
+	if !slices.ContainsFunc(msgs, func(m outbox.Message) bool { return m.Topic != msgs[0].Topic }) {
+		attrs = append(attrs, slog.String("messaging.destination.name", msgs[0].Topic))
+	}
+	return outbox.SpanStart{Kind: outbox.SpanProducer, Links: links, Attributes: attrs}
+}
+
 // precheck returns how many messages, from the front, may be produced, and the
 // error of the first one that may not.
 func (p *Publisher) precheck(ctx context.Context, msgs []outbox.Message) (int, error) {
@@ -337,7 +364,7 @@ func (p *Publisher) precheck(ctx context.Context, msgs []outbox.Message) (int, e
 			// Pre-flight: the record, alone in a batch, within the topic's
 			// current limit.
 			if lim := p.topics.limitOf(msgs[i].Topic); lim > 0 {
-				if size := outbox.RecordSize(msgs[i], p.cfg.idHeader); size > lim {
+				if size := p.cfg.headers.RecordSize(msgs[i]); size > lim {
 					return i, &RecordTooLargeError{Size: size, MaxMessageBytes: lim, Topic: msgs[i].Topic}
 				}
 			}
@@ -353,21 +380,24 @@ func (p *Publisher) validate(m *outbox.Message, i int) error {
 	if m.ID == "" {
 		return &outbox.ValidationError{Index: i, Field: "ID", Reason: "empty; consumers deduplicate on the message id, so every message needs one"}
 	}
-	if size := outbox.RecordSize(*m, p.cfg.idHeader); size > p.cfg.maxMessageBytes {
+	if size := p.cfg.headers.RecordSize(*m); size > p.cfg.maxMessageBytes {
 		return &RecordTooLargeError{Size: size, MaxMessageBytes: p.cfg.maxMessageBytes}
 	}
-	return outbox.Validate(*m, i, p.cfg.maxMessageBytes, p.cfg.idHeader)
+	return p.cfg.headers.Validate(*m, i, p.cfg.maxMessageBytes)
 }
 
-// record converts m to a kgo record: the message's headers then the message-id
-// header, the creation time as the record timestamp, and the explicit
-// partition (if any) for the partitioner.
+// record converts m to a kgo record: the message's headers then the stamped
+// headers (message id, bucket, sequence), the creation time as the record
+// timestamp, and the explicit partition (if any) for the partitioner.
 func (p *Publisher) record(ctx context.Context, m *outbox.Message) *kgo.Record {
-	headers := make([]kgo.RecordHeader, 0, len(m.Headers)+1)
+	headers := make([]kgo.RecordHeader, 0, len(m.Headers)+3)
 	for _, h := range m.Headers {
 		headers = append(headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 	}
-	headers = append(headers, kgo.RecordHeader{Key: p.cfg.idHeader, Value: []byte(m.ID)})
+	headers = append(headers,
+		kgo.RecordHeader{Key: p.cfg.headers.MessageID, Value: []byte(m.ID)},
+		kgo.RecordHeader{Key: p.cfg.headers.Bucket, Value: strconv.AppendInt(nil, int64(m.Bucket), 10)},
+		kgo.RecordHeader{Key: p.cfg.headers.Sequence, Value: strconv.AppendInt(nil, m.Sequence, 10)})
 	partition := int32(noPartition)
 	if m.Partition != nil {
 		partition = *m.Partition

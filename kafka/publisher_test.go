@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -154,8 +156,8 @@ func TestPublishKeyPlacement(t *testing.T) {
 func TestPublishHeadersAndTimestamp(t *testing.T) {
 	k := testenv.Kafka(t)
 	topic := newTopic(t, k, 1, nil)
-	const idHeader = "x-msg-id"
-	p := newPublisher(t, k, Topics(topic), MessageIDHeader(idHeader))
+	const idHeader, bucketHeader, seqHeader = "x-msg-id", "x-b", "x-s"
+	p := newPublisher(t, k, Topics(topic), MessageIDHeader(idHeader), BucketHeader(bucketHeader), SequenceHeader(seqHeader))
 
 	created := time.Date(2024, 2, 29, 23, 59, 58, 123_000_000, time.UTC)
 	msgs := messages(topic, 2, sameKey("k"))
@@ -169,6 +171,7 @@ func TestPublishHeadersAndTimestamp(t *testing.T) {
 	}
 	msgs[0].CreatedAt = created
 	msgs[1].Value = nil // tombstone
+	msgs[1].Bucket, msgs[1].Sequence = 4095, 1<<62
 
 	acked, err := p.Publish(testCtx(t), msgs)
 	if err != nil || acked != 2 {
@@ -179,7 +182,8 @@ func TestPublishHeadersAndTimestamp(t *testing.T) {
 		t.Fatalf("got %d records, want 2", len(recs))
 	}
 	r := recs[0]
-	want := append(slices.Clone(msgs[0].Headers), outbox.Header{Key: idHeader, Value: []byte(msgs[0].ID)})
+	want := append(slices.Clone(msgs[0].Headers), outbox.Header{Key: idHeader, Value: []byte(msgs[0].ID)},
+		outbox.Header{Key: bucketHeader, Value: []byte("3")}, outbox.Header{Key: seqHeader, Value: []byte("1")})
 	if len(r.Headers) != len(want) {
 		t.Fatalf("headers %v, want %v", r.Headers, want)
 	}
@@ -199,6 +203,10 @@ func TestPublishHeadersAndTimestamp(t *testing.T) {
 	}
 	if got := recordID(t, recs[1], idHeader); got != msgs[1].ID {
 		t.Errorf("id header %q, want %q", got, msgs[1].ID)
+	}
+	// The longest bucket and a 19-digit sequence, as decimal strings.
+	if got := fmt.Sprintf("%s=%s %s=%s", recs[1].Headers[1].Key, recs[1].Headers[1].Value, recs[1].Headers[2].Key, recs[1].Headers[2].Value); got != "x-b=4095 x-s=4611686018427387904" {
+		t.Errorf("stamped headers of the second record: %s", got)
 	}
 }
 
@@ -237,6 +245,33 @@ func TestPublishRecordTooLarge(t *testing.T) {
 	}
 	if got, want := ids(t, consumeAll(t, k, topic)), msgIDs(msgs[:1]); !slices.Equal(got, want) {
 		t.Fatalf("topic holds %v, want only the first message %v", got, want)
+	}
+}
+
+// A message exactly at MaxMessageBytes, as writers measure it, is published:
+// the size bound counts the stamped headers at their longest (the longest
+// bucket, a 19-digit sequence) under their configured names, and the topic's
+// max.message.bytes equal to MaxMessageBytes admits the record alone in its
+// batch. (With the default names the bound's slack would hide an uncounted
+// header; long names do not fit in it.)
+func TestPublishRecordAtTheLimit(t *testing.T) {
+	k := testenv.Kafka(t)
+	const max = 1024
+	names := outbox.HeaderNames{Bucket: "x-outbox-" + strings.Repeat("b", 60), Sequence: "x-outbox-" + strings.Repeat("s", 60)}
+	topic := newTopic(t, k, 1, map[string]string{"max.message.bytes": fmt.Sprint(max)})
+	p := newPublisher(t, k, Topics(topic), MaxMessageBytes(max), Compression(kgo.NoCompression()),
+		BucketHeader(names.Bucket), SequenceHeader(names.Sequence))
+
+	msgs := messages(topic, 1, sameKey("k"))
+	msgs[0].Headers = []outbox.Header{{Key: "traceparent", Value: []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")}}
+	msgs[0].Bucket, msgs[0].Sequence = outbox.MaxBucketCount-1, math.MaxInt64
+	msgs[0].Value = nil
+	msgs[0].Value = bytes.Repeat([]byte("v"), max-names.RecordSize(msgs[0]))
+	if err := names.Validate(msgs[0], 0, max); err != nil {
+		t.Fatalf("a writer would refuse the message: %v", err)
+	}
+	if acked, err := p.Publish(testCtx(t), msgs); acked != 1 || err != nil {
+		t.Fatalf("Publish = %d, %v; want the message at the limit published", acked, err)
 	}
 }
 

@@ -3,19 +3,24 @@
 // an in-process Kafka (kfake) or the brokers in KAFKA_BOOTSTRAP_SERVERS, the
 // relay Lambda's handler behind a local event-source mapping on the table's
 // stream, the sweeper Lambda's handler on its one-minute schedule, a sample
-// order service and a consumer that deduplicates on the message id.
+// order service and the example read-model service (examples/orderview),
+// which consumes the topic through the inbox and applies every order once to
+// a read model in DynamoDB.
 //
 //	make demo             # 10,000 orders
 //	ORDERS=2000 make demo
 //
-// It ends with one line:
+// It ends with one line; applied, lost and the latencies (commit to applied
+// in the read model) come from the read model's consumer, and
+// read_model_mismatches compares the read model with the committed orders
+// (missing, phantom or twice-counted orders):
 //
-//	demo: orders=N enqueued=N delivered_unique=N duplicates=D lost=0 p50_ms=… p99_ms=… msgs_per_s=…
+//	demo: orders=N enqueued=N applied=N duplicates_skipped=D lost=0 read_model_mismatches=0 p50_ms=… p99_ms=… msgs_per_s=…
 //
 // With KAFKA_BOOTSTRAP_SERVERS the demo creates its topic (-topic, default
 // "orders") with one partition per bucket (-buckets), or uses the existing
 // topic if it has exactly that many partitions (it says how to fix it
-// otherwise), reading it from its current end. When every order is
+// otherwise), reading it from the run's start time. When every order is
 // delivered it stops taking new invocations and lets those in flight finish
 // their deletes. Ctrl-C stops it at once (the summary is still printed).
 package main
@@ -164,14 +169,11 @@ func run(ctx context.Context, o options) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	startAt, err := startOffsets(ctx, admClient, o.topic, int32(o.buckets), created)
-	if err != nil {
-		return 0, err
-	}
+	since := time.Now() // the read model's consumer reads records from here on
 	if created {
 		progress("created topic %s with %d partitions", o.topic, o.buckets)
 	} else {
-		progress("topic %s exists with %d partitions; reading it from its current end", o.topic, o.buckets)
+		progress("topic %s exists with %d partitions; reading it from this run's start", o.topic, o.buckets)
 	}
 
 	// Tables.
@@ -244,28 +246,12 @@ func run(ctx context.Context, o options) (int, error) {
 			}, func(err error) { progress("sweeper: %v", err) })
 	}()
 
-	// The consumer, deduplicating on the message id.
+	// The consumer: the example read-model service on the inbox (readmodel.go).
 	st := newStats()
-	consumed := make(chan struct{})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(startAt), kgo.FetchMaxWait(50*time.Millisecond))
+	rm, err := startReadModel(pipeCtx, db, brokers, o.topic, "demo-"+run, since, st, progress)
 	if err != nil {
 		return 0, err
 	}
-	go func() {
-		defer close(consumed)
-		defer cl.Close()
-		for pipeCtx.Err() == nil {
-			fs := cl.PollFetches(pipeCtx)
-			now := time.Now()
-			fs.EachRecord(func(r *kgo.Record) {
-				for _, h := range r.Headers {
-					if h.Key == outbox.DefaultMessageIDHeader {
-						st.delivered(string(h.Value), now)
-					}
-				}
-			})
-		}
-	}()
 
 	// The order service.
 	w, err := dynamo.NewWriter(ctx, db, tables)
@@ -332,9 +318,15 @@ loop:
 	time.Sleep(300 * time.Millisecond) // let late duplicates arrive before counting
 	stopPipe()
 	bg.Wait()
-	<-consumed
+	if err := rm.wait(); err != nil {
+		return 0, err
+	}
+	report, err := rm.check(ctx, db, ordersTable)
+	if err != nil {
+		return 0, err
+	}
 
-	enq, uniq, dup := st.counts()
+	enq, uniq, _ := st.counts()
 	lost := enq - uniq
 	p50, p99 := st.percentiles()
 	elapsed := st.lastDelivery().Sub(start).Seconds()
@@ -348,9 +340,10 @@ loop:
 	if interrupted {
 		progress("interrupted: the summary covers what was enqueued before Ctrl-C")
 	}
-	fmt.Fprintf(o.out, "demo: orders=%d enqueued=%d delivered_unique=%d duplicates=%d lost=%d p50_ms=%.1f p99_ms=%.1f msgs_per_s=%.0f\n",
-		o.orders, enq, uniq, dup, lost, p50, p99, rate)
-	if lost != 0 && !interrupted {
+	mismatches := report.Missing + report.Phantom + report.Mismatches
+	fmt.Fprintf(o.out, "demo: orders=%d enqueued=%d applied=%d duplicates_skipped=%d lost=%d read_model_mismatches=%d p50_ms=%.1f p99_ms=%.1f msgs_per_s=%.0f\n",
+		o.orders, enq, uniq, rm.skipped.Load(), lost, mismatches, p50, p99, rate)
+	if (lost != 0 || mismatches != 0) && !interrupted {
 		return 1, nil
 	}
 	return 0, nil

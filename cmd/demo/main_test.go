@@ -153,7 +153,7 @@ func TestDemoWithExistingTopic(t *testing.T) {
 	if err != nil || code != 0 {
 		t.Fatalf("run = %d, %v", code, err)
 	}
-	summary := regexp.MustCompile(`orders=40 enqueued=40 delivered_unique=40 duplicates=(\d+) lost=0 `)
+	summary := regexp.MustCompile(`orders=40 enqueued=40 applied=40 duplicates_skipped=(\d+) lost=0 read_model_mismatches=0 `)
 	if !summary.MatchString(out.String()) {
 		t.Errorf("summary %q, want every order enqueued and delivered once", out.String())
 	}

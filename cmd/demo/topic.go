@@ -80,24 +80,3 @@ func partitionCount(ctx context.Context, cl *kgo.Client, topic string) (int32, b
 	}
 	return 0, false, nil
 }
-
-// startOffsets is where the demo's consumer starts: at the start of a topic
-// it just created, at the current end of an existing one, so that earlier
-// runs' records are neither read nor counted.
-func startOffsets(ctx context.Context, cl *kgo.Client, topic string, partitions int32, created bool) (map[string]map[int32]kgo.Offset, error) {
-	if created {
-		at := make(map[int32]kgo.Offset, partitions)
-		for p := range partitions {
-			at[p] = kgo.NewOffset().AtStart()
-		}
-		return map[string]map[int32]kgo.Offset{topic: at}, nil
-	}
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list the end offsets of topic %s: %w", topic, err)
-	}
-	return ends.KOffsets(), nil
-}

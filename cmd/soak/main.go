@@ -1,7 +1,7 @@
 // Command soak runs the fault-injection soak (internal/soak) and prints its
 // one-line verdict:
 //
-//	soak: messages=N lost=0 phantom=0 duplicates=D unexplained=0 reorders=R parked=P faults=F
+//	soak: messages=N lost=0 phantom=0 read_model_mismatches=0 duplicates=D unexplained=0 reorders=R parked=P faults=F
 //
 //	make soak N=100000
 //
@@ -40,6 +40,7 @@ func main() {
 	fmt.Fprintf(os.Stderr, "soak: seed %d\n", cfg.Seed)
 	res, err := soak.Run(ctx, cfg)
 	fmt.Fprintf(os.Stderr, "soak: %d rounds in %v; faults by kind: %s\n", res.Rounds, res.Elapsed.Round(time.Second), res.Kinds())
+	fmt.Fprintf(os.Stderr, "soak: read model %s\n", res.ReadModel)
 	fmt.Println(res.Line())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -194,3 +194,31 @@ func (c *Checker) Missing() int {
 	}
 	return n
 }
+
+// Totals is what a read model that applies every committed message of a key
+// exactly once, in order, holds for the key: how many, the sum and the
+// highest of their business orders.
+type Totals struct {
+	N        int
+	Sum, Max int64
+}
+
+// Expected returns the Totals of every key that starts with prefix, over the
+// committed messages that reached Kafka: not parked, or parked after a copy
+// was delivered (a timed-out produce that was appended).
+func (c *Checker) Expected(prefix string) map[string]Totals {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]Totals{}
+	for id, e := range c.committed {
+		if c.parked[id] && c.delivered[id] == 0 || len(e.key) < len(prefix) || e.key[:len(prefix)] != prefix {
+			continue
+		}
+		t := out[e.key]
+		t.N++
+		t.Sum += e.order
+		t.Max = max(t.Max, e.order)
+		out[e.key] = t
+	}
+	return out
+}

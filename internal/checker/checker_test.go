@@ -88,3 +88,22 @@ func TestCheckerCatchesSeededFaults(t *testing.T) {
 		}
 	})
 }
+
+func TestExpected(t *testing.T) {
+	c := New()
+	c.Committed("a", "r1-x", 1001)
+	c.Committed("b", "r1-x", 2001)
+	c.Committed("p", "r1-x", 3001)
+	c.Parked("p")
+	c.Committed("c", "r1-y", 1001)
+	c.Committed("q", "r1-y", 4001)
+	c.Parked("q")
+	c.Delivered("q", "q", "r1-y", 4001)
+	c.Committed("d", "r2-x", 1001)
+	c.RolledBack("e")
+	got := c.Expected("r1-")
+	want := map[string]Totals{"r1-x": {N: 2, Sum: 3002, Max: 2001}, "r1-y": {N: 2, Sum: 5002, Max: 4001}}
+	if len(got) != len(want) || got["r1-x"] != want["r1-x"] || got["r1-y"] != want["r1-y"] {
+		t.Fatalf("Expected = %+v, want %+v", got, want)
+	}
+}

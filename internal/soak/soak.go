@@ -14,7 +14,10 @@
 // committed message delivered at least once or parked (lost=0), no rolled
 // back message delivered (phantom=0), every duplicate attributed to an
 // injected fault (unexplained=0), and no first delivery of a key out of
-// aggregate-version order (reorders=0).
+// aggregate-version order (reorders=0). On the consuming side, inbox
+// consumers (inbox.go) keep a read model under the same faults plus their
+// own (member restarts, failed offset commits); it must equal the committed
+// writes exactly (read_model_mismatches=0).
 //
 // DynamoDB Local slows down as stream records pile up, so a long run is
 // split into rounds, each on a fresh instance.
@@ -112,17 +115,22 @@ type Result struct {
 	// Examples of problems.
 	LostIDs, PhantomIDs, UnexplainedIDs []string
 	Violations                          []checker.Violation
+
+	// ReadModelMismatches counts the read model's aggregates that differ
+	// from the committed writes (inbox.go); ReadModel says what it did.
+	ReadModelMismatches int
+	ReadModel           string
 }
 
 // Line is the run's one-line summary.
 func (r Result) Line() string {
-	return fmt.Sprintf("soak: messages=%d lost=%d phantom=%d duplicates=%d unexplained=%d reorders=%d parked=%d faults=%d",
-		r.Messages, r.Lost, r.Phantom, r.Duplicates, r.Unexplained, r.Reorders, r.Parked, r.Faults)
+	return fmt.Sprintf("soak: messages=%d lost=%d phantom=%d read_model_mismatches=%d duplicates=%d unexplained=%d reorders=%d parked=%d faults=%d",
+		r.Messages, r.Lost, r.Phantom, r.ReadModelMismatches, r.Duplicates, r.Unexplained, r.Reorders, r.Parked, r.Faults)
 }
 
 // OK reports whether every promise held.
 func (r Result) OK() bool {
-	return r.Lost == 0 && r.Phantom == 0 && r.Unexplained == 0 && r.Reorders == 0 && r.Mismatch == 0
+	return r.Lost == 0 && r.Phantom == 0 && r.Unexplained == 0 && r.Reorders == 0 && r.Mismatch == 0 && r.ReadModelMismatches == 0
 }
 
 // Kinds returns the fault kinds in a stable order with their counts.
@@ -160,6 +168,7 @@ var ExpectedKinds = func() []string {
 		"kafka:not-leader", "kafka:request-timed-out", "kafka:not-enough-replicas", "kafka:message-too-large", "kafka:topic-authorization-failed",
 		"dynamo:throttle", "dynamo:throttling", "dynamo:server-error", "dynamo:timeout", "dynamo:response-lost", "dynamo:unprocessed",
 		"relay:stall", "stream:duplicate", "stream:redelivery", "writer:crash",
+		"consumer:restart", "kafka:offset-commit",
 	}
 	for _, p := range seam.CrashPoints {
 		k = append(k, "crash:"+string(p))
@@ -208,9 +217,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	tl := &tally{n: map[string]int{}}
 	var rolledBack atomic.Int64
 	res := Result{}
+	view := &viewResult{}
 	for round, done := 0, 0; done < cfg.Messages; round++ {
 		target := min(cfg.PerRound, cfg.Messages-done)
-		n, err := runRound(ctx, cfg, round, target, chk, tl, &rolledBack)
+		n, err := runRound(ctx, cfg, round, target, chk, tl, &rolledBack, view)
 		if err != nil {
 			return res, fmt.Errorf("soak round %d: %w", round, err)
 		}
@@ -222,6 +232,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res.Lost, res.Phantom, res.Duplicates, res.Unexplained = r.Lost, r.Phantom, r.Duplicates, r.Unexplained
 	res.Reorders, res.Parked, res.Mismatch = r.OrderViolations, r.Parked, r.HeaderMismatch
 	res.LostIDs, res.PhantomIDs, res.UnexplainedIDs, res.Violations = first(r.LostIDs), first(r.PhantomIDs), first(r.UnexplainedIDs), r.Violations[:min(5, len(r.Violations))]
+	res.ReadModelMismatches = view.mismatches
+	res.ReadModel = fmt.Sprintf("applied=%d skipped=%d examples=%v", view.applied, view.skipped, view.examples)
 	res.ByKind = tl.n
 	for _, n := range tl.n {
 		res.Faults += n
@@ -266,7 +278,7 @@ const (
 
 // runRound runs one round on a fresh DynamoDB and Kafka and returns how many
 // messages it committed.
-func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.Checker, tl *tally, rolledBack *atomic.Int64) (int, error) {
+func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.Checker, tl *tally, rolledBack *atomic.Int64, view *viewResult) (int, error) {
 	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(round)))
 	var rngMu sync.Mutex
 	chance := func(p float64) bool {
@@ -333,6 +345,11 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	if err != nil {
 		return 0, err
 	}
+	rm, err := startReadModel(ctx, faulty, clean, cluster, brokers, name, topic, cfg.Seed*1000+uint64(round), chance, tl)
+	if err != nil {
+		return 0, err
+	}
+	defer rm.stop()
 
 	// The relay's parts, wrapped to attribute duplicates to faults.
 	store, err := dynamo.NewStore(ctx, faulty, tables)
@@ -586,6 +603,9 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	stopPipe()
 	bg.Wait()
 	<-consumed
+	if err := view.add(ctx, rm, clean, chk.Expected(fmt.Sprintf("r%d-", round)), tl); err != nil {
+		return 0, err
+	}
 
 	// Every message the relay parked is in the dead letters, and only those.
 	var inDeadLetters []string

@@ -23,6 +23,7 @@ func TestSmallSoak(t *testing.T) {
 	res, err := Run(ctx, Config{Messages: 5000, FaultRate: 1, MinEachFault: 5, Progress: testWriter{t}})
 	fmt.Println(res.Line())
 	t.Logf("faults by kind: %s", res.Kinds())
+	t.Logf("read model: %s", res.ReadModel)
 	t.Logf("rolled back %d, elapsed %v", res.RolledBack, res.Elapsed.Round(time.Second))
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,8 @@ type settings struct {
 	tombstoneTTL      time.Duration
 	deleteConcurrency int
 	maxMessageBytes   int
-	idHeader          string
+	headers           outbox.HeaderNames
+	tracer            outbox.Tracer
 	maxAttempts       int
 	clock             outbox.Clock
 	// jitter draws a backoff delay below its argument (tests fix it).
@@ -28,7 +29,7 @@ func defaultSettings() settings {
 		tombstoneTTL:      DefaultTombstoneTTL,
 		deleteConcurrency: 4,
 		maxMessageBytes:   outbox.DefaultMaxMessageBytes,
-		idHeader:          outbox.DefaultMessageIDHeader,
+		headers:           outbox.HeaderNames{}.WithDefaults(),
 		maxAttempts:       DefaultMaxAttempts,
 		clock:             outbox.SystemClock,
 		jitter:            fullJitter,
@@ -138,7 +139,32 @@ func MaxMessageBytes(n int) WriterOption {
 // carry it themselves. Default outbox.DefaultMessageIDHeader. Use the same
 // value as the relay.
 func MessageIDHeader(name string) WriterOption {
-	return writerOption(func(s *settings) { s.idHeader = name })
+	return writerOption(func(s *settings) { s.headers.MessageID = name })
+}
+
+// BucketHeader is the header the relay stamps the message's bucket under
+// (kafka.BucketHeader); like MessageIDHeader, the writer uses it for record
+// sizes and refuses messages that carry it. Default
+// outbox.DefaultBucketHeader. Use the same value as the relay.
+func BucketHeader(name string) WriterOption {
+	return writerOption(func(s *settings) { s.headers.Bucket = name })
+}
+
+// SequenceHeader is the header the relay stamps the message's sequence
+// number under (kafka.SequenceHeader); see BucketHeader. Default
+// outbox.DefaultSequenceHeader. Use the same value as the relay.
+func SequenceHeader(name string) WriterOption {
+	return writerOption(func(s *settings) { s.headers.Sequence = name })
+}
+
+// WithTracer traces every Write as an "outbox enqueue" span, a child of the
+// caller's context, and writes that span's trace context (W3C traceparent
+// and tracestate) into every message's headers, so the consumer's span joins
+// the writer's trace. The headers count in the record size. Default: none
+// (nothing traced, no header added). github.com/dynakafka/outbox/otel
+// provides an OpenTelemetry Tracer.
+func WithTracer(t outbox.Tracer) WriterOption {
+	return writerOption(func(s *settings) { s.tracer = t })
 }
 
 // MaxAttempts is the most requests the Writer sends for each call it makes,
@@ -186,12 +212,16 @@ func (s *settings) validate() error {
 		return bad("DeleteConcurrency", s.deleteConcurrency, "must be 1..32")
 	case s.maxMessageBytes < outbox.RecordOverhead:
 		return bad("MaxMessageBytes", s.maxMessageBytes, fmt.Sprintf("must be at least %d", outbox.RecordOverhead))
-	case s.idHeader == "":
-		return bad("MessageIDHeader", s.idHeader, "must not be empty")
+	case s.headers.MessageID == "":
+		return bad("MessageIDHeader", s.headers.MessageID, "must not be empty")
+	case s.headers.Bucket == "":
+		return bad("BucketHeader", s.headers.Bucket, "must not be empty")
+	case s.headers.Sequence == "":
+		return bad("SequenceHeader", s.headers.Sequence, "must not be empty")
 	case s.maxAttempts < 1 || s.maxAttempts > 20:
 		return bad("MaxAttempts", s.maxAttempts, "must be 1..20")
 	case s.clock == nil:
 		return bad("WithClock", nil, "must not be nil")
 	}
-	return nil
+	return s.headers.Check()
 }

@@ -303,7 +303,7 @@ func (s *Store) ReplayParked(ctx context.Context, bucket int, seq int64, replace
 	if b != bucket {
 		return outbox.Message{}, &outbox.ValidationError{Index: -1, Field: "Key", Reason: fmt.Sprintf("the replacement belongs to bucket %d, the parked message to %d", b, bucket)}
 	}
-	if err := outbox.Validate(m, -1, s.cfg.maxMessageBytes, s.cfg.idHeader); err != nil {
+	if err := s.cfg.headers.Validate(m, -1, s.cfg.maxMessageBytes); err != nil {
 		return outbox.Message{}, err
 	}
 	counter, err := sequence.NewCounter(s.client, s.tables.Control)

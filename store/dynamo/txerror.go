@@ -7,9 +7,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/smithy-go"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/dynamoerr"
 )
 
 // TransactionError is what Writer.Write returns when its transaction did not
@@ -136,26 +136,11 @@ func classify(err error, callerItems int, ids []string) classification {
 	if errors.As(err, &tc) {
 		return classifyCancellation(tc.CancellationReasons, callerItems, ids)
 	}
-	switch code := apiCode(err); code {
-	case "TransactionInProgressException":
-		return classification{outcome: outAmbiguous, detail: "a transaction with this client request token is still in progress"}
-	case "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
-		"LimitExceededException", "TooManyRequestsException", "Throttling":
-		return classification{outcome: outThrottled, detail: code}
-	case "TransactionConflictException":
-		return classification{outcome: outConflict, detail: code}
-	case "":
-		// Not an API error: the request failed on the way or the response
-		// was lost (timeouts, connection resets, a cancelled context).
-		return classification{outcome: outAmbiguous, detail: "no response from DynamoDB"}
-	default:
-		var ae smithy.APIError
-		if errors.As(err, &ae) && ae.ErrorFault() == smithy.FaultServer || code == "InternalServerError" ||
-			code == "ServiceUnavailable" || code == "InternalFailure" {
-			return classification{outcome: outAmbiguous, detail: code}
-		}
-		return classification{outcome: outRejected, detail: code}
-	}
+	kind, detail := dynamoerr.Classify(err)
+	return classification{outcome: [...]outcome{
+		dynamoerr.Ambiguous: outAmbiguous, dynamoerr.Throttled: outThrottled,
+		dynamoerr.Conflict: outConflict, dynamoerr.Rejected: outRejected,
+	}[kind], detail: detail}
 }
 
 func classifyCancellation(reasons []types.CancellationReason, callerItems int, ids []string) classification {

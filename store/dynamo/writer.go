@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -47,8 +49,8 @@ type Result struct {
 // GetItem of a key no item has), so a wrong table name or region fails here,
 // with a *TableError naming the table (both tables', when both are missing),
 // and not on the first Write. Options: BucketCount (checked against the
-// config item), MaxMessageBytes, MessageIDHeader, MaxAttempts, FenceTTL,
-// WithClock.
+// config item), MaxMessageBytes, MessageIDHeader, BucketHeader,
+// SequenceHeader, MaxAttempts, FenceTTL, WithClock, WithTracer.
 //
 // The writer's IAM permissions: dynamodb:GetItem on both tables (config
 // item, this check), dynamodb:UpdateItem on the control table (sequence
@@ -127,8 +129,13 @@ func (w *Writer) BucketCount() int { return w.bucketCount }
 // Store.Fence), so no relay waits on them. After ErrOutcomeUnknown they are
 // not fenced (the messages may be stored); if they are not, relays fence
 // them after their gap timeout.
-func (w *Writer) Write(ctx context.Context, items []types.TransactWriteItem, msgs ...outbox.Message) (Result, error) {
-	prepared, err := w.prepare(items, msgs)
+func (w *Writer) Write(ctx context.Context, items []types.TransactWriteItem, msgs ...outbox.Message) (res Result, err error) {
+	if w.cfg.tracer != nil {
+		var end func(error)
+		ctx, end = w.cfg.tracer.Start(ctx, "outbox enqueue", enqueueSpan(items, msgs))
+		defer func() { end(err) }()
+	}
+	prepared, err := w.prepare(ctx, items, msgs)
 	if err != nil {
 		return Result{}, err
 	}
@@ -136,8 +143,17 @@ func (w *Writer) Write(ctx context.Context, items []types.TransactWriteItem, msg
 	return t.run(ctx)
 }
 
-// prepare validates and completes the messages; it writes nothing.
-func (w *Writer) prepare(items []types.TransactWriteItem, msgs []outbox.Message) ([]outbox.Message, error) {
+func enqueueSpan(items []types.TransactWriteItem, msgs []outbox.Message) outbox.SpanStart {
+	attrs := []slog.Attr{slog.Int("outbox.messages", len(msgs)), slog.Int("outbox.items", len(items))}
+	if len(msgs) > 0 && !slices.ContainsFunc(msgs, func(m outbox.Message) bool { return m.Topic != msgs[0].Topic }) {
+		attrs = append(attrs, slog.String("messaging.destination.name", msgs[0].Topic))
+	}
+	return outbox.SpanStart{Kind: outbox.SpanProducer, Attributes: attrs}
+}
+
+// prepare validates and completes the messages; it writes nothing. With a
+// tracer, ctx's trace context goes into every message's headers (a copy).
+func (w *Writer) prepare(ctx context.Context, items []types.TransactWriteItem, msgs []outbox.Message) ([]outbox.Message, error) {
 	total := len(items) + len(msgs)
 	switch {
 	case total == 0:
@@ -167,12 +183,15 @@ func (w *Writer) prepare(items []types.TransactWriteItem, msgs []outbox.Message)
 		if m.CreatedAt.IsZero() {
 			m.CreatedAt = now
 		}
+		if w.cfg.tracer != nil {
+			m.Headers = w.cfg.tracer.Inject(ctx, slices.Clone(m.Headers))
+		}
 		if m.CreatedAt.UnixMilli() < 0 {
 			return nil, &outbox.ValidationError{Index: i, Field: "CreatedAt", Reason: fmt.Sprintf(
 				"%v is before 1970; Kafka timestamps cannot be negative (leave it zero for now)", m.CreatedAt)}
 		}
 		m.CreatedAt = time.UnixMilli(m.CreatedAt.UnixMilli())
-		if err := outbox.Validate(m, i, w.cfg.maxMessageBytes, w.cfg.idHeader); err != nil {
+		if err := w.cfg.headers.Validate(m, i, w.cfg.maxMessageBytes); err != nil {
 			return nil, err
 		}
 		b, err := outbox.BucketFor(m, w.bucketCount)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -359,6 +360,8 @@ func TestNewWriterOptions(t *testing.T) {
 		{"bucket count", BucketCount(outbox.MaxBucketCount + 1), "BucketCount"},
 		{"max message bytes", MaxMessageBytes(10), "MaxMessageBytes"},
 		{"id header", MessageIDHeader(""), "MessageIDHeader"},
+		{"bucket header", BucketHeader(""), "BucketHeader"},
+		{"sequence header like the id header", SequenceHeader(outbox.DefaultMessageIDHeader), "SequenceHeader"},
 		{"attempts", MaxAttempts(0), "MaxAttempts"},
 		{"fence ttl", FenceTTL(time.Minute), "FenceTTL"},
 		{"clock", WithClock(nil), "WithClock"},
@@ -800,5 +803,75 @@ func TestWriteSequenceOrderFollowsCommitOrder(t *testing.T) {
 	want := []string{"1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12"}
 	if strings.Join(versions, ",") != strings.Join(want, ",") {
 		t.Fatalf("versions in sequence order = %v, want %v", versions, want)
+	}
+}
+
+// recordingTracer injects a fixed traceparent and records the spans it starts.
+type recordingTracer struct {
+	mu    sync.Mutex
+	spans []string
+	ended []error
+}
+
+const testTraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+func (r *recordingTracer) Start(ctx context.Context, name string, s outbox.SpanStart) (context.Context, func(error)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.spans = append(r.spans, fmt.Sprintf("%s kind=%d attrs=%v", name, s.Kind, s.Attributes))
+	return ctx, func(err error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.ended = append(r.ended, err)
+	}
+}
+
+func (r *recordingTracer) Inject(_ context.Context, hs []outbox.Header) []outbox.Header {
+	hs = slices.DeleteFunc(hs, func(h outbox.Header) bool { return h.Key == outbox.TraceParentHeader })
+	return append(hs, outbox.Header{Key: outbox.TraceParentHeader, Value: []byte(testTraceParent)})
+}
+
+func (r *recordingTracer) Extract(ctx context.Context, _ []outbox.Header) context.Context { return ctx }
+
+// With a tracer, Write is one enqueue span and every stored message carries
+// the trace context, replacing one the caller set, without changing the
+// caller's messages; a refused write ends the span with its error.
+func TestWriteInjectsTraceContext(t *testing.T) {
+	tr := &recordingTracer{}
+	w := newWriterEnv(t, 1, WithTracer(tr))
+	ctx := ctxT(t)
+	callers := []outbox.Header{{Key: "a", Value: []byte("1")}, {Key: outbox.TraceParentHeader, Value: []byte("stale")}}
+	m := keyed("k")
+	m.Headers = callers
+	if _, err := w.writer.Write(ctx, nil, m, keyed("k")); err != nil {
+		t.Fatal(err)
+	}
+	if string(callers[1].Value) != "stale" || len(callers) != 2 {
+		t.Fatalf("the caller's headers changed: %v", callers)
+	}
+	entries := w.entries(t, 0)
+	if len(entries) != 2 {
+		t.Fatalf("%d entries", len(entries))
+	}
+	want := [][]outbox.Header{
+		{{Key: "a", Value: []byte("1")}, {Key: outbox.TraceParentHeader, Value: []byte(testTraceParent)}},
+		{{Key: outbox.TraceParentHeader, Value: []byte(testTraceParent)}},
+	}
+	for i, e := range entries {
+		if fmt.Sprint(e.Message.Headers) != fmt.Sprint(want[i]) {
+			t.Errorf("message %d headers %q, want %q", i, e.Message.Headers, want[i])
+		}
+	}
+	_, err := w.writer.Write(ctx, nil, outbox.Message{Topic: "bad topic"})
+	if err == nil {
+		t.Fatal("an invalid topic was written")
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if len(tr.spans) != 2 || !strings.HasPrefix(tr.spans[0], "outbox enqueue kind=1") || !strings.Contains(tr.spans[0], "messaging.destination.name=orders") {
+		t.Fatalf("spans %q", tr.spans)
+	}
+	if len(tr.ended) != 2 || tr.ended[0] != nil || tr.ended[1] != err {
+		t.Fatalf("spans ended with %v; want nil, then %v", tr.ended, err)
 	}
 }
