@@ -128,7 +128,7 @@ func (d *drain) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		classify(bt, d.head, cfg.batchSize, cfg.maxMessageBytes, cfg.idHeader, d.isolate)
+		classify(bt, d.head, cfg.batchSize, cfg.maxMessageBytes, cfg.headers, d.isolate)
 
 		if len(bt.run) == 0 {
 			done, err := d.nothingToPublish(ctx, bt)
@@ -226,7 +226,7 @@ func (d *drain) read(ctx context.Context) (*batch, error) {
 // classify sorts what a read found, given the decided head: leftovers at or
 // below head, the contiguous run from head+1 (at most batchSize messages,
 // one when isolating), a gap, or a bad entry at head+1.
-func classify(bt *batch, head int64, batchSize, maxMessageBytes int, idHeader string, isolate bool) {
+func classify(bt *batch, head int64, batchSize, maxMessageBytes int, headers HeaderNames, isolate bool) {
 	expect := head + 1
 	for i := range bt.entries {
 		e := &bt.entries[i]
@@ -245,7 +245,7 @@ func classify(bt *batch, head int64, batchSize, maxMessageBytes int, idHeader st
 		if len(bt.msgs) == batchSize || isolate && len(bt.msgs) == 1 {
 			return
 		}
-		if e.Err != nil || (!e.Fence && RecordSize(e.Message, idHeader) > maxMessageBytes) {
+		if e.Err != nil || (!e.Fence && headers.RecordSize(e.Message) > maxMessageBytes) {
 			bt.bad = e
 			return
 		}
@@ -276,7 +276,7 @@ func (d *drain) nothingToPublish(ctx context.Context, bt *batch) (bool, error) {
 			return false, err
 		}
 		e := *bt.bad
-		reason := fmt.Errorf("record of %d bytes exceeds MaxMessageBytes=%d", RecordSize(e.Message, cfg.idHeader), cfg.maxMessageBytes)
+		reason := fmt.Errorf("record of %d bytes exceeds MaxMessageBytes=%d", cfg.headers.RecordSize(e.Message), cfg.maxMessageBytes)
 		if e.Err != nil {
 			if Classify(e.Err) == Fatal {
 				cfg.logger.ErrorContext(ctx, "outbox: item cannot be read by this relay; the bucket stops", "bucket", d.b, "sequence", e.Sequence, "err", e.Err)

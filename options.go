@@ -32,7 +32,8 @@ type config struct {
 	gapPoll         time.Duration
 	deadlineMargin  time.Duration
 	maxMessageBytes int
-	idHeader        string
+	headers         HeaderNames
+	emptyIDHeader   bool
 	relayID         string
 	concurrency     int
 	pollInterval    time.Duration
@@ -61,7 +62,6 @@ func defaultConfig() config {
 		gapPoll:         50 * time.Millisecond,
 		deadlineMargin:  5 * time.Second,
 		maxMessageBytes: DefaultMaxMessageBytes,
-		idHeader:        DefaultMessageIDHeader,
 		relayID:         fmt.Sprintf("%s-%d-%s", host, os.Getpid(), NewID()[24:]),
 		concurrency:     8,
 		pollInterval:    time.Second,
@@ -181,7 +181,15 @@ func MaxMessageBytes(n int) Option { return func(c *config) { c.maxMessageBytes 
 
 // MessageIDHeader is the header name the publisher stamps the message id
 // under, used in record size checks. Default DefaultMessageIDHeader.
-func MessageIDHeader(name string) Option { return func(c *config) { c.idHeader = name } }
+func MessageIDHeader(name string) Option {
+	return func(c *config) { c.headers.MessageID, c.emptyIDHeader = name, name == "" }
+}
+
+// StampedHeaders names the headers the publisher stamps (message id, bucket,
+// sequence), as the relay counts them in record size checks; give the
+// publisher and the writers the same names. Default: HeaderNames{} (the
+// default names).
+func StampedHeaders(h HeaderNames) Option { return func(c *config) { c.headers = h } }
 
 // RelayID names this relay in leases and heartbeats. Default
 // "<hostname>-<pid>-<random>". At most 128 characters.
@@ -250,8 +258,10 @@ func (c *config) validate() error {
 		return bad("DeadlineMargin", c.deadlineMargin, "must not be negative")
 	case c.maxMessageBytes < RecordOverhead:
 		return bad("MaxMessageBytes", c.maxMessageBytes, fmt.Sprintf("must be at least %d", RecordOverhead))
-	case c.idHeader == "":
-		return bad("MessageIDHeader", c.idHeader, "must not be empty")
+	case c.emptyIDHeader:
+		return bad("MessageIDHeader", "", "must not be empty")
+	case c.headers.Check() != nil:
+		return c.headers.Check()
 	case c.relayID == "" || len(c.relayID) > 128:
 		return bad("RelayID", c.relayID, "must be 1..128 characters")
 	case c.concurrency < 1:
