@@ -142,8 +142,6 @@ func TestEquivalence(t *testing.T) {
 		for i, a := range accepted {
 			if used[i] == 0 {
 				t.Errorf("accepted difference %s %s never applied: remove it (%s)", a.Type, strings.Join(a.Path, "."), a.Why)
-			} else {
-				t.Logf("accepted: %s %s: %s", a.Type, strings.Join(a.Path, "."), a.Why)
 			}
 		}
 	})

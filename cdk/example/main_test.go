@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/constructs-go/constructs/v10"
@@ -73,6 +74,7 @@ type synthesized struct {
 	paths     map[string]map[string]string // by stack: logical id -> construct path
 	params    map[string]map[string]string // by stack: the scenario's parameter values
 	stacks    []string                     // in scenario order
+	timing    string                       // how long the phases took, for the log
 }
 
 var synth synthesized
@@ -84,6 +86,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	synth = synthesize(dir)
+	if synth.err == nil {
+		// A measurement for the log, not an assertion.
+		fmt.Println("cdk:", synth.timing)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -144,7 +150,9 @@ func synthesize(dir string) (s synthesized) {
 	ctx["aws:cdk:version-reporting"] = true
 	out := filepath.Join(dir, "cdk.out")
 	defer jsii.Close()
+	start := time.Now()
 	app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(out), Context: &ctx})
+	loaded := time.Now()
 	outboxes := map[string]*outboxcdk.Outbox{}
 	for _, sc := range scenarios {
 		var ob *outboxcdk.Outbox
@@ -169,7 +177,11 @@ func synthesize(dir string) (s synthesized) {
 	for stack, ob := range outboxes {
 		s.names[stack], s.paths[stack] = logicalIDs(ob)
 	}
+	built := time.Now()
 	app.Synth(nil)
+	done := time.Now()
+	s.timing = fmt.Sprintf("%d stacks: jsii loads aws-cdk-lib %.1fs, construction %.1fs, synthesis %.1fs",
+		len(s.stacks), loaded.Sub(start).Seconds(), built.Sub(loaded).Seconds(), done.Sub(built).Seconds())
 	for _, stack := range s.stacks {
 		b, err := os.ReadFile(filepath.Join(out, stack+".template.json"))
 		if err == nil {
