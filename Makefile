@@ -2,7 +2,7 @@
 #
 #   make test    unit + integration tests on real parts (DynamoDB Local, kfake, the Lambda RIE)
 #   make demo    the whole pipeline on this machine (ORDERS=n, default 10000)
-#   make build   the two Lambda bootstraps for provided.al2023 (arm64 and amd64)
+#   make build   the Lambda bootstraps (relay, sweeper, setup) for provided.al2023 (arm64 and amd64)
 #   make lint    go mod tidy -diff, go vet and staticcheck on every module
 #   make bench   benchmarks and the capacity model (docs/benchmarks.md)
 #   make soak    the fault-injection soak (N=100000 messages by default)
@@ -27,7 +27,7 @@ export GOFLAGS ?= -buildvcs=false
 TEST_TIMEOUT ?= 25m
 ORDERS      ?= 10000
 STATICCHECK_VERSION := v0.8.2
-LAMBDAS     := relay sweeper
+LAMBDAS     := relay sweeper setup
 ARCHES      := arm64 amd64
 # Every Go module of the repository: the library first, then the tools.
 MODULES     := . tools cdk

@@ -471,6 +471,22 @@ func (e *evaluator) intrinsic(fn string, arg any, stack []string) (any, error) {
 			return nil, fmt.Errorf("Fn::Not of %s", canon(a[0]))
 		}
 		return !b, nil
+	case "Fn::Contains":
+		// Rules only: [list of strings, string].
+		a, err := e.args(fn, arg, 2, stack)
+		if err != nil {
+			return nil, err
+		}
+		list, ok := a[0].([]any)
+		if !ok {
+			return nil, fmt.Errorf("Fn::Contains of %s, not a list", canon(a[0]))
+		}
+		for _, el := range list {
+			if scalarString(el) == scalarString(a[1]) {
+				return true, nil
+			}
+		}
+		return false, nil
 	case "Fn::And", "Fn::Or":
 		list, _ := arg.([]any)
 		a, err := e.args(fn, arg, len(list), stack)
@@ -493,6 +509,48 @@ func (e *evaluator) intrinsic(fn string, arg any, stack []string) (any, error) {
 		return and, nil
 	}
 	return nil, fmt.Errorf("unsupported intrinsic %s", fn)
+}
+
+// brokenRules evaluates the template's Rules and returns the
+// AssertDescription of every assertion that fails (CloudFormation then
+// refuses the stack before creating anything), sorted.
+func (e *evaluator) brokenRules() ([]string, error) {
+	rules, _ := e.tmpl["Rules"].(map[string]any)
+	var out []string
+	for name, r := range rules {
+		if c := at(r, "RuleCondition"); c != nil {
+			v, err := e.eval(c)
+			if err != nil {
+				return nil, fmt.Errorf("rule %s: RuleCondition: %w", name, err)
+			}
+			if v != true {
+				continue
+			}
+		}
+		asserts, ok := at(r, "Assertions").([]any)
+		if !ok || len(asserts) == 0 {
+			return nil, fmt.Errorf("rule %s has no Assertions", name)
+		}
+		for i, a := range asserts {
+			v, err := e.eval(at(a, "Assert"))
+			if err != nil {
+				return nil, fmt.Errorf("rule %s assertion %d: %w", name, i, err)
+			}
+			b, ok := v.(bool)
+			if !ok {
+				return nil, fmt.Errorf("rule %s assertion %d evaluates to %s, not a boolean", name, i, canon(v))
+			}
+			if !b {
+				desc, _ := at(a, "AssertDescription").(string)
+				if desc == "" {
+					return nil, fmt.Errorf("rule %s assertion %d has no AssertDescription", name, i)
+				}
+				out = append(out, desc)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // resourceIncluded reports whether a resource exists under the evaluator's

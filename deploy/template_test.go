@@ -3,6 +3,7 @@ package deploy
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
@@ -101,36 +102,48 @@ func TestNoGlobalTables(t *testing.T) {
 	}
 }
 
-// function returns the function's properties with the Globals it inherits
-// (SAM merges Environment.Variables; other keys the function sets win).
+// function returns the function's properties with the Globals it inherits,
+// merged as SAM merges them: maps key by key (Environment.Variables), an
+// intrinsic function (!Ref AWS::NoValue, say) like a plain value, so a
+// function's own value of any other kind wins.
 func function(t *testing.T, tmpl map[string]any, name string) map[string]any {
 	t.Helper()
 	if at(tmpl, "Resources", name, "Type") != "AWS::Serverless::Function" {
 		t.Fatalf("%s is %s, want AWS::Serverless::Function", name, canon(at(tmpl, "Resources", name, "Type")))
 	}
-	out := map[string]any{}
-	if g, ok := at(tmpl, "Globals", "Function").(map[string]any); ok {
-		for k, v := range g {
-			out[k] = v
-		}
+	global, _ := at(tmpl, "Globals", "Function").(map[string]any)
+	local, _ := at(tmpl, "Resources", name, "Properties").(map[string]any)
+	return samMerge(global, local).(map[string]any)
+}
+
+func isIntrinsic(v any) bool {
+	m, ok := v.(map[string]any)
+	if !ok || len(m) != 1 {
+		return false
 	}
-	props, _ := at(tmpl, "Resources", name, "Properties").(map[string]any)
-	for k, v := range props {
-		if k == "Environment" {
-			vars := map[string]any{}
-			if g, ok := at(out, "Environment", "Variables").(map[string]any); ok {
-				for k, v := range g {
-					vars[k] = v
-				}
-			}
-			if f, ok := at(v, "Variables").(map[string]any); ok {
-				for k, v := range f {
-					vars[k] = v
-				}
-			}
-			v = map[string]any{"Variables": vars}
-		}
+	for k := range m {
+		return k == "Ref" || k == "Condition" || strings.HasPrefix(k, "Fn::")
+	}
+	return false
+}
+
+func samMerge(global, local any) any {
+	g, gok := global.(map[string]any)
+	l, lok := local.(map[string]any)
+	switch {
+	case global == nil:
+		return local
+	case local == nil:
+		return global
+	case !gok || !lok || isIntrinsic(g) || isIntrinsic(l):
+		return local
+	}
+	out := map[string]any{}
+	for k, v := range g {
 		out[k] = v
+	}
+	for k, v := range l {
+		out[k] = samMerge(out[k], v)
 	}
 	return out
 }
@@ -139,9 +152,16 @@ func TestFunctions(t *testing.T) {
 	tmpl := loadTemplate(t)
 	tests := []struct {
 		resource, codeURI, role string
+		timeout, memory         string // as YAML
+		dependsOn               string // as YAML; "" for none
+		reserved                string // ReservedConcurrentExecutions as YAML; "" for none
+		ownNetwork              bool   // outside the VPC, without the shared environment
 	}{
-		{"RelayFunction", "lambda/relay", "RelayRole"},
-		{"SweeperFunction", "lambda/sweeper", "SweeperRole"},
+		{"RelayFunction", "lambda/relay", "RelayRole", "!Ref RelayTimeout", "!Ref FunctionMemorySize", "OutboxConfig",
+			"!If [HasRelayReservedConcurrency, !Ref RelayReservedConcurrency, !Ref AWS::NoValue]", false},
+		{"SweeperFunction", "lambda/sweeper", "SweeperRole", "!Ref SweeperTimeout", "!Ref FunctionMemorySize", "OutboxConfig",
+			"!If [HasSweeperReservedConcurrency, !Ref SweeperReservedConcurrency, !Ref AWS::NoValue]", false},
+		{"SetupFunction", "lambda/setup", "SetupRole", "300", "256", "", "", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.resource, func(t *testing.T) {
@@ -151,14 +171,34 @@ func TestFunctions(t *testing.T) {
 				"Handler":       "bootstrap",
 				"Runtime":       "provided.al2023",
 				"Architectures": cfn(t, "[!Ref Architecture]"),
-				"Timeout":       cfn(t, "!Ref FunctionTimeout"),
-				"MemorySize":    cfn(t, "!Ref FunctionMemorySize"),
+				"Timeout":       cfn(t, tc.timeout),
+				"MemorySize":    cfn(t, tc.memory),
 				"Role":          cfn(t, "!GetAtt "+tc.role+".Arn"),
+				// JSON at LogLevel: Lambda passes the level as
+				// AWS_LAMBDA_LOG_LEVEL, which wiring.Logger honours.
+				"LoggingConfig": cfn(t, "{LogFormat: JSON, ApplicationLogLevel: !Ref LogLevel, SystemLogLevel: INFO}"),
+			}
+			if tc.reserved != "" {
+				want["ReservedConcurrentExecutions"] = cfn(t, tc.reserved)
+			}
+			if tc.ownNetwork {
+				want["VpcConfig"] = cfn(t, "!Ref AWS::NoValue")
+				want["Environment"] = cfn(t, "!Ref AWS::NoValue")
 			}
 			for k, w := range want {
 				if !reflect.DeepEqual(fn[k], w) {
 					t.Errorf("%s = %s, want %s", k, canon(fn[k]), canon(w))
 				}
+			}
+			if got := at(fn, "ReservedConcurrentExecutions"); tc.reserved == "" && got != nil {
+				t.Errorf("ReservedConcurrentExecutions = %s", canon(got))
+			}
+			var dep any
+			if tc.dependsOn != "" {
+				dep = tc.dependsOn
+			}
+			if got := at(tmpl, "Resources", tc.resource, "DependsOn"); !reflect.DeepEqual(got, dep) {
+				t.Errorf("DependsOn = %s, want %s", canon(got), canon(dep))
 			}
 			// SAM's go1.x build method builds provided.al2023 Go functions
 			// (GOOS=linux, GOARCH from Architectures, output bootstrap).
@@ -168,14 +208,27 @@ func TestFunctions(t *testing.T) {
 			if fn["Policies"] != nil {
 				t.Errorf("Policies set beside an explicit Role: %s", canon(fn["Policies"]))
 			}
+			if _, err := os.Stat(filepath.Join("..", tc.codeURI, "main.go")); err != nil {
+				t.Errorf("CodeUri %s: %v", tc.codeURI, err)
+			}
 		})
 	}
 	// The relay renews its lease while it publishes, so the lease need not
 	// cover a whole batch, but an invocation must outlive a few renewals.
-	timeout := num(t, at(tmpl, "Parameters", "FunctionTimeout", "Default"))
+	timeout := num(t, at(tmpl, "Parameters", "RelayTimeout", "Default"))
 	lease := num(t, at(tmpl, "Parameters", "LeaseDurationSeconds", "Default"))
 	if timeout < 2*lease {
-		t.Errorf("default FunctionTimeout %v < 2 x default LeaseDurationSeconds %v", timeout, lease)
+		t.Errorf("default RelayTimeout %v < 2 x default LeaseDurationSeconds %v", timeout, lease)
+	}
+	// Sweeps never overlap: every timeout the parameter allows ends before
+	// the next tick of rate(1 minute).
+	if max := num(t, at(tmpl, "Parameters", "SweeperTimeout", "MaxValue")); max >= 60 {
+		t.Errorf("SweeperTimeout allows %vs, not below the one-minute schedule", max)
+	}
+	// The custom resource's function answers before CloudFormation gives up.
+	service := num(t, at(tmpl, "Resources", "OutboxConfig", "Properties", "ServiceTimeout"))
+	if setup := num(t, at(tmpl, "Resources", "SetupFunction", "Properties", "Timeout")); setup >= service {
+		t.Errorf("SetupFunction Timeout %v is not below the custom resource's ServiceTimeout %v", setup, service)
 	}
 }
 
@@ -292,9 +345,11 @@ func TestParameters(t *testing.T) {
 		want string // the parameter's definition as YAML, Description aside
 	}{
 		{"KafkaBootstrapServers", "{Type: String, MinLength: 1}"},
-		{"KafkaAuthMode", "{Type: String, AllowedValues: [none, tls, sasl-scram-sha-512, msk-iam]}"},
+		{"KafkaAuthMode", "{Type: String, AllowedValues: [none, tls, mtls, sasl-scram-sha-256, sasl-scram-sha-512, msk-iam]}"},
 		{"KafkaSaslSecretArn", `{Type: String, Default: ""}`},
-		{"KafkaSaslSecretKmsKeyArn", `{Type: String, Default: ""}`},
+		{"KafkaTlsCaSecretArn", `{Type: String, Default: ""}`},
+		{"KafkaTlsClientCertSecretArn", `{Type: String, Default: ""}`},
+		{"KafkaSecretsKmsKeyArn", `{Type: String, Default: ""}`},
 		{"MskClusterArn", `{Type: String, Default: ""}`},
 		{"VpcSubnetIds", `{Type: CommaDelimitedList, Default: ""}`},
 		{"VpcSecurityGroupIds", `{Type: CommaDelimitedList, Default: ""}`},
@@ -304,17 +359,22 @@ func TestParameters(t *testing.T) {
 		{"StreamBatchingWindowSeconds", "{Type: Number, Default: 0, MinValue: 0, MaxValue: 300}"},
 		{"OutboxBatchSize", "{Type: Number, Default: 500, MinValue: 1, MaxValue: 10000}"},
 		{"Topics", `{Type: String, Default: ""}`},
-		// lambda/internal/env refuses leases below 10s and concurrency above 256.
+		// lambda/config's ranges (TestParametersMatchConfigRanges).
 		{"LeaseDurationSeconds", "{Type: Number, Default: 30, MinValue: 10, MaxValue: 900}"},
 		{"GapTimeoutSeconds", "{Type: Number, Default: 10, MinValue: 1, MaxValue: 3600}"},
-		{"MaxMessageBytes", "{Type: Number, Default: 1048576, MinValue: 1024, MaxValue: 104857600}"},
+		{"MaxMessageBytes", "{Type: Number, Default: 1048576, MinValue: 1024, MaxValue: 104857596}"},
 		{"RelayConcurrency", "{Type: Number, Default: 8, MinValue: 1, MaxValue: 256}"},
-		{"FunctionTimeout", "{Type: Number, Default: 120, MinValue: 30, MaxValue: 900}"},
+		{"RelayTimeout", "{Type: Number, Default: 120, MinValue: 30, MaxValue: 900}"},
+		{"SweeperTimeout", "{Type: Number, Default: 50, MinValue: 15, MaxValue: 55}"},
 		{"FunctionMemorySize", "{Type: Number, Default: 512, MinValue: 128, MaxValue: 10240}"},
+		{"RelayReservedConcurrency", "{Type: Number, Default: -1, MinValue: -1, MaxValue: 10000}"},
+		{"SweeperReservedConcurrency", "{Type: Number, Default: -1, AllowedValues: [-1, 1]}"},
 		{"Architecture", "{Type: String, Default: arm64, AllowedValues: [arm64, x86_64]}"},
+		{"LogLevel", "{Type: String, Default: INFO, AllowedValues: [TRACE, DEBUG, INFO, WARN, ERROR, FATAL]}"},
 		{"LogRetentionInDays", "{Type: Number, Default: 30, AllowedValues: [1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653]}"},
 		{"AlarmTopicArn", `{Type: String, Default: ""}`},
 		{"IteratorAgeAlarmMilliseconds", "{Type: Number, Default: 60000, MinValue: 1000}"},
+		{"OldestPendingAgeAlarmSeconds", "{Type: Number, Default: 300, MinValue: 60}"},
 	}
 	params, _ := tmpl["Parameters"].(map[string]any)
 	seen := map[string]bool{}
@@ -358,6 +418,8 @@ type scenario struct {
 	vpc bool
 	// alarmTopic is the AlarmTopicArn every alarm must notify, "" for none.
 	alarmTopic string
+	// reserved: ReservedConcurrentExecutions per function; absent = none.
+	reserved map[string]any
 }
 
 const (
@@ -409,64 +471,85 @@ func baseGrants(fn string) []grant {
 var vpcActions = []string{"ec2:CreateNetworkInterface", "ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets",
 	"ec2:DeleteNetworkInterface", "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"}
 
+// mskGrants is the MSK IAM policy for a cluster ARN pattern and its topics'
+// (mskiam_test.go derives the actions from the publisher's requests).
+func mskGrants(cluster, topics string) []grant {
+	return join(
+		grants([]string{"kafka-cluster:Connect", "kafka-cluster:WriteDataIdempotently", "kafka-cluster:DescribeClusterDynamicConfiguration"}, cluster, ""),
+		grants([]string{"kafka-cluster:DescribeTopic", "kafka-cluster:WriteData", "kafka-cluster:DescribeTopicDynamicConfiguration"}, topics, ""),
+	)
+}
+
+const (
+	caARN   = "arn:aws:secretsmanager:us-east-1:123456789012:secret:outbox/kafka-ca-GhIjKl"
+	certARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:outbox/kafka-client-MnOpQr"
+)
+
 func scenarios() []scenario {
-	secret := grants([]string{"secretsmanager:GetSecretValue"}, secretARN, "")
+	secret := func(arns ...string) []grant {
+		var out []grant
+		for _, a := range arns {
+			out = append(out, grant{Action: "secretsmanager:GetSecretValue", Resource: a})
+		}
+		return out
+	}
+	kms := grants([]string{"kms:Decrypt"}, kmsKeyARN, `{"StringEquals":{"kms:ViaService":"secretsmanager.us-east-1.amazonaws.com"}}`)
 	return []scenario{
 		{name: "no auth", params: map[string]string{"KafkaAuthMode": "none"}},
 		{name: "tls", params: map[string]string{"KafkaAuthMode": "tls"}, env: map[string]any{"KAFKA_AUTH": "tls"}},
 		{
-			name:   "sasl",
+			name:   "tls with a CA bundle",
+			params: map[string]string{"KafkaAuthMode": "tls", "KafkaTlsCaSecretArn": caARN},
+			extra:  secret(caARN),
+			env:    map[string]any{"KAFKA_AUTH": "tls", "KAFKA_TLS_CA_SECRET_ARN": caARN},
+		},
+		{
+			name:   "mtls",
+			params: map[string]string{"KafkaAuthMode": "mtls", "KafkaTlsClientCertSecretArn": certARN},
+			extra:  secret(certARN),
+			env:    map[string]any{"KAFKA_AUTH": "mtls", "KAFKA_TLS_CLIENT_CERT_SECRET_ARN": certARN},
+		},
+		{
+			name:   "mtls with a CA bundle and a customer managed key",
+			params: map[string]string{"KafkaAuthMode": "mtls", "KafkaTlsClientCertSecretArn": certARN, "KafkaTlsCaSecretArn": caARN, "KafkaSecretsKmsKeyArn": kmsKeyARN},
+			extra:  join(secret(caARN, certARN), kms),
+			env:    map[string]any{"KAFKA_AUTH": "mtls", "KAFKA_TLS_CLIENT_CERT_SECRET_ARN": certARN, "KAFKA_TLS_CA_SECRET_ARN": caARN},
+		},
+		{
+			name:   "sasl-scram-sha-512",
 			params: map[string]string{"KafkaAuthMode": "sasl-scram-sha-512", "KafkaSaslSecretArn": secretARN},
-			extra:  secret,
+			extra:  secret(secretARN),
 			env:    map[string]any{"KAFKA_AUTH": "sasl-scram-sha-512", "KAFKA_SASL_SECRET_ARN": secretARN},
 		},
 		{
-			name:   "sasl with a customer managed key",
-			params: map[string]string{"KafkaAuthMode": "sasl-scram-sha-512", "KafkaSaslSecretArn": secretARN, "KafkaSaslSecretKmsKeyArn": kmsKeyARN},
-			extra: join(secret, grants([]string{"kms:Decrypt"}, kmsKeyARN,
-				`{"StringEquals":{"kms:ViaService":"secretsmanager.us-east-1.amazonaws.com"}}`)),
-			env: map[string]any{"KAFKA_AUTH": "sasl-scram-sha-512", "KAFKA_SASL_SECRET_ARN": secretARN},
+			name:   "sasl-scram-sha-256 with a CA bundle and a customer managed key",
+			params: map[string]string{"KafkaAuthMode": "sasl-scram-sha-256", "KafkaSaslSecretArn": secretARN, "KafkaTlsCaSecretArn": caARN, "KafkaSecretsKmsKeyArn": kmsKeyARN},
+			extra:  join(secret(secretARN, caARN), kms),
+			env:    map[string]any{"KAFKA_AUTH": "sasl-scram-sha-256", "KAFKA_SASL_SECRET_ARN": secretARN, "KAFKA_TLS_CA_SECRET_ARN": caARN},
 		},
 		{
-			// Deploys, and the functions then fail at init naming the variable.
-			name:   "sasl without a secret",
-			params: map[string]string{"KafkaAuthMode": "sasl-scram-sha-512"},
-			env:    map[string]any{"KAFKA_AUTH": "sasl-scram-sha-512"},
-		},
-		{
-			name:   "secret given but not sasl",
-			params: map[string]string{"KafkaAuthMode": "tls", "KafkaSaslSecretArn": secretARN, "KafkaSaslSecretKmsKeyArn": kmsKeyARN},
+			// A key without secrets to decrypt grants nothing.
+			name:   "kms key without secrets",
+			params: map[string]string{"KafkaAuthMode": "tls", "KafkaSecretsKmsKeyArn": kmsKeyARN},
 			env:    map[string]any{"KAFKA_AUTH": "tls"},
 		},
 		{
 			name:   "msk-iam on a named cluster",
 			params: map[string]string{"KafkaAuthMode": "msk-iam", "MskClusterArn": clusterARN},
-			extra: join(
-				grants([]string{"kafka-cluster:Connect", "kafka-cluster:DescribeCluster", "kafka-cluster:WriteDataIdempotently"}, clusterARN, ""),
-				grants([]string{"kafka-cluster:DescribeTopic", "kafka-cluster:WriteData"}, topicARNs, ""),
-			),
-			env: map[string]any{"KAFKA_AUTH": "msk-iam"},
+			extra:  mskGrants(clusterARN, topicARNs),
+			env:    map[string]any{"KAFKA_AUTH": "msk-iam"},
 		},
 		{
 			name:   "msk-iam without a cluster",
 			params: map[string]string{"KafkaAuthMode": "msk-iam"},
-			extra: join(
-				grants([]string{"kafka-cluster:Connect", "kafka-cluster:DescribeCluster", "kafka-cluster:WriteDataIdempotently"},
-					"arn:aws:kafka:us-east-1:123456789012:cluster/*/*", ""),
-				grants([]string{"kafka-cluster:DescribeTopic", "kafka-cluster:WriteData"},
-					"arn:aws:kafka:us-east-1:123456789012:topic/*/*/*", ""),
-			),
-			env: map[string]any{"KAFKA_AUTH": "msk-iam"},
+			extra:  mskGrants("arn:aws:kafka:us-east-1:123456789012:cluster/*/*", "arn:aws:kafka:us-east-1:123456789012:topic/*/*/*"),
+			env:    map[string]any{"KAFKA_AUTH": "msk-iam"},
 		},
 		{
 			name:   "vpc",
 			params: map[string]string{"KafkaAuthMode": "none", "VpcSubnetIds": "subnet-1,subnet-2", "VpcSecurityGroupIds": "sg-1"},
 			extra:  grants(vpcActions, "*", ""),
 			vpc:    true,
-		},
-		{
-			name:   "subnets without security groups",
-			params: map[string]string{"KafkaAuthMode": "none", "VpcSubnetIds": "subnet-1"},
 		},
 		{
 			name:       "alarm topic",
@@ -476,11 +559,23 @@ func scenarios() []scenario {
 		{
 			name: "tuned",
 			params: map[string]string{"KafkaAuthMode": "none", "BucketCount": "64", "OutboxBatchSize": "200", "Topics": "orders,payments",
-				"LeaseDurationSeconds": "45", "GapTimeoutSeconds": "20", "MaxMessageBytes": "2097152", "RelayConcurrency": "16"},
+				"LeaseDurationSeconds": "45", "GapTimeoutSeconds": "20", "MaxMessageBytes": "2097152", "RelayConcurrency": "16",
+				"RelayReservedConcurrency": "20", "SweeperReservedConcurrency": "1"},
 			env: map[string]any{"OUTBOX_BUCKET_COUNT": "64", "OUTBOX_BATCH_SIZE": "200", "OUTBOX_TOPICS": "orders,payments",
 				"OUTBOX_LEASE_DURATION": "45s", "OUTBOX_GAP_TIMEOUT": "20s", "OUTBOX_MAX_MESSAGE_BYTES": "2097152", "OUTBOX_CONCURRENCY": "16"},
+			reserved: map[string]any{"RelayFunction": "20", "SweeperFunction": "1"},
 		},
 	}
+}
+
+// setupGrants is what dynamo.SetBucketCount calls (iamcalls_test.go records
+// them) plus the function's own log group.
+func setupGrants() []grant {
+	return join(
+		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, "<ControlTable.Arn>", ""),
+		grants([]string{"dynamodb:Query"}, "<MessagesTable.Arn>", ""),
+		grants([]string{"logs:CreateLogStream", "logs:PutLogEvents"}, "<SetupLogGroup.Arn>", ""),
+	)
 }
 
 func baseEnv() map[string]any {
@@ -514,6 +609,9 @@ func TestScenarios(t *testing.T) {
 			e, err := newEvaluator(tmpl, params)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if broken, err := e.brokenRules(); err != nil || len(broken) > 0 {
+				t.Fatalf("the template's Rules refuse these parameters: %v %v", broken, err)
 			}
 			for _, fn := range []string{"RelayFunction", "SweeperFunction"} {
 				t.Run(fn, func(t *testing.T) {
@@ -549,8 +647,29 @@ func TestScenarios(t *testing.T) {
 					case !sc.vpc && vpc != nil:
 						t.Errorf("VpcConfig = %s, want none", canon(vpc))
 					}
+					if got, want := at(props, "ReservedConcurrentExecutions"), sc.reserved[fn]; !reflect.DeepEqual(got, want) {
+						t.Errorf("ReservedConcurrentExecutions = %s, want %s", canon(got), canon(want))
+					}
 				})
 			}
+			// The custom resource's function is the same in every scenario:
+			// no VPC, no environment, its own few permissions.
+			t.Run("SetupFunction", func(t *testing.T) {
+				got, err := e.roleGrants("SetupRole")
+				if err != nil {
+					t.Fatal(err)
+				}
+				diffGrants(t, got, setupGrants())
+				props, err := e.eval(function(t, tmpl, "SetupFunction"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, k := range []string{"VpcConfig", "Environment", "ReservedConcurrentExecutions", "Events"} {
+					if v := at(props, k); v != nil {
+						t.Errorf("%s = %s, want none", k, canon(v))
+					}
+				}
+			})
 			t.Run("alarm actions", func(t *testing.T) {
 				for _, name := range resourcesOfType(tmpl, "AWS::CloudWatch::Alarm") {
 					p, err := e.eval(at(tmpl, "Resources", name, "Properties"))
@@ -609,87 +728,6 @@ func resourcesOfType(tmpl map[string]any, typ string) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func TestAlarms(t *testing.T) {
-	tmpl := loadTemplate(t)
-	tests := []struct {
-		name                         string
-		namespace, metric, dimension string
-		value                        string
-	}{
-		{"relay errors", "AWS/Lambda", "Errors", "FunctionName", "!Ref RelayFunction"},
-		{"relay iterator age", "AWS/Lambda", "IteratorAge", "FunctionName", "!Ref RelayFunction"},
-		{"failure queue depth", "AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "!GetAtt RelayFailureQueue.QueueName"},
-		{"sweeper errors", "AWS/Lambda", "Errors", "FunctionName", "!Ref SweeperFunction"},
-	}
-	alarms := resourcesOfType(tmpl, "AWS::CloudWatch::Alarm")
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			want := []any{map[string]any{"Name": tc.dimension, "Value": cfn(t, tc.value)}}
-			found := 0
-			for _, a := range alarms {
-				p := at(tmpl, "Resources", a, "Properties")
-				if at(p, "Namespace") != tc.namespace || at(p, "MetricName") != tc.metric || !reflect.DeepEqual(at(p, "Dimensions"), want) {
-					continue
-				}
-				found++
-				for _, k := range []string{"Statistic", "Period", "EvaluationPeriods", "Threshold", "ComparisonOperator", "TreatMissingData", "AlarmDescription"} {
-					if at(p, k) == nil {
-						t.Errorf("%s has no %s", a, k)
-					}
-				}
-			}
-			if found != 1 {
-				t.Errorf("%d alarms on %s %s %s=%s, want 1", found, tc.namespace, tc.metric, tc.dimension, tc.value)
-			}
-		})
-	}
-}
-
-func TestLogGroups(t *testing.T) {
-	tmpl := loadTemplate(t)
-	for _, fn := range []string{"RelayFunction", "SweeperFunction"} {
-		t.Run(fn, func(t *testing.T) {
-			want := map[string]any{
-				"LogGroupName":    cfn(t, `!Sub "/aws/lambda/${`+fn+`}"`),
-				"RetentionInDays": cfn(t, "!Ref LogRetentionInDays"),
-			}
-			found := 0
-			for _, name := range resourcesOfType(tmpl, "AWS::Logs::LogGroup") {
-				if reflect.DeepEqual(at(tmpl, "Resources", name, "Properties"), want) {
-					found++
-				}
-			}
-			if found != 1 {
-				t.Errorf("%d log groups %s, want 1", found, canon(want))
-			}
-		})
-	}
-}
-
-func TestOutputs(t *testing.T) {
-	tmpl := loadTemplate(t)
-	want := map[string]string{
-		"MessagesTableName":      "!Ref MessagesTable",
-		"ControlTableName":       "!Ref ControlTable",
-		"MessagesTableStreamArn": "!GetAtt MessagesTable.StreamArn",
-		"RelayFunctionName":      "!Ref RelayFunction",
-		"SweeperFunctionName":    "!Ref SweeperFunction",
-		"RelayFailureQueueUrl":   "!Ref RelayFailureQueue",
-		"RelayFailureQueueArn":   "!GetAtt RelayFailureQueue.Arn",
-	}
-	outputs, _ := tmpl["Outputs"].(map[string]any)
-	for name, src := range want {
-		t.Run(name, func(t *testing.T) {
-			if got, w := at(outputs, name, "Value"), cfn(t, src); !reflect.DeepEqual(got, w) {
-				t.Errorf("Outputs.%s.Value = %s, want %s", name, canon(got), canon(w))
-			}
-		})
-	}
-	if len(outputs) != len(want) {
-		t.Errorf("%d outputs, want %d", len(outputs), len(want))
-	}
 }
 
 // TestDocsCoverParameters: docs/deploy.md names every template parameter and

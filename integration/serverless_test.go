@@ -328,6 +328,7 @@ func TestRelayBootstrapUnderRIE(t *testing.T) {
 			"OUTBOX_TOPICS":              e.topic,
 			"OUTBOX_DYNAMODB_ENDPOINT":   e.dynamo.Endpoint,
 			"KAFKA_BOOTSTRAP_SERVERS":    strings.Join(e.kafka.Brokers, ","),
+			"KAFKA_AUTH":                 "none",
 			"AWS_REGION":                 e.dynamo.Config.Region,
 			"AWS_ACCESS_KEY_ID":          dynamolocal.AccessKeyID,
 			"AWS_SECRET_ACCESS_KEY":      dynamolocal.SecretAccessKey,

@@ -13,7 +13,7 @@
 #   STACK_NAME           outbox
 #   ARTIFACT_BUCKET      outbox-artifacts (S3 bucket in LocalStack for the zips)
 #   OUTBOX_TOPIC         outbox-smoke (created, and checked by the functions at init)
-#   BUCKET_COUNT         8
+#   BUCKET_COUNT         8 (the stack writes it to the outbox's config item)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -82,12 +82,12 @@ log "creating topic $topic"
 	--create --if-not-exists --topic "$topic" --partitions 3 --replication-factor 1 >/dev/null
 
 # Stage the template with the binaries where its CodeUri folders point
-# (lambda/relay, lambda/sweeper), as `sam build` would, so that
+# (lambda/relay, lambda/sweeper, lambda/setup), as `sam build` would, so that
 # `cloudformation package` zips binaries rather than sources.
 staging=$(mktemp -d)
 trap 'rm -rf "$staging"' EXIT
 cp "$root/template.yaml" "$staging/template.yaml"
-for fn in relay sweeper; do
+for fn in relay sweeper setup; do
 	log "building lambda/$fn for linux/$goarch"
 	mkdir -p "$staging/lambda/$fn"
 	(cd "$root" && CGO_ENABLED=0 GOOS=linux GOARCH=$goarch go build -trimpath -tags lambda.norpc \
@@ -128,25 +128,16 @@ if [ -z "$messages" ] || [ -z "$control" ] || [ -z "$relay" ] || [ -z "$sweeper"
 	die "stack $stack lacks outputs; see: ${aws[*]} cloudformation describe-stack-events --stack-name $stack"
 fi
 
-# The functions refuse to start without the config item, which writers
-# normally create with dynamo.CreateTables. Write it unless it exists; an
-# existing one with another bucket count is an error, not something to fix.
-format_version=$(sed -n 's/^const FormatVersion = \([0-9][0-9]*\)$/\1/p' "$root/message.go")
-if [ -z "$format_version" ]; then
-	die "cannot read outbox.FormatVersion from $root/message.go"
+# The stack's custom resource (lambda/setup) wrote the config item with
+# BucketCount; the functions refuse to start without it. Check it is there
+# and says what was asked: an update to another count is refused while the
+# outbox holds messages, and the stack then keeps the old one.
+if ! stored=$("${aws[@]}" dynamodb get-item --table-name "$control" --consistent-read \
+	--key '{"pk":{"S":"config"},"sk":{"S":"config"}}' --query 'Item.bc.N' --output text 2>&1); then
+	die "reading the config item: $stored"
 fi
-if ! err=$("${aws[@]}" dynamodb put-item --table-name "$control" \
-	--item "{\"pk\":{\"S\":\"config\"},\"sk\":{\"S\":\"config\"},\"bc\":{\"N\":\"$bucket_count\"},\"v\":{\"N\":\"$format_version\"}}" \
-	--condition-expression "attribute_not_exists(pk)" 2>&1 >/dev/null); then
-	case "$err" in
-	*ConditionalCheckFailed*) ;;
-	*) die "writing the config item: $err" ;;
-	esac
-	stored=$("${aws[@]}" dynamodb get-item --table-name "$control" --consistent-read \
-		--key '{"pk":{"S":"config"},"sk":{"S":"config"}}' --query 'Item.bc.N' --output text)
-	if [ "$stored" != "$bucket_count" ]; then
-		die "the config item says BucketCount=$stored, not $bucket_count; use BUCKET_COUNT=$stored or a new STACK_NAME"
-	fi
+if [ "$stored" != "$bucket_count" ]; then
+	die "the config item says BucketCount=$stored, not $bucket_count; use BUCKET_COUNT=$stored, drain the outbox first, or use a new STACK_NAME"
 fi
 
 # Smoke check: one sweeper invocation runs the functions' whole init (config

@@ -38,9 +38,12 @@ then fenced, as the relays do.`,
 	bind: func(fs *flag.FlagSet) func(*app, *connection, []string) (action, error) {
 		env := map[string]*string{
 			"KAFKA_BOOTSTRAP_SERVERS": fs.String("brokers", "", "Kafka bootstrap `HOST:PORT,...` (env KAFKA_BOOTSTRAP_SERVERS)"),
-			"KAFKA_AUTH":              fs.String("auth", "", "Kafka authentication `MODE`: none, tls, sasl-scram-sha-512 or msk-iam (env KAFKA_AUTH; default none)"),
+			"KAFKA_AUTH":              fs.String("auth", "", "Kafka authentication `MODE`: none, tls, mtls, sasl-scram-sha-256, sasl-scram-sha-512 or msk-iam (env KAFKA_AUTH; required)"),
 			"KAFKA_SASL_SECRET_ARN":   fs.String("sasl-secret-arn", "", "Secrets Manager secret `ARN` with the SCRAM username and password (env KAFKA_SASL_SECRET_ARN)"),
-			"OUTBOX_TOPICS":           fs.String("topics", "", "`TOPICS` to check at start, comma-separated (env OUTBOX_TOPICS)"),
+			"KAFKA_TLS_CA_SECRET_ARN": fs.String("tls-ca-secret-arn", "", "Secrets Manager secret `ARN` with a PEM CA bundle for the brokers' certificates (env KAFKA_TLS_CA_SECRET_ARN)"),
+			"KAFKA_TLS_CLIENT_CERT_SECRET_ARN": fs.String("tls-client-cert-secret-arn", "",
+				"Secrets Manager secret `ARN` with the client certificate and key for mtls (env KAFKA_TLS_CLIENT_CERT_SECRET_ARN)"),
+			"OUTBOX_TOPICS": fs.String("topics", "", "`TOPICS` to check at start, comma-separated (env OUTBOX_TOPICS)"),
 		}
 		verbose := fs.Bool("verbose", false, "log the relay's progress on standard error (default: warnings only)")
 		return func(a *app, c *connection, args []string) (action, error) {
@@ -67,6 +70,7 @@ then fenced, as the relays do.`,
 // flagOf names the flag that sets a relay variable.
 var flagOf = map[string]string{
 	"KAFKA_BOOTSTRAP_SERVERS": "brokers", "KAFKA_AUTH": "auth", "KAFKA_SASL_SECRET_ARN": "sasl-secret-arn", "OUTBOX_TOPICS": "topics",
+	"KAFKA_TLS_CA_SECRET_ARN": "tls-ca-secret-arn", "KAFKA_TLS_CLIENT_CERT_SECRET_ARN": "tls-client-cert-secret-arn",
 	"OUTBOX_MESSAGES_TABLE": "messages", "OUTBOX_CONTROL_TABLE": "control",
 }
 

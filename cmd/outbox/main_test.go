@@ -410,8 +410,9 @@ func TestDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	brokers := strings.Join(k.Brokers, ",")
-	c.step(exitOK, "drain", "1", "--brokers", brokers)
-	c.step(exitOK, "drain", "--brokers", brokers, "1") // nothing left: a no-op
+	c.step(exitOK, "drain", "1", "--brokers", brokers, "--auth", "none")
+	c.step(exitOK, "drain", "--brokers", brokers, "--auth", "none", "1") // nothing left: a no-op
+	c.env["KAFKA_AUTH"] = "none"
 	c.env["KAFKA_BOOTSTRAP_SERVERS"] = brokers         // as the relay Lambda reads it
 	c.step(exitNotDrained, "drain", "0")
 	c.step(exitUsage, "drain", "2")

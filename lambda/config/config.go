@@ -1,23 +1,32 @@
 // Package config reads and validates the Lambda functions' configuration from
-// environment variables. An invalid value fails the function's init with an
-// error naming the variable and what to fix.
+// environment variables. Every invalid variable is reported at once, each as
+// an *Error naming the variable and what to fix, so a function with a wrong
+// configuration fails its init once, visibly, with the whole list.
 package config
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dynakafka/outbox"
 )
 
 // Auth modes for KAFKA_AUTH.
 const (
-	AuthNone      = "none"
-	AuthTLS       = "tls"
-	AuthSCRAM     = "sasl-scram-sha-512"
-	AuthMSKIAM    = "msk-iam"
+	AuthNone      = "none"               // plaintext
+	AuthTLS       = "tls"                // TLS, server certificate checked
+	AuthMTLS      = "mtls"               // TLS with a client certificate (KAFKA_TLS_CLIENT_CERT_SECRET_ARN)
+	AuthSCRAM256  = "sasl-scram-sha-256" // SASL/SCRAM-SHA-256 over TLS (KAFKA_SASL_SECRET_ARN)
+	AuthSCRAM512  = "sasl-scram-sha-512" // SASL/SCRAM-SHA-512 over TLS (KAFKA_SASL_SECRET_ARN)
+	AuthMSKIAM    = "msk-iam"            // SASL AWS_MSK_IAM over TLS, signed with the function's role
 	defaultRegion = "us-east-1"
 )
+
+// AuthModes lists every KAFKA_AUTH value, in the order the docs give them.
+var AuthModes = []string{AuthNone, AuthTLS, AuthMTLS, AuthSCRAM256, AuthSCRAM512, AuthMSKIAM}
 
 // Config is the functions' configuration.
 type Config struct {
@@ -25,19 +34,73 @@ type Config struct {
 	ControlTable    string        // OUTBOX_CONTROL_TABLE (required)
 	BucketCount     int           // OUTBOX_BUCKET_COUNT (0 = take the table's)
 	BatchSize       int           // OUTBOX_BATCH_SIZE (500)
-	Topics          []string      // OUTBOX_TOPICS (checked at init)
+	Topics          []string      // OUTBOX_TOPICS (checked at init; none = only check that a broker answers)
 	LeaseDuration   time.Duration // OUTBOX_LEASE_DURATION (30s)
 	GapTimeout      time.Duration // OUTBOX_GAP_TIMEOUT (10s)
 	MaxMessageBytes int           // OUTBOX_MAX_MESSAGE_BYTES (1048576)
 	Concurrency     int           // OUTBOX_CONCURRENCY (8)
 	Brokers         []string      // KAFKA_BOOTSTRAP_SERVERS (required)
-	Auth            string        // KAFKA_AUTH (none)
-	SASLSecretARN   string        // KAFKA_SASL_SECRET_ARN (required for sasl-scram-sha-512)
-	Region          string        // AWS_REGION (set by Lambda)
-	DynamoEndpoint  string        // OUTBOX_DYNAMODB_ENDPOINT (optional: LocalStack, DynamoDB Local)
+	Auth            string        // KAFKA_AUTH (required: one of AuthModes)
+	SASLSecretARN   string        // KAFKA_SASL_SECRET_ARN (required for the sasl-scram-* modes, refused otherwise)
+	// TLSCASecretARN is KAFKA_TLS_CA_SECRET_ARN: a secret holding the PEM
+	// bundle of the certificate authorities that sign the brokers'
+	// certificates, trusted instead of the system roots. Optional; any mode
+	// but none.
+	TLSCASecretARN string
+	// TLSClientCertSecretARN is KAFKA_TLS_CLIENT_CERT_SECRET_ARN: a secret
+	// holding the client certificate chain and its private key. Required for
+	// mtls, refused otherwise.
+	TLSClientCertSecretARN string
+	Region                 string // AWS_REGION (set by Lambda)
+	DynamoEndpoint         string // OUTBOX_DYNAMODB_ENDPOINT (optional: LocalStack, DynamoDB Local)
 }
 
-// Error names the variable that is wrong.
+// Range is the accepted range of a numeric variable. Durations are in
+// seconds (Unit time.Second); template.yaml's parameters use the same
+// bounds (deploy/template_test.go checks it).
+type Range struct {
+	Variable string
+	Min, Max int64
+	Unit     time.Duration // 0 for plain integers
+}
+
+func (r Range) String() string {
+	if r.Unit == 0 {
+		return fmt.Sprintf("%d..%d", r.Min, r.Max)
+	}
+	return fmt.Sprintf("%v..%v", time.Duration(r.Min)*r.Unit, time.Duration(r.Max)*r.Unit)
+}
+
+// Ranges of the numeric variables.
+//
+// The lease is at least 10 s because the relay renews every third of it and
+// stops LeaseMargin (5 s) before it expires; at most 15 min, the longest a
+// Lambda invocation runs (a longer lease only delays takeover after a crash).
+// The gap timeout is at least 1 s because a writer's reservation and commit
+// take tens of milliseconds and a shorter wait fences live writers; at most
+// 1 h, beyond which a stuck writer holds its bucket for no benefit (the
+// DynamoDB token window is 10 min). MaxMessageBytes ends where the Kafka
+// publisher's range ends (100 MiB − 4).
+var Ranges = []Range{
+	{Variable: "OUTBOX_BUCKET_COUNT", Min: 1, Max: outbox.MaxBucketCount},
+	{Variable: "OUTBOX_BATCH_SIZE", Min: 1, Max: 10000},
+	{Variable: "OUTBOX_MAX_MESSAGE_BYTES", Min: 1024, Max: 100<<20 - 4},
+	{Variable: "OUTBOX_CONCURRENCY", Min: 1, Max: 256},
+	{Variable: "OUTBOX_LEASE_DURATION", Min: 10, Max: 900, Unit: time.Second},
+	{Variable: "OUTBOX_GAP_TIMEOUT", Min: 1, Max: 3600, Unit: time.Second},
+}
+
+func rangeOf(variable string) Range {
+	for _, r := range Ranges {
+		if r.Variable == variable {
+			return r
+		}
+	}
+	panic("config: no range for " + variable)
+}
+
+// Error names the variable that is wrong. Load returns one per invalid
+// variable, joined with errors.Join; errors.As finds the first.
 type Error struct {
 	Variable string
 	Value    string
@@ -49,86 +112,143 @@ func (e *Error) Error() string {
 }
 
 // Load reads the configuration through getenv (os.Getenv in the functions).
+// On error the Config holds what could be read, and the error joins one
+// *Error per invalid variable.
 func Load(getenv func(string) string) (Config, error) {
+	l := loader{getenv: getenv}
 	c := Config{
-		MessagesTable:  getenv("OUTBOX_MESSAGES_TABLE"),
-		ControlTable:   getenv("OUTBOX_CONTROL_TABLE"),
-		Auth:           AuthNone,
-		SASLSecretARN:  getenv("KAFKA_SASL_SECRET_ARN"),
-		Region:         getenv("AWS_REGION"),
-		DynamoEndpoint: getenv("OUTBOX_DYNAMODB_ENDPOINT"),
+		MessagesTable:          l.required("OUTBOX_MESSAGES_TABLE", "the name of the outbox messages table"),
+		ControlTable:           l.required("OUTBOX_CONTROL_TABLE", "the name of the outbox control table"),
+		BucketCount:            l.int("OUTBOX_BUCKET_COUNT", 0),
+		BatchSize:              l.int("OUTBOX_BATCH_SIZE", 500),
+		MaxMessageBytes:        l.int("OUTBOX_MAX_MESSAGE_BYTES", outbox.DefaultMaxMessageBytes),
+		Concurrency:            l.int("OUTBOX_CONCURRENCY", 8),
+		LeaseDuration:          l.duration("OUTBOX_LEASE_DURATION", 30*time.Second),
+		GapTimeout:             l.duration("OUTBOX_GAP_TIMEOUT", 10*time.Second),
+		Topics:                 l.topics("OUTBOX_TOPICS"),
+		Brokers:                l.brokers("KAFKA_BOOTSTRAP_SERVERS"),
+		Auth:                   l.required("KAFKA_AUTH", "one of "+strings.Join(AuthModes, ", ")+" (see docs/deploy.md)"),
+		SASLSecretARN:          getenv("KAFKA_SASL_SECRET_ARN"),
+		TLSCASecretARN:         getenv("KAFKA_TLS_CA_SECRET_ARN"),
+		TLSClientCertSecretARN: getenv("KAFKA_TLS_CLIENT_CERT_SECRET_ARN"),
+		Region:                 getenv("AWS_REGION"),
+		DynamoEndpoint:         getenv("OUTBOX_DYNAMODB_ENDPOINT"),
 	}
 	if c.Region == "" {
 		c.Region = defaultRegion
 	}
-	if c.MessagesTable == "" {
-		return c, &Error{"OUTBOX_MESSAGES_TABLE", "", "required: the name of the outbox messages table"}
+	if c.Auth != "" {
+		l.auth(c)
 	}
-	if c.ControlTable == "" {
-		return c, &Error{"OUTBOX_CONTROL_TABLE", "", "required: the name of the outbox control table"}
-	}
-	var err error
-	intVar := func(name string, def, lo, hi int) int {
-		v := getenv(name)
-		if v == "" || err != nil {
-			return def
-		}
-		n, perr := strconv.Atoi(v)
-		if perr != nil || n < lo || n > hi {
-			err = &Error{name, v, fmt.Sprintf("must be an integer in %d..%d", lo, hi)}
-		}
-		return n
-	}
-	durVar := func(name string, def time.Duration) time.Duration {
-		v := getenv(name)
-		if v == "" || err != nil {
-			return def
-		}
-		d, perr := time.ParseDuration(v)
-		if perr != nil || d <= 0 {
-			err = &Error{name, v, "must be a positive Go duration such as 30s or 2m"}
-		}
-		return d
-	}
-	c.BucketCount = intVar("OUTBOX_BUCKET_COUNT", 0, 1, 4096)
-	c.BatchSize = intVar("OUTBOX_BATCH_SIZE", 500, 1, 10000)
-	c.MaxMessageBytes = intVar("OUTBOX_MAX_MESSAGE_BYTES", 1<<20, 1024, 1<<30)
-	c.Concurrency = intVar("OUTBOX_CONCURRENCY", 8, 1, 256)
-	c.LeaseDuration = durVar("OUTBOX_LEASE_DURATION", 30*time.Second)
-	c.GapTimeout = durVar("OUTBOX_GAP_TIMEOUT", 10*time.Second)
-	if err != nil {
-		return c, err
-	}
-	if c.LeaseDuration < 10*time.Second {
-		return c, &Error{"OUTBOX_LEASE_DURATION", c.LeaseDuration.String(), "must be at least 10s (renewal every third of it, 5s margin)"}
-	}
-	c.Topics = list(getenv("OUTBOX_TOPICS"))
-	c.Brokers = list(getenv("KAFKA_BOOTSTRAP_SERVERS"))
-	if len(c.Brokers) == 0 {
-		return c, &Error{"KAFKA_BOOTSTRAP_SERVERS", "", "required: comma-separated host:port list"}
-	}
-	for _, b := range c.Brokers {
-		if i := strings.LastIndexByte(b, ':'); i <= 0 || i == len(b)-1 {
-			return c, &Error{"KAFKA_BOOTSTRAP_SERVERS", getenv("KAFKA_BOOTSTRAP_SERVERS"), fmt.Sprintf("%q is not host:port", b)}
-		}
-	}
-	if v := getenv("KAFKA_AUTH"); v != "" {
-		c.Auth = v
-	}
-	switch c.Auth {
-	case AuthNone, AuthTLS, AuthMSKIAM:
-	case AuthSCRAM:
-		if c.SASLSecretARN == "" {
-			return c, &Error{"KAFKA_SASL_SECRET_ARN", "", "required when KAFKA_AUTH=sasl-scram-sha-512: a Secrets Manager secret with username and password"}
-		}
-	default:
-		return c, &Error{"KAFKA_AUTH", c.Auth, "must be one of none, tls, sasl-scram-sha-512, msk-iam"}
-	}
-	return c, nil
+	return c, errors.Join(l.errs...)
 }
 
 // RenewInterval is a third of the lease, as the defaults are.
 func (c Config) RenewInterval() time.Duration { return c.LeaseDuration / 3 }
+
+type loader struct {
+	getenv func(string) string
+	errs   []error
+}
+
+func (l *loader) fail(variable, value, reason string) {
+	l.errs = append(l.errs, &Error{Variable: variable, Value: value, Reason: reason})
+}
+
+func (l *loader) required(name, what string) string {
+	v := strings.TrimSpace(l.getenv(name))
+	if v == "" {
+		l.fail(name, "", "required: "+what)
+	}
+	return v
+}
+
+func (l *loader) int(name string, def int) int {
+	v := l.getenv(name)
+	if v == "" {
+		return def
+	}
+	r := rangeOf(name)
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || n < r.Min || n > r.Max {
+		l.fail(name, v, "must be an integer in "+r.String())
+		return def
+	}
+	return int(n)
+}
+
+func (l *loader) duration(name string, def time.Duration) time.Duration {
+	v := l.getenv(name)
+	if v == "" {
+		return def
+	}
+	r := rangeOf(name)
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil || d < time.Duration(r.Min)*r.Unit || d > time.Duration(r.Max)*r.Unit {
+		l.fail(name, v, "must be a Go duration (such as 30s or 2m) in "+r.String())
+		return def
+	}
+	return d
+}
+
+func (l *loader) topics(name string) []string {
+	raw := l.getenv(name)
+	out := list(raw)
+	for _, t := range out {
+		if err := outbox.ValidateTopic(t); err != nil {
+			l.fail(name, raw, fmt.Sprintf("topic %q: %v", t, err))
+		}
+	}
+	return out
+}
+
+func (l *loader) brokers(name string) []string {
+	raw := l.getenv(name)
+	out := list(raw)
+	if len(out) == 0 {
+		l.fail(name, raw, "required: comma-separated host:port list")
+	}
+	for _, b := range out {
+		i := strings.LastIndexByte(b, ':')
+		if i <= 0 {
+			l.fail(name, raw, fmt.Sprintf("%q is not host:port", b))
+			continue
+		}
+		if p, err := strconv.Atoi(b[i+1:]); err != nil || p < 1 || p > 65535 {
+			l.fail(name, raw, fmt.Sprintf("%q: the port must be a number in 1..65535", b))
+		}
+	}
+	return out
+}
+
+// auth checks that the secrets given are exactly those the mode uses: a
+// secret that is set but ignored is as likely a mistake as a missing one.
+func (l *loader) auth(c Config) {
+	scram := c.Auth == AuthSCRAM256 || c.Auth == AuthSCRAM512
+	known := false
+	for _, m := range AuthModes {
+		known = known || c.Auth == m
+	}
+	if !known {
+		l.fail("KAFKA_AUTH", c.Auth, "must be one of "+strings.Join(AuthModes, ", "))
+		return
+	}
+	switch {
+	case scram && c.SASLSecretARN == "":
+		l.fail("KAFKA_SASL_SECRET_ARN", "", "required when KAFKA_AUTH="+c.Auth+`: a Secrets Manager secret {"username": ..., "password": ...}`)
+	case !scram && c.SASLSecretARN != "":
+		l.fail("KAFKA_SASL_SECRET_ARN", c.SASLSecretARN, "set, but KAFKA_AUTH="+c.Auth+" does not use it: unset it, or use sasl-scram-sha-256 or sasl-scram-sha-512")
+	}
+	switch {
+	case c.Auth == AuthMTLS && c.TLSClientCertSecretARN == "":
+		l.fail("KAFKA_TLS_CLIENT_CERT_SECRET_ARN", "", `required when KAFKA_AUTH=mtls: a Secrets Manager secret {"certificate": PEM chain, "privateKey": PEM}`)
+	case c.Auth != AuthMTLS && c.TLSClientCertSecretARN != "":
+		l.fail("KAFKA_TLS_CLIENT_CERT_SECRET_ARN", c.TLSClientCertSecretARN, "set, but KAFKA_AUTH="+c.Auth+" does not use it: unset it, or use mtls")
+	}
+	if c.Auth == AuthNone && c.TLSCASecretARN != "" {
+		l.fail("KAFKA_TLS_CA_SECRET_ARN", c.TLSCASecretARN, "set, but KAFKA_AUTH=none does not use TLS: unset it, or choose a TLS mode")
+	}
+}
 
 func list(s string) []string {
 	var out []string

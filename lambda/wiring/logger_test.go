@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
@@ -32,5 +33,45 @@ func TestLoggerIsJSONWithRequestID(t *testing.T) {
 	}
 	if _, ok := second["requestId"]; ok {
 		t.Fatalf("request id without a Lambda context: %v", second)
+	}
+}
+
+// TestLoggerLevelFromLambda: with LoggingConfig's ApplicationLogLevel,
+// Lambda sets AWS_LAMBDA_LOG_LEVEL to one of these names; the logger drops
+// what is below it (a custom runtime filters its own lines).
+func TestLoggerLevelFromLambda(t *testing.T) {
+	cases := []struct {
+		level string
+		want  []string // the messages that get through, of debug, info, warn, error
+	}{
+		{"", []string{"info", "warn", "error"}},
+		{"TRACE", []string{"debug", "info", "warn", "error"}},
+		{"DEBUG", []string{"debug", "info", "warn", "error"}},
+		{"INFO", []string{"info", "warn", "error"}},
+		{"WARN", []string{"warn", "error"}},
+		{"ERROR", []string{"error"}},
+		{"FATAL", []string{"error"}},
+		{"debug", []string{"debug", "info", "warn", "error"}},
+	}
+	for _, c := range cases {
+		t.Run("level "+c.level, func(t *testing.T) {
+			var buf bytes.Buffer
+			log := NewLogger(&buf, c.level)
+			log.Debug("debug")
+			log.Info("info")
+			log.Warn("warn")
+			log.Error("error")
+			var got []string
+			for _, line := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
+				var m map[string]any
+				if err := json.Unmarshal(line, &m); err != nil {
+					t.Fatalf("line %q: %v", line, err)
+				}
+				got = append(got, m["msg"].(string))
+			}
+			if strings.Join(got, ",") != strings.Join(c.want, ",") {
+				t.Fatalf("AWS_LAMBDA_LOG_LEVEL=%q let through %v, want %v", c.level, got, c.want)
+			}
+		})
 	}
 }

@@ -7,7 +7,6 @@ package wiring
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -17,10 +16,6 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
-	"github.com/twmb/franz-go/pkg/sasl"
-	saslaws "github.com/twmb/franz-go/pkg/sasl/aws"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/kafka"
@@ -43,6 +38,38 @@ func (p *Parts) Close() {
 	if p.Publisher != nil {
 		p.Publisher.Close()
 	}
+}
+
+// NewPublisher builds the Kafka publisher from cfg, authenticated as
+// KAFKA_AUTH says, and checks the brokers before anything is published: the
+// topics in OUTBOX_TOPICS must exist and admit OUTBOX_MAX_MESSAGE_BYTES, and
+// without topics a broker must answer. An error names the variables to fix.
+// Options in extra come last (tests use them).
+func NewPublisher(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger, extra ...kafka.Opt) (*kafka.Publisher, error) {
+	kopts := []kafka.Opt{
+		kafka.MaxMessageBytes(cfg.MaxMessageBytes),
+		kafka.LeaseDuration(cfg.LeaseDuration),
+		kafka.Logger(logger),
+	}
+	if len(cfg.Topics) > 0 {
+		kopts = append(kopts, kafka.Topics(cfg.Topics...))
+	}
+	auth, err := authOptions(ctx, cfg, awsCfg)
+	if err != nil {
+		return nil, err
+	}
+	kopts = append(kopts, auth...)
+	p, err := kafka.NewPublisher(ctx, cfg.Brokers, append(kopts, extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka publisher (KAFKA_BOOTSTRAP_SERVERS=%v, OUTBOX_TOPICS=%v, KAFKA_AUTH=%s): %w", cfg.Brokers, cfg.Topics, cfg.Auth, err)
+	}
+	if len(cfg.Topics) == 0 {
+		if err := p.Ping(ctx); err != nil {
+			p.Close()
+			return nil, fmt.Errorf("kafka (KAFKA_BOOTSTRAP_SERVERS=%v, KAFKA_AUTH=%s): %w", cfg.Brokers, cfg.Auth, err)
+		}
+	}
+	return p, nil
 }
 
 // Build builds every part from cfg. relayID names this container's relay in
@@ -75,21 +102,8 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 	if p.Store, err = dynamo.NewStore(ctx, p.Dynamo, tables); err != nil {
 		return nil, fmt.Errorf("outbox store (OUTBOX_MESSAGES_TABLE=%s, OUTBOX_CONTROL_TABLE=%s): %w", cfg.MessagesTable, cfg.ControlTable, err)
 	}
-	kopts := []kafka.Opt{
-		kafka.MaxMessageBytes(cfg.MaxMessageBytes),
-		kafka.LeaseDuration(cfg.LeaseDuration),
-		kafka.Logger(logger),
-	}
-	if len(cfg.Topics) > 0 {
-		kopts = append(kopts, kafka.Topics(cfg.Topics...))
-	}
-	auth, err := authOptions(ctx, cfg, awsCfg)
-	if err != nil {
+	if p.Publisher, err = NewPublisher(ctx, cfg, awsCfg, logger); err != nil {
 		return nil, err
-	}
-	kopts = append(kopts, auth...)
-	if p.Publisher, err = kafka.NewPublisher(ctx, cfg.Brokers, kopts...); err != nil {
-		return nil, fmt.Errorf("kafka publisher (KAFKA_BOOTSTRAP_SERVERS=%v, OUTBOX_TOPICS=%v): %w", cfg.Brokers, cfg.Topics, err)
 	}
 	ropts := []outbox.Option{
 		outbox.BucketCount(cfg.BucketCount),
@@ -109,60 +123,6 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 		return nil, fmt.Errorf("relay (OUTBOX_BUCKET_COUNT=%d): %w", cfg.BucketCount, err)
 	}
 	return p, nil
-}
-
-// secretAPI is the Secrets Manager call the SCRAM mode makes.
-type secretAPI interface {
-	GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, o ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error)
-}
-
-var newSecrets = func(cfg aws.Config) secretAPI { return secretsmanager.NewFromConfig(cfg) }
-
-func authOptions(ctx context.Context, cfg config.Config, awsCfg aws.Config) ([]kafka.Opt, error) {
-	switch cfg.Auth {
-	case config.AuthNone:
-		return nil, nil
-	case config.AuthTLS:
-		return []kafka.Opt{kafka.TLS(nil)}, nil
-	case config.AuthSCRAM:
-		mech, err := scramFromSecret(ctx, newSecrets(awsCfg), cfg.SASLSecretARN)
-		if err != nil {
-			return nil, err
-		}
-		return []kafka.Opt{kafka.TLS(nil), kafka.SASL(mech)}, nil
-	case config.AuthMSKIAM:
-		return []kafka.Opt{kafka.TLS(nil), kafka.SASL(mskIAM(awsCfg.Credentials))}, nil
-	}
-	return nil, &config.Error{Variable: "KAFKA_AUTH", Value: cfg.Auth, Reason: "unknown mode"}
-}
-
-// scramFromSecret reads {"username": ..., "password": ...} (the shape MSK's
-// SCRAM secrets use) and returns a SCRAM-SHA-512 mechanism.
-func scramFromSecret(ctx context.Context, sm secretAPI, arn string) (sasl.Mechanism, error) {
-	out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn)})
-	if err != nil {
-		return nil, fmt.Errorf("read KAFKA_SASL_SECRET_ARN=%s: %w", arn, err)
-	}
-	var s struct {
-		Username string `json:"username"`
-		Password string `json:"password"`
-	}
-	if out.SecretString == nil || json.Unmarshal([]byte(*out.SecretString), &s) != nil || s.Username == "" || s.Password == "" {
-		return nil, &config.Error{Variable: "KAFKA_SASL_SECRET_ARN", Value: arn, Reason: `the secret must be a JSON string {"username": "...", "password": "..."}`}
-	}
-	return scram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism(), nil
-}
-
-// mskIAM signs the MSK IAM handshake with the function's own credentials,
-// refreshed by the SDK's provider chain.
-func mskIAM(creds aws.CredentialsProvider) sasl.Mechanism {
-	return saslaws.ManagedStreamingIAM(func(ctx context.Context) (saslaws.Auth, error) {
-		c, err := creds.Retrieve(ctx)
-		if err != nil {
-			return saslaws.Auth{}, fmt.Errorf("MSK IAM: retrieve the function's AWS credentials: %w", err)
-		}
-		return saslaws.Auth{AccessKey: c.AccessKeyID, SecretKey: c.SecretAccessKey, SessionToken: c.SessionToken, UserAgent: "dynakafka-outbox"}, nil
-	})
 }
 
 // ContainerID names this execution environment: the log stream is unique per

@@ -2,15 +2,11 @@ package wiring
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/testenv"
@@ -35,7 +31,7 @@ func TestBuildOnRealParts(t *testing.T) {
 		m := map[string]string{
 			"OUTBOX_MESSAGES_TABLE": tables.Messages, "OUTBOX_CONTROL_TABLE": tables.Control,
 			"OUTBOX_TOPICS": topic, "KAFKA_BOOTSTRAP_SERVERS": strings.Join(k.Brokers, ","),
-			"OUTBOX_DYNAMODB_ENDPOINT": d.Endpoint, "AWS_REGION": d.Config.Region,
+			"OUTBOX_DYNAMODB_ENDPOINT": d.Endpoint, "AWS_REGION": d.Config.Region, "KAFKA_AUTH": "none",
 		}
 		for a, b := range extra {
 			m[a] = b
@@ -79,6 +75,8 @@ func TestBuildOnRealParts(t *testing.T) {
 		{"bucket count differs", map[string]string{"OUTBOX_BUCKET_COUNT": "8"}, "BucketCount"},
 		{"missing table", map[string]string{"OUTBOX_CONTROL_TABLE": "no-such-table"}, "OUTBOX_CONTROL_TABLE=no-such-table"},
 		{"missing topic", map[string]string{"OUTBOX_TOPICS": "no-such-topic"}, "no-such-topic"},
+		// Without topics to check, init still asks a broker (port 1 refuses).
+		{"no broker answers", map[string]string{"OUTBOX_TOPICS": "", "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}, "KAFKA_BOOTSTRAP_SERVERS=[127.0.0.1:1]"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -95,46 +93,5 @@ func TestBuildOnRealParts(t *testing.T) {
 				t.Fatalf("error %q does not name %q", err, c.want)
 			}
 		})
-	}
-}
-
-type fakeSecrets struct {
-	value *string
-	err   error
-}
-
-func (f fakeSecrets) GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, o ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error) {
-	return &secretsmanager.GetSecretValueOutput{SecretString: f.value}, f.err
-}
-
-func TestSCRAMSecret(t *testing.T) {
-	ok, err := scramFromSecret(context.Background(), fakeSecrets{value: aws.String(`{"username":"relay","password":"s3cret"}`)}, "arn:secret")
-	if err != nil || ok.Name() != "SCRAM-SHA-512" {
-		t.Fatalf("mechanism %v, %v", ok, err)
-	}
-	for _, bad := range []*string{nil, aws.String("not json"), aws.String(`{"username":"relay"}`)} {
-		var ce *config.Error
-		if _, err := scramFromSecret(context.Background(), fakeSecrets{value: bad}, "arn:secret"); !errors.As(err, &ce) || ce.Variable != "KAFKA_SASL_SECRET_ARN" {
-			t.Fatalf("secret %v: err = %v, want an error naming KAFKA_SASL_SECRET_ARN", bad, err)
-		}
-	}
-	if _, err := scramFromSecret(context.Background(), fakeSecrets{err: errors.New("AccessDenied")}, "arn:secret"); err == nil || !strings.Contains(err.Error(), "arn:secret") {
-		t.Fatalf("err = %v", err)
-	}
-}
-
-func TestMSKIAMUsesTheFunctionCredentials(t *testing.T) {
-	mech := mskIAM(aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-		return aws.Credentials{AccessKeyID: "AKID", SecretAccessKey: "secret", SessionToken: "token"}, nil
-	}))
-	if mech.Name() != "AWS_MSK_IAM" {
-		t.Fatalf("mechanism %s", mech.Name())
-	}
-	_, first, err := mech.Authenticate(context.Background(), "b-1.orders.abc123.c2.kafka.eu-west-1.amazonaws.com:9098")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(first), `"x-amz-security-token":"token"`) || !strings.Contains(string(first), "AKID") {
-		t.Fatalf("the signed handshake does not carry the function's credentials: %s", first)
 	}
 }

@@ -257,29 +257,16 @@ func enableTTL(ctx context.Context, client AdminAPI, t tableSpec) error {
 }
 
 func putConfig(ctx context.Context, client AdminAPI, table string, bucketCount int) error {
-	item := controlKey(configPK, configSK)
-	item[attrBuckets] = numAttr(int64(bucketCount))
-	item[attrVersion] = numAttr(outbox.FormatVersion)
-	// A constant condition (expr.go): never overwrite a stored config.
-	_, err := client.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:                           str(table),
-		Item:                                item,
-		ConditionExpression:                 str("attribute_not_exists(#pk)"),
-		ExpressionAttributeNames:            names(attrPK),
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
-	if err == nil {
-		return nil
-	}
+	err := writeNewConfig(ctx, client, table, bucketCount)
 	if !isConditionFailed(err) {
-		return fmt.Errorf("dynamo: write the config item to %s: %w", table, err)
+		return err
 	}
 	stored, err := readConfig(ctx, client, table)
 	if err != nil {
 		return err
 	}
 	return checkBucketCount(bucketCount, stored.BucketCount,
-		"pass the stored BucketCount (changing it needs a drained outbox and new tables)")
+		"pass the stored BucketCount (changing it needs a drained outbox: see dynamo.SetBucketCount)")
 }
 
 // readConfig reads the config item, consistently.

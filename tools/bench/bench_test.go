@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dynakafka/outbox/internal/testenv"
 )
@@ -35,7 +39,10 @@ func TestSmoke(t *testing.T) {
 	d := testenv.DynamoDB(t)
 	k := testenv.Kafka(t)
 	o.endpoint, o.brokers, o.out = d.Endpoint, k.Brokers, t.TempDir()
-	o.progress = t.Logf
+	began := time.Now()
+	o.progress = func(format string, args ...any) {
+		t.Logf("%5.1fs "+format, append([]any{time.Since(began).Seconds()}, args...)...)
+	}
 	res, err := run(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +62,8 @@ func TestSmoke(t *testing.T) {
 		{"naive, 8 loops", res.NaiveParallel.Messages, o.naiveMsgs},
 		{"per-bucket stages", len(res.Buckets), 1 + len(o.bucketCounts)},
 		{"capacity: transaction sizes", len(res.Capacity.Writer), 3},
-		{"latency: consumed of committed", res.Latency.Delivered, res.Latency.Committed},
+		{"steady: runs", len(res.Steady), len(o.steady) * (len(o.modes) + 1)},
+		{"sweep: runs", len(res.Sweep), len(o.sweep.rates) * len(o.sweep.windows) * len(o.modes)},
 		{"footprint: drained", res.Footprint.Messages, o.footprintMsgs},
 		{"footprint: binaries", len(res.Footprint.Binaries), len(o.arches)},
 	}
@@ -91,8 +99,6 @@ func TestSmoke(t *testing.T) {
 		{"relay WCU per message", res.Capacity.Relay.AWSRuleWCU},
 		{"relay RCU per message", res.Capacity.Relay.AWSRuleRCU},
 		{"relay model WCU per message", res.Capacity.Relay.ModelWCU},
-		{"latency p50", res.Latency.P50ms},
-		{"latency p99", res.Latency.P99ms},
 		{"init", res.Footprint.InitMs},
 		{"peak RSS", float64(res.Footprint.PeakRSSBytes)},
 		{"binary size", float64(res.Footprint.Binaries[0].Bytes)},
@@ -117,12 +123,123 @@ func TestSmoke(t *testing.T) {
 		})
 	}
 
-	if line := res.line(); !strings.HasPrefix(line, "bench: relay_msgs_per_s=") || !strings.Contains(line, "relay_vs_naive=") {
-		t.Errorf("summary line %q", line)
+	checkSteady(t, o, res)
+
+	lines := res.lines()
+	if len(lines) == 0 || !strings.HasPrefix(lines[0], "bench: relay_msgs_per_s=") || !strings.Contains(lines[0], "relay_vs_naive=") {
+		t.Errorf("summary lines %q", lines)
 	}
 	for _, f := range []string{"benchmarks.json", "benchmarks.md", "benchmarks.png"} {
 		if fi, err := os.Stat(filepath.Join(o.out, f)); err != nil || fi.Size() == 0 {
 			t.Errorf("%s not written: %v", f, err)
 		}
+	}
+}
+
+// steadyLine is the line issue 11 asks make bench to print per load.
+var steadyLine = regexp.MustCompile(`^steady: rate=(\S+) control_writes_per_msg=(\S+) wcu_per_msg=(\S+) p99_ms=(\S+) floor_p99_ms=(\S+) steady_vs_floor_p99=(\S+)$`)
+
+// checkSteady checks the steady stage's and the sweep's runs: every
+// message committed after the warm-up was consumed, every figure is there
+// and positive, and the figures agree with each other and with AWS's
+// capacity rules (never how fast or how cheap anything was).
+func checkSteady(t *testing.T, o options, res *results) {
+	t.Helper()
+	minWriterWCU := 2*writeUnits(res.Capacity.MessageItemBytes) + 1 // the transactional put and the counter
+	for _, s := range append(append([]steadyResult{}, res.Steady...), res.Sweep...) {
+		name := "steady/" + s.Profile.Name + "/" + s.Handler + "/" + strconv.FormatFloat(s.WindowS, 'g', -1, 64)
+		t.Run(name, func(t *testing.T) {
+			if s.Committed == 0 || s.Committed != s.Offered || s.Consumed != s.Committed {
+				t.Errorf("offered %d, committed %d, consumed %d after the warm-up: want all offered committed and consumed", s.Offered, s.Committed, s.Consumed)
+			}
+			for _, f := range []struct {
+				name string
+				v    float64
+			}{
+				{"p50", s.P50ms}, {"p99", s.P99ms}, {"invocations", float64(s.Invocations)}, {"messages published", float64(s.Messages)},
+				{"msgs per invocation", s.MsgsPerInvocation}, {"invocations per msg", s.InvocationsPerMsg}, {"calls per msg", s.CallsPerMsg},
+				{"WCU per msg", s.WCU}, {"RCU per msg", s.RCU}, {"USD per million", s.USDPerMillion}, {"committed per s", s.AchievedPerS},
+			} {
+				if !(f.v > 0) {
+					t.Errorf("%s = %v, want a positive figure", f.name, f.v)
+				}
+			}
+			if !(s.P50ms <= s.P99ms && s.P99ms <= s.MaxMs) {
+				t.Errorf("p50 %v, p99 %v, max %v: not in order", s.P50ms, s.P99ms, s.MaxMs)
+			}
+			if s.Profile.BurstRate > 0 && !(s.BurstP99ms > 0) {
+				t.Errorf("burst p99 = %v, want a positive figure", s.BurstP99ms)
+			}
+			if math.Abs(s.WCU-(s.HandlerWCU+s.WriterWCU)) > 1e-9 || math.Abs(s.RCU-(s.HandlerRCU+s.WriterRCU)) > 1e-9 {
+				t.Errorf("total WCU %v / RCU %v is not handler %v / %v + writer %v / %v", s.WCU, s.RCU, s.HandlerWCU, s.HandlerRCU, s.WriterWCU, s.WriterRCU)
+			}
+			if s.WriterWCU < minWriterWCU {
+				t.Errorf("writer WCU per message %v, below the %v that AWS's rules charge for its put and counter update", s.WriterWCU, minWriterWCU)
+			}
+			switch s.Handler {
+			case handlerRelay:
+				// Every message a measured invocation publishes, it deletes.
+				if s.HandlerWCU < 1 || !(s.ControlWritesPerMsg > 0) || !(s.HandlerRCU > 0) {
+					t.Errorf("relay: WCU %v (want >= 1, the delete), control writes %v, RCU %v per message", s.HandlerWCU, s.ControlWritesPerMsg, s.HandlerRCU)
+				}
+				if s.WindowS == 0 && (s.FloorP99ms <= 0 || math.Abs(s.VsFloorP99-s.P99ms/s.FloorP99ms) > 1e-9) {
+					t.Errorf("steady_vs_floor_p99 %v, p99 %v, floor p99 %v", s.VsFloorP99, s.P99ms, s.FloorP99ms)
+				}
+			case handlerFloor:
+				// Reads only, and at least one RCU for each item it published.
+				if s.HandlerWCU != 0 || s.ControlWritesPerMsg != 0 || s.HandlerRCU < 1 {
+					t.Errorf("floor: WCU %v and control writes %v (want 0), RCU %v (want >= 1) per message", s.HandlerWCU, s.ControlWritesPerMsg, s.HandlerRCU)
+				}
+				for k, v := range s.HandlerDynamo.Ops {
+					if op, _ := splitKey(k); op != "BatchGetItem" && v.Calls > 0 {
+						t.Errorf("floor called %s %d times", k, v.Calls)
+					}
+				}
+			default:
+				t.Errorf("handler %q", s.Handler)
+			}
+			if s.WindowS > 0 {
+				// With a batching window, a shard's invocations begin at
+				// least a window apart (none of these batches is full).
+				most := (s.MeasuredSeconds/s.WindowS+1)*float64(max(1, s.ESM.Shards)) + float64(s.ESM.Retries+s.ESM.Bisections)
+				if float64(s.Invocations) > most {
+					t.Errorf("%d invocations in %.2f s with a %g s batching window over %d shard(s): the window was not applied",
+						s.Invocations, s.MeasuredSeconds, s.WindowS, s.ESM.Shards)
+				}
+			}
+		})
+	}
+	var names []string
+	for _, l := range res.lines() {
+		if !strings.HasPrefix(l, "steady: ") {
+			continue
+		}
+		m := steadyLine.FindStringSubmatch(l)
+		if m == nil {
+			t.Errorf("steady line %q does not have the form %s", l, steadyLine)
+			continue
+		}
+		names = append(names, m[1])
+		for _, f := range m[2:] {
+			if v, err := strconv.ParseFloat(f, 64); err != nil || !(v > 0) {
+				t.Errorf("steady line %q: %q is not a positive number", l, f)
+			}
+		}
+	}
+	var want []string
+	for _, p := range o.steady {
+		want = append(want, p.Name)
+	}
+	if strings.Join(names, ",") != strings.Join(want, ",") {
+		t.Errorf("steady lines for loads %v, want %v", names, want)
+	}
+	goals := 0
+	for _, g := range res.Goals {
+		if strings.HasPrefix(g.Name, "steady_") && strings.HasSuffix(g.Name, "_at_50") {
+			goals++
+		}
+	}
+	if goals != 3 {
+		t.Errorf("%d steady goals at 50 msgs/s, want 3", goals)
 	}
 }

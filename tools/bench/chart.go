@@ -12,9 +12,10 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// chart draws two bar charts side by side: drain throughput of the naive
-// relay, the relay and the two raw limits; and the relay's throughput by
-// bucket count.
+// chart draws bar charts side by side: drain throughput of the naive
+// relay, the relay and the two raw limits; the relay's throughput by
+// bucket count; and the steady stage's commit -> consumed p99, relay and
+// floor, by offered load.
 func (r *results) chart(path string) error {
 	left, err := bars("Drain throughput (msgs/s)",
 		[]string{"naive", "naive ×8", "relay", "raw pipeline", "raw limit"},
@@ -38,12 +39,33 @@ func (r *results) chart(path string) error {
 	if err != nil {
 		return err
 	}
-	const w, h = 11 * vg.Inch, 4.5 * vg.Inch
+	plots := []*plot.Plot{left, right}
+	if len(r.Steady) > 0 {
+		names, vals, cols = nil, nil, nil
+		for _, s := range r.Steady {
+			c := blue
+			if s.Handler == handlerFloor {
+				c = gray
+			}
+			names = append(names, s.Profile.Name+"\n"+s.Handler)
+			vals = append(vals, s.P99ms)
+			cols = append(cols, c)
+		}
+		steady, err := bars("Steady state: commit → consumed p99 (ms)", names, vals, cols)
+		if err != nil {
+			return err
+		}
+		steady.Y.Label.Text = "milliseconds"
+		steady.X.Label.Text = "offered msgs/s: relay (blue) and floor (gray)"
+		plots = append(plots, steady)
+	}
+	w, h := vg.Length(len(plots))*5.5*vg.Inch, 4.5*vg.Inch
 	img := vgimg.New(w, h)
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Inch / 3, PadTop: vg.Inch / 8, PadBottom: vg.Inch / 8, PadLeft: vg.Inch / 8, PadRight: vg.Inch / 8}
-	left.Draw(tiles.At(dc, 0, 0))
-	right.Draw(tiles.At(dc, 1, 0))
+	tiles := draw.Tiles{Rows: 1, Cols: len(plots), PadX: vg.Inch / 3, PadTop: vg.Inch / 8, PadBottom: vg.Inch / 8, PadLeft: vg.Inch / 8, PadRight: vg.Inch / 8}
+	for i, pl := range plots {
+		pl.Draw(tiles.At(dc, i, 0))
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -68,6 +90,9 @@ func bars(title string, names []string, vals []float64, cols []color.Color) (*pl
 	p.Title.Text = title
 	p.Y.Label.Text = "messages per second"
 	p.Y.Min = 0
+	if len(vals) == 0 {
+		return p, nil // a partial run: nothing measured
+	}
 	top := 0.0
 	for i, v := range vals {
 		b, err := plotter.NewBarChart(plotter.Values{v}, vg.Points(40))

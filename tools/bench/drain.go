@@ -268,8 +268,9 @@ func cmpErr(a, b error) error {
 }
 
 // relayDrain drains the backlog with the relay engine on store/dynamo and
-// kafka.Publisher, all options at their defaults.
-func relayDrain(ctx context.Context, st *stage, bl backlog, name string) (drainResult, error) {
+// kafka.Publisher, all options at their defaults but for opts (a relay
+// mode's).
+func relayDrain(ctx context.Context, st *stage, bl backlog, name string, opts ...outbox.Option) (drainResult, error) {
 	r := drainResult{Name: name, Backlog: bl, Concurrent: relayConcurrency}
 	store, err := dynamo.NewStore(ctx, st.metered, st.tables)
 	if err != nil {
@@ -281,11 +282,11 @@ func relayDrain(ctx context.Context, st *stage, bl backlog, name string) (drainR
 	}
 	defer pub.Close()
 	var acked, batches, publishNanos atomic.Int64
-	relay, err := outbox.NewRelay(ctx, store, pub, outbox.WithMetrics(metricsFunc(func(s outbox.BatchStats) {
+	relay, err := outbox.NewRelay(ctx, store, pub, append([]outbox.Option{outbox.WithMetrics(metricsFunc(func(s outbox.BatchStats) {
 		acked.Add(int64(s.Acked))
 		batches.Add(1)
 		publishNanos.Add(int64(s.PublishDuration))
-	})))
+	}))}, opts...)...)
 	if err != nil {
 		return r, err
 	}

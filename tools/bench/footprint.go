@@ -112,6 +112,7 @@ func footprint(ctx context.Context, st *stage, rie, bootstrap string, bl backlog
 			"OUTBOX_TOPICS":              st.topic,
 			"OUTBOX_DYNAMODB_ENDPOINT":   st.endpoint,
 			"KAFKA_BOOTSTRAP_SERVERS":    strings.Join(st.brokers, ","),
+			"KAFKA_AUTH":                 "none",
 			"AWS_REGION":                 st.awsCfg.Region,
 			"AWS_ACCESS_KEY_ID":          dynamolocal.AccessKeyID,
 			"AWS_SECRET_ACCESS_KEY":      dynamolocal.SecretAccessKey,

@@ -3,9 +3,11 @@
 // (produce) at the relay's own concurrency, the relay engine draining a
 // pre-filled backlog, a naive send-then-mark relay, the capacity units per
 // message (a model by AWS's rules, cross-checked with ReturnConsumedCapacity),
-// commit-to-consume latency through the local event-source mapping, the relay
-// Lambda's footprint (binary size, init time, peak RSS under the Lambda
-// Runtime Interface Emulator) and the relay's overhead per bucket.
+// the steady state (offered rates through the local event-source mapping and
+// the relay Lambda's handler, beside the floor of the architecture: cost and
+// commit-to-consume latency), the relay Lambda's footprint (binary size, init
+// time, peak RSS under the Lambda Runtime Interface Emulator) and the relay's
+// overhead per bucket.
 //
 // Each stage gets a fresh DynamoDB Local (its throughput drops as stream
 // records pile up) and a fresh in-process Kafka (kfake), unless
@@ -14,10 +16,18 @@
 //
 //	make bench                    # writes docs/benchmarks.{json,md,png}
 //	cd tools && go run ./bench -smoke -out /tmp/bench
+//	cd tools && go run ./bench -only steady              # the steady lines alone
+//	cd tools && go run ./bench -only steady -sweep -out /tmp/s   # + cost by rate and window
 //
-// It ends with one line:
+// It ends with the lines:
 //
 //	bench: relay_msgs_per_s=… raw_msgs_per_s=… naive_msgs_per_s=… relay_vs_raw=… relay_vs_naive=…
+//	steady: rate=10 control_writes_per_msg=… wcu_per_msg=… p99_ms=… floor_p99_ms=… steady_vs_floor_p99=…
+//	steady: rate=50 …
+//	steady: rate=200 …
+//	steady: rate=burst …
+//
+// and, with -sweep, one sweep: line per rate, batching window and relay mode.
 package main
 
 import (
@@ -31,6 +41,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -38,6 +49,7 @@ import (
 // options are the volumes and places of one run.
 type options struct {
 	smoke         bool
+	only          string // "": every stage; "steady": the capacity and steady stages
 	out           string // directory for benchmarks.{json,md,png}; "" writes nothing
 	endpoint      string
 	brokers       []string
@@ -45,15 +57,30 @@ type options struct {
 	naiveMsgs     int
 	bucketCounts  []int // per-bucket overhead stages besides the relay stage's 8
 	footprintMsgs int
-	latencyRate   float64
-	latencyFor    time.Duration
 	rounds        int         // turns of raw DynamoDB, raw pipeline and relay
 	txns          map[int]int // capacity: transactions per messages-per-transaction
 	arches        []string
+	// The steady stage: each profile with the relay in each mode and with
+	// the floor, at the mapping's batching window steadyWindow, each after
+	// a warm-up of steadyWarmup.
+	steady       []profile
+	steadyWindow time.Duration
+	steadyWarmup time.Duration
+	modes        []relayMode
+	sweep        sweepOptions
 	// prebuilt: bootstraps built before the run (tests build them before
 	// any time budget starts); empty: the footprint stage builds them.
 	prebuilt prebuilt
 	progress func(format string, args ...any)
+}
+
+// sweepOptions is the grid of the cost sweep: the relay alone (in each
+// mode) at each rate for each batching window, for seconds(rate) after the
+// warm-up. No rates: no sweep.
+type sweepOptions struct {
+	rates   []float64
+	windows []time.Duration
+	seconds func(rate float64) float64
 }
 
 // prebuilt names relay bootstraps already built, and their sizes.
@@ -62,26 +89,54 @@ type prebuilt struct {
 	host  string // the binary for this machine's arch
 }
 
+// The steady stage's loads. The burst is 10x the base rate: 50 msgs/s
+// with 500 msgs/s from 5 s to 10 s, measured for 25 s in all (20 s after
+// the burst for the relay to catch up).
+func fullProfiles() []profile {
+	return []profile{
+		{Name: "10", Rate: 10, Seconds: 60},
+		{Name: "50", Rate: 50, Seconds: 30},
+		{Name: "200", Rate: 200, Seconds: 20},
+		{Name: "burst", Rate: 50, Seconds: 25, BurstRate: 500, BurstAt: 5, BurstFor: 5},
+	}
+}
+
 func fullOptions() options {
 	return options{
 		relayMsgs: 20_000, naiveMsgs: 1_000, rounds: 3, bucketCounts: []int{32, 64},
-		footprintMsgs: 100_000, latencyRate: 50, latencyFor: 30 * time.Second,
-		txns: map[int]int{1: 300, 10: 60, 100: 12}, arches: []string{"amd64", "arm64"},
+		footprintMsgs: 100_000, txns: map[int]int{1: 300, 10: 60, 100: 12}, arches: []string{"amd64", "arm64"},
+		steady: fullProfiles(), steadyWarmup: 3 * time.Second, modes: []relayMode{modeDelete},
+		// Off unless -sweep: at least a minute per rate and window.
+		sweep: sweepOptions{rates: nil, windows: []time.Duration{0, time.Second, 5 * time.Second},
+			seconds: func(rate float64) float64 { return min(120, max(20, 600/rate)) }},
 	}
 }
 
 func smokeOptions() options {
 	return options{
 		smoke: true, relayMsgs: 400, naiveMsgs: 40, rounds: 1, bucketCounts: []int{32, 64},
-		footprintMsgs: 400, latencyRate: 20, latencyFor: time.Second,
-		txns: map[int]int{1: 4, 10: 2, 100: 1}, arches: []string{runtime.GOARCH},
+		footprintMsgs: 400, txns: map[int]int{1: 4, 10: 2, 100: 1}, arches: []string{runtime.GOARCH},
+		steady: []profile{
+			{Name: "10", Rate: 10, Seconds: 1},
+			{Name: "50", Rate: 50, Seconds: 0.6},
+			{Name: "200", Rate: 200, Seconds: 0.3},
+			{Name: "burst", Rate: 50, Seconds: 0.6, BurstRate: 500, BurstAt: 0.2, BurstFor: 0.2},
+		},
+		steadyWarmup: 300 * time.Millisecond, modes: []relayMode{modeDelete},
+		sweep: sweepOptions{rates: []float64{50}, windows: []time.Duration{time.Second},
+			seconds: func(float64) float64 { return 1.5 }},
 	}
 }
 
 func main() {
 	smoke := flag.Bool("smoke", false, "tiny volumes: check that every stage runs (seconds, not minutes)")
-	out := flag.String("out", "docs", "directory for benchmarks.json, benchmarks.md and benchmarks.png (empty: write nothing)")
+	out := flag.String("out", "docs", "directory for benchmarks.json, benchmarks.md and benchmarks.png (empty: write nothing); with -only, for steady.json")
 	render := flag.String("render", "", "write benchmarks.md and benchmarks.png again from this benchmarks.json, running nothing")
+	only := flag.String("only", "", `"steady": run only the capacity and steady stages (and -sweep) and print their lines`)
+	window := flag.Duration("window", 0, "the event-source mapping's MaximumBatchingWindow for the steady stage (0 to 300s)")
+	sweep := flag.Bool("sweep", false, "also run the cost sweep: the relay at each -sweep-rates for each -sweep-windows")
+	rates := flag.String("sweep-rates", "1,10,50,200", "offered rates of the sweep, msgs/s")
+	windows := flag.String("sweep-windows", "0,1s,5s", "batching windows of the sweep")
 	flag.Parse()
 	if *render != "" {
 		if err := rerender(*render, *out); err != nil {
@@ -94,7 +149,21 @@ func main() {
 	if *smoke {
 		o = smokeOptions()
 	}
-	o.out = *out
+	o.out, o.only, o.steadyWindow = *out, *only, *window
+	if *sweep {
+		var err error
+		if o.sweep.rates, o.sweep.windows, err = parseSweep(*rates, *windows); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(2)
+		}
+	}
+	if err := o.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	if o.only != "" && !flagSet("out") {
+		o.out = "" // a partial run does not overwrite docs/
+	}
 	o.endpoint = os.Getenv("OUTBOX_DYNAMODB_ENDPOINT")
 	o.brokers = brokerList(os.Getenv("KAFKA_BOOTSTRAP_SERVERS"))
 	o.progress = func(format string, args ...any) {
@@ -107,7 +176,65 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
-	fmt.Println(res.line())
+	for _, l := range res.lines() {
+		fmt.Println(l)
+	}
+}
+
+// validate refuses options the stages cannot run with.
+func (o options) validate() error {
+	switch o.only {
+	case "", "steady":
+	default:
+		return fmt.Errorf(`-only %q: the only partial run is "steady"`, o.only)
+	}
+	windows := append([]time.Duration{o.steadyWindow}, o.sweep.windows...)
+	for _, w := range windows {
+		if w < 0 || w > 300*time.Second {
+			return fmt.Errorf("batching window %v: must be 0 to 300s (Lambda's limits)", w)
+		}
+	}
+	for _, r := range o.sweep.rates {
+		if !(r > 0) {
+			return fmt.Errorf("sweep rate %v: must be positive", r)
+		}
+	}
+	return nil
+}
+
+// parseSweep reads -sweep-rates and -sweep-windows.
+func parseSweep(rates, windows string) ([]float64, []time.Duration, error) {
+	var rs []float64
+	for _, f := range brokerList(rates) {
+		r, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-sweep-rates %q: %w", rates, err)
+		}
+		rs = append(rs, r)
+	}
+	var ws []time.Duration
+	for _, f := range brokerList(windows) {
+		if f == "0" {
+			ws = append(ws, 0)
+			continue
+		}
+		w, err := time.ParseDuration(f)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-sweep-windows %q: %w", windows, err)
+		}
+		ws = append(ws, w)
+	}
+	if len(rs) == 0 || len(ws) == 0 {
+		return nil, nil, fmt.Errorf("-sweep needs at least one rate and one window")
+	}
+	return rs, ws, nil
+}
+
+// flagSet tells whether the flag was given on the command line.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // rerender reads a results file and writes its page and chart into dir.
@@ -140,13 +267,58 @@ func run(ctx context.Context, o options) (*results, error) {
 		return nil, fmt.Errorf("capacity: %w", err)
 	}
 
+	if o.only == "" {
+		if err := drainStages(ctx, e, g, tmpl, o, res); err != nil {
+			return nil, err
+		}
+	}
+
+	if err := steadyStage(ctx, e, g, o, res); err != nil {
+		return nil, err
+	}
+	// Watermark mode (issue 11, item 3) goes here once the relay has it, as
+	// a relay option: append relayMode{"watermark", []outbox.Option{…}} to
+	// o.modes (the steady stage and the sweep then run it beside the delete
+	// mode), drain one backlog with relayDrain(…, mode.Opts...) beside
+	// res.Relay, and fill res.Watermark; results.lines then prints
+	//	watermark: relay_msgs_per_s=… delete_mode_msgs_per_s=… wcu_per_msg=…
+
+	if o.only == "" {
+		o.progress("footprint: building the relay bootstrap for %v", o.arches)
+		if err := footprintStage(ctx, e, g, tmpl, o, res); err != nil {
+			return nil, fmt.Errorf("footprint: %w", err)
+		}
+	}
+
+	res.finish(e)
+	switch {
+	case o.out == "":
+	case o.only != "":
+		// A partial run: its numbers only, never the pages of a full one.
+		if err := res.writeJSON(filepath.Join(o.out, "steady.json")); err != nil {
+			return nil, err
+		}
+		o.progress("wrote %s", filepath.Join(o.out, "steady.json"))
+	default:
+		if err := res.write(o.out); err != nil {
+			return nil, err
+		}
+		o.progress("wrote %s", filepath.Join(o.out, "benchmarks.{json,md,png}"))
+	}
+	return res, nil
+}
+
+// drainStages are the backlog drains: raw Kafka, the rounds of raw
+// DynamoDB, raw pipeline and relay (8, 32 and 64 buckets), the idle
+// connections experiment and the naive relays.
+func drainStages(ctx context.Context, e *env, g *gen, tmpl *template, o options, res *results) error {
 	o.progress("raw Kafka: %d records", o.relayMsgs)
 	if err := withStage(ctx, e, "rawkafka", 8, func(st *stage) (err error) {
 		res.Raw.Kafka, err = rawKafka(ctx, st, g, o.relayMsgs)
 		o.progress("  %.0f msgs/s", res.Raw.Kafka.MsgsPerS)
 		return err
 	}); err != nil {
-		return nil, fmt.Errorf("raw Kafka: %w", err)
+		return fmt.Errorf("raw Kafka: %w", err)
 	}
 
 	// The three drains that the headline ratios compare run in turns, so
@@ -194,7 +366,7 @@ func run(ctx context.Context, o options) (*results, error) {
 				res.Capacity.LeaseItemBytes, err = storedSize(ctx, st, st.tables.Control, controlKey("bucket#0", "lease"))
 				return err
 			}); err != nil {
-				return nil, fmt.Errorf("round %d, %s: %w", round, sg.name, err)
+				return fmt.Errorf("round %d, %s: %w", round, sg.name, err)
 			}
 		}
 	}
@@ -219,7 +391,7 @@ func run(ctx context.Context, o options) (*results, error) {
 			o.progress("  %.0f msgs/s, %d TCP connections opened (load average %s)", d.MsgsPerS, d.Dynamo.Dials, d.Load)
 			return err
 		}); err != nil {
-			return nil, fmt.Errorf("%s with %d idle connections: %w", sg.name, idleConnsExperiment, err)
+			return fmt.Errorf("%s with %d idle connections: %w", sg.name, idleConnsExperiment, err)
 		}
 	}
 
@@ -240,7 +412,7 @@ func run(ctx context.Context, o options) (*results, error) {
 			o.progress("  %.0f msgs/s", d.MsgsPerS)
 			return err
 		}); err != nil {
-			return nil, fmt.Errorf("naive, %d loop(s): %w", loops, err)
+			return fmt.Errorf("naive, %d loop(s): %w", loops, err)
 		}
 	}
 
@@ -248,29 +420,7 @@ func run(ctx context.Context, o options) (*results, error) {
 	for _, rs := range res.Rounds.Buckets {
 		res.Buckets = append(res.Buckets, median(rs))
 	}
-
-	o.progress("latency: %.0f msgs/s for %v through the local event-source mapping", o.latencyRate, o.latencyFor)
-	if err := withStage(ctx, e, "latency", 8, func(st *stage) (err error) {
-		res.Latency, err = latency(ctx, st, g, o.latencyRate, o.latencyFor)
-		o.progress("  p50 %.1f ms, p99 %.1f ms, %.0f msgs/s committed", res.Latency.P50ms, res.Latency.P99ms, res.Latency.AchievedPerS)
-		return err
-	}); err != nil {
-		return nil, fmt.Errorf("latency: %w", err)
-	}
-
-	o.progress("footprint: building the relay bootstrap for %v", o.arches)
-	if err := footprintStage(ctx, e, g, tmpl, o, res); err != nil {
-		return nil, fmt.Errorf("footprint: %w", err)
-	}
-
-	res.finish(e)
-	if o.out != "" {
-		if err := res.write(o.out); err != nil {
-			return nil, err
-		}
-		o.progress("wrote %s", filepath.Join(o.out, "benchmarks.{json,md,png}"))
-	}
-	return res, nil
+	return nil
 }
 
 // idleConnsExperiment is the MaxIdleConnsPerHost tried against the SDK's
@@ -319,6 +469,65 @@ func capacityStage(ctx context.Context, e *env, g *gen, o options, res *results)
 		return err
 	})
 	return tmpl, err
+}
+
+// steadyStage runs every profile with the relay in each mode and then with
+// the floor, one right after the other so that they meet the same load
+// from elsewhere, at the headline batching window; then the sweep, if any:
+// the relay alone in each mode, at each rate for each window. Every run has
+// a fresh stage.
+func steadyStage(ctx context.Context, e *env, g *gen, o options, res *results) error {
+	one := func(run steadyRun) (steadyResult, error) {
+		p, name := run.profile, run.handler
+		if run.handler == handlerRelay {
+			name += "-" + run.mode.Name
+		}
+		o.progress("steady %s, %s, batching window %v: %s after a %v warm-up", p.Name, name, run.window, p, run.warmup)
+		var r steadyResult
+		err := withStage(ctx, e, fmt.Sprintf("steady-%s-w%g-%s", p.Name, run.window.Seconds(), name), 8, func(st *stage) (err error) {
+			r, err = steady(ctx, st, g, run)
+			return err
+		})
+		o.progress("  p50 %.0f ms, p99 %.0f ms; %.1f msgs per invocation; per message %.3f control-table writes, %.3f WCU, %.3f RCU (load average %s)",
+			r.P50ms, r.P99ms, r.MsgsPerInvocation, r.ControlWritesPerMsg, r.WCU, r.RCU, r.Load)
+		if err != nil {
+			return r, fmt.Errorf("steady %s, %s, window %v: %w", p.Name, name, run.window, err)
+		}
+		return r, nil
+	}
+	base := steadyRun{window: o.steadyWindow, warmup: o.steadyWarmup, itemBytes: res.Capacity.MessageItemBytes}
+	for _, p := range o.steady {
+		var runs []steadyRun
+		for _, m := range o.modes {
+			run := base
+			run.profile, run.handler, run.mode = p, handlerRelay, m
+			runs = append(runs, run)
+		}
+		floor := base
+		floor.profile, floor.handler = p, handlerFloor
+		for _, run := range append(runs, floor) {
+			r, err := one(run)
+			res.Steady = append(res.Steady, r)
+			if err != nil {
+				return err
+			}
+		}
+	}
+	for _, w := range o.sweep.windows {
+		for _, rate := range o.sweep.rates {
+			for _, m := range o.modes {
+				run := base
+				run.window, run.handler, run.mode = w, handlerRelay, m
+				run.profile = profile{Name: strconv.FormatFloat(rate, 'f', -1, 64), Rate: rate, Seconds: o.sweep.seconds(rate)}
+				r, err := one(run)
+				res.Sweep = append(res.Sweep, r)
+				if err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
 
 func footprintStage(ctx context.Context, e *env, g *gen, tmpl *template, o options, res *results) error {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -21,7 +22,7 @@ func (r *results) markdown() string {
 	if r.Smoke {
 		p("> **Smoke run** (tiny volumes): these figures only show that every stage ran. Do not quote them.\n\n")
 	}
-	p("```\n%s\n```\n\n", r.line())
+	p("```\n%s\n```\n\n", strings.Join(r.lines(), "\n"))
 	p("![throughput](benchmarks.png)\n\n")
 
 	p("## Machine and versions\n\n")
@@ -151,22 +152,7 @@ func (r *results) markdown() string {
 	}
 	p("\n")
 
-	l := r.Latency
-	p("## Latency: commit → consumed\n\n")
-	p("%.0f messages per second offered for %.0f s (one message per transaction, %d writers), through the table's stream,\n", l.OfferedPerS, l.Seconds, l.Writers)
-	p("the local event-source mapping (polling every %s as Lambda does, BatchSize 1000, no batching window) and the relay\n", l.PollInterval)
-	p("Lambda's handler in process, to a Kafka consumer. Committed: %d (%.0f/s achieved), consumed: %d, sends behind schedule: %d.\n\n",
-		l.Committed, l.AchievedPerS, l.Delivered, l.Late)
-	p("| p50 | p90 | p99 | max | writer commit p50 / p99 | invocations | relay DynamoDB calls per msg |\n|---:|---:|---:|---:|---:|---:|---:|\n")
-	p("| %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f / %.1f ms | %d | %.3f |\n\n", l.P50ms, l.P90ms, l.P99ms, l.MaxMs, l.CommitP50ms, l.CommitP99ms, l.Invocations, l.RelayCallsPerMsg)
-	p("At a steady rate each invocation drains a few messages per bucket, so the relay's calls per message are far above\n")
-	p("the backlog figure; by operation:\n\n| operation table | calls | per message |\n|---|---:|---:|\n")
-	for _, k := range l.Dynamo.keys() {
-		if v := l.Dynamo.Ops[k]; v.Calls > 0 {
-			p("| %s | %d | %.3f |\n", k, v.Calls, float64(v.Calls)/float64(max(1, l.Delivered)))
-		}
-	}
-	p("\n")
+	r.steadyMarkdown(p)
 
 	f := r.Footprint
 	p("## Footprint of the relay Lambda\n\n")
@@ -217,7 +203,7 @@ func (r *results) markdown() string {
 	p("- DynamoDB calls are counted with an SDK middleware on the measured client, which also sets\n")
 	p("  ReturnConsumedCapacity=TOTAL (it changes nothing else); \"AWS rules\" applies AWS's published capacity rules to the\n")
 	p("  items each counted call sent and received.\n")
-	p("- Latency is from `Writer.Write` returning to the record being polled by a consumer; footprint builds the bootstrap as\n")
+	p("- Latency (steady state) is from `Writer.Write` returning to the record being polled by a consumer; footprint builds the bootstrap as\n")
 	p("  `make build` does and reads VmHWM from `/proc/<pid>/status` of the bootstrap, the emulator's child process.\n\n")
 
 	p("## Caveats\n\n")
@@ -226,7 +212,150 @@ func (r *results) markdown() string {
 	p("- DynamoDB Local is not DynamoDB: no partitions, no throttling, no per-partition ceilings, different latencies, and its\n")
 	p("  capacity reports differ (listed above). The capacity model, not the emulator, is what [capacity.md](capacity.md) uses.\n")
 	p("- kfake is an in-process Kafka without replication or disks; acks=all costs nothing there.\n")
-	p("- The latency stage polls the stream as Lambda does (4 times a second), so about 125 ms of the median is the poll\n")
-	p("  interval; Lambda's own invocation overhead is not included.\n")
+	p("- The steady stage polls the stream as Lambda does (4 times a second), so about 125 ms of the median is the poll\n")
+	p("  interval; Lambda's own invocation overhead is not included, nor the sweeper's fixed cost (see capacity.md).\n")
+	p("- The local mapping reads DynamoDB Local's stream, whose records become readable at once; on AWS a stream\n")
+	p("  record takes its own time to appear, the same for the relay and the floor.\n")
 	return b.String()
+}
+
+// steadyMarkdown renders the steady stage and the sweep.
+func (r *results) steadyMarkdown(p func(format string, args ...any)) {
+	if len(r.Steady) == 0 {
+		return
+	}
+	first := r.Steady[0]
+	p("## Steady state: cost and latency at a given rate\n\n")
+	p("Messages offered at a rate, one per writer transaction (`dynamo.Writer`, bucket after bucket over 8 buckets, enough\n")
+	p("writers to keep up), through the table's stream, the local event-source mapping set as `template.yaml` sets\n")
+	p("Lambda's (BatchSize 1000, MaximumBatchingWindowInSeconds %g, INSERT records only, ReportBatchItemFailures,\n", first.WindowS)
+	p("BisectBatchOnFunctionError, MaximumRetryAttempts 5, one batch at a time per shard, four polls a second), and a handler\n")
+	p("invoked in process as the Lambda Go runtime invokes it (the event through JSON, a Lambda context, a one-minute\n")
+	p("timeout), to a Kafka consumer. Every run has a fresh DynamoDB Local and kfake and begins with a %g s warm-up at the\n", first.WarmupS)
+	p("base rate that no figure includes.\n\n")
+	p("- **relay**: the relay Lambda's handler (`lambda/handler` over the relay that `lambda/wiring` builds; BatchSize 500,\n")
+	p("  Concurrency 8, lease 30 s, the rest at their defaults).\n")
+	p("- **floor**: the least this architecture can do: a handler that reads the hinted items (one consistent BatchGetItem\n")
+	p("  per invocation, or per 100 hints) and produces them with the publisher's producer settings, with no lease, no order\n")
+	p("  and no delete. It produces each item as stored (key, value, message-id header) without decoding it.\n")
+	var told []string
+	for _, s := range r.Steady {
+		if s.Profile.BurstRate > 0 && !slices.Contains(told, s.Profile.Name) {
+			told = append(told, s.Profile.Name)
+			p("- **%s**: %s — a %gx burst.\n", s.Profile.Name, s.Profile, s.Profile.BurstRate/s.Profile.Rate)
+		}
+	}
+	p("\n```\n")
+	for _, s := range r.Steady {
+		if s.Handler == handlerRelay {
+			p("%s\n", s.steadyLine())
+		}
+	}
+	p("```\n\n")
+	p("The mapping polls a shard again at once after an invocation and waits for the next poll (up to 250 ms) only when a\n")
+	p("poll finds nothing: a handler that finishes before the next records arrive waits for them, one that is still busy\n")
+	p("finds them waiting. So the floor's median can be above the relay's; its p99 is about the poll interval plus its work.\n\n")
+	p("Per-message figures divide by the messages published by the invocations that began after the warm-up, counted until\n")
+	p("the stream was idle again (so a hint that arrives after its message was published, and finds nothing, is paid for);\n")
+	p("the writer's divide by every message it committed. WCU and RCU by AWS's rules on the calls counted; \"total\" is writer\n")
+	p("and handler; USD per million at the on-demand prices below. Control-table writes are the handler's (the writer's own\n")
+	p("counter update, 1 per transaction, is in the writer's WCU).\n\n")
+
+	name := func(s steadyResult) string {
+		n := s.Handler
+		if s.Handler == handlerRelay && s.Mode != modeDelete.Name {
+			n += " (" + s.Mode + ")"
+		}
+		return n
+	}
+	p("| load | handler | offered / committed per s | committed | consumed | p50 | p90 | p99 | max | burst p99 | writer commit p50 / p99 | sends late | load average after |\n")
+	p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, s := range r.Steady {
+		burst := "—"
+		if s.Profile.BurstRate > 0 {
+			burst = fmt.Sprintf("%.0f ms", s.BurstP99ms)
+		}
+		p("| %s | %s | %.0f / %.0f | %d | %d | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %s | %.0f / %.0f ms | %d | %s |\n",
+			s.Profile.Name, name(s), s.offeredPerS(), s.AchievedPerS, s.Committed, s.Consumed, s.P50ms, s.P90ms, s.P99ms, s.MaxMs, burst,
+			s.CommitP50ms, s.CommitP99ms, s.Late, s.Load)
+	}
+	for _, s := range r.Steady {
+		if !s.sustained() {
+			p("\n**Load %s, %s: the offered rate was not sustained.** The writers committed %.0f messages per second of the %.0f\n",
+				s.Profile.Name, name(s), s.AchievedPerS, s.offeredPerS())
+			p("offered (%d sends behind schedule, commits p50 %.0f ms; the handler's DynamoDB calls took %.0f ms on average):\n",
+				s.Late, s.CommitP50ms, s.HandlerDynamo.meanMs())
+			p("DynamoDB Local, sharing two loaded cores with the handler and everything else, could not commit faster, and the\n")
+			p("relay and the floor did not get the same rate. Compare them at this load with care.\n")
+		}
+	}
+	p("\n| load | handler | invocations | msgs per invocation | invocations per msg | DynamoDB calls per msg | mean ms per call | control writes per msg | handler WCU | writer WCU | total WCU | total RCU | USD per million |\n")
+	p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range r.Steady {
+		p("| %s | %s | %d | %.1f | %.3f | %.3f | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f |\n",
+			s.Profile.Name, name(s), s.Invocations, s.MsgsPerInvocation, s.InvocationsPerMsg, s.CallsPerMsg, s.HandlerDynamo.meanMs(),
+			s.ControlWritesPerMsg, s.HandlerWCU, s.WriterWCU, s.WCU, s.RCU, s.USDPerMillion)
+	}
+	p("\nThe handlers' DynamoDB calls per message by operation (AWS-rule capacity units per message in brackets):\n\n")
+	var keys []string
+	for _, s := range r.Steady {
+		for _, k := range s.HandlerDynamo.keys() {
+			if !slices.Contains(keys, k) && s.HandlerDynamo.Ops[k].Calls > 0 {
+				keys = append(keys, k)
+			}
+		}
+	}
+	slices.Sort(keys)
+	p("| load | handler |")
+	for _, k := range keys {
+		p(" %s |", k)
+	}
+	p("\n|---|---|%s\n", strings.Repeat("---:|", len(keys)))
+	row := func(load, who string, snap snapshot, msgs int64) {
+		p("| %s | %s |", load, who)
+		for _, k := range keys {
+			v, ok := snap.Ops[k]
+			if !ok || v.Calls == 0 || msgs == 0 {
+				p(" — |")
+				continue
+			}
+			n := float64(msgs)
+			p(" %.3f (%.3f) |", float64(v.Calls)/n, v.AWSUnits/n)
+		}
+		p("\n")
+	}
+	for _, s := range r.Steady {
+		row(s.Profile.Name, name(s), s.HandlerDynamo, s.Messages)
+	}
+	p("\n")
+	if s := r.steadyRelay("50"); s != nil {
+		p("The writer, at 50 msgs/s (the same at every load, one message per transaction: the put at twice its size and the\n")
+		p("bucket's counter update):\n\n")
+		keys = keys[:0]
+		for _, k := range s.WriterDynamo.keys() {
+			if s.WriterDynamo.Ops[k].Calls > 0 {
+				keys = append(keys, k)
+			}
+		}
+		p("| load | |")
+		for _, k := range keys {
+			p(" %s |", k)
+		}
+		p("\n|---|---|%s\n", strings.Repeat("---:|", len(keys)))
+		row(s.Profile.Name, "writer", s.WriterDynamo, int64(s.WriterMessages))
+		p("\n")
+	}
+
+	if len(r.Sweep) > 0 {
+		p("### Cost and latency by rate and batching window\n\n")
+		p("The relay alone, as above, at each rate for each MaximumBatchingWindowInSeconds (%g s warm-up, then the seconds\n", r.Sweep[0].WarmupS)
+		p("given):\n\n")
+		p("| msgs/s | window | mode | seconds | invocations per msg | total WCU | total RCU | USD per million | p50 | p99 |\n")
+		p("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, s := range r.Sweep {
+			p("| %s | %g s | %s | %g | %.3f | %.3f | %.3f | %.2f | %.0f ms | %.0f ms |\n",
+				s.Profile.Name, s.WindowS, s.Mode, s.Profile.Seconds, s.InvocationsPerMsg, s.WCU, s.RCU, s.USDPerMillion, s.P50ms, s.P99ms)
+		}
+		p("\n")
+	}
 }

@@ -133,6 +133,11 @@ func askCapacity(params any) string {
 	case *dynamodb.QueryInput:
 		p.ReturnConsumedCapacity = total
 		return deref(p.TableName)
+	case *dynamodb.BatchGetItemInput:
+		p.ReturnConsumedCapacity = total
+		for t := range p.RequestItems {
+			return t
+		}
 	case *dynamodb.BatchWriteItemInput:
 		p.ReturnConsumedCapacity = total
 		for t := range p.RequestItems {
@@ -177,6 +182,8 @@ func (m *meter) record(op, table string, result any, err error, units float64, t
 		one(r.ConsumedCapacity)
 	case *dynamodb.QueryOutput:
 		one(r.ConsumedCapacity)
+	case *dynamodb.BatchGetItemOutput:
+		reported = r.ConsumedCapacity
 	case *dynamodb.BatchWriteItemOutput:
 		reported = r.ConsumedCapacity
 	case *dynamodb.TransactWriteItemsOutput:
@@ -278,6 +285,20 @@ func (s snapshot) calls() (calls, attempts int64) {
 	return calls, attempts
 }
 
+// meanMs is the mean duration of a call, in milliseconds.
+func (s snapshot) meanMs() float64 {
+	var calls int64
+	var secs float64
+	for _, v := range s.Ops {
+		calls += v.Calls
+		secs += v.Seconds
+	}
+	if calls == 0 {
+		return 0
+	}
+	return 1000 * secs / float64(calls)
+}
+
 // capacity sums the reported capacity and the units by AWS's rules of the
 // operations for which keep is true (keep gets the operation and table
 // role).
@@ -297,8 +318,10 @@ func (s snapshot) capacity(keep func(op, table string) bool) (reported, aws floa
 // for items written in a transaction; a delete by the deleted item's size;
 // an update by the larger of the item before and after (the control items
 // are far below 1 KB, so 1); a strongly consistent read unit per 4 KB,
-// rounded up over the whole Query response, at least 1. The bench reads
-// consistently only.
+// rounded up over the whole Query response, at least 1; a BatchGetItem
+// reads each key as a GetItem of its own: a unit per 4 KB of each item,
+// rounded up per item, and one for a key that names no item. The bench
+// reads consistently only.
 const (
 	writeUnitBytes = 1024
 	readUnitBytes  = 4096
@@ -362,6 +385,23 @@ func awsUnits(params, result any, deletedBytes int) float64 {
 	case *dynamodb.GetItemInput:
 		if out, ok := result.(*dynamodb.GetItemOutput); ok {
 			return float64(max(1, ceilDiv(itemBytes(out.Item), readUnitBytes)))
+		}
+	case *dynamodb.BatchGetItemInput:
+		if out, ok := result.(*dynamodb.BatchGetItemOutput); ok {
+			u := 0.0
+			for t, ka := range p.RequestItems {
+				// Keys that come back unprocessed are not charged; the
+				// others are, found or not.
+				missing := len(ka.Keys) - len(out.Responses[t])
+				if un, ok := out.UnprocessedKeys[t]; ok {
+					missing -= len(un.Keys)
+				}
+				for _, it := range out.Responses[t] {
+					u += float64(ceilDiv(itemBytes(it), readUnitBytes))
+				}
+				u += float64(max(0, missing))
+			}
+			return u
 		}
 	}
 	return 0

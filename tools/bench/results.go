@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
+	"time"
 )
 
 type results struct {
@@ -22,14 +24,28 @@ type results struct {
 	Rounds    rounds         `json:"rounds"`
 	// IdleConns are raw DynamoDB and the relay with 64 idle connections
 	// per host kept by the measured client (one round each).
-	IdleConns     []drainResult   `json:"idle_connections_experiment"`
-	Relay         drainResult     `json:"relay"`
-	Naive         drainResult     `json:"naive"`          // one loop: the FAQ's relay
-	NaiveParallel drainResult     `json:"naive_parallel"` // one loop per bucket, 8 at once
-	Buckets       []drainResult   `json:"per_bucket_overhead"`
-	Capacity      capacityResult  `json:"capacity"`
-	Latency       latencyResult   `json:"latency"`
-	Footprint     footprintResult `json:"footprint"`
+	IdleConns     []drainResult  `json:"idle_connections_experiment"`
+	Relay         drainResult    `json:"relay"`
+	Naive         drainResult    `json:"naive"`          // one loop: the FAQ's relay
+	NaiveParallel drainResult    `json:"naive_parallel"` // one loop per bucket, 8 at once
+	Buckets       []drainResult  `json:"per_bucket_overhead"`
+	Capacity      capacityResult `json:"capacity"`
+	// Steady has, for every profile, the relay's run in each mode and the
+	// floor's, at the headline batching window; Sweep the relay's runs at
+	// each rate and window of the sweep (make bench runs none).
+	Steady    []steadyResult  `json:"steady"`
+	Sweep     []steadyResult  `json:"sweep,omitempty"`
+	Watermark *watermark      `json:"watermark,omitempty"`
+	Footprint footprintResult `json:"footprint"`
+}
+
+// watermark compares the relay's watermark mode with its default (issue
+// 11, item 3): backlog drain throughput in both modes and the watermark
+// mode's WCU per message. Nil until the relay has the mode (see run).
+type watermark struct {
+	RelayMsgsPerS      float64 `json:"relay_msgs_per_s"`
+	DeleteModeMsgsPerS float64 `json:"delete_mode_msgs_per_s"`
+	WCUPerMsg          float64 `json:"wcu_per_msg"`
 }
 
 // rounds are every round of the three drains run in turns; Raw.DynamoDB,
@@ -129,13 +145,30 @@ func loadavg() string {
 }
 
 func settingsOf(o options) map[string]any {
+	modes := make([]string, len(o.modes))
+	for i, m := range o.modes {
+		modes[i] = m.Name
+	}
+	sweep := map[string]any{"rates_msgs_per_s": o.sweep.rates, "batching_windows_s": seconds(o.sweep.windows)}
+	if len(o.sweep.rates) == 0 {
+		sweep = nil
+	}
 	return map[string]any{
-		"relay_backlog": o.relayMsgs, "naive_backlog": o.naiveMsgs, "bucket_counts": append([]int{8}, o.bucketCounts...),
-		"footprint_backlog": o.footprintMsgs, "latency_offered_per_s": o.latencyRate, "latency_seconds": o.latencyFor.Seconds(),
+		"only": o.only, "relay_backlog": o.relayMsgs, "naive_backlog": o.naiveMsgs, "bucket_counts": append([]int{8}, o.bucketCounts...),
+		"footprint_backlog": o.footprintMsgs, "steady_profiles": o.steady, "steady_batching_window_s": o.steadyWindow.Seconds(),
+		"steady_warmup_s": o.steadyWarmup.Seconds(), "relay_modes": modes, "sweep": sweep,
 		"capacity_transactions": o.txns, "rounds": o.rounds, "value_bytes": valueBytes, "relay_concurrency": relayConcurrency,
 		"batch_size": relayBatch, "delete_concurrency": deleteParallel, "fresh_dynamodb_per_stage": o.endpoint == "",
 		"fresh_kfake_per_stage": len(o.brokers) == 0,
 	}
+}
+
+func seconds(ds []time.Duration) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = d.Seconds()
+	}
+	return out
 }
 
 // finish computes the summary, the capacity totals and the goals.
@@ -174,6 +207,10 @@ func (r *results) finish(e *env) {
 	for _, w := range c.Writer {
 		snaps = append(snaps, w.Dynamo)
 	}
+	for _, st := range append(slices.Clone(r.Steady), r.Sweep...) {
+		snaps = append(snaps, st.HandlerDynamo, st.WriterDynamo)
+	}
+	r.pairFloors()
 	c.LocalVsAWS = localDifferences(snaps...)
 	c.Prices = map[string]any{"region": "us-east-1", "table_class": "standard", "usd_per_million_wru": pricePerMillionWRU,
 		"usd_per_million_rru": pricePerMillionRRU, "price_as_of": priceDate, "assumption": "check the current DynamoDB price list"}
@@ -186,6 +223,7 @@ func (r *results) finish(e *env) {
 			Met: s.RelayVsNaiveParallel >= 10, Note: "the naive loop run 8 at once, one per bucket"},
 		{Name: "dynamodb_round_trips_per_relayed_msg", Target: "<= 0.05 at BatchSize 500", Value: s.RoundTripsPerMsg, Met: s.RoundTripsPerMsg > 0 && s.RoundTripsPerMsg <= 0.05},
 	}
+	r.Goals = append(r.Goals, r.steadyGoals()...)
 	for _, t := range c.Total {
 		excess := t.AWSRuleWCU - t.MinWCU
 		r.Goals = append(r.Goals, goal{
@@ -197,27 +235,134 @@ func (r *results) finish(e *env) {
 	}
 }
 
-// line is the one-line summary.
+// pairFloors gives every relay run of the steady stage the floor's p99 of
+// the same profile and window, and their ratio.
+func (r *results) pairFloors() {
+	for i := range r.Steady {
+		s := &r.Steady[i]
+		if s.Handler != handlerRelay {
+			continue
+		}
+		if f := r.floorOf(*s); f != nil && f.P99ms > 0 {
+			s.FloorP99ms, s.VsFloorP99 = f.P99ms, s.P99ms/f.P99ms
+		}
+	}
+}
+
+func (r *results) floorOf(s steadyResult) *steadyResult {
+	for i, f := range r.Steady {
+		if f.Handler == handlerFloor && f.Profile.Name == s.Profile.Name && f.WindowS == s.WindowS {
+			return &r.Steady[i]
+		}
+	}
+	return nil
+}
+
+// steadyRelay is the relay's steady run of the named profile in the
+// default mode, if there is one.
+func (r *results) steadyRelay(name string) *steadyResult {
+	for i, s := range r.Steady {
+		if s.Handler == handlerRelay && s.Mode == modeDelete.Name && s.Profile.Name == name {
+			return &r.Steady[i]
+		}
+	}
+	return nil
+}
+
+// steadyGoals are issue 11's goals at 50 msgs/s over 8 buckets.
+func (r *results) steadyGoals() []goal {
+	s := r.steadyRelay("50")
+	if s == nil {
+		return nil
+	}
+	var model float64
+	for _, t := range r.Capacity.Total {
+		if t.PerTxn == 1 {
+			model = t.ModelWCU
+		}
+	}
+	return []goal{
+		{Name: "steady_control_writes_per_msg_at_50", Target: "<= 0.3", Value: s.ControlWritesPerMsg, Met: s.ControlWritesPerMsg <= 0.3,
+			Note: "the relay's writes to the control table per message"},
+		{Name: "steady_wcu_per_msg_at_50", Target: fmt.Sprintf("<= 1.10 x backlog model %.4f = %.4f", model, 1.1*model), Value: s.WCU,
+			Met: model > 0 && s.WCU <= 1.1*model, Note: "writer and relay, by AWS's rules; one message per transaction"},
+		{Name: "steady_vs_floor_p99_at_50", Target: "<= 1.25", Value: s.VsFloorP99, Met: s.VsFloorP99 > 0 && s.VsFloorP99 <= 1.25,
+			Note: "commit -> consumed p99, relay / floor, in the same run"},
+	}
+}
+
+// line is the one-line summary of the drains.
 func (r *results) line() string {
 	s := r.Summary
 	return fmt.Sprintf("bench: relay_msgs_per_s=%.0f raw_msgs_per_s=%.0f naive_msgs_per_s=%.0f relay_vs_raw=%.2f relay_vs_naive=%.1f",
 		s.RelayMsgsPerS, s.RawMsgsPerS, s.NaiveMsgsPerS, s.RelayVsRaw, s.RelayVsNaive)
 }
 
+// lines are the run's summary lines: the drains' (unless the run was
+// partial), one steady: line per profile (and relay mode), one sweep: line
+// per rate, window and mode, and the watermark line once it is measured.
+func (r *results) lines() []string {
+	var out []string
+	if r.Relay.Messages > 0 {
+		out = append(out, r.line())
+	}
+	for _, s := range r.Steady {
+		if s.Handler == handlerRelay {
+			out = append(out, s.steadyLine())
+		}
+	}
+	for _, s := range r.Sweep {
+		out = append(out, s.sweepLine())
+	}
+	if w := r.Watermark; w != nil {
+		out = append(out, fmt.Sprintf("watermark: relay_msgs_per_s=%.0f delete_mode_msgs_per_s=%.0f wcu_per_msg=%.3f",
+			w.RelayMsgsPerS, w.DeleteModeMsgsPerS, w.WCUPerMsg))
+	}
+	return out
+}
+
+// steadyLine is a relay run's steady: line; the window and the mode follow
+// when they are not the defaults.
+func (s steadyResult) steadyLine() string {
+	floor, ratio := "n/a", "n/a"
+	if s.FloorP99ms > 0 {
+		floor, ratio = fmt.Sprintf("%.1f", s.FloorP99ms), fmt.Sprintf("%.2f", s.VsFloorP99)
+	}
+	l := fmt.Sprintf("steady: rate=%s control_writes_per_msg=%.3f wcu_per_msg=%.3f p99_ms=%.1f floor_p99_ms=%s steady_vs_floor_p99=%s",
+		s.Profile.Name, s.ControlWritesPerMsg, s.WCU, s.P99ms, floor, ratio)
+	if s.WindowS != 0 {
+		l += fmt.Sprintf(" window_s=%g", s.WindowS)
+	}
+	if s.Mode != modeDelete.Name {
+		l += " mode=" + s.Mode
+	}
+	return l
+}
+
+func (s steadyResult) sweepLine() string {
+	return fmt.Sprintf("sweep: rate=%s window_s=%g mode=%s wcu_per_msg=%.3f rcu_per_msg=%.3f usd_per_million=%.2f invocations_per_msg=%.3f p50_ms=%.1f p99_ms=%.1f",
+		s.Profile.Name, s.WindowS, s.Mode, s.WCU, s.RCU, s.USDPerMillion, s.InvocationsPerMsg, s.P50ms, s.P99ms)
+}
+
 // write stores benchmarks.json, benchmarks.md and benchmarks.png in dir.
 func (r *results) write(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "benchmarks.json"), append(b, '\n'), 0o644); err != nil {
+	if err := r.writeJSON(filepath.Join(dir, "benchmarks.json")); err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "benchmarks.md"), []byte(r.markdown()), 0o644); err != nil {
 		return err
 	}
 	return r.chart(filepath.Join(dir, "benchmarks.png"))
+}
+
+// writeJSON stores the results as JSON at path, making its directory.
+func (r *results) writeJSON(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }

@@ -1,0 +1,10 @@
+package deploy
+
+import (
+	"testing"
+
+	"github.com/dynakafka/outbox/internal/testenv"
+)
+
+// TestMain stops the DynamoDB Local that the permission tests start.
+func TestMain(m *testing.M) { testenv.Main(m) }

@@ -1,0 +1,433 @@
+package deploy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/kafka"
+	"github.com/dynakafka/outbox/lambda/config"
+	"github.com/dynakafka/outbox/lambda/wiring"
+)
+
+// mskAction is an MSK IAM action and the kind of resource it is granted on.
+type mskAction struct {
+	Action   string // kafka-cluster:...
+	Resource string // "cluster" or "topic"
+}
+
+func (a mskAction) String() string { return a.Action + " on " + a.Resource }
+
+var (
+	connect             = mskAction{"kafka-cluster:Connect", "cluster"}
+	describeCluster     = mskAction{"kafka-cluster:DescribeCluster", "cluster"}
+	clusterConfigs      = mskAction{"kafka-cluster:DescribeClusterDynamicConfiguration", "cluster"}
+	writeIdempotently   = mskAction{"kafka-cluster:WriteDataIdempotently", "cluster"}
+	describeTopic       = mskAction{"kafka-cluster:DescribeTopic", "topic"}
+	writeData           = mskAction{"kafka-cluster:WriteData", "topic"}
+	topicConfigs        = mskAction{"kafka-cluster:DescribeTopicDynamicConfiguration", "topic"}
+	createTopic         = mskAction{"kafka-cluster:CreateTopic", "topic"}
+	describeTransaction = mskAction{"kafka-cluster:DescribeTransactionalId", "transactional-id"}
+)
+
+// mskRequired is the "Required actions" column of AWS's table: granting an
+// action is useless without these.
+// https://docs.aws.amazon.com/msk/latest/developerguide/kafka-actions.html
+var mskRequired = map[mskAction][]mskAction{
+	describeCluster:   {connect},
+	clusterConfigs:    {connect},
+	writeIdempotently: {connect, writeData},
+	describeTopic:     {connect},
+	writeData:         {connect, describeTopic},
+	topicConfigs:      {connect},
+	createTopic:       {connect},
+}
+
+// mskActionsFor maps one Kafka request to the MSK IAM actions it needs.
+// Kafka's authorizer checks one ACL operation per request and resource
+// (Kafka's documentation, "Operations and Resources on Protocols"); AWS's
+// table names, for each kafka-cluster action, the Kafka ACL it is
+// "equivalent to" (DESCRIBE CLUSTER, DESCRIBE_CONFIGS CLUSTER,
+// IDEMPOTENT_WRITE CLUSTER, DESCRIBE TOPIC, WRITE TOPIC, DESCRIBE_CONFIGS
+// TOPIC, CREATE TOPIC...). Every connection also needs Connect. A request
+// without a mapping here is an error, so a new call in the publisher cannot
+// go unnoticed.
+func mskActionsFor(req kmsg.Request) ([]mskAction, error) {
+	switch r := req.(type) {
+	case *kmsg.ApiVersionsRequest, *kmsg.SASLHandshakeRequest, *kmsg.SASLAuthenticateRequest:
+		return nil, nil // before or during authentication: Connect alone
+	case *kmsg.GetTelemetrySubscriptionsRequest, *kmsg.PushTelemetryRequest:
+		// KIP-714 client metrics: Kafka checks no ACL (nor does kfake,
+		// which mirrors it); any client that may connect may send them.
+		return nil, nil
+	case *kmsg.MetadataRequest:
+		var out []mskAction
+		if r.Topics == nil || len(r.Topics) > 0 {
+			out = append(out, describeTopic) // DESCRIBE TOPIC; nil lists every topic
+		}
+		if r.AllowAutoTopicCreation && len(r.Topics) > 0 {
+			out = append(out, createTopic) // CREATE TOPIC (or CLUSTER)
+		}
+		if r.IncludeClusterAuthorizedOperations {
+			out = append(out, describeCluster)
+		}
+		if r.IncludeTopicAuthorizedOperations {
+			out = append(out, describeTopic)
+		}
+		return out, nil
+	case *kmsg.InitProducerIDRequest:
+		if r.TransactionalID != nil {
+			return []mskAction{describeTransaction}, nil // a transactional producer: not what the relay is
+		}
+		return []mskAction{writeIdempotently}, nil // IDEMPOTENT_WRITE CLUSTER
+	case *kmsg.ProduceRequest:
+		out := []mskAction{writeData} // WRITE TOPIC
+		if r.TransactionID != nil {
+			out = append(out, describeTransaction)
+		}
+		for _, t := range r.Topics {
+			for _, p := range t.Partitions {
+				var b kmsg.RecordBatch
+				if err := b.ReadFrom(p.Records); err != nil {
+					return nil, fmt.Errorf("produce to %s/%d: record batch: %w", t.Topic, p.Partition, err)
+				}
+				if b.ProducerID >= 0 {
+					out = append(out, writeIdempotently) // an idempotent produce: IDEMPOTENT_WRITE CLUSTER
+				}
+			}
+		}
+		return out, nil
+	case *kmsg.DescribeConfigsRequest:
+		var out []mskAction
+		for _, res := range r.Resources {
+			switch res.ResourceType {
+			case kmsg.ConfigResourceTypeTopic:
+				out = append(out, topicConfigs) // DESCRIBE_CONFIGS TOPIC
+			case kmsg.ConfigResourceTypeBroker, kmsg.ConfigResourceTypeBrokerLogger:
+				out = append(out, clusterConfigs) // DESCRIBE_CONFIGS CLUSTER
+			default:
+				return nil, fmt.Errorf("DescribeConfigs of resource type %v has no mapping here", res.ResourceType)
+			}
+		}
+		return out, nil
+	case *kmsg.DescribeClusterRequest:
+		return []mskAction{describeCluster}, nil // DESCRIBE CLUSTER
+	}
+	return nil, fmt.Errorf("request key %d (%s) has no MSK IAM mapping here: look it up and add it", req.Key(), kmsg.NameForKey(req.Key()))
+}
+
+// recorder records every request a kfake cluster receives.
+type recorder struct {
+	mu   sync.Mutex
+	reqs []kmsg.Request
+}
+
+func record(c *kfake.Cluster) *recorder {
+	r := &recorder{}
+	c.Control(func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		r.mu.Lock()
+		r.reqs = append(r.reqs, req)
+		r.mu.Unlock()
+		return nil, nil, false // observe only: kfake answers
+	})
+	return r
+}
+
+// TestMskIamPolicyMatchesThePublisher runs the Kafka publisher as the
+// functions build it (wiring.NewPublisher: its start-up checks, with and
+// without OUTBOX_TOPICS) and publishes with it, against kfake, recording
+// every request; maps the requests to MSK IAM actions; and checks that the
+// template's KafkaMskIamPolicy grants exactly those, each on the right kind
+// of resource.
+func TestMskIamPolicyMatchesThePublisher(t *testing.T) {
+	k := testenv.Kafka(t, kfake.NumBrokers(3))
+	testenv.RequireKfake(t, k)
+	rec := record(k.Cluster)
+	listed, unlisted := testenv.Name(t, "listed"), testenv.Name(t, "unlisted")
+	testenv.CreateTopic(t, k, listed, 3)
+	testenv.CreateTopic(t, k, unlisted, 3)
+	rec.mu.Lock()
+	rec.reqs = nil // CreateTopic's own requests are not the publisher's
+	rec.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := publishLikeTheFunctions(ctx, k.Brokers, listed, unlisted); err != nil {
+		t.Fatal(err)
+	}
+
+	needed := map[mskAction]bool{connect: true}
+	keys := map[string]bool{}
+	rec.mu.Lock()
+	for _, req := range rec.reqs {
+		keys[kmsg.NameForKey(req.Key())] = true
+		acts, err := mskActionsFor(req)
+		if err != nil {
+			t.Error(err)
+		}
+		for _, a := range acts {
+			needed[a] = true
+		}
+	}
+	rec.mu.Unlock()
+	t.Logf("requests the publisher made: %v", sortedKeys(keys))
+	for _, must := range []string{"Metadata", "DescribeConfigs", "InitProducerID", "Produce"} {
+		if !keys[must] {
+			t.Errorf("the publisher sent no %s request; the recording is incomplete", must)
+		}
+	}
+	// Granting an action is useless without the actions it requires.
+	for changed := true; changed; {
+		changed = false
+		for a := range needed {
+			for _, r := range mskRequired[a] {
+				if !needed[r] {
+					needed[r], changed = true, true
+				}
+			}
+		}
+	}
+
+	tmpl := loadTemplate(t)
+	e, err := newEvaluator(tmpl, map[string]string{"KafkaBootstrapServers": "b:9098", "KafkaAuthMode": "msk-iam", "MskClusterArn": clusterARN})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := e.eval(at(tmpl, "Resources", "KafkaMskIamPolicy", "Properties", "PolicyDocument"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := map[mskAction]bool{}
+	for _, s := range at(doc, "Statement").([]any) {
+		kind := map[string]string{clusterARN: "cluster", topicARNs: "topic"}[fmt.Sprint(at(s, "Resource"))]
+		if kind == "" {
+			t.Errorf("statement %s: resource is neither the cluster nor its topics", canon(s))
+		}
+		for _, a := range stringList(at(s, "Action")) {
+			granted[mskAction{a, kind}] = true
+		}
+	}
+	var missing, extra []string
+	for a := range needed {
+		if !granted[a] {
+			missing = append(missing, a.String())
+		}
+	}
+	for a := range granted {
+		if !needed[a] {
+			extra = append(extra, a.String())
+		}
+	}
+	sort.Strings(missing)
+	sort.Strings(extra)
+	for _, a := range missing {
+		t.Errorf("the publisher needs %s; KafkaMskIamPolicy does not grant it", a)
+	}
+	for _, a := range extra {
+		t.Errorf("KafkaMskIamPolicy grants %s; nothing the publisher sends needs it", a)
+	}
+}
+
+// publishLikeTheFunctions builds the publisher as the functions do
+// (wiring.NewPublisher), once without OUTBOX_TOPICS (init asks a broker) and
+// once with listed (init checks it), and publishes keyed messages to listed
+// and to unlisted (checked on first use), as the relay does. extra options
+// come last (SASL for the ACL test).
+func publishLikeTheFunctions(ctx context.Context, brokers []string, listed, unlisted string, extra ...kafka.Opt) error {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := config.Config{Brokers: brokers, Auth: config.AuthNone, MaxMessageBytes: outbox.DefaultMaxMessageBytes, LeaseDuration: 30 * time.Second}
+	p, err := wiring.NewPublisher(ctx, cfg, aws.Config{}, log, extra...)
+	if err != nil {
+		return fmt.Errorf("init without topics: %w", err)
+	}
+	p.Close()
+	cfg.Topics = []string{listed}
+	if p, err = wiring.NewPublisher(ctx, cfg, aws.Config{}, log, extra...); err != nil {
+		return fmt.Errorf("init with OUTBOX_TOPICS=%s: %w", listed, err)
+	}
+	defer p.Close()
+	for i, topic := range []string{listed, unlisted, listed} {
+		msgs := make([]outbox.Message, 20)
+		for j := range msgs {
+			msgs[j] = outbox.Message{ID: outbox.NewID(), Bucket: 1, Sequence: int64(i*20 + j + 1), Topic: topic,
+				Key: []byte("key-" + strconv.Itoa(j)), Value: []byte("v"), CreatedAt: time.Now()}
+		}
+		if n, err := p.Publish(ctx, msgs); err != nil || n != len(msgs) {
+			return fmt.Errorf("publish to %s: %d of %d acknowledged: %w", topic, n, len(msgs), err)
+		}
+	}
+	return nil
+}
+
+// kafkaACL is the Kafka ACL each MSK IAM action is "equivalent to" in AWS's
+// table (Connect is authentication itself).
+var kafkaACL = map[mskAction]struct {
+	resource  kmsg.ACLResourceType
+	operation kmsg.ACLOperation
+}{
+	writeIdempotently: {kmsg.ACLResourceTypeCluster, kmsg.ACLOperationIdempotentWrite},
+	clusterConfigs:    {kmsg.ACLResourceTypeCluster, kmsg.ACLOperationDescribeConfigs},
+	describeCluster:   {kmsg.ACLResourceTypeCluster, kmsg.ACLOperationDescribe},
+	describeTopic:     {kmsg.ACLResourceTypeTopic, kmsg.ACLOperationDescribe},
+	writeData:         {kmsg.ACLResourceTypeTopic, kmsg.ACLOperationWrite},
+	topicConfigs:      {kmsg.ACLResourceTypeTopic, kmsg.ACLOperationDescribeConfigs},
+	createTopic:       {kmsg.ACLResourceTypeTopic, kmsg.ACLOperationCreate},
+}
+
+// TestMskIamActionsAsKafkaACLs checks the same policy from the other side:
+// kfake enforces Kafka's own authorizer rules, so a user holding exactly the
+// Kafka ACLs equivalent to the policy's actions must be able to do what the
+// functions do, and each ACL must be needed (dropping it makes them fail).
+// Two ACLs are implied in Kafka but not in IAM, so dropping them alone
+// changes nothing in kfake: WRITE on a topic implies DESCRIBE on it (Kafka's
+// ACL implication rules), and since Kafka 2.8 (KIP-679) WRITE on any topic
+// implies IDEMPOTENT_WRITE. MSK IAM implies nothing: AWS's table lists
+// DescribeTopic as required for WriteData, and its "produce data
+// idempotently" use case needs WriteDataIdempotently.
+func TestMskIamActionsAsKafkaACLs(t *testing.T) {
+	tmpl := loadTemplate(t)
+	e, err := newEvaluator(tmpl, map[string]string{"KafkaBootstrapServers": "b:9098", "KafkaAuthMode": "msk-iam", "MskClusterArn": clusterARN})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := e.eval(at(tmpl, "Resources", "KafkaMskIamPolicy", "Properties", "PolicyDocument"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var granted []mskAction
+	for _, s := range at(doc, "Statement").([]any) {
+		kind := map[string]string{clusterARN: "cluster", topicARNs: "topic"}[fmt.Sprint(at(s, "Resource"))]
+		for _, a := range stringList(at(s, "Action")) {
+			if a != connect.Action {
+				granted = append(granted, mskAction{a, kind})
+			}
+		}
+	}
+	acls := func(without mskAction) []kfake.ACL {
+		var out []kfake.ACL
+		for _, a := range granted {
+			if a == without {
+				continue
+			}
+			acl, ok := kafkaACL[a]
+			if !ok {
+				t.Fatalf("no Kafka ACL for %s", a)
+			}
+			name := "*" // every topic of the cluster, as topic/<cluster>/<uuid>/*
+			if acl.resource == kmsg.ACLResourceTypeCluster {
+				name = "kafka-cluster"
+			}
+			out = append(out, kfake.ACL{Resource: acl.resource, Name: name, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: acl.operation, Allow: true})
+		}
+		return out
+	}
+	run := func(t *testing.T, without mskAction) error {
+		k := testenv.Kafka(t, kfake.EnableSASL(), kfake.EnableACLs(),
+			kfake.Superuser("SCRAM-SHA-256", "admin", "admin"),
+			kfake.User("SCRAM-SHA-256", "relay", "relay", acls(without)...))
+		testenv.RequireKfake(t, k)
+		admin, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.SASL(scram.Auth{User: "admin", Pass: "admin"}.AsSha256Mechanism()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := kadm.NewClient(admin).CreateTopics(ctx, 3, -1, nil, "listed", "unlisted"); err != nil {
+			t.Fatal(err)
+		}
+		// A failure ends quickly (an authorization error is final); the
+		// deadline only turns a hang into a failure of the test.
+		return publishLikeTheFunctions(ctx, k.Brokers, "listed", "unlisted",
+			kafka.SASL(scram.Auth{User: "relay", Pass: "relay"}.AsSha256Mechanism()))
+	}
+	t.Run("with every ACL", func(t *testing.T) {
+		if err := run(t, mskAction{}); err != nil {
+			t.Fatalf("the policy's ACLs do not let the functions work: %v", err)
+		}
+	})
+	for _, a := range granted {
+		if a == writeIdempotently || a == describeTopic {
+			continue
+		}
+		t.Run("without "+a.String(), func(t *testing.T) {
+			err := run(t, a)
+			if err == nil {
+				t.Fatalf("the functions work without %s: the policy grants more than needed", a)
+			}
+			t.Logf("fails as it should: %v", err)
+		})
+	}
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestMskActionMapping pins the mapping on hand-built requests, so a wrong
+// entry cannot hide behind what the publisher happens to send.
+func TestMskActionMapping(t *testing.T) {
+	meta := func(topics []kmsg.MetadataRequestTopic, auto bool) kmsg.Request {
+		r := kmsg.NewPtrMetadataRequest()
+		r.Topics, r.AllowAutoTopicCreation = topics, auto
+		return r
+	}
+	describe := func(types ...kmsg.ConfigResourceType) kmsg.Request {
+		r := kmsg.NewPtrDescribeConfigsRequest()
+		for _, typ := range types {
+			res := kmsg.NewDescribeConfigsRequestResource()
+			res.ResourceType = typ
+			r.Resources = append(r.Resources, res)
+		}
+		return r
+	}
+	init := kmsg.NewPtrInitProducerIDRequest()
+	txn := kmsg.NewPtrInitProducerIDRequest()
+	txn.TransactionalID = kmsg.StringPtr("tx")
+	cases := []struct {
+		name string
+		req  kmsg.Request
+		want []mskAction
+	}{
+		{"api versions", kmsg.NewPtrApiVersionsRequest(), nil},
+		{"metadata, no topic (a ping)", meta([]kmsg.MetadataRequestTopic{}, false), nil},
+		{"metadata of a topic", meta([]kmsg.MetadataRequestTopic{kmsg.NewMetadataRequestTopic()}, false), []mskAction{describeTopic}},
+		{"metadata of every topic", meta(nil, false), []mskAction{describeTopic}},
+		{"metadata that creates topics", meta([]kmsg.MetadataRequestTopic{kmsg.NewMetadataRequestTopic()}, true), []mskAction{describeTopic, createTopic}},
+		{"topic configs", describe(kmsg.ConfigResourceTypeTopic), []mskAction{topicConfigs}},
+		{"broker configs", describe(kmsg.ConfigResourceTypeBroker), []mskAction{clusterConfigs}},
+		{"idempotent producer id", init, []mskAction{writeIdempotently}},
+		{"transactional producer id", txn, []mskAction{describeTransaction}},
+		{"describe cluster", kmsg.NewPtrDescribeClusterRequest(), []mskAction{describeCluster}},
+	}
+	for _, c := range cases {
+		got, err := mskActionsFor(c.req)
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("%s: %v %v, want %v", c.name, got, err, c.want)
+		}
+	}
+	if _, err := mskActionsFor(kmsg.NewPtrFetchRequest()); err == nil {
+		t.Error("Fetch mapped without an entry")
+	}
+}

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/cfn"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/store/dynamo"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// responses is a stand-in for the pre-signed S3 URL CloudFormation waits on:
+// it records every request it receives.
+type responses struct {
+	mu   sync.Mutex
+	reqs []received
+}
+
+type received struct {
+	method string
+	body   cfn.Response
+	raw    string
+}
+
+func newResponses(t *testing.T) (*responses, string) {
+	r := &responses{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		b, _ := io.ReadAll(req.Body)
+		var resp cfn.Response
+		if err := json.Unmarshal(b, &resp); err != nil {
+			t.Errorf("response body is not JSON: %v\n%s", err, b)
+		}
+		r.mu.Lock()
+		r.reqs = append(r.reqs, received{method: req.Method, body: resp, raw: string(b)})
+		r.mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	return r, srv.URL + "/cloudformation-custom-resource-response?X-Amz-Signature=abc"
+}
+
+// event reads testdata/<name>.json with its {{placeholders}} filled in.
+func event(t *testing.T, name string, vars map[string]string) cfn.Event {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name + ".json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	for k, v := range vars {
+		s = strings.ReplaceAll(s, "{{"+k+"}}", v)
+	}
+	if i := strings.Index(s, "{{"); i >= 0 {
+		t.Fatalf("testdata/%s.json: placeholder left at %q", name, s[i:min(len(s), i+30)])
+	}
+	var ev cfn.Event
+	if err := json.Unmarshal([]byte(s), &ev); err != nil {
+		t.Fatalf("testdata/%s.json: %v", name, err)
+	}
+	return ev
+}
+
+func readBucketCount(t *testing.T, client *dynamodb.Client, tables dynamo.Tables) int {
+	t.Helper()
+	s, err := dynamo.NewStore(context.Background(), client, tables)
+	if err != nil {
+		t.Fatalf("open the outbox: %v", err)
+	}
+	c, err := s.Config(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.BucketCount
+}
+
+// TestCustomResource sends CloudFormation's requests, as the fixtures in
+// testdata/ spell them, through cfn.LambdaWrap (what the function runs) to
+// DynamoDB Local, and checks the answer the local HTTP server received and
+// the config item left behind.
+func TestCustomResource(t *testing.T) {
+	d := testenv.DynamoDB(t)
+	cases := []struct {
+		name    string
+		stored  int  // the config item's count before; 0: the stack's fresh tables, without one; -1: no tables
+		pending bool // a message is waiting in the outbox
+		fixture string
+		count   string // BucketCount in the request
+		old     string // BucketCount in OldResourceProperties
+		// What CloudFormation must receive, and the count stored after.
+		status      cfn.StatusType
+		reason      []string // substrings of Reason
+		physicalID  string   // "" = outbox-config:<control table>; "request" = the RequestId
+		storedAfter int
+	}{
+		{name: "create writes the config item", stored: 0, fixture: "create", count: "8", status: cfn.StatusSuccess, storedAfter: 8},
+		{name: "create on an outbox that already says so", stored: 8, fixture: "create", count: "8", status: cfn.StatusSuccess, storedAfter: 8},
+		{name: "create on an outbox with another count and messages", stored: 4, pending: true, fixture: "create", count: "8",
+			status: cfn.StatusFailed, reason: []string{"BucketCount stays 4", "asks for 8"}, physicalID: "request", storedAfter: 4},
+		{name: "create without tables", stored: -1, fixture: "create", count: "8",
+			status: cfn.StatusFailed, reason: []string{"ResourceNotFoundException"}, physicalID: "request"},
+		{name: "update that keeps the count", stored: 8, pending: true, fixture: "update", count: "8", old: "8", status: cfn.StatusSuccess, storedAfter: 8},
+		{name: "update grows an empty outbox", stored: 8, fixture: "update", count: "16", old: "8", status: cfn.StatusSuccess, storedAfter: 16},
+		{name: "update refused while messages are pending", stored: 8, pending: true, fixture: "update", count: "16", old: "8",
+			status: cfn.StatusFailed, reason: []string{"BucketCount stays 8", "asks for 16", "from 8 to 16", "pending"}, storedAfter: 8},
+		{
+			// After a refused update CloudFormation rolls back with the
+			// old properties, which the stored item already has.
+			name: "rollback of a refused update", stored: 8, pending: true, fixture: "update", count: "8", old: "16",
+			status: cfn.StatusSuccess, storedAfter: 8,
+		},
+		{name: "update with a bad count", stored: 8, fixture: "update", count: "many", old: "8",
+			status: cfn.StatusFailed, reason: []string{`BucketCount="many"`}, storedAfter: 8},
+		{name: "update with a count out of range", stored: 8, fixture: "update", count: "5000", old: "8",
+			status: cfn.StatusFailed, reason: []string{"BucketCount", "1..4096"}, storedAfter: 8},
+		{name: "delete with messages pending", stored: 8, pending: true, fixture: "delete", count: "8", status: cfn.StatusSuccess, storedAfter: 8},
+		{name: "delete without tables", stored: -1, fixture: "delete", count: "8", status: cfn.StatusSuccess},
+		{name: "delete with a bad count", stored: 8, fixture: "delete", count: "", status: cfn.StatusSuccess, storedAfter: 8},
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			tables := dynamo.Tables{Messages: testenv.Name(t, "m"), Control: testenv.Name(t, "c")}
+			if c.stored >= 0 {
+				// The stack's tables (CreateTables makes the same ones),
+				// without the config item when stored is 0.
+				if err := dynamo.CreateTables(ctx, d.Client, tables, dynamo.BucketCount(max(c.stored, 1))); err != nil {
+					t.Fatal(err)
+				}
+				if c.pending {
+					w, err := dynamo.NewWriter(ctx, d.Client, tables)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := w.Write(ctx, nil, outbox.Message{Topic: "orders", Key: []byte("order-1"), Value: []byte("{}")}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if c.stored == 0 {
+					if _, err := d.Client.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &tables.Control,
+						Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "config"}, "sk": &types.AttributeValueMemberS{Value: "config"}}}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			got, url := newResponses(t)
+			ev := event(t, c.fixture, map[string]string{
+				"ResponseURL": url, "MessagesTable": tables.Messages, "ControlTable": tables.Control,
+				"BucketCount": c.count, "OldBucketCount": c.old,
+			})
+			if _, err := cfn.LambdaWrap(NewHandler(d.Client, log).Handle)(ctx, ev); err != nil {
+				t.Fatalf("the response was not delivered: %v", err)
+			}
+			if len(got.reqs) != 1 {
+				t.Fatalf("the response URL got %d requests, want 1", len(got.reqs))
+			}
+			r := got.reqs[0]
+			if r.method != http.MethodPut {
+				t.Errorf("method %s, want PUT", r.method)
+			}
+			if r.body.Status != c.status {
+				t.Errorf("Status %s (Reason %q), want %s", r.body.Status, r.body.Reason, c.status)
+			}
+			if r.body.Status == cfn.StatusFailed {
+				t.Logf("Reason: %s", r.body.Reason)
+			}
+			for _, want := range c.reason {
+				if !strings.Contains(r.body.Reason, want) {
+					t.Errorf("Reason %q does not say %q", r.body.Reason, want)
+				}
+			}
+			if c.status == cfn.StatusSuccess && r.body.Reason != "" {
+				t.Errorf("Reason %q on success", r.body.Reason)
+			}
+			wantID := "outbox-config:" + tables.Control
+			if c.physicalID == "request" {
+				wantID = ev.RequestID
+			}
+			if r.body.PhysicalResourceID != wantID {
+				t.Errorf("PhysicalResourceId %q, want %q", r.body.PhysicalResourceID, wantID)
+			}
+			if r.body.RequestID != ev.RequestID || r.body.StackID != ev.StackID || r.body.LogicalResourceID != ev.LogicalResourceID {
+				t.Errorf("the response does not echo the request's ids: %s", r.raw)
+			}
+			if len(r.raw) > 4096 {
+				t.Errorf("the response is %d bytes; CloudFormation accepts 4096", len(r.raw))
+			}
+			if c.storedAfter > 0 {
+				if n := readBucketCount(t, d.Client, tables); n != c.storedAfter {
+					t.Errorf("the config item says %d buckets, want %d", n, c.storedAfter)
+				}
+			}
+		})
+	}
+}
+
+func TestPropertiesNameEveryProblem(t *testing.T) {
+	_, _, err := properties(map[string]any{"BucketCount": 2.5})
+	for _, want := range []string{"MessagesTable is required", "ControlTable is required", "BucketCount=2.5"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want it to say %q", err, want)
+		}
+	}
+	tables, n, err := properties(map[string]any{"MessagesTable": "m", "ControlTable": "c", "BucketCount": " 12 "})
+	if err != nil || n != 12 || tables != (dynamo.Tables{Messages: "m", Control: "c"}) {
+		t.Errorf("properties = %+v %d %v", tables, n, err)
+	}
+}
+
+func TestTruncateKeepsRunes(t *testing.T) {
+	s := strings.Repeat("é", 10) // 20 bytes
+	if got := truncate(s, 5); got != "éé…" {
+		t.Errorf("truncate = %q", got)
+	}
+	if got := truncate("short", 10); got != "short" {
+		t.Errorf("truncate = %q", got)
+	}
+}

@@ -1,0 +1,221 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/sequence"
+)
+
+// storedConfig reads the config item, failing the test when it cannot.
+func storedConfig(t *testing.T, client getItemAPI, tables Tables) outbox.Config {
+	t.Helper()
+	c, err := readConfig(ctxT(t), client, tables.Control)
+	if err != nil {
+		t.Fatalf("read config: %v", err)
+	}
+	return c
+}
+
+func deleteConfig(t *testing.T, e *env) {
+	t.Helper()
+	if _, err := e.d.Client.DeleteItem(ctxT(t), &dynamodb.DeleteItemInput{TableName: str(e.tables.Control), Key: controlKey(configPK, configSK)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func message(bucket int, seq int64) outbox.Message {
+	return outbox.Message{ID: outbox.NewID(), Bucket: bucket, Sequence: seq, Topic: "orders", Key: []byte("k"), Value: []byte("v"), CreatedAt: time.Now()}
+}
+
+// setCleaned writes bucket's lease item as a relay leaves it after a drain:
+// no owner, head and cleaned at seq.
+func setCleaned(t *testing.T, e *env, bucket int, seq int64) {
+	t.Helper()
+	item := leaseKey(bucket)
+	item[attrHead], item[attrCleaned], item[attrVersion] = numAttr(seq), numAttr(seq), numAttr(outbox.FormatVersion)
+	if _, err := e.d.Client.PutItem(ctxT(t), &dynamodb.PutItemInput{TableName: str(e.tables.Control), Item: item}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reserve moves bucket's sequence counter to n, as writers reserving
+// numbers do.
+func reserve(t *testing.T, e *env, bucket int, n int64) {
+	t.Helper()
+	ctr, err := sequence.NewCounter(e.d.Client, e.tables.Control)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctr.Reserve(ctxT(t), bucket, int(n)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fence(t *testing.T, e *env, bucket int, seqs ...int64) {
+	t.Helper()
+	for _, s := range seqs {
+		if err := putFence(ctxT(t), e.d.Client, e.tables.Messages, bucket, s, time.Now(), DefaultFenceTTL); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestSetBucketCount(t *testing.T) {
+	cases := []struct {
+		name      string
+		stored    int                        // 0: no config item
+		setup     func(t *testing.T, e *env) // the outbox's contents
+		requested int
+		// want: the count stored afterwards; refused: the bucket a
+		// *BucketCountChangeError names (-1 for none).
+		want, refused int
+	}{
+		{name: "creates the config item", stored: 0, requested: 8, want: 8, refused: -1},
+		{name: "same count", stored: 8, requested: 8, want: 8, refused: -1},
+		{name: "same count with messages pending", stored: 8, requested: 8, want: 8, refused: -1,
+			setup: func(t *testing.T, e *env) { e.mustPut(t, message(3, 1)) }},
+		{name: "grows an empty outbox", stored: 8, requested: 16, want: 16, refused: -1},
+		{name: "shrinks an empty outbox", stored: 16, requested: 4, want: 4, refused: -1},
+		{
+			// Counters ran ahead of heads and fences fill the gap: counter
+			// minus head would say pending, but nothing is to publish.
+			name: "fences and drained buckets are empty", stored: 8, requested: 16, want: 16, refused: -1,
+			setup: func(t *testing.T, e *env) {
+				setCleaned(t, e, 2, 40)
+				fence(t, e, 2, 41, 42, 43)
+				reserve(t, e, 2, 43)
+				fence(t, e, 6, 1)
+				reserve(t, e, 6, 1)
+			},
+		},
+		{name: "a pending message", stored: 8, requested: 16, want: 8, refused: 5,
+			setup: func(t *testing.T, e *env) { e.mustPut(t, message(5, 1), message(5, 2)) }},
+		{name: "the lowest of several buckets", stored: 8, requested: 2, want: 8, refused: 1,
+			setup: func(t *testing.T, e *env) { e.mustPut(t, message(7, 1), message(1, 4), message(4, 9)) }},
+		{name: "a message after the cleaned mark", stored: 8, requested: 16, want: 8, refused: 2,
+			setup: func(t *testing.T, e *env) {
+				setCleaned(t, e, 2, 40)
+				e.mustPut(t, message(2, 41))
+			}},
+		{name: "a message behind many fences", stored: 8, requested: 16, want: 8, refused: 3,
+			setup: func(t *testing.T, e *env) {
+				seqs := make([]int64, 150)
+				for i := range seqs {
+					seqs[i] = int64(i + 1)
+				}
+				fence(t, e, 3, seqs...)
+				e.mustPut(t, message(3, 151))
+			}},
+		{name: "a stray message beyond both counts", stored: 8, requested: 4, want: 8, refused: 20,
+			setup: func(t *testing.T, e *env) { e.mustPut(t, message(20, 1)) }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, max(c.stored, 1))
+			if c.stored == 0 {
+				deleteConfig(t, e)
+			}
+			if c.setup != nil {
+				c.setup(t, e)
+			}
+			prev, err := SetBucketCount(ctxT(t), e.d.Client, e.tables, c.requested)
+			if prev != c.stored {
+				t.Errorf("previous = %d, want %d", prev, c.stored)
+			}
+			var ce *BucketCountChangeError
+			switch {
+			case c.refused < 0 && err != nil:
+				t.Fatalf("SetBucketCount(%d): %v", c.requested, err)
+			case c.refused >= 0 && !errors.As(err, &ce):
+				t.Fatalf("SetBucketCount(%d) = %v, want a *BucketCountChangeError", c.requested, err)
+			case c.refused >= 0:
+				if ce.Bucket != c.refused || ce.Stored != c.stored || ce.Requested != c.requested || ce.Pending < 1 {
+					t.Errorf("error %+v, want bucket %d, %d -> %d", ce, c.refused, c.stored, c.requested)
+				}
+				for _, want := range []string{fmt.Sprintf("from %d to %d", c.stored, c.requested), fmt.Sprintf("bucket %d ", c.refused)} {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("error %q does not say %q", err, want)
+					}
+				}
+			}
+			got := storedConfig(t, e.d.Client, e.tables)
+			if got.BucketCount != c.want || got.FormatVersion != outbox.FormatVersion {
+				t.Errorf("config item %+v, want bucket count %d, format %d", got, c.want, outbox.FormatVersion)
+			}
+			// What a relay of the resulting count opens.
+			if _, err := NewStore(ctxT(t), e.d.Client, e.tables, BucketCount(c.want)); err != nil {
+				t.Errorf("NewStore with BucketCount %d: %v", c.want, err)
+			}
+		})
+	}
+}
+
+func (e *env) mustPut(t *testing.T, msgs ...outbox.Message) {
+	t.Helper()
+	for _, m := range msgs {
+		if err := e.put(ctxT(t), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestSetBucketCountRefusesBadInput(t *testing.T) {
+	d, tables := newTables(t, BucketCount(8))
+	for _, n := range []int{0, -1, outbox.MaxBucketCount + 1} {
+		var oe *outbox.OptionError
+		if _, err := SetBucketCount(ctxT(t), d.Client, tables, n); !errors.As(err, &oe) || oe.Option != "BucketCount" {
+			t.Errorf("SetBucketCount(%d) = %v, want an OptionError for BucketCount", n, err)
+		}
+	}
+	if _, err := SetBucketCount(ctxT(t), d.Client, Tables{Messages: tables.Messages}, 8); err == nil {
+		t.Error("no control table name accepted")
+	}
+	// A control table that does not exist is an error, not a reason to
+	// write somewhere.
+	missing := Tables{Messages: tables.Messages, Control: tables.Control + "-missing"}
+	var nf *types.ResourceNotFoundException
+	if _, err := SetBucketCount(ctxT(t), d.Client, missing, 8); !errors.As(err, &nf) {
+		t.Errorf("SetBucketCount on a missing table = %v, want ResourceNotFoundException", err)
+	}
+}
+
+// racingClient changes the config item to 32 buckets just before the first
+// UpdateItem, as another deployment tool would between the check and the
+// write.
+type racingClient struct {
+	StoreAPI
+	tables Tables
+	raced  bool
+}
+
+func (c *racingClient) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if !c.raced {
+		c.raced = true
+		item := controlKey(configPK, configSK)
+		item[attrBuckets], item[attrVersion] = numAttr(32), numAttr(outbox.FormatVersion)
+		if _, err := c.StoreAPI.PutItem(ctx, &dynamodb.PutItemInput{TableName: str(c.tables.Control), Item: item}); err != nil {
+			return nil, err
+		}
+	}
+	return c.StoreAPI.UpdateItem(ctx, in, o...)
+}
+
+func TestSetBucketCountIsConditional(t *testing.T) {
+	e := newEnv(t, 8)
+	_, err := SetBucketCount(ctxT(t), &racingClient{StoreAPI: e.d.Client, tables: e.tables}, e.tables, 16)
+	if err == nil || !strings.Contains(err.Error(), "changed while BucketCount was being changed from 8 to 16") {
+		t.Fatalf("err = %v, want the concurrent change reported", err)
+	}
+	if got := storedConfig(t, e.d.Client, e.tables); got.BucketCount != 32 {
+		t.Fatalf("bucket count %d, want the concurrent writer's 32 kept", got.BucketCount)
+	}
+}
