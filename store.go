@@ -131,9 +131,14 @@ type BucketProbe interface {
 	// ReadLease returns the bucket's lease as stored, read consistently (a
 	// Lease with only Bucket set when there is none yet).
 	ReadLease(ctx context.Context, bucket int) (Lease, error)
-	// Peek reads at most limit items of bucket with sequence > after and
-	// returns how many of them are messages (fences are not counted) and the
-	// creation time of the first message (zero when none).
+	// Peek counts the messages of bucket with sequence > after, up to
+	// limit, and returns that count and the creation time of the first of
+	// them (zero when none). Fences, and any other item marked as a fence,
+	// are skipped without counting toward limit, however many come before
+	// the first message: a bucket with a message above after is never
+	// reported empty. An undecodable item counts as a message (the relay
+	// must park it). Implementations bound each read they make, not the
+	// number of fences skipped, and document how.
 	Peek(ctx context.Context, bucket int, after int64, limit int) (pending int, oldest time.Time, err error)
 }
 

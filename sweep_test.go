@@ -145,3 +145,33 @@ func TestConcurrentSweepersNeverOverlapOnABucket(t *testing.T) {
 		}
 	}
 }
+
+// Issue 8 item 2: a bucket whose first items above the cleaned mark are
+// fences (two failed 99-message writes) with one message behind them must be
+// seen and drained by the sweeper; its stream hint was lost.
+func TestSweepSeesAMessageBehindManyFences(t *testing.T) {
+	s := memory.New(4)
+	ctx := ctxFor(t, 10*time.Second)
+	const fences = 2 * 99
+	for seq := int64(1); seq <= fences; seq++ {
+		if err := s.Fence(ctx, 3, seq, base); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fill(t, s, 3, fences+1)
+	p := &recorder{}
+	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
+	rep, err := r.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(rep.Ready) != "[3]" || fmt.Sprint(rep.Drained) != "[3]" || rep.Pending != 1 {
+		t.Fatalf("report = %+v; want bucket 3 ready and drained with 1 pending", rep)
+	}
+	if got := fmt.Sprint(p.seqs(3)); got != fmt.Sprint([]int64{fences + 1}) {
+		t.Fatalf("published %s, want [%d]", got, fences+1)
+	}
+	if s.Count(3) != 0 {
+		t.Fatalf("%d messages left in bucket 3", s.Count(3))
+	}
+}

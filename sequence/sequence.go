@@ -100,3 +100,39 @@ func lastReserved(attrs map[string]types.AttributeValue) (int64, error) {
 	}
 	return last, nil
 }
+
+// ReadAPI is the part of the DynamoDB client Last uses.
+type ReadAPI interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+}
+
+// Last returns the last sequence number reserved in bucket (0 when none has
+// been), read consistently from the counter item in controlTable: one GetItem.
+// Status tools use it with a bucket's head to count what is pending; writers
+// never need it.
+func Last(ctx context.Context, client ReadAPI, controlTable string, bucket int) (int64, error) {
+	if bucket < 0 || bucket >= outbox.MaxBucketCount {
+		return 0, fmt.Errorf("sequence: read bucket %d: bucket must be 0..%d", bucket, outbox.MaxBucketCount-1)
+	}
+	out, err := client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(controlTable),
+		Key: map[string]types.AttributeValue{
+			"pk": &types.AttributeValueMemberS{Value: PartitionKey(bucket)},
+			"sk": &types.AttributeValueMemberS{Value: SortKey},
+		},
+		ProjectionExpression:     aws.String("#n"),
+		ExpressionAttributeNames: map[string]string{"#n": "n"},
+		ConsistentRead:           aws.Bool(true),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sequence: read the counter of bucket %d in table %s: %w", bucket, controlTable, err)
+	}
+	if len(out.Item) == 0 {
+		return 0, nil
+	}
+	last, err := lastReserved(out.Item)
+	if err != nil {
+		return 0, fmt.Errorf("sequence: read the counter of bucket %d in table %s: %w", bucket, controlTable, err)
+	}
+	return last, nil
+}

@@ -20,6 +20,14 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 func newCounter(t *testing.T) *sequence.Counter {
 	t.Helper()
+	c, _, _ := newTables(t)
+	return c
+}
+
+// newTables creates a fresh outbox and returns a counter over it, the
+// client and the control table's name.
+func newTables(t *testing.T) (*sequence.Counter, *dynamodb.Client, string) {
+	t.Helper()
 	d := testenv.DynamoDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -31,7 +39,7 @@ func newCounter(t *testing.T) *sequence.Counter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return c, d.Client, tables.Control
 }
 
 func TestReserveRanges(t *testing.T) {
@@ -150,5 +158,37 @@ func TestNewCounterRequiresClientAndTable(t *testing.T) {
 func TestPartitionKey(t *testing.T) {
 	if got := sequence.PartitionKey(12); got != "bucket#12" {
 		t.Fatalf("PartitionKey(12) = %q", got)
+	}
+}
+
+func TestLastReadsWhatReserveTook(t *testing.T) {
+	c, client, control := newTables(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, step := range []struct {
+		bucket, reserve int
+		want            int64
+	}{
+		{3, 0, 0}, // never reserved: 0, not an error
+		{3, 4, 4},
+		{3, 2, 6},
+		{1, 0, 0}, // buckets are independent
+		{1, 1, 1},
+	} {
+		if step.reserve > 0 {
+			if _, err := c.Reserve(ctx, step.bucket, step.reserve); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := sequence.Last(ctx, client, control, step.bucket)
+		if err != nil || got != step.want {
+			t.Fatalf("Last(bucket %d) after reserving %d = %d, %v; want %d", step.bucket, step.reserve, got, err, step.want)
+		}
+	}
+	if _, err := sequence.Last(ctx, client, control, -1); err == nil {
+		t.Fatal("Last of bucket -1: no error")
+	}
+	if _, err := sequence.Last(ctx, client, testenv.Name(t, "missing"), 0); err == nil {
+		t.Fatal("Last on a missing table: no error")
 	}
 }

@@ -49,6 +49,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("DeleteSparesFences", func(t *testing.T) { testDelete(t, h) })
 	t.Run("Heartbeats", func(t *testing.T) { testHeartbeats(t, h) })
 	t.Run("Peek", func(t *testing.T) { testPeek(t, h) })
+	t.Run("PeekBeyondFences", func(t *testing.T) { testPeekBeyondFences(t, h) })
 	t.Run("Park", func(t *testing.T) { testPark(t, h) })
 }
 
@@ -446,8 +447,8 @@ func testPeek(t *testing.T, h Harness) {
 	if err != nil || n != 3 || !oldest.Equal(msg(1, 2).CreatedAt) {
 		t.Fatalf("Peek = %d %v %v, want 3 %v", n, oldest, err, msg(1, 2).CreatedAt)
 	}
-	if n, _, err := p.Peek(ctx, 1, 0, 2); err != nil || n != 1 {
-		t.Fatalf("Peek limit 2 over a fence and 3 messages = %d %v, want 1 (the limit counts items read)", n, err)
+	if n, _, err := p.Peek(ctx, 1, 0, 2); err != nil || n != 2 {
+		t.Fatalf("Peek limit 2 over a fence and 3 messages = %d %v, want 2 (the limit counts messages, not fences)", n, err)
 	}
 	if n, _, err := p.Peek(ctx, 1, 4, 10); err != nil || n != 0 {
 		t.Fatalf("Peek above the last = %d %v", n, err)
@@ -462,6 +463,54 @@ func testPeek(t *testing.T, h Harness) {
 	l, err = p.ReadLease(ctx, 1)
 	if err != nil || l.Owner != "a" || l.Head != 3 || l.Cleaned != 2 || !l.Expires.Equal(t0.Add(lease)) {
 		t.Fatalf("ReadLease = %+v, %v", l, err)
+	}
+}
+
+// testPeekBeyondFences: fences must not hide the messages behind them. Two
+// failed 99-message writes leave 198 fences above the cleaned mark; the one
+// message committed after them must still be seen, whatever the limit.
+func testPeekBeyondFences(t *testing.T, h Harness) {
+	ctx, s := ctxT(t), h.New(t, 4)
+	p, ok := s.(outbox.BucketProbe)
+	if !ok {
+		t.Skip("store does not implement outbox.BucketProbe")
+	}
+	const fences = 2 * 99
+	for seq := int64(1); seq <= fences; seq++ {
+		if err := s.Fence(ctx, 2, seq, t0); err != nil {
+			t.Fatalf("fence %d: %v", seq, err)
+		}
+	}
+	if n, oldest, err := p.Peek(ctx, 2, 0, 100); err != nil || n != 0 || !oldest.IsZero() {
+		t.Fatalf("fences only: Peek = %d %v %v, want 0 and no oldest", n, oldest, err)
+	}
+	put(t, h, s, msg(2, fences+1))
+	for _, limit := range []int{1, 100} {
+		n, oldest, err := p.Peek(ctx, 2, 0, limit)
+		if err != nil || n != 1 || !oldest.Equal(msg(2, fences+1).CreatedAt) {
+			t.Fatalf("Peek limit %d over %d fences and one message = %d %v %v, want 1 %v", limit, fences, n, oldest, err, msg(2, fences+1).CreatedAt)
+		}
+	}
+	// More messages than the limit behind the fences: the limit counts
+	// messages only.
+	var more []outbox.Message
+	for seq := int64(fences + 2); seq <= fences+6; seq++ {
+		more = append(more, msg(2, seq))
+	}
+	put(t, h, s, more...)
+	if n, _, err := p.Peek(ctx, 2, 0, 4); err != nil || n != 4 {
+		t.Fatalf("Peek limit 4 over %d fences and 6 messages = %d %v, want 4", fences, n, err)
+	}
+	if n, _, err := p.Peek(ctx, 2, 0, 100); err != nil || n != 6 {
+		t.Fatalf("Peek limit 100 over %d fences and 6 messages = %d %v, want 6", fences, n, err)
+	}
+	// A fence among messages is skipped too; after restricts the range.
+	if err := s.Fence(ctx, 2, fences+7, t0); err != nil {
+		t.Fatal(err)
+	}
+	put(t, h, s, msg(2, fences+8))
+	if n, oldest, err := p.Peek(ctx, 2, fences+3, 100); err != nil || n != 4 || !oldest.Equal(msg(2, fences+4).CreatedAt) {
+		t.Fatalf("Peek after %d = %d %v %v, want 4 from %v", fences+3, n, oldest, err, msg(2, fences+4).CreatedAt)
 	}
 }
 

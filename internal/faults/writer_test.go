@@ -39,8 +39,10 @@ func TestWriterAfterInjectedFaults(t *testing.T) {
 		committed  bool
 		fenced     bool // the reserved sequence number was released
 	}{
-		{"response lost once, SDK retries", faults.Policy{ResponseLost: 1, Limit: 1}, true, faults.ResponseLost, 1, nil, true, false},
-		{"response lost once, Writer retries", faults.Policy{ResponseLost: 1, Limit: 1}, false, faults.ResponseLost, 1, nil, true, false},
+		// The Writer switches the client's retryer off for its calls, so it
+		// retries in both cases.
+		{"response lost once, client with a retryer", faults.Policy{ResponseLost: 1, Limit: 1}, true, faults.ResponseLost, 1, nil, true, false},
+		{"response lost once, client without", faults.Policy{ResponseLost: 1, Limit: 1}, false, faults.ResponseLost, 1, nil, true, false},
 		{"response lost every time", faults.Policy{ResponseLost: 1}, false, faults.ResponseLost, 2, outbox.ErrOutcomeUnknown, true, false},
 		{"throttled every time", faults.Policy{Throttle: 1}, false, faults.Throttle, 2, outbox.ErrThrottled, false, true},
 		{"throttling every time", faults.Policy{Throttling: 1}, false, faults.Throttling, 2, outbox.ErrThrottled, false, true},
@@ -116,7 +118,7 @@ func messagesOf(t *testing.T, table, id string) (msgs, newFences int) {
 }
 
 // TestLostReservationLeavesAGap: the sequence counter's UpdateItem (ADD) is
-// not idempotent. When its response is lost, the SDK's retry reserves again
+// not idempotent. When its response is lost, the Writer's retry reserves again
 // and the first number is never written: a gap that relays wait out
 // (GapTimeout) and fence. Nothing is lost; the bucket stalls for a while.
 func TestLostReservationLeavesAGap(t *testing.T) {

@@ -40,7 +40,28 @@
 // reported failed. If a relay fenced a reserved number first (the writer
 // took longer than the relay's gap timeout), the put's condition fails and
 // Write takes new numbers and resubmits. Every failure that certainly wrote
-// nothing releases the reserved numbers at once by fencing them.
+// nothing releases the reserved numbers at once by fencing them. The Writer
+// is the one layer that retries these calls (the client's retryer is off for
+// them): MaxAttempts is the number of requests on the wire.
+//
+// # Your items
+//
+// Put, Update, UpdateIfVersion, Check and Delete build the items a service
+// passes to Writer.Write with the SDK's expression builder (package
+// github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression) and
+// attributevalue, so that no expression string or placeholder is written by
+// hand. Items and keys are Go values marshalled with
+// attributevalue.MarshalMap — a struct with dynamodbav tags or a
+// map[string]any — or a map[string]types.AttributeValue, used as it is.
+// Conditions given together must all hold. A failed condition returns the
+// item as it was (ReturnValuesOnConditionCheckFailure ALL_OLD): after
+// outbox.ErrConditionFailed, TransactionError.CallerReasons()[i].Item is
+// what made your item i fail, for example with its current version. They
+// send nothing; what they cannot build is an *OperationError naming the
+// part to fix.
+//
+// The common case, "update my order if its version is still v, and enqueue
+// this event", is UpdateIfVersion plus Write (see the Writer.Write example).
 //
 // # Leases
 //

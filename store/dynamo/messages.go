@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -28,21 +29,23 @@ func (s *Store) Pending(ctx context.Context, bucket int, after int64, limit int)
 	if limit < 1 || limit > maxQueryLimit {
 		return nil, false, fmt.Errorf("dynamo: pending of bucket %d: limit %d is outside 1..%d", bucket, limit, maxQueryLimit)
 	}
+	e, err := buildExpr("pending", expression.NewBuilder().WithKeyCondition(bucketAfter(bucket, after)))
+	if err != nil {
+		return nil, false, err
+	}
 	want := limit + 1
 	entries := make([]outbox.Entry, 0, min(want, 1024))
 	var start map[string]types.AttributeValue
 	for {
 		out, err := s.client.Query(ctx, &dynamodb.QueryInput{
-			TableName:                str(s.tables.Messages),
-			KeyConditionExpression:   str("#b = :b AND #s > :after"),
-			ExpressionAttributeNames: names(attrBucket, attrSeq),
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":b": numAttr(int64(bucket)), ":after": numAttr(after),
-			},
-			ConsistentRead:    new(true),
-			ScanIndexForward:  new(true),
-			Limit:             new(int32(want - len(entries))),
-			ExclusiveStartKey: start,
+			TableName:                 str(s.tables.Messages),
+			KeyConditionExpression:    e.KeyCondition(),
+			ExpressionAttributeNames:  e.Names(),
+			ExpressionAttributeValues: e.Values(),
+			ConsistentRead:            new(true),
+			ScanIndexForward:          new(true),
+			Limit:                     new(int32(want - len(entries))),
+			ExclusiveStartKey:         start,
 		})
 		if err != nil {
 			return nil, false, fmt.Errorf("dynamo: read bucket %d after %d: %w", bucket, after, err)
@@ -170,6 +173,7 @@ func putFence(ctx context.Context, client putItemAPI, table string, bucket int, 
 	if bucket < 0 || seq < 1 {
 		return fmt.Errorf("dynamo: fence bucket %d sequence %d: bucket must be >= 0 and sequence >= 1", bucket, seq)
 	}
+	// A constant condition (expr.go): only if the position is free.
 	_, err := client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                str(table),
 		Item:                     fenceItem(bucket, seq, now, expiresAt(now, ttl)),
@@ -186,9 +190,28 @@ func putFence(ctx context.Context, client putItemAPI, table string, bucket int, 
 	}
 }
 
-// Peek implements outbox.BucketProbe: a consistent Query of at most limit
-// items of bucket after after (projecting only s, c and f), counting the
-// messages among them.
+// peekMaxPage caps the items one Peek Query evaluates once fences were
+// seen: about 40 KB of fences (~10 consistent RCU) per call.
+const peekMaxPage = 1000
+
+// Peek implements outbox.BucketProbe: consistent, ascending Queries of
+// b = bucket AND s > after (projecting s and c) with a filter that drops
+// every item whose fence flag is true, paged on LastEvaluatedKey until limit
+// messages are counted or the bucket ends. Fences therefore never use up
+// the limit, however many come before the first message. An item with a
+// malformed fence flag is not a fence (the relay parks it), so it counts.
+//
+// How the reads stay bounded: a Query's Limit caps the items it evaluates,
+// fences included, and DynamoDB caps each page at 1 MB. The first page
+// evaluates limit items; after a page that held fences the next one
+// evaluates twice as many (up to peekMaxPage, and never fewer than the
+// messages still wanted). So F fences ahead of the
+// messages cost about log2(peekMaxPage/limit) + F/peekMaxPage calls, and at
+// most peekMaxPage messages are read beyond limit (they are not counted).
+// F itself is bounded: fences above the cleaned mark are only those no relay
+// has drained since they were written (a drain moves head and the cleaned
+// mark over fences), and every fence expires after FenceTTL. The context
+// bounds the time.
 func (s *Store) Peek(ctx context.Context, bucket int, after int64, limit int) (int, time.Time, error) {
 	if bucket < 0 {
 		return 0, time.Time{}, fmt.Errorf("dynamo: peek bucket %d: bucket is negative", bucket)
@@ -197,46 +220,50 @@ func (s *Store) Peek(ctx context.Context, bucket int, after int64, limit int) (i
 		return 0, time.Time{}, fmt.Errorf("dynamo: peek bucket %d: limit %d is outside 1..%d", bucket, limit, maxQueryLimit)
 	}
 	var (
-		read, pending int
-		oldest        time.Time
-		start         map[string]types.AttributeValue
+		pending int
+		oldest  time.Time
+		start   map[string]types.AttributeValue
+		page    = limit
 	)
-	for read < limit {
+	for {
 		out, err := s.client.Query(ctx, &dynamodb.QueryInput{
 			TableName:                str(s.tables.Messages),
 			KeyConditionExpression:   str("#b = :b AND #s > :after"),
-			ProjectionExpression:     str("#s, #c, #f"),
+			FilterExpression:         str("attribute_not_exists(#f) OR #f <> :fence"),
+			ProjectionExpression:     str("#s, #c"),
 			ExpressionAttributeNames: names(attrBucket, attrSeq, attrFence, attrCreated),
 			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":b": numAttr(int64(bucket)), ":after": numAttr(after),
+				":b": numAttr(int64(bucket)), ":after": numAttr(after), ":fence": &types.AttributeValueMemberBOOL{Value: true},
 			},
 			ConsistentRead:    new(true),
-			Limit:             new(int32(limit - read)),
+			ScanIndexForward:  new(true),
+			Limit:             new(int32(page)),
 			ExclusiveStartKey: start,
 		})
 		if err != nil {
 			return 0, time.Time{}, fmt.Errorf("dynamo: peek bucket %d after %d: %w", bucket, after, err)
 		}
-		read += len(out.Items)
-		for _, item := range out.Items {
-			if _, fence := item[attrFence]; fence {
-				continue
+		if pending == 0 && len(out.Items) > 0 {
+			// An undecodable creation time leaves oldest zero; the
+			// message still counts.
+			if c, err := intAttr(out.Items[0], attrCreated, true); err == nil {
+				oldest = time.UnixMilli(c)
 			}
-			if pending == 0 {
-				// An undecodable creation time leaves oldest zero; the
-				// message still counts.
-				if c, err := intAttr(item, attrCreated, true); err == nil {
-					oldest = time.UnixMilli(c)
-				}
-			}
-			pending++
+		}
+		pending += len(out.Items)
+		if pending >= limit {
+			return limit, oldest, nil
 		}
 		if len(out.LastEvaluatedKey) == 0 {
-			break
+			return pending, oldest, nil
 		}
 		start = out.LastEvaluatedKey
+		prev := page
+		page = limit - pending
+		if out.ScannedCount > out.Count {
+			page = max(page, min(2*prev, peekMaxPage))
+		}
 	}
-	return pending, oldest, nil
 }
 
 // ReadLease implements outbox.BucketProbe: a consistent GetItem of the

@@ -17,6 +17,8 @@ type settings struct {
 	idHeader          string
 	maxAttempts       int
 	clock             outbox.Clock
+	// jitter draws a backoff delay below its argument (tests fix it).
+	jitter func(time.Duration) time.Duration
 }
 
 func defaultSettings() settings {
@@ -27,6 +29,7 @@ func defaultSettings() settings {
 		idHeader:          outbox.DefaultMessageIDHeader,
 		maxAttempts:       DefaultMaxAttempts,
 		clock:             outbox.SystemClock,
+		jitter:            fullJitter,
 	}
 }
 
@@ -36,8 +39,8 @@ const DefaultFenceTTL = 7 * 24 * time.Hour
 // MinFenceTTL is the shortest FenceTTL accepted.
 const MinFenceTTL = time.Hour
 
-// DefaultMaxAttempts is the default number of TransactWriteItems calls one
-// Writer.Write makes at most.
+// DefaultMaxAttempts is the default of MaxAttempts: a Write sends its
+// transaction, and each counter update and fence put, at most 6 times.
 const DefaultMaxAttempts = 6
 
 // TablesOption configures CreateTables.
@@ -117,12 +120,26 @@ func MessageIDHeader(name string) WriterOption {
 	return writerOption(func(s *settings) { s.idHeader = name })
 }
 
-// MaxAttempts is the most TransactWriteItems calls one Write makes, counting
-// the first: retries of a lost or failed response (same client request
-// token), of a transaction conflict or throttling, and resubmissions with
-// new sequence numbers after a relay fenced the reserved ones all use it up.
-// Each call may itself be retried by the SDK client's retryer. Default
-// DefaultMaxAttempts (6); 1..20.
+// MaxAttempts is the most requests the Writer sends for each call it makes,
+// counting the first; it is the number of requests on the wire. The Writer
+// is the only layer that retries them: it switches the client's retryer off
+// for these calls (whatever RetryMaxAttempts, RetryMode or Retryer the
+// client has), and waits between attempts with full-jitter exponential
+// backoff, longer after throttling (25 ms doubling up to 2 s; throttled:
+// 100 ms doubling up to 5 s).
+//
+//   - TransactWriteItems: one Write sends at most MaxAttempts. Retries of a
+//     lost or failed response (same client request token, identical items),
+//     of a conflict or of throttling, and resubmissions with new sequence
+//     numbers after a relay fenced the reserved ones (a new token, sent at
+//     once without backoff) all count.
+//   - The counter UpdateItem that reserves a bucket's numbers, and each
+//     fence PutItem that releases an unused number: at most MaxAttempts
+//     each, retried after throttling, server errors, lost responses and
+//     conflicts.
+//
+// NewWriter's reads of the config item and the messages table are left to
+// the client's retryer. Default DefaultMaxAttempts (6); 1..20.
 func MaxAttempts(n int) WriterOption {
 	return writerOption(func(s *settings) { s.maxAttempts = n })
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/uuid"
@@ -68,19 +69,29 @@ func (s *Store) Park(ctx context.Context, l outbox.Lease, p outbox.Parked, now t
 	dead[attrParkedAt] = numAttr(millis(now))
 	delete(dead, attrTTL)
 
+	// The lease holder at head p.Sequence-1 advances it past the parked item.
+	advance, err := buildExpr("park", expression.NewBuilder().
+		WithCondition(expression.And(
+			expression.Name(attrOwner).Equal(expression.Value(l.Owner)),
+			expression.Name(attrExpires).GreaterThan(expression.Value(millis(now))),
+			expression.Name(attrHead).Equal(expression.Value(p.Sequence-1)))).
+		WithUpdate(expression.Set(expression.Name(attrHead), expression.Value(p.Sequence))))
+	if err != nil {
+		return outbox.Lease{}, err
+	}
 	_, err = s.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
 		ClientRequestToken: str(uuid.NewString()),
 		TransactItems: []types.TransactWriteItem{
 			{Update: &types.Update{
-				TableName:                str(s.tables.Control),
-				Key:                      leaseKey(p.Bucket),
-				ConditionExpression:      str("#o = :me AND #e > :now AND #hd = :prev"),
-				UpdateExpression:         str("SET #hd = :seq"),
-				ExpressionAttributeNames: names(attrOwner, attrExpires, attrHead),
-				ExpressionAttributeValues: map[string]types.AttributeValue{
-					":me": strAttr(l.Owner), ":now": numAttr(millis(now)), ":prev": numAttr(p.Sequence - 1), ":seq": numAttr(p.Sequence),
-				},
+				TableName:                 str(s.tables.Control),
+				Key:                       leaseKey(p.Bucket),
+				ConditionExpression:       advance.Condition(),
+				UpdateExpression:          advance.Update(),
+				ExpressionAttributeNames:  advance.Names(),
+				ExpressionAttributeValues: advance.Values(),
 			}},
+			// Constant conditions (expr.go): a message, not a fence; a
+			// dead-letter position not yet taken.
 			{Delete: &types.Delete{
 				TableName:                str(s.tables.Messages),
 				Key:                      messageKey(p.Bucket, p.Sequence),
@@ -133,6 +144,11 @@ type ParkedItem struct {
 // ListParked returns bucket's dead-letter records, oldest sequence first
 // (at most limit; 0 means all).
 func (s *Store) ListParked(ctx context.Context, bucket int, limit int) ([]ParkedItem, error) {
+	e, err := buildExpr("list parked", expression.NewBuilder().
+		WithKeyCondition(expression.Key(attrPK).Equal(expression.Value(parkedPK(bucket)))))
+	if err != nil {
+		return nil, err
+	}
 	var (
 		out   []ParkedItem
 		start map[string]types.AttributeValue
@@ -140,9 +156,9 @@ func (s *Store) ListParked(ctx context.Context, bucket int, limit int) ([]Parked
 	for {
 		q := &dynamodb.QueryInput{
 			TableName:                 str(s.tables.Control),
-			KeyConditionExpression:    str("#pk = :pk"),
-			ExpressionAttributeNames:  names(attrPK),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": strAttr(parkedPK(bucket))},
+			KeyConditionExpression:    e.KeyCondition(),
+			ExpressionAttributeNames:  e.Names(),
+			ExpressionAttributeValues: e.Values(),
 			ConsistentRead:            new(true),
 			ExclusiveStartKey:         start,
 		}
@@ -158,6 +174,56 @@ func (s *Store) ListParked(ctx context.Context, bucket int, limit int) ([]Parked
 		}
 		if len(res.LastEvaluatedKey) == 0 || limit > 0 && len(out) >= limit {
 			return out, nil
+		}
+		start = res.LastEvaluatedKey
+	}
+}
+
+// GetParked returns the dead-letter record at bucket/seq (a consistent
+// GetItem), or an error matching ErrNotParked when there is none.
+func (s *Store) GetParked(ctx context.Context, bucket int, seq int64) (ParkedItem, error) {
+	pi, _, err := s.getParked(ctx, bucket, seq)
+	return pi, err
+}
+
+// getParked is GetParked that also returns the record as stored.
+func (s *Store) getParked(ctx context.Context, bucket int, seq int64) (ParkedItem, map[string]types.AttributeValue, error) {
+	got, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: str(s.tables.Control), Key: controlKey(parkedPK(bucket), parkedSK(seq)), ConsistentRead: new(true),
+	})
+	if err != nil {
+		return ParkedItem{}, nil, fmt.Errorf("dynamo: read parked bucket %d sequence %d: %w", bucket, seq, err)
+	}
+	if got.Item == nil {
+		return ParkedItem{}, nil, fmt.Errorf("read parked bucket %d sequence %d: %w", bucket, seq, ErrNotParked)
+	}
+	return decodeParked(bucket, got.Item), got.Item, nil
+}
+
+// CountParked returns how many dead-letter records bucket has: a consistent
+// Query of the bucket's dead-letter partition with Select COUNT, so nothing
+// but the count crosses the wire (the read capacity is that of the records).
+func (s *Store) CountParked(ctx context.Context, bucket int) (int, error) {
+	var (
+		n     int
+		start map[string]types.AttributeValue
+	)
+	for {
+		res, err := s.client.Query(ctx, &dynamodb.QueryInput{
+			TableName:                 str(s.tables.Control),
+			KeyConditionExpression:    str("#pk = :pk"),
+			ExpressionAttributeNames:  names(attrPK),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": strAttr(parkedPK(bucket))},
+			Select:                    types.SelectCount,
+			ConsistentRead:            new(true),
+			ExclusiveStartKey:         start,
+		})
+		if err != nil {
+			return 0, fmt.Errorf("dynamo: count parked of bucket %d: %w", bucket, err)
+		}
+		n += int(res.Count)
+		if len(res.LastEvaluatedKey) == 0 {
+			return n, nil
 		}
 		start = res.LastEvaluatedKey
 	}
@@ -191,33 +257,37 @@ var ErrNotParked = errors.New("dynamo: no parked message at that bucket and sequ
 
 // ReplayParked re-enqueues the parked message at bucket/seq at the bucket's
 // tail — a fresh sequence number, its original message id — and removes the
-// dead-letter record, in one transaction. replacement, when not nil,
-// replaces the stored message (a repaired payload); it must carry the same
-// ID, topic and bucket-determining key or partition, and is validated like a
-// write. It returns the message as re-enqueued.
+// dead-letter record, in one transaction. It returns the message as
+// re-enqueued.
+//
+// replacement, when not nil, replaces the stored message (a repaired
+// payload). A replay repairs the message, it does not make a new one, so
+// the replacement keeps the parked message's identity:
+//   - ID: empty takes the parked message's id; another id is refused
+//     (consumers deduplicate by it). When the parked item is undecodable
+//     and its id cannot be read as a UUID, the replacement must carry one
+//     (the id consumers know the message by, or outbox.NewID()).
+//   - Topic: empty takes the parked message's topic; another topic is
+//     refused (the message's consumers and its key's order are on its
+//     topic; to publish elsewhere, write a new message). When the parked
+//     item's topic cannot be read, the replacement must name one.
+//   - Key or partition: must put it in the same bucket.
+//   - CreatedAt: zero takes the parked message's (now, when unreadable).
+//
+// The replacement is then validated like a write. Every refusal is a
+// *outbox.ValidationError naming the field, and nothing is written.
 //
 // Replaying moves the message behind everything enqueued since; consumers
 // see it after them (docs/failures.md).
 func (s *Store) ReplayParked(ctx context.Context, bucket int, seq int64, replacement *outbox.Message) (outbox.Message, error) {
-	got, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: str(s.tables.Control), Key: controlKey(parkedPK(bucket), parkedSK(seq)), ConsistentRead: new(true),
-	})
+	pi, raw, err := s.getParked(ctx, bucket, seq)
 	if err != nil {
-		return outbox.Message{}, fmt.Errorf("dynamo: replay bucket %d sequence %d: %w", bucket, seq, err)
+		return outbox.Message{}, fmt.Errorf("replay: %w", err)
 	}
-	if got.Item == nil {
-		return outbox.Message{}, fmt.Errorf("replay bucket %d sequence %d: %w", bucket, seq, ErrNotParked)
-	}
-	pi := decodeParked(bucket, got.Item)
 	m := pi.Message
 	if replacement != nil {
-		r := *replacement
-		if pi.Err == nil && r.ID != m.ID {
-			return outbox.Message{}, &outbox.ValidationError{Index: -1, Field: "ID", Reason: fmt.Sprintf("a replacement must keep the message id %s", m.ID)}
-		}
-		m = r
-		if m.CreatedAt.IsZero() {
-			m.CreatedAt = pi.Message.CreatedAt
+		if m, err = s.replacing(pi, raw, *replacement); err != nil {
+			return outbox.Message{}, err
 		}
 	} else if pi.Err != nil {
 		return outbox.Message{}, fmt.Errorf("dynamo: replay bucket %d sequence %d: the parked item cannot be decoded (%v); give a replacement message", bucket, seq, pi.Err)
@@ -245,27 +315,14 @@ func (s *Store) ReplayParked(ctx context.Context, bucket int, seq int64, replace
 		return outbox.Message{}, fmt.Errorf("dynamo: replay bucket %d sequence %d: reserve: %w", bucket, seq, err)
 	}
 	m.Bucket, m.Sequence = bucket, first
-	_, err = s.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
-		ClientRequestToken: str(uuid.NewString()),
-		TransactItems: []types.TransactWriteItem{
-			{Put: &types.Put{
-				TableName: str(s.tables.Messages), Item: messageItem(m),
-				ConditionExpression: str("attribute_not_exists(#s)"), ExpressionAttributeNames: names(attrSeq),
-			}},
-			{Delete: &types.Delete{
-				TableName: str(s.tables.Control), Key: controlKey(parkedPK(bucket), parkedSK(seq)),
-				ConditionExpression: str("attribute_exists(#pk)"), ExpressionAttributeNames: names(attrPK),
-			}},
-			// Defence in depth: a message at or below head would be taken
-			// for a leftover and deleted unpublished.
-			{ConditionCheck: &types.ConditionCheck{
-				TableName: str(s.tables.Control), Key: leaseKey(bucket),
-				ConditionExpression:       str("attribute_not_exists(#hd) OR #hd < :seq"),
-				ExpressionAttributeNames:  names(attrHead),
-				ExpressionAttributeValues: map[string]types.AttributeValue{":seq": numAttr(first)},
-			}},
-		},
-	})
+	// Defence in depth: a message at or below head would be taken for a
+	// leftover and deleted unpublished.
+	aboveHead, err := buildExpr("replay", expression.NewBuilder().WithCondition(expression.Or(
+		expression.AttributeNotExists(expression.Name(attrHead)),
+		expression.Name(attrHead).LessThan(expression.Value(first)))))
+	if err == nil {
+		_, err = s.client.TransactWriteItems(ctx, s.replayInput(m, bucket, seq, aboveHead))
+	}
 	if err != nil {
 		// The reserved number is abandoned; fence it so no relay waits.
 		_ = putFence(ctx, s.client, s.tables.Messages, bucket, first, time.Now(), s.cfg.fenceTTL)
@@ -274,11 +331,89 @@ func (s *Store) ReplayParked(ctx context.Context, bucket int, seq int64, replace
 	return m, nil
 }
 
+// replacing checks replacement r against the parked item pi (raw as
+// stored) and fills its empty ID, Topic and CreatedAt from it (see
+// ReplayParked).
+func (s *Store) replacing(pi ParkedItem, raw map[string]types.AttributeValue, r outbox.Message) (outbox.Message, error) {
+	refuse := func(field, format string, args ...any) (outbox.Message, error) {
+		return outbox.Message{}, &outbox.ValidationError{Index: -1, Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
+	// The parked message's identity, as far as it can be read: an
+	// undecodable item may still hold a well-formed id and topic.
+	id, topic, created := pi.Message.ID, pi.Message.Topic, pi.Message.CreatedAt
+	if pi.Err != nil {
+		id, topic = stringOf(raw[attrID]), stringOf(raw[attrTopic])
+		if !canonicalUUID(id) {
+			id = ""
+		}
+		if outbox.ValidateTopic(topic) != nil {
+			topic = ""
+		}
+	}
+	switch {
+	case r.ID == "" && id == "":
+		return refuse("ID", "the parked item's message id cannot be read (%v); give the replacement the id consumers know the message by, or a new one from outbox.NewID()", pi.Err)
+	case r.ID == "":
+		r.ID = id
+	case id != "" && r.ID != id:
+		return refuse("ID", "the replacement has id %s, the parked message %s; a replay must keep the message id, which consumers deduplicate by", r.ID, id)
+	case id == "" && !canonicalUUID(r.ID):
+		return refuse("ID", "%q is not a UUID in canonical form (36 characters); use outbox.NewID()", r.ID)
+	}
+	switch {
+	case r.Topic == "" && topic == "":
+		return refuse("Topic", "the parked item's topic cannot be read (%v); give the replacement its topic", pi.Err)
+	case r.Topic == "":
+		r.Topic = topic
+	case topic != "" && r.Topic != topic:
+		return refuse("Topic", "the replacement is for topic %q, the parked message for %q; a replay repairs the message on its own topic, "+
+			"where its consumers and its key's order are (to publish to another topic, write a new message)", r.Topic, topic)
+	}
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = created
+	}
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = s.cfg.clock.Now()
+	}
+	if r.CreatedAt.UnixMilli() < 0 {
+		return refuse("CreatedAt", "%v is before 1970; Kafka timestamps cannot be negative (leave it zero to keep the parked message's)", r.CreatedAt)
+	}
+	r.CreatedAt = time.UnixMilli(r.CreatedAt.UnixMilli())
+	return r, nil
+}
+
+// replayInput moves the parked message at bucket/seq to m's position, if
+// aboveHead holds.
+func (s *Store) replayInput(m outbox.Message, bucket int, seq int64, aboveHead expression.Expression) *dynamodb.TransactWriteItemsInput {
+	return &dynamodb.TransactWriteItemsInput{
+		ClientRequestToken: str(uuid.NewString()),
+		TransactItems: []types.TransactWriteItem{
+			// Constant conditions (expr.go): the new position is free, the
+			// dead letter is still there.
+			{Put: &types.Put{
+				TableName: str(s.tables.Messages), Item: messageItem(m),
+				ConditionExpression: str("attribute_not_exists(#s)"), ExpressionAttributeNames: names(attrSeq),
+			}},
+			{Delete: &types.Delete{
+				TableName: str(s.tables.Control), Key: controlKey(parkedPK(bucket), parkedSK(seq)),
+				ConditionExpression: str("attribute_exists(#pk)"), ExpressionAttributeNames: names(attrPK),
+			}},
+			{ConditionCheck: &types.ConditionCheck{
+				TableName: str(s.tables.Control), Key: leaseKey(bucket),
+				ConditionExpression:       aboveHead.Condition(),
+				ExpressionAttributeNames:  aboveHead.Names(),
+				ExpressionAttributeValues: aboveHead.Values(),
+			}},
+		},
+	}
+}
+
 // DropParked deletes the dead-letter record at bucket/seq for good (an
 // operator's decision; the relay never drops anything).
 func (s *Store) DropParked(ctx context.Context, bucket int, seq int64) error {
 	_, err := s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName: str(s.tables.Control), Key: controlKey(parkedPK(bucket), parkedSK(seq)),
+		// A constant condition (expr.go): tells a missing record apart.
 		ConditionExpression: str("attribute_exists(#pk)"), ExpressionAttributeNames: names(attrPK),
 	})
 	var ccf *types.ConditionalCheckFailedException

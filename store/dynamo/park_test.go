@@ -135,14 +135,7 @@ func TestParkKeepsAnUndecodableItemExactly(t *testing.T) {
 		attrBucket: numAttr(0), attrSeq: numAttr(1), attrVersion: numAttr(1),
 		attrID: strAttr("not-a-uuid"), attrTopic: &types.AttributeValueMemberN{Value: "42"}, "extra": strAttr("kept"),
 	}
-	putRaw(t, e, bad)
-	l, err := e.store.Acquire(ctx, 0, "r", time.Now(), 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.store.Park(ctx, l, outbox.Parked{Bucket: 0, Sequence: 1, Reason: "cannot decode"}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	parkRaw(t, e, bad)
 	parked, err := e.store.ListParked(ctx, 0, 0)
 	if err != nil || len(parked) != 1 || parked[0].Err == nil {
 		t.Fatalf("parked %+v %v; want one undecodable record", parked, err)
@@ -159,5 +152,137 @@ func TestParkKeepsAnUndecodableItemExactly(t *testing.T) {
 	}
 	if tp, ok := got.Item[attrTopic].(*types.AttributeValueMemberN); !ok || tp.Value != "42" {
 		t.Fatalf("the malformed topic attribute changed: %v", got.Item[attrTopic])
+	}
+}
+
+// parkRaw stores item (bucket 0, sequence 1) as it is and parks it.
+func parkRaw(t *testing.T, e *env, item map[string]types.AttributeValue) {
+	t.Helper()
+	ctx := ctxT(t)
+	c, err := sequence.NewCounter(e.d.Client, e.tables.Control)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Reserve(ctx, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	putRaw(t, e, item)
+	l, err := e.store.Acquire(ctx, 0, "r", time.Now(), 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Park(ctx, l, outbox.Parked{Bucket: 0, Sequence: 1, Reason: "cannot decode"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A replacement keeps the parked message's identity: its id (consumers
+// deduplicate by it) and its topic. Empty fields take the parked message's;
+// a different topic or id, or an id that is not a UUID, is refused with a
+// *outbox.ValidationError naming the field, and nothing is stored.
+func TestReplayReplacementChecks(t *testing.T) {
+	const validID = "0190b2a4-7c1e-7d3a-9f00-0123456789ab"
+	decodable := testMsg(1, "k", "broken")
+	decodable.ID = validID
+	// Undecodable items: a malformed header blob, with the id and topic
+	// readable; and one whose id and topic attributes are unusable.
+	readable := messageItem(outbox.Message{ID: validID, Bucket: 0, Sequence: 1, Topic: "orders", Key: []byte("k"), CreatedAt: t0})
+	readable[attrHeaders] = &types.AttributeValueMemberB{Value: []byte{9, 9, 9}}
+	unreadable := map[string]types.AttributeValue{
+		attrBucket: numAttr(0), attrSeq: numAttr(1), attrVersion: numAttr(1),
+		attrID: strAttr("not-a-uuid"), attrTopic: &types.AttributeValueMemberN{Value: "42"}, attrKey: &types.AttributeValueMemberB{Value: []byte("k")},
+	}
+	fix := func(id, topic string) *outbox.Message {
+		return &outbox.Message{ID: id, Topic: topic, Key: []byte("k"), Value: []byte("repaired")}
+	}
+	cases := []struct {
+		name        string
+		parked      map[string]types.AttributeValue // nil: the decodable message
+		replacement *outbox.Message
+		field       string // the refused field; "" for accepted
+		id, topic   string // as replayed
+	}{
+		{"same id and topic", nil, fix(validID, "orders"), "", validID, "orders"},
+		{"empty id and topic keep the parked ones", nil, fix("", ""), "", validID, "orders"},
+		{"another topic", nil, fix(validID, "payments"), "Topic", "", ""},
+		{"another id", nil, fix(outbox.NewID(), "orders"), "ID", "", ""},
+		{"undecodable, readable id and topic kept", readable, fix("", ""), "", validID, "orders"},
+		{"undecodable, another topic", readable, fix("", "payments"), "Topic", "", ""},
+		{"undecodable, another id", readable, fix(outbox.NewID(), "orders"), "ID", "", ""},
+		{"undecodable without an id, empty id", unreadable, fix("", "orders"), "ID", "", ""},
+		{"undecodable without an id, invalid id", unreadable, fix("not-a-uuid", "orders"), "ID", "", ""},
+		{"undecodable without an id, a new id", unreadable, fix(validID, "orders"), "", validID, "orders"},
+		{"undecodable without a topic, none given", unreadable, fix(validID, ""), "Topic", "", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, 1)
+			ctx := ctxT(t)
+			if c.parked == nil {
+				parkSetup(t, e, []outbox.Message{decodable}, 1, "INVALID_RECORD")
+			} else {
+				parkRaw(t, e, c.parked)
+			}
+			got, err := e.store.ReplayParked(ctx, 0, 1, c.replacement)
+			if c.field != "" {
+				var ve *outbox.ValidationError
+				if !errors.As(err, &ve) || ve.Field != c.field || ve.Reason == "" {
+					t.Fatalf("ReplayParked = %+v, %v; want a *ValidationError about %s", got, err, c.field)
+				}
+				// Nothing stored, nothing reserved, the dead letter kept.
+				if entries, _, err := e.store.Pending(ctx, 0, 0, 10); err != nil || len(entries) != 0 {
+					t.Fatalf("after a refused replay the bucket holds %+v (%v)", entries, err)
+				}
+				if n, _ := intAttr(e.getItem(t, e.tables.Control, controlKey(sequence.PartitionKey(0), sequence.SortKey)), "n", false); n != 1 {
+					t.Errorf("counter at %d after a refused replay, want 1", n)
+				}
+				if left, err := e.store.ListParked(ctx, 0, 0); err != nil || len(left) != 1 {
+					t.Fatalf("dead letters after a refused replay: %+v, %v", left, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ReplayParked: %v", err)
+			}
+			entries, _, err := e.store.Pending(ctx, 0, 0, 10)
+			if err != nil || len(entries) != 1 || entries[0].Err != nil {
+				t.Fatalf("pending after replay: %+v, %v", entries, err)
+			}
+			stored := entries[0].Message
+			if stored.ID != c.id || stored.Topic != c.topic || string(stored.Value) != "repaired" || stored.CreatedAt.UnixMilli() <= 0 {
+				t.Fatalf("stored %+v, want id %s topic %s value repaired and a creation time", stored, c.id, c.topic)
+			}
+			if got.ID != stored.ID || got.Topic != stored.Topic || got.Sequence != entries[0].Sequence {
+				t.Errorf("returned %+v, stored %+v", got, stored)
+			}
+		})
+	}
+}
+
+func TestGetAndCountParked(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := ctxT(t)
+	if n, err := e.store.CountParked(ctx, 0); err != nil || n != 0 {
+		t.Fatalf("CountParked of an empty bucket = %d, %v", n, err)
+	}
+	m1, m2, m3 := testMsg(1, "k", "one"), testMsg(2, "k", "two"), testMsg(3, "k", "three")
+	l := parkSetup(t, e, []outbox.Message{m1, m2, m3}, 1, "INVALID_RECORD")
+	if _, err := e.store.Park(ctx, l, outbox.Parked{Bucket: 0, Sequence: 2, Reason: "again"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		bucket int
+		want   int
+	}{{0, 2}, {1, 0}} {
+		if n, err := e.store.CountParked(ctx, tc.bucket); err != nil || n != tc.want {
+			t.Fatalf("CountParked(%d) = %d, %v; want %d", tc.bucket, n, err, tc.want)
+		}
+	}
+	p, err := e.store.GetParked(ctx, 0, 2)
+	if err != nil || p.Sequence != 2 || p.Message.ID != m2.ID || string(p.Message.Value) != "two" || p.Reason != "again" {
+		t.Fatalf("GetParked(0, 2) = %+v, %v", p, err)
+	}
+	if _, err := e.store.GetParked(ctx, 0, 3); !errors.Is(err, ErrNotParked) {
+		t.Fatalf("GetParked of a message that is not parked: %v, want ErrNotParked", err)
 	}
 }

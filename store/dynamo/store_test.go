@@ -492,3 +492,60 @@ func TestExpiresAtFollowsTheLaterClock(t *testing.T) {
 		})
 	}
 }
+
+// Peek skips any number of fences without letting them use up its limit,
+// in pages that grow, so a long run of fences costs few calls.
+func TestPeekSkipsFencesInGrowingPages(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := ctxT(t)
+	const fences = 3000
+	var reqs []types.WriteRequest
+	for seq := int64(1); seq <= fences; seq++ {
+		reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: fenceItem(0, seq, t0, t0.Add(DefaultFenceTTL))}})
+	}
+	for len(reqs) > 0 {
+		n := min(len(reqs), batchWriteMax)
+		out, err := e.d.Client.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{e.tables.Messages: reqs[:n]}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs[n:], out.UnprocessedItems[e.tables.Messages]...)
+	}
+	m := outbox.Message{ID: outbox.NewID(), Sequence: fences + 1, Topic: "t", CreatedAt: t0.Add(time.Second)}
+	putRaw(t, e, messageItem(m))
+	h := &hookClient{}
+	s := e.hooked(t, h)
+	n, oldest, err := s.Peek(ctx, 0, 0, 1)
+	if err != nil || n != 1 || !oldest.Equal(m.CreatedAt) {
+		t.Fatalf("Peek = %d %v %v, want 1 %v", n, oldest, err, m.CreatedAt)
+	}
+	// Pages of 1, 2, 4, ..., 512 items, then of peekMaxPage: 10 calls for
+	// the first 1023 fences, 2 for the other 1977, 1 that finds the message.
+	if q := h.queries.Load(); q > 13 {
+		t.Fatalf("%d Query calls to skip %d fences; the pages do not grow", q, fences)
+	}
+}
+
+// An item whose fence flag is not the boolean true is not a fence: the relay
+// parks it as undecodable, so the probe must report it as work.
+func TestPeekCountsMalformedFenceFlags(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := ctxT(t)
+	putRaw(t, e, fenceItem(0, 1, t0, t0.Add(DefaultFenceTTL)))
+	for seq, flag := range map[int64]types.AttributeValue{
+		2: &types.AttributeValueMemberBOOL{Value: false},
+		3: strAttr("true"),
+	} {
+		item := fenceItem(0, seq, t0, t0.Add(DefaultFenceTTL))
+		item[attrFence] = flag
+		putRaw(t, e, item)
+	}
+	n, _, err := e.store.Peek(ctx, 0, 0, 10)
+	if err != nil || n != 2 {
+		t.Fatalf("Peek = %d %v, want 2 (the two malformed flags, not the fence)", n, err)
+	}
+	got, _, err := e.store.Pending(ctx, 0, 0, 10)
+	if err != nil || len(got) != 3 || got[1].Err == nil || got[2].Err == nil {
+		t.Fatalf("Pending = %+v %v; want the malformed flags as undecodable entries", got, err)
+	}
+}

@@ -41,6 +41,60 @@ type (
 // created (or the table name is wrong).
 var ErrNoConfig = errors.New("dynamo: the control table has no outbox config item; create the outbox with dynamo.CreateTables, or check the control table name")
 
+// TableError reports an outbox table that cannot be used as configured: it
+// does not exist in the client's account and region, or it has another key
+// schema. NewWriter returns it at start, before anything is written. For the
+// control table it also matches ErrNoConfig.
+type TableError struct {
+	Option string // "Tables.Messages" or "Tables.Control"
+	Table  string
+	Reason string // what is wrong and what to fix
+	Err    error  // DynamoDB's answer
+}
+
+func (e *TableError) Error() string {
+	return fmt.Sprintf("dynamo: %s %q: %s: %v", e.Option, e.Table, e.Reason, e.Err)
+}
+
+func (e *TableError) Unwrap() error { return e.Err }
+
+// Is reports a missing control table as ErrNoConfig too: there is no config
+// item without it.
+func (e *TableError) Is(target error) bool {
+	return target == ErrNoConfig && e.Option == "Tables.Control"
+}
+
+// missingTable is the *TableError for a table that DynamoDB does not know.
+func missingTable(option, table string, err error) *TableError {
+	return &TableError{Option: option, Table: table, Err: err,
+		Reason: "the table does not exist in this client's account and region; create the outbox with dynamo.CreateTables " +
+			"(or deploy its tables), or correct the table name and the client's region"}
+}
+
+// neverKey is a messages-table key that no item ever has: buckets are never
+// negative and sequence numbers start at 1.
+func neverKey() map[string]types.AttributeValue { return messageKey(-1, 0) }
+
+// checkMessagesTable reads neverKey from the messages table: one
+// eventually consistent GetItem (half a read unit) that tells a missing
+// table, or a table with another key schema, from a usable one before a
+// writer reserves sequence numbers for messages it could never store.
+func checkMessagesTable(ctx context.Context, client getItemAPI, table string) error {
+	_, err := client.GetItem(ctx, &dynamodb.GetItemInput{TableName: str(table), Key: neverKey()})
+	var notFound *types.ResourceNotFoundException
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &notFound):
+		return missingTable("Tables.Messages", table, err)
+	case apiCode(err) == "ValidationException":
+		return &TableError{Option: "Tables.Messages", Table: table, Err: err,
+			Reason: fmt.Sprintf("the table's key is not the messages table's (%s N, %s N); are Tables.Messages and Tables.Control swapped?", attrBucket, attrSeq)}
+	default:
+		return fmt.Errorf("dynamo: check the messages table %s (a writer needs dynamodb:GetItem on it): %w", table, err)
+	}
+}
+
 // tableWait bounds how long CreateTables waits for a table to become ACTIVE.
 const tableWait = 5 * time.Minute
 
@@ -206,6 +260,7 @@ func putConfig(ctx context.Context, client AdminAPI, table string, bucketCount i
 	item := controlKey(configPK, configSK)
 	item[attrBuckets] = numAttr(int64(bucketCount))
 	item[attrVersion] = numAttr(outbox.FormatVersion)
+	// A constant condition (expr.go): never overwrite a stored config.
 	_, err := client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                           str(table),
 		Item:                                item,
@@ -236,7 +291,7 @@ func readConfig(ctx context.Context, client getItemAPI, table string) (outbox.Co
 	})
 	var notFound *types.ResourceNotFoundException
 	if errors.As(err, &notFound) {
-		return outbox.Config{}, fmt.Errorf("%w (table %s does not exist): %w", ErrNoConfig, table, err)
+		return outbox.Config{}, missingTable("Tables.Control", table, err)
 	}
 	if err != nil {
 		return outbox.Config{}, fmt.Errorf("dynamo: read the config item from %s: %w", table, err)

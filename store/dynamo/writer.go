@@ -43,23 +43,42 @@ type Result struct {
 }
 
 // NewWriter returns a Writer for the outbox in tables. It reads the config
-// item for the bucket count. Options: BucketCount (checked against the
+// item for the bucket count and checks that the messages table exists (a
+// GetItem of a key no item has), so a wrong table name or region fails here,
+// with a *TableError naming the table (both tables', when both are missing),
+// and not on the first Write. Options: BucketCount (checked against the
 // config item), MaxMessageBytes, MessageIDHeader, MaxAttempts, FenceTTL,
 // WithClock.
+//
+// The writer's IAM permissions: dynamodb:GetItem on both tables (config
+// item, this check), dynamodb:UpdateItem on the control table (sequence
+// counters), dynamodb:PutItem on the messages table (messages, and fences
+// that release numbers a failed write reserved), and what its transactions
+// need on your own tables (PutItem, UpdateItem, DeleteItem,
+// ConditionCheckItem).
 func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...WriterOption) (*Writer, error) {
 	s := defaultSettings()
 	for _, o := range opts {
 		o.applyWriter(&s)
 	}
 	stored, err := openOutbox(ctx, client, tables, &s)
+	var te *TableError
+	if errors.As(err, &te) {
+		// Say everything that is missing at once.
+		return nil, errors.Join(err, checkMessagesTable(ctx, client, tables.Messages))
+	}
 	if err != nil {
 		return nil, err
 	}
-	counter, err := sequence.NewCounter(client, tables.Control)
-	if err != nil {
+	if err := checkMessagesTable(ctx, client, tables.Messages); err != nil {
 		return nil, err
 	}
-	return &Writer{client: client, tables: tables, cfg: s, bucketCount: stored.BucketCount, counter: counter}, nil
+	w := &Writer{client: client, tables: tables, cfg: s, bucketCount: stored.BucketCount}
+	// The counter's UpdateItem goes through the Writer's one retry layer.
+	if w.counter, err = sequence.NewCounter(writerCalls{w}, tables.Control); err != nil {
+		return nil, err
+	}
+	return w, nil
 }
 
 // BucketCount returns the outbox's bucket count, as read from its config
@@ -82,15 +101,19 @@ func (w *Writer) BucketCount() int { return w.bucketCount }
 // immediately before committing, which makes sequence order equal commit
 // order for writers that serialize on the aggregate (see package sequence).
 //
-// Retries, within MaxAttempts calls: a lost or failed response (timeout,
-// network error, server error, a transaction with the same token in
-// progress, whole-request throttling) is retried with the same client
-// request token and identical items, so a transaction that did commit is
-// reported committed, once (DynamoDB honours a token for 10 minutes, far
-// longer than the retries take); a conflict or throttled cancellation is retried
-// after a backoff; if relays fenced the reserved sequence numbers (the
-// writer took longer than their gap timeout), new numbers are reserved and
-// the transaction resubmitted with a new token.
+// Retries: Write is the one layer that retries its DynamoDB calls (the
+// client's retryer is switched off for them), and MaxAttempts bounds the
+// requests it sends for the transaction (see MaxAttempts for the counter
+// and fence calls). A lost or failed response (timeout, network error,
+// server error, a transaction with the same token in progress,
+// whole-request throttling) is retried with the same client request token
+// and identical items, so a transaction that did commit is reported
+// committed, once (DynamoDB honours a token for 10 minutes, far longer than
+// the retries take); a conflict or throttled cancellation is retried after
+// a backoff (a longer one after throttling); if relays fenced the reserved
+// sequence numbers (the writer took longer than their gap timeout), new
+// numbers are reserved and the transaction resubmitted at once with a new
+// token, which counts as an attempt.
 //
 // Errors are *TransactionError matching, with errors.Is:
 //   - outbox.ErrConditionFailed: a condition on one of your items failed
@@ -124,13 +147,20 @@ func (w *Writer) prepare(items []types.TransactWriteItem, msgs []outbox.Message)
 			"%d items (%d yours + %d messages); DynamoDB allows at most %d in one transaction: split the write",
 			total, len(items), len(msgs), MaxTransactionItems)}
 	}
+	for i, it := range items {
+		if it.Put == nil && it.Update == nil && it.Delete == nil && it.ConditionCheck == nil {
+			// Typically an item whose constructor's error was dropped.
+			return nil, &outbox.ValidationError{Index: -1, Field: fmt.Sprintf("items[%d]", i), Reason: "no Put, Update, Delete or ConditionCheck is set; " +
+				"build it with dynamo.Put, Update, UpdateIfVersion, Check or Delete and check their error"}
+		}
+	}
 	now := w.cfg.clock.Now()
 	out := make([]outbox.Message, len(msgs))
 	size := 0
 	for i, m := range msgs {
 		if m.ID == "" {
 			m.ID = outbox.NewID()
-		} else if _, err := uuid.Parse(m.ID); err != nil || len(m.ID) != 36 {
+		} else if !canonicalUUID(m.ID) {
 			return nil, &outbox.ValidationError{Index: i, Field: "ID", Reason: fmt.Sprintf(
 				"%q is not a UUID in canonical form (36 characters); leave ID empty to get a UUID v7", m.ID)}
 		}
@@ -171,6 +201,13 @@ func (w *Writer) prepare(items []types.TransactWriteItem, msgs []outbox.Message)
 			size, MaxTransactionBytes)}
 	}
 	return out, nil
+}
+
+// canonicalUUID reports whether id is a UUID in its canonical 36-character
+// form, the only message id form the outbox stores.
+func canonicalUUID(id string) bool {
+	_, err := uuid.Parse(id)
+	return err == nil && len(id) == 36
 }
 
 func itemTooLarge(i int, m outbox.Message, n int) error {
@@ -222,12 +259,6 @@ type txn struct {
 	reserved []reservation
 }
 
-// Backoff between attempts.
-const (
-	retryBase = 25 * time.Millisecond
-	retryMax  = 2 * time.Second
-)
-
 func (t *txn) run(ctx context.Context) (Result, error) {
 	maxAttempts := t.w.cfg.maxAttempts
 	if err := t.reserve(ctx); err != nil {
@@ -247,7 +278,7 @@ func (t *txn) run(ctx context.Context) (Result, error) {
 			return Result{}, &TransactionError{Cause: ctx.Err(), CallerItems: len(t.items), ReleaseErr: t.release(ctx),
 				Fix: "the context ended before the transaction was sent; nothing was written"}
 		}
-		_, err := t.w.client.TransactWriteItems(ctx, in)
+		_, err := t.w.client.TransactWriteItems(ctx, in, withoutClientRetries)
 		if err == nil {
 			return Result{Messages: t.msgs}, nil
 		}
@@ -287,7 +318,7 @@ func (t *txn) run(ctx context.Context) (Result, error) {
 			retry = attempt < maxAttempts
 		}
 		if retry && ctx.Err() == nil {
-			if sleep(ctx, backoff(attempt-1, retryBase, retryMax)) == nil {
+			if t.w.pause(ctx, attempt, c.outcome == outThrottled) == nil {
 				continue
 			}
 		}
@@ -358,6 +389,8 @@ func (t *txn) input() *dynamodb.TransactWriteItemsInput {
 	all := make([]types.TransactWriteItem, 0, len(t.items)+len(t.msgs))
 	all = append(all, t.items...)
 	for _, m := range t.msgs {
+		// A constant condition (expr.go), on every message: the reserved
+		// position is free (a relay may have fenced it).
 		all = append(all, types.TransactWriteItem{Put: &types.Put{
 			TableName:                           str(t.w.tables.Messages),
 			Item:                                messageItem(m),
@@ -404,7 +437,7 @@ func (t *txn) release(ctx context.Context) error {
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				err := putFence(ctx, t.w.client, t.w.tables.Messages, r.bucket, seq, now, t.w.cfg.fenceTTL)
+				err := putFence(ctx, writerCalls{t.w}, t.w.tables.Messages, r.bucket, seq, now, t.w.cfg.fenceTTL)
 				if err != nil && !errors.Is(err, outbox.ErrAlreadyWritten) {
 					mu.Lock()
 					errs = append(errs, err)

@@ -274,6 +274,80 @@ func TestNewWriterBucketCount(t *testing.T) {
 	}
 }
 
+// NewWriter fails at start, naming the table, when a table is missing or is
+// not a messages table; before, a writer without its messages table bumped a
+// sequence counter and tried to write a fence on its first Write.
+func TestNewWriterChecksTables(t *testing.T) {
+	w := newWriterEnv(t, 2)
+	ctx := ctxT(t)
+	missing := testenv.Name(t, "missing")
+	cases := []struct {
+		name   string
+		tables Tables
+		want   []string // the Option of each *TableError, in order; none: NewWriter succeeds
+		reason string   // a word the (first) error's reason must hold
+	}{
+		{"both present", w.tables, nil, ""},
+		{"missing messages table", Tables{Messages: missing, Control: w.tables.Control}, []string{"Tables.Messages"}, "does not exist"},
+		{"missing control table", Tables{Messages: w.tables.Messages, Control: missing}, []string{"Tables.Control"}, "does not exist"},
+		{"both missing", Tables{Messages: missing, Control: missing + "-ctl"}, []string{"Tables.Control", "Tables.Messages"}, "does not exist"},
+		{"messages table with another key", Tables{Messages: w.business, Control: w.tables.Control}, []string{"Tables.Messages"}, "swapped"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := w.counter(t, 0) + w.counter(t, 1)
+			nw, err := NewWriter(ctx, w.d.Client, c.tables)
+			if len(c.want) == 0 {
+				if err != nil {
+					t.Fatalf("NewWriter: %v", err)
+				}
+				if _, err := nw.Write(ctx, nil, keyed("a")); err != nil {
+					t.Fatalf("Write: %v", err)
+				}
+				return
+			}
+			if nw != nil || err == nil {
+				t.Fatalf("NewWriter = %v, %v; want an error", nw, err)
+			}
+			var got []*TableError
+			if j, ok := err.(interface{ Unwrap() []error }); ok {
+				for _, e := range j.Unwrap() {
+					var te *TableError
+					if errors.As(e, &te) {
+						got = append(got, te)
+					}
+				}
+			} else {
+				var te *TableError
+				if errors.As(err, &te) {
+					got = append(got, te)
+				}
+			}
+			if len(got) != len(c.want) {
+				t.Fatalf("err = %v: %d *TableError, want %d", err, len(got), len(c.want))
+			}
+			for i, te := range got {
+				table := c.tables.Messages
+				if te.Option == "Tables.Control" {
+					table = c.tables.Control
+				}
+				if te.Option != c.want[i] || te.Table != table || !strings.Contains(err.Error(), table) {
+					t.Errorf("error %d: %+v (%v); want %s naming %q", i, te, err, c.want[i], table)
+				}
+			}
+			if !strings.Contains(got[0].Reason, c.reason) {
+				t.Errorf("reason %q lacks %q", got[0].Reason, c.reason)
+			}
+			if got[0].Option == "Tables.Control" != errors.Is(err, ErrNoConfig) {
+				t.Errorf("errors.Is(ErrNoConfig) = %v for %s", errors.Is(err, ErrNoConfig), got[0].Option)
+			}
+			if after := w.counter(t, 0) + w.counter(t, 1); after != before {
+				t.Errorf("sequence counters moved from %d to %d", before, after)
+			}
+		})
+	}
+}
+
 func TestNewWriterOptions(t *testing.T) {
 	d, tables := newTables(t)
 	ctx := ctxT(t)
@@ -331,6 +405,7 @@ func TestWriteValidationWritesNothing(t *testing.T) {
 		{"headers above 400 KB", nil, []outbox.Message{{Topic: "t", Headers: []outbox.Header{{Key: "h", Value: big}}}}, 0, "Headers"},
 		{"101 items", []types.TransactWriteItem{w.bump("agg", 0)}, many, -1, "Transaction"},
 		{"above 4 MB", largeItems, []outbox.Message{keyed("a")}, -1, "Transaction"},
+		{"empty item", []types.TransactWriteItem{w.bump("agg", 0), {}}, []outbox.Message{keyed("a")}, -1, "items[1]"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

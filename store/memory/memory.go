@@ -351,27 +351,29 @@ func (s *Store) ReadLease(ctx context.Context, bucket int) (outbox.Lease, error)
 	return s.Lease(bucket), ctx.Err()
 }
 
-// Peek implements outbox.BucketProbe.
+// Peek implements outbox.BucketProbe: it counts up to limit messages of
+// bucket above after, skipping fences however many there are.
 func (s *Store) Peek(ctx context.Context, bucket int, after int64, limit int) (int, time.Time, error) {
 	if err := s.hook("Peek", bucket); err != nil {
 		return 0, time.Time{}, err
 	}
-	entries, _, err := s.Pending(ctx, bucket, after, limit)
-	if err != nil {
+	if err := ctx.Err(); err != nil {
 		return 0, time.Time{}, err
 	}
-	var (
-		n      int
-		oldest time.Time
-	)
-	for _, e := range entries {
-		if e.Fence {
-			continue
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var seqs []int64
+	for seq, e := range s.buckets[bucket] {
+		if seq > after && !e.Fence {
+			seqs = append(seqs, seq)
 		}
-		if n == 0 {
-			oldest = e.Message.CreatedAt
-		}
-		n++
 	}
-	return n, oldest, nil
+	if len(seqs) == 0 {
+		return 0, time.Time{}, nil
+	}
+	first := seqs[0]
+	for _, seq := range seqs {
+		first = min(first, seq)
+	}
+	return min(len(seqs), limit), s.buckets[bucket][first].Message.CreatedAt, nil
 }

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/lambda/config"
+	"github.com/dynakafka/outbox/lambda/wiring"
+)
+
+var drainCommand = &command{
+	name:    "drain",
+	args:    "BUCKET",
+	summary: "publish one bucket's pending messages to Kafka now",
+	description: `Drains one bucket now, as the relay Lambda would: it takes the bucket's
+lease, publishes its pending messages in sequence order, deletes what Kafka
+acknowledged and lets the lease go. Use it when a bucket is stuck after the
+cause was fixed, without waiting for the sweeper.
+
+The relay is configured exactly like the relay Lambda: from the variables it
+reads (KAFKA_BOOTSTRAP_SERVERS, KAFKA_AUTH, KAFKA_SASL_SECRET_ARN,
+OUTBOX_TOPICS, OUTBOX_MAX_MESSAGE_BYTES, OUTBOX_LEASE_DURATION,
+OUTBOX_GAP_TIMEOUT, ...; docs/deploy.md lists them), and a flag wins over its
+variable. Kafka authentication uses the same credentials as DynamoDB.
+
+If another relay holds the bucket, drain leaves it a wake-up (it drains again
+before it lets go) and exits with 4. A gap is waited on for GapTimeout and
+then fenced, as the relays do.`,
+	example: `outbox drain 3 --brokers b-1.msk:9098,b-2.msk:9098 --auth msk-iam \
+  --messages orders-outbox --control orders-outbox-control`,
+	timeout: 5 * time.Minute,
+	bind: func(fs *flag.FlagSet) func(*app, *connection, []string) (action, error) {
+		env := map[string]*string{
+			"KAFKA_BOOTSTRAP_SERVERS": fs.String("brokers", "", "Kafka bootstrap `HOST:PORT,...` (env KAFKA_BOOTSTRAP_SERVERS)"),
+			"KAFKA_AUTH":              fs.String("auth", "", "Kafka authentication `MODE`: none, tls, sasl-scram-sha-512 or msk-iam (env KAFKA_AUTH; default none)"),
+			"KAFKA_SASL_SECRET_ARN":   fs.String("sasl-secret-arn", "", "Secrets Manager secret `ARN` with the SCRAM username and password (env KAFKA_SASL_SECRET_ARN)"),
+			"OUTBOX_TOPICS":           fs.String("topics", "", "`TOPICS` to check at start, comma-separated (env OUTBOX_TOPICS)"),
+		}
+		verbose := fs.Bool("verbose", false, "log the relay's progress on standard error (default: warnings only)")
+		return func(a *app, c *connection, args []string) (action, error) {
+			bucket, err := bucketArg(args)
+			if err != nil {
+				return nil, err
+			}
+			cfg, err := config.Load(overlay(a.getenv, c, env))
+			if err != nil {
+				return nil, configError(err)
+			}
+			return func(ctx context.Context, a *app, s *session) error {
+				level := slog.LevelWarn
+				if *verbose {
+					level = slog.LevelInfo
+				}
+				logger := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
+				return drain(ctx, a, s, cfg, logger, bucket)
+			}, nil
+		}
+	},
+}
+
+// flagOf names the flag that sets a relay variable.
+var flagOf = map[string]string{
+	"KAFKA_BOOTSTRAP_SERVERS": "brokers", "KAFKA_AUTH": "auth", "KAFKA_SASL_SECRET_ARN": "sasl-secret-arn", "OUTBOX_TOPICS": "topics",
+	"OUTBOX_MESSAGES_TABLE": "messages", "OUTBOX_CONTROL_TABLE": "control",
+}
+
+// configError restates a relay configuration error with the flag that
+// sets the variable, if there is one.
+func configError(err error) error {
+	var ce *config.Error
+	if !errors.As(err, &ce) {
+		return &usageError{err.Error()}
+	}
+	if f := flagOf[ce.Variable]; f != "" {
+		return usagef("--%s (or %s) %q: %s", f, ce.Variable, ce.Value, ce.Reason)
+	}
+	return usagef("%s=%q: %s", ce.Variable, ce.Value, ce.Reason)
+}
+
+func bucketArg(args []string) (int, error) {
+	switch len(args) {
+	case 0:
+		return 0, usagef("BUCKET is required: the bucket to drain (outbox status shows them)")
+	case 1:
+	default:
+		return 0, usagef("unexpected argument %q after BUCKET", args[1])
+	}
+	b, err := strconv.Atoi(args[0])
+	if err != nil || b < 0 || b >= outbox.MaxBucketCount {
+		return 0, usagef("BUCKET %q: must be a bucket number 0..%d", args[0], outbox.MaxBucketCount-1)
+	}
+	return b, nil
+}
+
+// overlay is the environment the relay Lambda would see: the variables,
+// with the flags that were given on top. The DynamoDB endpoint is always
+// --endpoint's, so drain talks to the same tables as the other commands.
+func overlay(getenv func(string) string, c *connection, flags map[string]*string) func(string) string {
+	set := map[string]string{"OUTBOX_MESSAGES_TABLE": c.messages, "OUTBOX_CONTROL_TABLE": c.control, "AWS_REGION": c.region}
+	for name, v := range flags {
+		set[name] = *v
+	}
+	return func(name string) string {
+		if name == "OUTBOX_DYNAMODB_ENDPOINT" {
+			return c.endpoint
+		}
+		if v := set[name]; v != "" {
+			return v
+		}
+		return getenv(name)
+	}
+}
+
+func drain(ctx context.Context, a *app, s *session, cfg config.Config, logger *slog.Logger, bucket int) error {
+	parts, err := wiring.BuildWith(ctx, cfg, s.aws, logger, a.relayID())
+	if err != nil {
+		return err
+	}
+	defer parts.Close()
+	if n := parts.Relay.BucketCount(); bucket >= n {
+		return usagef("BUCKET %d: the outbox has buckets 0..%d (BucketCount %d)", bucket, n-1, n)
+	}
+	st, err := parts.Relay.DrainBucket(ctx, bucket)
+	fmt.Fprintf(a.stdout, "bucket %d: published %d, fenced %d, parked %d, leftovers deleted %d; head %d (relay %s)\n",
+		bucket, st.Published, st.Fenced, st.Parked, st.Leftovers, st.Head, parts.Relay.ID())
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, outbox.ErrLeaseHeld):
+		return &notDrainedError{fmt.Errorf("another relay holds bucket %d; it was woken and drains the bucket again before it lets go: %w", bucket, err)}
+	case errors.Is(err, outbox.ErrGapPending), errors.Is(err, outbox.ErrDeadline):
+		return &notDrainedError{fmt.Errorf("bucket %d is not drained yet (run again, or raise --timeout): %w", bucket, err)}
+	}
+	return err
+}

@@ -1,0 +1,350 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/sequence"
+	"github.com/dynakafka/outbox/store/dynamo"
+)
+
+var statusCommand = &command{
+	name:    "status",
+	summary: "every bucket's backlog, oldest age, head, gap, lease and dead letters",
+	description: `Shows the outbox's config item, the relays that sent a heartbeat recently,
+and for every bucket:
+
+  PENDING  sequence numbers reserved but not yet decided: the bucket's counter
+           minus its head. Fences and reservations whose writer has not
+           committed (yet) are included, so this can exceed the messages stored.
+  OLDEST   age of the first pending message (from its created-at); "?" when
+           the first pending numbers are all fences or not committed yet
+  HEAD     the last sequence number published (or fenced); NEXT is the number
+           the counter hands out next
+  GAP      the missing sequence number the relays wait on, and since when
+           (fenced after the relays' GapTimeout)
+  LEASE    the relay holding the bucket and how long its lease has left, or
+           how long ago it expired (a relay that died without letting go)
+  PARKED   dead letters of the bucket (see outbox parked)
+
+Reads are bounded, never a scan: per bucket a lease and a counter GetItem, a
+COUNT query of its dead letters and, when something is pending, a query of at
+most 100 keys; 16 buckets at a time.`,
+	example: `outbox status --messages orders-outbox --control orders-outbox-control
+outbox status --active --json | jq '.buckets[] | select(.pending > 0)'
+outbox status --local --endpoint http://127.0.0.1:8000 --messages m --control c`,
+	timeout: 2 * time.Minute,
+	bind: func(fs *flag.FlagSet) func(*app, *connection, []string) (action, error) {
+		asJSON := fs.Bool("json", false, "print JSON instead of a table (fields are only ever added)")
+		bucket := fs.Int("bucket", -1, "show only this `BUCKET`")
+		active := fs.Bool("active", false, "list only buckets with something pending or parked, a gap or a lease (totals still cover every bucket)")
+		liveWithin := fs.Duration("live-within", 30*time.Second, "a relay is live if its heartbeat is this `DURATION` old or newer (the relays' lease duration)")
+		return func(_ *app, _ *connection, args []string) (action, error) {
+			if err := noArgs(args); err != nil {
+				return nil, err
+			}
+			if *bucket < -1 || *bucket >= outbox.MaxBucketCount {
+				return nil, usagef("--bucket %d: must be 0..%d", *bucket, outbox.MaxBucketCount-1)
+			}
+			if *liveWithin <= 0 {
+				return nil, usagef("--live-within %v: must be positive", *liveWithin)
+			}
+			return func(ctx context.Context, a *app, s *session) error {
+				rep, err := readStatus(ctx, s, a.now(), *bucket, *liveWithin)
+				if err != nil {
+					return err
+				}
+				if *active {
+					rep.Buckets = activeOnly(rep.Buckets)
+				}
+				if *asJSON {
+					return writeJSON(a.stdout, rep)
+				}
+				return rep.render(a.stdout)
+			}, nil
+		}
+	},
+}
+
+func noArgs(args []string) error {
+	if len(args) > 0 {
+		return usagef("unexpected argument %q", args[0])
+	}
+	return nil
+}
+
+// statusReport is `outbox status --json`. Fields are only ever added (a
+// retained range, for one, when heads may lag behind published messages).
+type statusReport struct {
+	MessagesTable string         `json:"messages_table"`
+	ControlTable  string         `json:"control_table"`
+	At            time.Time      `json:"at"`
+	Config        configStatus   `json:"config"`
+	LiveRelays    relaysStatus   `json:"live_relays"`
+	Totals        totalsStatus   `json:"totals"`
+	Buckets       []bucketStatus `json:"buckets"`
+	// Warnings are states that lose or strand messages if left alone.
+	Warnings []string `json:"warnings"`
+}
+
+type configStatus struct {
+	BucketCount   int `json:"bucket_count"`
+	FormatVersion int `json:"format_version"`
+}
+
+type relaysStatus struct {
+	WithinSeconds int64    `json:"within_seconds"`
+	IDs           []string `json:"ids"`
+}
+
+type totalsStatus struct {
+	Pending int64 `json:"pending"`
+	Parked  int   `json:"parked"`
+	// OldestPendingAt is the oldest of the buckets' first pending messages;
+	// null when nothing is pending or no pending message was found.
+	OldestPendingAt         *time.Time `json:"oldest_pending_at"`
+	OldestPendingAgeSeconds *int64     `json:"oldest_pending_age_seconds"`
+	Gaps                    int        `json:"gaps"`
+	LeasesHeld              int        `json:"leases_held"`
+}
+
+type bucketStatus struct {
+	Bucket int `json:"bucket"`
+	// Pending is counter − head: fences and uncommitted reservations
+	// included.
+	Pending                 int64      `json:"pending"`
+	OldestPendingAt         *time.Time `json:"oldest_pending_at"`
+	OldestPendingAgeSeconds *int64     `json:"oldest_pending_age_seconds"`
+	Head                    int64      `json:"head"`
+	Cleaned                 int64      `json:"cleaned"`
+	NextSequence            int64      `json:"next_sequence"`
+	Gap                     *gapStatus `json:"gap"`
+	Lease                   *leaseInfo `json:"lease"`
+	Parked                  int        `json:"parked"`
+}
+
+type gapStatus struct {
+	Sequence   int64      `json:"sequence"`
+	Since      *time.Time `json:"since"`
+	AgeSeconds int64      `json:"age_seconds"`
+}
+
+type leaseInfo struct {
+	Owner   string    `json:"owner"`
+	Expires time.Time `json:"expires"`
+	// Held: the lease has not expired. An expired lease that is still
+	// recorded belongs to a relay that stopped without letting go; any
+	// relay takes it over.
+	Held bool `json:"held"`
+	// ExpiresInSeconds is negative once expired.
+	ExpiresInSeconds int64 `json:"expires_in_seconds"`
+	Epoch            int64 `json:"epoch"`
+}
+
+// peekLimit bounds the keys read to find a bucket's first pending message.
+const peekLimit = 100
+
+// readStatus reads the config item, the live relays and every bucket (only
+// bucket when it is not -1).
+func readStatus(ctx context.Context, s *session, now time.Time, bucket int, liveWithin time.Duration) (*statusReport, error) {
+	st, cfg, buckets, err := s.buckets(ctx, bucket)
+	if err != nil {
+		return nil, err
+	}
+	live, err := st.LiveRelays(ctx, now, liveWithin)
+	if err != nil {
+		return nil, err
+	}
+	rep := &statusReport{
+		MessagesTable: s.tables.Messages, ControlTable: s.tables.Control, At: now.UTC().Truncate(time.Millisecond),
+		Config:     configStatus{BucketCount: cfg.BucketCount, FormatVersion: cfg.FormatVersion},
+		LiveRelays: relaysStatus{WithinSeconds: seconds(liveWithin), IDs: append([]string{}, live...)},
+		Buckets:    make([]bucketStatus, len(buckets)),
+		Warnings:   []string{},
+	}
+	err = eachBucket(ctx, buckets, func(ctx context.Context, i, b int) error {
+		bs, err := readBucket(ctx, st, s.db, s.tables.Control, b, now)
+		rep.Buckets[i] = bs
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	rep.total(now)
+	return rep, nil
+}
+
+// buckets opens the outbox and returns its config and every bucket, or only
+// bucket when it is not -1.
+func (s *session) buckets(ctx context.Context, bucket int) (*dynamo.Store, outbox.Config, []int, error) {
+	st, err := s.store(ctx)
+	if err != nil {
+		return nil, outbox.Config{}, nil, err
+	}
+	cfg, err := st.Config(ctx)
+	if err != nil {
+		return nil, outbox.Config{}, nil, err
+	}
+	switch {
+	case bucket >= cfg.BucketCount:
+		return nil, cfg, nil, usagef("--bucket %d: the outbox has buckets 0..%d (BucketCount %d)", bucket, cfg.BucketCount-1, cfg.BucketCount)
+	case bucket >= 0:
+		return st, cfg, []int{bucket}, nil
+	}
+	all := make([]int, cfg.BucketCount)
+	for b := range all {
+		all[b] = b
+	}
+	return st, cfg, all, nil
+}
+
+func readBucket(ctx context.Context, st *dynamo.Store, db *dynamodb.Client, control string, b int, now time.Time) (bucketStatus, error) {
+	bs := bucketStatus{Bucket: b}
+	// The lease first, then the counter: the counter only grows and a head
+	// never passes it, so a counter read after the head is never below it.
+	l, err := st.ReadLease(ctx, b)
+	if err != nil {
+		return bs, err
+	}
+	last, err := sequence.Last(ctx, db, control, b)
+	if err != nil {
+		return bs, err
+	}
+	if bs.Parked, err = st.CountParked(ctx, b); err != nil {
+		return bs, err
+	}
+	bs.Head, bs.Cleaned, bs.NextSequence, bs.Pending = l.Head, l.Cleaned, last+1, last-l.Head
+	if bs.Pending > 0 {
+		_, oldest, err := st.Peek(ctx, b, l.Head, int(min(bs.Pending, peekLimit)))
+		if err != nil {
+			return bs, err
+		}
+		if !oldest.IsZero() {
+			bs.OldestPendingAt = timePtr(oldest)
+			bs.OldestPendingAgeSeconds = new(seconds(now.Sub(oldest)))
+		}
+	}
+	if l.Gap > l.Head {
+		bs.Gap = &gapStatus{Sequence: l.Gap, Since: timePtr(l.GapSince), AgeSeconds: seconds(now.Sub(l.GapSince))}
+	}
+	if l.Owner != "" {
+		bs.Lease = &leaseInfo{Owner: l.Owner, Expires: l.Expires.UTC(), Held: l.Expires.After(now),
+			ExpiresInSeconds: int64(l.Expires.Sub(now) / time.Second), Epoch: l.Epoch}
+	}
+	return bs, nil
+}
+
+func (r *statusReport) total(now time.Time) {
+	var oldest time.Time
+	for _, b := range r.Buckets {
+		r.Totals.Pending += max(b.Pending, 0)
+		r.Totals.Parked += b.Parked
+		if b.OldestPendingAt != nil && (oldest.IsZero() || b.OldestPendingAt.Before(oldest)) {
+			oldest = *b.OldestPendingAt
+		}
+		if b.Gap != nil {
+			r.Totals.Gaps++
+		}
+		if b.Lease != nil && b.Lease.Held {
+			r.Totals.LeasesHeld++
+		}
+		if b.Pending < 0 {
+			r.Warnings = append(r.Warnings, fmt.Sprintf(
+				"bucket %d: the counter (%d) is below the head (%d): the counter item was reset or deleted; "+
+					"new messages there are taken for leftovers and deleted unpublished. Stop the writers and set n back to %d or more",
+				b.Bucket, b.NextSequence-1, b.Head, b.Head))
+		}
+	}
+	if !oldest.IsZero() {
+		r.Totals.OldestPendingAt = timePtr(oldest)
+		r.Totals.OldestPendingAgeSeconds = new(seconds(now.Sub(oldest)))
+	}
+}
+
+func activeOnly(bs []bucketStatus) []bucketStatus {
+	var out []bucketStatus
+	for _, b := range bs {
+		if b.Pending != 0 || b.Parked > 0 || b.Gap != nil || b.Lease != nil {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// render writes the report as text: a header, then one aligned row per
+// bucket and a total. Room is left after HEAD for a RETAINED column.
+func (r *statusReport) render(w io.Writer) error {
+	relays := "none"
+	if len(r.LiveRelays.IDs) > 0 {
+		relays = strings.Join(r.LiveRelays.IDs, ", ")
+	}
+	fmt.Fprintf(w, "outbox   messages %s, control %s\n", r.MessagesTable, r.ControlTable)
+	fmt.Fprintf(w, "config   BucketCount %d, format version %d\n", r.Config.BucketCount, r.Config.FormatVersion)
+	fmt.Fprintf(w, "relays   %d live (heartbeat within %s): %s\n", len(r.LiveRelays.IDs), age(time.Duration(r.LiveRelays.WithinSeconds)*time.Second), relays)
+	fmt.Fprintf(w, "at       %s\n\n", r.At.Format(time.RFC3339))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "BUCKET\tPENDING\tOLDEST\tHEAD\tNEXT\tGAP\tLEASE\tPARKED")
+	for _, b := range r.Buckets {
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%d\t%s\t%s\t%d\n",
+			b.Bucket, b.Pending, oldestCell(b.Pending, b.OldestPendingAgeSeconds), b.Head, b.NextSequence, gapCell(b.Gap), leaseCell(b.Lease), b.Parked)
+	}
+	fmt.Fprintf(tw, "total\t%d\t%s\t\t\t%s\t%s\t%d\n", r.Totals.Pending, oldestCell(r.Totals.Pending, r.Totals.OldestPendingAgeSeconds),
+		countCell(r.Totals.Gaps, "gap"), countCell(r.Totals.LeasesHeld, "held"), r.Totals.Parked)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, warning := range r.Warnings {
+		fmt.Fprintf(w, "\nWARNING %s\n", warning)
+	}
+	return nil
+}
+
+func oldestCell(pending int64, ageSeconds *int64) string {
+	switch {
+	case ageSeconds != nil:
+		return age(time.Duration(*ageSeconds) * time.Second)
+	case pending > 0:
+		return "?"
+	}
+	return "-"
+}
+
+func gapCell(g *gapStatus) string {
+	if g == nil {
+		return "-"
+	}
+	if g.Since == nil {
+		return strconv.FormatInt(g.Sequence, 10)
+	}
+	return fmt.Sprintf("%d for %s", g.Sequence, age(time.Duration(g.AgeSeconds)*time.Second))
+}
+
+// relayIDWidth bounds a relay id in the table (Lambda's are ~100 runes).
+const relayIDWidth = 40
+
+func leaseCell(l *leaseInfo) string {
+	if l == nil {
+		return "-"
+	}
+	owner := clip(l.Owner, relayIDWidth, true)
+	if l.Held {
+		return fmt.Sprintf("%s (%s left)", owner, age(time.Duration(l.ExpiresInSeconds)*time.Second))
+	}
+	return fmt.Sprintf("%s (expired %s ago)", owner, age(time.Duration(-l.ExpiresInSeconds)*time.Second))
+}
+
+func countCell(n int, what string) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d %s", n, what)
+}

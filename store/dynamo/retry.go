@@ -1,0 +1,97 @@
+package dynamo
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+)
+
+// The Writer is the one layer that retries its calls (TransactWriteItems,
+// the counter UpdateItem, fence PutItems): each is sent with the client's
+// retryer switched off, and the Writer's loop sends it again, at most
+// MaxAttempts times in all, after a full-jitter exponential backoff. Two
+// layers would multiply: the requests on the wire were MaxAttempts times the
+// client's own attempts.
+//
+// Backoff ceilings, doubling from the base per failed attempt: a throttled
+// call (a throttling error, or a transaction cancelled for throttling) waits
+// up to throttleBase·2^n, at most throttleMax, so a table out of capacity
+// gets time to recover; any other retried failure (server error, lost
+// response, transaction conflict) up to retryBase·2^n, at most retryMax.
+const (
+	retryBase    = 25 * time.Millisecond
+	retryMax     = 2 * time.Second
+	throttleBase = 100 * time.Millisecond
+	throttleMax  = 5 * time.Second
+)
+
+// withoutClientRetries is the per-call option that switches the client's
+// retryer off for one call. It replaces the retryer whatever the client was
+// configured with (RetryMaxAttempts, RetryMode, a custom Retryer).
+func withoutClientRetries(o *dynamodb.Options) {
+	o.Retryer = aws.NopRetryer{}
+	o.RetryMaxAttempts = 0
+}
+
+// pause waits before the attempt that follows failed attempt n (1-based).
+func (w *Writer) pause(ctx context.Context, n int, throttled bool) error {
+	base, most := retryBase, retryMax
+	if throttled {
+		base, most = throttleBase, throttleMax
+	}
+	return sleep(ctx, w.cfg.jitter(ceiling(n-1, base, most)))
+}
+
+// retry calls send until it succeeds, fails in a way another attempt cannot
+// help (a failed condition, a refused request), MaxAttempts calls were made,
+// or ctx is done. It retries throttling, server errors, lost responses and
+// conflicts. send must call the client with withoutClientRetries.
+func (w *Writer) retry(ctx context.Context, send func() error) error {
+	for n := 1; ; n++ {
+		err := send()
+		if err == nil {
+			return nil
+		}
+		o := classify(err, 0, nil).outcome
+		if o != outThrottled && o != outAmbiguous && o != outConflict || n >= w.cfg.maxAttempts || ctx.Err() != nil ||
+			w.pause(ctx, n, o == outThrottled) != nil {
+			if n > 1 {
+				return fmt.Errorf("%w (after %d attempts)", err, n)
+			}
+			return err
+		}
+	}
+}
+
+// writerCalls is the client the Writer's helpers use: the sequence counter
+// (UpdateItem) and fence puts (PutItem), each call retried by Writer.retry
+// alone.
+//
+// A counter update whose response was lost is sent again; UpdateItem ADD is
+// not idempotent, so if the first one applied, the numbers it took are
+// skipped: a gap that relays fence after their GapTimeout. A fence put that
+// applied is answered ErrAlreadyWritten on its retry, which release accepts.
+type writerCalls struct{ w *Writer }
+
+func (c writerCalls) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	return retried(ctx, c.w, c.w.client.UpdateItem, in, opts)
+}
+
+func (c writerCalls) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	return retried(ctx, c.w, c.w.client.PutItem, in, opts)
+}
+
+// retried sends one call through w.retry, with the client's retryer off.
+func retried[In, Out any](ctx context.Context, w *Writer, send func(context.Context, In, ...func(*dynamodb.Options)) (Out, error),
+	in In, opts []func(*dynamodb.Options)) (Out, error) {
+	opts = append(opts[:len(opts):len(opts)], withoutClientRetries)
+	var out Out
+	err := w.retry(ctx, func() (err error) {
+		out, err = send(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
