@@ -1,9 +1,11 @@
 // Package outboxcdk is the outbox as an AWS CDK construct: New creates in a
 // stack what template.yaml creates with SAM — the messages and control
-// tables, the relay on the messages table's KEYS_ONLY stream, the sweeper
-// on a one-minute schedule, their least-privilege roles, log groups and
-// alarms — from the same settings (Props mirrors the template's parameters,
-// with the same defaults and bounds).
+// tables and their config item (a custom resource backed by the setup
+// function), the relay on the messages table's KEYS_ONLY stream, the
+// sweeper on a one-minute schedule, their least-privilege roles, the writer
+// policy, log groups, alarms and dashboard — from the same settings (Props
+// mirrors the template's parameters, with the same defaults, bounds and
+// rules).
 //
 //	ob, err := outboxcdk.New(stack, "Outbox", &outboxcdk.Props{
 //		KafkaBootstrapServers: jsii.String("b-1.example:9092,b-2.example:9092"),

@@ -28,11 +28,13 @@ func managedPolicy(o *Outbox, id, description string, statements ...awsiam.Polic
 
 // newRoles creates one role per function. Every permission is an explicit
 // statement (no AWSLambdaBasicExecutionRole, no AWSLambdaDynamoDBExecutionRole,
-// which covers every stream in the account); what both functions need is one
-// customer managed policy each, attached to both roles.
+// which covers every stream in the account); what the relay and the sweeper
+// both need is one customer managed policy each, attached to both roles.
 func (o *Outbox) newRoles() {
 	shared := []awsiam.IManagedPolicy{o.tablesPolicy()}
-	if p := o.saslPolicy(); p != nil {
+	o.WriterPolicy = managedPolicy(o, "WriterPolicy", "Enqueue into this outbox with dynamo.NewWriter and Writer.Write (the service's own tables are granted separately).",
+		o.writerStatements()...)
+	if p := o.secretsPolicy(); p != nil {
 		shared = append(shared, p)
 	}
 	if p := o.mskIAMPolicy(); p != nil {
@@ -48,6 +50,13 @@ func (o *Outbox) newRoles() {
 		// The event source mapping sends discarded hints with this role.
 		statement("FailureDestination", []string{"sqs:SendMessage"}, o.FailureQueue.QueueArn()),
 	}})
+	// The custom resource's function: the config item (read, create,
+	// change) and, before a change, one probe per bucket (lease item, then a
+	// Query of the bucket). dynamo.SetBucketCount makes exactly these calls.
+	setup := awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{Statements: &[]awsiam.PolicyStatement{
+		statement("ConfigItemAndLeases", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, o.ControlTable.TableArn()),
+		statement("ProbeBuckets", []string{"dynamodb:Query"}, o.MessagesTable.TableArn()),
+	}})
 	lambda := awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil)
 	o.RelayRole = awsiam.NewRole(o.Construct, jsii.String("RelayRole"), &awsiam.RoleProps{
 		AssumedBy:       lambda,
@@ -57,6 +66,10 @@ func (o *Outbox) newRoles() {
 	o.SweeperRole = awsiam.NewRole(o.Construct, jsii.String("SweeperRole"), &awsiam.RoleProps{
 		AssumedBy:       lambda,
 		ManagedPolicies: &shared,
+	})
+	o.SetupRole = awsiam.NewRole(o.Construct, jsii.String("SetupRole"), &awsiam.RoleProps{
+		AssumedBy:      lambda,
+		InlinePolicies: &map[string]awsiam.PolicyDocument{"outbox-config": setup},
 	})
 }
 
@@ -72,27 +85,32 @@ func (o *Outbox) tablesPolicy() awsiam.ManagedPolicy {
 	)
 }
 
-// saslPolicy reads the SASL/SCRAM secret (and decrypts it with its customer
-// managed key, through Secrets Manager only); nil unless the mode is SASL.
-func (o *Outbox) saslPolicy() awsiam.ManagedPolicy {
+// secretsPolicy reads the Kafka secrets the mode uses (and decrypts them
+// with their customer managed key, through Secrets Manager only); nil when
+// the mode uses none.
+func (o *Outbox) secretsPolicy() awsiam.ManagedPolicy {
 	c := o.cfg
-	if !c.useSASL() {
+	secrets := c.secrets()
+	if len(secrets) == 0 {
 		return nil
 	}
-	statements := []awsiam.PolicyStatement{statement("ReadSaslSecret", []string{"secretsmanager:GetSecretValue"}, jsii.String(c.saslSecret))}
-	if c.useSASLKey() {
-		decrypt := statement("DecryptSaslSecret", []string{"kms:Decrypt"}, jsii.String(c.saslKey))
+	statements := []awsiam.PolicyStatement{statement("ReadKafkaSecrets", []string{"secretsmanager:GetSecretValue"}, *jsii.Strings(secrets...)...)}
+	if c.kmsKey != "" {
+		decrypt := statement("DecryptKafkaSecrets", []string{"kms:Decrypt"}, jsii.String(c.kmsKey))
 		decrypt.AddCondition(jsii.String("StringEquals"), map[string]any{
 			"kms:ViaService": awscdk.Fn_Sub(jsii.String("secretsmanager.${AWS::Region}.amazonaws.com"), nil),
 		})
 		statements = append(statements, decrypt)
 	}
-	return managedPolicy(o, "KafkaSaslSecretPolicy", "Read the Kafka SASL/SCRAM credentials.", statements...)
+	return managedPolicy(o, "KafkaSecretsPolicy", "Read the Kafka credentials and certificates.", statements...)
 }
 
-// mskIAMPolicy is a producer's permissions: connect, read metadata, write
-// idempotently; no reads, no consumer groups, no Create/Alter/Delete. Topic
-// ARNs are topic/<cluster name>/<cluster uuid>/<topic>. nil unless msk-iam.
+// mskIAMPolicy is exactly the MSK IAM actions of the Kafka requests the
+// publisher makes: connect; produce idempotently (InitProducerId, Produce);
+// topic metadata; the topics' max.message.bytes and, when a topic inherits
+// it, the brokers' message.max.bytes (DescribeConfigs). No ReadData, no
+// consumer groups, nothing that creates, alters or deletes. Topic ARNs are
+// topic/<cluster name>/<cluster uuid>/<topic>. nil unless msk-iam.
 func (o *Outbox) mskIAMPolicy() awsiam.ManagedPolicy {
 	c := o.cfg
 	if !c.useMSKIAM() {
@@ -109,8 +127,8 @@ func (o *Outbox) mskIAMPolicy() awsiam.ManagedPolicy {
 		})
 	}
 	return managedPolicy(o, "KafkaMskIamPolicy", "Produce to MSK with IAM access control.",
-		statement("MskCluster", []string{"kafka-cluster:Connect", "kafka-cluster:DescribeCluster", "kafka-cluster:WriteDataIdempotently"}, cluster),
-		statement("MskTopics", []string{"kafka-cluster:DescribeTopic", "kafka-cluster:WriteData"}, topics),
+		statement("MskCluster", []string{"kafka-cluster:Connect", "kafka-cluster:WriteDataIdempotently", "kafka-cluster:DescribeClusterDynamicConfiguration"}, cluster),
+		statement("MskTopics", []string{"kafka-cluster:DescribeTopic", "kafka-cluster:WriteData", "kafka-cluster:DescribeTopicDynamicConfiguration"}, topics),
 	)
 }
 
@@ -127,30 +145,35 @@ func (o *Outbox) vpcPolicy() awsiam.ManagedPolicy {
 		}, jsii.String("*")))
 }
 
-// Writer actions, exactly what dynamo.Writer calls: GetItem of the config
-// item (control) and of a key that never exists (messages, the existence
-// check in NewWriter); UpdateItem of the sequence counters (control); PutItem
-// of the messages, inside the writer's TransactWriteItems, and of fences
-// (messages). The writer's own items in the same transaction need the
-// service's grants on its own tables.
-var (
-	writerMessagesActions = []string{"dynamodb:GetItem", "dynamodb:PutItem"}
-	writerControlActions  = []string{"dynamodb:GetItem", "dynamodb:UpdateItem"}
-)
+// writerStatements are exactly what dynamo.Writer calls on the outbox's
+// tables: NewWriter's existence check (GetItem of a key that never exists)
+// and the messages in the transaction and fences (PutItem) on the messages
+// table; the config item (GetItem) and the sequence counters (UpdateItem)
+// on the control table. The writer's own items in the same transaction
+// need the service's grants on its own tables.
+func (o *Outbox) writerStatements() []awsiam.PolicyStatement {
+	return []awsiam.PolicyStatement{
+		statement("EnqueueMessages", []string{"dynamodb:GetItem", "dynamodb:PutItem"}, o.MessagesTable.TableArn()),
+		statement("ReserveSequences", []string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, o.ControlTable.TableArn()),
+	}
+}
 
 // GrantEnqueue lets grantee (a writer service's function or role) enqueue
-// messages with dynamo.Writer: exactly the writer's actions on the two
-// tables, nothing else.
+// messages with dynamo.Writer: exactly WriterPolicy's statements, added to
+// the grantee's policy, nothing else.
 func (o *Outbox) GrantEnqueue(grantee awsiam.IGrantable) awsiam.Grant {
-	messages := awsiam.Grant_AddToPrincipal(&awsiam.GrantOnPrincipalOptions{
-		Grantee:      grantee,
-		Actions:      jsii.Strings(writerMessagesActions...),
-		ResourceArns: jsii.Strings(*o.MessagesTable.TableArn()),
-	})
-	control := awsiam.Grant_AddToPrincipal(&awsiam.GrantOnPrincipalOptions{
-		Grantee:      grantee,
-		Actions:      jsii.Strings(writerControlActions...),
-		ResourceArns: jsii.Strings(*o.ControlTable.TableArn()),
-	})
-	return messages.Combine(control)
+	var grant awsiam.Grant
+	for _, st := range o.writerStatements() {
+		g := awsiam.Grant_AddToPrincipal(&awsiam.GrantOnPrincipalOptions{
+			Grantee:      grantee,
+			Actions:      st.Actions(),
+			ResourceArns: st.Resources(),
+		})
+		if grant == nil {
+			grant = g
+		} else {
+			grant = grant.Combine(g)
+		}
+	}
+	return grant
 }

@@ -25,28 +25,42 @@ type Props struct {
 	// brokers (KAFKA_BOOTSTRAP_SERVERS). Required.
 	KafkaBootstrapServers *string
 	// KafkaAuthMode is how the functions authenticate to Kafka (KAFKA_AUTH):
-	// none (plaintext), tls (TLS without client auth), sasl-scram-sha-512
-	// (SCRAM over TLS with KafkaSaslSecretArn) or msk-iam (the function's
-	// role). Required.
+	// none (plaintext), tls (TLS, server certificate checked), mtls (TLS
+	// with the client certificate in KafkaTlsClientCertSecretArn),
+	// sasl-scram-sha-256 or sasl-scram-sha-512 (SCRAM over TLS with
+	// KafkaSaslSecretArn) or msk-iam (AWS_MSK_IAM over TLS, signed with the
+	// function's role). Required.
 	KafkaAuthMode *string
-	// KafkaSaslSecretArn is the ARN of a Secrets Manager secret holding
-	// {"username","password"}. Required for sasl-scram-sha-512, ignored
+	// KafkaSaslSecretArn is a Secrets Manager secret {"username","password"}
+	// (KAFKA_SASL_SECRET_ARN): required for the sasl-scram modes, refused
 	// otherwise. Default: none.
 	KafkaSaslSecretArn *string
-	// KafkaSaslSecretKmsKeyArn is the customer managed KMS key that encrypts
-	// KafkaSaslSecretArn. Default: none (the AWS managed key).
-	KafkaSaslSecretKmsKeyArn *string
+	// KafkaTlsCaSecretArn is a Secrets Manager secret holding the PEM bundle
+	// of the CAs that sign the brokers' certificates
+	// (KAFKA_TLS_CA_SECRET_ARN), trusted instead of the system roots; any
+	// mode but none. Default: the system roots.
+	KafkaTlsCaSecretArn *string
+	// KafkaTlsClientCertSecretArn is a Secrets Manager secret
+	// {"certificate","privateKey"} (KAFKA_TLS_CLIENT_CERT_SECRET_ARN):
+	// required for mtls, refused otherwise. Default: none.
+	KafkaTlsClientCertSecretArn *string
+	// KafkaSecretsKmsKeyArn is the customer managed KMS key that encrypts the
+	// Kafka secrets above (MSK requires one for SCRAM secrets). Default: the
+	// AWS managed key.
+	KafkaSecretsKmsKeyArn *string
 	// MskClusterArn scopes the msk-iam permissions to one cluster and its
-	// topics. Default: any MSK cluster in the stack's account and region.
+	// topics; ignored by the other modes. Default: any MSK cluster in the
+	// stack's account and region.
 	MskClusterArn *string
-	// VpcSubnetIds and VpcSecurityGroupIds put the functions in a VPC; give
-	// both or neither. Default: no VPC. In a VPC the functions need a
-	// DynamoDB gateway endpoint, a route to the brokers and, for SASL/SCRAM,
-	// a Secrets Manager interface endpoint or a NAT.
+	// VpcSubnetIds and VpcSecurityGroupIds put the relay and the sweeper in
+	// a VPC; give both or neither. Default: no VPC. In a VPC the functions
+	// need a DynamoDB gateway endpoint, a route to the brokers and, for
+	// Kafka secrets, a Secrets Manager interface endpoint or a NAT.
 	VpcSubnetIds        *[]*string
 	VpcSecurityGroupIds *[]*string
-	// BucketCount is OUTBOX_BUCKET_COUNT; it must equal the config item's and
-	// every writer's. Default 8, 1..4096.
+	// BucketCount is the outbox's bucket count (OUTBOX_BUCKET_COUNT), which
+	// the stack writes to its config item; a change is refused (the update
+	// rolls back) unless the outbox is empty. Default 8, 1..4096.
 	BucketCount *float64
 	// StreamBatchSize is the number of stream records (bucket hints) per
 	// relay invocation. Default 1000, 1..10000.
@@ -58,29 +72,42 @@ type Props struct {
 	// Default 500, 1..10000.
 	OutboxBatchSize *float64
 	// Topics is OUTBOX_TOPICS, comma-separated topics the functions check at
-	// init. Default: none (no check).
+	// init. Default: none (only check that a broker answers).
 	Topics *string
 	// LeaseDurationSeconds is OUTBOX_LEASE_DURATION. Default 30, 10..900;
-	// keep it well below FunctionTimeout.
+	// keep it well below RelayTimeout.
 	LeaseDurationSeconds *float64
 	// GapTimeoutSeconds is OUTBOX_GAP_TIMEOUT. Default 10, 1..3600.
 	GapTimeoutSeconds *float64
 	// MaxMessageBytes is OUTBOX_MAX_MESSAGE_BYTES; match the topics'
-	// max.message.bytes. Default 1048576, 1024..104857600.
+	// max.message.bytes. Default 1048576, 1024..104857596.
 	MaxMessageBytes *float64
 	// RelayConcurrency is OUTBOX_CONCURRENCY, buckets one invocation drains
 	// at once. Default 8, 1..256.
 	RelayConcurrency *float64
-	// FunctionTimeout is both functions' timeout in seconds. Default 120,
-	// 30..900.
-	FunctionTimeout *float64
-	// FunctionMemorySize is both functions' memory in MB. Default 512,
-	// 128..10240.
+	// RelayTimeout is the relay's timeout in seconds. Default 120, 30..900.
+	RelayTimeout *float64
+	// SweeperTimeout is the sweeper's timeout in seconds, below its
+	// one-minute schedule so that sweeps never overlap. Default 50, 15..55.
+	SweeperTimeout *float64
+	// FunctionMemorySize is the relay's and the sweeper's memory in MB.
+	// Default 512, 128..10240.
 	FunctionMemorySize *float64
+	// RelayReservedConcurrency reserves concurrent executions for the relay
+	// (and limits it to them). Default -1 (none); -1..10000, 0 refused (it
+	// would stop the relay).
+	RelayReservedConcurrency *float64
+	// SweeperReservedConcurrency 1 reserves one concurrent execution for the
+	// sweeper. Default -1 (none); -1 or 1.
+	SweeperReservedConcurrency *float64
 	// Architecture is arm64 or x86_64, the bootstraps' instruction set.
 	// Default arm64.
 	Architecture *string
-	// LogRetentionInDays is both log groups' retention. Default 30; one of
+	// LogLevel is the functions' application log level (JSON logs; Lambda
+	// passes it as AWS_LAMBDA_LOG_LEVEL): TRACE, DEBUG, INFO, WARN, ERROR or
+	// FATAL. Default INFO.
+	LogLevel *string
+	// LogRetentionInDays is the log groups' retention. Default 30; one of
 	// the values CloudWatch Logs accepts (1, 3, 5, 7, 14, 30, ..., 3653).
 	LogRetentionInDays *float64
 	// AlarmTopicArn is the SNS topic the alarms notify (alarm and OK).
@@ -90,23 +117,36 @@ type Props struct {
 	// IteratorAgeAlarmMilliseconds is the relay stream IteratorAge above
 	// which the iterator-age alarm fires. Default 60000, at least 1000.
 	IteratorAgeAlarmMilliseconds *float64
+	// OldestPendingAgeAlarmSeconds is the age of the oldest pending message
+	// above which the oldest-pending-age alarm fires. Default 300, at least
+	// 60.
+	OldestPendingAgeAlarmSeconds *float64
 
 	// BinDir is where the function binaries are, laid out as `make build`
-	// writes them: <BinDir>/<function>/<goarch>/bootstrap, goarch arm64 or
-	// amd64. Relative paths are relative to the working directory of the
-	// CDK app. Default "bin". Not a template parameter: SAM builds the
-	// functions from source instead.
+	// writes them: <BinDir>/<function>/<goarch>/bootstrap for relay,
+	// sweeper and setup, goarch arm64 or amd64. Relative paths are relative
+	// to the working directory of the CDK app. Default "bin". Not a template
+	// parameter: SAM builds the functions from source instead.
 	BinDir *string
 }
 
 // Auth modes, as KAFKA_AUTH spells them.
 const (
-	AuthNone       = "none"
-	AuthTLS        = "tls"
-	AuthSASLSCRAM  = "sasl-scram-sha-512"
-	AuthMSKIAM     = "msk-iam"
-	ArchARM64      = "arm64"
-	ArchX86_64     = "x86_64"
+	AuthNone         = "none"
+	AuthTLS          = "tls"
+	AuthMTLS         = "mtls"
+	AuthSASLSCRAM256 = "sasl-scram-sha-256"
+	AuthSASLSCRAM512 = "sasl-scram-sha-512"
+	AuthMSKIAM       = "msk-iam"
+)
+
+// Architectures.
+const (
+	ArchARM64  = "arm64"
+	ArchX86_64 = "x86_64"
+)
+
+const (
 	defaultBinDir  = "bin"
 	bootstrapName  = "bootstrap"
 	tokenMarker    = "${Token["
@@ -114,9 +154,14 @@ const (
 	numberTokenMin = 1e289 // CDK encodes number tokens as floats of about -1.9e289
 )
 
+var (
+	authModes = []string{AuthNone, AuthTLS, AuthMTLS, AuthSASLSCRAM256, AuthSASLSCRAM512, AuthMSKIAM}
+	logLevels = []string{"TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL"}
+)
+
 // functions are the Lambda functions New deploys, by their folder under
 // lambda/ and BinDir.
-var functions = []string{"relay", "sweeper"}
+var functions = []string{"relay", "sweeper", "setup"}
 
 // PropError is a Props field that Validate refused: which field, the value
 // given, and what would be accepted.
@@ -147,29 +192,44 @@ var numbers = []intRange{
 	{name: "OutboxBatchSize", field: func(p *Props) **float64 { return &p.OutboxBatchSize }, def: 500, min: 1, max: 10000, what: "OUTBOX_BATCH_SIZE"},
 	{name: "LeaseDurationSeconds", field: func(p *Props) **float64 { return &p.LeaseDurationSeconds }, def: 30, min: 10, max: 900, what: "OUTBOX_LEASE_DURATION in seconds"},
 	{name: "GapTimeoutSeconds", field: func(p *Props) **float64 { return &p.GapTimeoutSeconds }, def: 10, min: 1, max: 3600, what: "OUTBOX_GAP_TIMEOUT in seconds"},
-	{name: "MaxMessageBytes", field: func(p *Props) **float64 { return &p.MaxMessageBytes }, def: 1048576, min: 1024, max: 104857600, what: "OUTBOX_MAX_MESSAGE_BYTES"},
+	{name: "MaxMessageBytes", field: func(p *Props) **float64 { return &p.MaxMessageBytes }, def: 1048576, min: 1024, max: 104857596, what: "OUTBOX_MAX_MESSAGE_BYTES"},
 	{name: "RelayConcurrency", field: func(p *Props) **float64 { return &p.RelayConcurrency }, def: 8, min: 1, max: 256, what: "OUTBOX_CONCURRENCY"},
-	{name: "FunctionTimeout", field: func(p *Props) **float64 { return &p.FunctionTimeout }, def: 120, min: 30, max: 900, what: "seconds"},
+	{name: "RelayTimeout", field: func(p *Props) **float64 { return &p.RelayTimeout }, def: 120, min: 30, max: 900, what: "seconds"},
+	{name: "SweeperTimeout", field: func(p *Props) **float64 { return &p.SweeperTimeout }, def: 50, min: 15, max: 55, what: "seconds, below the one-minute schedule"},
 	{name: "FunctionMemorySize", field: func(p *Props) **float64 { return &p.FunctionMemorySize }, def: 512, min: 128, max: 10240, what: "MB"},
+	{name: "RelayReservedConcurrency", field: func(p *Props) **float64 { return &p.RelayReservedConcurrency }, def: -1, min: -1, max: 10000, what: "-1 = none; 0 would stop the relay and is refused"},
+	{name: "SweeperReservedConcurrency", field: func(p *Props) **float64 { return &p.SweeperReservedConcurrency }, def: -1, allowed: []int{-1, 1}, what: "-1 = none"},
 	{name: "LogRetentionInDays", field: func(p *Props) **float64 { return &p.LogRetentionInDays }, def: 30,
 		allowed: []int{1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653}, what: "a retention CloudWatch Logs accepts"},
 	{name: "IteratorAgeAlarmMilliseconds", field: func(p *Props) **float64 { return &p.IteratorAgeAlarmMilliseconds }, def: 60000, min: 1000, what: "milliseconds"},
+	{name: "OldestPendingAgeAlarmSeconds", field: func(p *Props) **float64 { return &p.OldestPendingAgeAlarmSeconds }, def: 300, min: 60, what: "seconds"},
 }
 
 // config is Props after Validate: defaults filled in, numbers as ints.
 type config struct {
-	props                      Props
-	bootstrap, auth, arch      string
-	saslSecret, saslKey, msk   string
-	subnets, securityGroups    []string
-	topics, alarmTopic, binDir string
-	n                          map[string]int // numeric fields by name
+	props                            Props
+	bootstrap, auth, arch, level     string
+	saslSecret, caSecret, certSecret string // the secrets the mode uses ("" = none)
+	kmsKey, msk                      string // "" = none, or not used by the mode
+	subnets, securityGroups          []string
+	topics, alarmTopic, binDir       string
+	n                                map[string]int // numeric fields by name
 }
 
-func (c *config) useSASL() bool    { return c.auth == AuthSASLSCRAM }
-func (c *config) useSASLKey() bool { return c.useSASL() && c.saslKey != "" }
-func (c *config) useMSKIAM() bool  { return c.auth == AuthMSKIAM }
-func (c *config) useVPC() bool     { return len(c.subnets) > 0 }
+func (c *config) isSCRAM() bool { return c.auth == AuthSASLSCRAM256 || c.auth == AuthSASLSCRAM512 }
+
+// secrets are the Kafka secrets the functions read, in template order.
+func (c *config) secrets() []string {
+	var out []string
+	for _, s := range []string{c.saslSecret, c.caSecret, c.certSecret} {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+func (c *config) useMSKIAM() bool { return c.auth == AuthMSKIAM }
+func (c *config) useVPC() bool    { return len(c.subnets) > 0 }
 
 // goarch is the GOARCH `make build` uses for the architecture.
 func (c *config) goarch() string {
@@ -185,8 +245,11 @@ func (c *config) bootstrapDir(fn string) string {
 }
 
 // Validate checks every field and returns a *PropError naming the first
-// one that is wrong. New calls it; call it yourself to check configuration
-// before building a stack.
+// one that is wrong: each template parameter's bounds, and what the
+// template's Rules refuse (the VPC settings given together; each Kafka
+// secret with the modes that use it; no reserved concurrency of 0). New
+// calls it; call it yourself to check configuration before building a
+// stack.
 func (p *Props) Validate() error {
 	_, err := p.config()
 	return err
@@ -202,24 +265,11 @@ func (p *Props) config() (*config, error) {
 		return nil, &PropError{"KafkaBootstrapServers", quote(p.KafkaBootstrapServers), "required: a comma-separated host:port list (KAFKA_BOOTSTRAP_SERVERS)"}
 	}
 	c.auth = str(p.KafkaAuthMode)
-	modes := []string{AuthNone, AuthTLS, AuthSASLSCRAM, AuthMSKIAM}
-	if !slices.Contains(modes, c.auth) {
-		return nil, &PropError{"KafkaAuthMode", quote(p.KafkaAuthMode), "required: one of " + strings.Join(modes, ", ")}
+	if !slices.Contains(authModes, c.auth) {
+		return nil, &PropError{"KafkaAuthMode", quote(p.KafkaAuthMode), "required: one of " + strings.Join(authModes, ", ")}
 	}
-	c.saslSecret, c.saslKey, c.msk = str(p.KafkaSaslSecretArn), str(p.KafkaSaslSecretKmsKeyArn), str(p.MskClusterArn)
-	if c.auth == AuthSASLSCRAM && c.saslSecret == "" {
-		// The functions refuse to start without it (KAFKA_SASL_SECRET_ARN),
-		// so refuse the stack rather than deploy functions that crash.
-		return nil, &PropError{"KafkaSaslSecretArn", quote(p.KafkaSaslSecretArn), "required when KafkaAuthMode is sasl-scram-sha-512: the ARN of a secret with username and password"}
-	}
-	if !c.useSASL() {
-		c.saslSecret, c.saslKey = "", ""
-	}
-	if !c.useMSKIAM() {
-		c.msk = ""
-	}
-	if c.msk != "" && !isToken(c.msk) && len(strings.Split(c.msk, "/")) < 3 {
-		return nil, &PropError{"MskClusterArn", quote(p.MskClusterArn), "an MSK cluster ARN: arn:<partition>:kafka:<region>:<account>:cluster/<name>/<uuid>"}
+	if err := c.kafkaSecrets(p); err != nil {
+		return nil, err
 	}
 	var err error
 	if c.subnets, err = list("VpcSubnetIds", p.VpcSubnetIds); err != nil {
@@ -242,6 +292,9 @@ func (p *Props) config() (*config, error) {
 		}
 		c.n[r.name] = v
 	}
+	if c.n["RelayReservedConcurrency"] == 0 {
+		return nil, &PropError{"RelayReservedConcurrency", "0", "0 would throttle every relay invocation; -1 (the default) reserves none"}
+	}
 	c.topics = str(p.Topics)
 	c.arch = ArchARM64
 	if p.Architecture != nil {
@@ -249,6 +302,13 @@ func (p *Props) config() (*config, error) {
 	}
 	if c.arch != ArchARM64 && c.arch != ArchX86_64 {
 		return nil, &PropError{"Architecture", quote(p.Architecture), "arm64 or x86_64"}
+	}
+	c.level = "INFO"
+	if p.LogLevel != nil {
+		c.level = *p.LogLevel
+	}
+	if !slices.Contains(logLevels, c.level) {
+		return nil, &PropError{"LogLevel", quote(p.LogLevel), "one of " + strings.Join(logLevels, ", ")}
 	}
 	c.alarmTopic = str(p.AlarmTopicArn)
 	c.binDir = defaultBinDir
@@ -261,6 +321,36 @@ func (p *Props) config() (*config, error) {
 		}
 	}
 	return c, nil
+}
+
+// kafkaSecrets checks the Kafka secrets against the auth mode as the
+// template's KafkaSecretsMatchAuthMode rule does (the functions refuse the
+// same at init), and keeps those the mode uses.
+func (c *config) kafkaSecrets(p *Props) error {
+	sasl, ca, cert := str(p.KafkaSaslSecretArn), str(p.KafkaTlsCaSecretArn), str(p.KafkaTlsClientCertSecretArn)
+	switch {
+	case c.isSCRAM() && sasl == "":
+		return &PropError{"KafkaSaslSecretArn", quote(p.KafkaSaslSecretArn), "required when KafkaAuthMode is " + c.auth + ": a secret with username and password"}
+	case !c.isSCRAM() && sasl != "":
+		return &PropError{"KafkaSaslSecretArn", quote(p.KafkaSaslSecretArn), "used only by the sasl-scram modes; clear it or change KafkaAuthMode"}
+	case c.auth == AuthMTLS && cert == "":
+		return &PropError{"KafkaTlsClientCertSecretArn", quote(p.KafkaTlsClientCertSecretArn), "required when KafkaAuthMode is mtls: a secret with certificate and privateKey"}
+	case c.auth != AuthMTLS && cert != "":
+		return &PropError{"KafkaTlsClientCertSecretArn", quote(p.KafkaTlsClientCertSecretArn), "used only by KafkaAuthMode mtls; clear it or change KafkaAuthMode"}
+	case c.auth == AuthNone && ca != "":
+		return &PropError{"KafkaTlsCaSecretArn", quote(p.KafkaTlsCaSecretArn), "needs a TLS mode; KafkaAuthMode none is plaintext"}
+	}
+	c.saslSecret, c.caSecret, c.certSecret = sasl, ca, cert
+	if len(c.secrets()) > 0 {
+		c.kmsKey = str(p.KafkaSecretsKmsKeyArn)
+	}
+	if c.useMSKIAM() {
+		c.msk = str(p.MskClusterArn)
+		if c.msk != "" && !isToken(c.msk) && len(strings.Split(c.msk, "/")) < 3 {
+			return &PropError{"MskClusterArn", quote(p.MskClusterArn), "an MSK cluster ARN: arn:<partition>:kafka:<region>:<account>:cluster/<name>/<uuid>"}
+		}
+	}
+	return nil
 }
 
 // value is r's field of p: its default when nil, else the number, which

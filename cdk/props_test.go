@@ -61,16 +61,38 @@ func TestValidate(t *testing.T) {
 		want  string // in the message
 	}{
 		{name: "valid", edit: func(*Props) {}},
-		{name: "sasl needs a secret", edit: func(p *Props) { p.KafkaAuthMode = jsii.String(AuthSASLSCRAM) },
+		{name: "sasl-scram-sha-512 needs a secret", edit: func(p *Props) { p.KafkaAuthMode = jsii.String(AuthSASLSCRAM512) },
 			field: "KafkaSaslSecretArn", want: "sasl-scram-sha-512"},
+		{name: "sasl-scram-sha-256 needs a secret", edit: func(p *Props) { p.KafkaAuthMode = jsii.String(AuthSASLSCRAM256) },
+			field: "KafkaSaslSecretArn", want: "sasl-scram-sha-256"},
 		{name: "sasl with a secret", edit: func(p *Props) {
-			p.KafkaAuthMode = jsii.String(AuthSASLSCRAM)
+			p.KafkaAuthMode = jsii.String(AuthSASLSCRAM512)
 			p.KafkaSaslSecretArn = jsii.String("arn:aws:secretsmanager:us-east-1:123456789012:secret:k")
 		}},
 		{name: "sasl with a secret token", edit: func(p *Props) {
-			p.KafkaAuthMode = jsii.String(AuthSASLSCRAM)
+			p.KafkaAuthMode = jsii.String(AuthSASLSCRAM256)
 			p.KafkaSaslSecretArn = jsii.String("${Token[TOKEN.123]}")
 		}},
+		{name: "sasl secret without sasl", edit: func(p *Props) { p.KafkaSaslSecretArn = jsii.String("arn:s") },
+			field: "KafkaSaslSecretArn", want: "only by the sasl-scram modes"},
+		{name: "mtls needs a client certificate", edit: func(p *Props) { p.KafkaAuthMode = jsii.String(AuthMTLS) },
+			field: "KafkaTlsClientCertSecretArn", want: "required"},
+		{name: "client certificate without mtls", edit: func(p *Props) { p.KafkaTlsClientCertSecretArn = jsii.String("arn:c") },
+			field: "KafkaTlsClientCertSecretArn", want: "only by KafkaAuthMode mtls"},
+		{name: "mtls with a client certificate and a CA", edit: func(p *Props) {
+			p.KafkaAuthMode = jsii.String(AuthMTLS)
+			p.KafkaTlsClientCertSecretArn = jsii.String("arn:c")
+			p.KafkaTlsCaSecretArn = jsii.String("arn:ca")
+		}},
+		{name: "CA without TLS", edit: func(p *Props) {
+			p.KafkaAuthMode = jsii.String(AuthNone)
+			p.KafkaTlsCaSecretArn = jsii.String("arn:ca")
+		}, field: "KafkaTlsCaSecretArn", want: "plaintext"},
+		{name: "KMS key without secrets is ignored", edit: func(p *Props) { p.KafkaSecretsKmsKeyArn = jsii.String("arn:k") }},
+		{name: "relay reserved concurrency 0", edit: func(p *Props) { p.RelayReservedConcurrency = jsii.Number(0) },
+			field: "RelayReservedConcurrency", want: "throttle"},
+		{name: "log level", edit: func(p *Props) { p.LogLevel = jsii.String("debug") },
+			field: "LogLevel", want: "DEBUG"},
 		{name: "subnets without security groups", edit: func(p *Props) { p.VpcSubnetIds = jsii.Strings("subnet-1") },
 			field: "VpcSecurityGroupIds", want: "both or neither"},
 		{name: "security groups without subnets", edit: func(p *Props) { p.VpcSecurityGroupIds = jsii.Strings("sg-1") },

@@ -24,6 +24,7 @@ var pseudo = map[string]any{
 	"AWS::AccountId": "123456789012",
 	"AWS::Partition": "aws",
 	"AWS::URLSuffix": "amazonaws.com",
+	"AWS::StackName": "outbox",
 }
 
 // noValue is AWS::NoValue; it disappears from the maps and lists holding it.
@@ -58,11 +59,10 @@ func newEvaluator(tmpl map[string]any, names map[string]string, values map[strin
 			val = scalar(def)
 		}
 		if typ, _ := at(p, "Type").(string); typ == "CommaDelimitedList" || strings.HasPrefix(typ, "List<") {
+			// As CloudFormation splits it: "" is [""], not [].
 			var list []any
-			if val != "" {
-				for _, s := range strings.Split(val, ",") {
-					list = append(list, strings.TrimSpace(s))
-				}
+			for _, s := range strings.Split(val, ",") {
+				list = append(list, strings.TrimSpace(s))
 			}
 			e.params[name] = list
 		} else {
@@ -300,6 +300,21 @@ func (e *evaluator) intrinsic(fn string, arg any, stack []string) (any, error) {
 			return nil, err
 		}
 		return canon(a[0]) == canon(a[1]), nil
+	case "Fn::Contains":
+		a, err := e.args(fn, arg, 2, stack)
+		if err != nil {
+			return nil, err
+		}
+		list, ok := a[0].([]any)
+		if !ok {
+			return nil, fmt.Errorf("Fn::Contains in %s", canon(a[0]))
+		}
+		for _, x := range list {
+			if canon(x) == canon(a[1]) {
+				return true, nil
+			}
+		}
+		return false, nil
 	case "Fn::Not":
 		a, err := e.args(fn, arg, 1, stack)
 		if err != nil {
@@ -391,6 +406,62 @@ func (e *evaluator) resources() (map[string]map[string]any, error) {
 		out[name] = ev
 	}
 	return out, nil
+}
+
+// refusals evaluates the template's Rules and returns the assertions that
+// fail (CloudFormation would refuse the parameters), each with the
+// parameters it refers to.
+func (e *evaluator) refusals() ([]refusal, error) {
+	var out []refusal
+	rules, _ := e.tmpl["Rules"].(map[string]any)
+	for name, r := range rules {
+		if c := at(r, "RuleCondition"); c != nil {
+			holds, err := e.eval(c)
+			if err != nil {
+				return nil, fmt.Errorf("rule %s: %w", name, err)
+			}
+			if holds != true {
+				continue
+			}
+		}
+		asserts, _ := at(r, "Assertions").([]any)
+		for i, a := range asserts {
+			holds, err := e.eval(at(a, "Assert"))
+			if err != nil {
+				return nil, fmt.Errorf("rule %s assertion %d: %w", name, i, err)
+			}
+			if holds != true {
+				out = append(out, refusal{rule: name, description: scalar(at(a, "AssertDescription")), params: refs(at(a, "Assert"))})
+			}
+		}
+	}
+	return out, nil
+}
+
+// refusal is a failed Rules assertion.
+type refusal struct {
+	rule, description string
+	params            []string // parameters the assertion refers to
+}
+
+// refs lists the names v refers to with Ref.
+func refs(v any) []string {
+	var out []string
+	switch x := v.(type) {
+	case map[string]any:
+		for k, el := range x {
+			if s, ok := el.(string); ok && k == "Ref" {
+				out = append(out, s)
+			} else {
+				out = append(out, refs(el)...)
+			}
+		}
+	case []any:
+		for _, el := range x {
+			out = append(out, refs(el)...)
+		}
+	}
+	return out
 }
 
 // outputs evaluates the outputs' values and descriptions, by shared name.

@@ -47,10 +47,53 @@ var accepted = []acceptedDiff{
 		Why: "SAM writes an empty DestinationConfig"},
 	{Type: "AWS::IAM::ManagedPolicy", Path: []string{"Properties", "Path"}, SAM: absent, CDK: "/",
 		Why: "the CDK writes IAM's default path"},
-	{Type: "AWS::SQS::Queue", Path: []string{"DeletionPolicy"}, SAM: absent, CDK: "Delete",
-		Why: "the CDK writes CloudFormation's default deletion policy of a queue"},
-	{Type: "AWS::SQS::Queue", Path: []string{"UpdateReplacePolicy"}, SAM: absent, CDK: "Delete",
-		Why: "the CDK writes CloudFormation's default replacement policy of a queue"},
+}
+
+// normalization rewrites both sides of a resource the same way before they
+// are compared, for a spelling difference that means the same.
+type normalization struct {
+	Why   string
+	Apply func(resource map[string]any) bool // reports whether it changed anything
+}
+
+// normalizations are every rewrite the test makes; each must apply in some
+// scenario.
+var normalizations = []normalization{
+	{Why: "an IAM statement's one-element Action or Resource list is written as the element by the CDK (PolicyStatement renders a single value as a scalar); IAM reads both the same",
+		Apply: scalarStatementLists},
+}
+
+// scalarStatementLists replaces one-element Action, NotAction, Resource and
+// NotResource lists in every policy statement of the resource by their
+// element.
+func scalarStatementLists(v map[string]any) bool {
+	changed := false
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if stmts, ok := x["Statement"].([]any); ok {
+				for _, st := range stmts {
+					m, _ := st.(map[string]any)
+					for _, k := range []string{"Action", "NotAction", "Resource", "NotResource"} {
+						if l, ok := m[k].([]any); ok && len(l) == 1 {
+							m[k] = l[0]
+							changed = true
+						}
+					}
+				}
+			}
+			for _, el := range x {
+				walk(el)
+			}
+		case []any:
+			for _, el := range x {
+				walk(el)
+			}
+		}
+	}
+	walk(v)
+	return changed
 }
 
 // Resources and template sections only one side has, by design.
@@ -66,13 +109,17 @@ var acceptedSections = map[string]string{
 	"Description":              "the SAM template's own; a CDK stack's is the app's (StackProps.Description)",
 	"Parameters":               "template.yaml's parameters are Props (resolved at synthesis); the CDK adds BootstrapVersion (the `cdk bootstrap` version check)",
 	"Conditions":               "template.yaml's conditions are Go branches in the construct; the CDK adds CDKMetadataAvailable (for AWS::CDK::Metadata)",
-	"Rules":                    "the CDK adds CheckBootstrapVersion",
+	"Rules":                    "template.yaml's Rules are Props.Validate (TestPropsMirrorRules); the CDK adds CheckBootstrapVersion",
 	"Resources":                "compared resource by resource",
 	"Outputs":                  "compared output by output",
 }
 
-// used counts how often each accepted entry applied, across scenarios.
-var used = make([]int, len(accepted))
+// used and normalized count how often each accepted entry and each
+// normalization applied, across scenarios.
+var (
+	used       = make([]int, len(accepted))
+	normalized = make([]int, len(normalizations))
+)
 
 func TestEquivalence(t *testing.T) {
 	s := results(t)
@@ -144,6 +191,11 @@ func TestEquivalence(t *testing.T) {
 				t.Errorf("accepted difference %s %s never applied: remove it (%s)", a.Type, strings.Join(a.Path, "."), a.Why)
 			}
 		}
+		for i, nz := range normalizations {
+			if normalized[i] == 0 {
+				t.Errorf("normalization never applied: remove it (%s)", nz.Why)
+			}
+		}
 	})
 }
 
@@ -183,6 +235,11 @@ func compareResources(t *testing.T, stack string, want, got map[string]map[strin
 			continue
 		}
 		w, g = clone(w).(map[string]any), clone(g).(map[string]any)
+		for i, nz := range normalizations {
+			if a, b := nz.Apply(w), nz.Apply(g); a || b {
+				normalized[i]++
+			}
+		}
 		for i, a := range accepted {
 			if a.Type != "*" && a.Type != w["Type"] {
 				continue

@@ -34,6 +34,8 @@ type scenario struct {
 
 const (
 	secretARN  = "arn:aws:secretsmanager:us-east-1:123456789012:secret:outbox/kafka-AbCdEf"
+	caARN      = "arn:aws:secretsmanager:us-east-1:123456789012:secret:outbox/kafka-ca-AbCdEf"
+	certARN    = "arn:aws:secretsmanager:us-east-1:123456789012:secret:outbox/kafka-client-AbCdEf"
 	kmsKeyARN  = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
 	clusterARN = "arn:aws:kafka:us-east-1:123456789012:cluster/orders/0b1c2d3e-1111-2222-3333-444455556666-7"
 	alarmARN   = "arn:aws:sns:us-east-1:123456789012:outbox-alarms"
@@ -45,23 +47,27 @@ const (
 // default (TestScenariosCoverParameters checks), and take every branch of
 // the template's conditions.
 var scenarios = []scenario{
-	{stack: exampleID}, // params from cdk.json, see exampleParams
+	{stack: exampleID}, // params from cdk.json, see synthesize
 	{stack: "Tuned", params: map[string]string{
 		"KafkaBootstrapServers": "b-1.example:9096,b-2.example:9096", "KafkaAuthMode": "sasl-scram-sha-512",
-		"KafkaSaslSecretArn": secretARN, "KafkaSaslSecretKmsKeyArn": kmsKeyARN,
+		"KafkaSaslSecretArn": secretARN, "KafkaTlsCaSecretArn": caARN, "KafkaSecretsKmsKeyArn": kmsKeyARN,
 		"VpcSubnetIds": "subnet-0123456789abcdef0,subnet-0fedcba9876543210", "VpcSecurityGroupIds": "sg-0123456789abcdef0",
 		"BucketCount": "64", "StreamBatchSize": "100", "StreamBatchingWindowSeconds": "5", "OutboxBatchSize": "200",
 		"Topics": "orders,payments", "LeaseDurationSeconds": "45", "GapTimeoutSeconds": "20", "MaxMessageBytes": "2097152",
-		"RelayConcurrency": "16", "FunctionTimeout": "300", "FunctionMemorySize": "1024", "Architecture": "x86_64",
+		"RelayConcurrency": "16", "RelayTimeout": "300", "SweeperTimeout": "30", "FunctionMemorySize": "1024",
+		"RelayReservedConcurrency": "20", "SweeperReservedConcurrency": "1", "Architecture": "x86_64", "LogLevel": "DEBUG",
 		"LogRetentionInDays": "90", "AlarmTopicArn": alarmARN, "IteratorAgeAlarmMilliseconds": "120000",
+		"OldestPendingAgeAlarmSeconds": "600",
 	}},
-	{stack: "Sasl", params: map[string]string{"KafkaBootstrapServers": "b-1.example:9096", "KafkaAuthMode": "sasl-scram-sha-512", "KafkaSaslSecretArn": secretARN}},
+	{stack: "Scram256", params: map[string]string{"KafkaBootstrapServers": "b-1.example:9096", "KafkaAuthMode": "sasl-scram-sha-256", "KafkaSaslSecretArn": secretARN}},
+	{stack: "Mtls", params: map[string]string{"KafkaBootstrapServers": "kafka.example:9093", "KafkaAuthMode": "mtls",
+		"KafkaTlsClientCertSecretArn": certARN, "KafkaTlsCaSecretArn": caARN, "KafkaSecretsKmsKeyArn": kmsKeyARN}},
 	{stack: "MskIamCluster", params: map[string]string{"KafkaBootstrapServers": "b-1.example:9098", "KafkaAuthMode": "msk-iam", "MskClusterArn": clusterARN}},
 	{stack: "MskIamAnyCluster", params: map[string]string{"KafkaBootstrapServers": "b-1.example:9098", "KafkaAuthMode": "msk-iam"}},
-	// Settings that only apply to another auth mode are ignored, as the
-	// template ignores them.
+	// Settings that only apply to other modes, and that the template's
+	// Rules do not refuse, are ignored, as the template ignores them.
 	{stack: "Plaintext", params: map[string]string{"KafkaBootstrapServers": "localhost:9092", "KafkaAuthMode": "none",
-		"KafkaSaslSecretArn": secretARN, "KafkaSaslSecretKmsKeyArn": kmsKeyARN, "MskClusterArn": clusterARN}},
+		"KafkaSecretsKmsKeyArn": kmsKeyARN, "MskClusterArn": clusterARN}},
 }
 
 // synthesized is what TestMain's synthesis produced.
@@ -110,7 +116,7 @@ func results(t *testing.T) *synthesized {
 const placeholderBootstrap = "#!/bin/sh\n# placeholder for the bootstrap `make build` writes\nexit 1\n"
 
 // functions are the folders under lambda/ that the construct deploys.
-var functions = []string{"relay", "sweeper"}
+var functions = []string{"relay", "sweeper", "setup"}
 
 func synthesize(dir string) (s synthesized) {
 	s = synthesized{dir: dir, templates: map[string]map[string]any{}, names: map[string]map[string]string{},

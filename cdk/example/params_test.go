@@ -76,7 +76,7 @@ func TestPropsMirrorParameterBounds(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			for _, c := range checks {
-				values := map[string]string{"KafkaSaslSecretArn": secretARN} // needed by sasl-scram-sha-512, ignored otherwise
+				values := map[string]string{}
 				for k, v := range base {
 					values[k] = v
 				}
@@ -85,6 +85,7 @@ func TestPropsMirrorParameterBounds(t *testing.T) {
 				} else {
 					values[name] = c.value
 				}
+				withSecrets(values)
 				props, err := propsFor(values)
 				if err != nil {
 					t.Fatal(err)
@@ -112,3 +113,97 @@ func TestPropsMirrorParameterBounds(t *testing.T) {
 }
 
 func fmtNum(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// withSecrets adds the Kafka secret the auth mode requires, so that a
+// check of another parameter is not refused by the template's Rules.
+func withSecrets(values map[string]string) {
+	switch values["KafkaAuthMode"] {
+	case "sasl-scram-sha-256", "sasl-scram-sha-512":
+		values["KafkaSaslSecretArn"] = secretARN
+	case "mtls":
+		values["KafkaTlsClientCertSecretArn"] = certARN
+	}
+}
+
+// TestPropsMirrorRules evaluates template.yaml's Rules for every
+// combination of the settings they constrain and checks that Validate
+// refuses exactly the combinations CloudFormation would refuse, naming one
+// of the parameters the failed assertion refers to.
+func TestPropsMirrorRules(t *testing.T) {
+	s := results(t)
+	bin := filepath.Join(s.dir, "bin")
+	modes := []string{"none", "tls", "mtls", "sasl-scram-sha-256", "sasl-scram-sha-512", "msk-iam"}
+	vpcs := []map[string]string{
+		{},
+		{"VpcSubnetIds": "subnet-1,subnet-2", "VpcSecurityGroupIds": "sg-1"},
+		{"VpcSubnetIds": "subnet-1"},
+		{"VpcSecurityGroupIds": "sg-1"},
+	}
+	combos, refused := 0, 0
+	for _, mode := range modes {
+		for _, secrets := range subsets(map[string]string{"KafkaSaslSecretArn": secretARN, "KafkaTlsCaSecretArn": caARN, "KafkaTlsClientCertSecretArn": certARN}) {
+			for _, vpc := range vpcs {
+				for _, reserved := range []string{"-1", "0", "5"} {
+					values := map[string]string{"KafkaBootstrapServers": "b-1.example:9092", "KafkaAuthMode": mode, "RelayReservedConcurrency": reserved}
+					for k, v := range secrets {
+						values[k] = v
+					}
+					for k, v := range vpc {
+						values[k] = v
+					}
+					e, err := newEvaluator(s.sam, nil, values)
+					if err != nil {
+						t.Fatal(err)
+					}
+					refusals, err := e.refusals()
+					if err != nil {
+						t.Fatal(err)
+					}
+					props, err := propsFor(values)
+					if err != nil {
+						t.Fatal(err)
+					}
+					props.BinDir = jsii.String(bin)
+					err = props.Validate()
+					combos++
+					var perr *outboxcdk.PropError
+					switch {
+					case len(refusals) == 0 && err != nil:
+						t.Errorf("%v: CloudFormation accepts it, Validate: %v", values, err)
+					case len(refusals) > 0 && err == nil:
+						t.Errorf("%v: accepted, CloudFormation refuses it: %s", values, refusals[0].description)
+					case len(refusals) > 0 && !errors.As(err, &perr):
+						t.Errorf("%v: %T %v, want a *PropError", values, err, err)
+					case len(refusals) > 0:
+						refused++
+						named := false
+						for _, r := range refusals {
+							for _, p := range r.params {
+								named = named || p == perr.Field
+							}
+						}
+						if !named {
+							t.Errorf("%v: Validate names %s; the failed rules refer to %v", values, perr.Field, refusals)
+						}
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d combinations, %d refused by both", combos, refused)
+}
+
+// subsets returns every subset of m.
+func subsets(m map[string]string) []map[string]string {
+	out := []map[string]string{{}}
+	for k, v := range m {
+		for _, s := range out[:len(out):len(out)] {
+			n := map[string]string{k: v}
+			for k2, v2 := range s {
+				n[k2] = v2
+			}
+			out = append(out, n)
+		}
+	}
+	return out
+}
