@@ -15,9 +15,11 @@
 #
 # The library is the root module. Tools with heavy dependencies live in
 # their own modules (tools/: benchmarks and charts; otel/: the OpenTelemetry
-# adapters), so that a service that imports the library never downloads
-# them; each requires the library through a replace directive to this
-# checkout.
+# adapters; cdk/: the AWS CDK construct), so that a service that imports the
+# library never downloads them; each that requires the library does so
+# through a replace directive to this checkout. cdk/'s tests synthesize its
+# example app with Node (jsii) and check it with cfn-lint and the SAM
+# translator.
 
 SHELL       := /bin/bash
 GO          ?= go
@@ -30,7 +32,7 @@ STATICCHECK_VERSION := v0.8.2
 LAMBDAS     := relay sweeper setup
 ARCHES      := arm64 amd64
 # Every Go module of the repository: the library first, then the tools.
-MODULES     := . tools otel
+MODULES     := . tools otel cdk
 
 .PHONY: all deps test test-short build lint demo bench soak sim clean
 
@@ -42,8 +44,8 @@ deps:
 	@for m in $(MODULES); do (cd $$m && $(GO) mod download) || exit 1; done
 
 # Verbose, filtered to the package results, failures and the one-line
-# summaries the suites print (outbox-e2e:, soak:, bench:).
-TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|soak:|bench:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
+# summaries the suites print (outbox-e2e:, soak:, bench:, cdk:).
+TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|soak:|bench:|cdk:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
 
 test: deps
 	set -o pipefail; for m in $(MODULES); do \

@@ -1,0 +1,179 @@
+package outboxcdk
+
+import (
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/jsii-runtime-go"
+)
+
+// statement is an Allow statement; sid may be empty.
+func statement(sid string, actions []string, resources ...*string) awsiam.PolicyStatement {
+	props := &awsiam.PolicyStatementProps{
+		Effect:    awsiam.Effect_ALLOW,
+		Actions:   jsii.Strings(actions...),
+		Resources: &resources,
+	}
+	if sid != "" {
+		props.Sid = jsii.String(sid)
+	}
+	return awsiam.NewPolicyStatement(props)
+}
+
+func managedPolicy(o *Outbox, id, description string, statements ...awsiam.PolicyStatement) awsiam.ManagedPolicy {
+	return awsiam.NewManagedPolicy(o.Construct, jsii.String(id), &awsiam.ManagedPolicyProps{
+		Description: jsii.String(description),
+		Statements:  &statements,
+	})
+}
+
+// newRoles creates one role per function. Every permission is an explicit
+// statement (no AWSLambdaBasicExecutionRole, no AWSLambdaDynamoDBExecutionRole,
+// which covers every stream in the account); what the relay and the sweeper
+// both need is one customer managed policy each, attached to both roles.
+func (o *Outbox) newRoles() {
+	shared := []awsiam.IManagedPolicy{o.tablesPolicy()}
+	o.WriterPolicy = managedPolicy(o, "WriterPolicy", "Enqueue into this outbox with dynamo.NewWriter and Writer.Write (the service's own tables are granted separately).",
+		o.writerStatements()...)
+	if p := o.secretsPolicy(); p != nil {
+		shared = append(shared, p)
+	}
+	if p := o.mskIAMPolicy(); p != nil {
+		shared = append(shared, p)
+	}
+	if p := o.vpcPolicy(); p != nil {
+		shared = append(shared, p)
+	}
+	stream := awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{Statements: &[]awsiam.PolicyStatement{
+		// What the event source mapping polls with, on this stream only.
+		statement("ReadMessagesStream", []string{"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}, o.MessagesTable.TableStreamArn()),
+		statement("ListMessagesStreams", []string{"dynamodb:ListStreams"}, awscdk.Fn_Join(jsii.String(""), jsii.Strings(*o.MessagesTable.TableArn(), "/stream/*"))),
+		// The event source mapping sends discarded hints with this role.
+		statement("FailureDestination", []string{"sqs:SendMessage"}, o.FailureQueue.QueueArn()),
+	}})
+	// The custom resource's function: the config item (read, create,
+	// change) and, before a change, one probe per bucket (lease item, then a
+	// Query of the bucket). dynamo.SetBucketCount makes exactly these calls.
+	setup := awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{Statements: &[]awsiam.PolicyStatement{
+		statement("ConfigItemAndLeases", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, o.ControlTable.TableArn()),
+		statement("ProbeBuckets", []string{"dynamodb:Query"}, o.MessagesTable.TableArn()),
+	}})
+	lambda := awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil)
+	o.RelayRole = awsiam.NewRole(o.Construct, jsii.String("RelayRole"), &awsiam.RoleProps{
+		AssumedBy:       lambda,
+		ManagedPolicies: &shared,
+		InlinePolicies:  &map[string]awsiam.PolicyDocument{"messages-stream": stream},
+	})
+	o.SweeperRole = awsiam.NewRole(o.Construct, jsii.String("SweeperRole"), &awsiam.RoleProps{
+		AssumedBy:       lambda,
+		ManagedPolicies: &shared,
+	})
+	o.SetupRole = awsiam.NewRole(o.Construct, jsii.String("SetupRole"), &awsiam.RoleProps{
+		AssumedBy:      lambda,
+		InlinePolicies: &map[string]awsiam.PolicyDocument{"outbox-config": setup},
+	})
+}
+
+// tablesPolicy: both functions drain buckets, item by item, on the two
+// tables only. store/dynamo.StoreAPI is the list: Pending and Peek (Query),
+// Delete (BatchWriteItem), Fence (conditional PutItem), Park (GetItem, then a
+// transaction that deletes the message and writes the dead letter); config,
+// leases, heartbeats, dead letters and live relays on the control table.
+func (o *Outbox) tablesPolicy() awsiam.ManagedPolicy {
+	return managedPolicy(o, "TablesPolicy", "Outbox item access to the messages and control tables of this stack.",
+		statement("MessagesTable", []string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}, o.MessagesTable.TableArn()),
+		statement("ControlTable", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"}, o.ControlTable.TableArn()),
+	)
+}
+
+// secretsPolicy reads the Kafka secrets the mode uses (and decrypts them
+// with their customer managed key, through Secrets Manager only); nil when
+// the mode uses none.
+func (o *Outbox) secretsPolicy() awsiam.ManagedPolicy {
+	c := o.cfg
+	secrets := c.secrets()
+	if len(secrets) == 0 {
+		return nil
+	}
+	statements := []awsiam.PolicyStatement{statement("ReadKafkaSecrets", []string{"secretsmanager:GetSecretValue"}, *jsii.Strings(secrets...)...)}
+	if c.kmsKey != "" {
+		decrypt := statement("DecryptKafkaSecrets", []string{"kms:Decrypt"}, jsii.String(c.kmsKey))
+		decrypt.AddCondition(jsii.String("StringEquals"), map[string]any{
+			"kms:ViaService": awscdk.Fn_Sub(jsii.String("secretsmanager.${AWS::Region}.amazonaws.com"), nil),
+		})
+		statements = append(statements, decrypt)
+	}
+	return managedPolicy(o, "KafkaSecretsPolicy", "Read the Kafka credentials and certificates.", statements...)
+}
+
+// mskIAMPolicy is exactly the MSK IAM actions of the Kafka requests the
+// publisher makes: connect; produce idempotently (InitProducerId, Produce);
+// topic metadata; the topics' max.message.bytes and, when a topic inherits
+// it, the brokers' message.max.bytes (DescribeConfigs). No ReadData, no
+// consumer groups, nothing that creates, alters or deletes. Topic ARNs are
+// topic/<cluster name>/<cluster uuid>/<topic>. nil unless msk-iam.
+func (o *Outbox) mskIAMPolicy() awsiam.ManagedPolicy {
+	c := o.cfg
+	if !c.useMSKIAM() {
+		return nil
+	}
+	cluster := awscdk.Fn_Sub(jsii.String("arn:${AWS::Partition}:kafka:${AWS::Region}:${AWS::AccountId}:cluster/*/*"), nil)
+	topics := awscdk.Fn_Sub(jsii.String("arn:${AWS::Partition}:kafka:${AWS::Region}:${AWS::AccountId}:topic/*/*/*"), nil)
+	if c.msk != "" {
+		parts := awscdk.Fn_Split(jsii.String("/"), jsii.String(c.msk), nil)
+		cluster = jsii.String(c.msk)
+		topics = awscdk.Fn_Sub(jsii.String("arn:${AWS::Partition}:kafka:${AWS::Region}:${AWS::AccountId}:topic/${ClusterName}/${ClusterUuid}/*"), &map[string]*string{
+			"ClusterName": awscdk.Fn_Select(jsii.Number(1), parts),
+			"ClusterUuid": awscdk.Fn_Select(jsii.Number(2), parts),
+		})
+	}
+	return managedPolicy(o, "KafkaMskIamPolicy", "Produce to MSK with IAM access control.",
+		statement("MskCluster", []string{"kafka-cluster:Connect", "kafka-cluster:WriteDataIdempotently", "kafka-cluster:DescribeClusterDynamicConfiguration"}, cluster),
+		statement("MskTopics", []string{"kafka-cluster:DescribeTopic", "kafka-cluster:WriteData", "kafka-cluster:DescribeTopicDynamicConfiguration"}, topics),
+	)
+}
+
+// vpcPolicy is what Lambda needs to attach a function to the VPC; these EC2
+// actions take no narrower resource than "*". nil without a VPC.
+func (o *Outbox) vpcPolicy() awsiam.ManagedPolicy {
+	if !o.cfg.useVPC() {
+		return nil
+	}
+	return managedPolicy(o, "VpcNetworkInterfacesPolicy", "Let Lambda manage the functions' network interfaces in the VPC.",
+		statement("VpcNetworkInterfaces", []string{
+			"ec2:CreateNetworkInterface", "ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets",
+			"ec2:DeleteNetworkInterface", "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses",
+		}, jsii.String("*")))
+}
+
+// writerStatements are exactly what dynamo.Writer calls on the outbox's
+// tables: NewWriter's existence check (GetItem of a key that never exists)
+// and the messages in the transaction and fences (PutItem) on the messages
+// table; the config item (GetItem) and the sequence counters (UpdateItem)
+// on the control table. The writer's own items in the same transaction
+// need the service's grants on its own tables.
+func (o *Outbox) writerStatements() []awsiam.PolicyStatement {
+	return []awsiam.PolicyStatement{
+		statement("EnqueueMessages", []string{"dynamodb:GetItem", "dynamodb:PutItem"}, o.MessagesTable.TableArn()),
+		statement("ReserveSequences", []string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, o.ControlTable.TableArn()),
+	}
+}
+
+// GrantEnqueue lets grantee (a writer service's function or role) enqueue
+// messages with dynamo.Writer: exactly WriterPolicy's statements, added to
+// the grantee's policy, nothing else.
+func (o *Outbox) GrantEnqueue(grantee awsiam.IGrantable) awsiam.Grant {
+	var grant awsiam.Grant
+	for _, st := range o.writerStatements() {
+		g := awsiam.Grant_AddToPrincipal(&awsiam.GrantOnPrincipalOptions{
+			Grantee:      grantee,
+			Actions:      st.Actions(),
+			ResourceArns: st.Resources(),
+		})
+		if grant == nil {
+			grant = g
+		} else {
+			grant = grant.Combine(g)
+		}
+	}
+	return grant
+}

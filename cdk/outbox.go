@@ -1,0 +1,360 @@
+package outboxcdk
+
+import (
+	"strconv"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+)
+
+// Outbox is one deployed outbox: what template.yaml creates, as a construct.
+// Its fields are what services and operators wire to.
+type Outbox struct {
+	constructs.Construct
+
+	// MessagesTable (key b/s, KEYS_ONLY stream) and ControlTable (key
+	// pk/sk) are retained when the stack is deleted or a change would
+	// replace them.
+	MessagesTable awsdynamodb.Table
+	ControlTable  awsdynamodb.Table
+	// Config is the custom resource (Custom::OutboxConfig) that writes the
+	// config item with BucketCount before the relay and the sweeper start.
+	Config awscdk.CfnResource
+	// FailureQueue receives the stream hints the event source gave up on.
+	// Nothing is lost with them: the sweeper finds their buckets.
+	FailureQueue awssqs.Queue
+	// Relay drains the buckets the messages stream names; Sweeper runs
+	// every minute and drains what the stream missed; Setup backs Config.
+	Relay   awslambda.IFunction
+	Sweeper awslambda.IFunction
+	Setup   awslambda.IFunction
+	// RelayRole, SweeperRole and SetupRole are the functions' roles
+	// (explicit statements only).
+	RelayRole   awsiam.Role
+	SweeperRole awsiam.Role
+	SetupRole   awsiam.Role
+	// WriterPolicy is what a service that enqueues needs on the outbox's
+	// tables, as a managed policy (GrantEnqueue grants the same).
+	WriterPolicy awsiam.ManagedPolicy
+	// Alarms are the CloudWatch alarms template.yaml defines.
+	Alarms Alarms
+	// Dashboard shows backlog, age, throughput, failures, durations, the
+	// stream's iterator age, leases and the alarms. Its name is
+	// <stack name>-<region>-outbox, as template.yaml names it, so a stack
+	// holds one outbox.
+	Dashboard awscloudwatch.CfnDashboard
+
+	cfg *config
+}
+
+// New validates props (a *PropError names the field that is wrong) and
+// creates the outbox in scope: both tables and their config item, the relay
+// on the messages stream, the sweeper on a one-minute schedule, their roles,
+// log groups, alarms and dashboard, and the stack outputs template.yaml has.
+// It creates nothing when props are invalid.
+func New(scope constructs.Construct, id string, props *Props) (*Outbox, error) {
+	cfg, err := props.config()
+	if err != nil {
+		return nil, err
+	}
+	o := &Outbox{cfg: cfg}
+	// Registers o itself as the construct, so that o (not only
+	// o.Construct) can be passed wherever jsii expects a construct.
+	constructs.NewConstruct_Override(o, scope, jsii.String(id))
+	c := o.Construct
+	o.MessagesTable = newTable(c, "MessagesTable", "b", "s", awsdynamodb.AttributeType_NUMBER, true)
+	o.ControlTable = newTable(c, "ControlTable", "pk", "sk", awsdynamodb.AttributeType_STRING, false)
+	// Retained: its records are evidence after the stack is gone.
+	o.FailureQueue = awssqs.NewQueue(c, jsii.String("RelayFailureQueue"), &awssqs.QueueProps{
+		RetentionPeriod: awscdk.Duration_Days(jsii.Number(14)),
+		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
+		RemovalPolicy:   awscdk.RemovalPolicy_RETAIN,
+	})
+	o.newRoles()
+	n := cfg.n
+	setup := o.newFunction(function{id: "SetupFunction", dir: "setup", role: o.SetupRole, timeout: 300, memory: 256,
+		description: "Custom::OutboxConfig - writes the outbox's config item with the stack's BucketCount (lambda/setup)."})
+	relay := o.newFunction(function{id: "RelayFunction", dir: "relay", role: o.RelayRole, timeout: n["RelayTimeout"],
+		memory: n["FunctionMemorySize"], reserved: n["RelayReservedConcurrency"], drains: true,
+		description: "Drains the buckets named by messages-table stream hints into Kafka."})
+	sweeper := o.newFunction(function{id: "SweeperFunction", dir: "sweeper", role: o.SweeperRole, timeout: n["SweeperTimeout"],
+		memory: n["FunctionMemorySize"], reserved: n["SweeperReservedConcurrency"], drains: true,
+		description: "Every minute, finds buckets with pending messages whose hints were lost and drains them."})
+	o.Setup = importFunction(c, "Setup", setup, o.SetupRole)
+	o.Relay = importFunction(c, "Relay", relay, o.RelayRole)
+	o.Sweeper = importFunction(c, "Sweeper", sweeper, o.SweeperRole)
+	setupLogs := o.newLogs("Setup", setup, o.SetupRole)
+	o.newLogs("Relay", relay, o.RelayRole)
+	o.newLogs("Sweeper", sweeper, o.SweeperRole)
+	o.newConfig(setup, setupLogs)
+	// The functions wait for a ready outbox.
+	relay.Node().AddDependency(o.Config)
+	sweeper.Node().AddDependency(o.Config)
+	o.newStreamSource(relay)
+	o.newSchedule(sweeper)
+	o.newAlarms(relay, sweeper)
+	o.newDashboard(relay, sweeper)
+	o.newOutputs(relay, sweeper)
+	return o, nil
+}
+
+// newTable: on-demand, point-in-time recovery, TTL on x (fence tombstones,
+// heartbeats), retained, and a KEYS_ONLY stream when stream is set: the
+// relay needs only the keys, a hint that bucket b has work.
+func newTable(scope constructs.Construct, id, hash, sort string, typ awsdynamodb.AttributeType, stream bool) awsdynamodb.Table {
+	props := &awsdynamodb.TableProps{
+		PartitionKey:        &awsdynamodb.Attribute{Name: jsii.String(hash), Type: typ},
+		SortKey:             &awsdynamodb.Attribute{Name: jsii.String(sort), Type: typ},
+		BillingMode:         awsdynamodb.BillingMode_PAY_PER_REQUEST,
+		TimeToLiveAttribute: jsii.String("x"),
+		PointInTimeRecoverySpecification: &awsdynamodb.PointInTimeRecoverySpecification{
+			PointInTimeRecoveryEnabled: jsii.Bool(true),
+		},
+		RemovalPolicy: awscdk.RemovalPolicy_RETAIN,
+	}
+	if stream {
+		props.Stream = awsdynamodb.StreamViewType_KEYS_ONLY
+	}
+	return awsdynamodb.NewTable(scope, jsii.String(id), props)
+}
+
+// environment is the relay's and the sweeper's configuration, as
+// template.yaml's Globals set it.
+func (o *Outbox) environment() map[string]*string {
+	c := o.cfg
+	env := map[string]*string{
+		"OUTBOX_MESSAGES_TABLE":    o.MessagesTable.TableName(),
+		"OUTBOX_CONTROL_TABLE":     o.ControlTable.TableName(),
+		"OUTBOX_BUCKET_COUNT":      num(c.n["BucketCount"]),
+		"OUTBOX_BATCH_SIZE":        num(c.n["OutboxBatchSize"]),
+		"OUTBOX_TOPICS":            jsii.String(c.topics),
+		"OUTBOX_LEASE_DURATION":    jsii.String(strconv.Itoa(c.n["LeaseDurationSeconds"]) + "s"),
+		"OUTBOX_GAP_TIMEOUT":       jsii.String(strconv.Itoa(c.n["GapTimeoutSeconds"]) + "s"),
+		"OUTBOX_MAX_MESSAGE_BYTES": num(c.n["MaxMessageBytes"]),
+		"OUTBOX_CONCURRENCY":       num(c.n["RelayConcurrency"]),
+		"KAFKA_BOOTSTRAP_SERVERS":  jsii.String(c.bootstrap),
+		"KAFKA_AUTH":               jsii.String(c.auth),
+	}
+	for name, v := range map[string]string{
+		"KAFKA_SASL_SECRET_ARN":            c.saslSecret,
+		"KAFKA_TLS_CA_SECRET_ARN":          c.caSecret,
+		"KAFKA_TLS_CLIENT_CERT_SECRET_ARN": c.certSecret,
+	} {
+		if v != "" {
+			env[name] = jsii.String(v)
+		}
+	}
+	return env
+}
+
+func num(n int) *string { return jsii.String(strconv.Itoa(n)) }
+
+// function is one Lambda function's settings.
+type function struct {
+	id, dir, description string
+	role                 awsiam.Role
+	timeout, memory      int
+	reserved             int  // reserved concurrency, -1 = none
+	drains               bool // the relay or the sweeper: the outbox's environment and VPC
+}
+
+// newFunction creates a provided.al2023 function from BinDir's bootstrap,
+// logging JSON at LogLevel. It is an L1 resource so that the template is
+// exactly template.yaml's: the L2 Function adds dependencies and, under some
+// feature flags, a log group of its own that would clash with the stack's.
+func (o *Outbox) newFunction(f function) awslambda.CfnFunction {
+	c := o.cfg
+	code := awslambda.Code_FromAsset(jsii.String(c.bootstrapDir(f.dir)), nil)
+	// Bind adds the asset as a child named Code, one per scope.
+	bound := code.Bind(constructs.NewConstruct(o.Construct, jsii.String(f.id+"Code")))
+	props := &awslambda.CfnFunctionProps{
+		Description: jsii.String(f.description),
+		Code: &awslambda.CfnFunction_CodeProperty{
+			S3Bucket: bound.S3Location.BucketName,
+			S3Key:    bound.S3Location.ObjectKey,
+		},
+		Handler:       jsii.String("bootstrap"),
+		Runtime:       jsii.String("provided.al2023"),
+		Architectures: jsii.Strings(c.arch),
+		Timeout:       jsii.Number(float64(f.timeout)),
+		MemorySize:    jsii.Number(float64(f.memory)),
+		Role:          f.role.RoleArn(),
+		// Lambda passes the level as AWS_LAMBDA_LOG_LEVEL, which the
+		// functions' logger honours.
+		LoggingConfig: &awslambda.CfnFunction_LoggingConfigProperty{
+			LogFormat:           jsii.String("JSON"),
+			ApplicationLogLevel: jsii.String(c.level),
+			SystemLogLevel:      jsii.String("INFO"),
+		},
+	}
+	if f.drains {
+		props.Environment = &awslambda.CfnFunction_EnvironmentProperty{Variables: o.environment()}
+		if c.useVPC() {
+			props.VpcConfig = &awslambda.CfnFunction_VpcConfigProperty{
+				SubnetIds:        jsii.Strings(c.subnets...),
+				SecurityGroupIds: jsii.Strings(c.securityGroups...),
+			}
+		}
+		if f.reserved >= 0 {
+			props.ReservedConcurrentExecutions = jsii.Number(float64(f.reserved))
+		}
+	}
+	fn := awslambda.NewCfnFunction(o.Construct, jsii.String(f.id), props)
+	code.BindToResource(fn, nil)
+	return fn
+}
+
+// importFunction gives users an IFunction (metrics, grants, permissions)
+// for an L1 function; it creates no resource.
+func importFunction(scope constructs.Construct, id string, fn awslambda.CfnFunction, role awsiam.Role) awslambda.IFunction {
+	return awslambda.Function_FromFunctionAttributes(scope, jsii.String(id), &awslambda.FunctionAttributes{
+		FunctionArn:     fn.AttrArn(),
+		Role:            role,
+		SameEnvironment: jsii.Bool(true),
+	})
+}
+
+// newConfig is the outbox's config item (pk=config, sk=config: BucketCount
+// and format version), written by the setup function when the stack is
+// created, so the functions find a ready outbox. A BucketCount change is
+// refused unless the outbox is empty, which rolls the update back; deleting
+// the stack leaves the item with the retained tables. It waits for the
+// setup function's log group and permission to write to it.
+func (o *Outbox) newConfig(setup awslambda.CfnFunction, logs []constructs.IConstruct) {
+	o.Config = awscdk.NewCfnResource(o.Construct, jsii.String("OutboxConfig"), &awscdk.CfnResourceProps{
+		Type: jsii.String("Custom::OutboxConfig"),
+		Properties: &map[string]interface{}{
+			"ServiceToken": setup.AttrArn(),
+			// Fail after 10 minutes without an answer rather than
+			// CloudFormation's default hour.
+			"ServiceTimeout": 600,
+			"MessagesTable":  o.MessagesTable.TableName(),
+			"ControlTable":   o.ControlTable.TableName(),
+			"BucketCount":    o.cfg.n["BucketCount"],
+		},
+	})
+	for _, l := range logs {
+		o.Config.Node().AddDependency(l)
+	}
+}
+
+// newStreamSource wakes the relay with INSERT records of the messages
+// stream. Only new messages are hints: the relay's own deletes and TTL
+// expiries would wake it for nothing. Retries and record age are finite so
+// one failing bucket cannot block its shard for the stream's 24 h; what is
+// dropped goes to the failure queue and the sweeper recovers it. One poller
+// per shard: leases serialise each bucket anyway.
+func (o *Outbox) newStreamSource(relay awslambda.CfnFunction) {
+	n := o.cfg.n
+	awslambda.NewCfnEventSourceMapping(o.Construct, jsii.String("RelayFunctionMessagesStream"), &awslambda.CfnEventSourceMappingProps{
+		FunctionName:     relay.Ref(),
+		EventSourceArn:   o.MessagesTable.TableStreamArn(),
+		StartingPosition: jsii.String("TRIM_HORIZON"),
+		FilterCriteria: &awslambda.CfnEventSourceMapping_FilterCriteriaProperty{
+			Filters: &[]interface{}{&awslambda.CfnEventSourceMapping_FilterProperty{
+				Pattern: jsii.String(`{"eventName": ["INSERT"]}`),
+			}},
+		},
+		BatchSize:                      jsii.Number(float64(n["StreamBatchSize"])),
+		MaximumBatchingWindowInSeconds: jsii.Number(float64(n["StreamBatchingWindowSeconds"])),
+		ParallelizationFactor:          jsii.Number(1),
+		FunctionResponseTypes:          jsii.Strings("ReportBatchItemFailures"),
+		BisectBatchOnFunctionError:     jsii.Bool(true),
+		MaximumRetryAttempts:           jsii.Number(5),
+		MaximumRecordAgeInSeconds:      jsii.Number(3600),
+		DestinationConfig: &awslambda.CfnEventSourceMapping_DestinationConfigProperty{
+			OnFailure: &awslambda.CfnEventSourceMapping_OnFailureProperty{
+				Destination: o.FailureQueue.QueueArn(),
+			},
+		},
+	})
+}
+
+// newSchedule runs the sweeper every minute, as SAM's Schedule event does
+// (an EventBridge rule and the permission to invoke). A missed tick is
+// retried by the next one, so asynchronous retries are off.
+func (o *Outbox) newSchedule(sweeper awslambda.CfnFunction) {
+	rule := awsevents.NewCfnRule(o.Construct, jsii.String("SweeperFunctionEveryMinute"), &awsevents.CfnRuleProps{
+		ScheduleExpression: jsii.String("rate(1 minute)"),
+		State:              jsii.String("ENABLED"),
+		Targets: &[]interface{}{&awsevents.CfnRule_TargetProperty{
+			Arn: sweeper.AttrArn(),
+			Id:  jsii.String("SweeperFunctionEveryMinuteLambdaTarget"),
+		}},
+	})
+	awslambda.NewCfnPermission(o.Construct, jsii.String("SweeperFunctionEveryMinutePermission"), &awslambda.CfnPermissionProps{
+		Action:       jsii.String("lambda:InvokeFunction"),
+		FunctionName: sweeper.Ref(),
+		Principal:    jsii.String("events.amazonaws.com"),
+		SourceArn:    rule.AttrArn(),
+	})
+	awslambda.NewCfnEventInvokeConfig(o.Construct, jsii.String("SweeperFunctionEventInvokeConfig"), &awslambda.CfnEventInvokeConfigProps{
+		FunctionName:             sweeper.Ref(),
+		Qualifier:                jsii.String("$LATEST"),
+		MaximumRetryAttempts:     jsii.Number(0),
+		MaximumEventAgeInSeconds: jsii.Number(60),
+	})
+}
+
+// newLogs creates the function's log group, named as Lambda names it so
+// that it has a retention, and lets the role write to it; it returns both.
+// The role may not create log groups, so the function can never create an
+// unmanaged group of the same name first. The policy is separate from the
+// role: the group is named after the function, which needs the role first.
+// Retained: the logs outlive the stack, for whoever investigates.
+func (o *Outbox) newLogs(prefix string, fn awslambda.CfnFunction, role awsiam.Role) []constructs.IConstruct {
+	group := awslogs.NewCfnLogGroup(o.Construct, jsii.String(prefix+"LogGroup"), &awslogs.CfnLogGroupProps{
+		LogGroupName:    awscdk.Fn_Join(jsii.String(""), jsii.Strings("/aws/lambda/", *fn.Ref())),
+		RetentionInDays: jsii.Number(float64(o.cfg.n["LogRetentionInDays"])),
+	})
+	group.ApplyRemovalPolicy(awscdk.RemovalPolicy_RETAIN, nil)
+	policy := awsiam.NewPolicy(o.Construct, jsii.String(prefix+"LogsPolicy"), &awsiam.PolicyProps{
+		PolicyName: jsii.String("logs"),
+		Roles:      &[]awsiam.IRole{role},
+		Statements: &[]awsiam.PolicyStatement{statement("WriteOwnLogs", []string{"logs:CreateLogStream", "logs:PutLogEvents"}, group.AttrArn())},
+	})
+	return []constructs.IConstruct{group, policy}
+}
+
+// newOutputs adds template.yaml's stack outputs.
+func (o *Outbox) newOutputs(relay, sweeper awslambda.CfnFunction) {
+	outputs := []struct{ id, description string }{
+		{"MessagesTableName", "OUTBOX_MESSAGES_TABLE for writers."},
+		{"ControlTableName", "OUTBOX_CONTROL_TABLE for writers."},
+		{"MessagesTableStreamArn", "The KEYS_ONLY stream that wakes the relay."},
+		{"BucketCount", "The BucketCount the stack wrote to the outbox's config item."},
+		{"WriterPolicyArn", "Managed policy to attach to a service that enqueues into this outbox (its own tables aside)."},
+		{"RelayFunctionName", ""},
+		{"SweeperFunctionName", ""},
+		{"RelayFailureQueueUrl", "Hints the stream event source gave up on."},
+		{"RelayFailureQueueArn", ""},
+		{"DashboardName", "The CloudWatch dashboard of this outbox."},
+	}
+	values := map[string]*string{
+		"MessagesTableName":      o.MessagesTable.TableName(),
+		"ControlTableName":       o.ControlTable.TableName(),
+		"MessagesTableStreamArn": o.MessagesTable.TableStreamArn(),
+		"BucketCount":            o.Config.GetAtt(jsii.String("BucketCount"), awscdk.ResolutionTypeHint_STRING).ToString(),
+		"WriterPolicyArn":        o.WriterPolicy.ManagedPolicyArn(),
+		"RelayFunctionName":      relay.Ref(),
+		"SweeperFunctionName":    sweeper.Ref(),
+		"RelayFailureQueueUrl":   o.FailureQueue.QueueUrl(),
+		"RelayFailureQueueArn":   o.FailureQueue.QueueArn(),
+		"DashboardName":          o.Dashboard.Ref(),
+	}
+	for _, out := range outputs {
+		props := &awscdk.CfnOutputProps{Value: values[out.id]}
+		if out.description != "" {
+			props.Description = jsii.String(out.description)
+		}
+		awscdk.NewCfnOutput(o.Construct, jsii.String(out.id), props)
+	}
+}
