@@ -141,7 +141,10 @@ func TestSweeperAloneDeliversEverything(t *testing.T) {
 	}
 	cctx, stop := context.WithCancel(ctx)
 	consumed := e.checkDelivery(cctx, t, chk)
-	sw := handler.NewSweeper(e.relay(t, outbox.RelayID("sweeper"), outbox.DeadlineMargin(time.Second)), quiet)
+	sw, err := handler.NewSweeper(e.relay(t, outbox.RelayID("sweeper"), outbox.DeadlineMargin(time.Second)), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
 	clk := schedule.NewManualClock(time.Now())
 	runDone := make(chan struct{})
 	sctx, stopSchedule := context.WithCancel(ctx)
@@ -245,7 +248,10 @@ func TestRelayAndSweeperConcurrently(t *testing.T) {
 	fn := handler.NewRelay(relay, 8, quiet)
 	// A batching window lets the sweeper reach some buckets first.
 	e.mapping(ctx, t, esm.InProcess(fn.Handle, esm.Timeout(time.Minute)), esm.MaximumBatchingWindow(500*time.Millisecond))
-	sw := handler.NewSweeper(sweeper, quiet)
+	sw, err := handler.NewSweeper(sweeper, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
 	clk := schedule.NewManualClock(time.Now())
 	sctx, stopSchedule := context.WithCancel(ctx)
 	runDone := make(chan struct{})

@@ -383,7 +383,10 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	}
 	quiet := slog.New(slog.DiscardHandler)
 	relayFn := handler.NewRelay(streamRelay, 8, quiet)
-	sweepFn := handler.NewSweeper(sweepRelay, quiet)
+	sweepFn, err := handler.NewSweeper(sweepRelay, quiet)
+	if err != nil {
+		return 0, err
+	}
 
 	pipeCtx, stopPipe := context.WithCancel(ctx)
 	defer stopPipe()
