@@ -515,10 +515,6 @@ func firstLineWith(out, s string) string {
 	return ""
 }
 
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
 func repoRoot(t *testing.T) string {
 	t.Helper()
 	dir, err := filepath.Abs("..")
