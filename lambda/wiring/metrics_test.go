@@ -131,13 +131,17 @@ func hint(bucket int, seq int64) events.DynamoDBEvent {
 	}}}
 }
 
+func lastRaw(buf *bytes.Buffer) []byte {
+	ls := bytes.Split(bytes.TrimSuffix(buf.Bytes(), []byte("\n")), []byte("\n"))
+	return ls[len(ls)-1]
+}
+
 // lastLine decodes the last EMF line in buf into its metrics' values.
 func lastLine(t *testing.T, buf *bytes.Buffer) map[string]any {
 	t.Helper()
-	ls := bytes.Split(bytes.TrimSuffix(buf.Bytes(), []byte("\n")), []byte("\n"))
 	var doc map[string]any
-	if err := json.Unmarshal(ls[len(ls)-1], &doc); err != nil {
-		t.Fatalf("%s: %v", ls[len(ls)-1], err)
+	if err := json.Unmarshal(lastRaw(buf), &doc); err != nil {
+		t.Fatalf("%s: %v", lastRaw(buf), err)
 	}
 	return doc
 }
@@ -254,6 +258,8 @@ func TestStuckBucketOnTopicAuthorizationFailure(t *testing.T) {
 			t.Fatalf("sweep %d: OldestPendingAge %v", i, m["OldestPendingAge"])
 		}
 	}
+	t.Logf("the relay's line: %s", bytes.TrimSpace(relayOut.Bytes()))
+	t.Logf("the sweeper's line at sweep %d: %s", stuckAfter, lastRaw(&sweeperOut))
 
 	// Authorization is back: the next sweep delivers the message, and the
 	// bucket is stuck no more.
