@@ -189,7 +189,7 @@ func checkClientOptions(seeds []string, user []kgo.Opt) error {
 			Reason: "the relay deletes a message once Kafka acknowledges it, so every in-sync replica must have it (acks=all); remove the option"}
 	case probe.OptValue(kgo.AllowIdempotentProduceCancellation) == true:
 		return &DowngradeError{Option: "kgo.AllowIdempotentProduceCancellation", Value: "cancellation of in-flight records",
-			Reason: "Publish would report records as failed that Kafka may still write after it returned; remove the option (DeliveryTimeout bounds records that are not in flight)"}
+			Reason: "kgo would fail in-flight records, other buckets' sharing their partition included, with a plain context error although Kafka may still write them, and reset the producer epoch each time; Publish already stops waiting for unanswered records (ErrAbandoned) while the client keeps them in their partition's order; remove the option"}
 	case probe.OptValue(kgo.TransactionalID) != "":
 		return &DowngradeError{Option: "kgo.TransactionalID", Value: fmt.Sprint(probe.OptValue(kgo.TransactionalID)),
 			Reason: "the publisher is not transactional (a transactional client fails records produced outside a transaction); remove the option"}
@@ -247,22 +247,17 @@ const AbandonGrace = 200 * time.Millisecond
 // The client stays usable: an abandoned record stays in kgo until the broker
 // answers, and later records of its partition queue behind it in order.
 //
-// What kgo does with a record when ctx ends depends on where the record is.
-// kgo consults a record's context only as the first record of its
-// partition's oldest batch, and only while that batch is not in flight
-// (written to a broker and not answered): it checks it when it builds a
-// produce request for the partition, after a retriable error (the retry
-// comes after a metadata refresh, within DefaultMetadataMinAge), and while
-// it waits for a producer id. When it finds that context done, it fails
-// every record buffered for the partition, other Publish calls' included
-// (they see ErrSharedBatchCancelled). A record behind another batch of its
-// partition, or behind another Publish's record in a batch, is not failed by
-// its own context: it is sent when its turn comes, possibly after ctx ended
-// and after Publish returned. A batch in flight is never failed by a
-// context: with idempotent writes only the broker's answer tells whether
-// Kafka stored it, so kgo resends it until it gets one. The client is
-// shared by concurrent Publish calls, so Publish does not use kgo's
-// AbortBufferedRecords (it would abort every bucket's records).
+// Abandoned records, and records of this Publish that kgo had not yet
+// written when ctx ended, can be written later: kgo consults a record's
+// context only while the record heads its partition's oldest batch and that
+// batch is not in flight, and then fails every record buffered for the
+// partition, other Publish calls' included (they see
+// ErrSharedBatchCancelled). A record in flight, one behind another Publish's
+// record in its batch, and one in a batch sent behind a batch in flight are
+// not failed by their own context. The package documentation ("Cancellation
+// and the lease") has the details. The client is shared by concurrent
+// Publish calls, so Publish does not use kgo's AbortBufferedRecords (it
+// would abort every bucket's records).
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) (acked int, err error) {
 	if len(msgs) == 0 {
 		return 0, nil
@@ -285,10 +280,12 @@ func (p *Publisher) publish(ctx context.Context, cl *kgo.Client, unanswered *ato
 
 	n, stopErr := p.precheck(ctx, msgs)
 
-	// The records' context: ctx, plus DeliveryTimeout. kgo fails a record
-	// whose context is done as long as it has not written it to a broker,
-	// which is what RecordDeliveryTimeout would do, but measured from now
-	// rather than from the record timestamp.
+	// The records' context: ctx, plus DeliveryTimeout, which is what
+	// RecordDeliveryTimeout would do but measured from now rather than from
+	// the record timestamp. kgo fails waiting records by it as far as it
+	// consults record contexts (see Publish); cancel ends the context when
+	// Publish returns, so abandoned records that kgo can still fail do not
+	// linger.
 	rctx, cancel := context.WithTimeout(ctx, p.cfg.deliveryTimeout)
 	defer cancel()
 	recs := make([]*kgo.Record, n)
