@@ -131,3 +131,42 @@ func TestPublishAloneAfterAnAbandonedRecord(t *testing.T) {
 		t.Fatalf("topic holds %v; want %s (and perhaps the abandoned %s)", got, msgs[1].ID, msgs[0].ID)
 	}
 }
+
+// What docs/design.md §6.4 must not promise: a cancelled Publish does not
+// abort every record it has not sent. kgo consults only the context of the
+// first record of a partition's oldest batch, so a record queued behind
+// another bucket's live record in its batch is written when that batch goes,
+// after its own Publish was cancelled and returned.
+func TestCancelledRecordBehindAnotherBucketIsStillWritten(t *testing.T) {
+	k := testenv.Kafka(t)
+	testenv.RequireKfake(t, k)
+	topic := newTopic(t, k, 1, nil)
+	p := newPublisher(t, k, Topics(topic))
+	release, releaseNow := releaseOnce(t)
+	held := holdFirst(k.Cluster, kmsg.Produce, release)
+	y := messages(topic, 2, sameKey("y")) // bucket 3, live
+	x := messages(topic, 1, sameKey("x"))
+	x[0].Bucket = 5
+
+	y1 := publishAsync(testCtx(t), p, y[:1])
+	awaitClosed(t, held, "the produce request was never sent")
+	y2 := publishAsync(testCtx(t), p, y[1:]) // queued: a new batch behind the held one
+	awaitBuffered(t, p, 2)
+	xctx, cancelX := context.WithCancel(testCtx(t))
+	rx := publishAsync(xctx, p, x) // appended to y2's batch
+	awaitBuffered(t, p, 3)
+	cancelX()
+	if r := await(t, rx); r.acked != 0 || !errors.Is(r.err, ErrAbandoned) {
+		t.Fatalf("cancelled Publish = %d, %v; want 0, ErrAbandoned", r.acked, r.err)
+	}
+	releaseNow()
+	for _, r := range []publishResult{await(t, y1), await(t, y2)} {
+		if r.acked != 1 || r.err != nil {
+			t.Fatalf("live Publish = %d, %v", r.acked, r.err)
+		}
+	}
+	want := []string{y[0].ID, y[1].ID, x[0].ID}
+	if got := ids(t, consumeAll(t, k, topic)); !slices.Equal(got, want) {
+		t.Fatalf("topic holds %v, want %v: the cancelled record written behind its batch mate", got, want)
+	}
+}
