@@ -79,6 +79,10 @@ type Props struct {
 	LeaseDurationSeconds *float64
 	// GapTimeoutSeconds is OUTBOX_GAP_TIMEOUT. Default 10, 1..3600.
 	GapTimeoutSeconds *float64
+	// SweepMinAgeSeconds is OUTBOX_SWEEP_MIN_AGE: the sweeper leaves
+	// messages younger than this to the stream-triggered relay. Default 10,
+	// 0..600.
+	SweepMinAgeSeconds *float64
 	// MaxMessageBytes is OUTBOX_MAX_MESSAGE_BYTES; match the topics'
 	// max.message.bytes. Default 1048576, 1024..104857596.
 	MaxMessageBytes *float64
@@ -192,6 +196,7 @@ var numbers = []intRange{
 	{name: "OutboxBatchSize", field: func(p *Props) **float64 { return &p.OutboxBatchSize }, def: 500, min: 1, max: 10000, what: "OUTBOX_BATCH_SIZE"},
 	{name: "LeaseDurationSeconds", field: func(p *Props) **float64 { return &p.LeaseDurationSeconds }, def: 30, min: 10, max: 900, what: "OUTBOX_LEASE_DURATION in seconds"},
 	{name: "GapTimeoutSeconds", field: func(p *Props) **float64 { return &p.GapTimeoutSeconds }, def: 10, min: 1, max: 3600, what: "OUTBOX_GAP_TIMEOUT in seconds"},
+	{name: "SweepMinAgeSeconds", field: func(p *Props) **float64 { return &p.SweepMinAgeSeconds }, def: 10, min: 0, max: 600, what: "OUTBOX_SWEEP_MIN_AGE in seconds"},
 	{name: "MaxMessageBytes", field: func(p *Props) **float64 { return &p.MaxMessageBytes }, def: 1048576, min: 1024, max: 104857596, what: "OUTBOX_MAX_MESSAGE_BYTES"},
 	{name: "RelayConcurrency", field: func(p *Props) **float64 { return &p.RelayConcurrency }, def: 8, min: 1, max: 256, what: "OUTBOX_CONCURRENCY"},
 	{name: "RelayTimeout", field: func(p *Props) **float64 { return &p.RelayTimeout }, def: 120, min: 30, max: 900, what: "seconds"},

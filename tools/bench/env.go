@@ -133,7 +133,9 @@ func (st *stage) roles() map[string]string {
 	return map[string]string{st.tables.Messages: "messages", st.tables.Control: "control"}
 }
 
-// remaining counts the items left in the messages table's buckets.
+// remaining counts the messages left in the messages table's buckets:
+// fences and the tombstones of published messages (DeleteMode) are not
+// pending work.
 func (st *stage) remaining(ctx context.Context) (int, error) {
 	n := 0
 	for b := range st.buckets {
@@ -142,7 +144,8 @@ func (st *stage) remaining(ctx context.Context) (int, error) {
 			out, err := st.plain.Query(ctx, &dynamodb.QueryInput{
 				TableName:                 aws.String(st.tables.Messages),
 				KeyConditionExpression:    aws.String("#b = :b"),
-				ExpressionAttributeNames:  map[string]string{"#b": "b"},
+				FilterExpression:          aws.String("attribute_not_exists(#f)"),
+				ExpressionAttributeNames:  map[string]string{"#b": "b", "#f": "f"},
 				ExpressionAttributeValues: map[string]types.AttributeValue{":b": &types.AttributeValueMemberN{Value: strconv.Itoa(b)}},
 				Select:                    types.SelectCount,
 				ConsistentRead:            aws.Bool(true),
