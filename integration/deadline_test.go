@@ -27,7 +27,6 @@ import (
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/testenv"
 	"github.com/dynakafka/outbox/lambda/handler"
-	"github.com/dynakafka/outbox/local/dynamolocal"
 	"github.com/dynakafka/outbox/local/esm"
 )
 
@@ -219,22 +218,12 @@ func TestBootstrapsAnswerBeforeTheDeadlineUnderRIE(t *testing.T) {
 					logsMu.Unlock()
 				}
 			}()
+			env := e.functionEnv(proxy.URL, "deadline")
+			env["OUTBOX_SWEEP_MIN_AGE"] = "0s" // sweep the message at once
 			proc, err := esm.StartRIE(ctx, esm.RIEOptions{
 				RIEPath: rie, BootstrapPath: bins[tt.function], Timeout: rieTimeout,
 				Output: writerFunc(func(p []byte) (int, error) { logsMu.Lock(); defer logsMu.Unlock(); return logs.Write(p) }),
-				Env: map[string]string{
-					"OUTBOX_MESSAGES_TABLE":      e.tables.Messages,
-					"OUTBOX_CONTROL_TABLE":       e.tables.Control,
-					"OUTBOX_TOPICS":              e.topic,
-					"OUTBOX_DYNAMODB_ENDPOINT":   proxy.URL,
-					"OUTBOX_SWEEP_MIN_AGE":       "0s",
-					"KAFKA_BOOTSTRAP_SERVERS":    strings.Join(e.kafka.Brokers, ","),
-					"KAFKA_AUTH":                 "none",
-					"AWS_REGION":                 e.dynamo.Config.Region,
-					"AWS_ACCESS_KEY_ID":          dynamolocal.AccessKeyID,
-					"AWS_SECRET_ACCESS_KEY":      dynamolocal.SecretAccessKey,
-					"AWS_LAMBDA_LOG_STREAM_NAME": "2026/11/30/[$LATEST]deadline",
-				},
+				Env:    env,
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -24,6 +24,19 @@ func releaseOnce(t *testing.T) (<-chan struct{}, func()) {
 	return ch, release
 }
 
+// heldProduce returns a kfake cluster, a one-partition topic and a Publisher
+// (Topics(topic) and opts) whose first produce request the cluster holds
+// until release is called or the test ends; held is closed once it holds it.
+func heldProduce(t *testing.T, opts ...Opt) (k *testenv.KafkaCluster, topic string, p *Publisher, held <-chan struct{}, release func()) {
+	t.Helper()
+	k = testenv.Kafka(t)
+	testenv.RequireKfake(t, k)
+	topic = newTopic(t, k, 1, nil)
+	p = newPublisher(t, k, append([]Opt{Topics(topic)}, opts...)...)
+	ch, release := releaseOnce(t)
+	return k, topic, p, holdFirst(k.Cluster, kmsg.Produce, ch), release
+}
+
 func awaitClosed(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
 	ctx := testCtx(t)
@@ -53,10 +66,7 @@ func TestPublishAbandonsUnansweredRecords(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			k := testenv.Kafka(t)
-			testenv.RequireKfake(t, k)
-			topic := newTopic(t, k, 1, nil)
-			p := newPublisher(t, k, append([]Opt{Topics(topic)}, tt.opts...)...)
+			k, topic, p, held, releaseNow := heldProduce(t, tt.opts...)
 			msgs := messages(topic, 2, sameKey("k"))
 			if tt.careful {
 				ctx, cancel := context.WithCancel(testCtx(t))
@@ -65,8 +75,6 @@ func TestPublishAbandonsUnansweredRecords(t *testing.T) {
 					t.Fatal("a cancelled Publish succeeded")
 				}
 			}
-			release, releaseNow := releaseOnce(t)
-			held := holdFirst(k.Cluster, kmsg.Produce, release)
 
 			ctx, cancel := context.WithCancel(testCtx(t))
 			result := publishAsync(ctx, p, msgs[:1])
@@ -99,12 +107,7 @@ func TestPublishAbandonsUnansweredRecords(t *testing.T) {
 // record is alone in its request and is acknowledged while the abandoned
 // request is still held.
 func TestPublishAloneAfterAnAbandonedRecord(t *testing.T) {
-	k := testenv.Kafka(t)
-	testenv.RequireKfake(t, k)
-	topic := newTopic(t, k, 1, nil)
-	p := newPublisher(t, k, Topics(topic))
-	release, _ := releaseOnce(t)
-	held := holdFirst(k.Cluster, kmsg.Produce, release)
+	k, topic, p, held, _ := heldProduce(t)
 	msgs := messages(topic, 2, sameKey("k"))
 
 	ctx, cancel := context.WithCancel(testCtx(t))
@@ -138,12 +141,7 @@ func TestPublishAloneAfterAnAbandonedRecord(t *testing.T) {
 // another bucket's live record in its batch is written when that batch goes,
 // after its own Publish was cancelled and returned.
 func TestCancelledRecordBehindAnotherBucketIsStillWritten(t *testing.T) {
-	k := testenv.Kafka(t)
-	testenv.RequireKfake(t, k)
-	topic := newTopic(t, k, 1, nil)
-	p := newPublisher(t, k, Topics(topic))
-	release, releaseNow := releaseOnce(t)
-	held := holdFirst(k.Cluster, kmsg.Produce, release)
+	k, topic, p, held, releaseNow := heldProduce(t)
 	y := messages(topic, 2, sameKey("y")) // bucket 3, live
 	x := messages(topic, 1, sameKey("x"))
 	x[0].Bucket = 5
