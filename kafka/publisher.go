@@ -326,7 +326,7 @@ func (p *Publisher) publish(ctx context.Context, cl *kgo.Client, unanswered *ato
 		res.wait(rctx, func() bool { return res.answered == n })
 	}
 
-	acked, failed, abandoned := res.outcome(n)
+	acked, abandoned, failed := res.outcome(n)
 	switch {
 	case acked < n && failed == nil:
 		err = wrapMessage(msgs[acked], p.abandonedError(ctx, rctx, &msgs[acked]))
@@ -411,10 +411,10 @@ func (r *results) wait(ctx context.Context, ready func() bool) bool {
 	}
 }
 
-// outcome returns, for the first n records, the acknowledged prefix, the
-// error of the record after it (nil when that record has no result: it is
-// abandoned), and how many records have no result.
-func (r *results) outcome(n int) (acked int, failed error, abandoned int) {
+// outcome returns, for the first n records, the acknowledged prefix, how
+// many records have no result, and the error of the record after the prefix
+// (nil when that record has no result: it is abandoned).
+func (r *results) outcome(n int) (acked, abandoned int, failed error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for acked < n && r.done[acked] && r.errs[acked] == nil {
@@ -428,7 +428,7 @@ func (r *results) outcome(n int) (acked int, failed error, abandoned int) {
 			abandoned++
 		}
 	}
-	return acked, failed, abandoned
+	return acked, abandoned, failed
 }
 
 // publishSpan describes the span of one Publish: the relay's batch of one
