@@ -575,9 +575,9 @@ func wrapMessage(m outbox.Message, err error) error {
 	return &outbox.PublishError{Bucket: m.Bucket, Sequence: m.Sequence, MessageID: m.ID, Err: err}
 }
 
-// Close fails the records still buffered (their Publish calls return
-// ErrClosed) and closes the client's connections. Publish returns ErrClosed
-// afterwards.
+// Close fails the records still buffered (their Publish and PublishAlone
+// calls return ErrClosed) and closes the clients' connections. Publish and
+// PublishAlone return ErrClosed afterwards.
 func (p *Publisher) Close() {
 	if p.closed.Swap(true) {
 		return
