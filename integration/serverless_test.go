@@ -304,33 +304,15 @@ fire:
 	}
 }
 
-// bootstrapUnderRIE builds the function of main package pkg (./lambda/...)
-// and starts it under the Lambda Runtime Interface Emulator with the
-// environment of e plus extra; logs gets its output.
-func bootstrapUnderRIE(ctx context.Context, t *testing.T, e *env, pkg string, extra map[string]string, logs io.Writer) *esm.RIEProcess {
+// bootstrapUnderRIE builds the function lambda/<fn> and starts it under the
+// Lambda Runtime Interface Emulator with the environment of e plus extra;
+// logs gets its output.
+func bootstrapUnderRIE(ctx context.Context, t *testing.T, e *env, fn string, extra map[string]string, logs io.Writer) *esm.RIEProcess {
 	t.Helper()
 	root := repoRoot(t)
 	rie := installRIE(t, root)
-	dir := t.TempDir()
-	bootstrap := filepath.Join(dir, "bootstrap")
-	build := exec.CommandContext(ctx, "go", "build", "-tags", "lambda.norpc", "-o", bootstrap, pkg)
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build bootstrap: %v\n%s", err, out)
-	}
-	env := map[string]string{
-		"OUTBOX_MESSAGES_TABLE":      e.tables.Messages,
-		"OUTBOX_CONTROL_TABLE":       e.tables.Control,
-		"OUTBOX_TOPICS":              e.topic,
-		"OUTBOX_DYNAMODB_ENDPOINT":   e.dynamo.Endpoint,
-		"KAFKA_BOOTSTRAP_SERVERS":    strings.Join(e.kafka.Brokers, ","),
-		"KAFKA_AUTH":                 "none",
-		"AWS_REGION":                 e.dynamo.Config.Region,
-		"AWS_ACCESS_KEY_ID":          dynamolocal.AccessKeyID,
-		"AWS_SECRET_ACCESS_KEY":      dynamolocal.SecretAccessKey,
-		"AWS_LAMBDA_LOG_STREAM_NAME": "2026/11/30/[$LATEST]rie",
-	}
+	bootstrap := buildBootstrap(t, root, t.TempDir(), fn)
+	env := e.functionEnv(e.dynamo.Endpoint, "rie")
 	maps.Copy(env, extra)
 	proc, err := esm.StartRIE(ctx, esm.RIEOptions{RIEPath: rie, BootstrapPath: bootstrap, Timeout: 60 * time.Second, Output: logs, Env: env})
 	if err != nil {
@@ -405,7 +387,7 @@ func TestRelayBootstrapUnderRIE(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	logs := &lockedBuffer{}
-	proc := bootstrapUnderRIE(ctx, t, e, "./lambda/relay", nil, logs)
+	proc := bootstrapUnderRIE(ctx, t, e, "relay", nil, logs)
 	m := e.mapping(ctx, t, proc)
 	chk := checker.New()
 	cctx, stop := context.WithCancel(ctx)
@@ -472,7 +454,7 @@ func TestSweeperBootstrapUnderRIE(t *testing.T) {
 	chk := checker.New()
 	e.writeKeyed(ctx, t, chk, 0, 40, 4)
 	logs := &lockedBuffer{}
-	proc := bootstrapUnderRIE(ctx, t, e, "./lambda/sweeper", map[string]string{"OUTBOX_SWEEP_MIN_AGE": "0s"}, logs)
+	proc := bootstrapUnderRIE(ctx, t, e, "sweeper", map[string]string{"OUTBOX_SWEEP_MIN_AGE": "0s"}, logs)
 	event, err := os.ReadFile("../lambda/handler/testdata/scheduled.json")
 	if err != nil {
 		t.Fatal(err)
@@ -505,6 +487,27 @@ func TestSweeperBootstrapUnderRIE(t *testing.T) {
 	}
 	t.Logf("sweeper EMF line: %s", firstLineWith(logs.String(), `"PendingMessages":`))
 }
+
+// functionEnv is the environment of a function bootstrap on e, reaching
+// DynamoDB at endpoint; logStream names its execution environment.
+func (e *env) functionEnv(endpoint, logStream string) map[string]string {
+	return map[string]string{
+		"OUTBOX_MESSAGES_TABLE":      e.tables.Messages,
+		"OUTBOX_CONTROL_TABLE":       e.tables.Control,
+		"OUTBOX_TOPICS":              e.topic,
+		"OUTBOX_DYNAMODB_ENDPOINT":   endpoint,
+		"KAFKA_BOOTSTRAP_SERVERS":    strings.Join(e.kafka.Brokers, ","),
+		"KAFKA_AUTH":                 "none",
+		"AWS_REGION":                 e.dynamo.Config.Region,
+		"AWS_ACCESS_KEY_ID":          dynamolocal.AccessKeyID,
+		"AWS_SECRET_ACCESS_KEY":      dynamolocal.SecretAccessKey,
+		"AWS_LAMBDA_LOG_STREAM_NAME": "2026/11/30/[$LATEST]" + logStream,
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 func firstLineWith(out, s string) string {
 	for _, line := range strings.Split(out, "\n") {

@@ -115,15 +115,18 @@ func (e *StoppedError) Unwrap() []error {
 	return out
 }
 
-// Handle runs one sweep and writes its EMF line. The invocation fails, so
-// that the function's Errors alarm fires, on a misconfiguration (messages in
-// buckets outside the range: a *outbox.BucketRangeError), on a bucket that
-// cannot be drained until its cause is fixed (a *StoppedError), or when the
-// sweep could not run; a bucket that failed with a retriable error is logged
-// and retried on the next schedule.
+// Handle runs one sweep, which ends ResponseMargin before the invocation's
+// deadline, and writes its EMF line. The invocation fails, so that the
+// function's Errors alarm fires, on a misconfiguration (messages in buckets
+// outside the range: a *outbox.BucketRangeError), on a bucket that cannot be
+// drained until its cause is fixed (a *StoppedError), or when the sweep could
+// not run; a bucket that failed with a retriable error is logged and retried
+// on the next schedule.
 func (h *Sweeper) Handle(ctx context.Context, ev events.CloudWatchEvent) (Summary, error) {
+	wctx, cancel := workContext(ctx)
+	defer cancel()
 	start := h.now()
-	rep, err := h.relay.Sweep(ctx)
+	rep, err := h.relay.Sweep(wctx)
 	var re *outbox.BucketRangeError
 	looked := err == nil || errors.As(err, &re) // the sweep looked at every bucket
 	s := Summary{Pending: rep.Pending, PendingTruncated: rep.Truncated, Live: rep.Live, Share: rep.Share,
@@ -149,7 +152,9 @@ func (h *Sweeper) Handle(ctx context.Context, ev events.CloudWatchEvent) (Summar
 	slices.Sort(s.OutOfRange)
 	stuckKnown := false
 	if looked {
-		s.Stuck, stuckKnown = h.track(ctx, rep.Buckets, rep.Drained)
+		// On the work context too: the progress's read and write must not
+		// make the response late.
+		s.Stuck, stuckKnown = h.track(wctx, rep.Buckets, rep.Drained)
 	}
 	if h.emitter != nil {
 		if eerr := h.emitter.Emit(sweeperLine(rep, looked, start, s.Stuck, stuckKnown)); eerr != nil {
