@@ -690,15 +690,19 @@ func (d *drain) finish(ctx context.Context) error {
 }
 
 // stop ends a drain that failed. A held lease is abandoned — its wake-ups
-// stay for the next holder — unless it was lost or the drain crashed.
+// stay for the next holder — unless the drain crashed (a dead process gives
+// nothing up); a lease lost to another relay is left alone by the store.
 func (d *drain) stop(ctx context.Context, err error) {
 	var crash *seam.CrashError
 	if errors.As(err, &crash) {
 		return
 	}
 	if errors.Is(err, ErrLeaseLost) {
+		// Lost to another relay, or past this drain's own cut-off while the
+		// store may still name it the holder: give it up if it is still ours
+		// (Abandon is conditional on the owner), so that contenders need not
+		// wait for it to expire, with their wake-ups kept.
 		d.st.LeaseLost = true
-		return
 	}
 	if !d.held {
 		return

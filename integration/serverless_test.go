@@ -235,16 +235,23 @@ func (p *probedPublisher) Publish(ctx context.Context, msgs []outbox.Message) (i
 // bucket at the same time.
 func TestRelayAndSweeperConcurrently(t *testing.T) {
 	e := newEnv(t, 8)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// A bound against hangs, not a speed check (go test -timeout is the last
+	// resort): on a loaded machine DynamoDB Local alone can take minutes.
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	x := &exclusivity{active: map[int]string{}, t: t}
 	relayPub := &probedPublisher{x: x, who: "relay", inner: e.pub}
 	sweepPub := &probedPublisher{x: x, who: "sweeper", inner: e.pub}
-	relay, err := outbox.NewRelay(ctx, e.store, relayPub, outbox.RelayID("relay"), outbox.DeadlineMargin(time.Second), outbox.BatchSize(50))
+	// The sweeper sweeps back to back with no SweepMinAge, so the two take
+	// buckets from each other all the time: a short ResumeWindow (and the
+	// LeaseMargin inside it) keeps each handover's wait short.
+	common := []outbox.Option{outbox.DeadlineMargin(time.Second), outbox.BatchSize(50),
+		outbox.LeaseMargin(500 * time.Millisecond), outbox.MaxClockSkew(500 * time.Millisecond), outbox.ResumeWindow(1500 * time.Millisecond)}
+	relay, err := outbox.NewRelay(ctx, e.store, relayPub, append(common, outbox.RelayID("relay"))...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sweeper, err := outbox.NewRelay(ctx, e.store, sweepPub, outbox.RelayID("sweeper"), outbox.DeadlineMargin(time.Second), outbox.BatchSize(50))
+	sweeper, err := outbox.NewRelay(ctx, e.store, sweepPub, append(common, outbox.RelayID("sweeper"))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +295,7 @@ fire:
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	waitDelivered(t, chk, 90*time.Second)
+	waitDelivered(t, chk, 4*time.Minute)
 	stopSchedule()
 	<-runDone
 	time.Sleep(300 * time.Millisecond)
