@@ -328,14 +328,18 @@ func (d *drain) advance(ctx context.Context, bt *batch, acked int, perr error, t
 		newHead = e.Sequence
 	}
 	stats := BatchStats{Bucket: d.b, Messages: len(bt.msgs), Acked: acked, Fenced: fenced, PublishDuration: took, Err: perr}
-	if perr != nil {
-		stats.Class = Classify(perr)
+	if errors.Is(perr, errResumeWindow) {
+		// Not a publish failure: the rest goes out under the lease.
+		stats.Err = nil
+	}
+	if stats.Err != nil {
+		stats.Class = Classify(stats.Err)
 	}
 	if newHead > d.head {
 		d.head = newHead
 		if d.held {
 			if err := d.writeHead(ctx); err != nil {
-				stats.Err = err
+				stats.Err, stats.Class = err, Classify(err)
 				cfg.metrics.Batch(stats)
 				return err
 			}
@@ -350,7 +354,7 @@ func (d *drain) advance(ctx context.Context, bt *batch, acked int, perr error, t
 	}
 	if len(toMark) > 0 {
 		if err := d.mark(ctx, toMark); err != nil {
-			stats.Err = err
+			stats.Err, stats.Class = err, Classify(err)
 			cfg.metrics.Batch(stats)
 			return err
 		}
