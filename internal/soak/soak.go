@@ -51,6 +51,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/attrib"
 	"github.com/dynakafka/outbox/internal/checker"
 	"github.com/dynakafka/outbox/internal/faults"
 	"github.com/dynakafka/outbox/internal/seam"
@@ -181,7 +182,7 @@ var ExpectedKinds = func() []string {
 // and the consumer's deliveries, to explain a failed run.
 var traces struct {
 	mu   sync.Mutex
-	at   []*attribution
+	at   []*attrib.Attribution
 	recv map[string][]string
 }
 
@@ -361,7 +362,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 		return 0, err
 	}
 	defer pub.Close()
-	at := &attribution{Store: store, pub: pub, chk: chk, last: map[int][]outbox.Message{}}
+	at := attrib.New(store, pub, chk)
 	traces.mu.Lock()
 	traces.at = append(traces.at, at)
 	traces.mu.Unlock()
@@ -634,7 +635,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 		}
 	}
 	sort.Strings(inDeadLetters)
-	parkedIDs := at.parkedIDs()
+	parkedIDs := at.ParkedIDs()
 	if fmt.Sprint(inDeadLetters) != fmt.Sprint(parkedIDs) {
 		return 0, fmt.Errorf("dead letters %v differ from the messages the relay parked %v", inDeadLetters, parkedIDs)
 	}
@@ -693,168 +694,6 @@ func (c *crasher) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 		return errKilled
 	}
 	return nil
-}
-
-// attribution wraps the relay's store and publisher. Per bucket it keeps the
-// messages published since the head last moved past them; when they are
-// published again before that (a crash, a stall, a lost lease, a failed head
-// update) or their publish failed, they are at risk of a second delivery.
-type attribution struct {
-	outbox.Store
-	pub *kafka.Publisher
-	chk *checker.Checker
-
-	mu     sync.Mutex
-	last   map[int][]outbox.Message
-	parked []string
-	trace  map[string][]string // message id -> what happened to it, for reports
-}
-
-func (a *attribution) note(msgs []outbox.Message, format string, args ...any) {
-	ev := time.Now().Format("15:04:05.000") + " " + fmt.Sprintf(format, args...)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.trace == nil {
-		a.trace = map[string][]string{}
-	}
-	for _, m := range msgs {
-		a.trace[m.ID] = append(a.trace[m.ID], ev)
-	}
-}
-
-// Trace returns what happened to a message (for reports).
-func (a *attribution) Trace(id string) []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]string(nil), a.trace[id]...)
-}
-
-// Peek passes through, so the sweeper (which needs an outbox.BucketProbe)
-// works on the wrapped store.
-func (a *attribution) Peek(ctx context.Context, bucket int, after int64, limit int) (int, time.Time, error) {
-	return a.Store.(outbox.BucketProbe).Peek(ctx, bucket, after, limit)
-}
-
-var _ outbox.BucketProbe = (*attribution)(nil)
-
-func (a *attribution) Publish(ctx context.Context, msgs []outbox.Message) (int, error) {
-	b := msgs[0].Bucket
-	a.mu.Lock()
-	if prev := a.last[b]; len(prev) > 0 {
-		a.chk.AtRisk(ids(prev)...)
-	}
-	a.last[b] = append(a.last[b], msgs...)
-	a.mu.Unlock()
-	n, err := a.pub.Publish(ctx, msgs)
-	if err != nil {
-		a.chk.AtRisk(ids(msgs)...)
-	}
-	a.note(msgs, "publish bucket %d seqs %d..%d acked %d err %v", b, msgs[0].Sequence, msgs[len(msgs)-1].Sequence, n, err)
-	return n, err
-}
-
-func (a *attribution) Update(ctx context.Context, l outbox.Lease, u outbox.LeaseUpdate, now time.Time) (outbox.Lease, error) {
-	a.mu.Lock()
-	last := append([]outbox.Message(nil), a.last[l.Bucket]...)
-	a.mu.Unlock()
-	nl, err := a.Store.Update(ctx, l, u, now)
-	if err == nil {
-		a.decided(l.Bucket, u.Head)
-	}
-	a.note(last, "update bucket %d by %s head %d -> %d err %v", l.Bucket, l.Owner, l.Head, u.Head, err)
-	return nl, err
-}
-
-// MarkPublished, Release, Abandon and Advance decide messages too: a
-// tombstone marks its message decided; the heads they write cover the rest.
-func (a *attribution) MarkPublished(ctx context.Context, bucket int, seqs []int64, now time.Time) error {
-	err := a.Store.MarkPublished(ctx, bucket, seqs, now)
-	if err == nil {
-		a.decidedSeqs(bucket, seqs)
-	}
-	return err
-}
-
-func (a *attribution) Release(ctx context.Context, l outbox.Lease, head, cleaned int64) (outbox.Lease, error) {
-	nl, err := a.Store.Release(ctx, l, head, cleaned)
-	if err == nil {
-		a.decided(l.Bucket, head)
-	}
-	return nl, err
-}
-
-func (a *attribution) Abandon(ctx context.Context, l outbox.Lease, head, cleaned int64) error {
-	err := a.Store.Abandon(ctx, l, head, cleaned)
-	if err == nil {
-		a.decided(l.Bucket, head)
-	}
-	return err
-}
-
-func (a *attribution) Advance(ctx context.Context, l outbox.Lease, head, cleaned int64, now time.Time) (outbox.Lease, error) {
-	nl, err := a.Store.Advance(ctx, l, head, cleaned, now)
-	if err == nil {
-		a.decided(l.Bucket, head)
-	}
-	return nl, err
-}
-
-func (a *attribution) Park(ctx context.Context, l outbox.Lease, p outbox.Parked, now time.Time) (outbox.Lease, error) {
-	nl, err := a.Store.Park(ctx, l, p, now)
-	if err == nil {
-		a.mu.Lock()
-		a.parked = append(a.parked, p.Message.ID)
-		a.mu.Unlock()
-		a.chk.Parked(p.Message.ID)
-		a.decided(l.Bucket, p.Sequence)
-	}
-	return nl, err
-}
-
-// decided drops the bucket's published messages at or below head.
-func (a *attribution) decided(bucket int, head int64) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	keep := a.last[bucket][:0]
-	for _, m := range a.last[bucket] {
-		if m.Sequence > head {
-			keep = append(keep, m)
-		}
-	}
-	a.last[bucket] = keep
-}
-
-// decidedSeqs drops these published messages of the bucket.
-func (a *attribution) decidedSeqs(bucket int, seqs []int64) {
-	done := make(map[int64]bool, len(seqs))
-	for _, q := range seqs {
-		done[q] = true
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	keep := a.last[bucket][:0]
-	for _, m := range a.last[bucket] {
-		if !done[m.Sequence] {
-			keep = append(keep, m)
-		}
-	}
-	a.last[bucket] = keep
-}
-
-func (a *attribution) parkedIDs() []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := append([]string(nil), a.parked...)
-	sort.Strings(out)
-	return out
-}
-
-func ids(msgs []outbox.Message) []string {
-	out := make([]string, len(msgs))
-	for i, m := range msgs {
-		out[i] = m.ID
-	}
-	return out
 }
 
 // eventLog keeps the last stream events the relay was invoked with.
