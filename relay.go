@@ -149,10 +149,11 @@ type DrainStats struct {
 // decided).
 //
 // If another relay holds the bucket, DrainBucket waits for it to release the
-// bucket (or for its lease to expire) as long as the context's deadline
-// allows, then drains. If the deadline comes first it leaves a wake-up on the
-// lease and returns ErrLeaseHeld: the holder drains again before it releases,
-// so the caller's message is not lost (docs/design.md, "no lost wake-ups").
+// bucket (or for its lease to expire), up to HolderWait and as long as the
+// context's deadline allows, then drains. If it may wait no longer it leaves
+// a wake-up on the lease and returns ErrLeaseHeld: the holder drains again
+// before it releases, or, if it fails, leaves the wake-up to whoever holds
+// the bucket next, so the caller's message is not lost (docs/design.md, I3).
 // Another DrainBucket of the same Relay on the same bucket waits for this one.
 func (r *Relay) DrainBucket(ctx context.Context, bucket int) (DrainStats, error) {
 	return r.DrainBucketTo(ctx, bucket, 0)

@@ -322,18 +322,7 @@ func TestRelayBootstrapUnderRIE(t *testing.T) {
 	proc, err := esm.StartRIE(ctx, esm.RIEOptions{
 		RIEPath: rie, BootstrapPath: bootstrap, Timeout: 60 * time.Second,
 		Output: writerFunc(func(p []byte) (int, error) { logsMu.Lock(); defer logsMu.Unlock(); return logs.Write(p) }),
-		Env: map[string]string{
-			"OUTBOX_MESSAGES_TABLE":      e.tables.Messages,
-			"OUTBOX_CONTROL_TABLE":       e.tables.Control,
-			"OUTBOX_TOPICS":              e.topic,
-			"OUTBOX_DYNAMODB_ENDPOINT":   e.dynamo.Endpoint,
-			"KAFKA_BOOTSTRAP_SERVERS":    strings.Join(e.kafka.Brokers, ","),
-			"KAFKA_AUTH":                 "none",
-			"AWS_REGION":                 e.dynamo.Config.Region,
-			"AWS_ACCESS_KEY_ID":          dynamolocal.AccessKeyID,
-			"AWS_SECRET_ACCESS_KEY":      dynamolocal.SecretAccessKey,
-			"AWS_LAMBDA_LOG_STREAM_NAME": "2026/11/30/[$LATEST]rie",
-		},
+		Env:    e.functionEnv(e.dynamo.Endpoint, "rie"),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -366,6 +355,23 @@ func TestRelayBootstrapUnderRIE(t *testing.T) {
 	defer logsMu.Unlock()
 	if !strings.Contains(logs.String(), "outbox relay: ready") || !strings.Contains(logs.String(), `"requestId"`) {
 		t.Fatalf("the bootstrap's logs lack its init line or a request id:\n%s", logs.String())
+	}
+}
+
+// functionEnv is the environment of a function bootstrap on e, reaching
+// DynamoDB at endpoint; logStream names its execution environment.
+func (e *env) functionEnv(endpoint, logStream string) map[string]string {
+	return map[string]string{
+		"OUTBOX_MESSAGES_TABLE":      e.tables.Messages,
+		"OUTBOX_CONTROL_TABLE":       e.tables.Control,
+		"OUTBOX_TOPICS":              e.topic,
+		"OUTBOX_DYNAMODB_ENDPOINT":   endpoint,
+		"KAFKA_BOOTSTRAP_SERVERS":    strings.Join(e.kafka.Brokers, ","),
+		"KAFKA_AUTH":                 "none",
+		"AWS_REGION":                 e.dynamo.Config.Region,
+		"AWS_ACCESS_KEY_ID":          dynamolocal.AccessKeyID,
+		"AWS_SECRET_ACCESS_KEY":      dynamolocal.SecretAccessKey,
+		"AWS_LAMBDA_LOG_STREAM_NAME": "2026/11/30/[$LATEST]" + logStream,
 	}
 }
 

@@ -32,7 +32,8 @@
 //
 // Publish starts every record of the run before it waits, so Kafka batches
 // them (no broker round trip per record), then waits until every started
-// record has a result. It returns the number of messages, counted from the
+// record has a result, or until AbandonGrace after its context ended (see
+// below). It returns the number of messages, counted from the
 // front, that Kafka acknowledged, and the first error in message order,
 // wrapped in an *outbox.PublishError that names the message. Messages are
 // checked locally first (size against MaxMessageBytes, topic name, headers,
@@ -75,21 +76,63 @@
 //
 // # Cancellation and the lease
 //
-// Each record is produced with the Publish context. kgo honours a record's
-// context only while the record is not in flight: when the first record of a
-// partition's oldest batch has a cancelled context and that batch has not
-// been written to a broker (or has been answered), the client fails every
-// record buffered for that partition. A batch written to a broker but not yet
-// answered is never failed by cancellation: with idempotent writes, the only
-// way to know whether Kafka stored it is the broker's answer (kgo retries the
-// request until it gets one). Publish therefore returns promptly on
-// cancellation when records are waiting (for a producer id or buffer space at
-// once, after a retriable error within DefaultMetadataMinAge) and otherwise
-// as soon as the in-flight requests are answered. A broker that accepted a
-// request and never answers it can thus hold a Publish past its lease; the
-// relay must not delete anything after losing its lease anyway, and what such
-// a request writes is a duplicate the message-id header identifies. See
-// Publisher.Publish.
+// Publish returns at the latest AbandonGrace (200 ms) after its context is
+// done or DeliveryTimeout has passed, whatever the brokers do; the relay
+// cancels a publish at its lease's cut-off and at the end of the
+// invocation's working time. A record that has no result by then is
+// abandoned: reported as not acknowledged (an error matching ErrAbandoned
+// and the context's error), although Kafka may still write it. Nothing is
+// reported acknowledged that Kafka did not acknowledge.
+//
+// What becomes of a record when the context ends, exactly (kgo consults a
+// record's context only while the record heads its partition's oldest batch,
+// and while Produce waits for buffer space):
+//
+//   - A record in flight (in a produce request written to a broker and not
+//     answered) is never failed by its context: with idempotent writes only
+//     the broker's answer tells whether Kafka stored it, so kgo waits for the
+//     answer, resending the request on a new connection after a connection
+//     error. It may be written after Publish returned, and after another
+//     relay took the bucket over.
+//   - A record not yet written fails with the context's error only if it
+//     heads its partition's oldest batch and that batch is not in flight:
+//     kgo checks that record's context when it builds a request for the
+//     partition, after a retriable error (the retry waits for a metadata
+//     refresh, within DefaultMetadataMinAge) and while it waits for a
+//     producer id. Then it fails every record buffered for the partition,
+//     other buckets' included (their Publish sees ErrSharedBatchCancelled,
+//     retriable).
+//   - Any other record not yet written is not failed by its own context. A
+//     record behind another bucket's record in its batch goes out with that
+//     batch, whose first record's context decides. A batch behind one in
+//     flight is sent without any check (kgo pipelines up to five produce
+//     requests per broker), and once it is the oldest only its first
+//     record's context counts. Such records may be written after Publish
+//     returned and after a takeover.
+//
+// So the records a cancelled Publish leaves behind can still be written
+// afterwards, in their partition's order. They are duplicates of messages the
+// relay did not mark, which it (or the relay that took the bucket over)
+// publishes again; consumers drop them by the message-id header. Since each
+// client keeps a partition's records in order, the first copy of each message
+// of a partition still arrives in sequence order; a later copy is an older
+// duplicate after newer records. The client stays usable: the next Publish's
+// records queue behind the unanswered request and go out once the broker
+// answers. The client is shared by concurrent Publish calls, so Publish does
+// not use kgo's AbortBufferedRecords, which would abort every bucket's
+// records.
+//
+// # Publishing a record alone
+//
+// Kafka rejects a partition's record batch as a whole, and kgo fails every
+// record buffered for the partition with that error, so a healthy record can
+// get MESSAGE_TOO_LARGE because another bucket's record shared its batch. The
+// relay therefore judges a record-level rejection only after PublishAlone
+// (outbox.Isolator): it produces the one record through a second kgo client,
+// built with the same settings on first use, that holds one record at a time,
+// so the record is alone in its produce request. That client has its own
+// producer id and metadata; a call whose record it abandoned makes the next
+// call replace it, so records never queue behind an abandoned one there.
 //
 // # Authentication
 //

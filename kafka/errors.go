@@ -23,6 +23,16 @@ var ErrClosed = errors.New("kafka: publisher is closed")
 // the record or this Publish; publish it again.
 var ErrSharedBatchCancelled = errors.New("kafka: record failed because a concurrent Publish sharing its partition batch was cancelled; publish it again")
 
+// ErrAbandoned reports a record that had no result when its Publish stopped
+// waiting, AbandonGrace after the Publish's context ended (or DeliveryTimeout
+// passed): written to a broker that has not answered, or queued in the
+// client behind such a request. It is not acknowledged, but Kafka may still
+// write it, possibly after records produced later by another relay: a
+// duplicate once it is published again, which consumers drop by the
+// message-id header. The error also matches the context's error (or
+// kgo.ErrRecordTimeout). Retriable.
+var ErrAbandoned = errors.New("kafka: record abandoned without an answer when the publish's context ended; Kafka may still write it")
+
 // DowngradeError reports a kgo option passed through ClientOptions that would
 // weaken a delivery guarantee the Publisher enforces. NewPublisher refuses to
 // start.
@@ -109,6 +119,8 @@ func (e *ProduceError) Error() string {
 	switch {
 	case errors.Is(e.Err, kerr.MessageTooLarge):
 		hint = "; the topic's max.message.bytes is below MaxMessageBytes (was it lowered after start?) or the broker recompressed the batch to a larger size"
+	case errors.Is(e.Err, ErrAbandoned):
+		hint = "; the broker did not answer in time (it may still write the record: a duplicate when it is published again)"
 	case errors.Is(e.Err, kgo.ErrRecordTimeout):
 		hint = "; the broker or the partition's leader did not take it in time"
 	case errors.Is(e.Err, kerr.TopicAuthorizationFailed):
@@ -157,6 +169,7 @@ func IsRetriable(err error) bool {
 	case errors.Is(err, context.Canceled),
 		errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, ErrSharedBatchCancelled),
+		errors.Is(err, ErrAbandoned),
 		errors.Is(err, ErrClosed),
 		errors.Is(err, kgo.ErrClientClosed),
 		errors.Is(err, kgo.ErrRecordTimeout),

@@ -239,42 +239,6 @@ func TestPublishCancelBeforeSending(t *testing.T) {
 	publishErr(t, r.err, msgs[0])
 }
 
-// A Publish cancelled while its records are in flight waits for the broker's
-// answer: with idempotent writes that answer is the only way to know whether
-// Kafka stored them. What was acknowledged is reported as acknowledged, and
-// nothing is written after Publish returns.
-func TestPublishCancelWaitsForInFlight(t *testing.T) {
-	k := testenv.Kafka(t)
-	testenv.RequireKfake(t, k)
-	topic := newTopic(t, k, 1, nil)
-	p := newPublisher(t, k, Topics(topic))
-	release := make(chan struct{})
-	held := holdFirst(k.Cluster, kmsg.Produce, release)
-
-	ctx, cancel := context.WithCancel(testCtx(t))
-	msgs := messages(topic, 3, sameKey("k"))
-	result := publishAsync(ctx, p, msgs)
-	<-held
-	cancel()
-	select {
-	case r := <-result:
-		t.Fatalf("Publish returned %d, %v while its records were in flight", r.acked, r.err)
-	case <-time.After(300 * time.Millisecond):
-	}
-	close(release)
-	r := await(t, result)
-	// The held request carried at least the first message; any message kgo
-	// had not put in it was still buffered and failed with the context.
-	if r.acked < 1 || (r.acked < len(msgs)) != errors.Is(r.err, context.Canceled) || (r.acked == len(msgs)) != (r.err == nil) {
-		t.Fatalf("Publish = %d, %v; want at least 1 acknowledged, and context.Canceled for the rest", r.acked, r.err)
-	}
-	marker := publishMarker(t, p, topic)
-	want := append(msgIDs(msgs[:r.acked]), marker)
-	if got := ids(t, consumeAll(t, k, topic)); !slices.Equal(got, want) {
-		t.Fatalf("topic holds %v, want the acknowledged prefix then the marker %v", got, want)
-	}
-}
-
 func TestPublishCancelledBeforeStart(t *testing.T) {
 	k := testenv.Kafka(t)
 	topic := newTopic(t, k, 1, nil)

@@ -203,15 +203,16 @@ func LeaseDuration(d time.Duration) Opt {
 // DeliveryTimeout bounds how long, from the start of a Publish, a record may
 // wait in the client without being written to a broker (for a leader, a
 // producer id, a retry or buffer space) before it fails with an error that
-// matches kgo.ErrRecordTimeout. It is what kgo's RecordDeliveryTimeout does,
-// but that one counts from the record timestamp (the message's CreatedAt,
-// long past for a backlog), so the Publisher sets it as a deadline on the
-// records' context instead. A record already written to a broker waits for
-// the broker's answer (see Publisher.Publish). It must be positive and shorter
-// than LeaseDuration, leaving the relay time to record the acknowledged prefix
-// before the lease expires; with kgo's MetadataMinAge added (see
-// DefaultMetadataMinAge) it must still be shorter. Default LeaseDuration*2/3
-// (20s with the default lease).
+// matches kgo.ErrRecordTimeout, as far as kgo fails waiting records (see
+// Publisher.Publish). It is what kgo's RecordDeliveryTimeout does, but that
+// one counts from the record timestamp (the message's CreatedAt, long past
+// for a backlog), so the Publisher sets it as a deadline on the records'
+// context instead. A record already written to a broker is not failed by
+// it: Publish stops waiting for it AbandonGrace later (ErrAbandoned). It must
+// be positive and shorter than LeaseDuration, leaving the relay time to
+// record the acknowledged prefix before the lease expires; with kgo's
+// MetadataMinAge added (see DefaultMetadataMinAge) it must still be shorter.
+// Default LeaseDuration*2/3 (20s with the default lease).
 func DeliveryTimeout(d time.Duration) Opt {
 	return optFunc(func(c *cfg) { c.deliveryTimeout = d })
 }

@@ -26,13 +26,24 @@ type Publisher struct {
 	topics *topicChecker
 	closed atomic.Bool
 
+	// unanswered counts the records produced through cl that kgo has not
+	// reported yet (abandoned ones included).
+	unanswered atomic.Int64
+	// kopts built cl; PublishAlone builds its own client from them (see
+	// isolation).
+	kopts []kgo.Opt
+	iso   isolation
+
 	// Strict mode: buckets whose last publish failed, produced one record
 	// at a time until a publish succeeds.
 	carefulMu sync.Mutex
 	careful   map[int]bool
 }
 
-var _ outbox.Publisher = (*Publisher)(nil)
+var (
+	_ outbox.Publisher = (*Publisher)(nil)
+	_ outbox.Isolator  = (*Publisher)(nil)
+)
 
 // NewPublisher validates the options, builds the kgo client for seeds (host:port
 // of one or more brokers) and, when Topics is given, checks those topics (see
@@ -98,6 +109,8 @@ func NewPublisher(ctx context.Context, seeds []string, opts ...Opt) (*Publisher,
 		log:     log,
 		topics:  newTopicChecker(cl, c.maxMessageBytes),
 		careful: make(map[int]bool),
+		kopts:   kopts,
+		iso:     newIsolation(),
 	}
 	if c.strict {
 		p.topics.strict, p.topics.maxAge = true, c.strictRecheck
@@ -176,7 +189,7 @@ func checkClientOptions(seeds []string, user []kgo.Opt) error {
 			Reason: "the relay deletes a message once Kafka acknowledges it, so every in-sync replica must have it (acks=all); remove the option"}
 	case probe.OptValue(kgo.AllowIdempotentProduceCancellation) == true:
 		return &DowngradeError{Option: "kgo.AllowIdempotentProduceCancellation", Value: "cancellation of in-flight records",
-			Reason: "Publish would report records as failed that Kafka may still write after it returned; remove the option (DeliveryTimeout bounds records that are not in flight)"}
+			Reason: "kgo would fail in-flight records, other buckets' sharing their partition included, with a plain context error although Kafka may still write them, and reset the producer epoch each time; Publish already stops waiting for unanswered records (ErrAbandoned) while the client keeps them in their partition's order; remove the option"}
 	case probe.OptValue(kgo.TransactionalID) != "":
 		return &DowngradeError{Option: "kgo.TransactionalID", Value: fmt.Sprint(probe.OptValue(kgo.TransactionalID)),
 			Reason: "the publisher is not transactional (a transactional client fails records produced outside a transaction); remove the option"}
@@ -202,6 +215,17 @@ func acksString(v any) string {
 	return fmt.Sprint(v)
 }
 
+// AbandonGrace is how long Publish and PublishAlone keep waiting for results
+// once their context is done (or DeliveryTimeout has passed) before they
+// return without them. kgo fails the records it can still fail (see
+// Publisher.Publish) moments after the context ends, and an answer already on
+// its way is worth taking: a record reported acknowledged is not published
+// again. A record still without a result after the grace is abandoned
+// (ErrAbandoned). The relay keeps min(DeadlineMargin/2, 1s) between the end
+// of its work and its caller's deadline for releasing its leases; this grace
+// must stay well inside it.
+const AbandonGrace = 200 * time.Millisecond
+
 // Publish produces msgs (one bucket's run, in sequence order) and returns how
 // many of them, counted from the front, Kafka acknowledged, and the first error
 // in message order as an *outbox.PublishError (its Err is a *ProduceError,
@@ -213,29 +237,38 @@ func acksString(v any) string {
 // not produced. Every other record is started before Publish waits; records
 // on the same partition keep their order.
 //
-// When ctx is done, records not yet started are not produced, and kgo fails
-// the records it has not yet written to a broker (with ctx's error) the next
-// time it considers sending them: at once for records waiting for a producer
-// id or for buffer space, at the next retry (within kgo's MetadataMinAge, see
-// DefaultMetadataMinAge) for records waiting after a retriable error, and
-// when the partition's earlier request is answered for records queued behind
-// it. Publish does not return until every started record has a result, so it
-// waits for requests already in flight to be answered (kgo retries such a
-// request until the broker answers it, since only the answer tells whether
-// Kafka stored it); records Kafka acknowledged are reported as acknowledged,
-// cancelled or not. The same holds for DeliveryTimeout.
+// Publish returns at the latest AbandonGrace after ctx is done or
+// DeliveryTimeout has passed, whatever the brokers do. Records started but
+// still without a result then are abandoned: reported as not acknowledged,
+// with an error matching ErrAbandoned and the context's error (or
+// kgo.ErrRecordTimeout), although Kafka may still write them — a duplicate
+// once they are published again, which consumers drop by the message-id
+// header. Nothing is reported acknowledged that Kafka did not acknowledge.
+// The client stays usable: an abandoned record stays in kgo until the broker
+// answers, and later records of its partition queue behind it in order.
 //
-// The client is shared by concurrent Publish calls, so Publish does not use
-// kgo's AbortBufferedRecords (it would abort every bucket's records) but
-// relies on each record's context. Because kgo consults only the context of
-// the first record in a partition's batch, a Publish whose records share a
-// batch with a cancelled Publish's may see them fail with
-// ErrSharedBatchCancelled, and a cancelled Publish whose records follow
-// another's in a batch waits for that batch.
+// Abandoned records, and records of this Publish that kgo had not yet
+// written when ctx ended, can be written later: kgo consults a record's
+// context only while the record heads its partition's oldest batch and that
+// batch is not in flight, and then fails every record buffered for the
+// partition, other Publish calls' included (they see
+// ErrSharedBatchCancelled). A record in flight, one behind another Publish's
+// record in its batch, and one in a batch sent behind a batch in flight are
+// not failed by their own context. The package documentation ("Cancellation
+// and the lease") has the details. The client is shared by concurrent
+// Publish calls, so Publish does not use kgo's AbortBufferedRecords (it
+// would abort every bucket's records).
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) (acked int, err error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
+	return p.publish(ctx, p.cl, &p.unanswered, msgs, false)
+}
+
+// publish produces msgs through cl, counting in unanswered the records kgo
+// has not reported yet. alone: PublishAlone's single message, which leaves
+// Strict mode's per-bucket state alone.
+func (p *Publisher) publish(ctx context.Context, cl *kgo.Client, unanswered *atomic.Int64, msgs []outbox.Message, alone bool) (acked int, err error) {
 	if p.closed.Load() {
 		return 0, wrapMessage(msgs[0], ErrClosed)
 	}
@@ -247,71 +280,155 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) (acked i
 
 	n, stopErr := p.precheck(ctx, msgs)
 
-	// The records' context: ctx, plus DeliveryTimeout. kgo fails a record
-	// whose context is done as long as it has not written it to a broker,
-	// which is what RecordDeliveryTimeout would do, but measured from now
-	// rather than from the record timestamp.
+	// The records' context: ctx, plus DeliveryTimeout, which is what
+	// RecordDeliveryTimeout would do but measured from now rather than from
+	// the record timestamp. kgo fails waiting records by it as far as it
+	// consults record contexts (see Publish); cancel ends the context when
+	// Publish returns, so abandoned records that kgo can still fail do not
+	// linger.
 	rctx, cancel := context.WithTimeout(ctx, p.cfg.deliveryTimeout)
 	defer cancel()
 	recs := make([]*kgo.Record, n)
-	results := make([]error, n)
+	res := newResults(n)
 	bucket := msgs[0].Bucket
 	careful := false
-	if p.cfg.strict {
+	if p.cfg.strict && !alone {
 		p.carefulMu.Lock()
 		careful = p.careful[bucket]
 		p.carefulMu.Unlock()
 	}
-	var wg sync.WaitGroup
+	gaveUp := false // a wait ended without the result (see AbandonGrace)
 	for i := range n {
 		if err := rctx.Err(); err != nil {
 			n, stopErr = i, fmt.Errorf("kafka: not produced: %w", p.contextError(ctx, rctx, err))
 			break
 		}
 		recs[i] = p.record(rctx, &msgs[i])
-		wg.Add(1)
-		p.cl.Produce(rctx, recs[i], func(_ *kgo.Record, err error) {
-			results[i] = err
-			wg.Done()
+		unanswered.Add(1)
+		cl.Produce(rctx, recs[i], func(_ *kgo.Record, err error) {
+			unanswered.Add(-1)
+			res.set(i, err)
 		})
 		if careful {
 			// After a failure, one record at a time: the next is produced
 			// only once this one is acknowledged.
-			wg.Wait()
-			if results[i] != nil {
+			if !res.wait(rctx, func() bool { return res.done[i] }) {
+				n, gaveUp = i+1, true
+				break
+			}
+			if res.get(i) != nil {
 				n = i + 1
 				break
 			}
 		}
 	}
-	wg.Wait()
-
-	for acked < n && results[acked] == nil {
-		acked++
+	if !gaveUp {
+		res.wait(rctx, func() bool { return res.answered == n })
 	}
+
+	acked, abandoned, failed := res.outcome(n)
 	switch {
+	case acked < n && failed == nil:
+		err = wrapMessage(msgs[acked], p.abandonedError(ctx, rctx, &msgs[acked]))
 	case acked < n:
-		err = wrapMessage(msgs[acked], p.produceError(ctx, rctx, recs[acked], results[acked]))
+		err = wrapMessage(msgs[acked], p.produceError(ctx, rctx, recs[acked], failed))
 	case stopErr != nil:
 		err = wrapMessage(msgs[n], stopErr)
 	}
 	if p.cfg.strict {
-		p.carefulMu.Lock()
-		if err != nil {
-			p.careful[bucket] = true
-		} else {
-			delete(p.careful, bucket)
+		if !alone {
+			p.carefulMu.Lock()
+			if err != nil {
+				p.careful[bucket] = true
+			} else {
+				delete(p.careful, bucket)
+			}
+			p.carefulMu.Unlock()
 		}
-		p.carefulMu.Unlock()
 		if err != nil && acked < len(msgs) {
 			p.topics.forget(msgs[acked].Topic) // re-read its limit before the next publish
 		}
 	}
 	if err != nil {
-		p.log.Debug("kafka publish stopped", "bucket", msgs[0].Bucket, "messages", len(msgs),
-			"produced", n, "acked", acked, "err", err)
+		p.log.Debug("kafka publish stopped", "bucket", msgs[0].Bucket, "messages", len(msgs), "alone", alone,
+			"produced", n, "acked", acked, "abandoned", abandoned, "unanswered_in_client", unanswered.Load(), "err", err)
 	}
 	return acked, err
+}
+
+// results collects what kgo reports for the records of one publish. kgo may
+// report an abandoned record after the publish returned, so results are
+// shared with the callbacks under a lock rather than owned by the publish.
+type results struct {
+	mu       sync.Mutex
+	errs     []error
+	done     []bool
+	answered int
+	changed  chan struct{} // closed and replaced on every result
+}
+
+func newResults(n int) *results {
+	return &results{errs: make([]error, n), done: make([]bool, n), changed: make(chan struct{})}
+}
+
+func (r *results) set(i int, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errs[i], r.done[i] = err, true
+	r.answered++
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+func (r *results) get(i int) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.errs[i]
+}
+
+// wait waits until ready (called under the lock) holds, or until
+// AbandonGrace after ctx is done, and reports whether ready held.
+func (r *results) wait(ctx context.Context, ready func() bool) bool {
+	done := ctx.Done()
+	var grace <-chan time.Time
+	for {
+		r.mu.Lock()
+		ok, changed := ready(), r.changed
+		r.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-done:
+			done = nil
+			t := time.NewTimer(AbandonGrace)
+			defer t.Stop()
+			grace = t.C
+		case <-grace:
+			return false
+		}
+	}
+}
+
+// outcome returns, for the first n records, the acknowledged prefix, how
+// many records have no result, and the error of the record after the prefix
+// (nil when that record has no result: it is abandoned).
+func (r *results) outcome(n int) (acked, abandoned int, failed error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for acked < n && r.done[acked] && r.errs[acked] == nil {
+		acked++
+	}
+	if acked < n {
+		failed = r.errs[acked]
+	}
+	for i := range n {
+		if !r.done[i] {
+			abandoned++
+		}
+	}
+	return acked, abandoned, failed
 }
 
 // publishSpan describes the span of one Publish: the relay's batch of one
@@ -428,6 +545,18 @@ func (p *Publisher) produceError(ctx, rctx context.Context, r *kgo.Record, err e
 	return &ProduceError{Topic: r.Topic, Partition: partition, Err: err}
 }
 
+// abandonedError describes m's record, still without a result when the
+// publish stopped waiting for it. kgo owns the record until it reports it, so
+// nothing is read from the record itself.
+func (p *Publisher) abandonedError(ctx, rctx context.Context, m *outbox.Message) error {
+	partition := int32(-1)
+	if m.Partition != nil {
+		partition = *m.Partition
+	}
+	return &ProduceError{Topic: m.Topic, Partition: partition,
+		Err: fmt.Errorf("%w: %w", ErrAbandoned, p.contextError(ctx, rctx, rctx.Err()))}
+}
+
 // contextError tells apart which context failed a record: the caller's ctx
 // (err is kept), the DeliveryTimeout deadline on rctx (kgo.ErrRecordTimeout),
 // or neither, when the record shared a batch led by another Publish's record
@@ -446,12 +575,13 @@ func wrapMessage(m outbox.Message, err error) error {
 	return &outbox.PublishError{Bucket: m.Bucket, Sequence: m.Sequence, MessageID: m.ID, Err: err}
 }
 
-// Close fails the records still buffered (their Publish calls return
-// ErrClosed) and closes the client's connections. Publish returns ErrClosed
-// afterwards.
+// Close fails the records still buffered (their Publish and PublishAlone
+// calls return ErrClosed) and closes the clients' connections. Publish and
+// PublishAlone return ErrClosed afterwards.
 func (p *Publisher) Close() {
 	if p.closed.Swap(true) {
 		return
 	}
 	p.cl.Close()
+	p.closeIsolation()
 }

@@ -19,6 +19,30 @@ import (
 	"github.com/dynakafka/outbox"
 )
 
+// ResponseMargin is how long before the invocation's deadline the handlers
+// work ends. Lambda discards a response that comes after the deadline ("Task
+// timed out"): the stream event source then retries the whole batch and the
+// batch item failures are lost. So the relay engine runs on a context whose
+// deadline is the invocation's minus this margin. The engine stops claiming
+// buckets DeadlineMargin (5 s) before that deadline, ends its work
+// min(DeadlineMargin/2, 1 s) before it, gives its leases up in what is left
+// (on a context bounded by that deadline, so a store that hangs cannot hold
+// it longer), and returns; this margin is left for the handler to summarise,
+// log and hand its response to the runtime. A publisher must return soon after
+// its context ends (the kafka package's Publish does within
+// kafka.AbandonGrace).
+const ResponseMargin = time.Second
+
+// workContext returns ctx with its deadline moved ResponseMargin earlier (a
+// deadline already within the margin makes it done at once); without a
+// deadline it is ctx.
+func workContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(ctx, dl.Add(-ResponseMargin))
+	}
+	return context.WithCancel(ctx)
+}
+
 // Drainer is the part of *outbox.Relay the relay handler uses.
 type Drainer interface {
 	// DrainBucketTo drains bucket at least up to sequence seq.
@@ -107,9 +131,12 @@ func seqLess(a, b string) bool {
 
 // Handle drains every bucket named by the batch's INSERT records and reports
 // as a batch item failure only the lowest-sequence record of the buckets that
-// could not be drained: Lambda redelivers from that record on.
+// could not be drained: Lambda redelivers from that record on. The drains
+// end ResponseMargin before the invocation's deadline.
 func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
 	start := time.Now()
+	wctx, cancel := workContext(ctx)
+	defer cancel()
 	lowest := map[int]string{} // bucket -> its lowest stream sequence number in this batch
 	upTo := map[int]int64{}    // bucket -> the highest outbox sequence hinted in this batch
 	var ignored, malformed, outOfRange int
@@ -160,7 +187,7 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 			// Up to the highest hinted sequence: later commits are announced
 			// to the next invocation, so a busy bucket does not keep this
 			// one (and every other bucket's new hints) waiting.
-			st, err := h.relay.DrainBucketTo(ctx, b, max(upTo[b], 1))
+			st, err := h.relay.DrainBucketTo(wctx, b, max(upTo[b], 1))
 			mu.Lock()
 			results = append(results, result{b, st, err})
 			mu.Unlock()

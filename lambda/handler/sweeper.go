@@ -44,11 +44,14 @@ type Summary struct {
 	OutOfRange       []int   `json:"out_of_range"`
 }
 
-// Handle runs one sweep. A misconfiguration (messages in buckets outside the
-// range) fails the invocation, so the function's Errors alarm fires; a bucket
-// that could not be drained is logged and retried on the next schedule.
+// Handle runs one sweep, which ends ResponseMargin before the invocation's
+// deadline. A misconfiguration (messages in buckets outside the range) fails
+// the invocation, so the function's Errors alarm fires; a bucket that could
+// not be drained is logged and retried on the next schedule.
 func (h *Sweeper) Handle(ctx context.Context, ev events.CloudWatchEvent) (Summary, error) {
-	rep, err := h.relay.Sweep(ctx)
+	wctx, cancel := workContext(ctx)
+	defer cancel()
+	rep, err := h.relay.Sweep(wctx)
 	s := Summary{Pending: rep.Pending, PendingTruncated: rep.Truncated, Live: rep.Live, Share: rep.Share,
 		Ready: rep.Ready, Drained: rep.Drained, Held: rep.Held, Skipped: rep.Skipped}
 	if !rep.Oldest.IsZero() {

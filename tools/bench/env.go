@@ -134,8 +134,8 @@ func (st *stage) roles() map[string]string {
 }
 
 // remaining counts the messages left in the messages table's buckets:
-// fences and the tombstones of published messages (items with f set) are
-// not messages.
+// fences and the tombstones of published messages (DeleteMode) are not
+// pending work. In WatermarkMode it counts the retained messages too.
 func (st *stage) remaining(ctx context.Context) (int, error) {
 	n := 0
 	for b := range st.buckets {
