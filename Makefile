@@ -34,7 +34,7 @@ ARCHES      := arm64 amd64
 # Every Go module of the repository: the library first, then the tools.
 MODULES     := . tools otel cdk
 
-.PHONY: all deps test test-short build lint demo bench soak sim clean
+.PHONY: all deps test test-short build lint tidy demo bench soak sim clean
 
 all: build test
 
@@ -62,7 +62,12 @@ build:
 			-o bin/$$fn/$$arch/bootstrap ./lambda/$$fn || exit 1; \
 	done; done
 
-lint:
+# tidy: every module's go.mod and go.sum are what go mod tidy would write
+# (users pay for every requirement). Run by make lint and by CI.
+tidy:
+	@for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "go mod tidy would change $$m/go.mod"; exit 1; }; done
+
+lint: tidy
 	@test -x $(CACHE)/bin/staticcheck || GOBIN=$(CACHE)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	@for m in $(MODULES); do \
 		echo "lint: $$m"; \

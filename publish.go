@@ -76,7 +76,12 @@ func (d *drain) publish(ctx context.Context, msgs []Message, alone bool) (int, e
 			if !d.r.sched.Sleep(done, w) {
 				return
 			}
-			nl, err := d.r.store.Renew(ctx, l, cfg.clock.Now(), cfg.leaseDuration)
+			// A renewal that cannot land before the cut-off is of no use:
+			// bound it, so a store that stopped answering does not hold
+			// the drain once the publish was cancelled.
+			rctx, rcancel := context.WithTimeout(ctx, max(d.cutoff(l).Sub(cfg.clock.Now()), time.Millisecond))
+			nl, err := d.r.store.Renew(rctx, l, cfg.clock.Now(), cfg.leaseDuration)
+			rcancel()
 			if err == nil {
 				d.setLease(nl)
 				if pctx.Err() == nil {
@@ -137,7 +142,9 @@ func (d *drain) publishResumed(ctx context.Context, msgs []Message, call func(co
 				return
 			}
 			checked := d.r.sched.Now()
-			l, err := d.r.store.ReadLease(ctx, d.b)
+			rctx, rcancel := context.WithTimeout(ctx, max(d.checkedAt.Add(bound).Sub(checked), time.Millisecond))
+			l, err := d.r.store.ReadLease(rctx, d.b)
+			rcancel()
 			if err != nil || !d.r.resumable(l) || l.Epoch != d.getLease().Epoch {
 				if err != nil {
 					cfg.logger.WarnContext(ctx, "outbox: cannot look at the lease of a bucket being resumed; its publish stops at the window's end", "bucket", d.b, "err", err)

@@ -177,8 +177,8 @@ func (r *Relay) drainBucket(ctx context.Context, bucket int, target int64, wait 
 	if bucket < 0 || bucket >= r.bucketCount {
 		return st, &BucketRangeError{Bucket: bucket, BucketCount: r.bucketCount}
 	}
-	if r.pastDeadline(ctx) {
-		return st, ErrDeadline
+	if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && time.Until(dl) <= r.cfg.deadlineMargin {
+		return st, ErrDeadline // the same threshold as the drain's own check
 	}
 	start := time.Now()
 	defer func() {
@@ -269,12 +269,14 @@ func (r *Relay) workContext(ctx context.Context) (context.Context, context.Cance
 }
 
 // cleanupContext returns a context for releasing a lease after work
-// stopped: not cancelled with ctx, but bounded by ctx's deadline (or a few
-// seconds when ctx has none).
+// stopped: not cancelled with ctx, and ending a moment (up to 100 ms) before
+// ctx's deadline, so that the drain returns before it, or after a few
+// seconds when ctx has none. A store that does not answer in time leaves the
+// lease to expire.
 func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	base := context.WithoutCancel(ctx)
 	if dl, ok := ctx.Deadline(); ok {
-		return context.WithDeadline(base, dl)
+		return context.WithDeadline(base, dl.Add(-min(time.Until(dl)/4, 100*time.Millisecond)))
 	}
 	return context.WithTimeout(base, 5*time.Second)
 }

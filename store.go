@@ -242,9 +242,11 @@ type BucketProbe interface {
 // Publisher produces messages to the broker. Publish produces msgs (one
 // bucket's contiguous run, in sequence order) and returns how many of them,
 // counted from the front, were acknowledged, and the first error in message
-// order. When ctx is done it aborts what it has not sent and returns soon
-// after, even if records already sent are still unanswered: those are
-// abandoned (they may still be appended: duplicates, which consumers drop).
+// order. When ctx is done it returns soon after, even if records it handed to
+// its client are unanswered: those are abandoned — not counted as
+// acknowledged; they may still be appended (duplicates, which consumers
+// drop). It need not abort records not yet sent: with a client shared by
+// several buckets, a record queued behind another bucket's cannot be.
 type Publisher interface {
 	Publish(ctx context.Context, msgs []Message) (acked int, err error)
 }

@@ -277,8 +277,6 @@ func (r *Relay) catchUp(ctx context.Context, lk BucketReport, now time.Time) (Le
 	return nl, true
 }
 
-func heldAt(l Lease, now time.Time) bool { return l.Owner != "" && l.Expires.After(now) }
-
 func contains(s []int, v int) bool {
 	for _, x := range s {
 		if x == v {
