@@ -328,14 +328,18 @@ func (d *drain) advance(ctx context.Context, bt *batch, acked int, perr error, t
 		newHead = e.Sequence
 	}
 	stats := BatchStats{Bucket: d.b, Messages: len(bt.msgs), Acked: acked, Fenced: fenced, PublishDuration: took, Err: perr}
-	if perr != nil {
-		stats.Class = Classify(perr)
+	if errors.Is(perr, errResumeWindow) {
+		// Not a publish failure: the rest goes out under the lease.
+		stats.Err = nil
+	}
+	if stats.Err != nil {
+		stats.Class = Classify(stats.Err)
 	}
 	if newHead > d.head {
 		d.head = newHead
 		if d.held {
 			if err := d.writeHead(ctx); err != nil {
-				stats.Err = err
+				stats.Err, stats.Class = err, Classify(err)
 				cfg.metrics.Batch(stats)
 				return err
 			}
@@ -350,7 +354,7 @@ func (d *drain) advance(ctx context.Context, bt *batch, acked int, perr error, t
 	}
 	if len(toMark) > 0 {
 		if err := d.mark(ctx, toMark); err != nil {
-			stats.Err = err
+			stats.Err, stats.Class = err, Classify(err)
 			cfg.metrics.Batch(stats)
 			return err
 		}
@@ -690,15 +694,19 @@ func (d *drain) finish(ctx context.Context) error {
 }
 
 // stop ends a drain that failed. A held lease is abandoned — its wake-ups
-// stay for the next holder — unless it was lost or the drain crashed.
+// stay for the next holder — unless the drain crashed (a dead process gives
+// nothing up); a lease lost to another relay is left alone by the store.
 func (d *drain) stop(ctx context.Context, err error) {
 	var crash *seam.CrashError
 	if errors.As(err, &crash) {
 		return
 	}
 	if errors.Is(err, ErrLeaseLost) {
+		// Lost to another relay, or past this drain's own cut-off while the
+		// store may still name it the holder: give it up if it is still ours
+		// (Abandon is conditional on the owner), so that contenders need not
+		// wait for it to expire, with their wake-ups kept.
 		d.st.LeaseLost = true
-		return
 	}
 	if !d.held {
 		return

@@ -251,3 +251,26 @@ func TestHealthyRecordIsNeverParkedForABatchMatesRejection(t *testing.T) {
 		t.Fatalf("published %v, want [1]", got)
 	}
 }
+
+// A drain that stops because it passed its own publish cut-off (it stalled)
+// while the store still names it the holder gives the lease up, wake-ups
+// kept: a contender must not leave a wake-up on a lease whose holder has
+// already returned (found by internal/sim, seed 5383).
+func TestDrainPastItsCutOffGivesTheLeaseUp(t *testing.T) {
+	mem := memory.New(1)
+	fill(t, mem, 0, 1, 2)
+	clk := &fakeClock{}
+	s := &stallingStore{Store: mem, after: func() { clk.Advance(20 * time.Second) }} // past the cut-off, not the expiry
+	r := newRelay(t, s, &recorder{}, outbox.RelayID("stalls"), outbox.WithClock(clk), outbox.DeadlineMargin(0))
+	if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Fatalf("drain: %v, want ErrLeaseLost", err)
+	}
+	if l := mem.Lease(0); l.HeldAt(clk.Now()) {
+		t.Fatalf("lease %+v still held by a drain that returned", l)
+	}
+	other := newRelay(t, mem, &recorder{}, outbox.RelayID("other"), outbox.WithClock(clk), outbox.DeadlineMargin(0), outbox.HolderWait(0),
+		outbox.LeaseMargin(50*time.Millisecond), outbox.ResumeWindow(200*time.Millisecond))
+	if _, err := other.DrainBucket(ctxFor(t, 5*time.Second), 0); err != nil {
+		t.Fatalf("the next relay: %v, want it to drain at once", err)
+	}
+}

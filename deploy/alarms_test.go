@@ -2,24 +2,32 @@ package deploy
 
 import (
 	"encoding/json"
+	"os"
 	"reflect"
+	"regexp"
 	"sort"
 	"testing"
+
+	"github.com/dynakafka/outbox/lambda/emf"
+	"github.com/dynakafka/outbox/lambda/handler"
 )
 
 // emfMetrics are the metrics the functions emit in CloudWatch Embedded
-// Metric Format (the shared contract): namespace Outbox, one dimension
-// Outbox = the messages table's name.
-var emfMetrics = map[string]bool{
-	// relay
-	"MessagesPublished": true, "PublishFailuresRetriable": true, "PublishFailuresFatal": true, "PublishFailuresRecord": true,
-	"PublishDuration": true, "BatchSize": true, "LeasesAcquired": true, "LeasesLost": true, "LeasesTakenOver": true,
-	"MessagesParked": true, "FencesWritten": true, "GapWaitTime": true, "BucketsFailed": true, "InvocationDuration": true,
-	// sweeper
-	"PendingMessages": true, "OldestPendingAge": true, "StuckBuckets": true, "ParkedMessages": true, "LiveRelays": true,
-}
+// Metric Format (the shared contract; lambda/handler's
+// TestMetricSetsAreTheContract pins the names): namespace Outbox, one
+// dimension Outbox = the messages table's name. Taken from the handlers, so
+// an alarm or a widget on a metric nobody emits fails here.
+var emfMetrics = func() map[string]bool {
+	m := map[string]bool{}
+	for _, set := range [][]emf.Metric{handler.RelayMetricSet, handler.SweeperMetricSet} {
+		for _, x := range set {
+			m[x.Name] = true
+		}
+	}
+	return m
+}()
 
-const emfNamespace = "Outbox"
+const emfNamespace = handler.Namespace
 
 // TestAlarms lists every alarm the template has and what it watches; an
 // alarm added without a row here fails, so docs and tests follow.
@@ -222,5 +230,43 @@ func TestDashboard(t *testing.T) {
 	sort.Strings(alarms)
 	if !reflect.DeepEqual(alarms, want) {
 		t.Errorf("the alarm widget shows %v, want every alarm %v", alarms, want)
+	}
+}
+
+// TestMetricsDocumented: docs/deploy.md's Metrics section has a row for
+// every metric each function emits, with its unit, and no other.
+func TestMetricsDocumented(t *testing.T) {
+	src, err := os.ReadFile("../docs/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(src)
+	start := regexp.MustCompile(`(?m)^## Metrics$`).FindStringIndex(doc)
+	if start == nil {
+		t.Fatal("docs/deploy.md has no Metrics section")
+	}
+	section := doc[start[1]:]
+	if end := regexp.MustCompile(`(?m)^## `).FindStringIndex(section); end != nil {
+		section = section[:end[0]]
+	}
+	rows := regexp.MustCompile("(?m)^\\| `(\\w+)` \\| (\\w+) \\|").FindAllStringSubmatch(section, -1)
+	documented := map[string]string{}
+	for _, r := range rows {
+		if _, dup := documented[r[1]]; dup && r[1] != handler.BucketsFailed.Name {
+			t.Errorf("%s is documented twice", r[1])
+		}
+		documented[r[1]] = r[2]
+	}
+	for _, set := range [][]emf.Metric{handler.RelayMetricSet, handler.SweeperMetricSet} {
+		for _, m := range set {
+			if unit, ok := documented[m.Name]; !ok || unit != string(m.Unit) {
+				t.Errorf("%s (%s) is documented as %q", m.Name, m.Unit, unit)
+			}
+		}
+	}
+	for name := range documented {
+		if !emfMetrics[name] {
+			t.Errorf("docs/deploy.md documents %s, which no function emits", name)
+		}
 	}
 }

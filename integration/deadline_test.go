@@ -42,16 +42,22 @@ func buildBootstraps(t *testing.T, root, dir string) map[string]string {
 	t.Helper()
 	bins := map[string]string{}
 	for _, fn := range []string{"relay", "sweeper"} {
-		out := filepath.Join(dir, fn, "bootstrap")
-		build := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", out, "./lambda/"+fn)
-		build.Dir = root
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", fn, err, b)
-		}
-		bins[fn] = out
+		bins[fn] = buildBootstrap(t, root, dir, fn)
 	}
 	return bins
+}
+
+// buildBootstrap builds the function lambda/<fn> into dir/<fn>/bootstrap.
+func buildBootstrap(t *testing.T, root, dir, fn string) string {
+	t.Helper()
+	out := filepath.Join(dir, fn, "bootstrap")
+	build := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", out, "./lambda/"+fn)
+	build.Dir = root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", fn, err, b)
+	}
+	return out
 }
 
 // stallingProxy stands between a function and DynamoDB. It forwards every

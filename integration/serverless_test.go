@@ -3,9 +3,12 @@ package integration_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -141,7 +144,10 @@ func TestSweeperAloneDeliversEverything(t *testing.T) {
 	}
 	cctx, stop := context.WithCancel(ctx)
 	consumed := e.checkDelivery(cctx, t, chk)
-	sw := handler.NewSweeper(e.relay(t, outbox.RelayID("sweeper"), outbox.DeadlineMargin(time.Second)), quiet)
+	sw, err := handler.NewSweeper(e.relay(t, outbox.RelayID("sweeper"), outbox.DeadlineMargin(time.Second)), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
 	clk := schedule.NewManualClock(time.Now())
 	runDone := make(chan struct{})
 	sctx, stopSchedule := context.WithCancel(ctx)
@@ -229,23 +235,33 @@ func (p *probedPublisher) Publish(ctx context.Context, msgs []outbox.Message) (i
 // bucket at the same time.
 func TestRelayAndSweeperConcurrently(t *testing.T) {
 	e := newEnv(t, 8)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// A bound against hangs, not a speed check (go test -timeout is the last
+	// resort): on a loaded machine DynamoDB Local alone can take minutes.
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	x := &exclusivity{active: map[int]string{}, t: t}
 	relayPub := &probedPublisher{x: x, who: "relay", inner: e.pub}
 	sweepPub := &probedPublisher{x: x, who: "sweeper", inner: e.pub}
-	relay, err := outbox.NewRelay(ctx, e.store, relayPub, outbox.RelayID("relay"), outbox.DeadlineMargin(time.Second), outbox.BatchSize(50))
+	// The sweeper sweeps back to back with no SweepMinAge, so the two take
+	// buckets from each other all the time: a short ResumeWindow (and the
+	// LeaseMargin inside it) keeps each handover's wait short.
+	common := []outbox.Option{outbox.DeadlineMargin(time.Second), outbox.BatchSize(50),
+		outbox.LeaseMargin(500 * time.Millisecond), outbox.MaxClockSkew(500 * time.Millisecond), outbox.ResumeWindow(1500 * time.Millisecond)}
+	relay, err := outbox.NewRelay(ctx, e.store, relayPub, append(common, outbox.RelayID("relay"))...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sweeper, err := outbox.NewRelay(ctx, e.store, sweepPub, outbox.RelayID("sweeper"), outbox.DeadlineMargin(time.Second), outbox.BatchSize(50))
+	sweeper, err := outbox.NewRelay(ctx, e.store, sweepPub, append(common, outbox.RelayID("sweeper"))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fn := handler.NewRelay(relay, 8, quiet)
 	// A batching window lets the sweeper reach some buckets first.
 	e.mapping(ctx, t, esm.InProcess(fn.Handle, esm.Timeout(time.Minute)), esm.MaximumBatchingWindow(500*time.Millisecond))
-	sw := handler.NewSweeper(sweeper, quiet)
+	sw, err := handler.NewSweeper(sweeper, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
 	clk := schedule.NewManualClock(time.Now())
 	sctx, stopSchedule := context.WithCancel(ctx)
 	runDone := make(chan struct{})
@@ -279,7 +295,7 @@ fire:
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	waitDelivered(t, chk, 90*time.Second)
+	waitDelivered(t, chk, 4*time.Minute)
 	stopSchedule()
 	<-runDone
 	time.Sleep(300 * time.Millisecond)
@@ -295,8 +311,78 @@ fire:
 	}
 }
 
+// bootstrapUnderRIE builds the function lambda/<fn> and starts it under the
+// Lambda Runtime Interface Emulator with the environment of e plus extra;
+// logs gets its output.
+func bootstrapUnderRIE(ctx context.Context, t *testing.T, e *env, fn string, extra map[string]string, logs io.Writer) *esm.RIEProcess {
+	t.Helper()
+	root := repoRoot(t)
+	rie := installRIE(t, root)
+	bootstrap := buildBootstrap(t, root, t.TempDir(), fn)
+	env := e.functionEnv(e.dynamo.Endpoint, "rie")
+	maps.Copy(env, extra)
+	proc, err := esm.StartRIE(ctx, esm.RIEOptions{RIEPath: rie, BootstrapPath: bootstrap, Timeout: 60 * time.Second, Output: logs, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proc.Close() })
+	return proc
+}
+
+// lockedBuffer is a bytes.Buffer for a writer in another goroutine.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// emfLines returns the function output's EMF lines, decoded, after checking
+// their namespace and dimension.
+func emfLines(t *testing.T, out string, table string) []map[string]any {
+	t.Helper()
+	var lines []map[string]any
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(line, `{"_aws":`) {
+			continue
+		}
+		var doc struct {
+			AWS struct {
+				CloudWatchMetrics []struct {
+					Namespace  string
+					Dimensions [][]string
+				}
+			} `json:"_aws"`
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &doc); err != nil {
+			t.Fatalf("EMF line %s: %v", line, err)
+		}
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatal(err)
+		}
+		d := doc.AWS.CloudWatchMetrics
+		if len(d) != 1 || d[0].Namespace != handler.Namespace || fmt.Sprint(d[0].Dimensions) != "[[Outbox]]" || m["Outbox"] != table || m["level"] != "INFO" {
+			t.Fatalf("EMF line with another namespace, dimension or level: %s", line)
+		}
+		lines = append(lines, m)
+	}
+	return lines
+}
+
 // The real relay bootstrap, built from lambda/relay, runs under the Lambda
-// Runtime Interface Emulator and is invoked by the event-source mapping.
+// Runtime Interface Emulator and is invoked by the event-source mapping. It
+// writes one EMF line per invocation.
 func TestRelayBootstrapUnderRIE(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the bootstrap and the emulator")
@@ -307,27 +393,8 @@ func TestRelayBootstrapUnderRIE(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	root := repoRoot(t)
-	rie := installRIE(t, root)
-	dir := t.TempDir()
-	bootstrap := filepath.Join(dir, "bootstrap")
-	build := exec.CommandContext(ctx, "go", "build", "-tags", "lambda.norpc", "-o", bootstrap, "./lambda/relay")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build bootstrap: %v\n%s", err, out)
-	}
-	var logs bytes.Buffer
-	var logsMu sync.Mutex
-	proc, err := esm.StartRIE(ctx, esm.RIEOptions{
-		RIEPath: rie, BootstrapPath: bootstrap, Timeout: 60 * time.Second,
-		Output: writerFunc(func(p []byte) (int, error) { logsMu.Lock(); defer logsMu.Unlock(); return logs.Write(p) }),
-		Env:    e.functionEnv(e.dynamo.Endpoint, "rie"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proc.Close()
+	logs := &lockedBuffer{}
+	proc := bootstrapUnderRIE(ctx, t, e, "relay", nil, logs)
 	m := e.mapping(ctx, t, proc)
 	chk := checker.New()
 	cctx, stop := context.WithCancel(ctx)
@@ -336,9 +403,7 @@ func TestRelayBootstrapUnderRIE(t *testing.T) {
 	func() {
 		defer func() {
 			if t.Failed() {
-				logsMu.Lock()
 				t.Logf("function output:\n%s", logs.String())
-				logsMu.Unlock()
 			}
 		}()
 		waitDelivered(t, chk, 2*time.Minute)
@@ -351,11 +416,83 @@ func TestRelayBootstrapUnderRIE(t *testing.T) {
 	if m.Stats().Invocations == 0 {
 		t.Fatal("the bootstrap was never invoked")
 	}
-	logsMu.Lock()
-	defer logsMu.Unlock()
-	if !strings.Contains(logs.String(), "outbox relay: ready") || !strings.Contains(logs.String(), `"requestId"`) {
-		t.Fatalf("the bootstrap's logs lack its init line or a request id:\n%s", logs.String())
+	// An invocation's output may reach the pipe after its response: wait
+	// for a line per invocation, for a while.
+	var (
+		out         string
+		lines       []map[string]any
+		invocations int64
+	)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		invocations = m.Stats().Invocations
+		out = logs.String()
+		if lines = emfLines(t, out, e.tables.Messages); len(lines) >= int(invocations) || time.Now().After(deadline) {
+			break
+		}
 	}
+	if !strings.Contains(out, "outbox relay: ready") || !strings.Contains(out, `"requestId"`) {
+		t.Fatalf("the bootstrap's logs lack its init line or a request id:\n%s", out)
+	}
+	published := 0.0
+	for _, l := range lines {
+		n, _ := l["MessagesPublished"].(float64)
+		published += n
+	}
+	if len(lines) != int(invocations) || published < 300 {
+		t.Fatalf("%d EMF lines for %d invocations, %v messages published in them; want one line per invocation and at least 300:\n%s",
+			len(lines), invocations, published, out)
+	}
+	t.Logf("relay EMF line: %s", firstLineWith(out, `"MessagesPublished":`))
+}
+
+// The real sweeper bootstrap, built from lambda/sweeper, under the emulator:
+// a scheduled invocation drains what the stream path never saw and writes
+// one EMF line with the backlog it found.
+func TestSweeperBootstrapUnderRIE(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the bootstrap and the emulator")
+	}
+	e := newEnv(t, 4)
+	if e.dynamo.Endpoint == "" {
+		t.Skip("needs a DynamoDB endpoint the bootstrap can reach")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	chk := checker.New()
+	e.writeKeyed(ctx, t, chk, 0, 40, 4)
+	logs := &lockedBuffer{}
+	proc := bootstrapUnderRIE(ctx, t, e, "sweeper", map[string]string{"OUTBOX_SWEEP_MIN_AGE": "0s"}, logs)
+	event, err := os.ReadFile("../lambda/handler/testdata/scheduled.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweep := func() {
+		t.Helper()
+		res, err := http.Post(proc.URL, "application/json", bytes.NewReader(event))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK || bytes.Contains(body, []byte(`"errorMessage"`)) {
+			t.Fatalf("sweep: %d %s\n%s", res.StatusCode, body, logs.String())
+		}
+	}
+	sweep() // drains everything it found
+	sweep() // finds nothing
+	lines := emfLines(t, logs.String(), e.tables.Messages)
+	if len(lines) != 2 {
+		t.Fatalf("%d EMF lines for 2 invocations:\n%s", len(lines), logs.String())
+	}
+	first, second := lines[0], lines[1]
+	if first["PendingMessages"] != 40.0 || first["StuckBuckets"] != 0.0 || first["LiveRelays"] != 1.0 || first["BucketsFailed"] != 0.0 ||
+		first["ParkedMessages"] != 0.0 || second["PendingMessages"] != 0.0 || second["OldestPendingAge"] != 0.0 {
+		t.Fatalf("EMF lines %v and %v", first, second)
+	}
+	if age, _ := first["OldestPendingAge"].(float64); age <= 0 {
+		t.Fatalf("OldestPendingAge %v with 40 messages pending", first["OldestPendingAge"])
+	}
+	t.Logf("sweeper EMF line: %s", firstLineWith(logs.String(), `"PendingMessages":`))
 }
 
 // functionEnv is the environment of a function bootstrap on e, reaching
@@ -378,6 +515,15 @@ func (e *env) functionEnv(endpoint, logStream string) map[string]string {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func firstLineWith(out, s string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, `{"_aws":`) && strings.Contains(line, s) {
+			return line
+		}
+	}
+	return ""
+}
 
 func repoRoot(t *testing.T) string {
 	t.Helper()

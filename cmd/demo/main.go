@@ -210,7 +210,10 @@ func run(ctx context.Context, o options) (int, error) {
 	}
 	defer sweeperParts.Close()
 	relayFn := handler.NewRelay(relayParts.Relay, cfg.Concurrency, logger)
-	sweeperFn := handler.NewSweeper(sweeperParts.Relay, logger)
+	sweeperFn, err := handler.NewSweeper(sweeperParts.Relay, logger)
+	if err != nil {
+		return 0, err
+	}
 	// Stopping the pipeline stops new invocations; one in flight runs to its
 	// end, as under the Lambda service, unless ctx (Ctrl-C) ends first.
 	relay := func(ictx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {

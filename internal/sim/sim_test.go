@@ -15,6 +15,9 @@ var schedules = flag.Int("sim.schedules", 0, "schedules to run (default OUTBOX_S
 // seed replays one schedule.
 var seed = flag.Uint64("sim.seed", 0, "run only this seed")
 
+// trace prints a replayed schedule's story.
+var trace = flag.Bool("sim.trace", false, "with -sim.seed: log every store call and drain")
+
 // TestSchedules runs seeded random schedules of 2-4 relays, writers that
 // commit, abandon and fail, stream hints with targets, crashes, stalls,
 // skewed clocks and publish faults, and no sweeper; after each, every
@@ -35,6 +38,10 @@ func TestSchedules(t *testing.T) {
 	first := uint64(1)
 	if *seed != 0 {
 		first, n = *seed, 1
+		if *trace {
+			Trace = func(s string) { t.Log(s) }
+			defer func() { Trace = nil }()
+		}
 	}
 	var sum Result
 	var finals, steps, overlaps int

@@ -125,6 +125,16 @@ type relay struct {
 	crash *faults
 }
 
+// Trace, when set, receives a line for every store call and drain: set it
+// to replay a failing seed with its story (go test -sim.seed N -sim.trace).
+var Trace func(string)
+
+func (w *world) tracef(format string, args ...any) {
+	if Trace != nil {
+		Trace(fmt.Sprintf("%9.3fs ", w.s.Now().Sub(Epoch).Seconds()) + fmt.Sprintf(format, args...))
+	}
+}
+
 // Run runs the schedule of seed and checks it.
 func Run(seed uint64) (Result, error) {
 	s := New(seed)
@@ -132,7 +142,7 @@ func Run(seed uint64) (Result, error) {
 	w := &world{s: s, cfg: cfg, mem: memory.New(cfg.Buckets), committed: map[string]record{}, inFlight: map[int]int{}}
 	w.res.Config = cfg
 	w.res.Exclusive = cfg.StallRate == 0 && (!cfg.SharedID || cfg.PerBucket)
-	w.store = &yieldStore{Store: w.mem, s: s}
+	w.store = &yieldStore{Store: w.mem, s: s, w: w}
 	w.pub = &publisher{w: w}
 	for i := range cfg.Relays {
 		if err := w.startRelay(fmt.Sprint("r", i)); err != nil {
@@ -221,6 +231,7 @@ func (w *world) write(n int) {
 				if err := w.mem.Put(msgs...); errors.Is(err, outbox.ErrAlreadyWritten) {
 					continue // fenced by a relay: reserve again
 				}
+				w.tracef("commit b%d %d..%d", b, msgs[0].Sequence, msgs[len(msgs)-1].Sequence)
 				for _, m := range msgs {
 					w.committed[m.ID] = record{id: m.ID, bucket: b, seq: m.Sequence}
 					w.res.Committed++
@@ -268,7 +279,9 @@ func (w *world) deliver() {
 			rl := w.liveRelay()
 			w.s.Spawn("drain", func() {
 				defer func() { w.inFlight[b]--; w.running-- }()
-				_, err := rl.r.DrainBucketTo(context.Background(), b, seq)
+				w.tracef("%s drain b%d to %d", rl.id, b, seq)
+				st, err := rl.r.DrainBucketTo(context.Background(), b, seq)
+				w.tracef("%s drained b%d to %d: head %d published %d resumed=%v acquired=%v err=%v", rl.id, b, seq, st.Head, st.Published, st.Resumed, st.Acquired, err)
 				if err != nil && !errors.Is(err, outbox.ErrLeaseHeld) {
 					// The mapping retries the batch after a while.
 					w.s.Sleep(nil, time.Second)
@@ -312,9 +325,9 @@ func (w *world) check() error {
 	}
 	w.res.Parked = len(parked)
 	missing := w.missing(parked)
-	if len(missing) > 0 && w.deadHolderWoken() {
-		// Wake-ups left on the lease of a holder that died stay there for
-		// the next holder (a sweep, in production): one more drain.
+	if len(missing) > 0 && w.wakeLeftBehind() {
+		// Wake-ups on the lease of a holder that died or failed stay there
+		// for the next holder (a sweep, in production): one more drain.
 		w.res.FinalDrain = true
 		r, err := outbox.NewRelay(context.Background(), w.store, w.pub, outbox.RelayID("final"), outbox.WithClock(skewed{w.s, 0}),
 			outbox.DeadlineMargin(0), seam.With(seam.Hooks{Scheduler: w.s, Rand: w.s.Rand().Int64N}).(outbox.Option))
@@ -323,10 +336,20 @@ func (w *world) check() error {
 		}
 		for b := range w.cfg.Buckets {
 			w.s.Spawn("final", func() {
-				if _, err := r.DrainBucket(context.Background(), b); err != nil {
-					w.s.mu.Lock()
-					w.s.err = fmt.Errorf("final drain of bucket %d: %w", b, err)
-					w.s.mu.Unlock()
+				// As a sweeper would, on its next schedule: publish faults
+				// are transient here, so retry until it drains.
+				for attempt := 1; ; attempt++ {
+					_, err := r.DrainBucket(context.Background(), b)
+					if err == nil {
+						return
+					}
+					if attempt == 20 {
+						w.s.mu.Lock()
+						w.s.err = fmt.Errorf("final drain of bucket %d: %w", b, err)
+						w.s.mu.Unlock()
+						return
+					}
+					w.s.Sleep(nil, time.Minute)
 				}
 			})
 		}
@@ -372,17 +395,12 @@ func (w *world) missing(parked map[string]bool) []string {
 	return out
 }
 
-// deadHolderWoken reports whether some bucket's lease still carries
-// wake-ups and its holder is a relay that died.
-func (w *world) deadHolderWoken() bool {
-	dead := map[string]bool{}
-	for _, r := range w.relays {
-		if r.dead {
-			dead[r.id] = true
-		}
-	}
+// wakeLeftBehind reports whether some bucket's lease still carries
+// wake-ups now that every drain has ended: their holder died or failed, and
+// left them to whoever holds the bucket next (I3).
+func (w *world) wakeLeftBehind() bool {
 	for b := range w.cfg.Buckets {
-		if l := w.mem.Lease(b); l.Wake > 0 && dead[l.Owner] {
+		if w.mem.Lease(b).Wake > 0 {
 			return true
 		}
 	}
@@ -493,6 +511,11 @@ func (p *publisher) PublishAlone(ctx context.Context, m outbox.Message) error {
 type yieldStore struct {
 	*memory.Store
 	s *Scheduler
+	w *world
+}
+
+func (y *yieldStore) lease(op string, b int, owner string, l outbox.Lease, err error) {
+	y.w.tracef("  %s b%d by %s -> o=%s e=%v w=%d hd=%d err=%v", op, b, owner, l.Owner, !l.Expires.IsZero(), l.Wake, l.Head, err)
 }
 
 func (y *yieldStore) Config(ctx context.Context) (outbox.Config, error) { return y.Store.Config(ctx) }
@@ -502,7 +525,9 @@ func (y *yieldStore) ReadLease(ctx context.Context, b int) (outbox.Lease, error)
 }
 func (y *yieldStore) Acquire(ctx context.Context, b int, o string, now time.Time, d time.Duration) (outbox.Lease, error) {
 	y.s.Yield()
-	return y.Store.Acquire(ctx, b, o, y.clock(now), d)
+	nl, err := y.Store.Acquire(ctx, b, o, y.clock(now), d)
+	y.lease("Acquire", b, o, nl, err)
+	return nl, err
 }
 func (y *yieldStore) Renew(ctx context.Context, l outbox.Lease, now time.Time, d time.Duration) (outbox.Lease, error) {
 	y.s.Yield()
@@ -514,15 +539,21 @@ func (y *yieldStore) Update(ctx context.Context, l outbox.Lease, u outbox.LeaseU
 }
 func (y *yieldStore) Release(ctx context.Context, l outbox.Lease, head, cleaned int64) (outbox.Lease, error) {
 	y.s.Yield()
-	return y.Store.Release(ctx, l, head, cleaned)
+	nl, err := y.Store.Release(ctx, l, head, cleaned)
+	y.lease("Release", l.Bucket, l.Owner, nl, err)
+	return nl, err
 }
 func (y *yieldStore) Abandon(ctx context.Context, l outbox.Lease, head, cleaned int64) error {
 	y.s.Yield()
-	return y.Store.Abandon(ctx, l, head, cleaned)
+	err := y.Store.Abandon(ctx, l, head, cleaned)
+	y.lease("Abandon", l.Bucket, l.Owner, y.Store.Lease(l.Bucket), err)
+	return err
 }
 func (y *yieldStore) Advance(ctx context.Context, l outbox.Lease, head, cleaned int64, now time.Time) (outbox.Lease, error) {
 	y.s.Yield()
-	return y.Store.Advance(ctx, l, head, cleaned, now)
+	nl, err := y.Store.Advance(ctx, l, head, cleaned, now)
+	y.lease("Advance", l.Bucket, l.Owner, nl, err)
+	return nl, err
 }
 func (y *yieldStore) Pending(ctx context.Context, b int, after int64, limit int) ([]outbox.Entry, bool, error) {
 	y.s.Yield()
@@ -530,6 +561,7 @@ func (y *yieldStore) Pending(ctx context.Context, b int, after int64, limit int)
 }
 func (y *yieldStore) MarkPublished(ctx context.Context, b int, seqs []int64, now time.Time) error {
 	y.s.Yield()
+	y.w.tracef("  mark b%d %v", b, seqs)
 	return y.Store.MarkPublished(ctx, b, seqs, now)
 }
 func (y *yieldStore) Fence(ctx context.Context, b int, seq int64, now time.Time) error {

@@ -87,7 +87,11 @@ func TestHandlersEndTheirWorkResponseMarginBeforeTheDeadline(t *testing.T) {
 			return err
 		}},
 		{name: "sweeper", left: ResponseMargin + 20*time.Millisecond, handle: func(ctx context.Context, s *stuck) error {
-			_, err := NewSweeper(s, quiet).Handle(ctx, events.CloudWatchEvent{})
+			h, err := NewSweeper(s, quiet)
+			if err != nil {
+				return err
+			}
+			_, err = h.Handle(ctx, events.CloudWatchEvent{})
 			if !errors.Is(err, context.DeadlineExceeded) {
 				return errors.New("the sweep's error is not the work deadline's")
 			}

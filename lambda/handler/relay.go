@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/lambda/emf"
 )
 
 // ResponseMargin is how long before the invocation's deadline the handlers
@@ -69,12 +70,28 @@ type Relay struct {
 	concurrency int
 	log         *slog.Logger
 	counters    *Counters
+	emitter     *emf.Emitter
+	metrics     *RelayMetrics
+}
+
+// RelayOption configures a Relay.
+type RelayOption func(*Relay)
+
+// RelayEMF writes one EMF line per invocation to e (RelayMetricSet), with
+// what m, the relay engine's metrics sink (outbox.WithMetrics(m)), gathered
+// during the invocation. Both must be set for a line; default: no metrics.
+func RelayEMF(e *emf.Emitter, m *RelayMetrics) RelayOption {
+	return func(h *Relay) { h.emitter, h.metrics = e, m }
 }
 
 // NewRelay returns the relay handler over r, draining at most concurrency
 // buckets at once.
-func NewRelay(r Drainer, concurrency int, log *slog.Logger) *Relay {
-	return &Relay{relay: r, concurrency: max(1, concurrency), log: log, counters: &Counters{}}
+func NewRelay(r Drainer, concurrency int, log *slog.Logger, opts ...RelayOption) *Relay {
+	h := &Relay{relay: r, concurrency: max(1, concurrency), log: log, counters: &Counters{}}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
 }
 
 // Counters returns the handler's running totals.
@@ -132,7 +149,12 @@ func seqLess(a, b string) bool {
 // Handle drains every bucket named by the batch's INSERT records and reports
 // as a batch item failure only the lowest-sequence record of the buckets that
 // could not be drained: Lambda redelivers from that record on. The drains
-// end ResponseMargin before the invocation's deadline.
+// end ResponseMargin before the invocation's deadline. It never returns an
+// error for a bucket: a function error would make Lambda retry the whole
+// batch, every other bucket's hints included, and hold the shard behind it.
+// A bucket that cannot be drained shows in the invocation's EMF line instead
+// (BucketsFailed, PublishFailuresFatal), and the sweeper, which meets the
+// same bucket within a minute, fails its invocation for it.
 func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
 	start := time.Now()
 	wctx, cancel := workContext(ctx)
@@ -227,6 +249,11 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 	h.counters.Held.Add(int64(held))
 	h.counters.Failed.Add(int64(failed))
 	h.counters.Published.Add(int64(pubed))
+	if h.emitter != nil && h.metrics != nil {
+		if err := h.emitter.Emit(relayLine(h.metrics.Take(), failed, time.Since(start))); err != nil {
+			h.log.ErrorContext(ctx, "outbox relay: metrics line not written", "err", err)
+		}
+	}
 	h.log.InfoContext(ctx, "outbox relay: batch",
 		"records", len(ev.Records), "buckets", len(lowest), "drained", drained, "held", held, "failed", failed,
 		"published", pubed, "ignored", ignored, "malformed", malformed, "out_of_range", outOfRange,

@@ -58,7 +58,10 @@ func TestSweeperDrainsAndSummarises(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := NewSweeper(r, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h, err := NewSweeper(r, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	h.now = func() time.Time { return now }
 	sum, err := h.Handle(context.Background(), scheduled(t))
 	if err != nil {
@@ -82,7 +85,10 @@ func TestSweeperFailsLoudlyOnOutOfRangeBuckets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := NewSweeper(r, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h, err := NewSweeper(r, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	sum, err := h.Handle(context.Background(), scheduled(t))
 	var re *outbox.BucketRangeError
 	if !errors.As(err, &re) || fmt.Sprint(sum.OutOfRange) != "[9]" {

@@ -14,7 +14,7 @@ import (
 // Logs), one object per line, carrying the invocation's requestId whenever
 // the log call is given the handler's context. The level comes from
 // AWS_LAMBDA_LOG_LEVEL (Lambda's advanced logging controls), default INFO.
-func Logger() *slog.Logger { return NewLogger(os.Stdout, os.Getenv("AWS_LAMBDA_LOG_LEVEL")) }
+func Logger() *slog.Logger { return NewLogger(stdout, os.Getenv("AWS_LAMBDA_LOG_LEVEL")) }
 
 // NewLogger is Logger writing to w at the given level name.
 func NewLogger(w io.Writer, level string) *slog.Logger {
