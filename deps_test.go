@@ -49,6 +49,7 @@ import (
 	_ "github.com/dynakafka/outbox/kafka"
 	_ "github.com/dynakafka/outbox/lambda/handler"
 	_ "github.com/dynakafka/outbox/lambda/wiring"
+	_ "github.com/dynakafka/outbox/replay"
 	_ "github.com/dynakafka/outbox/sequence"
 	_ "github.com/dynakafka/outbox/store/dynamo"
 )

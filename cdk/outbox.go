@@ -26,7 +26,8 @@ type Outbox struct {
 	MessagesTable awsdynamodb.Table
 	ControlTable  awsdynamodb.Table
 	// Config is the custom resource (Custom::OutboxConfig) that writes the
-	// config item with BucketCount before the relay and the sweeper start.
+	// config item with BucketCount, the mode and its retention before the
+	// relay and the sweeper start.
 	Config awscdk.CfnResource
 	// FailureQueue receives the stream hints the event source gave up on.
 	// Nothing is lost with them: the sweeper finds their buckets.
@@ -81,7 +82,7 @@ func New(scope constructs.Construct, id string, props *Props) (*Outbox, error) {
 	o.newRoles()
 	n := cfg.n
 	setup := o.newFunction(function{id: "SetupFunction", dir: "setup", role: o.SetupRole, timeout: 300, memory: 256,
-		description: "Custom::OutboxConfig - writes the outbox's config item with the stack's BucketCount (lambda/setup)."})
+		description: "Custom::OutboxConfig - writes the outbox's config item with the stack's BucketCount and mode (lambda/setup)."})
 	relay := o.newFunction(function{id: "RelayFunction", dir: "relay", role: o.RelayRole, timeout: n["RelayTimeout"],
 		memory: n["FunctionMemorySize"], reserved: n["RelayReservedConcurrency"], drains: true,
 		description: "Drains the buckets named by messages-table stream hints into Kafka."})
@@ -106,8 +107,8 @@ func New(scope constructs.Construct, id string, props *Props) (*Outbox, error) {
 	return o, nil
 }
 
-// newTable: on-demand, point-in-time recovery, TTL on x (fence tombstones,
-// heartbeats), retained, and a KEYS_ONLY stream when stream is set: the
+// newTable: on-demand, point-in-time recovery, TTL on x (fences,
+// tombstones, heartbeats, watermark-mode messages), retained, and a KEYS_ONLY stream when stream is set: the
 // relay needs only the keys, a hint that bucket b has work.
 func newTable(scope constructs.Construct, id, hash, sort string, typ awsdynamodb.AttributeType, stream bool) awsdynamodb.Table {
 	props := &awsdynamodb.TableProps{
@@ -139,6 +140,7 @@ func (o *Outbox) environment() map[string]*string {
 		"OUTBOX_LEASE_DURATION":    jsii.String(strconv.Itoa(c.n["LeaseDurationSeconds"]) + "s"),
 		"OUTBOX_GAP_TIMEOUT":       jsii.String(strconv.Itoa(c.n["GapTimeoutSeconds"]) + "s"),
 		"OUTBOX_SWEEP_MIN_AGE":     jsii.String(strconv.Itoa(c.n["SweepMinAgeSeconds"]) + "s"),
+		"OUTBOX_MODE":              jsii.String(c.mode),
 		"OUTBOX_MAX_MESSAGE_BYTES": num(c.n["MaxMessageBytes"]),
 		"OUTBOX_CONCURRENCY":       num(c.n["RelayConcurrency"]),
 		"KAFKA_BOOTSTRAP_SERVERS":  jsii.String(c.bootstrap),
@@ -240,6 +242,8 @@ func (o *Outbox) newConfig(setup awslambda.CfnFunction, logs []constructs.IConst
 			"MessagesTable":  o.MessagesTable.TableName(),
 			"ControlTable":   o.ControlTable.TableName(),
 			"BucketCount":    o.cfg.n["BucketCount"],
+			"Mode":           o.cfg.mode,
+			"RetentionHours": o.cfg.n["OutboxRetentionHours"],
 		},
 	})
 	for _, l := range logs {

@@ -62,6 +62,19 @@ type Props struct {
 	// the stack writes to its config item; a change is refused (the update
 	// rolls back) unless the outbox is empty. Default 8, 1..4096.
 	BucketCount *float64
+	// OutboxMode is the outbox's mode (OUTBOX_MODE), which the stack writes
+	// to its config item: delete (each published message is replaced by a
+	// tombstone) or watermark (the relay writes nothing per message;
+	// messages stay until OutboxRetentionHours and can be replayed by
+	// range). A change is refused (the update rolls back) unless the outbox
+	// is empty. Default delete.
+	OutboxMode *string
+	// OutboxRetentionHours is, in watermark mode, how long every message is
+	// kept (its TTL) after it is written; ignored in delete mode. A message
+	// still pending when its TTL passes can be deleted unpublished: keep it
+	// far above any backlog, and OldestPendingAgeAlarmSeconds far below it.
+	// Default 24, 1..8760.
+	OutboxRetentionHours *float64
 	// StreamBatchSize is the number of stream records (bucket hints) per
 	// relay invocation. Default 1000, 1..10000.
 	StreamBatchSize *float64
@@ -144,6 +157,12 @@ const (
 	AuthMSKIAM       = "msk-iam"
 )
 
+// Modes, as OUTBOX_MODE spells them.
+const (
+	ModeDelete    = "delete"
+	ModeWatermark = "watermark"
+)
+
 // Architectures.
 const (
 	ArchARM64  = "arm64"
@@ -160,6 +179,7 @@ const (
 
 var (
 	authModes = []string{AuthNone, AuthTLS, AuthMTLS, AuthSASLSCRAM256, AuthSASLSCRAM512, AuthMSKIAM}
+	modes     = []string{ModeDelete, ModeWatermark}
 	logLevels = []string{"TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL"}
 )
 
@@ -191,6 +211,8 @@ type intRange struct {
 
 var numbers = []intRange{
 	{name: "BucketCount", field: func(p *Props) **float64 { return &p.BucketCount }, def: 8, min: 1, max: 4096, what: "OUTBOX_BUCKET_COUNT"},
+	{name: "OutboxRetentionHours", field: func(p *Props) **float64 { return &p.OutboxRetentionHours }, def: 24, min: 1, max: 8760,
+		what: "hours a watermark-mode message is kept; at least 1, far above any backlog"},
 	{name: "StreamBatchSize", field: func(p *Props) **float64 { return &p.StreamBatchSize }, def: 1000, min: 1, max: 10000, what: "the stream event source allows at most 10000 records per batch"},
 	{name: "StreamBatchingWindowSeconds", field: func(p *Props) **float64 { return &p.StreamBatchingWindowSeconds }, def: 0, min: 0, max: 300, what: "the event source's MaximumBatchingWindowInSeconds"},
 	{name: "OutboxBatchSize", field: func(p *Props) **float64 { return &p.OutboxBatchSize }, def: 500, min: 1, max: 10000, what: "OUTBOX_BATCH_SIZE"},
@@ -214,6 +236,7 @@ var numbers = []intRange{
 type config struct {
 	props                            Props
 	bootstrap, auth, arch, level     string
+	mode                             string
 	saslSecret, caSecret, certSecret string // the secrets the mode uses ("" = none)
 	kmsKey, msk                      string // "" = none, or not used by the mode
 	subnets, securityGroups          []string
@@ -301,6 +324,13 @@ func (p *Props) config() (*config, error) {
 		return nil, &PropError{"RelayReservedConcurrency", "0", "0 would throttle every relay invocation; -1 (the default) reserves none"}
 	}
 	c.topics = str(p.Topics)
+	c.mode = ModeDelete
+	if p.OutboxMode != nil {
+		c.mode = *p.OutboxMode
+	}
+	if !slices.Contains(modes, c.mode) {
+		return nil, &PropError{"OutboxMode", quote(p.OutboxMode), "one of " + strings.Join(modes, ", ")}
+	}
 	c.arch = ArchARM64
 	if p.Architecture != nil {
 		c.arch = *p.Architecture

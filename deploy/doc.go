@@ -12,7 +12,7 @@
 //     and compare the resulting permissions, environment, alarms and
 //     dashboard with what each function needs, exactly. Permissions are
 //     derived from the code where it can be recorded: the DynamoDB calls a
-//     Writer and dynamo.SetBucketCount make (through a recording client, on
+//     Writer and dynamo.Configure make (through a recording client, on
 //     DynamoDB Local), and the Kafka requests the publisher makes (recorded
 //     on kfake, mapped to MSK IAM actions with AWS's table, and cross-checked
 //     as Kafka ACLs on an ACL-enforcing kfake). When Python's samtranslator

@@ -194,8 +194,9 @@ func TestWriterPolicy(t *testing.T) {
 }
 
 // TestSetupPolicy: the custom resource's role grants exactly what
-// dynamo.SetBucketCount calls when it creates the config item, finds it
-// unchanged, changes it on an empty outbox and refuses to on a busy one.
+// dynamo.Configure calls when it creates the config item, finds it
+// unchanged, changes the count and the mode on an empty outbox, the
+// retention on a busy one, and refuses a count change on a busy one.
 func TestSetupPolicy(t *testing.T) {
 	d, tables, rec := newRecordedOutbox(t, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -204,11 +205,15 @@ func TestSetupPolicy(t *testing.T) {
 		"pk": &types.AttributeValueMemberS{Value: "config"}, "sk": &types.AttributeValueMemberS{Value: "config"}}}); err != nil {
 		t.Fatal(err)
 	}
+	wm := func(n int, hours time.Duration) outbox.Config {
+		return outbox.Config{BucketCount: n, Mode: outbox.WatermarkMode, Retention: hours * time.Hour}
+	}
 	steps := []struct {
-		count   int
+		want    outbox.Config
 		write   bool // a message is pending before this step
 		refused bool
-	}{{8, false, false}, {8, false, false}, {16, false, false}, {4, true, true}}
+	}{{outbox.Config{BucketCount: 8}, false, false}, {outbox.Config{BucketCount: 8}, false, false}, {outbox.Config{BucketCount: 16}, false, false},
+		{wm(16, 24), false, false}, {wm(16, 48), true, false}, {wm(4, 48), false, true}}
 	for _, s := range steps {
 		if s.write {
 			w, err := dynamo.NewWriter(ctx, d.Client, tables)
@@ -219,10 +224,10 @@ func TestSetupPolicy(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		_, err := dynamo.SetBucketCount(ctx, rec, tables, s.count)
+		_, err := dynamo.Configure(ctx, rec, tables, s.want)
 		var ce *dynamo.BucketCountChangeError
 		if s.refused != errors.As(err, &ce) || (!s.refused && err != nil) {
-			t.Fatalf("SetBucketCount(%d) = %v, refused want %v", s.count, err, s.refused)
+			t.Fatalf("Configure(%+v) = %v, refused want %v", s.want, err, s.refused)
 		}
 	}
 	calls := rec.recorded()

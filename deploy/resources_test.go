@@ -96,7 +96,9 @@ ServiceToken: !GetAtt SetupFunction.Arn
 ServiceTimeout: 600
 MessagesTable: !Ref MessagesTable
 ControlTable: !Ref ControlTable
-BucketCount: !Ref BucketCount`)
+BucketCount: !Ref BucketCount
+Mode: !Ref OutboxMode
+RetentionHours: !Ref OutboxRetentionHours`)
 	if got := at(r, "Properties"); !reflect.DeepEqual(got, want) {
 		t.Errorf("OutboxConfig.Properties = %s, want %s", canon(got), canon(want))
 	}

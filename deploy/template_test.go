@@ -354,6 +354,9 @@ func TestParameters(t *testing.T) {
 		{"VpcSubnetIds", `{Type: CommaDelimitedList, Default: ""}`},
 		{"VpcSecurityGroupIds", `{Type: CommaDelimitedList, Default: ""}`},
 		{"BucketCount", "{Type: Number, Default: 8, MinValue: 1, MaxValue: 4096}"},
+		// What lambda/setup accepts (dynamo.MinRetention is an hour).
+		{"OutboxMode", "{Type: String, Default: delete, AllowedValues: [delete, watermark]}"},
+		{"OutboxRetentionHours", "{Type: Number, Default: 24, MinValue: 1, MaxValue: 8760}"},
 		// The stream event source's limit is 10000 records per batch.
 		{"StreamBatchSize", "{Type: Number, Default: 1000, MinValue: 1, MaxValue: 10000}"},
 		{"StreamBatchingWindowSeconds", "{Type: Number, Default: 0, MinValue: 0, MaxValue: 300}"},
@@ -553,6 +556,11 @@ func scenarios() []scenario {
 			vpc:    true,
 		},
 		{
+			name:   "watermark",
+			params: map[string]string{"KafkaAuthMode": "none", "OutboxMode": "watermark", "OutboxRetentionHours": "72"},
+			env:    map[string]any{"OUTBOX_MODE": "watermark"},
+		},
+		{
 			name:       "alarm topic",
 			params:     map[string]string{"KafkaAuthMode": "none", "AlarmTopicArn": alarmARN},
 			alarmTopic: alarmARN,
@@ -569,7 +577,7 @@ func scenarios() []scenario {
 	}
 }
 
-// setupGrants is what dynamo.SetBucketCount calls (iamcalls_test.go records
+// setupGrants is what dynamo.Configure calls (iamcalls_test.go records
 // them) plus the function's own log group.
 func setupGrants() []grant {
 	return join(
@@ -589,6 +597,7 @@ func baseEnv() map[string]any {
 		"OUTBOX_LEASE_DURATION":    "30s",
 		"OUTBOX_GAP_TIMEOUT":       "10s",
 		"OUTBOX_SWEEP_MIN_AGE":     "10s",
+		"OUTBOX_MODE":              "delete",
 		"OUTBOX_MAX_MESSAGE_BYTES": "1048576",
 		"OUTBOX_CONCURRENCY":       "8",
 		"KAFKA_BOOTSTRAP_SERVERS":  "b-1.example:9092,b-2.example:9092",

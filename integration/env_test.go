@@ -31,7 +31,7 @@ type env struct {
 	pub      *kafka.Publisher
 }
 
-func newEnv(t *testing.T, bucketCount int) *env {
+func newEnv(t *testing.T, bucketCount int, opts ...dynamo.TablesOption) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -42,7 +42,7 @@ func newEnv(t *testing.T, bucketCount int) *env {
 		business: testenv.Name(t, "aggs"),
 		topic:    testenv.Name(t, "topic"),
 	}
-	if err := dynamo.CreateTables(ctx, e.dynamo.Client, e.tables, dynamo.BucketCount(bucketCount)); err != nil {
+	if err := dynamo.CreateTables(ctx, e.dynamo.Client, e.tables, append([]dynamo.TablesOption{dynamo.BucketCount(bucketCount)}, opts...)...); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.dynamo.Client.CreateTable(ctx, &dynamodb.CreateTableInput{
@@ -138,11 +138,18 @@ func (e *env) consume(ctx context.Context, t *testing.T, fn func(headerID string
 // table, with a Scan (tests only).
 func (e *env) pendingMessages(ctx context.Context, t *testing.T) int {
 	t.Helper()
+	return e.countItems(ctx, t, "attribute_not_exists(#f)", map[string]string{"#f": "f"})
+}
+
+// countItems counts the messages table's items that match filter, with a
+// Scan (tests only).
+func (e *env) countItems(ctx context.Context, t *testing.T, filter string, names map[string]string) int {
+	t.Helper()
 	n := 0
 	p := dynamodb.NewScanPaginator(e.dynamo.Client, &dynamodb.ScanInput{
 		TableName:                aws.String(e.tables.Messages),
-		FilterExpression:         aws.String("attribute_not_exists(#f)"),
-		ExpressionAttributeNames: map[string]string{"#f": "f"},
+		FilterExpression:         aws.String(filter),
+		ExpressionAttributeNames: names,
 		ConsistentRead:           aws.Bool(true),
 	})
 	for p.HasMorePages() {

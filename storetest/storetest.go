@@ -32,6 +32,11 @@ type Harness struct {
 	// transaction would. It returns an error wrapping
 	// outbox.ErrAlreadyWritten when a position is taken (nothing stored).
 	Put func(t *testing.T, s outbox.Store, msgs ...outbox.Message) error
+	// Mode and Retention are what the outboxes New creates are configured
+	// with (default outbox.DeleteMode, no retention). A store that offers
+	// both modes runs the suite once per mode.
+	Mode      outbox.Mode
+	Retention time.Duration
 }
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -57,6 +62,9 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Peek", func(t *testing.T) { testPeek(t, h) })
 	t.Run("PeekBeyondFences", func(t *testing.T) { testPeekBeyondFences(t, h) })
 	t.Run("Park", func(t *testing.T) { testPark(t, h) })
+	if h.Mode == outbox.WatermarkMode {
+		t.Run("WatermarkRetainsPublished", func(t *testing.T) { testRetains(t, h) })
+	}
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -87,8 +95,8 @@ func testConfig(t *testing.T, h Harness) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.BucketCount != n || c.FormatVersion != outbox.FormatVersion {
-			t.Fatalf("Config = %+v, want BucketCount %d FormatVersion %d", c, n, outbox.FormatVersion)
+		if c.BucketCount != n || c.FormatVersion != outbox.FormatVersion || c.Mode != h.Mode || c.Retention != h.Retention {
+			t.Fatalf("Config = %+v, want BucketCount %d FormatVersion %d Mode %v Retention %v", c, n, outbox.FormatVersion, h.Mode, h.Retention)
 		}
 	}
 }
@@ -730,5 +738,37 @@ func testPark(t *testing.T, h Harness) {
 	b, err := s.Acquire(ctx, 2, "b", t0.Add(3*time.Second), lease)
 	if err != nil || b.Head != 2 {
 		t.Fatalf("next owner: %+v %v", b, err)
+	}
+}
+
+// testRetains: in WatermarkMode the relay never writes per message, so the
+// store must keep published messages, payload and all, once head moved past
+// them (replay reads them there), while reads above head see none of them.
+func testRetains(t *testing.T, h Harness) {
+	ctx, s := ctxT(t), h.New(t, 2)
+	msgs := []outbox.Message{msg(1, 1), msg(1, 2), msg(1, 3)}
+	put(t, h, s, msgs...)
+	l, err := s.Acquire(ctx, 1, "a", t0, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err = s.Update(ctx, l, outbox.LeaseUpdate{Head: 3, Cleaned: 3}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Release(ctx, l, 3, 3); err != nil {
+		t.Fatal(err)
+	}
+	got, end, err := s.Pending(ctx, 1, 0, 10)
+	if err != nil || !end || len(got) != len(msgs) {
+		t.Fatalf("Pending after 0 = %d entries, end %v, %v; want the 3 published messages", len(got), end, err)
+	}
+	for i, e := range got {
+		m := e.Message
+		if e.Fence || e.Err != nil || m.ID != msgs[i].ID || !bytes.Equal(m.Value, msgs[i].Value) || !bytes.Equal(m.Key, msgs[i].Key) {
+			t.Errorf("entry %d = %+v, want message %s with its payload", i, e, msgs[i].ID)
+		}
+	}
+	if above, _, err := s.Pending(ctx, 1, 3, 10); err != nil || len(above) != 0 {
+		t.Errorf("Pending after head = %+v, %v; want nothing", above, err)
 	}
 }

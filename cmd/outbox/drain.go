@@ -36,15 +36,7 @@ then fenced, as the relays do.`,
   --messages orders-outbox --control orders-outbox-control`,
 	timeout: 5 * time.Minute,
 	bind: func(fs *flag.FlagSet) func(*app, *connection, []string) (action, error) {
-		env := map[string]*string{
-			"KAFKA_BOOTSTRAP_SERVERS": fs.String("brokers", "", "Kafka bootstrap `HOST:PORT,...` (env KAFKA_BOOTSTRAP_SERVERS)"),
-			"KAFKA_AUTH":              fs.String("auth", "", "Kafka authentication `MODE`: none, tls, mtls, sasl-scram-sha-256, sasl-scram-sha-512 or msk-iam (env KAFKA_AUTH; required)"),
-			"KAFKA_SASL_SECRET_ARN":   fs.String("sasl-secret-arn", "", "Secrets Manager secret `ARN` with the SCRAM username and password (env KAFKA_SASL_SECRET_ARN)"),
-			"KAFKA_TLS_CA_SECRET_ARN": fs.String("tls-ca-secret-arn", "", "Secrets Manager secret `ARN` with a PEM CA bundle for the brokers' certificates (env KAFKA_TLS_CA_SECRET_ARN)"),
-			"KAFKA_TLS_CLIENT_CERT_SECRET_ARN": fs.String("tls-client-cert-secret-arn", "",
-				"Secrets Manager secret `ARN` with the client certificate and key for mtls (env KAFKA_TLS_CLIENT_CERT_SECRET_ARN)"),
-			"OUTBOX_TOPICS": fs.String("topics", "", "`TOPICS` to check at start, comma-separated (env OUTBOX_TOPICS)"),
-		}
+		env := kafkaFlags(fs, "(env KAFKA_AUTH; required)")
 		verbose := fs.Bool("verbose", false, "log the relay's progress on standard error (default: warnings only)")
 		return func(a *app, c *connection, args []string) (action, error) {
 			bucket, err := bucketArg(args)
@@ -65,6 +57,20 @@ then fenced, as the relays do.`,
 			}, nil
 		}
 	},
+}
+
+// kafkaFlags registers the flags that stand for the relay's Kafka variables
+// and returns them by variable; authNote ends the --auth help.
+func kafkaFlags(fs *flag.FlagSet, authNote string) map[string]*string {
+	return map[string]*string{
+		"KAFKA_BOOTSTRAP_SERVERS": fs.String("brokers", "", "Kafka bootstrap `HOST:PORT,...` (env KAFKA_BOOTSTRAP_SERVERS)"),
+		"KAFKA_AUTH":              fs.String("auth", "", "Kafka authentication `MODE`: none, tls, mtls, sasl-scram-sha-256, sasl-scram-sha-512 or msk-iam "+authNote),
+		"KAFKA_SASL_SECRET_ARN":   fs.String("sasl-secret-arn", "", "Secrets Manager secret `ARN` with the SCRAM username and password (env KAFKA_SASL_SECRET_ARN)"),
+		"KAFKA_TLS_CA_SECRET_ARN": fs.String("tls-ca-secret-arn", "", "Secrets Manager secret `ARN` with a PEM CA bundle for the brokers' certificates (env KAFKA_TLS_CA_SECRET_ARN)"),
+		"KAFKA_TLS_CLIENT_CERT_SECRET_ARN": fs.String("tls-client-cert-secret-arn", "",
+			"Secrets Manager secret `ARN` with the client certificate and key for mtls (env KAFKA_TLS_CLIENT_CERT_SECRET_ARN)"),
+		"OUTBOX_TOPICS": fs.String("topics", "", "`TOPICS` to check at start, comma-separated (env OUTBOX_TOPICS)"),
+	}
 }
 
 // flagOf names the flag that sets a relay variable.

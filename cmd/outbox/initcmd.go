@@ -23,12 +23,23 @@ BucketCount parameter) and of every writer. If the outbox already holds
 another one, init changes nothing and exits with 3, naming both values;
 changing BucketCount needs a drained outbox and new tables.
 
+--mode watermark creates an outbox whose relays never delete published
+messages: every message carries a TTL of --retention, after which DynamoDB
+deletes it, and until then outbox replay --from --to can publish it again.
+A message still pending when its TTL passes can be deleted unpublished, so
+the retention must be far above any backlog, and the OldestPendingAge alarm
+far below it. An existing outbox in another mode or with another retention
+is refused like another BucketCount (exit 3).
+
 A stack whose template writes the config item needs no init; run it for
 tables made any other way, or to check a stack's tables.`,
-	example: `outbox init --buckets 8 --messages orders-outbox --control orders-outbox-control`,
+	example: `outbox init --buckets 8 --messages orders-outbox --control orders-outbox-control
+outbox init --buckets 8 --mode watermark --retention 72h`,
 	timeout: 10 * time.Minute,
 	bind: func(fs *flag.FlagSet) func(*app, *connection, []string) (action, error) {
 		buckets := fs.Int("buckets", 0, "the outbox's `BucketCount`, 1..4096 (required; no default)")
+		modeName := fs.String("mode", "delete", "`MODE`: delete (published messages are deleted) or watermark (kept until --retention, replayable)")
+		retention := fs.Duration("retention", 0, "watermark mode: how long every message is kept, at least 1h (default 24h)")
 		return func(_ *app, _ *connection, args []string) (action, error) {
 			if err := noArgs(args); err != nil {
 				return nil, err
@@ -39,11 +50,36 @@ tables made any other way, or to check a stack's tables.`,
 			case *buckets < 1 || *buckets > outbox.MaxBucketCount:
 				return nil, usagef("--buckets %d: must be 1..%d", *buckets, outbox.MaxBucketCount)
 			}
+			mode, err := outbox.ParseMode(*modeName)
+			if err != nil {
+				return nil, usagef("--mode %q: must be delete or watermark", *modeName)
+			}
+			opts := []dynamo.TablesOption{dynamo.BucketCount(*buckets), dynamo.Mode(mode)}
+			switch {
+			case *retention != 0 && mode != outbox.WatermarkMode:
+				return nil, usagef("--retention applies to --mode watermark only (a delete-mode outbox deletes messages once published)")
+			case *retention != 0 && (*retention < dynamo.MinRetention || *retention%time.Second != 0):
+				return nil, usagef("--retention %v: must be whole seconds and at least %v (a message pending past its TTL can be deleted unpublished)", *retention, dynamo.MinRetention)
+			case *retention != 0:
+				opts = append(opts, dynamo.Retention(*retention))
+			}
 			return func(ctx context.Context, a *app, s *session) error {
-				if err := dynamo.CreateTables(ctx, s.db, s.tables, dynamo.BucketCount(*buckets)); err != nil {
+				if err := dynamo.CreateTables(ctx, s.db, s.tables, opts...); err != nil {
 					return err
 				}
-				_, err := fmt.Fprintf(a.stdout, "outbox ready: messages %s, control %s, BucketCount %d\n", s.tables.Messages, s.tables.Control, *buckets)
+				cfg, err := dynamo.NewStore(ctx, s.db, s.tables)
+				if err != nil {
+					return err
+				}
+				c, err := cfg.Config(ctx)
+				if err != nil {
+					return err
+				}
+				how := "delete mode"
+				if c.Mode == outbox.WatermarkMode {
+					how = fmt.Sprintf("watermark mode, retention %v", c.Retention)
+				}
+				_, err = fmt.Fprintf(a.stdout, "outbox ready: messages %s, control %s, BucketCount %d, %s\n", s.tables.Messages, s.tables.Control, c.BucketCount, how)
 				return err
 			}, nil
 		}

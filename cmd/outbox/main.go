@@ -1,11 +1,12 @@
 // Command outbox is the operator's tool for an outbox's DynamoDB tables.
 //
-//	outbox status                     every bucket: backlog, oldest age, head, gap, lease, dead letters
+//	outbox status                     every bucket: backlog, oldest age, head, (retained range,) gap, lease, dead letters
 //	outbox parked [--bucket B]        dead letters, across all buckets by default
 //	outbox replay --bucket B --seq S [--value FILE]
+//	outbox replay --bucket B --from S1 --to S2 --brokers HOST:PORT,...   (watermark mode)
 //	outbox drop   --bucket B --seq S
 //	outbox drain  BUCKET --brokers HOST:PORT,...
-//	outbox init   --buckets N
+//	outbox init   --buckets N [--mode watermark --retention D]
 //
 // Every command takes the two table names (--messages, --control, or
 // OUTBOX_MESSAGES_TABLE and OUTBOX_CONTROL_TABLE), and --help with an
@@ -20,8 +21,8 @@
 //	1  failed (DynamoDB, Kafka or AWS said no; nothing parked at that sequence)
 //	2  usage: unknown command, bad or missing flag or argument (nothing was sent,
 //	   except when a bucket turns out to lie beyond the outbox's BucketCount)
-//	3  the outbox disagrees: no config item, another BucketCount, a table of
-//	   another layout
+//	3  the outbox disagrees: no config item, another BucketCount or mode, a
+//	   table of another layout
 //	4  drain did not finish: another relay holds the bucket (it was woken and
 //	   drains again), a gap is still pending, or the deadline came first
 //

@@ -175,6 +175,13 @@ func TestUsageErrorsBeforeAnyIO(t *testing.T) {
 		with("replay", "--bucket", "1", "--seq", "-1"),
 		with("replay", "--bucket", "x", "--seq", "1"),
 		with("replay", "--bucket", "1", "--seq", "1", "--value", "testdata/no-such-file"),
+		with("replay", "--bucket", "1", "--seq", "1", "--from", "1", "--to", "2"),
+		with("replay", "--bucket", "1", "--from", "3"),
+		with("replay", "--bucket", "1", "--to", "3"),
+		with("replay", "--bucket", "1", "--from", "5", "--to", "3"),
+		with("replay", "--bucket", "1", "--from", "1", "--to", "3", "--value", "testdata/no-such-file"),
+		with("replay", "--bucket", "1", "--from", "1", "--to", "3"),
+		with("replay", "--bucket", "1", "--from", "1", "--to", "3", "--brokers", "b:9092", "--auth", "kerberos"),
 		with("drop", "--seq", "1"),
 		with("drop", "--bucket", "4096", "--seq", "1"),
 		with("drain"),
@@ -190,6 +197,9 @@ func TestUsageErrorsBeforeAnyIO(t *testing.T) {
 		with("init", "--buckets", "-1"),
 		with("init", "--buckets", "4097"),
 		with("init", "--buckets", "eight"),
+		with("init", "--buckets", "8", "--mode", "archive"),
+		with("init", "--buckets", "8", "--retention", "48h"),
+		with("init", "--buckets", "8", "--mode", "watermark", "--retention", "30m"),
 	} {
 		c.step(exitUsage, args...)
 	}
@@ -433,6 +443,75 @@ func TestDrain(t *testing.T) {
 	l, err := st.ReadLease(ctx, 1)
 	if err != nil || l.Head != 3 || !l.Released() {
 		t.Fatalf("bucket 1 after drain: %+v, %v; want head 3, released", l, err)
+	}
+}
+
+// TestReplayRange: in watermark mode the relay keeps what it published,
+// status shows the retained range, and replay publishes part of it again
+// with the original ids; above the head, or in delete mode, it is refused.
+func TestReplayRange(t *testing.T) {
+	c, d, tables := outboxEnv(t)
+	k := testenv.Kafka(t)
+	topic := testenv.Name(t, "orders")
+	testenv.CreateTopic(t, k, topic, 2)
+	brokers := strings.Join(k.Brokers, ",")
+	c.replace = append(c.replace, topic, "TOPIC", brokers, "BROKERS")
+	c.step(exitOK, "init", "--buckets", "2", "--mode", "watermark", "--retention", "48h")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := dynamo.NewWriter(ctx, d.Client, tables, dynamo.WithClock(fixedClock(t0.Add(-time.Hour))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 1; n <= 5; n++ {
+		m := outbox.Message{ID: id(n), Topic: topic, Key: fmt.Appendf(nil, "order-%d", n), Value: fmt.Appendf(nil, "v%d", n), Partition: outbox.PartitionOf(1)}
+		if _, err := w.Write(ctx, nil, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.env["KAFKA_AUTH"] = "none"
+	c.env["KAFKA_BOOTSTRAP_SERVERS"] = brokers
+	c.step(exitOK, "drain", "1")
+	c.step(exitOK, "status")
+	c.step(exitOK, "replay", "--bucket", "1", "--from", "2", "--to", "4")
+	c.step(exitUsage, "replay", "--bucket", "1", "--from", "4", "--to", "9")
+	c.step(exitUsage, "replay", "--bucket", "2", "--from", "1", "--to", "1")
+	c.step(exitOK, "init", "--buckets", "2", "--mode", "watermark", "--retention", "48h")
+	c.step(exitMisconfigured, "init", "--buckets", "2")
+	golden(t, "replay_range.txt", c.normalise(c.out.String()))
+
+	var rep statusReport
+	if err := json.Unmarshal([]byte(c.step(exitOK, "status", "--json", "--bucket", "1")), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if r := rep.Buckets[0].Retained; rep.Config.Mode != "watermark" || rep.Config.RetentionSeconds != 48*3600 || r == nil || r.First != 1 || r.Last != 5 {
+		t.Errorf("status --json: config %+v, retained %+v; want watermark, 172800 s, 1..5", rep.Config, r)
+	}
+	recs := consume(t, k, topic, 8)
+	var got []string
+	for _, r := range recs {
+		var msgID, seq string
+		for _, h := range r.Headers {
+			switch h.Key {
+			case outbox.DefaultMessageIDHeader:
+				msgID = string(h.Value)
+			case outbox.DefaultSequenceHeader:
+				seq = string(h.Value)
+			}
+		}
+		got = append(got, seq+"="+msgID)
+	}
+	want := []string{"1=" + id(1), "2=" + id(2), "3=" + id(3), "4=" + id(4), "5=" + id(5), "2=" + id(2), "3=" + id(3), "4=" + id(4)}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("records (sequence=id) %v, want %v", got, want)
+	}
+
+	// A delete-mode outbox retains nothing.
+	del, _, _ := outboxEnv(t)
+	del.env = c.env
+	del.step(exitOK, "init", "--buckets", "1")
+	if code, _, stderr := del.run("replay", "--bucket", "0", "--from", "1", "--to", "1"); code != exitMisconfigured || !strings.Contains(stderr, "watermark mode") {
+		t.Errorf("replay in delete mode: exit %d, %s", code, stderr)
 	}
 }
 

@@ -183,69 +183,6 @@ func (d *deadLetterFlags) check(args []string) error {
 	return nil
 }
 
-var replayCommand = &command{
-	name:    "replay",
-	summary: "re-enqueue a parked message at its bucket's tail, optionally with a new value",
-	description: `Puts a parked message back at the tail of its bucket: a new sequence number,
-its original message id (consumers that deduplicate on it still can), and
-removes the dead letter, in one transaction. Consumers see it after
-everything enqueued since it was parked.
-
-With --value FILE the record's value is replaced by the file's bytes (a
-repaired payload); id, topic, key, partition and headers stay. A dead letter
-that cannot be decoded needs a whole replacement message: use
-dynamo.Store.ReplayParked from Go, or drop it.`,
-	example: `outbox replay --bucket 3 --seq 1207
-outbox replay --bucket 3 --seq 1207 --value fixed-event.json`,
-	timeout: 2 * time.Minute,
-	bind: func(fs *flag.FlagSet) func(*app, *connection, []string) (action, error) {
-		var d deadLetterFlags
-		d.register(fs)
-		valueFile := fs.String("value", "", "replace the record's value with this `FILE`'s bytes (- for standard input)")
-		return func(a *app, _ *connection, args []string) (action, error) {
-			if err := d.check(args); err != nil {
-				return nil, err
-			}
-			var value []byte
-			if *valueFile != "" {
-				var err error
-				if value, err = readValue(a, *valueFile); err != nil {
-					return nil, err
-				}
-			}
-			return func(ctx context.Context, a *app, s *session) error {
-				st, err := s.store(ctx)
-				if err != nil {
-					return err
-				}
-				var replacement *outbox.Message
-				if value != nil {
-					p, err := st.GetParked(ctx, d.bucket, d.seq)
-					if err != nil {
-						return notParked(err, d.bucket, d.seq)
-					}
-					if p.Err != nil {
-						return fmt.Errorf("bucket %d sequence %d cannot be decoded (%v): --value replaces only the value of a message; replay it with dynamo.Store.ReplayParked and a whole message, or drop it", d.bucket, d.seq, p.Err)
-					}
-					m := p.Message
-					m.Value = value
-					replacement = &m
-				}
-				m, err := st.ReplayParked(ctx, d.bucket, d.seq, replacement)
-				if err != nil {
-					return notParked(err, d.bucket, d.seq)
-				}
-				how := ""
-				if replacement != nil {
-					how = fmt.Sprintf(" with a new value of %d bytes", len(value))
-				}
-				_, err = fmt.Fprintf(a.stdout, "replayed bucket %d sequence %d as sequence %d (id %s, topic %s)%s\n", d.bucket, d.seq, m.Sequence, m.ID, m.Topic, how)
-				return err
-			}, nil
-		}
-	},
-}
-
 // readValue reads a replacement value before anything is sent, so a wrong
 // path is a usage error. An empty file is an empty value, not a tombstone.
 func readValue(a *app, path string) ([]byte, error) {

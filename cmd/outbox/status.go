@@ -36,9 +36,17 @@ and for every bucket:
            how long ago it expired (a relay that died without letting go)
   PARKED   dead letters of the bucket (see outbox parked)
 
+In watermark mode published messages stay until their TTL (the outbox's
+retention) removes them, and a RETAINED column follows HEAD:
+
+  RETAINED the range a replay can still publish (outbox replay --from --to):
+           from the lowest message still stored to the head, and the age of
+           that message; fences and parked messages inside it are skipped
+
 Reads are bounded, never a scan: per bucket a lease and a counter GetItem, a
 COUNT query of its dead letters and, when something is pending, a query of at
-most 100 keys; 16 buckets at a time.`,
+most 100 keys (in watermark mode, also a query for the first retained
+message, which reads past at most 10,000 fences); 16 buckets at a time.`,
 	example: `outbox status --messages orders-outbox --control orders-outbox-control
 outbox status --active --json | jq '.buckets[] | select(.pending > 0)'
 outbox status --local --endpoint http://127.0.0.1:8000 --messages m --control c`,
@@ -99,6 +107,10 @@ type statusReport struct {
 type configStatus struct {
 	BucketCount   int `json:"bucket_count"`
 	FormatVersion int `json:"format_version"`
+	// Mode is "delete" or "watermark"; RetentionSeconds is the watermark
+	// mode's message retention (0 in delete mode).
+	Mode             string `json:"mode"`
+	RetentionSeconds int64  `json:"retention_seconds"`
 }
 
 type relaysStatus struct {
@@ -130,6 +142,18 @@ type bucketStatus struct {
 	Gap                     *gapStatus `json:"gap"`
 	Lease                   *leaseInfo `json:"lease"`
 	Parked                  int        `json:"parked"`
+	// Retained is the range a replay can still publish, in watermark mode
+	// (absent in delete mode, and when nothing is retained).
+	Retained *retainedStatus `json:"retained,omitempty"`
+}
+
+// retainedStatus is a watermark bucket's retained range: First..Last (the
+// head). First is -1 when the first keys read were all fences (unknown).
+type retainedStatus struct {
+	First            int64      `json:"first"`
+	Last             int64      `json:"last"`
+	OldestAt         *time.Time `json:"oldest_at"`
+	OldestAgeSeconds *int64     `json:"oldest_age_seconds"`
 }
 
 type gapStatus struct {
@@ -169,13 +193,14 @@ func readStatus(ctx context.Context, s *session, now time.Time, bucket int, live
 	}
 	rep := &statusReport{
 		MessagesTable: s.tables.Messages, ControlTable: s.tables.Control, At: now.UTC().Truncate(time.Millisecond),
-		Config:     configStatus{BucketCount: cfg.BucketCount, FormatVersion: cfg.FormatVersion},
+		Config: configStatus{BucketCount: cfg.BucketCount, FormatVersion: cfg.FormatVersion, Mode: cfg.Mode.String(),
+			RetentionSeconds: seconds(cfg.Retention)},
 		LiveRelays: relaysStatus{WithinSeconds: seconds(liveWithin), IDs: append([]string{}, live...)},
 		Buckets:    make([]bucketStatus, len(buckets)),
 		Warnings:   []string{},
 	}
 	err = eachBucket(ctx, buckets, func(ctx context.Context, i, b int) error {
-		bs, err := readBucket(ctx, st, s.db, s.tables.Control, b, now)
+		bs, err := readBucket(ctx, st, s.db, s.tables.Control, b, now, cfg.Mode == outbox.WatermarkMode)
 		rep.Buckets[i] = bs
 		return err
 	})
@@ -210,7 +235,7 @@ func (s *session) buckets(ctx context.Context, bucket int) (*dynamo.Store, outbo
 	return st, cfg, all, nil
 }
 
-func readBucket(ctx context.Context, st *dynamo.Store, db *dynamodb.Client, control string, b int, now time.Time) (bucketStatus, error) {
+func readBucket(ctx context.Context, st *dynamo.Store, db *dynamodb.Client, control string, b int, now time.Time, watermark bool) (bucketStatus, error) {
 	bs := bucketStatus{Bucket: b}
 	// The lease first, then the counter: the counter only grows and a head
 	// never passes it, so a counter read after the head is never below it.
@@ -234,6 +259,18 @@ func readBucket(ctx context.Context, st *dynamo.Store, db *dynamodb.Client, cont
 		if !oldest.IsZero() {
 			bs.OldestPendingAt = timePtr(oldest)
 			bs.OldestPendingAgeSeconds = new(seconds(now.Sub(oldest)))
+		}
+	}
+	if watermark {
+		first, oldest, err := st.Retained(ctx, b, l.Head)
+		if err != nil {
+			return bs, err
+		}
+		if first != 0 {
+			bs.Retained = &retainedStatus{First: first, Last: l.Head, OldestAt: timePtr(oldest)}
+			if !oldest.IsZero() {
+				bs.Retained.OldestAgeSeconds = new(seconds(now.Sub(oldest)))
+			}
 		}
 	}
 	if l.Gap > l.Head {
@@ -287,24 +324,36 @@ func activeOnly(bs []bucketStatus) []bucketStatus {
 }
 
 // render writes the report as text: a header, then one aligned row per
-// bucket and a total. Room is left after HEAD for a RETAINED column.
+// bucket and a total. In watermark mode a RETAINED column follows HEAD.
 func (r *statusReport) render(w io.Writer) error {
 	relays := "none"
 	if len(r.LiveRelays.IDs) > 0 {
 		relays = strings.Join(r.LiveRelays.IDs, ", ")
 	}
+	watermark := r.Config.Mode == outbox.WatermarkMode.String()
+	mode := r.Config.Mode + " mode"
+	if watermark {
+		mode += fmt.Sprintf(" (retention %s)", age(time.Duration(r.Config.RetentionSeconds)*time.Second))
+	}
 	fmt.Fprintf(w, "outbox   messages %s, control %s\n", r.MessagesTable, r.ControlTable)
-	fmt.Fprintf(w, "config   BucketCount %d, format version %d\n", r.Config.BucketCount, r.Config.FormatVersion)
+	fmt.Fprintf(w, "config   BucketCount %d, format version %d, %s\n", r.Config.BucketCount, r.Config.FormatVersion, mode)
 	fmt.Fprintf(w, "relays   %d live (heartbeat within %s): %s\n", len(r.LiveRelays.IDs), age(time.Duration(r.LiveRelays.WithinSeconds)*time.Second), relays)
 	fmt.Fprintf(w, "at       %s\n\n", r.At.Format(time.RFC3339))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "BUCKET\tPENDING\tOLDEST\tHEAD\tNEXT\tGAP\tLEASE\tPARKED")
-	for _, b := range r.Buckets {
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%d\t%s\t%s\t%d\n",
-			b.Bucket, b.Pending, oldestCell(b.Pending, b.OldestPendingAgeSeconds), b.Head, b.NextSequence, gapCell(b.Gap), leaseCell(b.Lease), b.Parked)
+	retained := func(cell string) string {
+		if !watermark {
+			return ""
+		}
+		return cell + "\t"
 	}
-	fmt.Fprintf(tw, "total\t%d\t%s\t\t\t%s\t%s\t%d\n", r.Totals.Pending, oldestCell(r.Totals.Pending, r.Totals.OldestPendingAgeSeconds),
-		countCell(r.Totals.Gaps, "gap"), countCell(r.Totals.LeasesHeld, "held"), r.Totals.Parked)
+	fmt.Fprintf(tw, "BUCKET\tPENDING\tOLDEST\tHEAD\t%sNEXT\tGAP\tLEASE\tPARKED\n", retained("RETAINED"))
+	for _, b := range r.Buckets {
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s%d\t%s\t%s\t%d\n",
+			b.Bucket, b.Pending, oldestCell(b.Pending, b.OldestPendingAgeSeconds), b.Head, retained(retainedCell(b.Retained)), b.NextSequence,
+			gapCell(b.Gap), leaseCell(b.Lease), b.Parked)
+	}
+	fmt.Fprintf(tw, "total\t%d\t%s\t\t%s\t%s\t%s\t%d\n", r.Totals.Pending, oldestCell(r.Totals.Pending, r.Totals.OldestPendingAgeSeconds),
+		retained(""), countCell(r.Totals.Gaps, "gap"), countCell(r.Totals.LeasesHeld, "held"), r.Totals.Parked)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -312,6 +361,21 @@ func (r *statusReport) render(w io.Writer) error {
 		fmt.Fprintf(w, "\nWARNING %s\n", warning)
 	}
 	return nil
+}
+
+// retainedCell is "first..head (age of first)", "-" for nothing retained
+// and "?..head" when the first retained message was not found among the
+// first keys.
+func retainedCell(r *retainedStatus) string {
+	switch {
+	case r == nil:
+		return "-"
+	case r.First < 0:
+		return fmt.Sprintf("?..%d", r.Last)
+	case r.OldestAgeSeconds == nil:
+		return fmt.Sprintf("%d..%d", r.First, r.Last)
+	}
+	return fmt.Sprintf("%d..%d (%s)", r.First, r.Last, age(time.Duration(*r.OldestAgeSeconds)*time.Second))
 }
 
 func oldestCell(pending int64, ageSeconds *int64) string {

@@ -1,9 +1,10 @@
 // Command soak runs the fault-injection soak (internal/soak) and prints its
 // one-line verdict:
 //
-//	soak: messages=N lost=0 phantom=0 read_model_mismatches=0 duplicates=D unexplained=0 reorders=R parked=P faults=F
+//	soak: mode=delete messages=N lost=0 phantom=0 read_model_mismatches=0 duplicates=D unexplained=0 reorders=R parked=P faults=F
 //
 //	make soak N=100000
+//	go run ./cmd/soak -n 20000 -mode watermark
 //
 // A long run is split into rounds of -per-round messages, each on a fresh
 // DynamoDB Local instance (the emulator slows down as stream records pile
@@ -19,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/soak"
 )
 
@@ -31,7 +33,14 @@ func main() {
 	seed := flag.Uint64("seed", uint64(time.Now().UnixNano()), "random seed")
 	minEach := flag.Int("min-each-fault", 5, "fail unless every fault kind fired at least this often")
 	timeout := flag.Duration("timeout", 80*time.Minute, "give up after this long")
+	mode := flag.String("mode", "delete", "the outbox's mode: delete or watermark")
+	flag.DurationVar(&cfg.Retention, "retention", 0, "watermark mode: the messages' retention (default 24h)")
 	flag.Parse()
+	var err error
+	if cfg.Mode, err = outbox.ParseMode(*mode); err != nil {
+		fmt.Fprintln(os.Stderr, "soak: -mode:", err)
+		os.Exit(2)
+	}
 	cfg.Seed, cfg.MinEachFault, cfg.Progress = *seed, *minEach, os.Stderr
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/cfn"
 
+	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
@@ -21,7 +22,15 @@ const (
 	propMessages = "MessagesTable"
 	propControl  = "ControlTable"
 	propBuckets  = "BucketCount"
+	// propMode is "delete" or "watermark"; absent (a stack from before the
+	// modes) means delete. propRetention is the watermark mode's retention
+	// in whole hours; ignored in delete mode, 24 when absent.
+	propMode      = "Mode"
+	propRetention = "RetentionHours"
 )
+
+// defaultRetentionHours is RetentionHours when the property is absent.
+const defaultRetentionHours = 24
 
 // deadlineMargin is how long before the invocation's deadline the handler
 // stops working and answers: an invocation that times out sends no answer,
@@ -47,10 +56,12 @@ func NewHandler(client dynamo.StoreAPI, log *slog.Logger) *Handler {
 
 // Handle is a cfn.CustomResourceFunction:
 //
-//   - Create and Update write the config item with BucketCount through
-//     dynamo.SetBucketCount: written when missing, left alone when equal,
-//     changed only when the outbox is empty; otherwise the request fails with
-//     a reason naming both counts, and CloudFormation rolls the stack back.
+//   - Create and Update write the config item with BucketCount, Mode and (in
+//     watermark mode) the retention through dynamo.Configure: written when
+//     missing, left alone when equal, the retention changed at once, and
+//     BucketCount or Mode changed only when the outbox is empty; otherwise
+//     the request fails with a reason naming both values, and CloudFormation
+//     rolls the stack back.
 //   - Delete always succeeds and changes nothing: the tables are retained,
 //     and their config item with them, so the retained outbox can still be
 //     inspected and drained with the outbox CLI.
@@ -78,7 +89,7 @@ func (h *Handler) Handle(ctx context.Context, ev cfn.Event) (physicalID string, 
 	if h.initErr != nil {
 		return fail(fmt.Errorf("the setup function could not load its AWS configuration: %w", h.initErr))
 	}
-	tables, count, err := properties(ev.ResourceProperties)
+	tables, want, err := properties(ev.ResourceProperties)
 	if err != nil {
 		return fail(err)
 	}
@@ -87,28 +98,42 @@ func (h *Handler) Handle(ctx context.Context, ev cfn.Event) (physicalID string, 
 		ctx, cancel = context.WithDeadline(ctx, d.Add(-deadlineMargin))
 		defer cancel()
 	}
-	prev, err := dynamo.SetBucketCount(ctx, h.client, tables, count)
+	prev, err := dynamo.Configure(ctx, h.client, tables, want)
 	if err != nil {
-		var ce *dynamo.BucketCountChangeError
-		if errors.As(err, &ce) {
+		var (
+			ce *dynamo.BucketCountChangeError
+			me *dynamo.ModeChangeError
+		)
+		switch {
+		case errors.As(err, &ce):
 			return fail(fmt.Errorf("BucketCount stays %d (the stack asks for %d): %s (docs/deploy.md, Changing BucketCount)",
 				ce.Stored, ce.Requested, strings.TrimPrefix(err.Error(), "dynamo: ")))
+		case errors.As(err, &me):
+			return fail(fmt.Errorf("OutboxMode stays %v (the stack asks for %v): %s (docs/deploy.md, Changing the mode)",
+				me.Stored, me.Requested, strings.TrimPrefix(err.Error(), "dynamo: ")))
 		}
 		return fail(fmt.Errorf("outbox config item in %s: %w", tables.Control, err))
 	}
+	attrs := []any{"control_table", tables.Control, "bucket_count", want.BucketCount, "mode", want.Mode.String(), "retention", want.Retention.String()}
 	switch {
-	case prev == 0:
-		log.InfoContext(ctx, "outbox setup: config item written", "control_table", tables.Control, "bucket_count", count)
-	case prev != count:
-		log.InfoContext(ctx, "outbox setup: BucketCount changed on an empty outbox", "control_table", tables.Control, "from", prev, "to", count)
+	case prev.BucketCount == 0:
+		log.InfoContext(ctx, "outbox setup: config item written", attrs...)
+	case prev.BucketCount != want.BucketCount || prev.Mode != want.Mode:
+		log.InfoContext(ctx, "outbox setup: BucketCount or mode changed on an empty outbox", append(attrs, "from_bucket_count", prev.BucketCount, "from_mode", prev.Mode.String())...)
+	case prev.Retention != want.Retention && want.Mode == outbox.WatermarkMode:
+		log.InfoContext(ctx, "outbox setup: retention changed; writers use it once they restart", append(attrs, "from_retention", prev.Retention.String())...)
 	default:
-		log.InfoContext(ctx, "outbox setup: config item already says so", "control_table", tables.Control, "bucket_count", count)
+		log.InfoContext(ctx, "outbox setup: config item already says so", attrs...)
 	}
-	return "outbox-config:" + tables.Control, map[string]any{propBuckets: strconv.Itoa(count)}, nil
+	return "outbox-config:" + tables.Control, map[string]any{
+		propBuckets:   strconv.Itoa(want.BucketCount),
+		propMode:      want.Mode.String(),
+		propRetention: strconv.Itoa(int(want.Retention / time.Hour)),
+	}, nil
 }
 
 // properties reads the resource properties, naming every problem.
-func properties(p map[string]any) (dynamo.Tables, int, error) {
+func properties(p map[string]any) (dynamo.Tables, outbox.Config, error) {
 	var errs []error
 	str := func(name string) string {
 		s, _ := p[name].(string)
@@ -118,23 +143,50 @@ func properties(p map[string]any) (dynamo.Tables, int, error) {
 		return s
 	}
 	tables := dynamo.Tables{Messages: str(propMessages), Control: str(propControl)}
-	var count int
-	switch v := p[propBuckets].(type) {
+	count, err := wholeNumber(p, propBuckets, "1..4096")
+	if err != nil {
+		errs = append(errs, err)
+	}
+	c := outbox.Config{BucketCount: count, Mode: outbox.DeleteMode}
+	if v, ok := p[propMode]; ok {
+		name, _ := v.(string)
+		m, err := outbox.ParseMode(strings.TrimSpace(name))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("property %s=%v: must be delete or watermark", propMode, v))
+		}
+		c.Mode = m
+	}
+	if c.Mode == outbox.WatermarkMode {
+		hours := defaultRetentionHours
+		if _, ok := p[propRetention]; ok {
+			if hours, err = wholeNumber(p, propRetention, "at least 1"); err != nil {
+				errs = append(errs, err)
+			} else if hours < 1 {
+				errs = append(errs, fmt.Errorf("property %s=%d: must be at least 1 (a message pending past its TTL can be deleted unpublished)", propRetention, hours))
+			}
+		}
+		c.Retention = time.Duration(hours) * time.Hour
+	}
+	return tables, c, errors.Join(errs...)
+}
+
+// wholeNumber reads a numeric property: CloudFormation sends a string, a
+// hand-written event may hold a number.
+func wholeNumber(p map[string]any, name, want string) (int, error) {
+	switch v := p[name].(type) {
 	case string:
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil {
-			errs = append(errs, fmt.Errorf("property %s=%q is not a whole number", propBuckets, v))
+			return 0, fmt.Errorf("property %s=%q is not a whole number", name, v)
 		}
-		count = n
-	case float64: // a number in a hand-written event
-		count = int(v)
-		if float64(count) != v {
-			errs = append(errs, fmt.Errorf("property %s=%v is not a whole number", propBuckets, v))
+		return n, nil
+	case float64:
+		if float64(int(v)) != v {
+			return 0, fmt.Errorf("property %s=%v is not a whole number", name, v)
 		}
-	default:
-		errs = append(errs, fmt.Errorf("property %s is required (1..4096)", propBuckets))
+		return int(v), nil
 	}
-	return tables, count, errors.Join(errs...)
+	return 0, fmt.Errorf("property %s is required (%s)", name, want)
 }
 
 // truncate cuts s to at most n bytes on a rune boundary.

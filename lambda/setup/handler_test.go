@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -74,7 +75,7 @@ func event(t *testing.T, name string, vars map[string]string) cfn.Event {
 	return ev
 }
 
-func readBucketCount(t *testing.T, client *dynamodb.Client, tables dynamo.Tables) int {
+func readConfig(t *testing.T, client *dynamodb.Client, tables dynamo.Tables) outbox.Config {
 	t.Helper()
 	s, err := dynamo.NewStore(context.Background(), client, tables)
 	if err != nil {
@@ -84,7 +85,7 @@ func readBucketCount(t *testing.T, client *dynamodb.Client, tables dynamo.Tables
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c.BucketCount
+	return c
 }
 
 // TestCustomResource sends CloudFormation's requests, as the fixtures in
@@ -96,10 +97,17 @@ func TestCustomResource(t *testing.T) {
 	cases := []struct {
 		name    string
 		stored  int  // the config item's count before; 0: the stack's fresh tables, without one; -1: no tables
+		storedW bool // the stored config item is in watermark mode (retention 24 h)
 		pending bool // a message is waiting in the outbox
 		fixture string
 		count   string // BucketCount in the request
 		old     string // BucketCount in OldResourceProperties
+		// Mode and RetentionHours in the request ("": delete and 24), and
+		// the mode and retention stored after (checked when modeAfter is
+		// set).
+		mode, hours    string
+		modeAfter      outbox.Mode
+		retentionAfter time.Duration
 		// What CloudFormation must receive, and the count stored after.
 		status      cfn.StatusType
 		reason      []string // substrings of Reason
@@ -129,6 +137,22 @@ func TestCustomResource(t *testing.T) {
 		{name: "delete with messages pending", stored: 8, pending: true, fixture: "delete", count: "8", status: cfn.StatusSuccess, storedAfter: 8},
 		{name: "delete without tables", stored: -1, fixture: "delete", count: "8", status: cfn.StatusSuccess},
 		{name: "delete with a bad count", stored: 8, fixture: "delete", count: "", status: cfn.StatusSuccess, storedAfter: 8},
+		{name: "create from a template before the modes", stored: 0, fixture: "create_before_modes", count: "8", status: cfn.StatusSuccess, storedAfter: 8,
+			modeAfter: outbox.DeleteMode},
+		{name: "create in watermark mode", stored: 0, fixture: "create", count: "8", mode: "watermark", hours: "72", status: cfn.StatusSuccess, storedAfter: 8,
+			modeAfter: outbox.WatermarkMode, retentionAfter: 72 * time.Hour},
+		{name: "delete mode ignores the retention", stored: 0, fixture: "create", count: "8", mode: "delete", hours: "72", status: cfn.StatusSuccess, storedAfter: 8,
+			modeAfter: outbox.DeleteMode},
+		{name: "update to watermark on an empty outbox", stored: 8, fixture: "update", count: "8", old: "8", mode: "watermark", hours: "48",
+			status: cfn.StatusSuccess, storedAfter: 8, modeAfter: outbox.WatermarkMode, retentionAfter: 48 * time.Hour},
+		{name: "update to watermark refused while messages are pending", stored: 8, pending: true, fixture: "update", count: "8", old: "8", mode: "watermark",
+			status: cfn.StatusFailed, reason: []string{"OutboxMode stays delete", "asks for watermark", "pending"}, storedAfter: 8, modeAfter: outbox.DeleteMode},
+		{name: "update of the retention while messages are pending", stored: 8, storedW: true, pending: true, fixture: "update", count: "8", old: "8",
+			mode: "watermark", hours: "6", status: cfn.StatusSuccess, storedAfter: 8, modeAfter: outbox.WatermarkMode, retentionAfter: 6 * time.Hour},
+		{name: "a bad mode", stored: 8, fixture: "update", count: "8", old: "8", mode: "archive",
+			status: cfn.StatusFailed, reason: []string{"Mode=archive", "delete or watermark"}, storedAfter: 8, modeAfter: outbox.DeleteMode},
+		{name: "a retention of zero hours", stored: 8, fixture: "update", count: "8", old: "8", mode: "watermark", hours: "0",
+			status: cfn.StatusFailed, reason: []string{"RetentionHours=0", "at least 1"}, storedAfter: 8, modeAfter: outbox.DeleteMode},
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, c := range cases {
@@ -139,7 +163,11 @@ func TestCustomResource(t *testing.T) {
 			if c.stored >= 0 {
 				// The stack's tables (CreateTables makes the same ones),
 				// without the config item when stored is 0.
-				if err := dynamo.CreateTables(ctx, d.Client, tables, dynamo.BucketCount(max(c.stored, 1))); err != nil {
+				opts := []dynamo.TablesOption{dynamo.BucketCount(max(c.stored, 1))}
+				if c.storedW {
+					opts = append(opts, dynamo.Mode(outbox.WatermarkMode))
+				}
+				if err := dynamo.CreateTables(ctx, d.Client, tables, opts...); err != nil {
 					t.Fatal(err)
 				}
 				if c.pending {
@@ -159,9 +187,10 @@ func TestCustomResource(t *testing.T) {
 				}
 			}
 			got, url := newResponses(t)
+			mode, hours := cmp.Or(c.mode, "delete"), cmp.Or(c.hours, "24")
 			ev := event(t, c.fixture, map[string]string{
 				"ResponseURL": url, "MessagesTable": tables.Messages, "ControlTable": tables.Control,
-				"BucketCount": c.count, "OldBucketCount": c.old,
+				"BucketCount": c.count, "OldBucketCount": c.old, "Mode": mode, "RetentionHours": hours, "OldMode": "delete", "OldRetentionHours": "24",
 			})
 			if _, err := cfn.LambdaWrap(NewHandler(d.Client, log).Handle)(ctx, ev); err != nil {
 				t.Fatalf("the response was not delivered: %v", err)
@@ -201,8 +230,14 @@ func TestCustomResource(t *testing.T) {
 				t.Errorf("the response is %d bytes; CloudFormation accepts 4096", len(r.raw))
 			}
 			if c.storedAfter > 0 {
-				if n := readBucketCount(t, d.Client, tables); n != c.storedAfter {
-					t.Errorf("the config item says %d buckets, want %d", n, c.storedAfter)
+				cfg := readConfig(t, d.Client, tables)
+				if cfg.BucketCount != c.storedAfter {
+					t.Errorf("the config item says %d buckets, want %d", cfg.BucketCount, c.storedAfter)
+				}
+				if c.modeAfter != 0 || c.mode != "" || c.fixture == "create_before_modes" {
+					if cfg.Mode != c.modeAfter || cfg.Retention != c.retentionAfter {
+						t.Errorf("the config item says %v mode, retention %v; want %v, %v", cfg.Mode, cfg.Retention, c.modeAfter, c.retentionAfter)
+					}
 				}
 			}
 		})
@@ -210,15 +245,19 @@ func TestCustomResource(t *testing.T) {
 }
 
 func TestPropertiesNameEveryProblem(t *testing.T) {
-	_, _, err := properties(map[string]any{"BucketCount": 2.5})
-	for _, want := range []string{"MessagesTable is required", "ControlTable is required", "BucketCount=2.5"} {
+	_, _, err := properties(map[string]any{"BucketCount": 2.5, "Mode": "watermark", "RetentionHours": "a day"})
+	for _, want := range []string{"MessagesTable is required", "ControlTable is required", "BucketCount=2.5", `RetentionHours="a day"`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("err = %v, want it to say %q", err, want)
 		}
 	}
-	tables, n, err := properties(map[string]any{"MessagesTable": "m", "ControlTable": "c", "BucketCount": " 12 "})
-	if err != nil || n != 12 || tables != (dynamo.Tables{Messages: "m", Control: "c"}) {
-		t.Errorf("properties = %+v %d %v", tables, n, err)
+	tables, c, err := properties(map[string]any{"MessagesTable": "m", "ControlTable": "c", "BucketCount": " 12 "})
+	if err != nil || c != (outbox.Config{BucketCount: 12}) || tables != (dynamo.Tables{Messages: "m", Control: "c"}) {
+		t.Errorf("properties = %+v %+v %v", tables, c, err)
+	}
+	_, c, err = properties(map[string]any{"MessagesTable": "m", "ControlTable": "c", "BucketCount": "12", "Mode": " watermark "})
+	if err != nil || c != (outbox.Config{BucketCount: 12, Mode: outbox.WatermarkMode, Retention: 24 * time.Hour}) {
+		t.Errorf("watermark without RetentionHours: %+v %v; want 24 h", c, err)
 	}
 }
 

@@ -1,14 +1,15 @@
 // Command setup is the stack's custom resource (Custom::OutboxConfig,
 // provided.al2023, handler "bootstrap"): when CloudFormation creates or
 // updates the stack it writes the outbox's config item with the stack's
-// BucketCount, so the relay and the sweeper find a ready outbox when
-// `sam deploy` completes. An update that changes BucketCount is refused (the
-// stack rolls back) unless the outbox is empty; deleting the stack never
-// fails here and leaves the tables and the item alone (the tables are
-// retained). See handler.go and docs/deploy.md.
+// BucketCount, OutboxMode and (watermark mode) OutboxRetentionHours, so the
+// relay and the sweeper find a ready outbox when `sam deploy` completes. An
+// update that changes BucketCount or the mode is refused (the stack rolls
+// back) unless the outbox is empty; deleting the stack never fails here and
+// leaves the tables and the item alone (the tables are retained). See
+// handler.go and docs/deploy.md.
 //
-// Everything it needs comes with the event (the table names and the
-// count), so it has no configuration that could fail its init: a function
+// Everything it needs comes with the event (the table names, the count,
+// the mode and the retention), so it has no configuration that could fail its init: a function
 // that cannot start leaves CloudFormation waiting an hour for an answer.
 package main
 

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
+	"time"
 
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -28,88 +32,289 @@ func (e *BucketCountChangeError) Error() string {
 		e.Stored, e.Requested, e.Bucket, e.Pending, e.Stored)
 }
 
-// SetBucketCount makes the outbox's config item say bucketCount. It is for
-// deployment tools (the stack's custom resource, outbox init) on tables that
-// already exist:
+// ModeChangeError is Configure refusing to change the outbox's mode because
+// a bucket still holds pending messages: they were written under the other
+// mode's rules (with a TTL or without one), so they must be published first.
+type ModeChangeError struct {
+	Stored, Requested outbox.Mode
+	Bucket            int // the lowest bucket found holding messages
+	Pending           int // messages seen in it (a lower bound)
+}
+
+func (e *ModeChangeError) Error() string {
+	return fmt.Sprintf("dynamo: the mode cannot change from %v to %v while messages are pending (bucket %d holds at least %d): "+
+		"stop the writers, let the relays drain every bucket (outbox status shows none pending), then change it and restart writers and relays; or keep %v",
+		e.Stored, e.Requested, e.Bucket, e.Pending, e.Stored)
+}
+
+// The config item's format versions (its attribute v). Version 1 holds the
+// bucket count alone: every DeleteMode outbox has it, so a DeleteMode outbox
+// stays readable and writable by code that predates the modes. Version 2
+// adds the mode (md, "watermark") and the retention (rt, seconds) of a
+// WatermarkMode outbox. Code that predates the modes refuses version 2 with
+// a *outbox.MisconfigurationError ("created by a newer version of this
+// library; upgrade"), and must: it would replace retained messages by
+// tombstones, and write messages without a TTL, which then never expire.
 //
-//   - no config item yet: it is written, with the current FormatVersion;
-//   - the same count: nothing is written;
-//   - another count: it is changed only if the outbox is empty, that is no
-//     message is pending in any bucket below OutOfRangeProbe of the larger
-//     count — each bucket is probed with Store.ReadLease and Store.Peek after
-//     its cleaned mark, never by subtracting a head from a counter, since
-//     fences and published messages can lie between the two — and only if the
-//     stored count has not changed meanwhile (a conditional write).
-//     Otherwise it fails with a *BucketCountChangeError.
-//
-// It returns the count stored before, 0 when there was none. The emptiness
-// check cannot stop a writer that commits after it: stop the writers before
-// changing the count, and start them again with the new one (writers without
-// the BucketCount option read it from the config item).
+// Every other item keeps outbox.FormatVersion in both modes; Config reports
+// that item format as FormatVersion, whatever the config item's version.
+const (
+	configV1 = 1
+	configV2 = 2
+)
+
+// configItem is the config item that says c.
+func configItem(c outbox.Config) map[string]types.AttributeValue {
+	item := controlKey(configPK, configSK)
+	item[attrBuckets] = numAttr(int64(c.BucketCount))
+	item[attrVersion] = numAttr(configV1)
+	if c.Mode == outbox.WatermarkMode {
+		item[attrVersion] = numAttr(configV2)
+		item[attrMode] = strAttr(c.Mode.String())
+		item[attrRetention] = numAttr(int64(c.Retention / time.Second))
+	}
+	return item
+}
+
+// decodeConfig reads a config item. It refuses a version newer than this
+// code reads with a *outbox.MisconfigurationError, and an item that
+// contradicts itself with an *ItemError.
+func decodeConfig(item map[string]types.AttributeValue) (outbox.Config, error) {
+	bc, err := intAttr(item, attrBuckets, true)
+	if err == nil && (bc < 1 || bc > outbox.MaxBucketCount) {
+		err = &ItemError{Attribute: attrBuckets, Reason: fmt.Sprintf("bucket count %d is outside 1..%d", bc, outbox.MaxBucketCount)}
+	}
+	if err != nil {
+		return outbox.Config{}, err
+	}
+	v, err := intAttr(item, attrVersion, true)
+	if err != nil {
+		return outbox.Config{}, err
+	}
+	if v > configV2 {
+		return outbox.Config{}, &outbox.MisconfigurationError{Setting: "FormatVersion", Configured: strconv.Itoa(configV2), Stored: strconv.FormatInt(v, 10),
+			Fix: "the outbox was created by a newer version of this library; upgrade"}
+	}
+	c := outbox.Config{BucketCount: int(bc), FormatVersion: outbox.FormatVersion, Mode: outbox.DeleteMode}
+	if _, ok := item[attrMode]; ok {
+		name, err := stringAttr(item, attrMode)
+		if err != nil {
+			return outbox.Config{}, err
+		}
+		if c.Mode, err = outbox.ParseMode(name); err != nil {
+			return outbox.Config{}, &ItemError{Attribute: attrMode, Reason: err.Error()}
+		}
+	}
+	rt, err := intAttr(item, attrRetention, false)
+	switch {
+	case errors.Is(err, errMissing):
+		rt, err = 0, nil
+	case err != nil:
+		return outbox.Config{}, err
+	}
+	c.Retention = time.Duration(rt) * time.Second
+	switch {
+	case c.Mode == outbox.WatermarkMode && v < configV2:
+		return outbox.Config{}, &ItemError{Attribute: attrVersion, Reason: fmt.Sprintf(
+			"a watermark-mode config item must have format version %d, so that older relays and writers refuse it; it has %d (write it with dynamo.Configure)", configV2, v)}
+	case c.Mode == outbox.WatermarkMode && c.Retention < MinRetention:
+		return outbox.Config{}, &ItemError{Attribute: attrRetention, Reason: fmt.Sprintf("retention %v in watermark mode; it must be at least %v", c.Retention, MinRetention)}
+	case c.Mode == outbox.DeleteMode && rt != 0:
+		return outbox.Config{}, &ItemError{Attribute: attrRetention, Reason: "a retention in delete mode: the item contradicts itself"}
+	}
+	return c, nil
+}
+
+// checkWanted validates a configuration to write, filling in the default
+// retention of WatermarkMode.
+func checkWanted(c outbox.Config) (outbox.Config, error) {
+	s := defaultSettings()
+	s.bucketCount, s.mode, s.modeSet, s.retention = c.BucketCount, c.Mode, true, c.Retention
+	if c.BucketCount < 1 {
+		return c, &outbox.OptionError{Option: "BucketCount", Value: c.BucketCount, Reason: fmt.Sprintf("must be 1..%d", outbox.MaxBucketCount)}
+	}
+	if err := s.validate(); err != nil {
+		return c, err
+	}
+	if c.Mode == outbox.WatermarkMode && c.Retention == 0 {
+		c.Retention = DefaultRetention
+	}
+	c.FormatVersion = outbox.FormatVersion
+	return c, nil
+}
+
+// sameConfig compares what a config item says.
+func sameConfig(a, b outbox.Config) bool {
+	return a.BucketCount == b.BucketCount && a.Mode == b.Mode && a.Retention == b.Retention
+}
+
+// SetBucketCount makes the outbox's config item say bucketCount, keeping its
+// mode and retention. It is Configure for tools that set the bucket count
+// alone; with no config item yet it writes a DeleteMode one. It returns the
+// count stored before, 0 when there was none.
 func SetBucketCount(ctx context.Context, client StoreAPI, tables Tables, bucketCount int) (previous int, err error) {
 	if bucketCount < 1 || bucketCount > outbox.MaxBucketCount {
 		return 0, &outbox.OptionError{Option: "BucketCount", Value: bucketCount, Reason: fmt.Sprintf("must be 1..%d", outbox.MaxBucketCount)}
 	}
+	prev, err := configure(ctx, client, tables, func(stored outbox.Config) outbox.Config {
+		stored.BucketCount = bucketCount
+		return stored
+	})
+	return prev.BucketCount, err
+}
+
+// Configure makes the outbox's config item say want (BucketCount, Mode and
+// Retention; FormatVersion is ignored, and a WatermarkMode Retention of 0
+// means DefaultRetention). It is for deployment tools (the stack's custom
+// resource, outbox init) on tables that already exist:
+//
+//   - no config item yet: it is written;
+//   - the same settings: nothing is written;
+//   - another Retention only: it is changed at once. Writers read the
+//     retention when they start, so each one uses the new value after its
+//     next restart; messages already written keep their TTL;
+//   - another BucketCount or Mode: changed only if the outbox is empty, that
+//     is no message is pending in any bucket below OutOfRangeProbe of the
+//     larger count — each bucket is probed with Store.ReadLease and
+//     Store.Peek after its cleaned mark, never by subtracting a head from a
+//     counter, since fences and published messages can lie between the two.
+//     Otherwise it fails with a *BucketCountChangeError or a
+//     *ModeChangeError.
+//
+// Every change is conditional on the config item being what was read (a
+// concurrent change makes it fail, naming it). It returns the configuration
+// stored before (zero when there was none). The emptiness check cannot stop
+// a writer that commits after it: stop the writers before changing the
+// count or the mode, and start them (and the relays) again afterwards —
+// writers and relays read both at start.
+func Configure(ctx context.Context, client StoreAPI, tables Tables, want outbox.Config) (previous outbox.Config, err error) {
+	want, err = checkWanted(want)
+	if err != nil {
+		return outbox.Config{}, err
+	}
+	return configure(ctx, client, tables, func(outbox.Config) outbox.Config { return want })
+}
+
+// configure reads the config item and writes change(stored) if it differs
+// (change(zero Config) when there is none), with the checks of Configure.
+func configure(ctx context.Context, client StoreAPI, tables Tables, change func(stored outbox.Config) outbox.Config) (outbox.Config, error) {
 	if err := tables.validate(); err != nil {
-		return 0, err
+		return outbox.Config{}, err
 	}
 	if client == nil {
-		return 0, &outbox.OptionError{Option: "client", Value: nil, Reason: "a DynamoDB client is required"}
+		return outbox.Config{}, &outbox.OptionError{Option: "client", Value: nil, Reason: "a DynamoDB client is required"}
 	}
 	stored, err := readConfig(ctx, client, tables.Control)
 	var missing *types.ResourceNotFoundException
 	switch {
 	case errors.As(err, &missing):
-		return 0, fmt.Errorf("dynamo: the control table %s does not exist (create the tables first): %w", tables.Control, missing)
+		return outbox.Config{}, fmt.Errorf("dynamo: the control table %s does not exist (create the tables first): %w", tables.Control, missing)
 	case errors.Is(err, ErrNoConfig):
-		err = writeNewConfig(ctx, client, tables.Control, bucketCount)
+		want, err := checkWanted(change(outbox.Config{Mode: outbox.DeleteMode}))
+		if err != nil {
+			return outbox.Config{}, err
+		}
+		err = writeNewConfig(ctx, client, tables.Control, want)
 		if !isConditionFailed(err) {
-			return 0, err
+			return outbox.Config{}, err
 		}
 		// Another writer created it first: compare with what it wrote.
 		if stored, err = readConfig(ctx, client, tables.Control); err != nil {
-			return 0, err
+			return outbox.Config{}, err
 		}
 	case err != nil:
-		return 0, err
+		return outbox.Config{}, err
 	}
-	if stored.BucketCount == bucketCount {
-		return stored.BucketCount, nil
+	want, err := checkWanted(change(stored))
+	if err != nil {
+		return stored, err
 	}
-	s := &Store{client: client, tables: tables, cfg: defaultSettings()}
-	if err := s.checkEmpty(ctx, stored.BucketCount, bucketCount); err != nil {
-		return stored.BucketCount, err
+	if sameConfig(stored, want) {
+		return stored, nil
+	}
+	if stored.BucketCount != want.BucketCount || stored.Mode != want.Mode {
+		s := &Store{client: client, tables: tables, cfg: defaultSettings()}
+		bucket, pending, err := s.firstPending(ctx, stored.BucketCount, want.BucketCount)
+		switch {
+		case err != nil:
+			return stored, err
+		case pending > 0 && stored.BucketCount != want.BucketCount:
+			return stored, &BucketCountChangeError{Stored: stored.BucketCount, Requested: want.BucketCount, Bucket: bucket, Pending: pending}
+		case pending > 0:
+			return stored, &ModeChangeError{Stored: stored.Mode, Requested: want.Mode, Bucket: bucket, Pending: pending}
+		}
+	}
+	return stored, replaceConfig(ctx, client, tables.Control, stored, want)
+}
+
+// replaceConfig changes the config item from old to c, conditional on it
+// still saying old.
+func replaceConfig(ctx context.Context, client StoreAPI, table string, old, c outbox.Config) error {
+	oldItem, item := configItem(old), configItem(c)
+	var cond expression.ConditionBuilder
+	var upd expression.UpdateBuilder
+	for i, attr := range []string{attrBuckets, attrVersion, attrMode, attrRetention} {
+		var ci expression.ConditionBuilder
+		if v, ok := oldItem[attr]; ok {
+			ci = expression.Name(attr).Equal(expression.Value(v))
+		} else {
+			ci = expression.AttributeNotExists(expression.Name(attr))
+		}
+		if i == 0 {
+			cond = ci
+		} else {
+			cond = cond.And(ci)
+		}
+		if v, ok := item[attr]; ok {
+			upd = upd.Set(expression.Name(attr), expression.Value(v))
+		} else {
+			upd = upd.Remove(expression.Name(attr))
+		}
+	}
+	e, err := buildExpr("config", expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
+	if err != nil {
+		return err
 	}
 	_, err = client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                str(tables.Control),
-		Key:                      controlKey(configPK, configSK),
-		UpdateExpression:         str("SET #bc = :new"),
-		ConditionExpression:      str("#bc = :old"),
-		ExpressionAttributeNames: names(attrBuckets),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":new": numAttr(int64(bucketCount)), ":old": numAttr(int64(stored.BucketCount)),
-		},
+		TableName:                 str(table),
+		Key:                       controlKey(configPK, configSK),
+		UpdateExpression:          e.Update(),
+		ConditionExpression:       e.Condition(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
 	})
+	what := describeChange(old, c)
 	switch {
 	case err == nil:
-		return stored.BucketCount, nil
+		return nil
 	case isConditionFailed(err):
-		return stored.BucketCount, fmt.Errorf("dynamo: the config item in %s changed while BucketCount was being changed from %d to %d; read it (outbox status) and try again",
-			tables.Control, stored.BucketCount, bucketCount)
+		return fmt.Errorf("dynamo: the config item in %s changed while %s; read it (outbox status) and try again", table, what)
 	default:
-		return stored.BucketCount, fmt.Errorf("dynamo: change BucketCount in %s from %d to %d: %w", tables.Control, stored.BucketCount, bucketCount, err)
+		return fmt.Errorf("dynamo: change the config item in %s (%s): %w", table, what, err)
 	}
+}
+
+// describeChange says what a config change changes, for errors.
+func describeChange(old, c outbox.Config) string {
+	var parts []string
+	if old.BucketCount != c.BucketCount {
+		parts = append(parts, fmt.Sprintf("BucketCount was being changed from %d to %d", old.BucketCount, c.BucketCount))
+	}
+	if old.Mode != c.Mode {
+		parts = append(parts, fmt.Sprintf("the mode was being changed from %v to %v", old.Mode, c.Mode))
+	}
+	if old.Retention != c.Retention {
+		parts = append(parts, fmt.Sprintf("the retention was being changed from %v to %v", old.Retention, c.Retention))
+	}
+	return strings.Join(parts, " and ")
 }
 
 // writeNewConfig puts the config item unless one exists. A constant
 // condition (expr.go): never overwrite a stored config.
-func writeNewConfig(ctx context.Context, client putItemAPI, table string, bucketCount int) error {
-	item := controlKey(configPK, configSK)
-	item[attrBuckets] = numAttr(int64(bucketCount))
-	item[attrVersion] = numAttr(outbox.FormatVersion)
+func writeNewConfig(ctx context.Context, client putItemAPI, table string, c outbox.Config) error {
 	_, err := client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                str(table),
-		Item:                     item,
+		Item:                     configItem(c),
 		ConditionExpression:      str("attribute_not_exists(#pk)"),
 		ExpressionAttributeNames: names(attrPK),
 	})
@@ -122,10 +327,10 @@ func writeNewConfig(ctx context.Context, client putItemAPI, table string, bucket
 // emptyProbeConcurrency bounds the bucket probes checkEmpty runs at once.
 const emptyProbeConcurrency = 16
 
-// checkEmpty returns a *BucketCountChangeError naming the lowest bucket that
-// holds a message, among the buckets a relay or a sweeper of either count
-// would look at.
-func (s *Store) checkEmpty(ctx context.Context, stored, requested int) error {
+// firstPending returns the lowest bucket that holds a message and how many
+// it holds (0, 0 when none), among the buckets a relay or a sweeper of
+// either count would look at.
+func (s *Store) firstPending(ctx context.Context, stored, requested int) (bucket, pending int, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	upper := outbox.OutOfRangeProbe(max(stored, requested))
@@ -162,11 +367,11 @@ func (s *Store) checkEmpty(ctx context.Context, stored, requested int) error {
 	wg.Wait()
 	switch {
 	case firstErr != nil:
-		return firstErr
+		return 0, 0, firstErr
 	case first != nil:
-		return &BucketCountChangeError{Stored: stored, Requested: requested, Bucket: first.bucket, Pending: first.pending}
+		return first.bucket, first.pending, nil
 	}
-	return ctx.Err()
+	return 0, 0, ctx.Err()
 }
 
 // pendingIn counts the messages of bucket b after its cleaned mark: first

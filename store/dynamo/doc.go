@@ -8,19 +8,33 @@
 // on x. A message item holds v (format version), id, t (topic), k (key;
 // absent for a nil key, empty binary for an empty key), val (value; absent
 // for a tombstone), h (headers, see below; absent for none), p (explicit
-// partition, optional) and c (created-at, Unix ms). A fence tombstone holds
-// b, s, v, f (true), c and x (TTL, epoch seconds).
+// partition, optional) and c (created-at, Unix ms), and in WatermarkMode x
+// (TTL, epoch seconds: created-at, or the writer's wall clock if later,
+// plus the outbox's retention). A fence tombstone holds b, s, v, f (true),
+// c and x; the tombstone of a published message (DeleteMode) also pb
+// (true).
 //
 // Control table, key pk (S) / sk (S), TTL on x:
 //
-//	pk "config",     sk "config"  bc (bucket count), v
+//	pk "config",     sk "config"  bc (bucket count), v (1; 2 in WatermarkMode, with
+//	                              md "watermark" and rt retention in seconds)
 //	pk "bucket#<b>", sk "seq"     n (last reserved sequence), v   (package sequence)
 //	pk "bucket#<b>", sk "lease"   o owner, e expiry ms, hd head, cl cleaned,
 //	                              g gap, gs gap-since ms, w wake, ep epoch, v
 //	pk "relays",     sk <id>      seen ms, x TTL, v
 //
-// CreateTables creates both and writes the config item. Sequence numbers
-// start at 1; head and cleaned start at 0.
+// CreateTables creates both and writes the config item (Configure changes
+// it). Sequence numbers start at 1; head and cleaned start at 0.
+//
+// # Modes
+//
+// In DeleteMode (the default) the relay replaces each published message by
+// a tombstone. In WatermarkMode (the Mode option of CreateTables) it writes
+// nothing per message: the Writer puts a TTL on every message (Retention,
+// default 1 day) and DynamoDB deletes it then; until then Store.Pending
+// still returns it below the head, which is what package replay publishes
+// again, and Store.Retained finds a bucket's retained range. NewStore and
+// NewWriter with the Mode option refuse an outbox in the other mode.
 //
 // # Headers
 //

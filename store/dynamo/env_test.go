@@ -20,6 +20,8 @@ type env struct {
 	d      *testenv.Dynamo
 	tables Tables
 	store  *Store
+	// retention: the TTL put gives messages (WatermarkMode), 0 for none.
+	retention time.Duration
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -39,14 +41,14 @@ func newTables(t *testing.T, opts ...TablesOption) (*testenv.Dynamo, Tables) {
 	return d, tables
 }
 
-func newEnv(t *testing.T, bucketCount int) *env {
+func newEnv(t *testing.T, bucketCount int, opts ...TablesOption) *env {
 	t.Helper()
-	d, tables := newTables(t, BucketCount(bucketCount))
+	d, tables := newTables(t, append([]TablesOption{BucketCount(bucketCount)}, opts...)...)
 	s, err := NewStore(ctxT(t), d.Client, tables)
 	if err != nil {
 		t.Fatalf("NewStore: %v", err)
 	}
-	return &env{d: d, tables: tables, store: s}
+	return &env{d: d, tables: tables, store: s, retention: s.retention()}
 }
 
 // put stores msgs at their Bucket and Sequence in one transaction, as a
@@ -57,7 +59,7 @@ func (e *env) put(ctx context.Context, msgs ...outbox.Message) error {
 	for _, m := range msgs {
 		items = append(items, types.TransactWriteItem{Put: &types.Put{
 			TableName:                str(e.tables.Messages),
-			Item:                     messageItem(m),
+			Item:                     withRetention(messageItem(m), m.CreatedAt, e.retention),
 			ConditionExpression:      str("attribute_not_exists(#s)"),
 			ExpressionAttributeNames: names(attrSeq),
 		}})

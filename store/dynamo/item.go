@@ -58,6 +58,17 @@ func messageItem(m outbox.Message) map[string]types.AttributeValue {
 	return item
 }
 
+// withRetention adds the TTL of a WatermarkMode message to item: the later
+// of created and the wall clock, plus retention (DynamoDB expires items by
+// its own clock, so a caller's old CreatedAt must not make a message expire
+// before it is published). No TTL when retention is 0 (DeleteMode).
+func withRetention(item map[string]types.AttributeValue, created time.Time, retention time.Duration) map[string]types.AttributeValue {
+	if retention > 0 {
+		item[attrTTL] = numAttr(ttlSeconds(expiresAt(created, retention)))
+	}
+	return item
+}
+
 // fenceItem is the fence tombstone at bucket/seq, written at now and expiring
 // (by the table's TTL) at expires.
 func fenceItem(bucket int, seq int64, now, expires time.Time) map[string]types.AttributeValue {

@@ -291,3 +291,69 @@ func (s *Store) ReadLease(ctx context.Context, bucket int) (outbox.Lease, error)
 func (s *Store) LastSequence(ctx context.Context, bucket int) (int64, error) {
 	return sequence.Last(ctx, s.client, s.tables.Control, bucket)
 }
+
+// retainedMaxItems bounds the keys Retained evaluates: fences and the
+// tombstones of messages published before a switch to WatermarkMode can lie
+// below the first retained message.
+const retainedMaxItems = 10_000
+
+// Retained finds the lowest message still stored in bucket at or below
+// head: in WatermarkMode published messages stay, with their payload, until
+// their TTL removes them, so [first, head] is the range a replay can still
+// publish (it may hold fences, and numbers whose message was parked). It
+// returns first = 0 when no message at or below head is stored, and
+// first = -1 when the first retainedMaxItems keys were all fences or
+// tombstones (unknown, not none). oldest is the first message's created-at
+// (zero when undecodable).
+//
+// It reads like Peek — eventually consistent Queries of b = bucket AND s
+// BETWEEN 1 AND head projecting s and c, fences filtered out, in pages that
+// grow while they hold only fences — and stops at the first message.
+func (s *Store) Retained(ctx context.Context, bucket int, head int64) (first int64, oldest time.Time, err error) {
+	if bucket < 0 {
+		return 0, time.Time{}, fmt.Errorf("dynamo: retained range of bucket %d: bucket is negative", bucket)
+	}
+	if head < 1 {
+		return 0, time.Time{}, nil
+	}
+	var (
+		start     map[string]types.AttributeValue
+		page      = 1
+		evaluated = 0
+	)
+	for evaluated < retainedMaxItems {
+		out, err := s.client.Query(ctx, &dynamodb.QueryInput{
+			TableName:                str(s.tables.Messages),
+			KeyConditionExpression:   str("#b = :b AND #s BETWEEN :one AND :head"),
+			FilterExpression:         str("attribute_not_exists(#f) OR #f <> :fence"),
+			ProjectionExpression:     str("#s, #c"),
+			ExpressionAttributeNames: names(attrBucket, attrSeq, attrFence, attrCreated),
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":b": numAttr(int64(bucket)), ":one": numAttr(1), ":head": numAttr(head), ":fence": &types.AttributeValueMemberBOOL{Value: true},
+			},
+			ScanIndexForward:  new(true),
+			Limit:             new(int32(page)),
+			ExclusiveStartKey: start,
+		})
+		if err != nil {
+			return 0, time.Time{}, fmt.Errorf("dynamo: retained range of bucket %d: %w", bucket, err)
+		}
+		if len(out.Items) > 0 {
+			seq, err := intAttr(out.Items[0], attrSeq, true)
+			if err != nil {
+				return 0, time.Time{}, fmt.Errorf("dynamo: retained range of bucket %d: %w", bucket, err)
+			}
+			if c, err := intAttr(out.Items[0], attrCreated, true); err == nil {
+				oldest = time.UnixMilli(c)
+			}
+			return seq, oldest, nil
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return 0, time.Time{}, nil
+		}
+		evaluated += int(out.ScannedCount)
+		start = out.LastEvaluatedKey
+		page = min(2*page+8, peekMaxPage)
+	}
+	return -1, time.Time{}, nil
+}

@@ -21,6 +21,12 @@ type settings struct {
 	clock             outbox.Clock
 	// jitter draws a backoff delay below its argument (tests fix it).
 	jitter func(time.Duration) time.Duration
+	// mode: the mode CreateTables creates, or the one NewStore and
+	// NewWriter expect (modeSet: given). retention: CreateTables' message
+	// retention in WatermarkMode (0: DefaultRetention).
+	mode      outbox.Mode
+	modeSet   bool
+	retention time.Duration
 }
 
 func defaultSettings() settings {
@@ -49,6 +55,13 @@ const DefaultTombstoneTTL = 24 * time.Hour
 // MinTombstoneTTL is the shortest TombstoneTTL accepted.
 const MinTombstoneTTL = time.Hour
 
+// DefaultRetention is the default Retention of a WatermarkMode outbox: 1
+// day.
+const DefaultRetention = 24 * time.Hour
+
+// MinRetention is the shortest Retention accepted.
+const MinRetention = time.Hour
+
 // DefaultMaxAttempts is the default of MaxAttempts: a Write sends its
 // transaction, and each counter update and fence put, at most 6 times.
 const DefaultMaxAttempts = 6
@@ -75,6 +88,10 @@ type FenceOption struct{ set func(*settings) }
 func (o FenceOption) applyStore(s *settings)  { o.set(s) }
 func (o FenceOption) applyWriter(s *settings) { o.set(s) }
 
+type tablesOption func(*settings)
+
+func (o tablesOption) applyTables(s *settings) { o(s) }
+
 type storeOption func(*settings)
 
 func (o storeOption) applyStore(s *settings) { o(s) }
@@ -92,6 +109,41 @@ func (o writerOption) applyWriter(s *settings) { o(s) }
 // differs from the config item's, they fail with a *outbox.MisconfigurationError
 // naming both values.
 func BucketCount(n int) Option { return Option{func(s *settings) { s.bucketCount = n }} }
+
+// Mode is the outbox's mode: outbox.DeleteMode (published messages are
+// replaced by tombstones) or outbox.WatermarkMode (they stay until their TTL,
+// the outbox's Retention, removes them, and can be replayed by range).
+//
+// For CreateTables it is the mode a new outbox is created with (default
+// outbox.DeleteMode); an existing outbox in the other mode is a
+// *outbox.MisconfigurationError (Configure changes it). For NewStore and
+// NewWriter it is the mode this process expects (default: take the config
+// item's); when the config item says the other one, they fail with a
+// *outbox.MisconfigurationError naming both. A writer must know the mode:
+// in WatermarkMode it puts a TTL on every message item, in DeleteMode it
+// must not.
+func Mode(m outbox.Mode) Option {
+	return Option{func(s *settings) { s.mode, s.modeSet = m, true }}
+}
+
+// Retention is how long a message item lives in a WatermarkMode outbox:
+// the writer puts a TTL attribute (x, epoch seconds) on every message it
+// writes, its created-at (or the wall clock, if later) plus Retention, and
+// DynamoDB's TTL deletes it after that, for free. Until then the message
+// can be replayed by range (package replay, outbox replay --from --to).
+// CreateTables only: writers read it from the config item. Default
+// DefaultRetention (1 day) in WatermarkMode; at least MinRetention (1
+// hour); refused in DeleteMode, whose messages live only until published.
+//
+// The TTL does not wait for the relay: a message still pending when its
+// TTL passes can be deleted by DynamoDB before it was published, and is
+// lost. The retention must therefore be far above any backlog the outbox
+// can build up (a Kafka outage, a stuck bucket, a parked deployment), and
+// the alarm on the sweeper's OldestPendingAge must sit well below it —
+// minutes against hours or days — so that someone acts long before.
+func Retention(d time.Duration) TablesOption {
+	return tablesOption(func(s *settings) { s.retention = d })
+}
 
 // FenceTTL is how long a fence tombstone is kept before the table's TTL
 // removes it, counted from the later of the fence's time and the wall clock
@@ -222,6 +274,15 @@ func (s *settings) validate() error {
 		return bad("MaxAttempts", s.maxAttempts, "must be 1..20")
 	case s.clock == nil:
 		return bad("WithClock", nil, "must not be nil")
+	case s.modeSet && s.mode != outbox.DeleteMode && s.mode != outbox.WatermarkMode:
+		return bad("Mode", s.mode, "must be outbox.DeleteMode or outbox.WatermarkMode")
+	case s.retention != 0 && (!s.modeSet || s.mode != outbox.WatermarkMode):
+		return bad("Retention", s.retention, "applies to WatermarkMode only (a DeleteMode outbox deletes messages once published); add Mode(outbox.WatermarkMode) or drop it")
+	case s.retention != 0 && s.retention < MinRetention:
+		return bad("Retention", s.retention, fmt.Sprintf("must be at least %v: a message still pending when its TTL passes can be deleted unpublished; "+
+			"keep it far above any backlog, and the OldestPendingAge alarm far below it", MinRetention))
+	case s.retention%time.Second != 0:
+		return bad("Retention", s.retention, "must be whole seconds (the TTL attribute is in seconds)")
 	}
 	return s.headers.Check()
 }

@@ -391,7 +391,7 @@ func (s *Store) replayInput(m outbox.Message, bucket int, seq int64, aboveHead e
 			// Constant conditions (expr.go): the new position is free, the
 			// dead letter is still there.
 			{Put: &types.Put{
-				TableName: str(s.tables.Messages), Item: messageItem(m),
+				TableName: str(s.tables.Messages), Item: withRetention(messageItem(m), m.CreatedAt, s.retention()),
 				ConditionExpression: str("attribute_not_exists(#s)"), ExpressionAttributeNames: names(attrSeq),
 			}},
 			{Delete: &types.Delete{

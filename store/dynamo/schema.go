@@ -30,18 +30,20 @@ const (
 	attrTTL       = "x"
 
 	// Control table.
-	attrPK       = "pk"
-	attrSK       = "sk"
-	attrBuckets  = "bc"
-	attrOwner    = "o"
-	attrExpires  = "e"
-	attrHead     = "hd"
-	attrCleaned  = "cl"
-	attrGap      = "g"
-	attrGapSince = "gs"
-	attrWake     = "w"
-	attrEpoch    = "ep"
-	attrSeen     = "seen"
+	attrPK        = "pk"
+	attrSK        = "sk"
+	attrBuckets   = "bc"
+	attrMode      = "md"
+	attrRetention = "rt"
+	attrOwner     = "o"
+	attrExpires   = "e"
+	attrHead      = "hd"
+	attrCleaned   = "cl"
+	attrGap       = "g"
+	attrGapSince  = "gs"
+	attrWake      = "w"
+	attrEpoch     = "ep"
+	attrSeen      = "seen"
 )
 
 // Control-table keys.

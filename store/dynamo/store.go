@@ -31,6 +31,9 @@ type Store struct {
 	client StoreAPI
 	tables Tables
 	cfg    settings
+	// stored is the config item as NewStore read it: the retention that
+	// replayed dead letters get in WatermarkMode.
+	stored outbox.Config
 }
 
 var (
@@ -42,20 +45,33 @@ var (
 
 // NewStore returns a Store over tables. It reads the config item, so the
 // outbox must exist (see CreateTables); with the BucketCount option it also
-// checks that the stored bucket count is the expected one. Options:
-// BucketCount, FenceTTL, DeleteConcurrency.
+// checks that the stored bucket count is the expected one, and with the Mode
+// option that the outbox is in that mode (a *outbox.MisconfigurationError
+// otherwise). Options: BucketCount, Mode, FenceTTL, TombstoneTTL,
+// DeleteConcurrency.
 func NewStore(ctx context.Context, client StoreAPI, tables Tables, opts ...StoreOption) (*Store, error) {
 	s := defaultSettings()
 	for _, o := range opts {
 		o.applyStore(&s)
 	}
-	if _, err := openOutbox(ctx, client, tables, &s); err != nil {
+	stored, err := openOutbox(ctx, client, tables, &s)
+	if err != nil {
 		return nil, err
 	}
-	return &Store{client: client, tables: tables, cfg: s}, nil
+	return &Store{client: client, tables: tables, cfg: s, stored: stored}, nil
 }
 
-// Config implements outbox.Store: it reads the config item consistently.
+// retention is the TTL a message the store writes gets (a replayed dead
+// letter): the outbox's retention in WatermarkMode, none (0) in DeleteMode.
+func (s *Store) retention() time.Duration {
+	if s.stored.Mode == outbox.WatermarkMode {
+		return s.stored.Retention
+	}
+	return 0
+}
+
+// Config implements outbox.Store: it reads the config item consistently,
+// with the outbox's Mode and, in WatermarkMode, its Retention.
 func (s *Store) Config(ctx context.Context) (outbox.Config, error) {
 	return readConfig(ctx, s.client, s.tables.Control)
 }

@@ -100,15 +100,19 @@ const tableWait = 5 * time.Minute
 
 // CreateTables creates the outbox's two tables if they do not exist, waits
 // until both are ACTIVE, enables TTL on attribute x on both, and writes the
-// config item (BucketCount, default outbox.DefaultBucketCount, and the item
-// format version). Both tables are PAY_PER_REQUEST; the messages table has
+// config item: BucketCount (default outbox.DefaultBucketCount), Mode
+// (default outbox.DeleteMode) and, in WatermarkMode, Retention (default
+// DefaultRetention; at least MinRetention, because a message pending longer
+// than its TTL can be deleted by DynamoDB before it is published), and the
+// format version. Both tables are PAY_PER_REQUEST; the messages table has
 // key b (N) / s (N) and a KEYS_ONLY stream, the control table key pk (S) /
 // sk (S).
 //
 // It is idempotent: running it again with the same settings changes nothing.
 // An existing table with another key schema (or a messages table without a
 // stream), TTL on another attribute, or a config item with another
-// BucketCount is a *outbox.MisconfigurationError; nothing is changed then.
+// BucketCount, Mode or Retention is a *outbox.MisconfigurationError; nothing
+// is changed then (Configure changes a config item).
 func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...TablesOption) error {
 	s := defaultSettings()
 	for _, o := range opts {
@@ -123,9 +127,12 @@ func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...T
 	if client == nil {
 		return &outbox.OptionError{Option: "client", Value: nil, Reason: "a DynamoDB client is required"}
 	}
-	bucketCount := s.bucketCount
-	if bucketCount == 0 {
-		bucketCount = outbox.DefaultBucketCount
+	want := outbox.Config{BucketCount: s.bucketCount, Mode: s.mode, Retention: s.retention}
+	if want.BucketCount == 0 {
+		want.BucketCount = outbox.DefaultBucketCount
+	}
+	if want.Mode == outbox.WatermarkMode && want.Retention == 0 {
+		want.Retention = DefaultRetention
 	}
 
 	specs := []tableSpec{
@@ -147,7 +154,7 @@ func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...T
 			return err
 		}
 	}
-	return putConfig(ctx, client, tables.Control, bucketCount)
+	return putConfig(ctx, client, tables.Control, want)
 }
 
 type tableSpec struct {
@@ -256,8 +263,8 @@ func enableTTL(ctx context.Context, client AdminAPI, t tableSpec) error {
 	return nil
 }
 
-func putConfig(ctx context.Context, client AdminAPI, table string, bucketCount int) error {
-	err := writeNewConfig(ctx, client, table, bucketCount)
+func putConfig(ctx context.Context, client AdminAPI, table string, want outbox.Config) error {
+	err := writeNewConfig(ctx, client, table, want)
 	if !isConditionFailed(err) {
 		return err
 	}
@@ -265,8 +272,19 @@ func putConfig(ctx context.Context, client AdminAPI, table string, bucketCount i
 	if err != nil {
 		return err
 	}
-	return checkBucketCount(bucketCount, stored.BucketCount,
-		"pass the stored BucketCount (changing it needs a drained outbox: see dynamo.SetBucketCount)")
+	if err := checkBucketCount(want.BucketCount, stored.BucketCount,
+		"pass the stored BucketCount (changing it needs a drained outbox: see dynamo.Configure)"); err != nil {
+		return err
+	}
+	if want.Mode != stored.Mode {
+		return &outbox.MisconfigurationError{Setting: "Mode", Configured: want.Mode.String(), Stored: stored.Mode.String(),
+			Fix: "pass the stored mode (changing it needs a drained outbox: see dynamo.Configure)"}
+	}
+	if want.Retention != stored.Retention {
+		return &outbox.MisconfigurationError{Setting: "Retention", Configured: want.Retention.String(), Stored: stored.Retention.String(),
+			Fix: "pass the stored retention, or change it with dynamo.Configure (outbox init --retention)"}
+	}
+	return nil
 }
 
 // readConfig reads the config item, consistently.
@@ -286,26 +304,19 @@ func readConfig(ctx context.Context, client getItemAPI, table string) (outbox.Co
 	if len(out.Item) == 0 {
 		return outbox.Config{}, fmt.Errorf("%w (table %s)", ErrNoConfig, table)
 	}
-	bc, err := intAttr(out.Item, attrBuckets, true)
-	if err == nil && (bc < 1 || bc > outbox.MaxBucketCount) {
-		err = &ItemError{Attribute: attrBuckets, Reason: fmt.Sprintf("bucket count %d is outside 1..%d", bc, outbox.MaxBucketCount)}
-	}
-	if err != nil {
+	c, err := decodeConfig(out.Item)
+	var me *outbox.MisconfigurationError
+	switch {
+	case errors.As(err, &me):
+		return outbox.Config{}, err
+	case err != nil:
 		return outbox.Config{}, fmt.Errorf("dynamo: config item in %s: %w", table, err)
 	}
-	v, err := intAttr(out.Item, attrVersion, true)
-	if err != nil {
-		return outbox.Config{}, fmt.Errorf("dynamo: config item in %s: %w", table, err)
-	}
-	if v > outbox.FormatVersion {
-		return outbox.Config{}, &outbox.MisconfigurationError{Setting: "FormatVersion", Configured: strconv.Itoa(outbox.FormatVersion), Stored: strconv.FormatInt(v, 10),
-			Fix: "the outbox was created by a newer version of this library; upgrade"}
-	}
-	return outbox.Config{BucketCount: int(bc), FormatVersion: int(v)}, nil
+	return c, nil
 }
 
 // openOutbox validates what NewStore and NewWriter were given, reads the config
-// item and checks the configured bucket count against it.
+// item and checks the configured bucket count and mode against it.
 func openOutbox(ctx context.Context, client getItemAPI, tables Tables, s *settings) (outbox.Config, error) {
 	if err := s.validate(); err != nil {
 		return outbox.Config{}, err
@@ -320,10 +331,21 @@ func openOutbox(ctx context.Context, client getItemAPI, tables Tables, s *settin
 	if err != nil {
 		return outbox.Config{}, err
 	}
-	err = checkBucketCount(s.bucketCount, stored.BucketCount,
+	if err := checkBucketCount(s.bucketCount, stored.BucketCount,
 		"configure every writer and relay with the outbox's BucketCount, or none to take it from the table "+
-			"(a writer with another count puts messages in buckets that no relay drains, or mixes keys' orders)")
-	return stored, err
+			"(a writer with another count puts messages in buckets that no relay drains, or mixes keys' orders)"); err != nil {
+		return stored, err
+	}
+	return stored, checkMode(s, stored, "configure every writer and relay with the outbox's mode, or none to take it from the table "+
+		"(a writer in the wrong mode writes messages without a TTL, which never expire, or with one, which deletes them unreplayable)")
+}
+
+// checkMode compares a configured mode (if any) with the stored one.
+func checkMode(s *settings, stored outbox.Config, fix string) error {
+	if !s.modeSet || s.mode == stored.Mode {
+		return nil
+	}
+	return &outbox.MisconfigurationError{Setting: "Mode", Configured: s.mode.String(), Stored: stored.Mode.String(), Fix: fix}
 }
 
 // checkBucketCount compares a configured bucket count (0: none) with the

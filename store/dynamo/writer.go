@@ -34,7 +34,10 @@ type Writer struct {
 	tables      Tables
 	cfg         settings
 	bucketCount int
-	counter     *sequence.Counter
+	// retention is the outbox's in WatermarkMode (every message item gets
+	// a TTL), 0 in DeleteMode (none).
+	retention time.Duration
+	counter   *sequence.Counter
 }
 
 // Result is what a successful Write wrote.
@@ -48,9 +51,15 @@ type Result struct {
 // item for the bucket count and checks that the messages table exists (a
 // GetItem of a key no item has), so a wrong table name or region fails here,
 // with a *TableError naming the table (both tables', when both are missing),
-// and not on the first Write. Options: BucketCount (checked against the
-// config item), MaxMessageBytes, MessageIDHeader, BucketHeader,
-// SequenceHeader, MaxAttempts, FenceTTL, WithClock, WithTracer.
+// and not on the first Write. Options: BucketCount and Mode (checked against
+// the config item: a *outbox.MisconfigurationError when they differ),
+// MaxMessageBytes, MessageIDHeader, BucketHeader, SequenceHeader,
+// MaxAttempts, FenceTTL, WithClock, WithTracer.
+//
+// In a WatermarkMode outbox every message item gets a TTL attribute (x,
+// epoch seconds): its CreatedAt, or the wall clock when that is later, plus
+// the outbox's Retention (see Retention). A Writer reads mode and retention
+// once, here: restart writers after changing them (Configure).
 //
 // The writer's IAM permissions: dynamodb:GetItem on both tables (config
 // item, this check), dynamodb:UpdateItem on the control table (sequence
@@ -76,6 +85,9 @@ func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...Wri
 		return nil, err
 	}
 	w := &Writer{client: client, tables: tables, cfg: s, bucketCount: stored.BucketCount}
+	if stored.Mode == outbox.WatermarkMode {
+		w.retention = stored.Retention
+	}
 	// The counter's UpdateItem goes through the Writer's one retry layer.
 	if w.counter, err = sequence.NewCounter(writerCalls{w}, tables.Control); err != nil {
 		return nil, err
@@ -86,6 +98,12 @@ func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...Wri
 // BucketCount returns the outbox's bucket count, as read from its config
 // item.
 func (w *Writer) BucketCount() int { return w.bucketCount }
+
+// item is the messages-table item of m as this writer stores it: with a TTL
+// in WatermarkMode.
+func (w *Writer) item(m outbox.Message) map[string]types.AttributeValue {
+	return withRetention(messageItem(m), m.CreatedAt, w.retention)
+}
 
 // Write commits items (the caller's own, for example the aggregate update
 // with its version condition) and msgs in one TransactWriteItems.
@@ -203,7 +221,7 @@ func (w *Writer) prepare(ctx context.Context, items []types.TransactWriteItem, m
 			return nil, err
 		}
 		m.Bucket, m.Sequence = b, maxSeqForSize
-		n := itemSize(messageItem(m))
+		n := itemSize(w.item(m))
 		if n > MaxItemBytes {
 			return nil, itemTooLarge(i, m, n)
 		}
@@ -412,7 +430,7 @@ func (t *txn) input() *dynamodb.TransactWriteItemsInput {
 		// position is free (a relay may have fenced it).
 		all = append(all, types.TransactWriteItem{Put: &types.Put{
 			TableName:                           str(t.w.tables.Messages),
-			Item:                                messageItem(m),
+			Item:                                t.w.item(m),
 			ConditionExpression:                 str("attribute_not_exists(#s)"),
 			ExpressionAttributeNames:            names(attrSeq),
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,

@@ -57,6 +57,9 @@ func TestSmoke(t *testing.T) {
 		{"raw pipeline", res.Raw.Pipeline.Messages, o.relayMsgs},
 		{"relay", res.Relay.Messages, o.relayMsgs},
 		{"relay: records in the topic", int(res.Relay.Produced), o.relayMsgs},
+		{"relay, watermark mode", median(res.Rounds.Watermark).Messages, o.relayMsgs},
+		{"relay, watermark mode: records in the topic", int(median(res.Rounds.Watermark).Produced), o.relayMsgs},
+		{"relay, watermark mode: messages kept in the table", median(res.Rounds.Watermark).Remaining, o.relayMsgs},
 		{"naive", res.Naive.Messages, o.naiveMsgs},
 		{"naive: records in the topic", int(res.Naive.Produced), o.naiveMsgs},
 		{"naive, 8 loops", res.NaiveParallel.Messages, o.naiveMsgs},
@@ -99,6 +102,11 @@ func TestSmoke(t *testing.T) {
 		{"relay WCU per message", res.Capacity.Relay.AWSRuleWCU},
 		{"relay RCU per message", res.Capacity.Relay.AWSRuleRCU},
 		{"relay model WCU per message", res.Capacity.Relay.ModelWCU},
+		{"watermark relay msgs/s", watermarkOf(res).RelayMsgsPerS},
+		{"watermark: delete mode msgs/s", watermarkOf(res).DeleteModeMsgsPerS},
+		{"watermark WCU per message", watermarkOf(res).WCUPerMsg},
+		{"watermark writer WCU per message", watermarkOf(res).WriterWCUPerMsg},
+		{"watermark relay WCU per message", watermarkOf(res).Relay.AWSRuleWCU},
 		{"init", res.Footprint.InitMs},
 		{"peak RSS", float64(res.Footprint.PeakRSSBytes)},
 		{"binary size", float64(res.Footprint.Binaries[0].Bytes)},
@@ -124,6 +132,7 @@ func TestSmoke(t *testing.T) {
 	}
 
 	checkSteady(t, o, res)
+	checkWatermark(t, res)
 
 	lines := res.lines()
 	if len(lines) == 0 || !strings.HasPrefix(lines[0], "bench: relay_msgs_per_s=") || !strings.Contains(lines[0], "relay_vs_naive=") {
@@ -133,6 +142,53 @@ func TestSmoke(t *testing.T) {
 		if fi, err := os.Stat(filepath.Join(o.out, f)); err != nil || fi.Size() == 0 {
 			t.Errorf("%s not written: %v", f, err)
 		}
+	}
+}
+
+// watermarkOf is res.Watermark, or a zero one (whose figures then fail
+// the positive checks) when the stage did not fill it.
+func watermarkOf(res *results) watermark {
+	if res.Watermark == nil {
+		return watermark{}
+	}
+	return *res.Watermark
+}
+
+// watermarkLine is the line issue 11 asks make bench to print for the
+// watermark mode.
+var watermarkLine = regexp.MustCompile(`^watermark: relay_msgs_per_s=(\S+) delete_mode_msgs_per_s=(\S+) wcu_per_msg=(\S+)$`)
+
+// checkWatermark: one watermark line, last, of positive figures; the
+// watermark relay wrote no message-table item (it deletes and marks
+// nothing), and its writer paid no more than the delete mode's.
+func checkWatermark(t *testing.T, res *results) {
+	lines := res.lines()
+	var found []string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "watermark:") {
+			found = append(found, l)
+		}
+	}
+	if len(found) != 1 || lines[len(lines)-1] != found[0] {
+		t.Fatalf("watermark lines %q, want one, last, in %q", found, lines)
+	}
+	m := watermarkLine.FindStringSubmatch(found[0])
+	if m == nil {
+		t.Fatalf("watermark line %q does not have the form %s", found[0], watermarkLine)
+	}
+	for _, f := range m[1:] {
+		if v, err := strconv.ParseFloat(f, 64); err != nil || !(v > 0) {
+			t.Errorf("watermark line %q: %q is not a positive number", found[0], f)
+		}
+	}
+	wm := median(res.Rounds.Watermark)
+	for _, k := range wm.Dynamo.keys() {
+		if op, table := splitKey(k); table == "messages" && !isRead(op) && wm.Dynamo.Ops[k].Calls > 0 {
+			t.Errorf("the watermark relay called %s on the messages table %d times; it writes nothing per message", op, wm.Dynamo.Ops[k].Calls)
+		}
+	}
+	if w := watermarkOf(res); w.WriterWCUPerMsg > w.DeleteModeWCUPerMsg {
+		t.Errorf("watermark writer WCU per message %.4f above the delete mode's total %.4f", w.WriterWCUPerMsg, w.DeleteModeWCUPerMsg)
 	}
 }
 
@@ -147,7 +203,7 @@ func checkSteady(t *testing.T, o options, res *results) {
 	t.Helper()
 	minWriterWCU := 2*writeUnits(res.Capacity.MessageItemBytes) + 1 // the transactional put and the counter
 	for _, s := range append(append([]steadyResult{}, res.Steady...), res.Sweep...) {
-		name := "steady/" + s.Profile.Name + "/" + s.Handler + "/" + strconv.FormatFloat(s.WindowS, 'g', -1, 64)
+		name := "steady/" + s.Profile.Name + "/" + s.Handler + "/" + s.Mode + "/" + strconv.FormatFloat(s.WindowS, 'g', -1, 64)
 		t.Run(name, func(t *testing.T) {
 			if s.Committed == 0 || s.Committed != s.Offered || s.Consumed != s.Committed {
 				t.Errorf("offered %d, committed %d, consumed %d after the warm-up: want all offered committed and consumed", s.Offered, s.Committed, s.Consumed)
@@ -178,12 +234,27 @@ func checkSteady(t *testing.T, o options, res *results) {
 			}
 			switch s.Handler {
 			case handlerRelay:
-				// Every message a measured invocation publishes, it replaces by
-				// a tombstone (one write unit, like a delete). Lease and head
-				// writes may be none at all in a short window: a warm relay
-				// resumes its buckets and writes heads lazily.
-				if s.HandlerWCU < 1 || s.ControlWritesPerMsg < 0 || !(s.HandlerRCU > 0) {
-					t.Errorf("relay: WCU %v (want >= 1, the tombstone), control writes %v, RCU %v per message", s.HandlerWCU, s.ControlWritesPerMsg, s.HandlerRCU)
+				switch s.Mode {
+				case modeWatermark.Name:
+					// Nothing written per message: no write to the
+					// messages table at all.
+					for k, v := range s.HandlerDynamo.Ops {
+						if op, table := splitKey(k); table == "messages" && !isRead(op) && v.Calls > 0 {
+							t.Errorf("relay in watermark mode called %s on the messages table %d times", op, v.Calls)
+						}
+					}
+					if s.ControlWritesPerMsg < 0 || !(s.HandlerRCU > 0) {
+						t.Errorf("relay in watermark mode: control writes %v, RCU %v per message", s.ControlWritesPerMsg, s.HandlerRCU)
+					}
+				default:
+					// Every message a measured invocation publishes, it
+					// replaces by a tombstone (one write unit, like a
+					// delete). Lease and head writes may be none at all in
+					// a short window: a warm relay resumes its buckets and
+					// writes heads lazily.
+					if s.HandlerWCU < 1 || s.ControlWritesPerMsg < 0 || !(s.HandlerRCU > 0) {
+						t.Errorf("relay: WCU %v (want >= 1, the tombstone), control writes %v, RCU %v per message", s.HandlerWCU, s.ControlWritesPerMsg, s.HandlerRCU)
+					}
 				}
 				if s.WindowS == 0 && (s.FloorP99ms <= 0 || math.Abs(s.VsFloorP99-s.P99ms/s.FloorP99ms) > 1e-9) {
 					t.Errorf("steady_vs_floor_p99 %v, p99 %v, floor p99 %v", s.VsFloorP99, s.P99ms, s.FloorP99ms)
@@ -212,17 +283,21 @@ func checkSteady(t *testing.T, o options, res *results) {
 			}
 		})
 	}
-	var names []string
+	names := map[string][]string{} // loads by mode
 	for _, l := range res.lines() {
 		if !strings.HasPrefix(l, "steady: ") {
 			continue
+		}
+		mode := modeDelete.Name
+		if rest, ok := strings.CutSuffix(l, " mode="+modeWatermark.Name); ok {
+			l, mode = rest, modeWatermark.Name
 		}
 		m := steadyLine.FindStringSubmatch(l)
 		if m == nil {
 			t.Errorf("steady line %q does not have the form %s", l, steadyLine)
 			continue
 		}
-		names = append(names, m[1])
+		names[mode] = append(names[mode], m[1])
 		for i, f := range m[2:] {
 			// control_writes_per_msg (the first figure) may be 0.
 			if v, err := strconv.ParseFloat(f, 64); err != nil || v < 0 || i > 0 && !(v > 0) {
@@ -234,8 +309,10 @@ func checkSteady(t *testing.T, o options, res *results) {
 	for _, p := range o.steady {
 		want = append(want, p.Name)
 	}
-	if strings.Join(names, ",") != strings.Join(want, ",") {
-		t.Errorf("steady lines for loads %v, want %v", names, want)
+	for _, m := range o.modes {
+		if strings.Join(names[m.Name], ",") != strings.Join(want, ",") {
+			t.Errorf("steady lines in %s mode for loads %v, want %v", m.Name, names[m.Name], want)
+		}
 	}
 	goals := 0
 	for _, g := range res.Goals {

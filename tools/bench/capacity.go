@@ -84,7 +84,7 @@ type capacityResult struct {
 
 // writerCapacity writes, for k = 1, 10 and 100 messages per transaction,
 // txns[k] transactions through a dynamo.Writer on the metered client and
-// records what each k cost per message.
+// records what each k cost per message (k without transactions: no row).
 func writerCapacity(ctx context.Context, st *stage, g *gen, itemBytes int, txns map[int]int) ([]writerRow, error) {
 	w, err := dynamo.NewWriter(ctx, st.metered, st.tables)
 	if err != nil {
@@ -92,6 +92,9 @@ func writerCapacity(ctx context.Context, st *stage, g *gen, itemBytes int, txns 
 	}
 	var rows []writerRow
 	for _, k := range []int{1, 10, 100} {
+		if txns[k] == 0 {
+			continue
+		}
 		st.meter.reset()
 		row := writerRow{PerTxn: k, Transactions: txns[k]}
 		for i := range txns[k] {

@@ -58,8 +58,8 @@ type stage struct {
 }
 
 // open starts what the stage needs and creates its outbox (BucketCount
-// buckets) and its topic (one partition per bucket).
-func (e *env) open(ctx context.Context, name string, buckets int) (_ *stage, err error) {
+// buckets, and opts: the mode) and its topic (one partition per bucket).
+func (e *env) open(ctx context.Context, name string, buckets int, opts ...dynamo.TablesOption) (_ *stage, err error) {
 	st := &stage{name: name, endpoint: e.endpoint, brokers: e.brokers, buckets: buckets, meter: newMeter()}
 	defer func() {
 		if err != nil {
@@ -95,7 +95,7 @@ func (e *env) open(ctx context.Context, name string, buckets int) (_ *stage, err
 	base := "bench-" + name + "-" + e.run
 	st.tables = dynamo.Tables{Messages: base + "-outbox", Control: base + "-outbox-control"}
 	st.topic = base
-	if err := dynamo.CreateTables(ctx, st.plain, st.tables, dynamo.BucketCount(buckets)); err != nil {
+	if err := dynamo.CreateTables(ctx, st.plain, st.tables, append([]dynamo.TablesOption{dynamo.BucketCount(buckets)}, opts...)...); err != nil {
 		return nil, fmt.Errorf("stage %s: create tables: %w", name, err)
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(st.brokers...))
@@ -135,7 +135,7 @@ func (st *stage) roles() map[string]string {
 
 // remaining counts the messages left in the messages table's buckets:
 // fences and the tombstones of published messages (DeleteMode) are not
-// pending work.
+// pending work. In WatermarkMode it counts the retained messages too.
 func (st *stage) remaining(ctx context.Context) (int, error) {
 	n := 0
 	for b := range st.buckets {

@@ -44,6 +44,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/dynakafka/outbox/store/dynamo"
 )
 
 // options are the volumes and places of one run.
@@ -105,7 +107,7 @@ func fullOptions() options {
 	return options{
 		relayMsgs: 20_000, naiveMsgs: 1_000, rounds: 3, bucketCounts: []int{32, 64},
 		footprintMsgs: 100_000, txns: map[int]int{1: 300, 10: 60, 100: 12}, arches: []string{"amd64", "arm64"},
-		steady: fullProfiles(), steadyWarmup: 3 * time.Second, modes: []relayMode{modeDelete},
+		steady: fullProfiles(), steadyWarmup: 3 * time.Second, modes: []relayMode{modeDelete, modeWatermark},
 		// Off unless -sweep: at least a minute per rate and window.
 		sweep: sweepOptions{rates: nil, windows: []time.Duration{0, time.Second, 5 * time.Second},
 			seconds: func(rate float64) float64 { return min(120, max(20, 600/rate)) }},
@@ -122,7 +124,7 @@ func smokeOptions() options {
 			{Name: "200", Rate: 200, Seconds: 0.3},
 			{Name: "burst", Rate: 50, Seconds: 0.6, BurstRate: 500, BurstAt: 0.2, BurstFor: 0.2},
 		},
-		steadyWarmup: 300 * time.Millisecond, modes: []relayMode{modeDelete},
+		steadyWarmup: 300 * time.Millisecond, modes: []relayMode{modeDelete, modeWatermark},
 		sweep: sweepOptions{rates: []float64{50}, windows: []time.Duration{time.Second},
 			seconds: func(float64) float64 { return 1.5 }},
 	}
@@ -276,12 +278,6 @@ func run(ctx context.Context, o options) (*results, error) {
 	if err := steadyStage(ctx, e, g, o, res); err != nil {
 		return nil, err
 	}
-	// Watermark mode (issue 11, item 3) goes here once the relay has it, as
-	// a relay option: append relayMode{"watermark", []outbox.Option{…}} to
-	// o.modes (the steady stage and the sweep then run it beside the delete
-	// mode), drain one backlog with relayDrain(…, mode.Opts...) beside
-	// res.Relay, and fill res.Watermark; results.lines then prints
-	//	watermark: relay_msgs_per_s=… delete_mode_msgs_per_s=… wcu_per_msg=…
 
 	if o.only == "" {
 		o.progress("footprint: building the relay bootstrap for %v", o.arches)
@@ -329,20 +325,35 @@ func drainStages(ctx context.Context, e *env, g *gen, tmpl *template, o options,
 		buckets int
 		out     *[]drainResult
 		run     func(context.Context, *stage, backlog) (drainResult, error)
+		// tables: the outbox's mode; tmpl: its message item (nil: the
+		// capacity stage's, delete mode).
+		tables []dynamo.TablesOption
+		tmpl   *template
 	}
 	relayStage := func(n int) func(context.Context, *stage, backlog) (drainResult, error) {
 		return func(ctx context.Context, st *stage, bl backlog) (drainResult, error) {
 			return relayDrain(ctx, st, bl, fmt.Sprintf("relay engine (defaults: 8 buckets at once, BatchSize 500), %d buckets", n))
 		}
 	}
+	// The watermark mode's message items carry a TTL: its own template and
+	// writer cost, from a watermark outbox.
+	o.progress("capacity, watermark mode: writer at 1 message per transaction")
+	wm, err := watermarkCapacity(ctx, e, g, o)
+	if err != nil {
+		return fmt.Errorf("capacity, watermark mode: %w", err)
+	}
 	stages := []drainStage{
-		{"raw DynamoDB: consistent Query + BatchWriteItem delete", 8, &res.Rounds.DynamoDB, rawDynamo},
-		{"raw pipeline: Query → produce → delete by hand", 8, &res.Rounds.Pipeline, rawPipeline},
-		{"relay: the engine with default options", 8, &res.Rounds.Relay, relayStage(8)},
+		{name: "raw DynamoDB: consistent Query + BatchWriteItem delete", buckets: 8, out: &res.Rounds.DynamoDB, run: rawDynamo},
+		{name: "raw pipeline: Query → produce → delete by hand", buckets: 8, out: &res.Rounds.Pipeline, run: rawPipeline},
+		{name: "relay: the engine with default options", buckets: 8, out: &res.Rounds.Relay, run: relayStage(8)},
+		{name: "relay, watermark mode: nothing written per message", buckets: 8, out: &res.Rounds.Watermark, tables: modeWatermark.Tables, tmpl: wm.tmpl,
+			run: func(ctx context.Context, st *stage, bl backlog) (drainResult, error) {
+				return relayDrain(ctx, st, bl, "relay engine in watermark mode (defaults otherwise), 8 buckets", modeWatermark.Opts...)
+			}},
 	}
 	res.Rounds.Buckets = make([][]drainResult, len(o.bucketCounts))
 	for i, n := range o.bucketCounts {
-		stages = append(stages, drainStage{fmt.Sprintf("relay, %d buckets (per-bucket overhead)", n), n, &res.Rounds.Buckets[i], relayStage(n)})
+		stages = append(stages, drainStage{name: fmt.Sprintf("relay, %d buckets (per-bucket overhead)", n), buckets: n, out: &res.Rounds.Buckets[i], run: relayStage(n)})
 	}
 	gens := map[int]*gen{8: g}
 	for round := 1; round <= o.rounds; round++ {
@@ -352,7 +363,7 @@ func drainStages(ctx context.Context, e *env, g *gen, tmpl *template, o options,
 				gens[sg.buckets] = newGen(sg.buckets, uint64(sg.buckets))
 			}
 			if err := withStage(ctx, e, fmt.Sprintf("r%dd%d", round, i), sg.buckets, func(st *stage) error {
-				bl, err := prefill(ctx, st, gens[sg.buckets], tmpl, o.relayMsgs)
+				bl, err := prefill(ctx, st, gens[sg.buckets], cmp.Or(sg.tmpl, tmpl), o.relayMsgs)
 				if err != nil {
 					return err
 				}
@@ -365,12 +376,19 @@ func drainStages(ctx context.Context, e *env, g *gen, tmpl *template, o options,
 				}
 				res.Capacity.LeaseItemBytes, err = storedSize(ctx, st, st.tables.Control, controlKey("bucket#0", "lease"))
 				return err
-			}); err != nil {
+			}, sg.tables...); err != nil {
 				return fmt.Errorf("round %d, %s: %w", round, sg.name, err)
 			}
 		}
 	}
 	res.Raw.DynamoDB, res.Raw.Pipeline, res.Relay = median(res.Rounds.DynamoDB), median(res.Rounds.Pipeline), median(res.Rounds.Relay)
+	delWriter := 0.0
+	for _, w := range res.Capacity.Writer {
+		if w.PerTxn == 1 {
+			delWriter = w.AWSRuleWCU
+		}
+	}
+	res.Watermark = wm.result(median(res.Rounds.Watermark), res.Relay, delWriter)
 
 	// The SDK keeps 10 idle connections per host; 8 buckets with 4 deletes
 	// each keep up to 32 calls in flight, so connections are closed and
@@ -439,9 +457,10 @@ func median(rounds []drainResult) drainResult {
 }
 
 // withStage opens a stage (a fresh DynamoDB Local and kfake unless
-// endpoints were given), runs fn and closes it.
-func withStage(ctx context.Context, e *env, name string, buckets int, fn func(*stage) error) error {
-	st, err := e.open(ctx, name, buckets)
+// endpoints were given) whose outbox is created with opts, runs fn and
+// closes it.
+func withStage(ctx context.Context, e *env, name string, buckets int, fn func(*stage) error, opts ...dynamo.TablesOption) error {
+	st, err := e.open(ctx, name, buckets, opts...)
 	if err != nil {
 		return err
 	}
@@ -484,10 +503,14 @@ func steadyStage(ctx context.Context, e *env, g *gen, o options, res *results) e
 		}
 		o.progress("steady %s, %s, batching window %v: %s after a %v warm-up", p.Name, name, run.window, p, run.warmup)
 		var r steadyResult
+		var tables []dynamo.TablesOption
+		if run.handler == handlerRelay {
+			tables = run.mode.Tables
+		}
 		err := withStage(ctx, e, fmt.Sprintf("steady-%s-w%g-%s", p.Name, run.window.Seconds(), name), 8, func(st *stage) (err error) {
 			r, err = steady(ctx, st, g, run)
 			return err
-		})
+		}, tables...)
 		o.progress("  p50 %.0f ms, p99 %.0f ms; %.1f msgs per invocation; per message %.3f control-table writes, %.3f WCU, %.3f RCU (load average %s)",
 			r.P50ms, r.P99ms, r.MsgsPerInvocation, r.ControlWritesPerMsg, r.WCU, r.RCU, r.Load)
 		if err != nil {

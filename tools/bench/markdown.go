@@ -152,6 +152,7 @@ func (r *results) markdown() string {
 	}
 	p("\n")
 
+	r.watermarkMarkdown(p)
 	r.steadyMarkdown(p)
 
 	f := r.Footprint
@@ -220,6 +221,26 @@ func (r *results) markdown() string {
 }
 
 // steadyMarkdown renders the steady stage and the sweep.
+// watermarkMarkdown compares the relay's two modes on the same backlog.
+func (r *results) watermarkMarkdown(p func(format string, args ...any)) {
+	w := r.Watermark
+	if w == nil {
+		return
+	}
+	p("## Watermark mode\n\n")
+	p("The same backlog drained by the relay in watermark mode, in turns with the other drains of each round (median round\n")
+	p("of %d): the relay writes nothing per message, the writer puts a TTL on every message item (%d B by AWS's rules), and\n",
+		len(r.Rounds.Watermark), w.MessageItemBytes)
+	p("the messages stay in the table (%d after the median drain) until DynamoDB's free TTL deletes remove them.\n\n", w.Retained)
+	p("```\nwatermark: relay_msgs_per_s=%.0f delete_mode_msgs_per_s=%.0f wcu_per_msg=%.3f\n```\n\n", w.RelayMsgsPerS, w.DeleteModeMsgsPerS, w.WCUPerMsg)
+	p("| mode | drain msgs/s | writer WCU per msg (1 per transaction) | relay WCU per msg | relay RCU per msg | total WCU per msg |\n|---|---:|---:|---:|---:|---:|\n")
+	p("| delete | %.0f | %.4f | %.4f | %.4f | %.4f |\n", w.DeleteModeMsgsPerS, w.DeleteModeWCUPerMsg-r.Capacity.Relay.AWSRuleWCU,
+		r.Capacity.Relay.AWSRuleWCU, r.Capacity.Relay.AWSRuleRCU, w.DeleteModeWCUPerMsg)
+	p("| watermark | %.0f | %.4f | %.4f | %.4f | %.4f |\n\n", w.RelayMsgsPerS, w.WriterWCUPerMsg, w.Relay.AWSRuleWCU, w.Relay.AWSRuleRCU, w.WCUPerMsg)
+	p("WCU by AWS's rules on the calls counted. Storage is the price: each message stays for the retention (24 h by\n")
+	p("default) instead of until it is published.\n\n")
+}
+
 func (r *results) steadyMarkdown(p func(format string, args ...any)) {
 	if len(r.Steady) == 0 {
 		return

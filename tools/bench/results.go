@@ -40,12 +40,22 @@ type results struct {
 }
 
 // watermark compares the relay's watermark mode with its default (issue
-// 11, item 3): backlog drain throughput in both modes and the watermark
-// mode's WCU per message. Nil until the relay has the mode (see run).
+// 11, item 3): backlog drain throughput in both modes, run in turns in the
+// same rounds (each the median round), and the watermark mode's WCU per
+// message by AWS's rules: its writer at one message per transaction plus
+// its relay (DeleteModeWCUPerMsg the same for the default mode). Nil in a
+// partial run.
 type watermark struct {
-	RelayMsgsPerS      float64 `json:"relay_msgs_per_s"`
-	DeleteModeMsgsPerS float64 `json:"delete_mode_msgs_per_s"`
-	WCUPerMsg          float64 `json:"wcu_per_msg"`
+	RelayMsgsPerS       float64       `json:"relay_msgs_per_s"`
+	DeleteModeMsgsPerS  float64       `json:"delete_mode_msgs_per_s"`
+	WCUPerMsg           float64       `json:"wcu_per_msg"`
+	DeleteModeWCUPerMsg float64       `json:"delete_mode_wcu_per_msg"`
+	WriterWCUPerMsg     float64       `json:"writer_wcu_per_msg"`
+	Relay               relayCapacity `json:"relay"`
+	MessageItemBytes    int           `json:"message_item_bytes"`
+	// Retained is how many messages the median round's drain left in the
+	// table: all of them (the watermark relay deletes nothing).
+	Retained int `json:"retained_items"`
 }
 
 // rounds are every round of the three drains run in turns; Raw.DynamoDB,
@@ -54,6 +64,8 @@ type rounds struct {
 	DynamoDB []drainResult `json:"raw_dynamodb"`
 	Pipeline []drainResult `json:"raw_pipeline"`
 	Relay    []drainResult `json:"relay"`
+	// Watermark has the rounds of the relay in watermark mode.
+	Watermark []drainResult `json:"relay_watermark,omitempty"`
 	// Buckets has the rounds of the relay with each of the per-bucket
 	// overhead stages' bucket counts (32 and 64).
 	Buckets [][]drainResult `json:"relay_by_buckets"`

@@ -38,16 +38,24 @@ const (
 	handlerFloor = "floor"
 )
 
-// relayMode is a way of running the relay that the bench measures: a name
-// and the relay options that select it, passed through to outbox.NewRelay.
-// The default mode, which deletes the acknowledged prefix, has none.
+// relayMode is a way of running the relay that the bench measures: a name,
+// the relay options that select it, passed through to outbox.NewRelay, and
+// the options its outbox is created with. The default mode, which replaces
+// the acknowledged prefix by tombstones, has none.
 type relayMode struct {
-	Name string
-	Opts []outbox.Option
+	Name   string
+	Opts   []outbox.Option
+	Tables []dynamo.TablesOption
 }
 
-// modeDelete is the relay's default mode.
-var modeDelete = relayMode{Name: "delete"}
+var (
+	// modeDelete is the relay's default mode.
+	modeDelete = relayMode{Name: "delete"}
+	// modeWatermark writes nothing per message: the messages carry a TTL
+	// (the writer's, from the config item) and stay until it passes.
+	modeWatermark = relayMode{Name: "watermark", Opts: []outbox.Option{outbox.WithMode(outbox.WatermarkMode)},
+		Tables: []dynamo.TablesOption{dynamo.Mode(outbox.WatermarkMode)}}
+)
 
 // profile is a load offered to the steady stage: Rate messages per second
 // for Seconds after the warm-up and, when BurstRate is set, BurstRate
