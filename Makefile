@@ -28,6 +28,9 @@ export OUTBOX_CACHE_DIR := $(CACHE)
 export GOFLAGS ?= -buildvcs=false
 TEST_TIMEOUT ?= 25m
 ORDERS      ?= 10000
+# make bench also runs the cost sweep (rates x batching windows x modes,
+# about half an hour) for docs/capacity.md; BENCH_FLAGS= skips it.
+BENCH_FLAGS ?= -sweep
 STATICCHECK_VERSION := v0.8.2
 LAMBDAS     := relay sweeper setup
 ARCHES      := arm64 amd64
@@ -78,7 +81,7 @@ demo: deps
 	$(GO) run ./cmd/demo -orders $(ORDERS)
 
 bench: deps
-	cd tools && $(GO) run ./bench -out ../docs
+	cd tools && $(GO) run ./bench -out ../docs $(BENCH_FLAGS)
 
 soak: deps
 	$(GO) run ./cmd/soak -n $(or $(N),100000)

@@ -25,6 +25,18 @@ const (
 	pricePerMillionRRU = 0.125
 )
 
+// Lambda's on-demand prices (us-east-1, arm64, the first pricing tier),
+// and the memory template.yaml gives the relay (FunctionMemorySize's
+// default): the relay's cost per message is its invocations per message
+// times (the request price + its mean duration at that memory). The same
+// caveat applies; Kafka (MSK) is a fixed cost per broker-hour, not per
+// message, and is not included.
+const (
+	lambdaPricePerMillionRequests = 0.20
+	lambdaPricePerGBSecond        = 0.0000133334
+	relayMemoryGB                 = 512.0 / 1024
+)
+
 // writerRow is the writer's capacity per message at k messages per
 // transaction (all of one transaction's messages share a key, so one
 // bucket and one counter reservation).

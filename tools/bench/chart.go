@@ -59,8 +59,12 @@ func (r *results) chart(path string) error {
 		steady.X.Label.Text = "offered msgs/s: relay (blue) and floor (gray)"
 		plots = append(plots, steady)
 	}
-	w, h := vg.Length(len(plots))*5.5*vg.Inch, 4.5*vg.Inch
-	img := vgimg.New(w, h)
+	return writePNG(path, plots, 5.5*vg.Inch)
+}
+
+// writePNG draws plots side by side, each width wide, into a PNG at path.
+func writePNG(path string, plots []*plot.Plot, width vg.Length) error {
+	img := vgimg.New(vg.Length(len(plots))*width, 4.5*vg.Inch)
 	dc := draw.New(img)
 	tiles := draw.Tiles{Rows: 1, Cols: len(plots), PadX: vg.Inch / 3, PadTop: vg.Inch / 8, PadBottom: vg.Inch / 8, PadLeft: vg.Inch / 8, PadRight: vg.Inch / 8}
 	for i, pl := range plots {

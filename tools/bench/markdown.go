@@ -371,12 +371,13 @@ func (r *results) steadyMarkdown(p func(format string, args ...any)) {
 		p("### Cost and latency by rate and batching window\n\n")
 		p("The relay alone, as above, at each rate for each MaximumBatchingWindowInSeconds (%g s warm-up, then the seconds\n", r.Sweep[0].WarmupS)
 		p("given):\n\n")
-		p("| msgs/s | window | mode | seconds | invocations per msg | total WCU | total RCU | USD per million | p50 | p99 |\n")
-		p("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		p("| msgs/s | window | mode | seconds | invocations per msg | ms per invocation | total WCU | total RCU | DynamoDB USD per million | Lambda USD per million | p50 | p99 |\n")
+		p("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, s := range r.Sweep {
-			p("| %s | %g s | %s | %g | %.3f | %.3f | %.3f | %.2f | %.0f ms | %.0f ms |\n",
-				s.Profile.Name, s.WindowS, s.Mode, s.Profile.Seconds, s.InvocationsPerMsg, s.WCU, s.RCU, s.USDPerMillion, s.P50ms, s.P99ms)
+			p("| %s | %g s | %s | %g | %.3f | %.1f | %.3f | %.3f | %.2f | %.2f | %.0f ms | %.0f ms |\n",
+				s.Profile.Name, s.WindowS, s.Mode, s.Profile.Seconds, s.InvocationsPerMsg, s.InvocationMs, s.WCU, s.RCU, s.USDPerMillion, s.LambdaUSDPerMillion, s.P50ms, s.P99ms)
 		}
+		p("The same as a table with cost beside latency, and a chart, is in [capacity.md](capacity.md).\n")
 		p("\n")
 	}
 }

@@ -352,8 +352,8 @@ func (s steadyResult) steadyLine() string {
 }
 
 func (s steadyResult) sweepLine() string {
-	return fmt.Sprintf("sweep: rate=%s window_s=%g mode=%s wcu_per_msg=%.3f rcu_per_msg=%.3f usd_per_million=%.2f invocations_per_msg=%.3f p50_ms=%.1f p99_ms=%.1f",
-		s.Profile.Name, s.WindowS, s.Mode, s.WCU, s.RCU, s.USDPerMillion, s.InvocationsPerMsg, s.P50ms, s.P99ms)
+	return fmt.Sprintf("sweep: rate=%s window_s=%g mode=%s wcu_per_msg=%.3f rcu_per_msg=%.3f usd_per_million=%.2f invocations_per_msg=%.3f lambda_usd_per_million=%.2f total_usd_per_million=%.2f p50_ms=%.1f p99_ms=%.1f",
+		s.Profile.Name, s.WindowS, s.Mode, s.WCU, s.RCU, s.USDPerMillion, s.InvocationsPerMsg, s.LambdaUSDPerMillion, s.TotalUSDPerMillion, s.P50ms, s.P99ms)
 }
 
 // write stores benchmarks.json, benchmarks.md and benchmarks.png in dir.
@@ -364,7 +364,10 @@ func (r *results) write(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "benchmarks.md"), []byte(r.markdown()), 0o644); err != nil {
 		return err
 	}
-	return r.chart(filepath.Join(dir, "benchmarks.png"))
+	if err := r.chart(filepath.Join(dir, "benchmarks.png")); err != nil {
+		return err
+	}
+	return r.writeCapacity(dir)
 }
 
 // writeJSON stores the results as JSON at path, making its directory.

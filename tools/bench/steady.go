@@ -163,6 +163,13 @@ type steadyResult struct {
 	LocalWCU      float64 `json:"dynamodb_local_wcu_per_msg"`
 	LocalRCU      float64 `json:"dynamodb_local_rcu_per_msg"`
 	USDPerMillion float64 `json:"usd_per_million_messages"`
+	// The handler's mean time per invocation (in process: a Lambda's time
+	// differs by its network and CPU) and the Lambda cost it implies per
+	// million messages (requests + duration at the relay's memory), and the
+	// DynamoDB and Lambda costs together.
+	InvocationMs        float64 `json:"handler_ms_per_invocation"`
+	LambdaUSDPerMillion float64 `json:"lambda_usd_per_million_messages"`
+	TotalUSDPerMillion  float64 `json:"total_usd_per_million_messages"`
 
 	// Set on relay runs from the floor run of the same profile and window.
 	FloorP99ms float64 `json:"floor_p99_ms,omitempty"`
@@ -172,6 +179,8 @@ type steadyResult struct {
 	WriterDynamo   snapshot `json:"writer_dynamodb"`
 	WriterMessages int      `json:"writer_messages"`
 	Load           string   `json:"loadavg_after"`
+
+	handlerSeconds float64 // the measured invocations' total time
 }
 
 // esmStats are the mapping's counters over the whole run.
@@ -256,6 +265,7 @@ func steady(ctx context.Context, st *stage, g *gen, run steadyRun) (steadyResult
 	bg.Wait()
 
 	res.Invocations, res.Messages, res.MeasuredSeconds = inv, pub, measured.Seconds()
+	res.handlerSeconds = gt.busySeconds()
 	res.ESM = esmStats{Retries: stats.Retries, Bisections: stats.Bisections, Dropped: stats.RecordsDropped}
 	if out, err := st.streams.DescribeStream(ctx, &dynamodbstreams.DescribeStreamInput{StreamArn: aws.String(arn)}); err == nil && out.StreamDescription != nil {
 		res.ESM.Shards = len(out.StreamDescription.Shards)
@@ -468,6 +478,11 @@ func (r *steadyResult) perMessage() {
 	r.LocalWCU += lw / n
 	r.LocalRCU += lr / n
 	r.USDPerMillion = r.WCU*pricePerMillionWRU + r.RCU*pricePerMillionRRU
+	if r.Invocations > 0 {
+		r.InvocationMs = r.handlerSeconds * 1000 / float64(r.Invocations)
+	}
+	r.LambdaUSDPerMillion = r.InvocationsPerMsg * (lambdaPricePerMillionRequests + 1e6*relayMemoryGB*r.InvocationMs/1000*lambdaPricePerGBSecond)
+	r.TotalUSDPerMillion = r.USDPerMillion + r.LambdaUSDPerMillion
 }
 
 // gate wraps the handler: it counts the hints delivered and the invocations
@@ -487,6 +502,7 @@ type gate struct {
 	inflight    int
 	hints       int64 // INSERT records delivered, since the start
 	invocations int64 // since started
+	busy        time.Duration
 	published0  int64
 }
 
@@ -503,7 +519,8 @@ func (g *gate) handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyna
 		g.reset()
 		g.published0 = g.published()
 	}
-	if !g.started.IsZero() {
+	measured := !g.started.IsZero()
+	if measured {
 		g.invocations++
 	}
 	g.inflight++
@@ -513,9 +530,13 @@ func (g *gate) handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyna
 		}
 	}
 	g.mu.Unlock()
+	start := time.Now()
 	defer func() {
 		g.mu.Lock()
 		g.inflight--
+		if measured {
+			g.busy += time.Since(start)
+		}
 		g.mu.Unlock()
 	}()
 	return g.next(ctx, ev)
@@ -539,6 +560,13 @@ func (g *gate) counts() (snapshot, int64, int64, time.Duration) {
 		return snapshot{}, 0, 0, 0
 	}
 	return g.snap(), g.invocations, g.published() - g.published0, time.Since(g.started)
+}
+
+// busySeconds is the measured invocations' total time.
+func (g *gate) busySeconds() float64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.busy.Seconds()
 }
 
 // consumer reads the stage's topic from the start and records when each
