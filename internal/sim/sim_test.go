@@ -44,7 +44,7 @@ func TestSchedules(t *testing.T) {
 		}
 	}
 	var sum Result
-	var finals, steps, overlaps int
+	var finals, steps, overlaps, watermark int
 	for s := first; s < first+uint64(n); s++ {
 		res, err := Run(s)
 		if err != nil {
@@ -64,7 +64,10 @@ func TestSchedules(t *testing.T) {
 		if res.FinalDrain {
 			finals++
 		}
+		if res.Config.Watermark {
+			watermark++
+		}
 	}
-	t.Logf("sim: schedules=%d committed=%d published=%d parked=%d crashes=%d stalls=%d final_drains=%d overlaps_where_allowed=%d steps=%d stranded=0",
-		n, sum.Committed, sum.Published, sum.Parked, sum.Crashes, sum.Stalls, finals, overlaps, steps)
+	t.Logf("sim: schedules=%d watermark_mode=%d committed=%d published=%d parked=%d crashes=%d stalls=%d final_drains=%d overlaps_where_allowed=%d steps=%d stranded=0",
+		n, watermark, sum.Committed, sum.Published, sum.Parked, sum.Crashes, sum.Stalls, finals, overlaps, steps)
 }

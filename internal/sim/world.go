@@ -28,6 +28,11 @@ type Config struct {
 	StallRate  float64
 	FaultRate  float64 // publish errors
 	Skew       time.Duration
+	// Watermark: the outbox is in WatermarkMode (no tombstones; the head is
+	// the only record of progress). Every third seed, chosen from the seed
+	// rather than drawn, so that adding it left every other seed's schedule
+	// as it was.
+	Watermark bool
 }
 
 // Draw picks a schedule's shape.
@@ -139,6 +144,7 @@ func (w *world) tracef(format string, args ...any) {
 func Run(seed uint64) (Result, error) {
 	s := New(seed)
 	cfg := Draw(s)
+	cfg.Watermark = seed%3 == 0
 	w := &world{s: s, cfg: cfg, mem: memory.New(cfg.Buckets), committed: map[string]record{}, inFlight: map[int]int{}}
 	w.res.Config = cfg
 	w.res.Exclusive = cfg.StallRate == 0 && (!cfg.SharedID || cfg.PerBucket)
@@ -518,7 +524,13 @@ func (y *yieldStore) lease(op string, b int, owner string, l outbox.Lease, err e
 	y.w.tracef("  %s b%d by %s -> o=%s e=%v w=%d hd=%d err=%v", op, b, owner, l.Owner, !l.Expires.IsZero(), l.Wake, l.Head, err)
 }
 
-func (y *yieldStore) Config(ctx context.Context) (outbox.Config, error) { return y.Store.Config(ctx) }
+func (y *yieldStore) Config(ctx context.Context) (outbox.Config, error) {
+	c, err := y.Store.Config(ctx)
+	if y.w.cfg.Watermark {
+		c.Mode = outbox.WatermarkMode
+	}
+	return c, err
+}
 func (y *yieldStore) ReadLease(ctx context.Context, b int) (outbox.Lease, error) {
 	y.s.Yield()
 	return y.Store.ReadLease(ctx, b)
@@ -562,6 +574,9 @@ func (y *yieldStore) Pending(ctx context.Context, b int, after int64, limit int)
 func (y *yieldStore) MarkPublished(ctx context.Context, b int, seqs []int64, now time.Time) error {
 	y.s.Yield()
 	y.w.tracef("  mark b%d %v", b, seqs)
+	if y.w.cfg.Watermark {
+		return fmt.Errorf("sim: tombstones written in WatermarkMode (bucket %d, %v)", b, seqs)
+	}
 	return y.Store.MarkPublished(ctx, b, seqs, now)
 }
 func (y *yieldStore) Fence(ctx context.Context, b int, seq int64, now time.Time) error {
