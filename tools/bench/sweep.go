@@ -102,7 +102,10 @@ func (r *results) sweepChart(path string) error {
 		"delete":    {color.RGBA{R: 20, G: 60, B: 150, A: 255}, blue, color.RGBA{R: 130, G: 170, B: 235, A: 255}},
 		"watermark": {color.RGBA{R: 20, G: 100, B: 50, A: 255}, green, color.RGBA{R: 140, G: 205, B: 160, A: 255}},
 	}
-	panel := func(title, ylabel string, data map[key]plotter.XYs) (*plot.Plot, error) {
+	// The legend goes where the lines are not: bottom left of the cost
+	// panel (costs fall with the rate, all above $1), and in the middle of
+	// the latency panel (between the 0-1 s windows' lines and the 5 s ones').
+	panel := func(title, ylabel, format string, legendUp vg.Length, data map[key]plotter.XYs) (*plot.Plot, error) {
 		p := plot.New()
 		p.Title.Text = title
 		p.X.Label.Text = "offered messages per second (log scale)"
@@ -110,7 +113,18 @@ func (r *results) sweepChart(path string) error {
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 		p.Y.Min = 0
-		p.Legend.Top = true
+		p.Y.Tick.Marker = plot.TickerFunc(func(lo, hi float64) []plot.Tick {
+			ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+			for i := range ticks {
+				if ticks[i].Label != "" {
+					ticks[i].Label = fmt.Sprintf(format, ticks[i].Value)
+				}
+			}
+			return ticks
+		})
+		p.Legend.Left = true
+		p.Legend.XOffs = vg.Inch / 4
+		p.Legend.YOffs = legendUp
 		for i, k := range keys {
 			l, pts, err := plotter.NewLinePoints(data[k])
 			if err != nil {
@@ -131,11 +145,11 @@ func (r *results) sweepChart(path string) error {
 		}
 		return p, nil
 	}
-	cost, err := panel("Cost per million messages (DynamoDB + Lambda, USD)", "USD per million", series)
+	cost, err := panel("Cost per million messages (DynamoDB + Lambda, USD)", "USD per million", "%.1f", vg.Inch/8, series)
 	if err != nil {
 		return err
 	}
-	p99, err := panel("Commit → consumed p99 (ms)", "milliseconds", lat)
+	p99, err := panel("Commit → consumed p99 (ms)", "milliseconds", "%.0f", 1.4*vg.Inch, lat)
 	if err != nil {
 		return err
 	}

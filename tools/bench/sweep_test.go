@@ -55,3 +55,16 @@ func TestWriteCapacityReplacesTheMarkedSection(t *testing.T) {
 		t.Errorf("a capacity.md without markers: %v", err)
 	}
 }
+
+// make bench writes the sweep into docs/capacity.md at the end of a long
+// run: the markers must be there before it starts.
+func TestCapacityDocHasTheSweepMarkers(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "capacity.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	if i, j := strings.Index(doc, sweepBegin), strings.Index(doc, sweepEnd); i < 0 || j < i {
+		t.Fatalf("docs/capacity.md lacks the sweep's markers %q ... %q", sweepBegin, sweepEnd)
+	}
+}
