@@ -50,10 +50,23 @@ deps:
 # summaries the suites print (outbox-e2e:, soak:, bench:, cdk:).
 TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|soak:|bench:|cdk:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
 
+# Two lanes at once: the library module (mostly waiting on DynamoDB Local,
+# Kafka and the stream) and the tool modules after one another (mostly
+# compiling, and Node for the CDK); each lane's output is printed whole
+# when both are done, the library's first.
+TEST_LOGS := $(CACHE)/test-logs
 test: deps
-	set -o pipefail; for m in $(MODULES); do \
+	@mkdir -p $(TEST_LOGS)
+	@set -o pipefail; \
+	( $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./... 2>&1 | grep -E $(TEST_FILTER) ) > $(TEST_LOGS)/library.log 2>&1 & lib=$$!; \
+	( for m in $(filter-out .,$(MODULES)); do \
 		(cd $$m && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./... 2>&1 | grep -E $(TEST_FILTER)) || exit 1; \
-	done
+	done ) > $(TEST_LOGS)/tools.log 2>&1 & tools=$$!; \
+	wait $$lib; lr=$$?; wait $$tools; tr=$$?; \
+	cat $(TEST_LOGS)/library.log $(TEST_LOGS)/tools.log; \
+	if [ $$lr != 0 ]; then echo "make test: the library module failed"; fi; \
+	if [ $$tr != 0 ]; then echo "make test: a tool module failed"; fi; \
+	[ $$lr = 0 ] && [ $$tr = 0 ]
 
 test-short:
 	for m in $(MODULES); do (cd $$m && $(GO) test -count=1 -short -timeout 5m ./...) || exit 1; done

@@ -66,6 +66,7 @@ func TestEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end run skipped in -short mode")
 	}
+	t.Parallel() // runs beside the package's other long tests
 	for _, c := range []struct {
 		mode   outbox.Mode
 		target int
@@ -85,7 +86,9 @@ func endToEnd(t *testing.T, mode outbox.Mode, target int, opts ...dynamo.TablesO
 		staleShare = 0.05
 	)
 	env := newEnv(t, 8, opts...)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	// Bounds against hangs, not speed checks (a busy 2-core machine, the
+	// package's long tests in parallel).
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	env.seedAggregates(ctx, t, aggregates)
 
@@ -188,7 +191,7 @@ func endToEnd(t *testing.T, mode outbox.Mode, target int, opts ...dynamo.TablesO
 	}
 
 	// Wait for the consumer to have everything (bounded).
-	deadline := time.Now().Add(3 * time.Minute)
+	deadline := time.Now().Add(8 * time.Minute)
 	for chk.Missing() > 0 && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -104,8 +104,11 @@ func waitDelivered(t *testing.T, chk *checker.Checker, within time.Duration) {
 
 // Enqueue → stream → local event-source mapping → relay handler → Kafka.
 func TestStreamToKafkaThroughTheEventSourceMapping(t *testing.T) {
+	t.Parallel() // mostly waiting on the stream: overlaps the other long tests
 	e := newEnv(t, 8)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// Bounds against hangs, not speed checks: the long tests of this
+	// package run in parallel on what may be a busy 2-core machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	fn := handler.NewRelay(e.relay(t, outbox.DeadlineMargin(time.Second)), 8, quiet)
 	m := e.mapping(ctx, t, esm.InProcess(fn.Handle, esm.Timeout(time.Minute)))
@@ -118,7 +121,7 @@ func TestStreamToKafkaThroughTheEventSourceMapping(t *testing.T) {
 		go func() { defer wg.Done(); e.writeKeyed(ctx, t, chk, w, 500, 10) }()
 	}
 	wg.Wait()
-	waitDelivered(t, chk, 90*time.Second)
+	waitDelivered(t, chk, 8*time.Minute)
 	time.Sleep(300 * time.Millisecond)
 	stop()
 	<-consumed
@@ -136,8 +139,9 @@ func TestStreamToKafkaThroughTheEventSourceMapping(t *testing.T) {
 
 // With no event-source mapping at all, the sweeper alone delivers everything.
 func TestSweeperAloneDeliversEverything(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 8)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	chk := checker.New()
 	for w := range 2 {
@@ -170,7 +174,7 @@ func TestSweeperAloneDeliversEverything(t *testing.T) {
 	if err := clk.Fire(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	waitDelivered(t, chk, 60*time.Second)
+	waitDelivered(t, chk, 8*time.Minute)
 	// The next minute's tick is taken only when the first sweep has ended;
 	// let the second (idle) sweep finish too.
 	if err := clk.Fire(ctx, time.Minute); err != nil {
@@ -235,10 +239,11 @@ func (p *probedPublisher) Publish(ctx context.Context, msgs []outbox.Message) (i
 // over the same buckets; both must drain something, and never the same
 // bucket at the same time.
 func TestRelayAndSweeperConcurrently(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 8)
 	// A bound against hangs, not a speed check (go test -timeout is the last
 	// resort): on a loaded machine DynamoDB Local alone can take minutes.
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	x := &exclusivity{active: map[int]string{}, t: t}
 	chk := checker.New()
@@ -301,7 +306,7 @@ fire:
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	waitDelivered(t, chk, 4*time.Minute)
+	waitDelivered(t, chk, 8*time.Minute)
 	stopSchedule()
 	<-runDone
 	time.Sleep(300 * time.Millisecond)
