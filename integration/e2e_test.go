@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/attrib"
 	"github.com/dynakafka/outbox/internal/checker"
 	"github.com/dynakafka/outbox/internal/testenv"
 	"github.com/dynakafka/outbox/store/dynamo"
@@ -93,20 +94,28 @@ func endToEnd(t *testing.T, mode outbox.Mode, target int, opts ...dynamo.TablesO
 	env.seedAggregates(ctx, t, aggregates)
 
 	metrics := &batchCounter{}
+	chk := checker.New()
+	// The relays' store and publisher attribute duplicates: a busy machine
+	// can stall a drain past its lease's cut-off, and the next holder then
+	// publishes again what the first published but did not record — legal
+	// (at least once). A duplicate of a message already recorded as
+	// published is not, and fails the run as "unexplained".
+	at := attrib.New(env.store, env.pub, chk)
 	relayCtx, stopRelays := context.WithCancel(ctx)
 	var relays sync.WaitGroup
-	// Known gap (reported to the engine's owner): in WatermarkMode a relay
-	// that resumes a bucket it released publishes without writing per
-	// message, and when another relay acquires the bucket meanwhile, the
-	// resumer's head update is refused (the bucket is held) while the
-	// acquirer, after its ResumeWindow, reads from the old head: it
-	// publishes the same messages again. No tombstones cover them, as they
-	// do in DeleteMode. Two relays with different ids polling the same
-	// buckets hit this constantly (806 duplicates in 3,158 messages), so the
-	// watermark run, which asserts exactly once, drains without resuming.
+	// In WatermarkMode a relay that resumes a bucket it released publishes
+	// without writing per message; when another relay acquires the bucket
+	// meanwhile, the resumer's head update is refused and the acquirer
+	// publishes the same messages again (docs/design.md §9.1). Two relays
+	// with different ids polling the same buckets hit this constantly (806
+	// duplicates in 3,158 messages), so the watermark run drains without
+	// resuming, as design.md advises for such deployments.
 	for i := range 2 {
-		r := env.relay(t, outbox.RelayID(fmt.Sprint("e2e-relay-", i)), outbox.PollInterval(100*time.Millisecond), outbox.WithMetrics(metrics),
+		r, err := outbox.NewRelay(ctx, at, at, outbox.RelayID(fmt.Sprint("e2e-relay-", i)), outbox.PollInterval(100*time.Millisecond), outbox.WithMetrics(metrics),
 			outbox.WithMode(mode), outbox.ResumeReleased(mode == outbox.DeleteMode))
+		if err != nil {
+			t.Fatal(err)
+		}
 		relays.Add(1)
 		go func() {
 			defer relays.Done()
@@ -116,7 +125,6 @@ func endToEnd(t *testing.T, mode outbox.Mode, target int, opts ...dynamo.TablesO
 		}()
 	}
 
-	chk := checker.New()
 	consumerCtx, stopConsumer := context.WithCancel(ctx)
 	consumed := env.consume(consumerCtx, t, func(headerID string, key []byte, value []byte) {
 		var p payload
@@ -212,12 +220,15 @@ func endToEnd(t *testing.T, mode outbox.Mode, target int, opts ...dynamo.TablesO
 	if share := float64(staleTxs.Load()) / float64(txs.Load()); share < 0.02 || share > 0.10 {
 		t.Errorf("business-condition failures are %.1f%% of transactions, want about 5%%", 100*share)
 	}
-	if !r.OK() {
-		t.Fatalf("broken promises: lost=%d (e.g. %v) phantom=%d (e.g. %v) order_violations=%d (e.g. %v) header_mismatch=%d",
-			r.Lost, first(r.LostIDs), r.Phantom, first(r.PhantomIDs), r.OrderViolations, r.Violations[:min(3, len(r.Violations))], r.HeaderMismatch)
+	for _, id := range r.UnexplainedIDs[:min(3, len(r.UnexplainedIDs))] {
+		for _, line := range at.Trace(id) {
+			t.Logf("unexplained %s: %s", id, line)
+		}
 	}
-	if r.Duplicates != 0 {
-		t.Errorf("%d duplicates without any injected fault", r.Duplicates)
+	if !r.OK() {
+		t.Fatalf("broken promises: lost=%d (e.g. %v) phantom=%d (e.g. %v) order_violations=%d (e.g. %v) header_mismatch=%d unexplained=%d (e.g. %v)",
+			r.Lost, first(r.LostIDs), r.Phantom, first(r.PhantomIDs), r.OrderViolations, r.Violations[:min(3, len(r.Violations))], r.HeaderMismatch,
+			r.Unexplained, first(r.UnexplainedIDs))
 	}
 	if r.RolledBack == 0 {
 		t.Error("no transaction was rolled back; the phantom check saw nothing")
