@@ -89,7 +89,7 @@ func endToEnd(t *testing.T, mode outbox.Mode, target int, opts ...dynamo.TablesO
 	env := newEnv(t, 8, opts...)
 	// Bounds against hangs, not speed checks (a busy 2-core machine, the
 	// package's long tests in parallel).
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 18*time.Minute)
 	defer cancel()
 	env.seedAggregates(ctx, t, aggregates)
 
