@@ -275,15 +275,30 @@ func TestRelayAndSweeperConcurrently(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := schedule.NewManualClock(time.Now())
-	sctx, stopSchedule := context.WithCancel(ctx)
+	sctx, cancelSchedule := context.WithCancel(ctx)
 	runDone := make(chan struct{})
+	var stopping atomic.Bool
 	go func() {
 		defer close(runDone)
 		_ = schedule.Run(sctx, schedule.Options{Clock: clk}, func(ctx context.Context, ev events.CloudWatchEvent) error {
+			if stopping.Load() {
+				return nil // the test is over: no new sweep
+			}
 			_, err := sw.Handle(ctx, ev)
 			return err
 		}, func(err error) { t.Errorf("sweep: %v", err) })
 	}()
+	// stopSchedule ends the schedule without cancelling a sweep in flight
+	// (a cancelled sweep fails with "context canceled", which is no failure
+	// of the sweeper): the last tick is taken only once the sweep before it
+	// has returned, and it sweeps nothing. Every error onErr sees is real.
+	stopSchedule := func() {
+		stopping.Store(true)
+		if err := clk.Fire(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		cancelSchedule()
+	}
 	cctx, stop := context.WithCancel(ctx)
 	consumed := e.checkDelivery(cctx, t, chk)
 	var wg sync.WaitGroup
