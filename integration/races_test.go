@@ -267,7 +267,7 @@ func TestCrashPointsOnRealParts(t *testing.T) {
 	inj.arm(seam.AfterProduce)
 	// The crash before the head update puts everything written so far at
 	// risk of a second delivery.
-	chk.AtRisk(chk.CommittedIDs()...)
+	chk.AtRisk("crash:"+string(seam.AfterProduce), chk.CommittedIDs()...)
 	if errs := drainAll(); len(errs) != 1 || !errors.Is(firstErr(errs), errCrash) {
 		t.Fatalf("crash after produce: %v", errs)
 	}
