@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -30,8 +31,9 @@ type Consumer struct {
 	cl  *kgo.Client
 	cfg consumerConfig
 
-	mu     sync.Mutex
-	failed error
+	running atomic.Bool
+	mu      sync.Mutex
+	failed  error
 }
 
 // ConsumerOption configures NewConsumer.
@@ -141,7 +143,17 @@ func checkClientOptions(opts []kgo.Opt) error {
 // the records before the failed one marked for commit. Close it and build a
 // new Consumer to resume, from the failed record. (Retrying the record
 // belongs to whoever restarts: the inbox's own retries are spent.)
+//
+// Run may be called again after it returned nil: it resumes at the first
+// record it had polled and not processed (each partition's fetch position is
+// set back to it before Run returns), so nothing polled is skipped and no
+// offset past an unapplied record is ever committed. A Run while another is
+// running returns ErrRunning; a Run after Close returns ErrClosed.
 func (c *Consumer) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer c.running.Store(false)
 	if err := c.failure(); err != nil {
 		return err
 	}
@@ -150,7 +162,20 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if fs.IsClientClosed() {
 			return ErrClosed
 		}
+		var parts []kgo.FetchTopicPartition
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) > 0 {
+				parts = append(parts, p)
+			}
+		})
 		if ctx.Err() != nil {
+			// Records polled as the context ended are not processed:
+			// fetch them again on the next Run.
+			var first []*kgo.Record
+			for _, p := range parts {
+				first = append(first, p.Records[0])
+			}
+			c.rewind(first)
 			c.cl.AllowRebalance()
 			return nil
 		}
@@ -159,13 +184,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 				c.cfg.logger.WarnContext(ctx, "inbox: fetch error", "topic", topic, "partition", partition, "err", err)
 			}
 		})
-		var parts []kgo.FetchTopicPartition
-		fs.EachPartition(func(p kgo.FetchTopicPartition) {
-			if len(p.Records) > 0 {
-				parts = append(parts, p)
-			}
-		})
-		err := c.process(ctx, parts)
+		undone, err := c.process(ctx, parts)
+		// Before AllowRebalance: the partitions are still ours.
+		c.rewind(undone)
 		c.cl.AllowRebalance()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -183,32 +204,56 @@ func (c *Consumer) Run(ctx context.Context) error {
 // ErrClosed: the Consumer was closed.
 var ErrClosed = errors.New("inbox: consumer closed")
 
+// ErrRunning: Run was called while another Run of the same Consumer was
+// running. Run processes every partition itself; call it from one goroutine.
+var ErrRunning = errors.New("inbox: Consumer.Run is already running")
+
 func (c *Consumer) failure() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.failed
 }
 
+// rewind sets each record's partition's fetch position back to that record,
+// the first of its partition not processed: kgo has fetched past it, and
+// the next poll would otherwise start after the records polled so far.
+// Called while rebalances are blocked, so the partitions are still ours.
+func (c *Consumer) rewind(first []*kgo.Record) {
+	if len(first) == 0 {
+		return
+	}
+	set := map[string]map[int32]kgo.EpochOffset{}
+	for _, r := range first {
+		if set[r.Topic] == nil {
+			set[r.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		set[r.Topic][r.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}
+	}
+	c.cl.SetOffsets(set)
+}
+
 // process processes each partition's records in order, partitions in
 // parallel, marking each record for commit once Process returned, and
-// returns the first error (a partition stops at its first failure).
-func (c *Consumer) process(ctx context.Context, parts []kgo.FetchTopicPartition) error {
+// returns the first error (a partition stops at its first failure) and,
+// per partition that did not finish, its first record not processed.
+func (c *Consumer) process(ctx context.Context, parts []kgo.FetchTopicPartition) (undone []*kgo.Record, first error) {
 	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-		sem   = make(chan struct{}, c.cfg.concurrency)
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		sem = make(chan struct{}, c.cfg.concurrency)
 	)
 	for _, p := range parts {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			for _, r := range p.Records {
-				if ctx.Err() != nil {
-					return
+				var err error
+				if err = ctx.Err(); err == nil {
+					_, err = c.ib.Process(ctx, r, c.fn)
 				}
-				if _, err := c.ib.Process(ctx, r, c.fn); err != nil {
+				if err != nil {
 					mu.Lock()
+					undone = append(undone, r)
 					if first == nil {
 						first = err
 					}
@@ -220,7 +265,7 @@ func (c *Consumer) process(ctx context.Context, parts []kgo.FetchTopicPartition)
 		})
 	}
 	wg.Wait()
-	return first
+	return undone, first
 }
 
 // Close commits the marked offsets (everything processed), leaves the group

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -301,4 +302,90 @@ func TestConsumerStopsAtAFailedRecord(t *testing.T) {
 		t.Fatalf("after the restart: %s (want it to resume at the failed record)", got)
 	}
 	e.checkReadModel(t, want)
+}
+
+// Run called again after its context ended resumes at the first record it
+// had polled and not applied: before the fix the second Run fetched past
+// the rest of the first poll and committed offsets past records never
+// applied (44 of 60 applied, and a fresh consumer of the group got nothing).
+func TestRunAgainAfterItsContextEnded(t *testing.T) {
+	e := newEnv(t)
+	k := testenv.Kafka(t)
+	topic, group := testenv.Name(t, "orders"), testenv.Name(t, "group")
+	testenv.CreateTopic(t, k, topic, 1)
+	const n = 60
+	want := produce(t, k, topic, n, 1)
+
+	var (
+		mu       sync.Mutex
+		cancel1  context.CancelFunc
+		lastSeen int64 = -1
+	)
+	fn := func(tx *Tx) error {
+		mu.Lock()
+		if o := tx.Message().Offset; o > lastSeen {
+			lastSeen = o
+		}
+		if tx.Message().Offset == 10 && cancel1 != nil {
+			// The first Run's context ends in the middle of its first
+			// poll: record 10 does not commit, 11.. are polled, not
+			// processed.
+			cancel1()
+			cancel1 = nil
+		}
+		mu.Unlock()
+		return e.apply(tx)
+	}
+	c, err := NewConsumer(e.inbox(t, nil), fn, ClientOptions(kgo.SeedBrokers(k.Brokers...), kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(topic), kgo.FetchMaxWait(50*time.Millisecond)), MaxPollRecords(50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx1, cancel := context.WithCancel(ctxT(t))
+	mu.Lock()
+	cancel1 = cancel
+	mu.Unlock()
+	if err := c.Run(ctx1); err != nil {
+		t.Fatalf("first Run = %v, want nil after its context ended", err)
+	}
+	if n, _ := e.applied(t, "key-00"); n >= 11 {
+		t.Fatalf("%d applied by the first Run, want at most 10 (the context ended at offset 10)", n)
+	}
+
+	ctx2, cancel2 := context.WithCancel(ctxT(t))
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx2) }()
+	waitFor(t, "the last record", func() bool { mu.Lock(); defer mu.Unlock(); return lastSeen == n-1 })
+	cancel2()
+	if err := <-done; err != nil {
+		t.Fatalf("second Run = %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.checkReadModel(t, want)
+	if err := c.Run(ctxT(t)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Run after Close = %v, want ErrClosed", err)
+	}
+}
+
+// A second Run while one is running is refused.
+func TestRunTwiceAtOnce(t *testing.T) {
+	e := newEnv(t)
+	c, err := NewConsumer(e.inbox(t, nil), e.apply, ClientOptions(kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(ctxT(t))
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	waitFor(t, "the first Run", c.running.Load)
+	if err := c.Run(ctx); !errors.Is(err, ErrRunning) {
+		t.Fatalf("second Run = %v, want ErrRunning", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
