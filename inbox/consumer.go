@@ -27,7 +27,7 @@ import (
 // duplicate deliveries but not duplicate effects.
 type Consumer struct {
 	ib  *Inbox
-	fn  func(*Tx) error
+	h   *Handler
 	cl  *kgo.Client
 	cfg consumerConfig
 
@@ -40,16 +40,37 @@ type Consumer struct {
 type ConsumerOption func(*consumerConfig)
 
 type consumerConfig struct {
-	clientOpts  []kgo.Opt
-	maxPoll     int
-	concurrency int
-	logger      *slog.Logger
+	clientOpts     []kgo.Opt
+	maxPoll        int
+	maxPollSet     bool
+	concurrency    int
+	concurrencySet bool
+	logger         *slog.Logger
+	policy         Policy
+	policySet      int
+	retries        int
+	retryBase      time.Duration
+}
+
+func defaultConsumerConfig() consumerConfig {
+	return consumerConfig{maxPoll: DefaultMaxPollRecords, concurrency: DefaultConcurrency,
+		retries: DefaultRecordRetries, retryBase: DefaultRecordBackoff}
 }
 
 // Consumer defaults.
 const (
 	DefaultMaxPollRecords = 1000
 	DefaultConcurrency    = 16
+	// DefaultRecordRetries and DefaultRecordBackoff: a record failing
+	// transiently is processed again 3 times, after at most 0.5s, 1s and
+	// 2s (full jitter), then goes to the poison policy.
+	DefaultRecordRetries = 3
+	DefaultRecordBackoff = 500 * time.Millisecond
+)
+
+const (
+	maxRecordRetries = 10
+	maxRecordBackoff = 10 * time.Second
 )
 
 // closeTimeout bounds the final offset commit in Close.
@@ -72,11 +93,40 @@ func ClientOptions(opts ...kgo.Opt) ConsumerOption {
 // are processed well within the group's rebalance timeout (kgo's default
 // 60s; rebalances wait for them). Default DefaultMaxPollRecords (1000);
 // at least 1.
-func MaxPollRecords(n int) ConsumerOption { return func(c *consumerConfig) { c.maxPoll = n } }
+func MaxPollRecords(n int) ConsumerOption {
+	return func(c *consumerConfig) { c.maxPoll, c.maxPollSet = n, true }
+}
 
 // Concurrency is how many partitions are processed at once. Default
 // DefaultConcurrency (16); at least 1.
-func Concurrency(n int) ConsumerOption { return func(c *consumerConfig) { c.concurrency = n } }
+func Concurrency(n int) ConsumerOption {
+	return func(c *consumerConfig) { c.concurrency, c.concurrencySet = n, true }
+}
+
+// OnPoison sets what is done with a record that cannot be processed: a
+// permanent error (a *RecordError: a record not from the outbox, with
+// missing or invalid stamped headers; an *outbox.ValidationError; a
+// callback error wrapped with Permanent), or a transient one still failing
+// after RecordRetries. Stop, Skip or DeadLetterTo(DeadLetterTopic(...) or
+// DeadLetterTable(...)). Default Stop(): the consumer stops at the record.
+// Given once.
+func OnPoison(p Policy) ConsumerOption {
+	return func(c *consumerConfig) { c.policy, c.policySet = p, c.policySet+1 }
+}
+
+// RecordRetries is how many times a record whose processing failed with a
+// transient error (the callback's error, or a *TransactionError once
+// Process spent its MaxAttempts) is processed again before it goes to the
+// poison policy, after a full-jitter exponential backoff from backoff
+// (doubling, each wait at most 10s). Rebalances wait while a record is
+// retried, so keep the total well under the group's rebalance timeout.
+// Each retry is a whole Process: up to MaxAttempts DynamoDB calls, so a
+// record makes at most MaxAttempts × (1 + n) of them. Default
+// DefaultRecordRetries (3) from DefaultRecordBackoff (500ms); n 0..10,
+// backoff 1ms..1m.
+func RecordRetries(n int, backoff time.Duration) ConsumerOption {
+	return func(c *consumerConfig) { c.retries, c.retryBase = n, backoff }
+}
 
 // Logger receives the consumer's logs (fetch errors, failures) and the kgo
 // client's. Default: nothing is logged.
@@ -85,7 +135,7 @@ func Logger(l *slog.Logger) ConsumerOption { return func(c *consumerConfig) { c.
 // NewConsumer builds the group consumer: fn is called for every record, as
 // in Inbox.Process. It joins the group in the background; Run processes.
 func NewConsumer(ib *Inbox, fn func(tx *Tx) error, opts ...ConsumerOption) (*Consumer, error) {
-	c := consumerConfig{maxPoll: DefaultMaxPollRecords, concurrency: DefaultConcurrency}
+	c := defaultConsumerConfig()
 	for _, o := range opts {
 		o(&c)
 	}
@@ -93,27 +143,33 @@ func NewConsumer(ib *Inbox, fn func(tx *Tx) error, opts ...ConsumerOption) (*Con
 		return &outbox.OptionError{Option: opt, Value: v, Reason: why}
 	}
 	switch {
-	case ib == nil:
-		return nil, bad("ib", nil, "an *Inbox is required (inbox.New)")
-	case fn == nil:
-		return nil, bad("fn", nil, "a function that adds the record's business operations is required")
 	case c.maxPoll < 1:
 		return nil, bad("MaxPollRecords", c.maxPoll, "must be at least 1")
 	case c.concurrency < 1:
 		return nil, bad("Concurrency", c.concurrency, "must be at least 1")
+	case c.policySet > 1:
+		return nil, bad("OnPoison", c.policySet, "given more than once; choose one policy")
 	}
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
+	// The handler checks ib, fn and the policy before any client is built.
+	h, err := newHandler(ib, fn, c)
+	if err != nil {
+		return nil, err
+	}
 	if err := checkClientOptions(c.clientOpts); err != nil {
 		return nil, err
 	}
-	kopts := append([]kgo.Opt{kgo.WithLogger(kafka.KgoLogger(c.logger))}, c.clientOpts...)
+	kopts := append([]kgo.Opt{kgo.WithLogger(kafka.KgoLogger(c.logger)), kgo.FetchIsolationLevel(kgo.ReadCommitted())}, c.clientOpts...)
 	cl, err := kgo.NewClient(append(kopts, kgo.AutoCommitMarks(), kgo.BlockRebalanceOnPoll())...)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: kafka client: %w", err)
 	}
-	return &Consumer{ib: ib, fn: fn, cl: cl, cfg: c}, nil
+	if ts, ok := c.policy.sink.(*topicSink); ok && ts.cl == nil {
+		h.cfg.policy.sink = &topicSink{topic: ts.topic, cl: cl}
+	}
+	return &Consumer{ib: ib, h: h, cl: cl, cfg: c}, nil
 }
 
 // checkClientOptions refuses options that commit records before their
@@ -137,12 +193,13 @@ func checkClientOptions(opts []kgo.Opt) error {
 	return nil
 }
 
-// Run polls and processes records until ctx is done (it returns nil) or a
-// record cannot be processed: then it returns that error (a *RecordError,
-// fn's error, a *TransactionError, ...) and the Consumer stays failed, with
-// the records before the failed one marked for commit. Close it and build a
-// new Consumer to resume, from the failed record. (Retrying the record
-// belongs to whoever restarts: the inbox's own retries are spent.)
+// Run polls and processes records (each as Handler.Handle does: retries of
+// transient errors, then the poison policy) until ctx is done (it returns
+// nil) or a record stops it (policy Stop, or a dead letter not written):
+// then it returns that record's error (a *RecordError, fn's error, a
+// *TransactionError, ...) and the Consumer stays failed, with the records
+// before the failed one marked for commit. Close it and build a new
+// Consumer to resume, from the failed record.
 //
 // Run may be called again after it returned nil: it resumes at the first
 // record it had polled and not processed (each partition's fetch position is
@@ -249,7 +306,7 @@ func (c *Consumer) process(ctx context.Context, parts []kgo.FetchTopicPartition)
 			for _, r := range p.Records {
 				var err error
 				if err = ctx.Err(); err == nil {
-					_, err = c.ib.Process(ctx, r, c.fn)
+					_, err = c.h.Handle(ctx, r)
 				}
 				if err != nil {
 					mu.Lock()

@@ -188,6 +188,15 @@ const (
 	// and this message id was not processed (within Retention): a late
 	// first delivery or an old duplicate. Nothing was written.
 	Stale
+	// Skipped (never returned by Process): a Consumer or Handler gave up
+	// on the record under the Skip policy and committed it. Reported to
+	// Metrics once, with the record's last error, after the failed
+	// Process calls (each reported as Failed).
+	Skipped
+	// DeadLettered (never returned by Process): a Consumer or Handler
+	// wrote the record to its dead-letter sink and committed it. Reported
+	// as Skipped is.
+	DeadLettered
 )
 
 func (s Status) String() string {
@@ -198,6 +207,10 @@ func (s Status) String() string {
 		return "duplicate"
 	case Stale:
 		return "stale"
+	case Skipped:
+		return "skipped"
+	case DeadLettered:
+		return "dead_lettered"
 	}
 	return "failed"
 }
