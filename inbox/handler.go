@@ -165,3 +165,10 @@ func Permanent(err error) error {
 	}
 	return &PermanentError{Err: err}
 }
+
+// Reject hands r to the poison policy without processing it, as a record
+// that cannot be processed because of err (an adapter that could not
+// decode what it was given, for example). Its results are Handle's.
+func (h *Handler) Reject(ctx context.Context, r *kgo.Record, err error) (Status, error) {
+	return h.poison(ctx, r, err, 0)
+}
