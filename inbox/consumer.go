@@ -79,7 +79,10 @@ const closeTimeout = 10 * time.Second
 // ClientOptions are the kgo client's options: at least the seed brokers
 // (kgo.SeedBrokers), the group (kgo.ConsumerGroup) and the topics
 // (kgo.ConsumeTopics or kgo.ConsumeRegex); anything else kgo offers (TLS,
-// SASL, kgo.FetchMaxWait, a balancer, ...). The Consumer adds
+// SASL, kgo.FetchMaxWait, a balancer, ...). The Consumer reads
+// read_committed (kgo.FetchIsolationLevel(kgo.ReadCommitted())): records of
+// aborted Kafka transactions, such as a fenced transactional publish, are
+// never processed; a kgo.FetchIsolationLevel here overrides it. It adds
 // kgo.AutoCommitMarks (only processed records are committed) and
 // kgo.BlockRebalanceOnPoll (a rebalance waits for the polled records to be
 // processed and marked), and refuses kgo.DisableAutoCommit and

@@ -389,3 +389,43 @@ func TestRunTwiceAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The Consumer reads read_committed by default: a record of an aborted
+// Kafka transaction (a fenced or failed transactional publish) is never
+// processed; the committed record after it is.
+func TestConsumerReadsCommittedOnly(t *testing.T) {
+	e := newEnv(t)
+	k := testenv.Kafka(t)
+	topic, group := testenv.Name(t, "orders"), testenv.Name(t, "group")
+	testenv.CreateTopic(t, k, topic, 1)
+	txn, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.TransactionalID(testenv.Name(t, "txn")), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txn.Close()
+	aborted := rec(topic, 0, 0, "key-00", outbox.NewID(), 0, 1)
+	committed := rec(topic, 0, 0, "key-00", outbox.NewID(), 0, 2)
+	for _, step := range []struct {
+		r   *kgo.Record
+		end kgo.TransactionEndTry
+	}{{aborted, kgo.TryAbort}, {committed, kgo.TryCommit}} {
+		if err := txn.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := txn.ProduceSync(ctxT(t), step.r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := txn.EndTransaction(ctxT(t), step.end); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tl := newTally()
+	stop := runConsumer(t, k, e.inbox(t, nil, WithMetrics(tl)), e.apply, group, topic)
+	waitFor(t, "the committed record", func() bool { return tl.total() >= 1 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n, seqs := e.applied(t, "key-00"); n != 1 || !slices.Equal(seqs, []int64{2}) {
+		t.Fatalf("applied %d: %v; want only the committed record (sequence 2)", n, seqs)
+	}
+}
