@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -266,8 +267,9 @@ func TestNewConsumerRefuses(t *testing.T) {
 	}
 }
 
-// A record the inbox cannot process stops the Consumer after the records
-// before it were committed; a new Consumer resumes at that record.
+// A record the inbox cannot process stops the Consumer (policy Stop, the
+// default) after its retries, with the records before it committed; a new
+// Consumer resumes at that record.
 func TestConsumerStopsAtAFailedRecord(t *testing.T) {
 	e := newEnv(t)
 	k := testenv.Kafka(t)
@@ -276,24 +278,39 @@ func TestConsumerStopsAtAFailedRecord(t *testing.T) {
 	want := produce(t, k, topic, 10, 1)
 	poison := errors.New("poison")
 	var failing = true
+	var attempts atomic.Int64
 	tl := newTally()
 	fn := func(tx *Tx) error {
 		if failing && tx.Message().Sequence == 6 {
+			attempts.Add(1)
 			return poison
 		}
 		return e.apply(tx)
 	}
-	stop := runConsumer(t, k, e.inbox(t, nil, WithMetrics(tl)), fn, group, topic)
-	waitFor(t, "the failure", func() bool { return tl.count(Failed) > 0 })
-	if err := stop(); !errors.Is(err, poison) {
+	c, err := NewConsumer(e.inbox(t, nil, WithMetrics(tl)), fn, ClientOptions(kgo.SeedBrokers(k.Brokers...), kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(topic), kgo.FetchMaxWait(50*time.Millisecond)), RecordRetries(1, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Run returns by itself: the policy stops it.
+	if err := c.Run(ctxT(t)); !errors.Is(err, poison) {
 		t.Fatalf("Run = %v, want the callback's error", err)
+	}
+	if err := c.Run(ctxT(t)); !errors.Is(err, poison) {
+		t.Fatalf("Run again = %v, want the Consumer to stay failed", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := attempts.Load(); n != 2 {
+		t.Fatalf("the failing record was processed %d times, want 2 (RecordRetries(1))", n)
 	}
 	if n, _ := e.applied(t, "key-00"); n != 5 {
 		t.Fatalf("%d applied before the failure, want 5", n)
 	}
 	failing = false
 	tl2 := newTally()
-	stop = runConsumer(t, k, e.inbox(t, nil, WithMetrics(tl2)), fn, group, topic)
+	stop := runConsumer(t, k, e.inbox(t, nil, WithMetrics(tl2)), fn, group, topic)
 	waitFor(t, "the rest", func() bool { return tl2.total() >= 5 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
