@@ -150,8 +150,6 @@ func NewConsumer(ib *Inbox, fn func(tx *Tx) error, opts ...ConsumerOption) (*Con
 		return nil, bad("MaxPollRecords", c.maxPoll, "must be at least 1")
 	case c.concurrency < 1:
 		return nil, bad("Concurrency", c.concurrency, "must be at least 1")
-	case c.policySet > 1:
-		return nil, bad("OnPoison", c.policySet, "given more than once; choose one policy")
 	}
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)

@@ -60,6 +60,8 @@ func newHandler(ib *Inbox, fn func(*Tx) error, c consumerConfig) (*Handler, erro
 		return nil, bad("ib", nil, "an *Inbox is required (inbox.New)")
 	case fn == nil:
 		return nil, bad("fn", nil, "a function that adds the record's business operations is required")
+	case c.policySet > 1:
+		return nil, bad("OnPoison", c.policySet, "given more than once; choose one policy")
 	case c.retries < 0 || c.retries > maxRecordRetries:
 		return nil, bad("RecordRetries", c.retries, fmt.Sprintf("must be 0..%d", maxRecordRetries))
 	case c.retryBase < time.Millisecond || c.retryBase > time.Minute:

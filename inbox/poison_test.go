@@ -328,6 +328,7 @@ func TestPoisonOptionsRefused(t *testing.T) {
 		{"retries", true, []ConsumerOption{client, RecordRetries(11, time.Second)}, "RecordRetries"},
 		{"backoff", true, []ConsumerOption{client, RecordRetries(1, 0)}, "RecordRetries"},
 		{"handler with a client", false, []ConsumerOption{client}, "ClientOptions"},
+		{"handler with two policies", false, []ConsumerOption{OnPoison(Skip()), OnPoison(Stop())}, "OnPoison"},
 		{"handler polling", false, []ConsumerOption{MaxPollRecords(10)}, "MaxPollRecords"},
 		{"handler's dead-letter topic without a client", false, []ConsumerOption{OnPoison(DeadLetterTo(DeadLetterTopic("dlq", nil)))}, "DeadLetterTopic"},
 	} {
