@@ -347,7 +347,7 @@ func TestStalledHolderOnRealParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	lease := []outbox.Option{outbox.LeaseDuration(2 * time.Second), outbox.LeaseRenewInterval(500 * time.Millisecond),
-		outbox.LeaseMargin(500 * time.Millisecond), outbox.MaxClockSkew(200 * time.Millisecond), outbox.DeadlineMargin(0)}
+		outbox.LeaseMargin(500 * time.Millisecond), outbox.MaxClockSkew(200 * time.Millisecond), outbox.ResumeWindow(time.Second), outbox.DeadlineMargin(0)}
 	fs := &faultyStore{Store: e.store}
 	fs.stallPending.Store(int64(3 * time.Second))
 	stalledPub := &probe{inner: e.pub}
