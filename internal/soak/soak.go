@@ -410,7 +410,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	crash := &crasher{chance: chance, tl: tl, at: at}
 	relayOpts := func(id string) []outbox.Option {
 		return []outbox.Option{outbox.RelayID(id), outbox.LeaseDuration(leaseDuration), outbox.LeaseRenewInterval(time.Second),
-			outbox.LeaseMargin(time.Second), outbox.MaxClockSkew(500 * time.Millisecond), outbox.GapTimeout(gapTimeout), outbox.GapPollInterval(20 * time.Millisecond),
+			outbox.LeaseMargin(time.Second), outbox.MaxClockSkew(500 * time.Millisecond), outbox.ResumeWindow(2 * time.Second), outbox.GapTimeout(gapTimeout), outbox.GapPollInterval(20 * time.Millisecond),
 			outbox.RetryBackoff(20*time.Millisecond, 500*time.Millisecond), outbox.DeadlineMargin(500 * time.Millisecond),
 			// Small batches: more batches, so more chances for every fault.
 			outbox.BatchSize(25), outbox.WithMode(cfg.Mode), seam.With(seam.Hooks{Faults: crash}).(outbox.Option)}

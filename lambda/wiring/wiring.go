@@ -109,6 +109,7 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 		outbox.BucketCount(cfg.BucketCount),
 		outbox.BatchSize(cfg.BatchSize),
 		outbox.LeaseDuration(cfg.LeaseDuration),
+		outbox.ResumeWindow(cfg.ResumeWindow()),
 		outbox.LeaseRenewInterval(cfg.RenewInterval()),
 		outbox.LeaseMargin(cfg.LeaseMargin()),
 		outbox.MaxClockSkew(cfg.MaxClockSkew()),
