@@ -102,7 +102,6 @@ func endToEnd(t *testing.T, mode outbox.Mode, target int, opts ...dynamo.TablesO
 	// published is not, and fails the run as "unexplained".
 	at := attrib.New(env.store, env.pub, chk)
 	at.Watermark = mode == outbox.WatermarkMode
-	at.ExcuseDefect2 = true // issue 16, until lease's fixes: see TestRelayAndSweeperConcurrently
 	relayCtx, stopRelays := context.WithCancel(ctx)
 	var relays sync.WaitGroup
 	// In WatermarkMode a relay that resumes a bucket it released publishes

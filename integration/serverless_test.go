@@ -232,10 +232,6 @@ func TestRelayAndSweeperConcurrently(t *testing.T) {
 	// its window); the attribution tells those from a decided message read
 	// again, which would be a bug.
 	at := attrib.New(e.store, e.pub, chk)
-	// On main a busy machine lets a resumer's marks outlast its window
-	// (issue 16, defect 2; 5 unexplained duplicates in one run under a
-	// soak): excused by name until lease's fixes are merged.
-	at.ExcuseDefect2 = true
 	// Each publishes through its own probe: the I4 check compares their
 	// publish intervals per bucket.
 	relayPub := &countingPublisher{inner: at.ViaAs("relay", e.pub)}

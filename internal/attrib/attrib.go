@@ -50,14 +50,6 @@ import (
 	"github.com/dynakafka/outbox/internal/checker"
 )
 
-// UntilLeaseFixesIssue16 is a temporary switch, to be set to false (and
-// removed) once branch lease's fixes of issue 16's defects 1-6 are merged.
-// With it on, the oracles avoid the shapes that reach those defects, which
-// they otherwise find (internal/sim/defects.go lists them; the soak sends the
-// stream chaos to the relay function's first container instead of a second
-// one with the same owner id). Every check stays strict on what remains.
-const UntilLeaseFixesIssue16 = true
-
 // New wraps store and pub; chk receives the at-risk and parked messages.
 // The Attribution is the store and the publisher to give the relays (one
 // for all relays of an outbox). ViaAs gives further publishers sharing it,
@@ -77,14 +69,6 @@ type Attribution struct {
 	// Watermark: the outbox is in WatermarkMode, whose handover duplicates
 	// are documented (set before any drain).
 	Watermark bool
-	// ExcuseDefect2 admits, while UntilLeaseFixesIssue16, the duplicates of
-	// issue 16's defect 2 (a resumer's marks outlast its window, so an
-	// acquirer that waited the window reads and republishes them) under the
-	// cause "issue16-defect2": the messages in flight when a relay acquires
-	// a bucket another relay released. Only for harnesses whose timing
-	// cannot be driven (integration tests on a busy machine); the simulator
-	// stays strict.
-	ExcuseDefect2 bool
 
 	mu       sync.Mutex
 	inFlight map[int]map[int64]string // bucket -> sequence -> message id: published, not decided
@@ -346,8 +330,6 @@ func (a *Attribution) Acquire(ctx context.Context, bucket int, owner string, now
 	case errors.Is(err, outbox.ErrLeaseHeld) && a.Watermark:
 		// A resumed drain that must hold the lease finds an acquirer there.
 		a.risk(bucket, 0, "handover")
-	case err == nil && l.PrevReleasedBy != "" && a.ExcuseDefect2 && UntilLeaseFixesIssue16:
-		a.risk(bucket, l.Head, "issue16-defect2")
 	}
 	a.note(a.inFlightOf(bucket), "acquire bucket %d by %s head %d takeover %v released_by %q err %v", bucket, owner, l.Head, l.TakenOver, l.PrevReleasedBy, err)
 	return l, err

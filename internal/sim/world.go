@@ -192,7 +192,6 @@ func Run(seed uint64) (Result, error) {
 	cfg := Draw(s)
 	cfg.Watermark = seed%3 == 0
 	drawDeployed(&cfg, rand.New(rand.NewPCG(seed, 0xdeb10e)))
-	avoidKnownDefects(&cfg)
 	w := &world{s: s, cfg: cfg, mem: memory.New(cfg.Buckets), committed: map[string]record{}, inFlight: map[int]int{}}
 	w.res.Config = cfg
 	w.store = &yieldStore{Store: w.mem, s: s, w: w}
@@ -565,6 +564,10 @@ type faults struct {
 
 var errKilled = errors.New("process killed")
 
+// stallRecorded is the shortest stall recorded as one: the publish window of
+// a resumed drain with the default options (ResumeWindow - LeaseMargin).
+const stallRecorded = 5 * time.Second
+
 func (f *faults) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 	r := f.w.s.Rand()
 	if f.relay.dead {
@@ -573,7 +576,13 @@ func (f *faults) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 	}
 	if r.Float64() < f.w.cfg.StallRate {
 		f.w.res.Stalls++
-		f.w.s.Sleep(nil, time.Duration(r.Int64N(int64(45*time.Second)))) // past the lease, sometimes
+		d := time.Duration(r.Int64N(int64(45 * time.Second))) // past the lease, sometimes
+		if d >= stallRecorded {
+			// A process paused this long may outlast a resume window or its
+			// lease's cut-off with the bucket's messages undecided.
+			f.w.at.Stalled(bucket)
+		}
+		f.w.s.Sleep(nil, d)
 	}
 	if r.Float64() < f.w.cfg.CrashRate {
 		f.w.res.Crashes++
@@ -671,7 +680,7 @@ func (y *yieldStore) ReadLease(ctx context.Context, b int) (outbox.Lease, error)
 // gets the answer to the resend (every conditional write must survive one).
 func (y *yieldStore) resent(op string, b int, write func() error) error {
 	err := write()
-	if err == nil && y.w.s.Rand().Float64() < y.w.cfg.ResendRate && !resendKnownBroken(op) {
+	if err == nil && y.w.s.Rand().Float64() < y.w.cfg.ResendRate {
 		y.w.res.Resends++
 		y.w.tracef("  %s b%d applied, response lost: resent", op, b)
 		y.s.Yield()

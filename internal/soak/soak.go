@@ -452,12 +452,6 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 		return relayFn.Handle(ctx, ev)
 	}, esm.Timeout(30*time.Second))
 	invoker2 := esm.InProcess(relayFn2.Handle, esm.Timeout(30*time.Second))
-	if attrib.UntilLeaseFixesIssue16 {
-		// Two containers with one owner id are not excluded from one
-		// bucket until lease's fixes (issue 16, defects 1 and 5): on main
-		// this run finds their overlaps (47) and duplicates (370 in 5,042).
-		invoker2 = invoker
-	}
 	mapping, err := esm.New(streams, aws.ToString(desc.Table.LatestStreamArn), invoker,
 		esm.BatchSize(500), esm.Filter(esm.InsertsOnly), esm.MaximumRetryAttempts(5), esm.BisectBatchOnFunctionError(true),
 		esm.ReportBatchItemFailures(true), esm.PollInterval(50*time.Millisecond))
