@@ -33,11 +33,17 @@ type env struct {
 
 func newEnv(t *testing.T, bucketCount int, opts ...dynamo.TablesOption) *env {
 	t.Helper()
+	return newEnvOn(t, testenv.Kafka(t), bucketCount, opts...)
+}
+
+// newEnvOn is newEnv on the Kafka cluster k.
+func newEnvOn(t *testing.T, k *testenv.KafkaCluster, bucketCount int, opts ...dynamo.TablesOption) *env {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	e := &env{
 		dynamo:   testenv.DynamoDB(t),
-		kafka:    testenv.Kafka(t),
+		kafka:    k,
 		tables:   dynamo.Tables{Messages: testenv.Name(t, "msgs"), Control: testenv.Name(t, "ctl")},
 		business: testenv.Name(t, "aggs"),
 		topic:    testenv.Name(t, "topic"),

@@ -27,6 +27,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // RealKafkaEnv, set to "real", routes Kafka to a real Apache Kafka broker
@@ -352,23 +353,17 @@ func (c *RealCluster) waitReady(ctx context.Context) error {
 		}
 	}
 	c.mu.Unlock()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(want...), kgo.RetryTimeout(time.Second))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
 	var last error
 	for {
-		probe, cancel := context.WithTimeout(ctx, 5*time.Second)
-		md, err := adm.BrokerMetadata(probe)
-		cancel()
-		if err == nil && len(md.Brokers) == len(want) {
+		// A new client each time: a client's metadata may be cached from
+		// before every node had registered.
+		n, err := brokersListed(ctx, want)
+		if err == nil && n == len(want) {
 			return nil
 		}
 		last = err
 		if err == nil {
-			last = fmt.Errorf("metadata lists %d of %d nodes", len(md.Brokers), len(want))
+			last = fmt.Errorf("metadata lists %d of %d nodes", n, len(want))
 		}
 		for i, p := range procs {
 			select {
@@ -379,10 +374,35 @@ func (c *RealCluster) waitReady(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the Kafka cluster at %s was not ready: %v (last: %v)\n--- node 1 output ---\n%s", strings.Join(want, ","), ctx.Err(), last, c.consoleTail(0))
+			var tails strings.Builder
+			for i := range c.Nodes {
+				fmt.Fprintf(&tails, "\n--- node %d output ---\n%s", i+1, c.consoleTail(i))
+			}
+			return fmt.Errorf("the Kafka cluster at %s was not ready: %v (last: %v)%s", strings.Join(want, ","), ctx.Err(), last, tails.String())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// brokersListed asks each of brokers for the cluster's metadata and returns
+// the fewest brokers any of them lists.
+func brokersListed(ctx context.Context, brokers []string) (int, error) {
+	fewest := len(brokers)
+	for _, b := range brokers {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(b), kgo.RetryTimeout(time.Second))
+		if err != nil {
+			return 0, err
+		}
+		probe, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := kmsg.NewPtrMetadataRequest().RequestWith(probe, cl)
+		cancel()
+		cl.Close()
+		if err != nil {
+			return 0, fmt.Errorf("metadata from %s: %w", b, err)
+		}
+		fewest = min(fewest, len(resp.Brokers))
+	}
+	return fewest, nil
 }
 
 func (c *RealCluster) consoleTail(i int) string {
@@ -551,4 +571,6 @@ rootLogger.appenderRefs = stdout
 rootLogger.appenderRef.stdout.ref = STDOUT
 logger.server.name = kafka.server.KafkaRaftServer
 logger.server.level = INFO
+logger.ctl.name = org.apache.kafka.controller
+logger.ctl.level = INFO
 `
