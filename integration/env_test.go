@@ -106,12 +106,15 @@ func (e *env) seedAggregates(ctx context.Context, t *testing.T, n int) {
 }
 
 // consume reads the topic from the start until ctx is done, calling fn for
-// each record with its message-id header. The returned channel closes when
+// each record with its message-id header. It reads read_committed, as the
+// inbox does: the same as read_uncommitted for the idempotent publisher,
+// and what the transactional one (kafka.TxnPublisher) requires. The returned channel closes when
 // the consumer has stopped.
 func (e *env) consume(ctx context.Context, t *testing.T, fn func(headerID string, key, value []byte)) <-chan struct{} {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Brokers...), kgo.ConsumeTopics(e.topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		t.Fatal(err)
 	}

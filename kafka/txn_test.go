@@ -33,6 +33,12 @@ func newTxnPublisher(t *testing.T, k *testenv.KafkaCluster, prefix string, opts 
 // stable offset, so the sentinel also shows that no transaction is left open.)
 func readValues(t *testing.T, k *testenv.KafkaCluster, topic string, committed bool) []string {
 	t.Helper()
+	return readPartition(t, k, topic, 0, committed)
+}
+
+// readPartition is readValues for partition part.
+func readPartition(t *testing.T, k *testenv.KafkaCluster, topic string, part int32, committed bool) []string {
+	t.Helper()
 	ctx := testCtx(t)
 	sentinel := "end-" + outbox.NewID()
 	pr, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -40,15 +46,16 @@ func readValues(t *testing.T, k *testenv.KafkaCluster, topic string, committed b
 		t.Fatal(err)
 	}
 	defer pr.Close()
-	if err := pr.ProduceSync(ctx, &kgo.Record{Value: []byte(sentinel), Partition: 0}).FirstErr(); err != nil {
+	if err := pr.ProduceSync(ctx, &kgo.Record{Value: []byte(sentinel), Partition: part}).FirstErr(); err != nil {
 		t.Fatalf("produce the sentinel: %v", err)
 	}
 	iso := kgo.ReadUncommitted()
 	if committed {
 		iso = kgo.ReadCommitted()
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(iso), kgo.FetchMaxWait(100*time.Millisecond))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {part: kgo.NewOffset().AtStart()}}),
+		kgo.FetchIsolationLevel(iso), kgo.FetchMaxWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,9 +198,11 @@ func TestRealTxnFencesTheStaleHolder(t *testing.T) {
 // broker: rows 1, 2, 3 on one key, row 1 larger than the topic's
 // max.message.bytes, which an operator lowered after the publisher checked
 // it (row 1 is within MaxMessageBytes: only the broker knows).
-// The transaction that carries 1, 2, 3 is aborted; the relay parks 1 and
-// publishes 2, 3 in the next. A read_committed consumer sees 2, 3 — never
-// 2, 3, 1, 2, 3 — in both the default and the Strict mode.
+// The publish of 1, 2, 3 acknowledges nothing (kgo refuses the partition's
+// batch, or the transaction is aborted: TestRealTxnAbortHidesAppendedRecords);
+// the relay parks 1 and publishes 2, 3 in the next transaction. A
+// read_committed consumer sees 2, 3 — never 2, 3, 1, 2, 3 — in both the
+// default and the Strict mode.
 func TestRealTxnReferenceCase(t *testing.T) {
 	k := realTxnCluster(t)
 	for _, strict := range []bool{false, true} {
@@ -256,5 +265,48 @@ func TestRealTxnReferenceCase(t *testing.T) {
 			// refused the batch of 1, 2, 3 whole, or appended 2, 3 alone).
 			t.Logf("read_uncommitted: %d records", len(readValues(t, k, topic, false)))
 		})
+	}
+}
+
+// TestRealTxnAbortHidesAppendedRecords: a transaction whose records on one
+// partition were appended while a record on another failed (too large for
+// the topic's lowered limit) is aborted: the appended record is on the log
+// (read_uncommitted sees it) but a read_committed consumer never sees it.
+// (Committing instead of aborting makes it visible, and the test fails.)
+func TestRealTxnAbortHidesAppendedRecords(t *testing.T) {
+	k := realTxnCluster(t)
+	topic := newTopic(t, k, 2, map[string]string{"max.message.bytes": "4000"})
+	p := newTxnPublisher(t, k, testenv.Name(t, "ob"), Topics(topic), MaxMessageBytes(4000), Compression(kgo.NoCompression()))
+	lim := "1500"
+	adm := newAdmin(t, k)
+	if res, err := adm.AlterTopicConfigs(testCtx(t), []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &lim}}, topic); err != nil || res[0].Err != nil {
+		t.Fatalf("lower max.message.bytes: %v %v", err, res)
+	}
+	waitFor(t, func() bool {
+		rc, err := adm.DescribeTopicConfigs(testCtx(t), topic)
+		if err != nil || len(rc) != 1 {
+			return false
+		}
+		for _, c := range rc[0].Configs {
+			if c.Key == "max.message.bytes" && c.Value != nil && *c.Value == lim {
+				return true
+			}
+		}
+		return false
+	})
+	msgs := messages(topic, 2, sameKey("k"))
+	p0, p1 := int32(0), int32(1)
+	msgs[0].Partition, msgs[0].Value = &p0, []byte("small")
+	msgs[1].Partition, msgs[1].Value = &p1, []byte(strings.Repeat("x", 3000))
+	acked, err := p.Publish(testCtx(t), msgs)
+	if acked != 0 || !errors.Is(err, kerr.MessageTooLarge) {
+		t.Fatalf("Publish = %d, %v; want 0 and MESSAGE_TOO_LARGE", acked, err)
+	}
+	read := func(committed bool) []string { return readPartition(t, k, topic, 0, committed) }
+	if got := read(false); !slices.Contains(got, "small") {
+		t.Fatalf("read_uncommitted read %v: the small record was never appended, the abort was not tested", got)
+	}
+	if got := read(true); len(got) != 0 {
+		t.Fatalf("read_committed read %v from an aborted transaction", got)
 	}
 }

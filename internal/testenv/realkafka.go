@@ -283,7 +283,7 @@ func startCluster(ctx context.Context, nodes int, home, java, version string) (*
 		format := exec.CommandContext(ctx, java, append(c.jvmArgs(log4j, "96m"), "kafka.tools.StorageTool",
 			"format", "--cluster-id", clusterID, "--config", filepath.Join(nodeDir, "server.properties"), "--ignore-formatted")...)
 		if out, err := format.CombinedOutput(); err != nil {
-			return fail(fmt.Errorf("format node %d storage: %v\n--- output ---\n%s", i+1, err, out))
+			return fail(fmt.Errorf("format node %d storage: %v: %s", i+1, err, oneLine(out)))
 		}
 	}
 	for i := range nodes {
@@ -454,6 +454,16 @@ func findUp(rel string) (string, error) {
 		}
 	}
 	return "", errors.New("cannot find " + rel + " above the working directory; run the tests from the repository")
+}
+
+// oneLine is the last lines of a tool's output on one line (make test keeps
+// only an error's first line).
+func oneLine(out []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) > 12 {
+		lines = lines[len(lines)-12:]
+	}
+	return strings.Join(lines, " | ")
 }
 
 func loopbackPort() (int, error) {
