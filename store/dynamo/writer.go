@@ -113,8 +113,9 @@ func (w *Writer) item(m outbox.Message) map[string]types.AttributeValue {
 // 4 MB); a *outbox.ValidationError means nothing was written and nothing was
 // reserved. Messages get an id (outbox.NewID) when theirs is empty, CreatedAt
 // (the clock's now) when zero, and their bucket (outbox.BucketFor) and
-// sequence number (any Bucket and Sequence the caller set are replaced). The
-// caller's items and messages are not modified.
+// sequence number, which Result.Messages carries: a message with Bucket or
+// Sequence set is refused (outbox.HeaderNames.ValidateNew). The caller's
+// items and messages are not modified.
 //
 // Call Write after reading the aggregate your items are built from: it
 // reserves the messages' sequence numbers (one counter update per bucket)
@@ -209,7 +210,7 @@ func (w *Writer) prepare(ctx context.Context, items []types.TransactWriteItem, m
 				"%v is before 1970; Kafka timestamps cannot be negative (leave it zero for now)", m.CreatedAt)}
 		}
 		m.CreatedAt = time.UnixMilli(m.CreatedAt.UnixMilli())
-		if err := w.cfg.headers.Validate(m, i, w.cfg.maxMessageBytes); err != nil {
+		if err := w.cfg.headers.ValidateNew(m, i, w.cfg.maxMessageBytes); err != nil {
 			return nil, err
 		}
 		b, err := outbox.BucketFor(m, w.bucketCount)

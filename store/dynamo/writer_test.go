@@ -409,6 +409,8 @@ func TestWriteValidationWritesNothing(t *testing.T) {
 		{"101 items", []types.TransactWriteItem{w.bump("agg", 0)}, many, -1, "Transaction"},
 		{"above 4 MB", largeItems, []outbox.Message{keyed("a")}, -1, "Transaction"},
 		{"empty item", []types.TransactWriteItem{w.bump("agg", 0), {}}, []outbox.Message{keyed("a")}, -1, "items[1]"},
+		{"bucket set", []types.TransactWriteItem{w.bump("agg", 0)}, []outbox.Message{keyed("a"), {Topic: "t", Bucket: 1}}, 1, "Bucket"},
+		{"sequence set", nil, []outbox.Message{{Topic: "t", Sequence: 5}}, 0, "Sequence"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
