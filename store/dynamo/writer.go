@@ -54,7 +54,7 @@ type Result struct {
 // and not on the first Write. Options: BucketCount and Mode (checked against
 // the config item: a *outbox.MisconfigurationError when they differ),
 // MaxMessageBytes, MessageIDHeader, BucketHeader, SequenceHeader,
-// MaxAttempts, FenceTTL, WithClock, WithTracer.
+// MaxAttempts, FenceTTL, WithClock, WithTracer, WithLogger.
 //
 // In a WatermarkMode outbox every message item gets a TTL attribute (x,
 // epoch seconds): its CreatedAt, or the wall clock when that is later, plus
@@ -341,6 +341,7 @@ func (t *txn) run(ctx context.Context) (Result, error) {
 			if attempt < maxAttempts && ctx.Err() == nil {
 				// The whole transaction was cancelled: release what is
 				// left of the old numbers, take new ones, new token.
+				t.w.logRetry(ctx, "TransactWriteItems", attempt, c.outcome, err)
 				t.release(ctx) // best effort: relays fence what is left after their gap timeout
 				if err := t.reserve(ctx); err != nil {
 					var te *TransactionError
@@ -356,6 +357,7 @@ func (t *txn) run(ctx context.Context) (Result, error) {
 			retry = attempt < maxAttempts
 		}
 		if retry && ctx.Err() == nil {
+			t.w.logRetry(ctx, "TransactWriteItems", attempt, c.outcome, err)
 			if t.w.pause(ctx, attempt, c.outcome == outThrottled) == nil {
 				continue
 			}

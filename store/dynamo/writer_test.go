@@ -365,6 +365,7 @@ func TestNewWriterOptions(t *testing.T) {
 		{"attempts", MaxAttempts(0), "MaxAttempts"},
 		{"fence ttl", FenceTTL(time.Minute), "FenceTTL"},
 		{"clock", WithClock(nil), "WithClock"},
+		{"logger", WithLogger(nil), "WithLogger"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
