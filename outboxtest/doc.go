@@ -14,6 +14,10 @@
 // store instead, with no JVM, for tests that need no DynamoDB; the Writer is
 // then a FakeWriter feeding the relay.
 //
+// Outbox.DynamoDB is a client for your own tables there, for example the
+// consumer's: inbox.CreateTable(ctx, o.DynamoDB, outboxtest.Name(t, "inbox")),
+// then inbox.New and inbox.NewConsumer on o.Brokers.
+//
 // For unit tests of code that enqueues, NewFakeWriter is a dynamo.Enqueuer
 // that checks writes as dynamo.Writer does, records them and fails on demand
 // (FailNext). For a consumer callback, inbox.NewTestTx gives it the Tx it
