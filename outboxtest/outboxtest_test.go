@@ -83,14 +83,7 @@ func TestDynamoOutboxPublishes(t *testing.T) {
 	o := outboxtest.New(t, outboxtest.Topics("orders", "audit"))
 	ctx := context.Background()
 	table := outboxtest.Name(t, "orders")
-	if _, err := o.DynamoDB.CreateTable(ctx, &dynamodb.CreateTableInput{
-		TableName:            &table,
-		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: strp("id"), AttributeType: types.ScalarAttributeTypeS}},
-		KeySchema:            []types.KeySchemaElement{{AttributeName: strp("id"), KeyType: types.KeyTypeHash}},
-		BillingMode:          types.BillingModePayPerRequest,
-	}); err != nil {
-		t.Fatal(err)
-	}
+	createTable(t, o.DynamoDB, table)
 	svc := orders{w: o.Writer, table: table}
 	m, err := svc.place(ctx, "o-7", 990)
 	if err != nil {

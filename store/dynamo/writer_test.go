@@ -443,14 +443,15 @@ func TestWriteLargestItem(t *testing.T) {
 	m := outbox.Message{ID: uuid.NewString(), Topic: "t", Key: []byte("k"), CreatedAt: t0}
 	m.Sequence, m.Value = maxSeqForSize, []byte{}
 	overhead := itemSize(messageItem(m))
+	m.Sequence = 0 // the writer's to assign; the size bound counts the longest
 	m.Value = bytes.Repeat([]byte{3}, MaxItemBytes-overhead)
 	if _, err := w.writer.Write(ctxT(t), nil, m); err != nil {
 		t.Fatalf("a %d-byte item: %v", MaxItemBytes, err)
 	}
 	m.ID, m.Value = uuid.NewString(), append(m.Value, 0)
 	var ve *outbox.ValidationError
-	if _, err := w.writer.Write(ctxT(t), nil, m); !errors.As(err, &ve) {
-		t.Fatalf("a %d-byte item: %v, want a *ValidationError", MaxItemBytes+1, err)
+	if _, err := w.writer.Write(ctxT(t), nil, m); !errors.As(err, &ve) || ve.Field != "Value" {
+		t.Fatalf("a %d-byte item: %v, want a *ValidationError on Value", MaxItemBytes+1, err)
 	}
 }
 
