@@ -10,7 +10,7 @@ func TestTheDocumentedRule(t *testing.T) {
 	}{
 		{`{"level":"debug","msg":"my debug log","timestamp":"2024-11-02T16:51:31.587199Z"}`, "DEBUG"}, // the guide's example
 		{`{"level":"ERROR","msg":"x","timestamp":"2024-11-02T16:51:31+02:00"}`, "ERROR"},
-		{`{"level":"ERROR","msg":"x","time":"2024-11-02T16:51:31Z"}`, "INFO"},   // no timestamp member
+		{`{"level":"ERROR","msg":"x","time":"2024-11-02T16:51:31Z"}`, "INFO"},     // no timestamp member
 		{`{"level":"ERROR","msg":"x","timestamp":"2024-11-02 16:51:31"}`, "INFO"}, // not RFC 3339
 		{`{"level":"ERROR","msg":"x","timestamp":1730566291}`, "INFO"},            // a number
 		{`{"level":"SEVERE","msg":"x","timestamp":"2024-11-02T16:51:31Z"}`, "INFO"},
