@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dynakafka/outbox"
@@ -80,17 +81,27 @@ var flagOf = map[string]string{
 	"OUTBOX_MESSAGES_TABLE": "messages", "OUTBOX_CONTROL_TABLE": "control",
 }
 
-// configError restates a relay configuration error with the flag that
-// sets the variable, if there is one.
+// configError restates every relay configuration error (config.Load joins
+// one per variable) with the flag that sets the variable, if there is one:
+// one line each, so one run lists every fix.
 func configError(err error) error {
-	var ce *config.Error
-	if !errors.As(err, &ce) {
-		return &usageError{err.Error()}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
 	}
-	if f := flagOf[ce.Variable]; f != "" {
-		return usagef("--%s (or %s) %q: %s", f, ce.Variable, ce.Value, ce.Reason)
+	var lines []string
+	for _, e := range errs {
+		var ce *config.Error
+		switch {
+		case !errors.As(e, &ce):
+			lines = append(lines, e.Error())
+		case flagOf[ce.Variable] != "":
+			lines = append(lines, fmt.Sprintf("--%s (or %s) %q: %s", flagOf[ce.Variable], ce.Variable, ce.Value, ce.Reason))
+		default:
+			lines = append(lines, fmt.Sprintf("%s=%q: %s", ce.Variable, ce.Value, ce.Reason))
+		}
 	}
-	return usagef("%s=%q: %s", ce.Variable, ce.Value, ce.Reason)
+	return &usageError{strings.Join(lines, "\n")}
 }
 
 func bucketArg(args []string) (int, error) {
@@ -128,15 +139,26 @@ func overlay(getenv func(string) string, c *connection, flags map[string]*string
 }
 
 func drain(ctx context.Context, a *app, s *session, cfg config.Config, logger *slog.Logger, bucket int) error {
+	// The tables, the bucket and the mode are checked before Kafka is
+	// contacted.
+	_, oc, _, err := s.buckets(ctx, bucket)
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return usagef("BUCKET %d: the outbox has buckets 0..%d (BucketCount %d)", bucket, oc.BucketCount-1, oc.BucketCount)
+	}
+	if err != nil {
+		return err
+	}
+	if m, _ := outbox.ParseMode(cfg.Mode); cfg.Mode != "" && m != oc.Mode { // validated by config.Load
+		return &outbox.MisconfigurationError{Setting: "Mode", Configured: cfg.Mode, Stored: oc.Mode.String(),
+			Fix: "unset OUTBOX_MODE (drain takes the outbox's mode) or set it to the stored one"}
+	}
 	// An operator wants an answer now: a held bucket is woken, not waited on.
 	parts, err := wiring.BuildWith(ctx, cfg, s.aws, logger, a.relayID(), outbox.HolderWait(0))
 	if err != nil {
 		return err
 	}
 	defer parts.Close()
-	if n := parts.Relay.BucketCount(); bucket >= n {
-		return usagef("BUCKET %d: the outbox has buckets 0..%d (BucketCount %d)", bucket, n-1, n)
-	}
 	st, err := parts.Relay.DrainBucket(ctx, bucket)
 	fmt.Fprintf(a.stdout, "bucket %d: published %d, fenced %d, parked %d, leftovers deleted %d; head %d (relay %s)\n",
 		bucket, st.Published, st.Fenced, st.Parked, st.Leftovers, st.Head, parts.Relay.ID())
