@@ -21,7 +21,9 @@ var drainCommand = &command{
 	summary: "publish one bucket's pending messages to Kafka now",
 	description: `Drains one bucket now, as the relay Lambda would: it takes the bucket's
 lease, publishes its pending messages in sequence order, deletes what Kafka
-acknowledged and lets the lease go. Use it when a bucket is stuck after the
+acknowledged and hands the lease back (it removes its name from it, so the
+relay's next drain of the bucket starts at once rather than after its
+ResumeWindow). Use it when a bucket is stuck after the
 cause was fixed, without waiting for the sweeper.
 
 The relay is configured exactly like the relay Lambda: from the variables it
@@ -154,11 +156,19 @@ func drain(ctx context.Context, a *app, s *session, cfg config.Config, logger *s
 			Fix: "unset OUTBOX_MODE (drain takes the outbox's mode) or set it to the stored one"}
 	}
 	// An operator wants an answer now: a held bucket is woken, not waited on.
-	parts, err := wiring.BuildWith(ctx, cfg, s.aws, logger, a.relayID(), outbox.HolderWait(0))
+	// This process never resumes a bucket it released (it ends after the
+	// drain), so it hands the lease back when done: the relay's next drain
+	// need not wait ResumeWindow for it.
+	parts, err := wiring.BuildWith(ctx, cfg, s.aws, logger, a.relayID(), outbox.HolderWait(0), outbox.ResumeReleased(false))
 	if err != nil {
 		return err
 	}
 	defer parts.Close()
+	defer func() {
+		if derr := parts.Store.Disown(context.WithoutCancel(ctx), bucket, parts.Relay.ID()); derr != nil {
+			logger.Warn("outbox drain: lease not handed back; the relay's next drain waits ResumeWindow", "bucket", bucket, "err", derr)
+		}
+	}()
 	st, err := parts.Relay.DrainBucket(ctx, bucket)
 	fmt.Fprintf(a.stdout, "bucket %d: published %d, fenced %d, parked %d, leftovers deleted %d; head %d (relay %s)\n",
 		bucket, st.Published, st.Fenced, st.Parked, st.Leftovers, st.Head, parts.Relay.ID())

@@ -442,8 +442,12 @@ func TestDrain(t *testing.T) {
 		}
 	}
 	l, err := st.ReadLease(ctx, 1)
-	if err != nil || l.Head != 3 || !l.Released() {
-		t.Fatalf("bucket 1 after drain: %+v, %v; want head 3, released", l, err)
+	if err != nil || l.Head != 3 || l.Owner != "" || l.HeldAt(time.Now()) {
+		t.Fatalf("bucket 1 after drain: %+v, %v; want head 3, handed back (no owner)", l, err)
+	}
+	// The relay's next drain does not wait for a resume by the CLI.
+	if l, err = st.Acquire(ctx, 1, "relay/fn", time.Now(), 30*time.Second); err != nil || l.PrevReleasedBy != "" || l.TakenOver {
+		t.Fatalf("the relay's acquisition after drain: %+v, %v; want no ResumeWindow wait (PrevReleasedBy empty), no takeover", l, err)
 	}
 }
 
