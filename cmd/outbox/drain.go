@@ -42,12 +42,15 @@ then fenced, as the relays do.`,
 		env := kafkaFlags(fs, "(env KAFKA_AUTH; required)")
 		verbose := fs.Bool("verbose", false, "log the relay's progress on standard error (default: warnings only)")
 		return func(a *app, c *connection, args []string) (action, error) {
-			bucket, err := bucketArg(args)
-			if err != nil {
-				return nil, err
-			}
+			// Every bad argument and setting at once.
+			bucket, berr := bucketArg(args)
 			cfg, err := config.Load(overlay(a.getenv, c, env))
-			if err != nil {
+			switch {
+			case err != nil && berr != nil:
+				return nil, usagef("%v\n%v", berr, configError(err))
+			case berr != nil:
+				return nil, berr
+			case err != nil:
 				return nil, configError(err)
 			}
 			return func(ctx context.Context, a *app, s *session) error {

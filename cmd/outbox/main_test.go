@@ -651,6 +651,7 @@ func TestChecksBeforeKafka(t *testing.T) {
 	c.step(exitUsage, "replay", "--bucket", "5", "--seq", "1")
 	c.step(exitUsage, "drop", "--bucket", "5", "--seq", "1")
 	c.step(exitUsage, "drain", "0", "--brokers", "localhost", "--auth", "kerberos", "--topics", "bad topic")
+	c.step(exitUsage, "drain", "x", "--brokers", "localhost")
 	golden(t, "before_kafka.txt", c.normalise(c.out.String()))
 }
 
