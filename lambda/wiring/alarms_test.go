@@ -130,8 +130,8 @@ func (o observation) alarms(missingBreaches map[string]bool) []string {
 	prev := -1.0
 	for _, m := range o.sweepLines {
 		age, ok := f(m, "OldestPendingAge")
-		pending, _ := f(m, "PendingMessages")
-		if (ok && (pending == 0 || age <= prev)) || (!ok && !missingBreaches["OldestPendingAgeAlarm"]) {
+		pending, counted := f(m, "PendingMessages") // absent: not counted, not 0
+		if (ok && ((counted && pending == 0) || age <= prev)) || (!ok && !missingBreaches["OldestPendingAgeAlarm"]) {
 			ageing = false
 		}
 		prev = age
