@@ -84,7 +84,9 @@ func BucketCount(n int) Option { return func(c *config) { c.bucketCount = n } }
 func BatchSize(n int) Option { return func(c *config) { c.batchSize = n } }
 
 // LeaseDuration is how long a bucket lease lasts after its last renewal; a
-// stalled holder's bucket is taken over after at most this long. Default 30s.
+// stalled holder's bucket is taken over after at most this long. Default 30s;
+// at least ResumeWindow + MaxClockSkew (a takeover at expiry owes no
+// ResumeWindow wait, so the lease must outlast the one its holder owed).
 func LeaseDuration(d time.Duration) Option { return func(c *config) { c.leaseDuration = d } }
 
 // LeaseRenewInterval is how often a held lease is renewed, also while a
@@ -242,6 +244,13 @@ func (c *config) validate() error {
 		return bad("LeaseRenewInterval", c.renewInterval, fmt.Sprintf("must be positive and below LeaseDuration-LeaseMargin-MaxClockSkew (%v): a renewal must be due before the publish cut-off", c.leaseDuration-c.leaseMargin-c.maxSkew))
 	case c.resumeWindow < c.leaseMargin+100*time.Millisecond:
 		return bad("ResumeWindow", c.resumeWindow, fmt.Sprintf("must exceed LeaseMargin (%v) by at least 100ms: a resumed publish stops LeaseMargin before the window ends", c.leaseMargin))
+	case c.leaseDuration < c.resumeWindow+c.maxSkew:
+		// Taking over an expired hold owes no wait: the holder may have
+		// acquired from a release and owed a resumer ResumeWindow, which
+		// began before its acquisition; its lease, compared by a clock up
+		// to MaxClockSkew ahead, must outlast that window.
+		return bad("LeaseDuration", c.leaseDuration, fmt.Sprintf("must be at least ResumeWindow (%v) + MaxClockSkew (%v) = %v: a lease taken over at expiry must outlast the ResumeWindow its holder owed a relay that may still be resuming the bucket",
+			c.resumeWindow, c.maxSkew, c.resumeWindow+c.maxSkew))
 	case c.sweepMinAge < 0:
 		return bad("SweepMinAge", c.sweepMinAge, "must not be negative")
 	case c.holderWait < -1:

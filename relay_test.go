@@ -408,7 +408,8 @@ func TestLeaseLostDuringPublishCancelsIt(t *testing.T) {
 		return 0, ctx.Err(), true
 	}}
 	r := newRelay(t, s, p, outbox.WithClock(clk), outbox.LeaseDuration(3*time.Second), outbox.LeaseRenewInterval(time.Second),
-		outbox.LeaseMargin(500*time.Millisecond), outbox.MaxClockSkew(500*time.Millisecond), outbox.DeadlineMargin(0), outbox.RelayID("stalled"))
+		outbox.LeaseMargin(500*time.Millisecond), outbox.MaxClockSkew(500*time.Millisecond), outbox.DeadlineMargin(0), outbox.RelayID("stalled"),
+		outbox.ResumeWindow(time.Second))
 	s.Hook = func(method string, bucket int) error {
 		if method == "Renew" {
 			return errors.New("store unreachable")

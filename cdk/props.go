@@ -87,8 +87,9 @@ type Props struct {
 	// Topics is OUTBOX_TOPICS, comma-separated topics the functions check at
 	// init. Default: none (only check that a broker answers).
 	Topics *string
-	// LeaseDurationSeconds is OUTBOX_LEASE_DURATION. Default 30, 10..900;
-	// keep it well below RelayTimeout.
+	// LeaseDurationSeconds is OUTBOX_LEASE_DURATION. Default 30, 12..900 (it
+	// must outlast the relay's ResumeWindow, 10 s, plus MaxClockSkew, a sixth
+	// of the lease); keep it well below RelayTimeout.
 	LeaseDurationSeconds *float64
 	// GapTimeoutSeconds is OUTBOX_GAP_TIMEOUT. Default 10, 1..3600.
 	GapTimeoutSeconds *float64
@@ -216,7 +217,7 @@ var numbers = []intRange{
 	{name: "StreamBatchSize", field: func(p *Props) **float64 { return &p.StreamBatchSize }, def: 1000, min: 1, max: 10000, what: "the stream event source allows at most 10000 records per batch"},
 	{name: "StreamBatchingWindowSeconds", field: func(p *Props) **float64 { return &p.StreamBatchingWindowSeconds }, def: 0, min: 0, max: 300, what: "the event source's MaximumBatchingWindowInSeconds"},
 	{name: "OutboxBatchSize", field: func(p *Props) **float64 { return &p.OutboxBatchSize }, def: 500, min: 1, max: 10000, what: "OUTBOX_BATCH_SIZE"},
-	{name: "LeaseDurationSeconds", field: func(p *Props) **float64 { return &p.LeaseDurationSeconds }, def: 30, min: 10, max: 900, what: "OUTBOX_LEASE_DURATION in seconds"},
+	{name: "LeaseDurationSeconds", field: func(p *Props) **float64 { return &p.LeaseDurationSeconds }, def: 30, min: 12, max: 900, what: "OUTBOX_LEASE_DURATION in seconds, at least ResumeWindow (10 s) + MaxClockSkew"},
 	{name: "GapTimeoutSeconds", field: func(p *Props) **float64 { return &p.GapTimeoutSeconds }, def: 10, min: 1, max: 3600, what: "OUTBOX_GAP_TIMEOUT in seconds"},
 	{name: "SweepMinAgeSeconds", field: func(p *Props) **float64 { return &p.SweepMinAgeSeconds }, def: 10, min: 0, max: 600, what: "OUTBOX_SWEEP_MIN_AGE in seconds"},
 	{name: "MaxMessageBytes", field: func(p *Props) **float64 { return &p.MaxMessageBytes }, def: 1048576, min: 1024, max: 104857596, what: "OUTBOX_MAX_MESSAGE_BYTES"},

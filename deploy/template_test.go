@@ -363,7 +363,7 @@ func TestParameters(t *testing.T) {
 		{"OutboxBatchSize", "{Type: Number, Default: 500, MinValue: 1, MaxValue: 10000}"},
 		{"Topics", `{Type: String, Default: ""}`},
 		// lambda/config's ranges (TestParametersMatchConfigRanges).
-		{"LeaseDurationSeconds", "{Type: Number, Default: 30, MinValue: 10, MaxValue: 900}"},
+		{"LeaseDurationSeconds", "{Type: Number, Default: 30, MinValue: 12, MaxValue: 900}"},
 		{"GapTimeoutSeconds", "{Type: Number, Default: 10, MinValue: 1, MaxValue: 3600}"},
 		{"SweepMinAgeSeconds", "{Type: Number, Default: 10, MinValue: 0, MaxValue: 600}"},
 		{"MaxMessageBytes", "{Type: Number, Default: 1048576, MinValue: 1024, MaxValue: 104857596}"},

@@ -81,8 +81,10 @@ func (r Range) String() string {
 
 // Ranges of the numeric variables.
 //
-// The lease is at least 10 s because the relay renews every third of it and
-// stops LeaseMargin (5 s) before it expires; at most 15 min, the longest a
+// The lease is at least MinLeaseSeconds (12 s): it must outlast ResumeWindow
+// (10 s) plus MaxClockSkew (a sixth of the lease), because a relay that takes
+// over an expired lease owes no ResumeWindow wait, and the holder it replaces
+// may have owed one to a relay still resuming the bucket; at most 15 min, the longest a
 // Lambda invocation runs (a longer lease only delays takeover after a crash).
 // The gap timeout is at least 1 s because a writer's reservation and commit
 // take tens of milliseconds and a shorter wait fences live writers; at most
@@ -94,7 +96,7 @@ var Ranges = []Range{
 	{Variable: "OUTBOX_BATCH_SIZE", Min: 1, Max: 10000},
 	{Variable: "OUTBOX_MAX_MESSAGE_BYTES", Min: 1024, Max: 100<<20 - 4},
 	{Variable: "OUTBOX_CONCURRENCY", Min: 1, Max: 256},
-	{Variable: "OUTBOX_LEASE_DURATION", Min: 10, Max: 900, Unit: time.Second},
+	{Variable: "OUTBOX_LEASE_DURATION", Min: MinLeaseSeconds, Max: 900, Unit: time.Second},
 	{Variable: "OUTBOX_GAP_TIMEOUT", Min: 1, Max: 3600, Unit: time.Second},
 	{Variable: "OUTBOX_SWEEP_MIN_AGE", Min: 0, Max: 600, Unit: time.Second},
 }
@@ -153,6 +155,14 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	return c, errors.Join(l.errs...)
 }
+
+// ResumeWindow is the engine's default (10s): the functions do not change it.
+func (c Config) ResumeWindow() time.Duration { return 10 * time.Second }
+
+// MinLeaseSeconds is the shortest OUTBOX_LEASE_DURATION: the lease must last
+// at least ResumeWindow + MaxClockSkew (10 s + a sixth of the lease), because
+// a takeover at expiry owes no ResumeWindow wait (docs/design.md §4.1).
+const MinLeaseSeconds = 12
 
 // RenewInterval is a third of the lease, as the defaults are.
 func (c Config) RenewInterval() time.Duration { return c.LeaseDuration / 3 }

@@ -109,6 +109,7 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 		outbox.BucketCount(cfg.BucketCount),
 		outbox.BatchSize(cfg.BatchSize),
 		outbox.LeaseDuration(cfg.LeaseDuration),
+		outbox.ResumeWindow(cfg.ResumeWindow()),
 		outbox.LeaseRenewInterval(cfg.RenewInterval()),
 		outbox.LeaseMargin(cfg.LeaseMargin()),
 		outbox.MaxClockSkew(cfg.MaxClockSkew()),
@@ -132,14 +133,16 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 	return p, nil
 }
 
-// StreamOwnerID is the lease owner id of the relay function: one id for all
-// of its execution environments, "relay/<function name>". The event-source
-// mapping hands a bucket's records (one partition key) to one invocation at
-// a time, so the function's invocations never drain one bucket at once; with
-// one owner id, a bucket that one environment released is resumed by the next
-// without a lease write and without waiting out a ResumeWindow, and a bucket
-// whose holder died is taken up by the next invocation at once
-// (docs/design.md, "resuming"). Outside Lambda it is ContainerID("relay").
+// StreamOwnerID is the lease owner id of the relay function: one name for
+// all of its execution environments, "relay/<function name>", so that
+// metrics and heartbeats name the function. The name does not make them one
+// holder: the event-source mapping does not serialise a bucket (AWS orders
+// stream records per item, so two hints of one bucket can reach concurrent
+// invocations), and each acquisition is its own hold, told apart by the
+// token in the lease item. A container resumes without a write only a
+// bucket it released itself; one that takes a bucket from another
+// container's release waits ResumeWindow (docs/design.md §4.3). Outside
+// Lambda it is ContainerID("relay").
 func StreamOwnerID() string {
 	if fn := os.Getenv("AWS_LAMBDA_FUNCTION_NAME"); fn != "" {
 		id := "relay/" + fn

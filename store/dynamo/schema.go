@@ -43,7 +43,14 @@ const (
 	attrGapSince  = "gs"
 	attrWake      = "w"
 	attrEpoch     = "ep"
-	attrSeen      = "seen"
+	// The acquisition token of the current hold, and what the acquisition
+	// replaced (owner, expiry, token), so that a resent Acquire can report
+	// what the one that applied saw.
+	attrToken       = "tk"
+	attrPrevOwner   = "po"
+	attrPrevExpires = "pe"
+	attrPrevToken   = "ptk"
+	attrSeen        = "seen"
 )
 
 // Control-table keys.

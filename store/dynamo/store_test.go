@@ -176,9 +176,11 @@ func TestAcquireOwnExpiredLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Expired, nobody took it: the owner gets it back without a new epoch.
+	// Expired, nobody took it: its owner's name takes it over like anyone
+	// else's (another process may share the name): a new hold, with a new
+	// epoch and token, reported as a takeover.
 	a2, err := e.store.Acquire(ctx, 1, "a", t0.Add(time.Hour), leaseFor)
-	if err != nil || a2.Epoch != a.Epoch || !a2.Expires.Equal(t0.Add(time.Hour+leaseFor)) {
+	if err != nil || a2.Epoch != a.Epoch+1 || a2.Token == a.Token || !a2.TakenOver || !a2.Expires.Equal(t0.Add(time.Hour+leaseFor)) {
 		t.Fatalf("re-acquire of an expired own lease: %+v, %v", a2, err)
 	}
 }
