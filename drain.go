@@ -268,7 +268,7 @@ func (d *drain) nothingToPublish(ctx context.Context, bt *batch) (bool, error) {
 	cfg := &d.r.cfg
 	switch {
 	case len(bt.leftovers) > 0:
-		if err := d.mark(ctx, bt.leftovers); err != nil {
+		if err := d.markInWindow(ctx, bt.leftovers); err != nil {
 			return false, err
 		}
 		d.st.Leftovers += len(bt.leftovers)

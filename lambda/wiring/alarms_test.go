@@ -202,7 +202,7 @@ func (r *faultRig) run(ctx context.Context, sweeps int) observation {
 	if rerr == nil {
 		defer relayParts.Close()
 	}
-	sweeperParts, serr := BuildWith(ctx, cfg, r.d.Config, log, "sweeper/test", append([]outbox.Option{outbox.ResumeWindow(2 * time.Second)}, r.extra...)...)
+	sweeperParts, serr := BuildWith(ctx, cfg, r.d.Config, log, "sweeper/test", append([]outbox.Option{outbox.ResumeWindow(3 * time.Second)}, r.extra...)...)
 	o.sweeperInitFailed = serr != nil
 	if serr == nil {
 		defer sweeperParts.Close()
@@ -250,7 +250,7 @@ func newFaultRig(t *testing.T, ctx context.Context, d *testenv.Dynamo, k *testen
 		"OUTBOX_MESSAGES_TABLE": r.tables.Messages, "OUTBOX_CONTROL_TABLE": r.tables.Control,
 		"OUTBOX_TOPICS": r.topic, "KAFKA_BOOTSTRAP_SERVERS": strings.Join(k.Brokers, ","),
 		"OUTBOX_DYNAMODB_ENDPOINT": d.Endpoint, "AWS_REGION": d.Config.Region, "KAFKA_AUTH": "none",
-		"OUTBOX_SWEEP_MIN_AGE": "0s", "OUTBOX_LEASE_DURATION": "10s",
+		"OUTBOX_SWEEP_MIN_AGE": "0s", "OUTBOX_LEASE_DURATION": "12s",
 	}
 	w, err := dynamo.NewWriter(ctx, d.Client, r.tables)
 	if err != nil {
