@@ -61,6 +61,11 @@ type Config struct {
 	// Retention is how long a message item lives in WatermarkMode (its TTL,
 	// set by the writer). Zero in DeleteMode.
 	Retention time.Duration
+	// Topics are the Kafka topics the outbox serves, sorted: writers refuse a
+	// message for any other topic. Empty means any topic (a misspelt topic
+	// is then accepted, and its bucket stops at the relay until the topic
+	// exists or the message is parked).
+	Topics []string
 }
 
 // Lease is one bucket's lease item, as last read or written.

@@ -244,6 +244,7 @@ func (o *Outbox) newConfig(setup awslambda.CfnFunction, logs []constructs.IConst
 			"BucketCount":    o.cfg.n["BucketCount"],
 			"Mode":           o.cfg.mode,
 			"RetentionHours": o.cfg.n["OutboxRetentionHours"],
+			"Topics":         jsii.String(o.cfg.topics),
 		},
 	})
 	for _, l := range logs {

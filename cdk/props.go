@@ -84,8 +84,11 @@ type Props struct {
 	// OutboxBatchSize is OUTBOX_BATCH_SIZE, messages per round trip.
 	// Default 500, 1..10000.
 	OutboxBatchSize *float64
-	// Topics is OUTBOX_TOPICS, comma-separated topics the functions check at
-	// init. Default: none (only check that a broker answers).
+	// Topics is OUTBOX_TOPICS, comma-separated topics the outbox serves:
+	// written to its config item (writers refuse any other topic) and
+	// checked by the functions at init. Default: none, meaning any topic (a
+	// misspelt topic then stops its bucket at the relay) and only a check
+	// that a broker answers.
 	Topics *string
 	// LeaseDurationSeconds is OUTBOX_LEASE_DURATION. Default 30, 10..900;
 	// keep it well below RelayTimeout.

@@ -377,6 +377,13 @@ func TestDropAndInit(t *testing.T) {
 	c.step(exitOK, "parked", "--bucket", "3")
 	c.step(exitOK, "init", "--buckets", "4")
 	c.step(exitMisconfigured, "init", "--buckets", "8")
+	// --topics sets the list, status shows it and no warning; init without
+	// it keeps the list; --topics "" empties it.
+	c.step(exitOK, "init", "--buckets", "4", "--topics", "orders, audit")
+	c.step(exitOK, "init", "--buckets", "4")
+	c.step(exitOK, "status", "--bucket", "3")
+	c.step(exitUsage, "init", "--buckets", "4", "--topics", "orders,order events")
+	c.step(exitOK, "init", "--buckets", "4", "--topics", "")
 	golden(t, "drop_init.txt", c.normalise(c.out.String()))
 }
 

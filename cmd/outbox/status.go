@@ -111,7 +111,13 @@ type configStatus struct {
 	// mode's message retention (0 in delete mode).
 	Mode             string `json:"mode"`
 	RetentionSeconds int64  `json:"retention_seconds"`
+	// Topics are the topics writers accept; empty means any topic.
+	Topics []string `json:"topics"`
 }
+
+// anyTopicWarning is said wherever an outbox with no topic list is shown.
+const anyTopicWarning = "WARNING the outbox lists no topics, so writers accept any topic: a misspelt one is written, and its bucket stops at the relay " +
+	"(outbox status shows why; outbox park moves the message aside). List them with the stack's Topics parameter or outbox init --topics."
 
 type relaysStatus struct {
 	WithinSeconds int64    `json:"within_seconds"`
@@ -194,7 +200,7 @@ func readStatus(ctx context.Context, s *session, now time.Time, bucket int, live
 	rep := &statusReport{
 		MessagesTable: s.tables.Messages, ControlTable: s.tables.Control, At: now.UTC().Truncate(time.Millisecond),
 		Config: configStatus{BucketCount: cfg.BucketCount, FormatVersion: cfg.FormatVersion, Mode: cfg.Mode.String(),
-			RetentionSeconds: seconds(cfg.Retention)},
+			RetentionSeconds: seconds(cfg.Retention), Topics: append([]string{}, cfg.Topics...)},
 		LiveRelays: relaysStatus{WithinSeconds: seconds(liveWithin), IDs: append([]string{}, live...)},
 		Buckets:    make([]bucketStatus, len(buckets)),
 		Warnings:   []string{},
@@ -337,6 +343,7 @@ func (r *statusReport) render(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "outbox   messages %s, control %s\n", r.MessagesTable, r.ControlTable)
 	fmt.Fprintf(w, "config   BucketCount %d, format version %d, %s\n", r.Config.BucketCount, r.Config.FormatVersion, mode)
+	fmt.Fprintf(w, "topics   %s\n", dynamo.TopicList(r.Config.Topics))
 	fmt.Fprintf(w, "relays   %d live (heartbeat within %s): %s\n", len(r.LiveRelays.IDs), age(time.Duration(r.LiveRelays.WithinSeconds)*time.Second), relays)
 	fmt.Fprintf(w, "at       %s\n\n", r.At.Format(time.RFC3339))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -359,6 +366,9 @@ func (r *statusReport) render(w io.Writer) error {
 	}
 	for _, warning := range r.Warnings {
 		fmt.Fprintf(w, "\nWARNING %s\n", warning)
+	}
+	if len(r.Config.Topics) == 0 {
+		fmt.Fprintf(w, "\n%s\n", anyTopicWarning)
 	}
 	return nil
 }

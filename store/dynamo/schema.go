@@ -35,6 +35,7 @@ const (
 	attrBuckets   = "bc"
 	attrMode      = "md"
 	attrRetention = "rt"
+	attrTopics    = "tp"
 	attrOwner     = "o"
 	attrExpires   = "e"
 	attrHead      = "hd"

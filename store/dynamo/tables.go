@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -25,6 +26,8 @@ type AdminAPI interface {
 	UpdateTimeToLive(ctx context.Context, in *dynamodb.UpdateTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateTimeToLiveOutput, error)
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	// UpdateItem changes the topics of an existing config item (Topics).
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 }
 
 // The single methods that internal helpers need.
@@ -34,6 +37,9 @@ type (
 	}
 	putItemAPI interface {
 		PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	}
+	updateItemAPI interface {
+		UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	}
 )
 
@@ -127,7 +133,11 @@ func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...T
 	if client == nil {
 		return &outbox.OptionError{Option: "client", Value: nil, Reason: "a DynamoDB client is required"}
 	}
-	want := outbox.Config{BucketCount: s.bucketCount, Mode: s.mode, Retention: s.retention}
+	topics, err := cleanTopics(s.topics)
+	if err != nil {
+		return &outbox.OptionError{Option: "Topics", Value: s.topics, Reason: err.Error()}
+	}
+	want := outbox.Config{BucketCount: s.bucketCount, Mode: s.mode, Retention: s.retention, Topics: topics}
 	if want.BucketCount == 0 {
 		want.BucketCount = outbox.DefaultBucketCount
 	}
@@ -154,7 +164,7 @@ func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...T
 			return err
 		}
 	}
-	return putConfig(ctx, client, tables.Control, want)
+	return putConfig(ctx, client, tables.Control, want, s.topicsSet)
 }
 
 type tableSpec struct {
@@ -263,7 +273,9 @@ func enableTTL(ctx context.Context, client AdminAPI, t tableSpec) error {
 	return nil
 }
 
-func putConfig(ctx context.Context, client AdminAPI, table string, want outbox.Config) error {
+// putConfig writes a new config item, or checks an existing one against
+// want; with setTopics it changes the stored topics to want's.
+func putConfig(ctx context.Context, client AdminAPI, table string, want outbox.Config, setTopics bool) error {
 	err := writeNewConfig(ctx, client, table, want)
 	if !isConditionFailed(err) {
 		return err
@@ -283,6 +295,11 @@ func putConfig(ctx context.Context, client AdminAPI, table string, want outbox.C
 	if want.Retention != stored.Retention {
 		return &outbox.MisconfigurationError{Setting: "Retention", Configured: want.Retention.String(), Stored: stored.Retention.String(),
 			Fix: "pass the stored retention, or change it with dynamo.Configure (outbox init --retention)"}
+	}
+	if setTopics && !slices.Equal(want.Topics, stored.Topics) {
+		c := stored
+		c.Topics = want.Topics
+		return replaceConfig(ctx, client, table, stored, c)
 	}
 	return nil
 }

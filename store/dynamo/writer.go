@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,7 +38,31 @@ type Writer struct {
 	// retention is the outbox's in WatermarkMode (every message item gets
 	// a TTL), 0 in DeleteMode (none).
 	retention time.Duration
-	counter   *sequence.Counter
+	// topics: the config item's topic list, sorted; empty: any topic.
+	topics  []string
+	counter *sequence.Counter
+}
+
+// TopicError is Write refusing a message for a topic the outbox does not
+// serve: its config item lists the topics (the stack's Topics parameter,
+// outbox init --topics, dynamo.Topics), and the message's is not among
+// them. Nothing was written. It matches *outbox.ValidationError too (Field
+// "Topic").
+type TopicError struct {
+	Index  int    // the message's index in the Write
+	Topic  string // the message's topic
+	Topics []string
+}
+
+func (e *TopicError) Error() string {
+	return fmt.Sprintf("dynamo: message %d is for topic %q, which this outbox does not serve (its topics: %s); "+
+		"fix the topic name, or add the topic to the outbox's list (the stack's Topics parameter, or outbox init --topics) and restart the writers",
+		e.Index, e.Topic, strings.Join(e.Topics, ","))
+}
+
+// Unwrap makes a TopicError match *outbox.ValidationError.
+func (e *TopicError) Unwrap() error {
+	return &outbox.ValidationError{Index: e.Index, Field: "Topic", Reason: fmt.Sprintf("topic %q is not one the outbox serves (%s)", e.Topic, strings.Join(e.Topics, ","))}
 }
 
 // Result is what a successful Write wrote.
@@ -88,6 +113,7 @@ func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...Wri
 	if stored.Mode == outbox.WatermarkMode {
 		w.retention = stored.Retention
 	}
+	w.topics = stored.Topics
 	// The counter's UpdateItem goes through the Writer's one retry layer.
 	if w.counter, err = sequence.NewCounter(writerCalls{w}, tables.Control); err != nil {
 		return nil, err
@@ -109,9 +135,11 @@ func (w *Writer) item(m outbox.Message) map[string]types.AttributeValue {
 // with its version condition) and msgs in one TransactWriteItems.
 //
 // Every message is validated first (outbox.Validate, a UUID id, a DynamoDB
-// item of at most 400 KB) and so is the transaction (at most 100 items and
-// 4 MB); a *outbox.ValidationError means nothing was written and nothing was
-// reserved. Messages get an id (outbox.NewID) when theirs is empty, CreatedAt
+// item of at most 400 KB, a topic the outbox serves when its config item
+// lists topics — a *TopicError otherwise, read when the Writer was made) and
+// so is the transaction (at most 100 items and 4 MB, no two messages with
+// the same id); a *outbox.ValidationError means nothing was written and
+// nothing was reserved. Messages get an id (outbox.NewID) when theirs is empty, CreatedAt
 // (the clock's now) when zero, and their bucket (outbox.BucketFor) and
 // sequence number (any Bucket and Sequence the caller set are replaced). The
 // caller's items and messages are not modified.
@@ -191,12 +219,24 @@ func (w *Writer) prepare(ctx context.Context, items []types.TransactWriteItem, m
 	now := w.cfg.clock.Now()
 	out := make([]outbox.Message, len(msgs))
 	size := 0
+	seen := make(map[string]int, len(msgs))
 	for i, m := range msgs {
 		if m.ID == "" {
 			m.ID = outbox.NewID()
 		} else if !canonicalUUID(m.ID) {
 			return nil, &outbox.ValidationError{Index: i, Field: "ID", Reason: fmt.Sprintf(
 				"%q is not a UUID in canonical form (36 characters); leave ID empty to get a UUID v7", m.ID)}
+		}
+		if j, dup := seen[m.ID]; dup {
+			// Consumers deduplicate by id: the second would be dropped.
+			return nil, &outbox.ValidationError{Index: i, Field: "ID", Reason: fmt.Sprintf(
+				"message %d has the same id %s as message %d; consumers would drop one as a duplicate (leave IDs empty to get fresh ones)", i, m.ID, j)}
+		}
+		seen[m.ID] = i
+		if len(w.topics) > 0 {
+			if _, ok := slices.BinarySearch(w.topics, m.Topic); !ok {
+				return nil, &TopicError{Index: i, Topic: m.Topic, Topics: slices.Clone(w.topics)}
+			}
 		}
 		if m.CreatedAt.IsZero() {
 			m.CreatedAt = now
