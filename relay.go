@@ -45,6 +45,12 @@ type local struct {
 	// ResumeWindow after this relay acquired it from a relay that had
 	// released it and may still be resuming it.
 	notBefore time.Time
+	// stuck: what this process last saw stop the bucket (lease clock);
+	// recordedAt and loggedAt: when it last recorded it in the store and
+	// logged it, unlogged: the failures since that log line.
+	stuck                Stuck
+	recordedAt, loggedAt time.Time
+	unlogged             int64
 }
 
 // NewRelay reads the outbox's config item and returns a relay for it. It
@@ -207,7 +213,10 @@ func (r *Relay) drainBucket(ctx context.Context, bucket int, target int64, wait 
 		st.Head = d.head
 		if err != nil {
 			d.stop(ctx, err)
-			r.cfg.logger.Log(ctx, levelFor(err), "outbox: drain stopped", "bucket", bucket, "head", d.head, "err", err)
+			if !errors.As(err, new(*stoppedError)) {
+				// A stopped bucket was logged by the drain, at most once a minute.
+				r.cfg.logger.Log(ctx, levelFor(err), "outbox: drain stopped", "bucket", bucket, "head", d.head, "err", err)
+			}
 			return st, err
 		}
 		err = d.finish(ctx)
@@ -348,7 +357,9 @@ func (r *Relay) waitForHolder(ctx context.Context, bucket int) time.Duration {
 }
 
 func levelFor(err error) slog.Level {
-	if errors.Is(err, ErrDeadline) || errors.Is(err, ErrGapPending) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrLeaseHeld) {
+	if errors.Is(err, ErrDeadline) || errors.Is(err, ErrGapPending) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrLeaseHeld) ||
+		errors.Is(err, context.Canceled) {
+		// context.Canceled: the caller stopped the relay (a shutdown).
 		return slog.LevelInfo
 	}
 	return slog.LevelError

@@ -140,6 +140,7 @@ func (o *Outbox) environment() map[string]*string {
 		"OUTBOX_LEASE_DURATION":    jsii.String(strconv.Itoa(c.n["LeaseDurationSeconds"]) + "s"),
 		"OUTBOX_GAP_TIMEOUT":       jsii.String(strconv.Itoa(c.n["GapTimeoutSeconds"]) + "s"),
 		"OUTBOX_SWEEP_MIN_AGE":     jsii.String(strconv.Itoa(c.n["SweepMinAgeSeconds"]) + "s"),
+		"OUTBOX_PARK_STUCK_AFTER":  jsii.String(strconv.Itoa(c.n["ParkStuckAfterSeconds"]) + "s"),
 		"OUTBOX_MODE":              jsii.String(c.mode),
 		"OUTBOX_MAX_MESSAGE_BYTES": num(c.n["MaxMessageBytes"]),
 		"OUTBOX_CONCURRENCY":       num(c.n["RelayConcurrency"]),

@@ -613,3 +613,38 @@ func TestEndpointKeepsTheCredentialChain(t *testing.T) {
 		}
 	}
 }
+
+// A bucket stopped by a missing topic shows its REASON in status (and
+// --json); park refuses what is not its first pending message and a bucket
+// another relay holds, writing nothing, and parks the head, after which
+// status shows no reason and parked lists it.
+func TestParkAndStatusReason(t *testing.T) {
+	c, d, tables := outboxEnv(t)
+	seed(t, c, d, tables)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := dynamo.NewStore(ctx, d.Client, tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RecordStuck(ctx, 3, outbox.Stuck{Sequence: 2, MessageID: id(6), Topic: "order-evnts", Class: outbox.Fatal,
+		Reason: `kafka: topic "order-evnts" does not exist; create it (the relay does not create topics)`,
+		Since:  t0.Add(-5 * time.Minute), Last: t0.Add(-time.Minute), Count: 42}); err != nil {
+		t.Fatal(err)
+	}
+	c.step(exitOK, "status", "--bucket", "3")
+	c.step(exitOK, "status", "--bucket", "3", "--json")
+	c.step(exitUsage, "park", "--bucket", "3")
+	c.step(exitUsage, "park", "--bucket", "3", "--head", "--seq", "2")
+	c.step(exitFailed, "park", "--bucket", "3", "--seq", "3")
+	c.step(exitNotDrained, "park", "--bucket", "1", "--head")
+	c.step(exitOK, "park", "--bucket", "3", "--head", "--reason", "topic typo")
+	c.step(exitOK, "status", "--bucket", "3")
+	c.step(exitOK, "parked", "--bucket", "3")
+	c.step(exitFailed, "park", "--bucket", "3", "--head")
+	golden(t, "park.txt", c.normalise(c.out.String()))
+	if ps, err := st.ListParked(ctx, 3, 0); err != nil || len(ps) != 2 || ps[1].Sequence != 2 || ps[1].Message.ID != id(6) ||
+		!strings.Contains(ps[1].Reason, "topic typo") || !strings.Contains(ps[1].Reason, "does not exist") {
+		t.Fatalf("parked %+v, %v", ps, err)
+	}
+}

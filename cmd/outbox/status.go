@@ -35,6 +35,11 @@ and for every bucket:
   LEASE    the relay holding the bucket and how long its lease has left, or
            how long ago it expired (a relay that died without letting go)
   PARKED   dead letters of the bucket (see outbox parked)
+  REASON   why the bucket is stopped, as the relays recorded it: the class of
+           the error, the message it stopped at, for how long and after how
+           many failures, and the error (a topic that does not exist, a topic
+           the relay may not write). It stays stopped until the cause is
+           fixed or the message is parked (outbox park); "-" for none
 
 In watermark mode published messages stay until their TTL (the outbox's
 retention) removes them, and a RETAINED column follows HEAD:
@@ -133,6 +138,8 @@ type totalsStatus struct {
 	OldestPendingAgeSeconds *int64     `json:"oldest_pending_age_seconds"`
 	Gaps                    int        `json:"gaps"`
 	LeasesHeld              int        `json:"leases_held"`
+	// Stopped counts the buckets with a stuck reason.
+	Stopped int `json:"stopped"`
 }
 
 type bucketStatus struct {
@@ -151,6 +158,24 @@ type bucketStatus struct {
 	// Retained is the range a replay can still publish, in watermark mode
 	// (absent in delete mode, and when nothing is retained).
 	Retained *retainedStatus `json:"retained,omitempty"`
+	// Stuck is why the bucket is stopped, as the relays recorded it (null
+	// when it is not, or nothing was recorded).
+	Stuck *stuckStatus `json:"stuck"`
+}
+
+// stuckStatus is why a bucket is stopped: the permanent topic- or
+// cluster-wide error its first pending message met.
+type stuckStatus struct {
+	Sequence  int64     `json:"sequence"`
+	MessageID string    `json:"message_id"`
+	Topic     string    `json:"topic"`
+	Class     string    `json:"class"`
+	Reason    string    `json:"reason"`
+	Since     time.Time `json:"since"`
+	// ForSeconds is how long since a relay first saw it stopped there.
+	ForSeconds int64     `json:"for_seconds"`
+	Last       time.Time `json:"last"`
+	Count      int64     `json:"count"`
 }
 
 // retainedStatus is a watermark bucket's retained range: First..Last (the
@@ -279,6 +304,10 @@ func readBucket(ctx context.Context, st *dynamo.Store, db *dynamodb.Client, cont
 			}
 		}
 	}
+	if st := l.Stuck; st.Current(l.Head) {
+		bs.Stuck = &stuckStatus{Sequence: st.Sequence, MessageID: st.MessageID, Topic: st.Topic, Class: st.Class.String(), Reason: st.Reason,
+			Since: st.Since.UTC(), ForSeconds: seconds(now.Sub(st.Since)), Last: st.Last.UTC(), Count: st.Count}
+	}
 	if l.Gap > l.Head {
 		bs.Gap = &gapStatus{Sequence: l.Gap, Since: timePtr(l.GapSince), AgeSeconds: seconds(now.Sub(l.GapSince))}
 	}
@@ -303,6 +332,9 @@ func (r *statusReport) total(now time.Time) {
 		if b.Gap != nil {
 			r.Totals.Gaps++
 		}
+		if b.Stuck != nil {
+			r.Totals.Stopped++
+		}
 		if b.Lease != nil && b.Lease.Held {
 			r.Totals.LeasesHeld++
 		}
@@ -322,7 +354,7 @@ func (r *statusReport) total(now time.Time) {
 func activeOnly(bs []bucketStatus) []bucketStatus {
 	var out []bucketStatus
 	for _, b := range bs {
-		if b.Pending != 0 || b.Parked > 0 || b.Gap != nil || b.Lease != nil {
+		if b.Pending != 0 || b.Parked > 0 || b.Gap != nil || b.Lease != nil || b.Stuck != nil {
 			out = append(out, b)
 		}
 	}
@@ -353,14 +385,14 @@ func (r *statusReport) render(w io.Writer) error {
 		}
 		return cell + "\t"
 	}
-	fmt.Fprintf(tw, "BUCKET\tPENDING\tOLDEST\tHEAD\t%sNEXT\tGAP\tLEASE\tPARKED\n", retained("RETAINED"))
+	fmt.Fprintf(tw, "BUCKET\tPENDING\tOLDEST\tHEAD\t%sNEXT\tGAP\tLEASE\tPARKED\tREASON\n", retained("RETAINED"))
 	for _, b := range r.Buckets {
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s%d\t%s\t%s\t%d\n",
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s%d\t%s\t%s\t%d\t%s\n",
 			b.Bucket, b.Pending, oldestCell(b.Pending, b.OldestPendingAgeSeconds), b.Head, retained(retainedCell(b.Retained)), b.NextSequence,
-			gapCell(b.Gap), leaseCell(b.Lease), b.Parked)
+			gapCell(b.Gap), leaseCell(b.Lease), b.Parked, reasonCell(b.Stuck))
 	}
-	fmt.Fprintf(tw, "total\t%d\t%s\t\t%s\t%s\t%s\t%d\n", r.Totals.Pending, oldestCell(r.Totals.Pending, r.Totals.OldestPendingAgeSeconds),
-		retained(""), countCell(r.Totals.Gaps, "gap"), countCell(r.Totals.LeasesHeld, "held"), r.Totals.Parked)
+	fmt.Fprintf(tw, "total\t%d\t%s\t\t%s\t%s\t%s\t%d\t%s\n", r.Totals.Pending, oldestCell(r.Totals.Pending, r.Totals.OldestPendingAgeSeconds),
+		retained(""), countCell(r.Totals.Gaps, "gap"), countCell(r.Totals.LeasesHeld, "held"), r.Totals.Parked, countCell(r.Totals.Stopped, "stopped"))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -396,6 +428,18 @@ func oldestCell(pending int64, ageSeconds *int64) string {
 		return "?"
 	}
 	return "-"
+}
+
+// reasonWidth bounds the error in the REASON cell (--json has all of it).
+const reasonWidth = 100
+
+// reasonCell is "stopped at S for AGE (N failures): error", "-" for none.
+func reasonCell(s *stuckStatus) string {
+	if s == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%s: stopped at %d for %s (%d failures): %s", s.Class, s.Sequence, age(time.Duration(s.ForSeconds)*time.Second), s.Count,
+		clip(s.Reason, reasonWidth, false))
 }
 
 func gapCell(g *gapStatus) string {

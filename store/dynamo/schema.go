@@ -45,6 +45,17 @@ const (
 	attrWake      = "w"
 	attrEpoch     = "ep"
 	attrSeen      = "seen"
+	// Why a bucket stopped, on its lease item (outbox.Stuck): ks sequence,
+	// ki message id, kt topic, kc class, km reason, kf since (ms), kl last
+	// (ms), kn count.
+	attrStuckSeq    = "ks"
+	attrStuckID     = "ki"
+	attrStuckTopic  = "kt"
+	attrStuckClass  = "kc"
+	attrStuckReason = "km"
+	attrStuckSince  = "kf"
+	attrStuckLast   = "kl"
+	attrStuckCount  = "kn"
 )
 
 // Control-table keys.
