@@ -39,7 +39,11 @@ func (d *drain) stopped(ctx context.Context, e Entry, perr error) error {
 		s.Since, s.Count = ls.Since, max(s.Count, ls.Count)
 	}
 	s.MessageID, s.Topic, s.Class = e.Message.ID, e.Message.Topic, Fatal
-	s.Reason = clipReason(perr.Error(), MaxStuckReason)
+	cause := perr
+	if pe := (*PublishError)(nil); errors.As(perr, &pe) && pe.Err != nil {
+		cause = pe.Err // the bucket, sequence and id are fields of their own
+	}
+	s.Reason = clipReason(cause.Error(), MaxStuckReason)
 	s.Count++
 	s.Last = now
 	loc.stuck = s

@@ -431,7 +431,7 @@ func oldestCell(pending int64, ageSeconds *int64) string {
 }
 
 // reasonWidth bounds the error in the REASON cell (--json has all of it).
-const reasonWidth = 100
+const reasonWidth = 120
 
 // reasonCell is "stopped at S for AGE (N failures): error", "-" for none.
 func reasonCell(s *stuckStatus) string {
