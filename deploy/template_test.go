@@ -456,8 +456,8 @@ func join(lists ...[]grant) []grant {
 // the failure queue.
 func baseGrants(fn string) []grant {
 	tables := join(
-		grants([]string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}, "<MessagesTable.Arn>", ""),
-		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"}, "<ControlTable.Arn>", ""),
+		grants([]string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:DescribeTable"}, "<MessagesTable.Arn>", ""),
+		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:DescribeTable"}, "<ControlTable.Arn>", ""),
 	)
 	switch fn {
 	case "RelayFunction":
@@ -582,8 +582,8 @@ func scenarios() []scenario {
 // them) plus the function's own log group.
 func setupGrants() []grant {
 	return join(
-		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, "<ControlTable.Arn>", ""),
-		grants([]string{"dynamodb:Query"}, "<MessagesTable.Arn>", ""),
+		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DescribeTable"}, "<ControlTable.Arn>", ""),
+		grants([]string{"dynamodb:Query", "dynamodb:DescribeTable"}, "<MessagesTable.Arn>", ""),
 		grants([]string{"logs:CreateLogStream", "logs:PutLogEvents"}, "<SetupLogGroup.Arn>", ""),
 	)
 }

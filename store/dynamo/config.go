@@ -248,6 +248,9 @@ func configure(ctx context.Context, client StoreAPI, tables Tables, change func(
 	if client == nil {
 		return outbox.Config{}, &outbox.OptionError{Option: "client", Value: nil, Reason: "a DynamoDB client is required"}
 	}
+	if err := checkSingleRegion(ctx, client, tables); err != nil {
+		return outbox.Config{}, err
+	}
 	stored, err := readConfig(ctx, client, tables.Control)
 	var missing *types.ResourceNotFoundException
 	switch {

@@ -14,9 +14,11 @@ import (
 )
 
 // StoreAPI is the part of the DynamoDB client a Store uses: GetItem,
-// PutItem, UpdateItem, DeleteItem, Query, BatchWriteItem and
-// TransactWriteItems (parking and replaying). *dynamodb.Client has them.
+// PutItem, UpdateItem, DeleteItem, Query, BatchWriteItem,
+// TransactWriteItems (parking and replaying) and DescribeTable (NewStore
+// refuses global tables). *dynamodb.Client has them.
 type StoreAPI interface {
+	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
 	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
@@ -58,6 +60,9 @@ func NewStore(ctx context.Context, client StoreAPI, tables Tables, opts ...Store
 	}
 	stored, err := openOutbox(ctx, client, tables, &s)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkSingleRegion(ctx, client, tables); err != nil {
 		return nil, err
 	}
 	return &Store{client: client, tables: tables, cfg: s, stored: stored}, nil

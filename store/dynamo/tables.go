@@ -159,6 +159,9 @@ func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...T
 			return fmt.Errorf("dynamo: wait for table %s to become active: %w", t.name, err)
 		}
 	}
+	if err := checkSingleRegion(ctx, client, tables); err != nil {
+		return err
+	}
 	for _, t := range specs {
 		if err := enableTTL(ctx, client, t); err != nil {
 			return err

@@ -19,9 +19,11 @@ import (
 )
 
 // WriterAPI is the part of the DynamoDB client a Writer uses: GetItem (the
-// config item), UpdateItem (sequence counters), PutItem (fences) and
-// TransactWriteItems. *dynamodb.Client has them.
+// config item), UpdateItem (sequence counters), PutItem (fences),
+// TransactWriteItems and DescribeTable (NewWriter refuses global tables).
+// *dynamodb.Client has them.
 type WriterAPI interface {
+	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
@@ -86,8 +88,13 @@ type Result struct {
 // the outbox's Retention (see Retention). A Writer reads mode and retention
 // once, here: restart writers after changing them (Configure).
 //
-// The writer's IAM permissions: dynamodb:GetItem on both tables (config
-// item, this check), dynamodb:UpdateItem on the control table (sequence
+// Both tables must be in one region: a table with replicas (a DynamoDB
+// global table) is refused with a *outbox.MisconfigurationError, because
+// two regions would hand out the same sequence numbers and one message
+// would overwrite the other.
+//
+// The writer's IAM permissions: dynamodb:GetItem and dynamodb:DescribeTable
+// on both tables (config item, these checks), dynamodb:UpdateItem on the control table (sequence
 // counters), dynamodb:PutItem on the messages table (messages, and fences
 // that release numbers a failed write reserved), and what its transactions
 // need on your own tables (PutItem, UpdateItem, DeleteItem,
@@ -107,6 +114,9 @@ func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...Wri
 		return nil, err
 	}
 	if err := checkMessagesTable(ctx, client, tables.Messages); err != nil {
+		return nil, err
+	}
+	if err := checkSingleRegion(ctx, client, tables); err != nil {
 		return nil, err
 	}
 	w := &Writer{client: client, tables: tables, cfg: s, bucketCount: stored.BucketCount}
