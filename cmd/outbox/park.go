@@ -24,7 +24,8 @@ naming it): the relay publishes a bucket in order and stops at that message.
 park takes the bucket's lease as a relay does (another relay holding it is
 woken and park exits with 4: run it again), waits out a relay that may still
 be resuming the bucket (up to 10s), parks the message in one transaction
-conditional on the lease, and lets the lease go. It publishes nothing: the
+conditional on the lease, and hands the lease back (so the relay's next drain
+starts at once). It publishes nothing: the
 bucket's next drain (the sweeper's, within a minute, or outbox drain B)
 publishes the rest.
 
@@ -79,11 +80,16 @@ func park(ctx context.Context, a *app, s *session, bucket int, seq int64, reason
 	if err != nil {
 		return err
 	}
-	r, err := outbox.NewRelay(ctx, st, noPublisher{}, outbox.RelayID(a.relayID()), outbox.HolderWait(0), outbox.WithClock(appClock(a.now)))
+	r, err := outbox.NewRelay(ctx, st, noPublisher{}, outbox.RelayID(a.relayID()), outbox.HolderWait(0), outbox.ResumeReleased(false), outbox.WithClock(appClock(a.now)))
 	if err != nil {
 		return err
 	}
 	p, err := r.Park(ctx, bucket, seq, reason)
+	// This process never resumes the bucket: hand the lease back, so that
+	// the relay's next drain need not wait ResumeWindow for it.
+	if derr := st.Disown(context.WithoutCancel(ctx), bucket, a.relayID()); derr != nil {
+		fmt.Fprintf(a.stderr, "outbox park: the lease of bucket %d was not handed back; the relay's next drain waits ResumeWindow: %v\n", bucket, derr)
+	}
 	var pe *outbox.ParkError
 	switch {
 	case errors.Is(err, outbox.ErrLeaseHeld):
