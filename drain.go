@@ -284,8 +284,7 @@ func (d *drain) nothingToPublish(ctx context.Context, bt *batch) (bool, error) {
 		reason := fmt.Errorf("record of %d bytes exceeds MaxMessageBytes=%d", cfg.headers.RecordSize(e.Message), cfg.maxMessageBytes)
 		if e.Err != nil {
 			if Classify(e.Err) == Fatal {
-				cfg.logger.ErrorContext(ctx, "outbox: item cannot be read by this relay; the bucket stops", "bucket", d.b, "sequence", e.Sequence, "err", e.Err)
-				return false, &PublishError{Bucket: d.b, Sequence: e.Sequence, Err: e.Err}
+				return false, d.stopped(ctx, Entry{Sequence: e.Sequence}, &PublishError{Bucket: d.b, Sequence: e.Sequence, Err: e.Err})
 			}
 			reason = fmt.Errorf("item cannot be decoded: %w", e.Err)
 		}
@@ -468,9 +467,7 @@ func (d *drain) publishFailed(ctx context.Context, bt *batch, acked int, perr er
 		d.failures = 0
 		return nil
 	case Fatal:
-		cfg.logger.ErrorContext(ctx, "outbox: publish failed with a permanent topic- or cluster-wide error; the bucket stops until the cause is fixed",
-			"bucket", d.b, "sequence", failed.Sequence, "err", perr)
-		return perr
+		return d.stopped(ctx, Entry{Sequence: failed.Sequence, Message: failed}, perr)
 	default:
 		// Retriable: back off with full jitter, keep the rows, try again
 		// (from the new head) unless the deadline comes first.
@@ -512,20 +509,28 @@ func (d *drain) recordError(ctx context.Context, e Entry, cause error, first, la
 		}
 		return &PublishError{Bucket: d.b, Sequence: e.Sequence, MessageID: e.Message.ID, Err: cause}
 	}
+	_, err := d.park(ctx, e, cause, RecordPermanent, first, last, attempts)
+	return err
+}
+
+// park moves e, the entry at head+1, to the dead letters and advances head
+// past it. The drain holds the lease.
+func (d *drain) park(ctx context.Context, e Entry, cause error, class ErrorClass, first, last time.Time, attempts int) (Parked, error) {
+	cfg := &d.r.cfg
 	// Park writes head to e.Sequence conditional on it being e.Sequence-1:
 	// bring a lagging stored head up first.
 	if d.getLease().Head < d.head {
 		if err := d.writeHead(ctx); err != nil {
-			return err
+			return Parked{}, err
 		}
 	}
 	msg := e.Message
 	msg.Bucket, msg.Sequence = d.b, e.Sequence
-	p := Parked{Bucket: d.b, Sequence: e.Sequence, Message: msg, Reason: cause.Error(), Class: RecordPermanent,
+	p := Parked{Bucket: d.b, Sequence: e.Sequence, Message: msg, Reason: cause.Error(), Class: class,
 		Attempts: max(attempts, 1), FirstFailure: first, LastFailure: last}
 	l, err := d.r.store.Park(ctx, d.getLease(), p, cfg.clock.Now())
 	if err != nil {
-		return fmt.Errorf("outbox: park bucket %d sequence %d: %w", d.b, e.Sequence, err)
+		return Parked{}, fmt.Errorf("outbox: park bucket %d sequence %d: %w", d.b, e.Sequence, err)
 	}
 	d.setLease(l)
 	d.head = max(d.head, e.Sequence)
@@ -533,10 +538,10 @@ func (d *drain) recordError(ctx context.Context, e Entry, cause error, first, la
 		d.cleaned = e.Sequence
 	}
 	d.st.Parked++
-	cfg.metrics.Batch(BatchStats{Bucket: d.b, Parked: 1, Err: cause, Class: RecordPermanent})
+	cfg.metrics.Batch(BatchStats{Bucket: d.b, Parked: 1, Err: cause, Class: class})
 	cfg.logger.ErrorContext(ctx, "outbox: record parked in the dead letters; the bucket continues",
 		"bucket", d.b, "sequence", e.Sequence, "message_id", e.Message.ID, "attempts", p.Attempts, "err", cause)
-	return nil
+	return p, nil
 }
 
 // gap handles a missing sequence number at seq (head+1) while next, a later

@@ -38,6 +38,7 @@ type config struct {
 	concurrency     int
 	pollInterval    time.Duration
 	recordPolicy    RecordErrorPolicy
+	parkStuckAfter  time.Duration
 	retryBase       time.Duration
 	retryMax        time.Duration
 	clock           Clock
@@ -210,6 +211,20 @@ func PollInterval(d time.Duration) Option { return func(c *config) { c.pollInter
 // letters and the bucket continues. Block stops the bucket and reports it.
 func OnRecordError(p RecordErrorPolicy) Option { return func(c *config) { c.recordPolicy = p } }
 
+// ParkStuckAfter parks a message that has stopped its bucket with a
+// permanent topic- or cluster-wide error (class Fatal: a topic that does not
+// exist, an authorization failure) for at least d, measured from the first
+// time a relay recorded the bucket stopped at that message (on the lease,
+// so it holds across invocations), and lets the rest of the bucket flow.
+// The parked message keeps its id and can be replayed once the cause is
+// fixed (outbox replay). Default 0: off — the bucket stays stopped until
+// the cause is fixed or an operator parks the message (outbox park). A
+// cluster-wide cause (authorization) then parks one message per bucket per
+// d for as long as it lasts: choose d above any outage you would rather
+// wait out. Needs a StuckRecorder store (store/dynamo, store/memory);
+// with another store it never parks. Must not be negative.
+func ParkStuckAfter(d time.Duration) Option { return func(c *config) { c.parkStuckAfter = d } }
+
 // RetryBackoff bounds the exponential backoff, with full jitter, between
 // attempts after a retriable publish error. Default 100ms doubling up to 5s.
 func RetryBackoff(base, max time.Duration) Option {
@@ -279,6 +294,8 @@ func (c *config) validate() error {
 		return bad("PollInterval", c.pollInterval, "must be positive")
 	case c.recordPolicy != Park && c.recordPolicy != Block:
 		return bad("OnRecordError", c.recordPolicy, "must be Park or Block")
+	case c.parkStuckAfter < 0:
+		return bad("ParkStuckAfter", c.parkStuckAfter, "must not be negative (0 is off)")
 	case c.retryBase <= 0 || c.retryMax < c.retryBase:
 		return bad("RetryBackoff", fmt.Sprintf("%v..%v", c.retryBase, c.retryMax), "base must be positive and max at least base")
 	case c.clock == nil:

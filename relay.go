@@ -51,6 +51,12 @@ type local struct {
 	// bucket. Only a release of that hold may be resumed without a write:
 	// the owner name may be shared by other processes (docs/design.md §4.3).
 	token string
+	// stuck: what this process last saw stop the bucket (lease clock);
+	// recordedAt and loggedAt: when it last recorded it in the store and
+	// logged it, unlogged: the failures since that log line.
+	stuck                Stuck
+	recordedAt, loggedAt time.Time
+	unlogged             int64
 }
 
 // NewRelay reads the outbox's config item and returns a relay for it. It
@@ -213,7 +219,10 @@ func (r *Relay) drainBucket(ctx context.Context, bucket int, target int64, wait 
 		st.Head = d.head
 		if err != nil {
 			d.stop(ctx, err)
-			r.cfg.logger.Log(ctx, levelFor(err), "outbox: drain stopped", "bucket", bucket, "head", d.head, "err", err)
+			if !errors.As(err, new(*stoppedError)) {
+				// A stopped bucket was logged by the drain, at most once a minute.
+				r.cfg.logger.Log(ctx, levelFor(err), "outbox: drain stopped", "bucket", bucket, "head", d.head, "err", err)
+			}
 			return st, err
 		}
 		err = d.finish(ctx)
@@ -358,7 +367,9 @@ func (r *Relay) waitForHolder(ctx context.Context, bucket int) time.Duration {
 }
 
 func levelFor(err error) slog.Level {
-	if errors.Is(err, ErrDeadline) || errors.Is(err, ErrGapPending) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrLeaseHeld) {
+	if errors.Is(err, ErrDeadline) || errors.Is(err, ErrGapPending) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrLeaseHeld) ||
+		errors.Is(err, context.Canceled) {
+		// context.Canceled: the caller stopped the relay (a shutdown).
 		return slog.LevelInfo
 	}
 	return slog.LevelError

@@ -620,6 +620,7 @@ func TestOptionValidation(t *testing.T) {
 		{"concurrency", outbox.Concurrency(0), "Concurrency"},
 		{"policy", outbox.OnRecordError(7), "OnRecordError"},
 		{"backoff", outbox.RetryBackoff(time.Second, time.Millisecond), "RetryBackoff"},
+		{"park stuck after", outbox.ParkStuckAfter(-time.Second), "ParkStuckAfter"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

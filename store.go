@@ -61,6 +61,11 @@ type Config struct {
 	// Retention is how long a message item lives in WatermarkMode (its TTL,
 	// set by the writer). Zero in DeleteMode.
 	Retention time.Duration
+	// Topics are the Kafka topics the outbox serves, sorted: writers refuse a
+	// message for any other topic. Empty means any topic (a misspelt topic
+	// is then accepted, and its bucket stops at the relay until the topic
+	// exists or the message is parked).
+	Topics []string
 }
 
 // Lease is one bucket's lease item, as last read or written.
@@ -124,6 +129,44 @@ type Lease struct {
 	// process released itself.
 	PrevReleasedBy string
 	PrevToken      string
+	// Stuck is why the bucket last stopped, as a relay recorded it (a
+	// StuckRecorder store): current while Stuck.Sequence > Head, stale
+	// once the head passed it. Zero when nothing was recorded.
+	Stuck Stuck
+}
+
+// Stuck is why a bucket stopped: the permanent, topic- or cluster-wide
+// error (class Fatal: a missing topic, an authorization failure) that its
+// first pending message met. Relays record it on the bucket's lease item
+// (at most once a minute per bucket and process) so that operators see it
+// (outbox status, REASON); it never changes the lease's hold.
+type Stuck struct {
+	Sequence  int64 // the message the bucket stopped at
+	MessageID string
+	Topic     string
+	Class     ErrorClass
+	Reason    string // the error, at most MaxStuckReason bytes
+	// Since is when a relay first saw the bucket stopped at Sequence, Last
+	// the latest record; Count is how many failed attempts were counted
+	// since Since (a lower bound: attempts between records are counted
+	// in the process that made them).
+	Since, Last time.Time
+	Count       int64
+}
+
+// MaxStuckReason bounds Stuck.Reason.
+const MaxStuckReason = 1024
+
+// Current reports whether s still describes a bucket whose head is head.
+func (s Stuck) Current(head int64) bool { return s.Sequence > head }
+
+// StuckRecorder is an optional Store capability: it records why a bucket
+// stopped on its lease item, without touching the hold (owner, expiry,
+// head, cleaned, gap, wake count, epoch), and only while the stored head is
+// below s.Sequence (a record for a bucket that moved on is dropped). Any
+// relay may record, held or not; the write is idempotent.
+type StuckRecorder interface {
+	RecordStuck(ctx context.Context, bucket int, s Stuck) error
 }
 
 // HeldAt reports whether an owner holds the lease at now.

@@ -140,6 +140,7 @@ func (o *Outbox) environment() map[string]*string {
 		"OUTBOX_LEASE_DURATION":    jsii.String(strconv.Itoa(c.n["LeaseDurationSeconds"]) + "s"),
 		"OUTBOX_GAP_TIMEOUT":       jsii.String(strconv.Itoa(c.n["GapTimeoutSeconds"]) + "s"),
 		"OUTBOX_SWEEP_MIN_AGE":     jsii.String(strconv.Itoa(c.n["SweepMinAgeSeconds"]) + "s"),
+		"OUTBOX_PARK_STUCK_AFTER":  jsii.String(strconv.Itoa(c.n["ParkStuckAfterSeconds"]) + "s"),
 		"OUTBOX_MODE":              jsii.String(c.mode),
 		"OUTBOX_MAX_MESSAGE_BYTES": num(c.n["MaxMessageBytes"]),
 		"OUTBOX_CONCURRENCY":       num(c.n["RelayConcurrency"]),
@@ -244,6 +245,7 @@ func (o *Outbox) newConfig(setup awslambda.CfnFunction, logs []constructs.IConst
 			"BucketCount":    o.cfg.n["BucketCount"],
 			"Mode":           o.cfg.mode,
 			"RetentionHours": o.cfg.n["OutboxRetentionHours"],
+			"Topics":         jsii.String(o.cfg.topics),
 		},
 	})
 	for _, l := range logs {

@@ -84,8 +84,11 @@ type Props struct {
 	// OutboxBatchSize is OUTBOX_BATCH_SIZE, messages per round trip.
 	// Default 500, 1..10000.
 	OutboxBatchSize *float64
-	// Topics is OUTBOX_TOPICS, comma-separated topics the functions check at
-	// init. Default: none (only check that a broker answers).
+	// Topics is OUTBOX_TOPICS, comma-separated topics the outbox serves:
+	// written to its config item (writers refuse any other topic) and
+	// checked by the functions at init. Default: none, meaning any topic (a
+	// misspelt topic then stops its bucket at the relay) and only a check
+	// that a broker answers.
 	Topics *string
 	// LeaseDurationSeconds is OUTBOX_LEASE_DURATION. Default 30, 12..900 (it
 	// must outlast the relay's ResumeWindow, 10 s, plus MaxClockSkew, a sixth
@@ -97,6 +100,10 @@ type Props struct {
 	// messages younger than this to the stream-triggered relay. Default 10,
 	// 0..600.
 	SweepMinAgeSeconds *float64
+	// ParkStuckAfterSeconds is OUTBOX_PARK_STUCK_AFTER: park a message that
+	// has stopped its bucket this long with a permanent topic- or
+	// cluster-wide error, so the rest flows. Default 0 (off), 0..604800.
+	ParkStuckAfterSeconds *float64
 	// MaxMessageBytes is OUTBOX_MAX_MESSAGE_BYTES; match the topics'
 	// max.message.bytes. Default 1048576, 1024..104857596.
 	MaxMessageBytes *float64
@@ -220,6 +227,7 @@ var numbers = []intRange{
 	{name: "LeaseDurationSeconds", field: func(p *Props) **float64 { return &p.LeaseDurationSeconds }, def: 30, min: 12, max: 900, what: "OUTBOX_LEASE_DURATION in seconds, at least ResumeWindow (10 s) + MaxClockSkew"},
 	{name: "GapTimeoutSeconds", field: func(p *Props) **float64 { return &p.GapTimeoutSeconds }, def: 10, min: 1, max: 3600, what: "OUTBOX_GAP_TIMEOUT in seconds"},
 	{name: "SweepMinAgeSeconds", field: func(p *Props) **float64 { return &p.SweepMinAgeSeconds }, def: 10, min: 0, max: 600, what: "OUTBOX_SWEEP_MIN_AGE in seconds"},
+	{name: "ParkStuckAfterSeconds", field: func(p *Props) **float64 { return &p.ParkStuckAfterSeconds }, def: 0, min: 0, max: 604800, what: "OUTBOX_PARK_STUCK_AFTER in seconds; 0 = off"},
 	{name: "MaxMessageBytes", field: func(p *Props) **float64 { return &p.MaxMessageBytes }, def: 1048576, min: 1024, max: 104857596, what: "OUTBOX_MAX_MESSAGE_BYTES"},
 	{name: "RelayConcurrency", field: func(p *Props) **float64 { return &p.RelayConcurrency }, def: 8, min: 1, max: 256, what: "OUTBOX_CONCURRENCY"},
 	{name: "RelayTimeout", field: func(p *Props) **float64 { return &p.RelayTimeout }, def: 120, min: 30, max: 900, what: "seconds"},

@@ -43,6 +43,11 @@ func (r *recordingClient) GetItem(ctx context.Context, in *dynamodb.GetItemInput
 	return r.c.GetItem(ctx, in, o...)
 }
 
+func (r *recordingClient) DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, o ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error) {
+	r.note("DescribeTable", aws.ToString(in.TableName))
+	return r.c.DescribeTable(ctx, in, o...)
+}
+
 func (r *recordingClient) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
 	r.note("PutItem", aws.ToString(in.TableName))
 	return r.c.PutItem(ctx, in, o...)
@@ -144,15 +149,16 @@ func policyGrants(t *testing.T, name string) []grant {
 
 // TestWriterPolicy: the policy a writer service attaches (output
 // WriterPolicyArn) is exactly the writer contract (NewWriter reads the config
-// item and checks the messages table with a GetItem; Write reserves with
+// item, checks the messages table with a GetItem and both tables with a
+// DescribeTable (no replicas); Write reserves with
 // UpdateItem on the control table and puts messages, and fences, on the
 // messages table), and that is exactly what a Writer calls, recorded while
 // it opens, writes, loses a business condition (and fences) and spans
 // buckets.
 func TestWriterPolicy(t *testing.T) {
 	contract := join(
-		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem"}, "<MessagesTable.Arn>", ""),
-		grants([]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, "<ControlTable.Arn>", ""),
+		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DescribeTable"}, "<MessagesTable.Arn>", ""),
+		grants([]string{"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DescribeTable"}, "<ControlTable.Arn>", ""),
 	)
 	diffGrants(t, policyGrants(t, "WriterPolicy"), contract)
 

@@ -98,7 +98,8 @@ MessagesTable: !Ref MessagesTable
 ControlTable: !Ref ControlTable
 BucketCount: !Ref BucketCount
 Mode: !Ref OutboxMode
-RetentionHours: !Ref OutboxRetentionHours`)
+RetentionHours: !Ref OutboxRetentionHours
+Topics: !Ref Topics`)
 	if got := at(r, "Properties"); !reflect.DeepEqual(got, want) {
 		t.Errorf("OutboxConfig.Properties = %s, want %s", canon(got), canon(want))
 	}
@@ -154,6 +155,7 @@ func TestParametersMatchConfigRanges(t *testing.T) {
 		"OUTBOX_LEASE_DURATION":    "LeaseDurationSeconds",
 		"OUTBOX_GAP_TIMEOUT":       "GapTimeoutSeconds",
 		"OUTBOX_SWEEP_MIN_AGE":     "SweepMinAgeSeconds",
+		"OUTBOX_PARK_STUCK_AFTER":  "ParkStuckAfterSeconds",
 	}
 	for _, r := range config.Ranges {
 		name, ok := params[r.Variable]

@@ -366,6 +366,7 @@ func TestParameters(t *testing.T) {
 		{"LeaseDurationSeconds", "{Type: Number, Default: 30, MinValue: 12, MaxValue: 900}"},
 		{"GapTimeoutSeconds", "{Type: Number, Default: 10, MinValue: 1, MaxValue: 3600}"},
 		{"SweepMinAgeSeconds", "{Type: Number, Default: 10, MinValue: 0, MaxValue: 600}"},
+		{"ParkStuckAfterSeconds", "{Type: Number, Default: 0, MinValue: 0, MaxValue: 604800}"},
 		{"MaxMessageBytes", "{Type: Number, Default: 1048576, MinValue: 1024, MaxValue: 104857596}"},
 		{"RelayConcurrency", "{Type: Number, Default: 8, MinValue: 1, MaxValue: 256}"},
 		{"RelayTimeout", "{Type: Number, Default: 120, MinValue: 30, MaxValue: 900}"},
@@ -455,8 +456,8 @@ func join(lists ...[]grant) []grant {
 // the failure queue.
 func baseGrants(fn string) []grant {
 	tables := join(
-		grants([]string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}, "<MessagesTable.Arn>", ""),
-		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"}, "<ControlTable.Arn>", ""),
+		grants([]string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:DescribeTable"}, "<MessagesTable.Arn>", ""),
+		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:DescribeTable"}, "<ControlTable.Arn>", ""),
 	)
 	switch fn {
 	case "RelayFunction":
@@ -582,8 +583,8 @@ func scenarios() []scenario {
 // them) plus the function's own log group.
 func setupGrants() []grant {
 	return join(
-		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, "<ControlTable.Arn>", ""),
-		grants([]string{"dynamodb:Query"}, "<MessagesTable.Arn>", ""),
+		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DescribeTable"}, "<ControlTable.Arn>", ""),
+		grants([]string{"dynamodb:Query", "dynamodb:DescribeTable"}, "<MessagesTable.Arn>", ""),
 		grants([]string{"logs:CreateLogStream", "logs:PutLogEvents"}, "<SetupLogGroup.Arn>", ""),
 	)
 }
@@ -598,6 +599,7 @@ func baseEnv() map[string]any {
 		"OUTBOX_LEASE_DURATION":    "30s",
 		"OUTBOX_GAP_TIMEOUT":       "10s",
 		"OUTBOX_SWEEP_MIN_AGE":     "10s",
+		"OUTBOX_PARK_STUCK_AFTER":  "0s",
 		"OUTBOX_MODE":              "delete",
 		"OUTBOX_MAX_MESSAGE_BYTES": "1048576",
 		"OUTBOX_CONCURRENCY":       "8",

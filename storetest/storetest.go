@@ -62,6 +62,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Peek", func(t *testing.T) { testPeek(t, h) })
 	t.Run("PeekBeyondFences", func(t *testing.T) { testPeekBeyondFences(t, h) })
 	t.Run("Park", func(t *testing.T) { testPark(t, h) })
+	t.Run("StuckRecordKeepsTheHold", func(t *testing.T) { testStuck(t, h) })
 	if h.Mode == outbox.WatermarkMode {
 		t.Run("WatermarkRetainsPublished", func(t *testing.T) { testRetains(t, h) })
 	}
@@ -795,4 +796,64 @@ func testRetains(t *testing.T, h Harness) {
 	if above, _, err := s.Pending(ctx, 1, 3, 10); err != nil || len(above) != 0 {
 		t.Errorf("Pending after head = %+v, %v; want nothing", above, err)
 	}
+}
+
+// testStuck: a StuckRecorder's record is read back with the lease (by
+// ReadLease and Acquire), changes nothing of the hold, is dropped once the
+// head passed its sequence, and can be written by a relay that does not
+// hold the lease.
+func testStuck(t *testing.T, h Harness) {
+	ctx, s := ctxT(t), h.New(t, 2)
+	rec, ok := s.(outbox.StuckRecorder)
+	if !ok {
+		t.Skip("not a StuckRecorder")
+	}
+	a, err := s.Acquire(ctx, 1, "a", t0, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := outbox.Stuck{Sequence: 4, MessageID: outbox.NewID(), Topic: "gone", Class: outbox.Fatal, Reason: "topic does not exist",
+		Since: t0, Last: t0.Add(time.Minute), Count: 3}
+	if err := rec.RecordStuck(ctx, 1, st); err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.ReadLease(ctx, 1)
+	if err != nil || !sameStuck(l.Stuck, st) || l.Owner != "a" || !l.Expires.Equal(a.Expires) || l.Epoch != a.Epoch || l.Wake != a.Wake {
+		t.Fatalf("ReadLease = %+v, %v; want the hold of %+v and the record %+v", l, err, a, st)
+	}
+	if _, err := s.Renew(ctx, a, t0.Add(time.Second), lease); err != nil {
+		t.Fatalf("renew after a record: %v", err)
+	}
+	if err := s.Abandon(ctx, a, 3, 3); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Acquire(ctx, 1, "b", t0.Add(2*time.Second), lease)
+	if err != nil || !sameStuck(b.Stuck, st) || !b.Stuck.Current(b.Head) {
+		t.Fatalf("Acquire = %+v, %v; want the current record", b, err)
+	}
+	// The record of another bucket, by a relay that holds nothing.
+	if err := rec.RecordStuck(ctx, 0, st); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := s.ReadLease(ctx, 0); !sameStuck(l.Stuck, st) || l.Owner != "" {
+		t.Fatalf("bucket 0: %+v", l)
+	}
+	if _, err := s.Update(ctx, b, outbox.LeaseUpdate{Head: 4, Cleaned: 4}, t0.Add(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	late := st
+	late.Count = 9
+	if err := rec.RecordStuck(ctx, 1, late); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := s.ReadLease(ctx, 1); l.Stuck.Count != 3 || l.Stuck.Current(l.Head) {
+		t.Fatalf("after head passed 4: %+v; want the old record, stale", l)
+	}
+}
+
+// sameStuck compares two records, their times by instant.
+func sameStuck(a, b outbox.Stuck) bool {
+	ta, tb := a, b
+	ta.Since, ta.Last, tb.Since, tb.Last = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	return ta == tb && a.Since.Equal(b.Since) && a.Last.Equal(b.Last)
 }

@@ -43,6 +43,10 @@ type Config struct {
 	// SweepMinAge is OUTBOX_SWEEP_MIN_AGE (10s): the sweeper leaves
 	// messages younger than this to the stream path.
 	SweepMinAge time.Duration
+	// ParkStuckAfter is OUTBOX_PARK_STUCK_AFTER (0, off): park a message
+	// that has stopped its bucket this long with a permanent topic- or
+	// cluster-wide error (outbox.ParkStuckAfter).
+	ParkStuckAfter time.Duration
 	// Mode is OUTBOX_MODE: "delete" or "watermark", the mode the outbox
 	// must be in (checked against its config item at init); empty accepts
 	// the stored one.
@@ -99,6 +103,7 @@ var Ranges = []Range{
 	{Variable: "OUTBOX_LEASE_DURATION", Min: MinLeaseSeconds, Max: 900, Unit: time.Second},
 	{Variable: "OUTBOX_GAP_TIMEOUT", Min: 1, Max: 3600, Unit: time.Second},
 	{Variable: "OUTBOX_SWEEP_MIN_AGE", Min: 0, Max: 600, Unit: time.Second},
+	{Variable: "OUTBOX_PARK_STUCK_AFTER", Min: 0, Max: 604800, Unit: time.Second},
 }
 
 func rangeOf(variable string) Range {
@@ -137,6 +142,7 @@ func Load(getenv func(string) string) (Config, error) {
 		LeaseDuration:          l.duration("OUTBOX_LEASE_DURATION", 30*time.Second),
 		GapTimeout:             l.duration("OUTBOX_GAP_TIMEOUT", 10*time.Second),
 		SweepMinAge:            l.duration("OUTBOX_SWEEP_MIN_AGE", 10*time.Second),
+		ParkStuckAfter:         l.duration("OUTBOX_PARK_STUCK_AFTER", 0),
 		Mode:                   l.mode("OUTBOX_MODE"),
 		Topics:                 l.topics("OUTBOX_TOPICS"),
 		Brokers:                l.brokers("KAFKA_BOOTSTRAP_SERVERS"),

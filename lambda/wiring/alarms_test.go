@@ -355,6 +355,10 @@ func TestFailuresRaiseTheirAlarms(t *testing.T) {
 			"raised both claimed alarms in ~40 runs and missed OldestPendingAgeAlarm once, unexplained, so it is not a test yet",
 		"DynamoDB throttling":  "only if it lasts; DynamoDB Local does not throttle",
 		"Stream hints dropped": "the event source mapping's own retries; deploy's TestRelayStreamEvent checks its failure destination",
+		"Kafka: a topic that does not exist": "the same Fatal publish path as TOPIC_AUTHORIZATION_FAILED, driven here; " +
+			"cmd/outbox's TestContainment drives the missing topic itself (REASON, park, replay)",
+		"Messages or control table made a global table": "an init failure, as an invalid configuration; DynamoDB Local has no replicas, " +
+			"store/dynamo's TestGlobalTablesRefused checks the init error with a fake DescribeTable answer",
 	}
 	covered := map[string]bool{}
 	var mu sync.Mutex

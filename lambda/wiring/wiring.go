@@ -115,6 +115,7 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 		outbox.MaxClockSkew(cfg.MaxClockSkew()),
 		outbox.GapTimeout(cfg.GapTimeout),
 		outbox.SweepMinAge(cfg.SweepMinAge),
+		outbox.ParkStuckAfter(cfg.ParkStuckAfter),
 		outbox.MaxMessageBytes(cfg.MaxMessageBytes),
 		outbox.Concurrency(cfg.Concurrency),
 		outbox.WithLogger(logger),

@@ -35,6 +35,7 @@ const (
 	attrBuckets   = "bc"
 	attrMode      = "md"
 	attrRetention = "rt"
+	attrTopics    = "tp"
 	attrOwner     = "o"
 	attrExpires   = "e"
 	attrHead      = "hd"
@@ -51,6 +52,17 @@ const (
 	attrPrevExpires = "pe"
 	attrPrevToken   = "ptk"
 	attrSeen        = "seen"
+	// Why a bucket stopped, on its lease item (outbox.Stuck): ks sequence,
+	// ki message id, kt topic, kc class, km reason, kf since (ms), kl last
+	// (ms), kn count.
+	attrStuckSeq    = "ks"
+	attrStuckID     = "ki"
+	attrStuckTopic  = "kt"
+	attrStuckClass  = "kc"
+	attrStuckReason = "km"
+	attrStuckSince  = "kf"
+	attrStuckLast   = "kl"
+	attrStuckCount  = "kn"
 )
 
 // Control-table keys.

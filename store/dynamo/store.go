@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -13,9 +14,11 @@ import (
 )
 
 // StoreAPI is the part of the DynamoDB client a Store uses: GetItem,
-// PutItem, UpdateItem, DeleteItem, Query, BatchWriteItem and
-// TransactWriteItems (parking and replaying). *dynamodb.Client has them.
+// PutItem, UpdateItem, DeleteItem, Query, BatchWriteItem,
+// TransactWriteItems (parking and replaying) and DescribeTable (NewStore
+// refuses global tables). *dynamodb.Client has them.
 type StoreAPI interface {
+	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
 	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
@@ -41,6 +44,7 @@ var (
 	_ outbox.BucketProbe   = (*Store)(nil)
 	_ outbox.CounterProbe  = (*Store)(nil)
 	_ outbox.ParkedCounter = (*Store)(nil)
+	_ outbox.StuckRecorder = (*Store)(nil)
 )
 
 // NewStore returns a Store over tables. It reads the config item, so the
@@ -56,6 +60,9 @@ func NewStore(ctx context.Context, client StoreAPI, tables Tables, opts ...Store
 	}
 	stored, err := openOutbox(ctx, client, tables, &s)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkSingleRegion(ctx, client, tables); err != nil {
 		return nil, err
 	}
 	return &Store{client: client, tables: tables, cfg: s, stored: stored}, nil
@@ -464,6 +471,11 @@ func decodeLease(bucket int, item map[string]types.AttributeValue) (outbox.Lease
 	l.GapSince = fromMillis(num(attrGapSince))
 	l.Wake = num(attrWake)
 	l.Epoch = num(attrEpoch)
+	if seq := num(attrStuckSeq); seq > 0 {
+		l.Stuck = outbox.Stuck{Sequence: seq, MessageID: stringOf(item[attrStuckID]), Topic: stringOf(item[attrStuckTopic]),
+			Class: outbox.ErrorClass(num(attrStuckClass)), Reason: stringOf(item[attrStuckReason]),
+			Since: fromMillis(num(attrStuckSince)), Last: fromMillis(num(attrStuckLast)), Count: num(attrStuckCount)}
+	}
 	if len(errs) > 0 {
 		return l, fmt.Errorf("dynamo: lease item of bucket %d: %w", bucket, errors.Join(errs...))
 	}
@@ -487,6 +499,47 @@ func wrapLease(op string, bucket int, err error) error {
 		return nil
 	}
 	return fmt.Errorf("dynamo: %s lease of bucket %d: %w", op, bucket, err)
+}
+
+// RecordStuck implements outbox.StuckRecorder: one UpdateItem of the
+// bucket's lease item that sets the stuck attributes (ks, ki, kt, kc, km,
+// kf, kl, kn) and nothing of the hold, conditional on the stored head being
+// below st.Sequence (or absent). A condition that fails (the bucket moved
+// on) is not an error. A resent request sets the same values.
+func (s *Store) RecordStuck(ctx context.Context, bucket int, st outbox.Stuck) error {
+	if bucket < 0 || st.Sequence < 1 {
+		return fmt.Errorf("dynamo: record why bucket %d stopped at sequence %d: bucket and sequence must be valid", bucket, st.Sequence)
+	}
+	set := func(u expression.UpdateBuilder, name string, v any) expression.UpdateBuilder {
+		return u.Set(expression.Name(name), expression.Value(v))
+	}
+	var u expression.UpdateBuilder
+	u = set(u, attrStuckSeq, st.Sequence)
+	u = set(u, attrStuckID, st.MessageID)
+	u = set(u, attrStuckTopic, st.Topic)
+	u = set(u, attrStuckClass, int64(st.Class))
+	u = set(u, attrStuckReason, truncate(st.Reason, outbox.MaxStuckReason))
+	u = set(u, attrStuckSince, millis(st.Since))
+	u = set(u, attrStuckLast, millis(st.Last))
+	u = set(u, attrStuckCount, st.Count)
+	e, err := buildExpr("record stuck", expression.NewBuilder().WithUpdate(u).WithCondition(expression.Or(
+		expression.AttributeNotExists(expression.Name(attrHead)),
+		expression.Name(attrHead).LessThan(expression.Value(st.Sequence)))))
+	if err != nil {
+		return err
+	}
+	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 str(s.tables.Control),
+		Key:                       leaseKey(bucket),
+		ConditionExpression:       e.Condition(),
+		UpdateExpression:          e.Update(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
+	})
+	if err != nil && !isConditionFailed(err) {
+		return fmt.Errorf("dynamo: record why bucket %d stopped at sequence %d: %w", bucket, st.Sequence, err)
+	}
+	return nil
 }
 
 // Disown hands back a lease that owner released: it removes the owner, so

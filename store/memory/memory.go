@@ -37,6 +37,7 @@ var (
 	_ outbox.BucketProbe   = (*Store)(nil)
 	_ outbox.CounterProbe  = (*Store)(nil)
 	_ outbox.ParkedCounter = (*Store)(nil)
+	_ outbox.StuckRecorder = (*Store)(nil)
 )
 
 // New returns an empty store for an outbox with bucketCount buckets.
@@ -166,7 +167,7 @@ func (s *Store) Acquire(ctx context.Context, bucket int, owner string, now time.
 	l.Owner, l.Token = owner, fmt.Sprintf("m%d", s.tokens)
 	l.Expires = now.Add(d)
 	out.Bucket, out.Owner, out.Token, out.Expires, out.Head, out.Cleaned = l.Bucket, l.Owner, l.Token, l.Expires, l.Head, l.Cleaned
-	out.Gap, out.GapSince, out.Wake, out.Epoch = l.Gap, l.GapSince, l.Wake, l.Epoch
+	out.Gap, out.GapSince, out.Wake, out.Epoch, out.Stuck = l.Gap, l.GapSince, l.Wake, l.Epoch, l.Stuck
 	return out, nil
 }
 
@@ -469,4 +470,18 @@ func (s *Store) CountParked(ctx context.Context, bucket int) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.parked[bucket]), ctx.Err()
+}
+
+// RecordStuck implements outbox.StuckRecorder: it stores st on the bucket's
+// lease unless the head already passed st.Sequence.
+func (s *Store) RecordStuck(ctx context.Context, bucket int, st outbox.Stuck) error {
+	if err := s.hook("RecordStuck", bucket); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.lease(bucket); l.Head < st.Sequence {
+		l.Stuck = st
+	}
+	return ctx.Err()
 }
