@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -113,12 +114,15 @@ func (a enqueueAnswer) doc(t *testing.T) errorDoc {
 	return d
 }
 
-func invokeEnqueue(ctx context.Context, t *testing.T, proc *esm.RIEProcess, payload any) enqueueAnswer {
+// invoke sends payload to the function and returns its answer, recorded for
+// the schema check.
+func (r *enqueueRun) invoke(ctx context.Context, t *testing.T, payload any) enqueueAnswer {
 	t.Helper()
-	body, err := invokeRaw(ctx, proc, payload)
+	body, err := invokeRaw(ctx, r.proc, payload)
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.answers = append(r.answers, json.RawMessage(body))
 	a := enqueueAnswer{raw: string(body)}
 	if err := json.Unmarshal(body, &a); err != nil {
 		t.Fatalf("answer %s: %v", body, err)
@@ -137,6 +141,10 @@ type enqueueRun struct {
 	planned  map[string]int64 // key -> messages put in requests so far
 	ids      map[string]int64 // every committed message id -> its key's business order
 	invokers map[string]bool  // invoker shapes that committed
+	// For the schema check: requests sent that the request schema must
+	// accept, bad requests it must refuse, and every answer.
+	valid, invalid []any
+	answers        []json.RawMessage
 }
 
 // request is an enqueue request that puts order id (if new) and enqueues
@@ -161,6 +169,7 @@ func (r *enqueueRun) request(key, order string, n int) map[string]any {
 	if key != "" {
 		req["idempotencyKey"] = key
 	}
+	r.valid = append(r.valid, req)
 	return req
 }
 
@@ -254,10 +263,10 @@ func TestEnqueueBootstrapUnderRIE(t *testing.T) {
 
 	// Direct invocation, then the same request again.
 	direct := r.request("direct-1", "o-direct", 2)
-	a := invokeEnqueue(ctx, t, proc, direct)
+	a := r.invoke(ctx, t, direct)
 	r.committed(t, "direct", a, "o-direct", "o-direct")
 	r.unchanged(ctx, t, "a replay", func() {
-		again := invokeEnqueue(ctx, t, proc, direct)
+		again := r.invoke(ctx, t, direct)
 		if !again.Duplicate || again.ErrorType != "" || len(again.Messages) != 2 || again.Messages[0].ID != a.Messages[0].ID || again.Messages[1].ID != a.Messages[1].ID {
 			t.Fatalf("replay answered %s; want a duplicate with the first ids %s", again.raw, a.raw)
 		}
@@ -273,13 +282,13 @@ func TestEnqueueBootstrapUnderRIE(t *testing.T) {
 		sqsRecord("m-2", map[string]any{"messages": []any{map[string]any{"key": "x"}}}, nil), // no topic
 		sqsRecord("m-3", r.request("", "o-sqs2", 1), nil),
 	}}
-	a = invokeEnqueue(ctx, t, proc, sqs)
+	a = r.invoke(ctx, t, sqs)
 	if len(a.BatchItemFailures) != 1 || a.BatchItemFailures[0].ItemIdentifier != "m-2" {
 		t.Fatalf("SQS batch answered %s; want m-2 reported", a.raw)
 	}
 	r.recordBatch(t, "sqs", []string{"o-sqs", "o-sqs2"})
 	r.unchanged(ctx, t, "a redelivered SQS batch", func() {
-		if a := invokeEnqueue(ctx, t, proc, sqs); len(a.BatchItemFailures) != 1 {
+		if a := r.invoke(ctx, t, sqs); len(a.BatchItemFailures) != 1 {
 			t.Fatalf("redelivery answered %s", a.raw)
 		}
 		replays += 2
@@ -292,7 +301,7 @@ func TestEnqueueBootstrapUnderRIE(t *testing.T) {
 		sqsRecord("f-2", r.request("", "o-fifo", 1), map[string]string{"MessageGroupId": "g"}),
 	}}
 	r.unchanged(ctx, t, "a FIFO batch whose first record fails", func() {
-		if a := invokeEnqueue(ctx, t, proc, fifo); len(a.BatchItemFailures) != 2 {
+		if a := r.invoke(ctx, t, fifo); len(a.BatchItemFailures) != 2 {
 			t.Fatalf("FIFO batch answered %s; want both reported", a.raw)
 		}
 	})
@@ -302,19 +311,19 @@ func TestEnqueueBootstrapUnderRIE(t *testing.T) {
 	event := map[string]any{"version": "0", "id": "ev-1", "detail-type": "OrderPaid", "source": "shop",
 		"account": "123456789012", "time": "2026-12-01T00:00:00Z", "region": "us-east-1", "resources": []any{},
 		"detail": r.request("", "o-events", 1)}
-	a = invokeEnqueue(ctx, t, proc, event)
+	a = r.invoke(ctx, t, event)
 	r.committed(t, "eventbridge", a, "o-events")
 	if a.IdempotencyKey != "events:ev-1" {
 		t.Fatalf("EventBridge event's key %q; want the event id", a.IdempotencyKey)
 	}
 	r.unchanged(ctx, t, "a retried EventBridge event", func() {
-		if a := invokeEnqueue(ctx, t, proc, event); !a.Duplicate {
+		if a := r.invoke(ctx, t, event); !a.Duplicate {
 			t.Fatalf("retried event answered %s", a.raw)
 		}
 		replays++
 	})
 	transformed := r.request("ev-2", "o-events", 1) // {"idempotencyKey": "<id>", ...}
-	r.committed(t, "eventbridge", invokeEnqueue(ctx, t, proc, transformed), "o-events")
+	r.committed(t, "eventbridge", r.invoke(ctx, t, transformed), "o-events")
 
 	// EventBridge Pipes: a batch (an array) of SQS records, of Kinesis
 	// records as Pipes sends them (flat), and of requests made by an input
@@ -327,7 +336,7 @@ func TestEnqueueBootstrapUnderRIE(t *testing.T) {
 			"data": base64.StdEncoding.EncodeToString(kin)},
 		r.request("p-3", "o-pipes", 1),
 	}
-	a = invokeEnqueue(ctx, t, proc, pipes)
+	a = r.invoke(ctx, t, pipes)
 	if len(a.BatchItemFailures) != 0 || a.BatchItemFailures == nil {
 		t.Fatalf("Pipes batch answered %s", a.raw)
 	}
@@ -337,7 +346,7 @@ func TestEnqueueBootstrapUnderRIE(t *testing.T) {
 	kin2, _ := json.Marshal(r.request("", "o-kinesis", 1))
 	kinesis := map[string]any{"Records": []any{map[string]any{"eventSource": "aws:kinesis", "eventID": "shardId-000:50",
 		"kinesis": map[string]any{"data": base64.StdEncoding.EncodeToString(kin2), "sequenceNumber": "50", "partitionKey": "o-kinesis"}}}}
-	if a := invokeEnqueue(ctx, t, proc, kinesis); len(a.BatchItemFailures) != 0 {
+	if a := r.invoke(ctx, t, kinesis); len(a.BatchItemFailures) != 0 {
 		t.Fatalf("Kinesis batch answered %s", a.raw)
 	}
 	r.recordBatch(t, "kinesis", []string{"o-kinesis"})
@@ -367,6 +376,7 @@ func TestEnqueueBootstrapUnderRIE(t *testing.T) {
 		len(r.invokers)-1, res.Committed, stored-res.Committed, res.Lost, res.OrderViolations, replays) // -1: kinesis is not one of the five
 	fmt.Printf("enqueue: invokers=%d committed=%d duplicates_committed=%d lost=%d order_violations=%d\n",
 		len(r.invokers)-1, res.Committed, stored-res.Committed, res.Lost, res.OrderViolations)
+	r.checkSchemas(t)
 	if !res.OK() || res.Duplicates != 0 || stored != res.Committed || len(r.invokers) != 6 {
 		t.Fatalf("result %+v; %d messages stored for %d committed; invokers %v", res, stored, res.Committed, r.invokers)
 	}
@@ -467,9 +477,10 @@ func (r *enqueueRun) stepFunctions(ctx context.Context, t *testing.T) {
 	sfnCtx := map[string]any{"Execution": map[string]any{"Id": "arn:aws:states:us-east-1:123456789012:execution:orders:exec-1"},
 		"State": map[string]any{"Name": "PayOrder"}}
 	payload := renderPayload(t, asl.Parameters["Payload"], input, sfnCtx)
+	r.valid = append(r.valid, payload)
 	b, _ := json.Marshal(payload)
 	t.Logf("Step Functions payload: %s", b)
-	a := invokeEnqueue(ctx, t, r.proc, payload)
+	a := r.invoke(ctx, t, payload)
 	if a.ErrorType != "" || len(a.Messages) != 1 {
 		t.Fatalf("PayOrder answered %s", a.raw)
 	}
@@ -477,7 +488,7 @@ func (r *enqueueRun) stepFunctions(ctx context.Context, t *testing.T) {
 	r.invokers["stepfunctions"] = true
 	// The Retry of a lost answer: the same payload again, a duplicate.
 	r.unchanged(ctx, t, "a Step Functions retry", func() {
-		if a := invokeEnqueue(ctx, t, r.proc, payload); !a.Duplicate {
+		if a := r.invoke(ctx, t, payload); !a.Duplicate {
 			t.Fatalf("retry answered %s", a.raw)
 		}
 	})
@@ -485,7 +496,7 @@ func (r *enqueueRun) stepFunctions(ctx context.Context, t *testing.T) {
 	// Outbox.ConditionFailed.
 	sfnCtx["Execution"] = map[string]any{"Id": "arn:aws:states:us-east-1:123456789012:execution:orders:exec-2"}
 	r.unchanged(ctx, t, "paying a paid order", func() {
-		a := invokeEnqueue(ctx, t, r.proc, renderPayload(t, asl.Parameters["Payload"], input, sfnCtx))
+		a := r.invoke(ctx, t, renderPayload(t, asl.Parameters["Payload"], input, sfnCtx))
 		if !asl.catches(a.ErrorType) || a.ErrorType != "Outbox.ConditionFailed" {
 			t.Fatalf("paying twice answered %s; the state catches %v", a.raw, asl.Catch)
 		}
@@ -644,14 +655,17 @@ func (r *enqueueRun) typedErrors(ctx context.Context, t *testing.T) {
 		typ   string
 		field string
 		says  string
+		// schema: the request schema refuses it too (the others are
+		// refused for what a schema cannot see).
+		schema bool
 	}{
 		{name: "missing topic", req: map[string]any{"idempotencyKey": "bad-1", "messages": []any{map[string]any{"key": "k"}}},
-			typ: "Outbox.Validation", field: "messages[0].topic", says: "required"},
+			typ: "Outbox.Validation", field: "messages[0].topic", says: "required", schema: true},
 		{name: "malformed DynamoDB JSON", req: map[string]any{"idempotencyKey": "bad-2", "transactItems": []any{map[string]any{"Put": map[string]any{
 			"TableName": r.e.business, "Item": map[string]any{"id": map[string]any{"S": "x"}, "n": map[string]any{"N": 5}}}}}},
-			typ: "Outbox.Validation", field: `transactItems[0].Put.Item["n"].N`, says: "want a JSON string"},
+			typ: "Outbox.Validation", field: `transactItems[0].Put.Item["n"].N`, says: "want a JSON string", schema: true},
 		{name: "101 items", req: map[string]any{"idempotencyKey": "bad-3", "messages": hundred},
-			typ: "Outbox.Validation", field: "messages", says: "at most 99"},
+			typ: "Outbox.Validation", field: "messages", says: "at most 99", schema: true},
 		{name: "oversized value", req: map[string]any{"idempotencyKey": "bad-4", "messages": []any{map[string]any{"topic": r.e.topic, "key": "k", "value": big}}},
 			typ: "Outbox.Validation", field: "messages[0].value", says: "409600-byte item limit"},
 		{name: "no idempotency key", req: map[string]any{"messages": []any{map[string]any{"topic": r.e.topic}}},
@@ -672,8 +686,11 @@ func (r *enqueueRun) typedErrors(ctx context.Context, t *testing.T) {
 			typ: "Outbox.Rejected", says: "ResourceNotFound"},
 	}
 	for _, tt := range cases {
+		if tt.schema {
+			r.invalid = append(r.invalid, tt.req)
+		}
 		r.unchanged(ctx, t, tt.name, func() {
-			a := invokeEnqueue(ctx, t, r.proc, tt.req)
+			a := r.invoke(ctx, t, tt.req)
 			if a.ErrorType != tt.typ {
 				t.Fatalf("%s: answered %.600s; want %s", tt.name, a.raw, tt.typ)
 			}
@@ -692,7 +709,7 @@ func (r *enqueueRun) typedErrors(ctx context.Context, t *testing.T) {
 	// Throttled on every attempt: nothing reaches DynamoDB.
 	r.proxy.mode.Store("throttle")
 	r.unchanged(ctx, t, "a throttled request", func() {
-		a := invokeEnqueue(ctx, t, r.proc, r.request("throttled-1", "o-throttled", 1))
+		a := r.invoke(ctx, t, r.request("throttled-1", "o-throttled", 1))
 		if a.ErrorType != "Outbox.Throttled" || r.proxy.hits.Load() < 2 {
 			t.Fatalf("answered %.600s after %d throttled calls; want Outbox.Throttled after the writer's retries", a.raw, r.proxy.hits.Load())
 		}
@@ -702,13 +719,13 @@ func (r *enqueueRun) typedErrors(ctx context.Context, t *testing.T) {
 	// know. A retry with the same key, answers restored, is a duplicate.
 	r.proxy.mode.Store("lose")
 	lost := r.request("lost-1", "o-lost", 1)
-	a := invokeEnqueue(ctx, t, r.proc, lost)
+	a := r.invoke(ctx, t, lost)
 	if a.ErrorType != "Outbox.OutcomeUnknown" {
 		t.Fatalf("answered %.600s; want Outbox.OutcomeUnknown", a.raw)
 	}
 	a.doc(t)
 	r.proxy.mode.Store("")
-	a = invokeEnqueue(ctx, t, r.proc, lost)
+	a = r.invoke(ctx, t, lost)
 	if !a.Duplicate || len(a.Messages) != 1 {
 		t.Fatalf("the retry after an unknown outcome answered %s; want a duplicate", a.raw)
 	}
@@ -717,4 +734,42 @@ func (r *enqueueRun) typedErrors(ctx context.Context, t *testing.T) {
 		t.Fatalf("stored %+v for the lost answer; want the one message answered", stored)
 	}
 	r.commit(t, a.Messages[0].ID, "o-lost")
+}
+
+// checkSchemas runs schema/enqueue_check.py on what the test sent and
+// received: the requests built as valid pass the request schema, the bad
+// ones it can judge fail it, and every answer (responses, batch responses,
+// Lambda errors and their error documents) passes the response schema.
+func (r *enqueueRun) checkSchemas(t *testing.T) {
+	t.Helper()
+	root := repoRoot(t)
+	b, err := json.Marshal(map[string]any{"valid": r.valid, "invalid": r.invalid, "answers": r.answers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := filepath.Join(t.TempDir(), "enqueue-run.json")
+	if err := os.WriteFile(in, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(schemaPython(t, root), filepath.Join(root, "schema", "enqueue_check.py"), in)
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", bytes.TrimSpace(out))
+	if err != nil {
+		t.Fatalf("the enqueue schemas refused what the function was sent or answered: %v", err)
+	}
+}
+
+// schemaPython is the interpreter with jsonschema: the project's venv
+// (scripts/install-python-deps.sh) when the repository has it, else python3.
+func schemaPython(t *testing.T, root string) string {
+	t.Helper()
+	script := filepath.Join(root, "scripts", "install-python-deps.sh")
+	if _, err := os.Stat(script); err == nil {
+		out, err := exec.Command("bash", script).Output()
+		if err != nil {
+			t.Fatalf("%s: %v", script, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	return "python3"
 }

@@ -230,7 +230,7 @@ func (h *Enqueue) replayed(ctx context.Context, req *decodedRequest, old map[str
 			"idempotencyKey %q was committed%s by a request with another body; nothing was written: give a new request a new key, "+
 				"and a retry the same key and the same body", req.key, at)}
 	}
-	resp := &EnqueueResponse{IdempotencyKey: req.key, Duplicate: true}
+	resp := &EnqueueResponse{IdempotencyKey: req.key, Duplicate: true, Messages: []EnqueuedMessage{}}
 	ids, _ := old[attrRecordIDs].(*types.AttributeValueMemberL)
 	for i, m := range req.msgs {
 		id := m.ID
