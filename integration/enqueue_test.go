@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"gopkg.in/yaml.v3"
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/checker"
@@ -324,6 +325,11 @@ func TestEnqueueBootstrapUnderRIE(t *testing.T) {
 	})
 	transformed := r.request("ev-2", "o-events", 1) // {"idempotencyKey": "<id>", ...}
 	r.committed(t, "eventbridge", r.invoke(ctx, t, transformed), "o-events")
+	// The recipe's rule target: its input transformer, applied to an event.
+	shipped := renderTransformer(t, recipeScalar(t, "OrderShippedRule", "Properties", "Targets", "0", "InputTransformer", "InputTemplate"),
+		map[string]any{"id": "ev-3", "orderId": "o-shipped"}, r.e.topic)
+	r.valid = append(r.valid, shipped)
+	r.committed(t, "eventbridge", r.invoke(ctx, t, shipped), "o-shipped")
 
 	// EventBridge Pipes: a batch (an array) of SQS records, of Kinesis
 	// records as Pipes sends them (flat), and of requests made by an input
@@ -341,6 +347,19 @@ func TestEnqueueBootstrapUnderRIE(t *testing.T) {
 		t.Fatalf("Pipes batch answered %s", a.raw)
 	}
 	r.recordBatch(t, "pipes", []string{"o-pipes", "o-pipes", "o-pipes"})
+	// The recipe's Pipe: its input template applied to each SQS record.
+	tmpl := recipeScalar(t, "OrderEventsPipe", "Properties", "TargetParameters", "InputTemplate")
+	var piped []any
+	for i := range 3 {
+		body := map[string]any{"orderId": "o-piped", "n": i + 1}
+		req := renderTransformer(t, tmpl, map[string]any{"$.messageId": fmt.Sprintf("pipe-%d", i), "$.body.orderId": "o-piped", "$.body": body}, r.e.topic)
+		r.valid = append(r.valid, req)
+		piped = append(piped, req)
+	}
+	if a := r.invoke(ctx, t, piped); len(a.BatchItemFailures) != 0 {
+		t.Fatalf("the recipe's Pipe batch answered %s", a.raw)
+	}
+	r.recordBatch(t, "pipes", []string{"o-piped", "o-piped", "o-piped"})
 
 	// A Kinesis batch through Lambda's own event source mapping.
 	kin2, _ := json.Marshal(r.request("", "o-kinesis", 1))
@@ -372,12 +391,19 @@ func TestEnqueueBootstrapUnderRIE(t *testing.T) {
 	stop()
 	<-consumed
 	res := r.chk.Result()
-	t.Logf("enqueue: invokers=%d committed=%d duplicates_committed=%d lost=%d order_violations=%d replays=%d",
-		len(r.invokers)-1, res.Committed, stored-res.Committed, res.Lost, res.OrderViolations, replays) // -1: kinesis is not one of the five
-	fmt.Printf("enqueue: invokers=%d committed=%d duplicates_committed=%d lost=%d order_violations=%d\n",
-		len(r.invokers)-1, res.Committed, stored-res.Committed, res.Lost, res.OrderViolations)
+	// The five invokers of the issue; Kinesis (tried above) is a sixth shape.
+	invokers := 0
+	for _, inv := range []string{"direct", "stepfunctions", "sqs", "eventbridge", "pipes"} {
+		if r.invokers[inv] {
+			invokers++
+		}
+	}
+	summary := fmt.Sprintf("enqueue: invokers=%d committed=%d duplicates_committed=%d lost=%d order_violations=%d",
+		invokers, res.Committed, stored-res.Committed, res.Lost, res.OrderViolations)
+	t.Logf("%s (replays answered as duplicates: %d)", summary, replays)
+	fmt.Println(summary)
 	r.checkSchemas(t)
-	if !res.OK() || res.Duplicates != 0 || stored != res.Committed || len(r.invokers) != 6 {
+	if !res.OK() || res.Duplicates != 0 || stored != res.Committed || invokers != 5 || !r.invokers["kinesis"] {
 		t.Fatalf("result %+v; %d messages stored for %d committed; invokers %v", res, stored, res.Committed, r.invokers)
 	}
 }
@@ -546,8 +572,8 @@ func (s payOrderState) catches(typ string) bool {
 }
 
 // loadPayOrderState reads the state machine definition that deploy's
-// enqueue template embeds (deploy/testdata/enqueue-recipes.yaml, linted by
-// cfn-lint) and docs/deploy.md shows.
+// recipes embed (docs/enqueue-recipes.yaml, linted by cfn-lint; a deploy
+// test keeps both equal) and docs/deploy.md shows.
 func loadPayOrderState(t *testing.T, business, topic string) payOrderState {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "enqueue-statemachine.asl.json"))
@@ -772,4 +798,68 @@ func schemaPython(t *testing.T, root string) string {
 		return strings.TrimSpace(string(out))
 	}
 	return "python3"
+}
+
+// recipeScalar returns a scalar of docs/enqueue-recipes.yaml: the path
+// leads from Resources through mapping keys and sequence indexes.
+func recipeScalar(t *testing.T, path ...string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "enqueue-recipes.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	n := doc.Content[0]
+	for _, step := range append([]string{"Resources"}, path...) {
+		var next *yaml.Node
+		switch n.Kind {
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == step {
+					next = n.Content[i+1]
+				}
+			}
+		case yaml.SequenceNode:
+			var i int
+			if _, err := fmt.Sscan(step, &i); err == nil && i < len(n.Content) {
+				next = n.Content[i]
+			}
+		}
+		if next == nil {
+			t.Fatalf("docs/enqueue-recipes.yaml has no %v", path)
+		}
+		n = next
+	}
+	if n.Kind != yaml.ScalarNode {
+		t.Fatalf("%v is not a scalar", path)
+	}
+	return n.Value
+}
+
+// renderTransformer fills an EventBridge input template (or a Pipes one,
+// whose variables are paths) as EventBridge does: "<v>" inside quotes gets
+// the value's text, <v> outside quotes its JSON; ${OrdersTopic} is the
+// template's !Sub. The result must be JSON.
+func renderTransformer(t *testing.T, tmpl string, vars map[string]any, topic string) map[string]any {
+	t.Helper()
+	out := strings.ReplaceAll(tmpl, "${OrdersTopic}", topic)
+	for name, v := range vars {
+		text, ok := v.(string)
+		if !ok {
+			b, _ := json.Marshal(v)
+			text = string(b)
+		}
+		quoted, _ := json.Marshal(text)
+		out = strings.ReplaceAll(out, `"<`+name+`>"`, string(quoted))
+		js, _ := json.Marshal(v)
+		out = strings.ReplaceAll(out, "<"+name+">", string(js))
+	}
+	var req map[string]any
+	if err := json.Unmarshal([]byte(out), &req); err != nil {
+		t.Fatalf("the input template renders to %s, not JSON: %v", out, err)
+	}
+	return req
 }
