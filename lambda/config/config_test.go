@@ -189,7 +189,7 @@ func TestLoadBoundsAreInclusive(t *testing.T) {
 func TestLoadEnqueue(t *testing.T) {
 	env := map[string]string{"OUTBOX_MESSAGES_TABLE": "m", "OUTBOX_CONTROL_TABLE": "c"}
 	c, err := LoadEnqueue(func(k string) string { return env[k] })
-	if err != nil || c.MessagesTable != "m" || c.ControlTable != "c" || c.MaxMessageBytes != outbox.DefaultMaxMessageBytes || c.Region != defaultRegion {
+	if err != nil || c.MessagesTable != "m" || c.ControlTable != "c" || c.MaxMessageBytes != 1048576 || c.Region != defaultRegion {
 		t.Fatalf("LoadEnqueue = %+v, %v", c, err)
 	}
 	env = map[string]string{"OUTBOX_MAX_MESSAGE_BYTES": "12"}
