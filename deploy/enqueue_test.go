@@ -14,6 +14,7 @@ import (
 // with the function on by default and business tables named, so neither
 // deployment has an error or a warning.
 func TestCfnLintEnqueueOn(t *testing.T) {
+	t.Parallel() // cfn-lint takes seconds: overlap it with the package's other tests
 	src, err := os.ReadFile("../template.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -39,6 +40,7 @@ func TestCfnLintEnqueueOn(t *testing.T) {
 // The recipes of docs/deploy.md (Step Functions, EventBridge, SQS, Pipes)
 // are one template, linted.
 func TestCfnLintEnqueueRecipes(t *testing.T) {
+	t.Parallel()
 	cfnLint(t, "docs/enqueue-recipes.yaml")
 }
 

@@ -34,6 +34,7 @@ func (f forgetfulWriter) BucketCount() int { return f.w.BucketCount() }
 // fails, the function answers the duplicate), a reused key with another
 // body is refused, and concurrent invocations of one request commit once.
 func TestEnqueueAfterTheTokenWindow(t *testing.T) {
+	t.Parallel() // overlaps the package's long tests
 	e := newEnv(t, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
