@@ -265,7 +265,7 @@ func TestEnqueuePolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := handler.NewEnqueue(w, rec, tables.Control, 0, nil)
+	h, err := handler.NewEnqueue(w, rec, tables, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -701,6 +701,9 @@ func (r *enqueueRun) typedErrors(ctx context.Context, t *testing.T) {
 		{name: "expression DynamoDB refuses", req: map[string]any{"idempotencyKey": "bad-5", "transactItems": []any{map[string]any{"Update": map[string]any{
 			"TableName": r.e.business, "Key": map[string]any{"id": map[string]any{"S": "x"}}, "UpdateExpression": "SET n = = 1"}}}},
 			typ: "Outbox.Validation", field: "transactItems", says: "nothing was written"},
+		{name: "the outbox's own table", req: map[string]any{"idempotencyKey": "bad-8", "transactItems": []any{map[string]any{"Put": map[string]any{
+			"TableName": r.e.tables.Control, "Item": map[string]any{"pk": map[string]any{"S": "config"}, "sk": map[string]any{"S": "config"}}}}}},
+			typ: "Outbox.Validation", field: "transactItems[0].Put.TableName", says: "only the outbox writes"},
 		{name: "condition failed", req: map[string]any{"idempotencyKey": "bad-6", "transactItems": []any{map[string]any{"Put": map[string]any{
 			"TableName": r.e.business, "Item": map[string]any{"id": map[string]any{"S": "o-direct"}},
 			"ConditionExpression": "attribute_not_exists(id)", "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}}},

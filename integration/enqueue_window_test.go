@@ -38,7 +38,7 @@ func TestEnqueueAfterTheTokenWindow(t *testing.T) {
 	e := newEnv(t, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	h, err := handler.NewEnqueue(forgetfulWriter{e.writer}, e.dynamo.Client, e.tables.Control, 0, quiet)
+	h, err := handler.NewEnqueue(forgetfulWriter{e.writer}, e.dynamo.Client, e.tables, 0, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

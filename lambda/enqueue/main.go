@@ -36,13 +36,13 @@ func main() {
 		os.Exit(2)
 	}
 	client := wiring.DynamoClient(awsCfg, cfg.DynamoEndpoint)
-	writer, err := dynamo.NewWriter(ctx, client, dynamo.Tables{Messages: cfg.MessagesTable, Control: cfg.ControlTable},
-		dynamo.MaxMessageBytes(cfg.MaxMessageBytes))
+	tables := dynamo.Tables{Messages: cfg.MessagesTable, Control: cfg.ControlTable}
+	writer, err := dynamo.NewWriter(ctx, client, tables, dynamo.MaxMessageBytes(cfg.MaxMessageBytes))
 	if err != nil {
 		logger.Error("outbox enqueue: init failed: the outbox tables (OUTBOX_MESSAGES_TABLE, OUTBOX_CONTROL_TABLE)", "err", err)
 		os.Exit(2)
 	}
-	h, err := handler.NewEnqueue(writer, client, cfg.ControlTable, 0, logger)
+	h, err := handler.NewEnqueue(writer, client, tables, 0, logger)
 	if err != nil {
 		logger.Error("outbox enqueue: init failed", "err", err)
 		os.Exit(2)

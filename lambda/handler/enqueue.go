@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -78,22 +79,25 @@ type Enqueue struct {
 	writer  EnqueueWriter
 	client  EnqueueAPI
 	control string
+	tables  dynamo.Tables
 	ttl     time.Duration
 	now     func() time.Time
 	logger  *slog.Logger
 }
 
-// NewEnqueue returns the handler. control is the outbox's control table
-// (where the idempotency records live); recordTTL how long they are kept (0
-// for DefaultRecordTTL; at least MinRecordTTL).
-func NewEnqueue(writer EnqueueWriter, client EnqueueAPI, control string, recordTTL time.Duration, logger *slog.Logger) (*Enqueue, error) {
+// NewEnqueue returns the handler for the outbox in tables (its control
+// table keeps the idempotency records; callers' items may write neither
+// table); recordTTL is how long records are kept (0 for DefaultRecordTTL;
+// at least MinRecordTTL).
+func NewEnqueue(writer EnqueueWriter, client EnqueueAPI, tables dynamo.Tables, recordTTL time.Duration, logger *slog.Logger) (*Enqueue, error) {
+	control := tables.Control
 	switch {
 	case writer == nil:
 		return nil, &outbox.OptionError{Option: "writer", Reason: "a *dynamo.Writer is required"}
 	case client == nil:
 		return nil, &outbox.OptionError{Option: "client", Reason: "a DynamoDB client is required"}
-	case control == "":
-		return nil, &outbox.OptionError{Option: "control", Value: control, Reason: "the outbox's control table is required"}
+	case control == "" || tables.Messages == "":
+		return nil, &outbox.OptionError{Option: "tables", Value: tables, Reason: "the outbox's messages and control tables are required"}
 	case recordTTL != 0 && recordTTL < MinRecordTTL:
 		return nil, &outbox.OptionError{Option: "recordTTL", Value: recordTTL, Reason: fmt.Sprintf(
 			"at least %v, DynamoDB's client request token window", MinRecordTTL)}
@@ -104,7 +108,7 @@ func NewEnqueue(writer EnqueueWriter, client EnqueueAPI, control string, recordT
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Enqueue{writer: writer, client: client, control: control, ttl: recordTTL, now: time.Now, logger: logger}, nil
+	return &Enqueue{writer: writer, client: client, control: control, tables: tables, ttl: recordTTL, now: time.Now, logger: logger}, nil
 }
 
 // EnqueueResponse is the answer to a request that committed
@@ -132,6 +136,9 @@ type EnqueuedMessage struct {
 func (h *Enqueue) commit(ctx context.Context, raw []byte, defaultKey string) (*EnqueueResponse, error) {
 	req, err := decodeRequest(raw, defaultKey)
 	if err != nil {
+		return nil, toEnqueueError(err, 0)
+	}
+	if err := h.checkTables(req.items); err != nil {
 		return nil, toEnqueueError(err, 0)
 	}
 	// Ids are fixed before the transaction so the record can keep them.
@@ -170,6 +177,33 @@ func (h *Enqueue) commit(ctx context.Context, raw []byte, defaultKey string) (*E
 		return h.replayed(ctx, req, te.Reasons[len(req.items)].Item, "record")
 	}
 	return nil, toEnqueueError(err, len(req.items))
+}
+
+// checkTables refuses a caller's item on the outbox's own tables (by name
+// or ARN): the function's role may write them, but only the Writer may
+// (a forged message, counter or config item would break the outbox).
+func (h *Enqueue) checkTables(items []types.TransactWriteItem) error {
+	for i, it := range items {
+		kind, table := "Put", ""
+		switch {
+		case it.Put != nil:
+			table = aws.ToString(it.Put.TableName)
+		case it.Update != nil:
+			kind, table = "Update", aws.ToString(it.Update.TableName)
+		case it.Delete != nil:
+			kind, table = "Delete", aws.ToString(it.Delete.TableName)
+		case it.ConditionCheck != nil:
+			kind, table = "ConditionCheck", aws.ToString(it.ConditionCheck.TableName)
+		}
+		if _, name, ok := strings.Cut(table, ":table/"); ok && strings.HasPrefix(table, "arn:") {
+			table = name
+		}
+		if table == h.tables.Messages || table == h.tables.Control {
+			return badField(fmt.Sprintf("transactItems[%d].%s.TableName", i, kind),
+				"%q is one of the outbox's own tables, which only the outbox writes: name your own table", table)
+		}
+	}
+	return nil
 }
 
 // record is the idempotency record's put, the last of the caller's items.

@@ -138,7 +138,7 @@ func (noRecords) GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynam
 func newFakeEnqueue(t *testing.T, fail map[string]error) (*Enqueue, *fakeWriter) {
 	t.Helper()
 	w := &fakeWriter{seq: map[int]int64{}, fail: fail}
-	h, err := NewEnqueue(w, noRecords{}, "control", 0, nil)
+	h, err := NewEnqueue(w, noRecords{}, dynamo.Tables{Messages: "messages", Control: "control"}, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,6 +222,22 @@ func sqsBatch(fifo bool, keys ...string) json.RawMessage {
 		recs = append(recs, fmt.Sprintf(`{"messageId": "m%d", "body": %s, "attributes": %s, "eventSource": "aws:sqs"}`, i, body, attrs))
 	}
 	return json.RawMessage(`{"Records": [` + strings.Join(recs, ",") + `]}`)
+}
+
+// A caller's item may not write the outbox's own tables, by name or ARN.
+func TestEnqueueRefusesTheOutboxTables(t *testing.T) {
+	h, w := newFakeEnqueue(t, nil)
+	for _, table := range []string{"messages", "control", "arn:aws:dynamodb:us-east-1:123456789012:table/control"} {
+		req := fmt.Sprintf(`{"idempotencyKey": "k", "transactItems": [{"Put": {"TableName": %q, "Item": {"pk": {"S": "config"}, "sk": {"S": "config"}}}}]}`, table)
+		_, err := h.Handle(context.Background(), json.RawMessage(req))
+		var ie messages.InvokeResponse_Error
+		if !errors.As(err, &ie) || ie.Type != ErrorValidation || !strings.Contains(ie.Message, `"field":"transactItems[0].Put.TableName"`) {
+			t.Errorf("%s: %v; want Outbox.Validation naming the table", table, err)
+		}
+	}
+	if len(w.calls) != 0 {
+		t.Fatalf("%d writes", len(w.calls))
+	}
 }
 
 // A standard queue's batch reports only its failed records; a FIFO queue's
