@@ -171,12 +171,23 @@ func (h *Enqueue) commit(ctx context.Context, raw []byte, defaultKey string) (*E
 			return h.committed(req, res.Messages), nil
 		}
 		if errors.As(err, &te) && recordFailed(te, len(req.items)) {
-			return h.replayed(ctx, req, te.Reasons[len(req.items)].Item, "record")
+			return h.recorded(ctx, req, te)
 		}
 	case errors.As(err, &te) && recordFailed(te, len(req.items)):
-		return h.replayed(ctx, req, te.Reasons[len(req.items)].Item, "record")
+		return h.recorded(ctx, req, te)
 	}
 	return nil, toEnqueueError(err, len(req.items))
+}
+
+// recorded answers a transaction cancelled on the key's record: the record
+// exists (its old image is in the cancellation reason, or read).
+func (h *Enqueue) recorded(ctx context.Context, req *decodedRequest, te *dynamo.TransactionError) (*EnqueueResponse, error) {
+	resp, err := h.replayed(ctx, req, te.Reasons[len(req.items)].Item, "record")
+	if resp == nil && err == nil {
+		// Expired between the cancellation and the read.
+		return nil, &EnqueueError{Type: ErrorRetryable, Message: "the idempotency record that cancelled the transaction is gone; nothing was written: retry with the same key"}
+	}
+	return resp, err
 }
 
 // checkTables refuses a caller's item on the outbox's own tables (by name
