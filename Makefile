@@ -48,7 +48,7 @@ deps:
 
 # Verbose, filtered to the package results, failures and the one-line
 # summaries the suites print (outbox-e2e:, soak:, bench:, cdk:, enqueue:).
-TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|soak:|bench:|cdk:|inbox-poison:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
+TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|soak:|bench:|cdk:|inbox-poison:|enqueue:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
 
 # Two lanes at once: the library module (mostly waiting on DynamoDB Local,
 # Kafka and the stream) and the tool modules after one another (mostly
