@@ -47,7 +47,8 @@ deps:
 	@for m in $(MODULES); do (cd $$m && $(GO) mod download) || exit 1; done
 
 # Verbose, filtered to the package results, failures and the one-line
-# summaries the suites print (outbox-e2e:, soak:, bench:, cdk:, enqueue:).
+# summaries the suites print (outbox-e2e:, soak:, bench:, cdk:, inbox-poison:,
+# enqueue:).
 TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|soak:|bench:|cdk:|inbox-poison:|enqueue:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
 
 # Two lanes at once: the library module (mostly waiting on DynamoDB Local,
