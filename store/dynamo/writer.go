@@ -73,8 +73,11 @@ func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...Wri
 		o.applyWriter(&s)
 	}
 	stored, err := openOutbox(ctx, client, tables, &s)
-	var te *TableError
-	if errors.As(err, &te) {
+	var (
+		te *TableError
+		me *outbox.MisconfigurationError
+	)
+	if errors.As(err, &te) || (errors.As(err, &me) && me.Setting == "Tables.Messages") {
 		// Say everything that is missing at once.
 		return nil, errors.Join(err, checkMessagesTable(ctx, client, tables.Messages))
 	}
