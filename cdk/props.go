@@ -146,10 +146,20 @@ type Props struct {
 	// above which the oldest-pending-age alarm fires. Default 300, at least
 	// 60.
 	OldestPendingAgeAlarmSeconds *float64
+	// EnableEnqueueFunction "true" deploys the enqueue function
+	// (lambda/enqueue), which any AWS service invokes to commit its DynamoDB
+	// items and outbox messages in one transaction, with EnqueueInvokePolicy
+	// to invoke it. Default "false".
+	EnableEnqueueFunction *string
+	// EnqueueBusinessTableArns are the tables the enqueue function's
+	// callers write in the same transaction (PutItem, UpdateItem,
+	// DeleteItem, ConditionCheckItem on these only). Default: none
+	// (outbox messages only).
+	EnqueueBusinessTableArns *[]*string
 
 	// BinDir is where the function binaries are, laid out as `make build`
 	// writes them: <BinDir>/<function>/<goarch>/bootstrap for relay,
-	// sweeper and setup, goarch arm64 or amd64. Relative paths are relative
+	// sweeper, setup and (when enabled) enqueue, goarch arm64 or amd64. Relative paths are relative
 	// to the working directory of the CDK app. Default "bin". Not a template
 	// parameter: SAM builds the functions from source instead.
 	BinDir *string
@@ -191,9 +201,13 @@ var (
 	logLevels = []string{"TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL"}
 )
 
-// functions are the Lambda functions New deploys, by their folder under
-// lambda/ and BinDir.
-var functions = []string{"relay", "sweeper", "setup"}
+// functions are the Lambda functions New always deploys, by their folder
+// under lambda/ and BinDir; optionalFunctions those it deploys when their
+// Props enable them.
+var (
+	functions         = []string{"relay", "sweeper", "setup"}
+	optionalFunctions = []string{"enqueue"}
+)
 
 // PropError is a Props field that Validate refused: which field, the value
 // given, and what would be accepted.
@@ -251,6 +265,8 @@ type config struct {
 	subnets, securityGroups          []string
 	topics, alarmTopic, binDir       string
 	n                                map[string]int // numeric fields by name
+	enqueue                          bool
+	businessTables                   []string // the enqueue function's callers' tables
 }
 
 func (c *config) isSCRAM() bool { return c.auth == AuthSASLSCRAM256 || c.auth == AuthSASLSCRAM512 }
@@ -359,7 +375,23 @@ func (p *Props) config() (*config, error) {
 	if p.BinDir != nil {
 		c.binDir = *p.BinDir
 	}
-	for _, fn := range functions {
+	if p.EnableEnqueueFunction != nil {
+		switch *p.EnableEnqueueFunction {
+		case "false":
+		case "true":
+			c.enqueue = true
+		default:
+			return nil, &PropError{"EnableEnqueueFunction", quote(p.EnableEnqueueFunction), `"true" or "false"`}
+		}
+	}
+	if c.businessTables, err = list("EnqueueBusinessTableArns", p.EnqueueBusinessTableArns); err != nil {
+		return nil, err
+	}
+	deployed := functions
+	if c.enqueue {
+		deployed = append(slices.Clone(functions), "enqueue")
+	}
+	for _, fn := range deployed {
 		if err := checkBootstrap(filepath.Join(c.bootstrapDir(fn), bootstrapName)); err != nil {
 			return nil, &PropError{"BinDir", strconv.Quote(c.binDir), err.Error() + "; run `make build` in the outbox repository (it writes bin/<function>/<goarch>/bootstrap) and point BinDir at its bin folder"}
 		}

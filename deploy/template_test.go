@@ -380,6 +380,10 @@ func TestParameters(t *testing.T) {
 		{"AlarmTopicArn", `{Type: String, Default: ""}`},
 		{"IteratorAgeAlarmMilliseconds", "{Type: Number, Default: 60000, MinValue: 1000}"},
 		{"OldestPendingAgeAlarmSeconds", "{Type: Number, Default: 300, MinValue: 60}"},
+		// Off by default: the function is for callers that cannot link
+		// store/dynamo.
+		{"EnableEnqueueFunction", `{Type: String, Default: "false", AllowedValues: ["true", "false"]}`},
+		{"EnqueueBusinessTableArns", `{Type: CommaDelimitedList, Default: ""}`},
 	}
 	params, _ := tmpl["Parameters"].(map[string]any)
 	seen := map[string]bool{}

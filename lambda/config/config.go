@@ -320,3 +320,29 @@ func list(s string) []string {
 	}
 	return out
 }
+
+// EnqueueConfig is the enqueue function's configuration: it writes to the
+// outbox and needs no Kafka settings.
+type EnqueueConfig struct {
+	MessagesTable   string // OUTBOX_MESSAGES_TABLE (required)
+	ControlTable    string // OUTBOX_CONTROL_TABLE (required)
+	MaxMessageBytes int    // OUTBOX_MAX_MESSAGE_BYTES (1048576)
+	Region          string // AWS_REGION (set by Lambda)
+	DynamoEndpoint  string // OUTBOX_DYNAMODB_ENDPOINT (optional)
+}
+
+// LoadEnqueue reads the enqueue function's configuration, as Load does.
+func LoadEnqueue(getenv func(string) string) (EnqueueConfig, error) {
+	l := loader{getenv: getenv}
+	c := EnqueueConfig{
+		MessagesTable:   l.required("OUTBOX_MESSAGES_TABLE", "the name of the outbox messages table"),
+		ControlTable:    l.required("OUTBOX_CONTROL_TABLE", "the name of the outbox control table"),
+		MaxMessageBytes: l.int("OUTBOX_MAX_MESSAGE_BYTES", outbox.DefaultMaxMessageBytes),
+		Region:          getenv("AWS_REGION"),
+		DynamoEndpoint:  getenv("OUTBOX_DYNAMODB_ENDPOINT"),
+	}
+	if c.Region == "" {
+		c.Region = defaultRegion
+	}
+	return c, errors.Join(l.errs...)
+}

@@ -189,3 +189,25 @@ func TestLoadBoundsAreInclusive(t *testing.T) {
 		}
 	}
 }
+
+// The enqueue function needs the tables only; Kafka's variables are not
+// required, and a bad OUTBOX_MAX_MESSAGE_BYTES is named.
+func TestLoadEnqueue(t *testing.T) {
+	env := map[string]string{"OUTBOX_MESSAGES_TABLE": "m", "OUTBOX_CONTROL_TABLE": "c"}
+	c, err := LoadEnqueue(func(k string) string { return env[k] })
+	if err != nil || c.MessagesTable != "m" || c.ControlTable != "c" || c.MaxMessageBytes != 1048576 || c.Region != defaultRegion {
+		t.Fatalf("LoadEnqueue = %+v, %v", c, err)
+	}
+	env = map[string]string{"OUTBOX_MAX_MESSAGE_BYTES": "12"}
+	_, err = LoadEnqueue(func(k string) string { return env[k] })
+	var names []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var ce *Error
+		if errors.As(e, &ce) {
+			names = append(names, ce.Variable)
+		}
+	}
+	if strings.Join(names, " ") != "OUTBOX_MESSAGES_TABLE OUTBOX_CONTROL_TABLE OUTBOX_MAX_MESSAGE_BYTES" {
+		t.Fatalf("errors name %v", names)
+	}
+}

@@ -1,7 +1,9 @@
 // Package handler holds the Lambda functions' handlers: Relay for the
-// messages table's stream, Sweeper for the schedule. They are importable so
-// the local pipeline (make demo) runs exactly the code Lambda runs; the
-// commands in lambda/relay and lambda/sweeper only wire them.
+// messages table's stream, Sweeper for the schedule, Enqueue for the callers
+// that enqueue through a function (Step Functions, EventBridge, SQS, Pipes).
+// They are importable so the local pipeline (make demo) and the tests run
+// exactly the code Lambda runs; the commands in lambda/relay, lambda/sweeper
+// and lambda/enqueue only wire them.
 package handler
 
 import (

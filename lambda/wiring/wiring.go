@@ -85,18 +85,7 @@ func Build(ctx context.Context, cfg config.Config, logger *slog.Logger, relayID 
 // BuildWith is Build with a given AWS configuration.
 func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger, relayID string, extra ...outbox.Option) (*Parts, error) {
 	p := &Parts{Config: cfg, AWS: awsCfg}
-	// Up to Concurrency buckets x the store's concurrent deletes are in
-	// flight; keep that many idle connections (the SDK keeps 10 per host),
-	// so busy drains do not open a new TLS connection per call.
-	p.Dynamo = dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
-		o.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
-			tr.MaxIdleConnsPerHost = 64
-		})
-		if cfg.DynamoEndpoint != "" {
-			o.BaseEndpoint = aws.String(cfg.DynamoEndpoint)
-			o.DisableValidateResponseChecksum = true // DynamoDB Local sends no CRC on errors
-		}
-	})
+	p.Dynamo = DynamoClient(awsCfg, cfg.DynamoEndpoint)
 	tables := dynamo.Tables{Messages: cfg.MessagesTable, Control: cfg.ControlTable}
 	var err error
 	if p.Store, err = dynamo.NewStore(ctx, p.Dynamo, tables); err != nil {
@@ -132,6 +121,23 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 		return nil, fmt.Errorf("relay (OUTBOX_BUCKET_COUNT=%d): %w", cfg.BucketCount, err)
 	}
 	return p, nil
+}
+
+// DynamoClient is the functions' DynamoDB client; endpoint overrides AWS's
+// (OUTBOX_DYNAMODB_ENDPOINT: DynamoDB Local, LocalStack) when set.
+func DynamoClient(awsCfg aws.Config, endpoint string) *dynamodb.Client {
+	// Up to Concurrency buckets x the store's concurrent deletes are in
+	// flight; keep that many idle connections (the SDK keeps 10 per host),
+	// so busy drains do not open a new TLS connection per call.
+	return dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
+		o.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+			tr.MaxIdleConnsPerHost = 64
+		})
+		if endpoint != "" {
+			o.BaseEndpoint = aws.String(endpoint)
+			o.DisableValidateResponseChecksum = true // DynamoDB Local sends no CRC on errors
+		}
+	})
 }
 
 // StreamOwnerID is the lease owner id of the relay function: one name for

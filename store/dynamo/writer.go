@@ -190,6 +190,37 @@ func (w *Writer) item(m outbox.Message) map[string]types.AttributeValue {
 // not fenced (the messages may be stored); if they are not, relays fence
 // them after their gap timeout.
 func (w *Writer) Write(ctx context.Context, items []types.TransactWriteItem, msgs ...outbox.Message) (res Result, err error) {
+	return w.write(ctx, "", items, msgs)
+}
+
+// MaxTokenLength is the longest client request token DynamoDB accepts.
+const MaxTokenLength = 36
+
+// WriteWithToken is Write with the client request token of the
+// transaction's first reservation given by the caller (1 to MaxTokenLength
+// characters; a *outbox.ValidationError otherwise), for a caller whose own
+// retries carry an idempotency key, such as a Lambda function invoked again
+// with the same event. Write's retries resend it; a resubmission after a
+// fence takes a new token, as in Write.
+//
+// The token alone does not make a retried call commit once: every call
+// reserves new sequence numbers, so a second call's transaction differs from
+// the first's and DynamoDB answers it with IdempotentParameterMismatch
+// within its 10-minute window (a *TransactionError whose Cause is
+// *types.IdempotentParameterMismatchException; the reservations are
+// released) and evaluates it as a new transaction after it. A caller that
+// must commit once across calls puts an item of its own in the transaction
+// whose condition fails when an earlier call committed (what lambda/enqueue
+// does).
+func (w *Writer) WriteWithToken(ctx context.Context, token string, items []types.TransactWriteItem, msgs ...outbox.Message) (Result, error) {
+	if token == "" || len(token) > MaxTokenLength {
+		return Result{}, &outbox.ValidationError{Index: -1, Field: "ClientRequestToken", Reason: fmt.Sprintf(
+			"%d characters; DynamoDB accepts 1 to %d", len(token), MaxTokenLength)}
+	}
+	return w.write(ctx, token, items, msgs)
+}
+
+func (w *Writer) write(ctx context.Context, token string, items []types.TransactWriteItem, msgs []outbox.Message) (res Result, err error) {
 	if w.cfg.tracer != nil {
 		var end func(error)
 		ctx, end = w.cfg.tracer.Start(ctx, "outbox enqueue", enqueueSpan(items, msgs))
@@ -199,7 +230,7 @@ func (w *Writer) Write(ctx context.Context, items []types.TransactWriteItem, msg
 	if err != nil {
 		return Result{}, err
 	}
-	t := &txn{w: w, items: items, msgs: prepared}
+	t := &txn{w: w, items: items, msgs: prepared, token: token}
 	return t.run(ctx)
 }
 
@@ -348,6 +379,9 @@ type txn struct {
 	items    []types.TransactWriteItem
 	msgs     []outbox.Message
 	reserved []reservation
+	// token is the caller's client request token for the first
+	// reservation's transaction; empty for a new random one.
+	token string
 }
 
 func (t *txn) run(ctx context.Context) (Result, error) {
@@ -492,9 +526,14 @@ func (t *txn) input() *dynamodb.TransactWriteItemsInput {
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}})
 	}
+	token := t.token
+	if token == "" {
+		token = uuid.NewString()
+	}
+	t.token = "" // a resubmission after a fence is a new transaction
 	return &dynamodb.TransactWriteItemsInput{
 		TransactItems:      all,
-		ClientRequestToken: str(uuid.NewString()),
+		ClientRequestToken: str(token),
 	}
 }
 

@@ -942,3 +942,45 @@ func TestWriteOnlyTopicsTheOutboxServes(t *testing.T) {
 		t.Fatalf("Config = %+v, %v; want topics orders", c, err)
 	}
 }
+
+// WriteWithToken sends the caller's token, resends it after a lost
+// response, takes a new one after a fence, and refuses a token DynamoDB
+// would refuse before anything is reserved.
+func TestWriteWithToken(t *testing.T) {
+	w := newWriterEnv(t, 2)
+	ctx := ctxT(t)
+	const token = "6f1c3a5e-0000-4b7e-9a41-0c5d7e2f9b13"
+	w.client.fault = func(call int, _ *dynamodb.TransactWriteItemsInput) (bool, error) {
+		if call == 1 {
+			return true, lostResponse()
+		}
+		return true, nil
+	}
+	if _, err := w.writer.WriteWithToken(ctx, token, nil, keyed("a")); err != nil {
+		t.Fatal(err)
+	}
+	if w.client.calls != 2 || w.client.tokens[0] != token || w.client.tokens[1] != token || w.client.real[1] != nil {
+		t.Fatalf("tokens %v, DynamoDB answered %v; want the caller's token twice and a success", w.client.tokens, w.client.real)
+	}
+	// A fenced reservation: resubmitted under a new token.
+	w.client.fault, w.client.calls, w.client.tokens = nil, 0, nil
+	k0 := keyInBucket(t, 0, 2)
+	last := w.counter(t, 0)
+	if err := w.store.Fence(ctx, 0, last+1, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.writer.WriteWithToken(ctx, "second-token", nil, keyed(k0)); err != nil {
+		t.Fatal(err)
+	}
+	if w.client.calls != 2 || w.client.tokens[0] != "second-token" || w.client.tokens[1] == "second-token" {
+		t.Fatalf("tokens %v; want the caller's, then a new one after the fence", w.client.tokens)
+	}
+	for _, bad := range []string{"", strings.Repeat("x", MaxTokenLength+1)} {
+		before := w.counter(t, 0)
+		_, err := w.writer.WriteWithToken(ctx, bad, nil, keyed(k0))
+		var ve *outbox.ValidationError
+		if !errors.As(err, &ve) || ve.Field != "ClientRequestToken" || w.counter(t, 0) != before {
+			t.Errorf("token %q: %v, counter %d -> %d; want a ValidationError and nothing reserved", bad, err, before, w.counter(t, 0))
+		}
+	}
+}
