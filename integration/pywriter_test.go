@@ -1,0 +1,473 @@
+package integration_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/sequence"
+	"github.com/dynakafka/outbox/store/dynamo"
+)
+
+// TestPythonWriterUnit runs the reference Python writer's own tests
+// (clients/python/tests: murmur2 and buckets against the shared vectors, the
+// header encoding, the config item, the write algorithm on a fake client,
+// the schemas); they need no DynamoDB.
+func TestPythonWriterUnit(t *testing.T) {
+	py := testenv.Python(t)
+	cmd := exec.Command(py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
+	cmd.Dir = filepath.Join(testenv.RepoRoot(), "clients", "python")
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("pytest clients/python/tests: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	t.Logf("pytest: %s", lines[len(lines)-1])
+}
+
+// pyKey is one kind of message both writers write: keyed, the empty key,
+// keyless (bucketed by the id), and an explicit partition.
+type pyKey struct {
+	name      string
+	key       []byte // nil: keyless
+	partition *int32
+}
+
+var pyKeys = []pyKey{
+	{name: "order-1", key: []byte("order-1")},
+	{name: "order-2", key: []byte("order-2")},
+	{name: "customer/42", key: []byte("customer/42")},
+	{name: "empty", key: []byte{}},
+	{name: "keyless"},
+	{name: "pinned", key: []byte("order-1"), partition: outbox.PartitionOf(5)},
+}
+
+func (k pyKey) message(label string, seq int, id string) map[string]any {
+	m := map[string]any{"topic": "", "value": fmt.Sprintf("%s:%s:%d", label, k.name, seq),
+		"headers": []map[string]any{{"key": "source", "value": label}, {"key": "nil-value", "value": nil}}}
+	if k.key != nil {
+		m["key_b64"] = base64.StdEncoding.EncodeToString(k.key)
+	}
+	if k.partition != nil {
+		m["partition"] = *k.partition
+	}
+	if id != "" {
+		m["id"] = id
+	}
+	return m
+}
+
+// TestPythonWriter runs the reference Python writer (clients/python) beside
+// the Go writer on one outbox in DynamoDB Local, drains it with the Go relay
+// into kfake, and checks the contract (docs/contract.md) from both sides:
+// the Python writer's messages are published in order per key, in the
+// buckets the Go writer and the shared vectors give; a transaction that
+// failed after its reservation (a business condition, and a writer that
+// stopped between reservation and commit) is fenced and never published; a
+// put onto a fenced number reserves again; the writer refuses config items
+// it does not understand and writes nothing; and every item both writers,
+// and the relay, left validates against schema/ (schema/validate.py).
+func TestPythonWriter(t *testing.T) {
+	t.Parallel() // mostly waiting on processes and DynamoDB Local: overlaps the other long tests
+	const buckets, rounds = 8, 3
+	e := newEnv(t, buckets)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	topic := e.topic
+	start := time.Now()
+	type written struct {
+		id, value string
+		key       pyKey
+		bucket    int
+		seq       int64
+		python    bool
+	}
+	var all []written
+
+	// 1. The Go writer and the Python writer, interleaved per round, so that
+	// each key's order mixes both.
+	for round := range rounds {
+		for _, k := range pyKeys {
+			m := outbox.Message{Topic: topic, Key: k.key, Partition: k.partition, Value: []byte(fmt.Sprintf("go:%s:%d", k.name, round)),
+				Headers: []outbox.Header{{Key: "source", Value: []byte("go")}}}
+			res, err := e.writer.Write(ctx, nil, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := res.Messages[0]
+			all = append(all, written{w.ID, string(w.Value), k, w.Bucket, w.Sequence, false})
+		}
+		var txs []testenv.PythonTx
+		for _, k := range pyKeys {
+			msg := k.message("py", round, "")
+			msg["topic"] = topic
+			txs = append(txs, testenv.PythonTx{Messages: []any{msg}})
+		}
+		// Two messages of one key in one transaction, with a business item.
+		two := []any{pyKeys[0].message("py", 100+2*round, ""), pyKeys[0].message("py", 101+2*round, "")}
+		for _, m := range two {
+			m.(map[string]any)["topic"] = topic
+		}
+		txs = append(txs, testenv.PythonTx{Messages: two, Items: []any{map[string]any{"Put": map[string]any{
+			"TableName": e.business, "Item": map[string]any{"id": map[string]any{"S": fmt.Sprintf("py-agg-%d", round)}, "version": map[string]any{"N": "1"}},
+			"ConditionExpression": "attribute_not_exists(id)"}}}})
+		results, code := testenv.RunPythonWriter(ctx, t, e.dynamo, e.tables.Messages, e.tables.Control, txs)
+		if code != 0 || len(results) != len(txs) {
+			t.Fatalf("python writer: exit %d, %d results for %d transactions: %+v", code, len(results), len(txs), results)
+		}
+		for i, r := range results {
+			for j, m := range r.Messages {
+				tx := txs[i].Messages[j].(map[string]any)
+				k := pyKeys[0]
+				if i < len(pyKeys) {
+					k = pyKeys[i]
+				}
+				all = append(all, written{m.ID, tx["value"].(string), k, m.Bucket, m.Sequence, true})
+			}
+		}
+	}
+
+	t.Logf("%v: both writers wrote %d messages", time.Since(start), len(all))
+	// 2. A put onto a number a relay fenced: the writer reserves again.
+	b1, _ := outbox.BucketFor(outbox.Message{Key: []byte("order-1")}, buckets)
+	last, err := sequence.Last(ctx, e.dynamo.Client, e.tables.Control, b1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.Fence(ctx, b1, last+1, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	retry := pyKeys[0].message("py", 200, "")
+	retry["topic"] = topic
+	res, code := testenv.RunPythonWriter(ctx, t, e.dynamo, e.tables.Messages, e.tables.Control, []testenv.PythonTx{{Messages: []any{retry}}})
+	if code != 0 || !res[0].OK || res[0].Reservations != 2 || res[0].Messages[0].Sequence <= last+1 {
+		t.Fatalf("put onto a fenced number: exit %d, %+v; want committed after a second reservation above %d", code, res, last+1)
+	}
+	reservedAgain := res[0].Reservations - 1
+	all = append(all, written{res[0].Messages[0].ID, retry["value"].(string), pyKeys[0], res[0].Messages[0].Bucket, res[0].Messages[0].Sequence, true})
+
+	// 3. Transactions that fail after their reservation: a business
+	// condition fails (the writer fences its numbers at once), and a writer
+	// stops between reservation and commit (the relay fences the gap after
+	// its GapTimeout, once a later message of the bucket is committed).
+	failedID, abandonedID := outbox.NewID(), outbox.NewID()
+	failed := pyKeys[1].message("py", 300, failedID)
+	abandoned := pyKeys[2].message("py", 301, abandonedID)
+	after := pyKeys[2].message("py", 302, "")
+	for _, m := range []map[string]any{failed, abandoned, after} {
+		m["topic"] = topic
+	}
+	res, code = testenv.RunPythonWriter(ctx, t, e.dynamo, e.tables.Messages, e.tables.Control, []testenv.PythonTx{
+		{Messages: []any{failed}, Items: []any{map[string]any{"ConditionCheck": map[string]any{
+			"TableName": e.business, "Key": map[string]any{"id": map[string]any{"S": "no-such-order"}}, "ConditionExpression": "attribute_exists(id)"}}}},
+		{Messages: []any{abandoned}, AbandonAfterReserve: true},
+		{Messages: []any{after}},
+	})
+	if len(res) != 3 || res[0].Error != "Outbox.ConditionFailed" || len(res[0].Released) != 1 || res[1].Error != "Abandoned" || len(res[1].Reserved) != 1 || !res[2].OK {
+		t.Fatalf("failed transactions: exit %d, %+v", code, res)
+	}
+	never := map[string][2]int64{failedID: res[0].Released[0], abandonedID: res[1].Reserved[0]}
+	all = append(all, written{res[2].Messages[0].ID, after["value"].(string), pyKeys[2], res[2].Messages[0].Bucket, res[2].Messages[0].Sequence, true})
+
+	// 4. Config items the writer does not understand: refused, nothing written.
+	refused := 0
+	for _, c := range []struct {
+		name string
+		set  map[string]types.AttributeValue
+	}{
+		{"a newer config version", map[string]types.AttributeValue{"v": num(3)}},
+		{"an unknown mode", map[string]types.AttributeValue{"v": num(2), "md": &types.AttributeValueMemberS{Value: "compact"}, "rt": num(86400)}},
+	} {
+		other := dynamo.Tables{Messages: testenv.Name(t, "msgs"), Control: testenv.Name(t, "ctl")}
+		if err := dynamo.CreateTables(ctx, e.dynamo.Client, other, dynamo.BucketCount(buckets)); err != nil {
+			t.Fatal(err)
+		}
+		item := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "config"}, "sk": &types.AttributeValueMemberS{Value: "config"}, "bc": num(buckets)}
+		for k, v := range c.set {
+			item[k] = v
+		}
+		if _, err := e.dynamo.Client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(other.Control), Item: item}); err != nil {
+			t.Fatal(err)
+		}
+		msg := pyKeys[0].message("py", 400, "")
+		msg["topic"] = topic
+		res, code := testenv.RunPythonWriter(ctx, t, e.dynamo, other.Messages, other.Control, []testenv.PythonTx{{Messages: []any{msg}}})
+		if code != 3 || len(res) != 1 || res[0].Error != "Outbox.Config" || !res[0].Unknown {
+			t.Fatalf("%s: exit %d, %+v; want Outbox.Config (unknown)", c.name, code, res)
+		}
+		if n := len(scanItems(ctx, t, e.dynamo.Client, other.Messages)); n != 0 {
+			t.Fatalf("%s: the refused writer left %d items in the messages table", c.name, n)
+		}
+		for _, it := range scanItems(ctx, t, e.dynamo.Client, other.Control) {
+			if sk, _ := it["sk"].(*types.AttributeValueMemberS); sk != nil && sk.Value == "seq" {
+				t.Fatalf("%s: the refused writer reserved a sequence number", c.name)
+			}
+		}
+		refused++
+	}
+
+	t.Logf("%v: failures and refusals done", time.Since(start))
+	// 5. The items both writers wrote validate against the schemas, and the
+	// failed transaction's number already holds the writer's fence.
+	schemaCheck(ctx, t, e, "before-relay")
+	if it := getMessageItem(ctx, t, e, never[failedID]); it == nil || it["f"] == nil {
+		t.Fatalf("the condition-failed transaction's number %v holds %v, want the writer's fence", never[failedID], it)
+	}
+
+	// 6. The Go relay drains every bucket to kfake.
+	var (
+		mu     sync.Mutex
+		byID   = map[string]*kgo.Record{}
+		order  = map[string][]string{} // key name -> values in consumed order
+		dups   int
+		cctx   context.Context
+		cstop  context.CancelFunc
+		valKey = map[string]pyKey{}
+	)
+	for _, w := range all {
+		valKey[w.value] = w.key
+	}
+	cctx, cstop = context.WithCancel(ctx)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumed := make(chan struct{})
+	go func() {
+		defer close(consumed)
+		defer cl.Close()
+		for cctx.Err() == nil {
+			cl.PollFetches(cctx).EachRecord(func(r *kgo.Record) {
+				mu.Lock()
+				defer mu.Unlock()
+				id := header(r, outbox.DefaultMessageIDHeader)
+				if byID[id] != nil {
+					dups++
+					return
+				}
+				byID[id] = r
+				k := valKey[string(r.Value)]
+				order[k.name] = append(order[k.name], string(r.Value))
+			})
+		}
+	}()
+	relay := e.relay(t, outbox.GapTimeout(time.Second), outbox.GapPollInterval(20*time.Millisecond))
+	for b := range buckets {
+		for {
+			dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
+			_, err := relay.DrainBucket(dctx, b)
+			dcancel()
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, outbox.ErrGapPending) && !errors.Is(err, outbox.ErrDeadline) || ctx.Err() != nil {
+				t.Fatalf("drain bucket %d: %v", b, err)
+			}
+		}
+	}
+	for {
+		mu.Lock()
+		n := len(byID)
+		mu.Unlock()
+		if n >= len(all) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cstop()
+	<-consumed
+
+	t.Logf("%v: drained and consumed", time.Since(start))
+	// 7. The checks.
+	mu.Lock()
+	defer mu.Unlock()
+	pyMessages, inOrder, mismatches, fencedUnpublished, goMessages := 0, 0, 0, 0, 0
+	position := map[string]int{} // value -> index in its key's consumed order
+	for _, vs := range order {
+		for i, v := range vs {
+			position[v] = i
+		}
+	}
+	lastPos := map[string]int{}
+	for _, w := range all { // in write order
+		r := byID[w.id]
+		if !w.python {
+			goMessages++
+		}
+		m := outbox.Message{ID: w.id, Key: w.key.key, Partition: w.key.partition}
+		want, _ := outbox.BucketFor(m, buckets)
+		if r == nil {
+			t.Errorf("message %s (%s) was never published", w.id, w.value)
+			continue
+		}
+		if w.bucket != want || header(r, outbox.DefaultBucketHeader) != strconv.Itoa(want) || header(r, outbox.DefaultSequenceHeader) != strconv.FormatInt(w.seq, 10) {
+			mismatches++
+			t.Errorf("message %s (%s): written to bucket %d seq %d, published with bucket %q seq %q; the bucket function gives %d",
+				w.id, w.value, w.bucket, w.seq, header(r, outbox.DefaultBucketHeader), header(r, outbox.DefaultSequenceHeader), want)
+		}
+		ok := string(r.Value) == w.value
+		if w.key.key != nil { // keyless messages are promised no order
+			p, seen := position[w.value]
+			if prev, had := lastPos[w.key.name]; !seen || had && p <= prev {
+				ok = false
+				t.Errorf("message %s (%s) of key %s is out of its write order: consumed %v", w.id, w.value, w.key.name, order[w.key.name])
+			}
+			lastPos[w.key.name] = p
+		}
+		if w.python {
+			pyMessages++
+			if ok {
+				inOrder++
+			}
+		}
+	}
+	for id, pos := range never {
+		it := getMessageItem(ctx, t, e, pos)
+		switch {
+		case byID[id] != nil:
+			t.Errorf("message %s of a failed transaction was published", id)
+		case it == nil || it["f"] == nil:
+			t.Errorf("the failed transaction's number %v holds %v after the drain, want a fence", pos, it)
+		default:
+			fencedUnpublished++
+		}
+	}
+	if dups != 0 {
+		t.Errorf("%d duplicates with one relay and no faults", dups)
+	}
+
+	// 8. The relay's fences and tombstones validate too.
+	schemaCheck(ctx, t, e, "after-relay")
+	fmt.Printf("python-writer: messages=%d published_in_order=%d placement_mismatches=%d fenced_unpublished=%d refused_unknown_config=%d reserved_again_after_fence=%d go_messages=%d\n",
+		pyMessages, inOrder, mismatches, fencedUnpublished, refused, reservedAgain, goMessages)
+	if inOrder != pyMessages || fencedUnpublished != len(never) || refused != 2 || reservedAgain != 1 {
+		t.Fatal("python-writer: the contract does not hold (see the errors above)")
+	}
+}
+
+func header(r *kgo.Record, name string) string {
+	for _, h := range r.Headers {
+		if h.Key == name {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+func getMessageItem(ctx context.Context, t *testing.T, e *env, pos [2]int64) map[string]types.AttributeValue {
+	t.Helper()
+	out, err := e.dynamo.Client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.tables.Messages), ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{"b": num(pos[0]), "s": num(pos[1])}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Item
+}
+
+func scanItems(ctx context.Context, t *testing.T, client *dynamodb.Client, table string) []map[string]types.AttributeValue {
+	t.Helper()
+	var items []map[string]types.AttributeValue
+	p := dynamodb.NewScanPaginator(client, &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)})
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		items = append(items, out.Items...)
+	}
+	return items
+}
+
+// schemaCheck dumps both tables of e as stored (DynamoDB JSON) and runs
+// schema/validate.py on the dump: every item must match its schema, and the
+// cross-item rules (buckets, placement, counters, TTLs) must hold.
+func schemaCheck(ctx context.Context, t *testing.T, e *env, label string) {
+	t.Helper()
+	var dump bytes.Buffer
+	for _, tb := range []struct{ name, table string }{{"messages", e.tables.Messages}, {"control", e.tables.Control}} {
+		for _, it := range scanItems(ctx, t, e.dynamo.Client, tb.table) {
+			line, err := json.Marshal(map[string]any{"table": tb.name, "item": dynamoJSON(it)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dump.Write(append(line, '\n'))
+		}
+	}
+	path := filepath.Join(t.TempDir(), label+".jsonl")
+	if err := os.WriteFile(path, dump.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, testenv.Python(t), filepath.Join(testenv.RepoRoot(), "schema", "validate.py"), path, "--label", label)
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	fmt.Print(string(out))
+	if err != nil {
+		t.Fatalf("schema/validate.py %s: %v\n%s", label, err, stderr.String())
+	}
+}
+
+// dynamoJSON is an item in DynamoDB JSON, as the AWS CLI and DynamoDB
+// Streams show it (B as base64).
+func dynamoJSON(item map[string]types.AttributeValue) map[string]any {
+	out := make(map[string]any, len(item))
+	for k, v := range item {
+		out[k] = avJSON(v)
+	}
+	return out
+}
+
+func avJSON(av types.AttributeValue) any {
+	switch v := av.(type) {
+	case *types.AttributeValueMemberS:
+		return map[string]any{"S": v.Value}
+	case *types.AttributeValueMemberN:
+		return map[string]any{"N": v.Value}
+	case *types.AttributeValueMemberB:
+		return map[string]any{"B": base64.StdEncoding.EncodeToString(v.Value)}
+	case *types.AttributeValueMemberBOOL:
+		return map[string]any{"BOOL": v.Value}
+	case *types.AttributeValueMemberNULL:
+		return map[string]any{"NULL": v.Value}
+	case *types.AttributeValueMemberSS:
+		return map[string]any{"SS": v.Value}
+	case *types.AttributeValueMemberNS:
+		return map[string]any{"NS": v.Value}
+	case *types.AttributeValueMemberBS:
+		bs := make([]string, len(v.Value))
+		for i, b := range v.Value {
+			bs[i] = base64.StdEncoding.EncodeToString(b)
+		}
+		return map[string]any{"BS": bs}
+	case *types.AttributeValueMemberL:
+		l := make([]any, len(v.Value))
+		for i, x := range v.Value {
+			l[i] = avJSON(x)
+		}
+		return map[string]any{"L": l}
+	case *types.AttributeValueMemberM:
+		return map[string]any{"M": dynamoJSON(v.Value)}
+	}
+	return map[string]any{"?": fmt.Sprintf("%T", av)}
+}
