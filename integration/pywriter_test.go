@@ -1,10 +1,8 @@
 package integration_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -398,76 +396,15 @@ func scanItems(ctx context.Context, t *testing.T, client *dynamodb.Client, table
 	return items
 }
 
-// schemaCheck dumps both tables of e as stored (DynamoDB JSON) and runs
-// schema/validate.py on the dump: every item must match its schema, and the
-// cross-item rules (buckets, placement, counters, TTLs) must hold.
+// schemaCheck validates every item of e's two tables, as stored, with
+// schema/validate.py.
 func schemaCheck(ctx context.Context, t *testing.T, e *env, label string) {
 	t.Helper()
-	var dump bytes.Buffer
+	var rows []testenv.SchemaRow
 	for _, tb := range []struct{ name, table string }{{"messages", e.tables.Messages}, {"control", e.tables.Control}} {
 		for _, it := range scanItems(ctx, t, e.dynamo.Client, tb.table) {
-			line, err := json.Marshal(map[string]any{"table": tb.name, "item": dynamoJSON(it)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			dump.Write(append(line, '\n'))
+			rows = append(rows, testenv.SchemaRow{Table: tb.name, Item: it})
 		}
 	}
-	path := filepath.Join(t.TempDir(), label+".jsonl")
-	if err := os.WriteFile(path, dump.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.CommandContext(ctx, testenv.Python(t), filepath.Join(testenv.RepoRoot(), "schema", "validate.py"), path, "--label", label)
-	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	fmt.Print(string(out))
-	if err != nil {
-		t.Fatalf("schema/validate.py %s: %v\n%s", label, err, stderr.String())
-	}
-}
-
-// dynamoJSON is an item in DynamoDB JSON, as the AWS CLI and DynamoDB
-// Streams show it (B as base64).
-func dynamoJSON(item map[string]types.AttributeValue) map[string]any {
-	out := make(map[string]any, len(item))
-	for k, v := range item {
-		out[k] = avJSON(v)
-	}
-	return out
-}
-
-func avJSON(av types.AttributeValue) any {
-	switch v := av.(type) {
-	case *types.AttributeValueMemberS:
-		return map[string]any{"S": v.Value}
-	case *types.AttributeValueMemberN:
-		return map[string]any{"N": v.Value}
-	case *types.AttributeValueMemberB:
-		return map[string]any{"B": base64.StdEncoding.EncodeToString(v.Value)}
-	case *types.AttributeValueMemberBOOL:
-		return map[string]any{"BOOL": v.Value}
-	case *types.AttributeValueMemberNULL:
-		return map[string]any{"NULL": v.Value}
-	case *types.AttributeValueMemberSS:
-		return map[string]any{"SS": v.Value}
-	case *types.AttributeValueMemberNS:
-		return map[string]any{"NS": v.Value}
-	case *types.AttributeValueMemberBS:
-		bs := make([]string, len(v.Value))
-		for i, b := range v.Value {
-			bs[i] = base64.StdEncoding.EncodeToString(b)
-		}
-		return map[string]any{"BS": bs}
-	case *types.AttributeValueMemberL:
-		l := make([]any, len(v.Value))
-		for i, x := range v.Value {
-			l[i] = avJSON(x)
-		}
-		return map[string]any{"L": l}
-	case *types.AttributeValueMemberM:
-		return map[string]any{"M": dynamoJSON(v.Value)}
-	}
-	return map[string]any{"?": fmt.Sprintf("%T", av)}
+	testenv.ValidateSchemas(ctx, t, label, false, rows)
 }

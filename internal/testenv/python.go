@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 var (
@@ -149,4 +151,45 @@ func RunPythonWriter(ctx context.Context, t testing.TB, d *Dynamo, messagesTable
 		t.Fatalf("python -m outbox_writer exited %d: %s", code, stderr.String())
 	}
 	return results, code
+}
+
+// SchemaRow is one stored item for ValidateSchemas: Table is "messages" or
+// "control".
+type SchemaRow struct {
+	Table string
+	Item  map[string]types.AttributeValue
+}
+
+// ValidateSchemas checks rows with schema/validate.py (the schemas of
+// schema/, and unless itemsOnly the cross-item rules: buckets, placement,
+// counters, TTLs), printing and returning its summary line ("schema: LABEL
+// items=..."); it fails the test when an item is invalid.
+func ValidateSchemas(ctx context.Context, t testing.TB, label string, itemsOnly bool, rows []SchemaRow) string {
+	t.Helper()
+	var dump bytes.Buffer
+	for _, r := range rows {
+		line, err := json.Marshal(map[string]any{"table": r.Table, "item": DynamoJSON(r.Item)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dump.Write(append(line, '\n'))
+	}
+	path := filepath.Join(t.TempDir(), "items.jsonl")
+	if err := os.WriteFile(path, dump.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{filepath.Join(RepoRoot(), "schema", "validate.py"), path, "--label", label}
+	if itemsOnly {
+		args = append(args, "--items-only")
+	}
+	cmd := exec.CommandContext(ctx, Python(t), args...)
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	fmt.Print(string(out))
+	if err != nil {
+		t.Fatalf("schema/validate.py %s: %v\n%s", label, err, stderr.String())
+	}
+	return strings.TrimSpace(string(out))
 }
