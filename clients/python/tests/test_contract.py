@@ -113,3 +113,22 @@ def test_message_item_shape():
     assert item["v"] == {"N": "1"} and item["s"] == {"N": "7"}
     wm = contract.message_item(M, retention_seconds=3600, now_s=0.5)
     assert wm["x"] == {"N": str(1 + 3600)}  # max(created 1.0 s, now 0.5 s) + retention, rounded up
+
+
+def test_docs_vector_table_and_header_example():
+    """docs/contract.md's bucket table and header example are this code's output."""
+    with open(os.path.join(REPO, "docs", "contract.md"), encoding="utf-8") as f:
+        doc = f.read()
+    table = doc[doc.index("| message | hashed bytes"):].split("\n\n", 1)[0].splitlines()[2:]
+    assert len(table) == 4
+    ident = "01890a5d-ac96-774b-bcce-b302099a8057"
+    cases = [(ident, b"", None), (ident, b"order-1", None), (ident, None, None), (ident, b"order-1", 13)]
+    for row, (mid, key, part) in zip(table, cases):
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        if part is None:
+            hashed = key if key is not None else uuid.UUID(mid).bytes
+            assert cells[1] == ("none" if hashed == b"" else "`" + hashed.hex(" ") + "`"), row
+            assert int(cells[2]) == contract.murmur2(hashed), row
+        assert [int(c) for c in cells[3:6]] == [contract.bucket_for(mid, key, part, n) for n in (8, 64, 4096)], row
+    example = contract.encode_headers([("k", b"v"), ("k2", None), ("", b"")]).hex(" ")
+    assert f"`{example}`" in doc

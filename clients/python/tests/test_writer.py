@@ -175,3 +175,24 @@ def test_too_many_items():
     with pytest.raises(ValidationError) as e:
         writer(f).write([], [Message("t")] * 101)
     assert e.value.field == "Transaction"
+
+
+def test_readme_example_runs(monkeypatch, capsys):
+    """The README's snippet, on the fake client: it commits, and on a failed
+    version condition it reports the item as it was."""
+    import os
+
+    import outbox_writer
+    from conftest import HERE
+    with open(os.path.join(HERE, "..", "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    code = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    fake = Fake()
+    monkeypatch.setattr(outbox_writer, "new_client", lambda *a, **k: fake)
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+    tx = [c for c in fake.calls if c[0] == "transact"]
+    assert len(tx) == 1 and tx[0][2][0]["Update"]["Key"] == {"id": {"S": "order-42"}}
+    fake.answers = [client_error("TransactionCanceledException", CancellationReasons=[
+        {"Code": "ConditionalCheckFailed", "Item": {"version": {"N": "8"}}}, {"Code": "None"}])]
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+    assert "the order changed since it was read: {'version': {'N': '8'}}" in capsys.readouterr().out
