@@ -227,6 +227,7 @@ class Writer:
             size += contract.item_size(body.get("Item") or body.get("Key") or {})
         now_ms = int(self.clock() * 1000)
         out = []
+        seen_ids: dict[str, int] = {}
         stamped = {contract.MESSAGE_ID_HEADER: "message-id", contract.BUCKET_HEADER: "bucket", contract.SEQUENCE_HEADER: "sequence"}
         for i, m in enumerate(msgs):
             m = dataclasses.replace(m, headers=list(m.headers))
@@ -252,6 +253,9 @@ class Writer:
                 m.id = contract.new_id(now_ms)
             elif not contract.canonical_uuid(m.id):
                 raise ValidationError(i, "ID", f"{m.id!r} is not a UUID in canonical form (36 lower-case characters); leave it None to get a UUID v7")
+            if m.id in seen_ids:
+                raise ValidationError(i, "ID", f"{m.id} is also message {seen_ids[m.id]}'s id; every message needs its own")
+            seen_ids[m.id] = i
             if m.created_ms is None:
                 m.created_ms = now_ms
             if not isinstance(m.created_ms, int) or m.created_ms < 0:

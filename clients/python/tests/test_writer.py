@@ -170,6 +170,14 @@ def test_bad_messages_write_nothing(msg, field):
     assert [c[0] for c in f.calls] == ["get", "get"]
 
 
+def test_two_messages_with_one_id():
+    f = Fake()
+    mid = "01890a5d-ac96-774b-bcce-b302099a8057"
+    with pytest.raises(ValidationError) as e:
+        writer(f).write([], [Message("t", id=mid), Message("t", id=mid)])
+    assert e.value.field == "ID" and e.value.index == 1
+
+
 def test_too_many_items():
     f = Fake()
     with pytest.raises(ValidationError) as e:
