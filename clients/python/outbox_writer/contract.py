@@ -288,9 +288,6 @@ class Config:
         return f"Config(bucket_count={self.bucket_count}, version={self.version}, mode={self.mode!r}, retention_seconds={self.retention_seconds})"
 
 
-_KNOWN_CONFIG_ATTRS = {"pk", "sk", "bc", "v", "md", "rt"}
-
-
 class ConfigItemError(Exception):
     """The config item is missing, malformed, or of a version or mode this
     writer does not understand; unknown is True for the latter (upgrade)."""
@@ -317,10 +314,11 @@ def _int_attr(item, name, required=True):
 
 def parse_config(item) -> Config:
     """Decode the config item (boto3 low-level form). It refuses, with a
-    ConfigItemError, a version above 2, a mode other than delete or
-    watermark, an attribute this writer does not know (unknown=True: the
-    outbox was set up by a newer version; upgrade the writer), and an item
-    that contradicts itself."""
+    ConfigItemError, a version other than 1 or 2 and a mode other than delete
+    or watermark (unknown=True: the outbox was set up by a newer version;
+    upgrade the writer), and an item that contradicts itself. Attributes it
+    does not know are ignored, as the Go writer does: a change that writers
+    must respect raises the version (docs/contract.md, section 10)."""
     if not item:
         raise ConfigItemError("there is no config item (pk=config, sk=config): create the outbox first (outbox init or the stack)")
     version = _int_attr(item, "v")
@@ -328,9 +326,6 @@ def parse_config(item) -> Config:
         raise ConfigItemError(
             f"config item format version {version}; this writer understands {CONFIG_VERSIONS[0]}..{CONFIG_VERSIONS[-1]} "
             "(the outbox was created by a newer version: upgrade the writer)", unknown=version > CONFIG_VERSIONS[-1])
-    extra = sorted(set(item) - _KNOWN_CONFIG_ATTRS)
-    if extra:
-        raise ConfigItemError(f"the config item has attributes this writer does not know: {', '.join(extra)} (upgrade the writer)", unknown=True)
     bc = _int_attr(item, "bc")
     if not 1 <= bc <= MAX_BUCKET_COUNT:
         raise ConfigItemError(f"bucket count {bc} is outside 1..{MAX_BUCKET_COUNT}")

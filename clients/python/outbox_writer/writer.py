@@ -90,8 +90,8 @@ class Writer:
 
     Writer() reads the config item (the bucket count, the mode and its
     retention) and refuses, with a ConfigError, an outbox it does not
-    understand: a config item version other than 1 or 2, an unknown mode or
-    attribute, a missing table. Read once: restart writers after the
+    understand (a config item version other than 1 or 2, an unknown mode), a
+    malformed config item, or a missing table. Read once: restart writers after the
     outbox's configuration changes.
 
     client is a boto3 DynamoDB client with botocore's retries off (see

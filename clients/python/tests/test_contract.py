@@ -87,10 +87,10 @@ def test_parse_config():
     assert (c.bucket_count, c.mode, c.retention_seconds) == (8, "delete", 0)
     w = dict(base, v={"N": "2"}, md={"S": "watermark"}, rt={"N": "86400"})
     assert contract.parse_config(w).mode == "watermark"
+    assert contract.parse_config(dict(base, zz={"S": "x"})).bucket_count == 8  # unknown attributes are ignored
     refused = {
         "newer version": (dict(base, v={"N": "3"}), True),
         "unknown mode": (dict(base, v={"N": "2"}, md={"S": "compact"}, rt={"N": "86400"}), True),
-        "unknown attribute": (dict(base, zz={"S": "x"}), True),
         "watermark at v1": (dict(base, md={"S": "watermark"}, rt={"N": "86400"}), False),
         "short retention": (dict(w, rt={"N": "60"}), False),
         "retention in delete mode": (dict(base, rt={"N": "60"}), False),
