@@ -92,7 +92,6 @@ func TestPythonWriter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	topic := e.topic
-	start := time.Now()
 	type written struct {
 		id, value string
 		key       pyKey
@@ -145,7 +144,6 @@ func TestPythonWriter(t *testing.T) {
 		}
 	}
 
-	t.Logf("%v: both writers wrote %d messages", time.Since(start), len(all))
 	// 2. A put onto a number a relay fenced: the writer reserves again.
 	b1, _ := outbox.BucketFor(outbox.Message{Key: []byte("order-1")}, buckets)
 	last, err := sequence.Last(ctx, e.dynamo.Client, e.tables.Control, b1)
@@ -224,10 +222,33 @@ func TestPythonWriter(t *testing.T) {
 		refused++
 	}
 
-	t.Logf("%v: failures and refusals done", time.Since(start))
+	// 4b. A watermark-mode outbox: both writers put the TTL on every
+	// message (validate.py requires x exactly in watermark mode).
+	wm := dynamo.Tables{Messages: testenv.Name(t, "msgs"), Control: testenv.Name(t, "ctl")}
+	if err := dynamo.CreateTables(ctx, e.dynamo.Client, wm, dynamo.BucketCount(buckets), dynamo.Mode(outbox.WatermarkMode)); err != nil {
+		t.Fatal(err)
+	}
+	gw, err := dynamo.NewWriter(ctx, e.dynamo.Client, wm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wmTxs []testenv.PythonTx
+	for _, k := range pyKeys {
+		if _, err := gw.Write(ctx, nil, outbox.Message{Topic: topic, Key: k.key, Partition: k.partition, Value: []byte("go-wm")}); err != nil {
+			t.Fatal(err)
+		}
+		msg := k.message("py-wm", 0, "")
+		msg["topic"] = topic
+		wmTxs = append(wmTxs, testenv.PythonTx{Messages: []any{msg}})
+	}
+	if res, code := testenv.RunPythonWriter(ctx, t, e.dynamo, wm.Messages, wm.Control, wmTxs); code != 0 || len(res) != len(wmTxs) {
+		t.Fatalf("python writer, watermark mode: exit %d, %+v", code, res)
+	}
+	schemaCheck(ctx, t, e.dynamo.Client, wm, "watermark")
+
 	// 5. The items both writers wrote validate against the schemas, and the
 	// failed transaction's number already holds the writer's fence.
-	schemaCheck(ctx, t, e, "before-relay")
+	schemaCheck(ctx, t, e.dynamo.Client, e.tables, "before-relay")
 	if it := getMessageItem(ctx, t, e, never[failedID]); it == nil || it["f"] == nil {
 		t.Fatalf("the condition-failed transaction's number %v holds %v, want the writer's fence", never[failedID], it)
 	}
@@ -298,7 +319,6 @@ func TestPythonWriter(t *testing.T) {
 	cstop()
 	<-consumed
 
-	t.Logf("%v: drained and consumed", time.Since(start))
 	// 7. The checks.
 	mu.Lock()
 	defer mu.Unlock()
@@ -364,7 +384,7 @@ func TestPythonWriter(t *testing.T) {
 	}
 
 	// 8. The relay's fences and tombstones validate too.
-	schemaCheck(ctx, t, e, "after-relay")
+	schemaCheck(ctx, t, e.dynamo.Client, e.tables, "after-relay")
 	fmt.Printf("python-writer: messages=%d published_in_order=%d placement_mismatches=%d fenced_unpublished=%d refused_unknown_config=%d reserved_again_after_fence=%d go_messages=%d republished=%d\n",
 		pyMessages, inOrder, mismatches, fencedUnpublished, refused, reservedAgain, goMessages, len(dups))
 	if inOrder != pyMessages || fencedUnpublished != len(never) || refused != 2 || reservedAgain != 1 {
@@ -405,13 +425,13 @@ func scanItems(ctx context.Context, t *testing.T, client *dynamodb.Client, table
 	return items
 }
 
-// schemaCheck validates every item of e's two tables, as stored, with
+// schemaCheck validates every item of the two tables, as stored, with
 // schema/validate.py.
-func schemaCheck(ctx context.Context, t *testing.T, e *env, label string) {
+func schemaCheck(ctx context.Context, t *testing.T, client *dynamodb.Client, tables dynamo.Tables, label string) {
 	t.Helper()
 	var rows []testenv.SchemaRow
-	for _, tb := range []struct{ name, table string }{{"messages", e.tables.Messages}, {"control", e.tables.Control}} {
-		for _, it := range scanItems(ctx, t, e.dynamo.Client, tb.table) {
+	for _, tb := range []struct{ name, table string }{{"messages", tables.Messages}, {"control", tables.Control}} {
+		for _, it := range scanItems(ctx, t, client, tb.table) {
 			rows = append(rows, testenv.SchemaRow{Table: tb.name, Item: it})
 		}
 	}
