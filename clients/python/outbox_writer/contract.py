@@ -278,14 +278,16 @@ def fence_item(bucket: int, sequence: int, now_s: float, ttl_seconds: int) -> di
 class Config:
     """What the config item says."""
 
-    def __init__(self, bucket_count: int, version: int, mode: str, retention_seconds: int):
+    def __init__(self, bucket_count: int, version: int, mode: str, retention_seconds: int, topics=()):
         self.bucket_count = bucket_count
         self.version = version
         self.mode = mode
         self.retention_seconds = retention_seconds
+        self.topics = tuple(sorted(set(topics)))  # the topics the outbox serves; empty: any topic
 
     def __repr__(self):
-        return f"Config(bucket_count={self.bucket_count}, version={self.version}, mode={self.mode!r}, retention_seconds={self.retention_seconds})"
+        return (f"Config(bucket_count={self.bucket_count}, version={self.version}, mode={self.mode!r}, "
+                f"retention_seconds={self.retention_seconds}, topics={self.topics!r})")
 
 
 class ConfigItemError(Exception):
@@ -343,7 +345,16 @@ def parse_config(item) -> Config:
         raise ConfigItemError(f"retention {rt}s in watermark mode; it must be at least {MIN_RETENTION_SECONDS}s")
     if mode == "delete" and rt != 0:
         raise ConfigItemError("a retention in delete mode: the item contradicts itself")
-    return Config(bc, version, mode, rt)
+    topics = ()
+    if "tp" in item:
+        if set(item["tp"]) != {"SS"} or not isinstance(item["tp"]["SS"], list):
+            raise ConfigItemError(f"the config item's tp is {item['tp']!r}, not a string set")
+        topics = item["tp"]["SS"]
+        for t in topics:
+            err = topic_error(t)
+            if err:
+                raise ConfigItemError(f"the config item's topic list: {err}")
+    return Config(bc, version, mode, rt, topics)
 
 
 def to_json(av):

@@ -89,7 +89,7 @@ class Writer:
     """Writes outbox messages in the same transaction as the caller's items.
 
     Writer() reads the config item (the bucket count, the mode and its
-    retention) and refuses, with a ConfigError, an outbox it does not
+    retention, the topics the outbox serves) and refuses, with a ConfigError, an outbox it does not
     understand (a config item version other than 1 or 2, an unknown mode), a
     malformed config item, or a missing table. Read once: restart writers after the
     outbox's configuration changes.
@@ -234,6 +234,9 @@ class Writer:
             err = contract.topic_error(m.topic)
             if err:
                 raise ValidationError(i, "Topic", err)
+            if self.config.topics and m.topic not in self.config.topics:
+                raise ValidationError(i, "Topic", f"topic {m.topic!r} is not one this outbox serves ({', '.join(self.config.topics)}); "
+                                      "fix the topic name, or add it to the outbox's topic list and restart the writers")
             for name, val in (("Key", m.key), ("Value", m.value)):
                 if val is not None and not isinstance(val, (bytes, bytearray)):
                     raise ValidationError(i, name, f"must be bytes or None, not {type(val).__name__}")

@@ -88,7 +88,11 @@ def test_parse_config():
     w = dict(base, v={"N": "2"}, md={"S": "watermark"}, rt={"N": "86400"})
     assert contract.parse_config(w).mode == "watermark"
     assert contract.parse_config(dict(base, zz={"S": "x"})).bucket_count == 8  # unknown attributes are ignored
+    tp = contract.parse_config(dict(base, tp={"SS": ["b", "a"]}))
+    assert tp.topics == ("a", "b") and contract.parse_config(base).topics == ()
     refused = {
+        "a topic list that is not a string set": (dict(base, tp={"S": "a"}), False),
+        "an illegal topic in the list": (dict(base, tp={"SS": ["a/b"]}), False),
         "newer version": (dict(base, v={"N": "3"}), True),
         "unknown mode": (dict(base, v={"N": "2"}, md={"S": "compact"}, rt={"N": "86400"}), True),
         "watermark at v1": (dict(base, md={"S": "watermark"}, rt={"N": "86400"}), False),

@@ -170,6 +170,16 @@ def test_bad_messages_write_nothing(msg, field):
     assert [c[0] for c in f.calls] == ["get", "get"]
 
 
+def test_topics_outside_the_outbox_list_are_refused():
+    f = Fake(config=dict(CONFIG, tp={"SS": ["orders", "payments"]}))
+    w = writer(f)
+    w.write([], [Message("orders", b"1")])
+    with pytest.raises(ValidationError) as e:
+        w.write([], [Message("payments", b"1"), Message("ordres", b"1")])
+    assert e.value.field == "Topic" and e.value.index == 1 and "orders, payments" in str(e.value)
+    assert [c[0] for c in f.calls].count("transact") == 1
+
+
 def test_two_messages_with_one_id():
     f = Fake()
     mid = "01890a5d-ac96-774b-bcce-b302099a8057"
