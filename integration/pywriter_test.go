@@ -154,32 +154,36 @@ func TestPythonWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	retry := pyKeys[0].message("py", 200, "")
-	retry["topic"] = topic
-	res, code := testenv.RunPythonWriter(ctx, t, e.dynamo, e.tables.Messages, e.tables.Control, []testenv.PythonTx{{Messages: []any{retry}}})
-	if code != 0 || !res[0].OK || res[0].Reservations != 2 || res[0].Messages[0].Sequence <= last+1 {
-		t.Fatalf("put onto a fenced number: exit %d, %+v; want committed after a second reservation above %d", code, res, last+1)
-	}
-	reservedAgain := res[0].Reservations - 1
-	all = append(all, written{res[0].Messages[0].ID, retry["value"].(string), pyKeys[0], res[0].Messages[0].Bucket, res[0].Messages[0].Sequence, true})
 
-	// 3. Transactions that fail after their reservation: a business
-	// condition fails (the writer fences its numbers at once), and a writer
-	// stops between reservation and commit (the relay fences the gap after
-	// its GapTimeout, once a later message of the bucket is committed).
+	// 3. In the same run, transactions that fail after their reservation: a
+	// business condition fails (the writer fences its numbers at once), and
+	// a writer stops between reservation and commit (the relay fences the
+	// gap after its GapTimeout, once a later message of the bucket is
+	// committed).
 	failedID, abandonedID := outbox.NewID(), outbox.NewID()
 	failed := pyKeys[1].message("py", 300, failedID)
 	abandoned := pyKeys[2].message("py", 301, abandonedID)
 	after := pyKeys[2].message("py", 302, "")
-	for _, m := range []map[string]any{failed, abandoned, after} {
+	for _, m := range []map[string]any{retry, failed, abandoned, after} {
 		m["topic"] = topic
 	}
-	res, code = testenv.RunPythonWriter(ctx, t, e.dynamo, e.tables.Messages, e.tables.Control, []testenv.PythonTx{
+	res, code := testenv.RunPythonWriter(ctx, t, e.dynamo, e.tables.Messages, e.tables.Control, []testenv.PythonTx{
+		{Messages: []any{retry}},
 		{Messages: []any{failed}, Items: []any{map[string]any{"ConditionCheck": map[string]any{
 			"TableName": e.business, "Key": map[string]any{"id": map[string]any{"S": "no-such-order"}}, "ConditionExpression": "attribute_exists(id)"}}}},
 		{Messages: []any{abandoned}, AbandonAfterReserve: true},
 		{Messages: []any{after}},
 	})
-	if len(res) != 3 || res[0].Error != "Outbox.ConditionFailed" || len(res[0].Released) != 1 || res[1].Error != "Abandoned" || len(res[1].Reserved) != 1 || !res[2].OK {
+	if len(res) != 4 {
+		t.Fatalf("python writer: exit %d, %d results for 4 transactions: %+v", code, len(res), res)
+	}
+	if !res[0].OK || res[0].Reservations != 2 || res[0].Messages[0].Sequence <= last+1 {
+		t.Fatalf("put onto a fenced number: %+v; want committed after a second reservation above %d", res[0], last+1)
+	}
+	reservedAgain := res[0].Reservations - 1
+	all = append(all, written{res[0].Messages[0].ID, retry["value"].(string), pyKeys[0], res[0].Messages[0].Bucket, res[0].Messages[0].Sequence, true})
+	res = res[1:]
+	if res[0].Error != "Outbox.ConditionFailed" || len(res[0].Released) != 1 || res[1].Error != "Abandoned" || len(res[1].Reserved) != 1 || !res[2].OK {
 		t.Fatalf("failed transactions: exit %d, %+v", code, res)
 	}
 	never := map[string][2]int64{failedID: res[0].Released[0], abandonedID: res[1].Reserved[0]}
@@ -187,6 +191,10 @@ func TestPythonWriter(t *testing.T) {
 
 	// 4. Config items the writer does not understand: refused, nothing written.
 	refused := 0
+	other := dynamo.Tables{Messages: testenv.Name(t, "msgs"), Control: testenv.Name(t, "ctl")}
+	if err := dynamo.CreateTables(ctx, e.dynamo.Client, other, dynamo.BucketCount(buckets)); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name string
 		set  map[string]types.AttributeValue
@@ -194,10 +202,6 @@ func TestPythonWriter(t *testing.T) {
 		{"a newer config version", map[string]types.AttributeValue{"v": num(3)}},
 		{"an unknown mode", map[string]types.AttributeValue{"v": num(2), "md": &types.AttributeValueMemberS{Value: "compact"}, "rt": num(86400)}},
 	} {
-		other := dynamo.Tables{Messages: testenv.Name(t, "msgs"), Control: testenv.Name(t, "ctl")}
-		if err := dynamo.CreateTables(ctx, e.dynamo.Client, other, dynamo.BucketCount(buckets)); err != nil {
-			t.Fatal(err)
-		}
 		item := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "config"}, "sk": &types.AttributeValueMemberS{Value: "config"}, "bc": num(buckets)}
 		for k, v := range c.set {
 			item[k] = v
