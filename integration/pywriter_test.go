@@ -263,14 +263,13 @@ func TestPythonWriter(t *testing.T) {
 		byID   = map[string]*kgo.Record{}
 		order  = map[string][]string{} // key name -> values in consumed order
 		dups   []string                // the bucket header of each republished record
-		cctx   context.Context
-		cstop  context.CancelFunc
 		valKey = map[string]pyKey{}
 	)
 	for _, w := range all {
 		valKey[w.value] = w.key
 	}
-	cctx, cstop = context.WithCancel(ctx)
+	cctx, cstop := context.WithCancel(ctx)
+	defer cstop()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Brokers...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
 	if err != nil {
