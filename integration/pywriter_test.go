@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -349,7 +350,7 @@ func TestPythonWriter(t *testing.T) {
 			t.Errorf("message %s (%s): written to bucket %d seq %d, published with bucket %q seq %q; the bucket function gives %d",
 				w.id, w.value, w.bucket, w.seq, header(r, outbox.DefaultBucketHeader), header(r, outbox.DefaultSequenceHeader), want)
 		}
-		ok := string(r.Value) == w.value
+		ok := string(r.Value) == w.value && recordMatches(t, r, w.key.key, w.python)
 		if w.key.key != nil { // keyless messages are promised no order
 			p, seen := position[w.value]
 			if prev, had := lastPos[w.key.name]; !seen || had && p <= prev {
@@ -439,4 +440,25 @@ func schemaCheck(ctx context.Context, t *testing.T, client *dynamodb.Client, tab
 		}
 	}
 	testenv.ValidateSchemas(ctx, t, label, false, rows)
+}
+
+// recordMatches reports whether the record carries the key as written
+// (keyless stays null, the empty key stays empty) and, for the Python
+// writer's messages, its headers in order with the nil value kept nil,
+// before the stamped ones.
+func recordMatches(t *testing.T, r *kgo.Record, key []byte, python bool) bool {
+	t.Helper()
+	if (r.Key == nil) != (key == nil) || !bytes.Equal(r.Key, key) {
+		t.Errorf("record %s: key %q (nil %v), written %q (nil %v)", header(r, outbox.DefaultMessageIDHeader), r.Key, r.Key == nil, key, key == nil)
+		return false
+	}
+	if !python {
+		return true
+	}
+	if len(r.Headers) < 2 || r.Headers[0].Key != "source" || string(r.Headers[0].Value) != "py" ||
+		r.Headers[1].Key != "nil-value" || r.Headers[1].Value != nil {
+		t.Errorf("record %s: headers %v, written [source=py nil-value=<nil>] first", header(r, outbox.DefaultMessageIDHeader), r.Headers)
+		return false
+	}
+	return true
 }
