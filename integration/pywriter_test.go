@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dynakafka/outbox"
@@ -42,6 +46,74 @@ func TestPythonWriterUnit(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	t.Logf("pytest: %s", lines[len(lines)-1])
+}
+
+// TestPythonMurmur2Random compares the Python writer's murmur2 and bucket
+// function with Go's on 2,000 seeded random keys of 0..64 bytes (all tail
+// lengths, all byte values) and random ids, beyond the committed vectors.
+func TestPythonMurmur2Random(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(19, 4))
+	type sample struct {
+		KeyHex  *string `json:"key_hex"`
+		ID      string  `json:"id"`
+		Murmur2 uint32  `json:"murmur2"`
+		Buckets []int   `json:"buckets"` // for bucket counts 1, 7, 8, 1000, 4096
+	}
+	counts := []int{1, 7, 8, 1000, 4096}
+	var samples []sample
+	for i := range 2000 {
+		key := make([]byte, rng.IntN(65))
+		for j := range key {
+			key[j] = byte(rng.UintN(256))
+		}
+		var idBytes [16]byte
+		for j := range idBytes {
+			idBytes[j] = byte(rng.UintN(256))
+		}
+		m := outbox.Message{ID: uuid.UUID(idBytes).String()}
+		s := sample{ID: m.ID}
+		if i%5 != 0 { // every fifth keyless
+			h := hex.EncodeToString(key)
+			s.KeyHex, m.Key = &h, key
+			s.Murmur2 = outbox.Murmur2(key)
+		} else {
+			s.Murmur2 = outbox.Murmur2(idBytes[:])
+		}
+		for _, n := range counts {
+			b, err := outbox.BucketFor(m, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Buckets = append(s.Buckets, b)
+		}
+		samples = append(samples, s)
+	}
+	data, _ := json.Marshal(samples)
+	path := filepath.Join(t.TempDir(), "samples.json")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const check = `
+import json, sys, uuid
+from outbox_writer import contract
+bad = 0
+for s in json.load(open(sys.argv[1])):
+    key = None if s["key_hex"] is None else bytes.fromhex(s["key_hex"])
+    h = contract.murmur2(key if key is not None else uuid.UUID(s["id"]).bytes)
+    got = [contract.bucket_for(s["id"], key, None, n) for n in (1, 7, 8, 1000, 4096)]
+    if h != s["murmur2"] or got != s["buckets"]:
+        bad += 1
+        print("mismatch", s, h, got)
+print("samples", len(json.load(open(sys.argv[1]))), "mismatches", bad)
+sys.exit(1 if bad else 0)
+`
+	cmd := exec.Command(testenv.Python(t), "-c", check, path)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(testenv.RepoRoot(), "clients", "python"), "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the Python bucket function differs from Go's: %v\n%s", err, out)
+	}
 }
 
 // pyKey is one kind of message both writers write: keyed, the empty key,
