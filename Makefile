@@ -49,9 +49,9 @@ deps:
 	@for m in $(MODULES); do (cd $$m && $(GO) mod download) || exit 1; done
 
 # Verbose, filtered to the package results, failures and the one-line
-# summaries the suites print (outbox-e2e:, soak:, bench:, cdk:, python-writer:,
-# schema:).
-TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|soak:|bench:|cdk:|python-writer:|schema:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
+# summaries the suites print (outbox-e2e:, soak:, bench:, cdk:, inbox-poison:,
+# python-writer:, schema:).
+TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|soak:|bench:|cdk:|inbox-poison:|python-writer:|schema:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
 
 # Two lanes at once: the library module (mostly waiting on DynamoDB Local,
 # Kafka and the stream) and the tool modules after one another (mostly

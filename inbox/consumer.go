@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -26,28 +27,50 @@ import (
 // duplicate deliveries but not duplicate effects.
 type Consumer struct {
 	ib  *Inbox
-	fn  func(*Tx) error
+	h   *Handler
 	cl  *kgo.Client
 	cfg consumerConfig
 
-	mu     sync.Mutex
-	failed error
+	running atomic.Bool
+	mu      sync.Mutex
+	failed  error
 }
 
 // ConsumerOption configures NewConsumer.
 type ConsumerOption func(*consumerConfig)
 
 type consumerConfig struct {
-	clientOpts  []kgo.Opt
-	maxPoll     int
-	concurrency int
-	logger      *slog.Logger
+	clientOpts     []kgo.Opt
+	maxPoll        int
+	maxPollSet     bool
+	concurrency    int
+	concurrencySet bool
+	logger         *slog.Logger
+	policy         Policy
+	policySet      int
+	retries        int
+	retryBase      time.Duration
+}
+
+func defaultConsumerConfig() consumerConfig {
+	return consumerConfig{maxPoll: DefaultMaxPollRecords, concurrency: DefaultConcurrency,
+		retries: DefaultRecordRetries, retryBase: DefaultRecordBackoff}
 }
 
 // Consumer defaults.
 const (
 	DefaultMaxPollRecords = 1000
 	DefaultConcurrency    = 16
+	// DefaultRecordRetries and DefaultRecordBackoff: a record failing
+	// transiently is processed again 3 times, after at most 0.5s, 1s and
+	// 2s (full jitter), then goes to the poison policy.
+	DefaultRecordRetries = 3
+	DefaultRecordBackoff = 500 * time.Millisecond
+)
+
+const (
+	maxRecordRetries = 10
+	maxRecordBackoff = 10 * time.Second
 )
 
 // closeTimeout bounds the final offset commit in Close.
@@ -56,7 +79,10 @@ const closeTimeout = 10 * time.Second
 // ClientOptions are the kgo client's options: at least the seed brokers
 // (kgo.SeedBrokers), the group (kgo.ConsumerGroup) and the topics
 // (kgo.ConsumeTopics or kgo.ConsumeRegex); anything else kgo offers (TLS,
-// SASL, kgo.FetchMaxWait, a balancer, ...). The Consumer adds
+// SASL, kgo.FetchMaxWait, a balancer, ...). The Consumer reads
+// read_committed (kgo.FetchIsolationLevel(kgo.ReadCommitted())): records of
+// aborted Kafka transactions, such as a fenced transactional publish, are
+// never processed; a kgo.FetchIsolationLevel here overrides it. It adds
 // kgo.AutoCommitMarks (only processed records are committed) and
 // kgo.BlockRebalanceOnPoll (a rebalance waits for the polled records to be
 // processed and marked), and refuses kgo.DisableAutoCommit and
@@ -70,11 +96,40 @@ func ClientOptions(opts ...kgo.Opt) ConsumerOption {
 // are processed well within the group's rebalance timeout (kgo's default
 // 60s; rebalances wait for them). Default DefaultMaxPollRecords (1000);
 // at least 1.
-func MaxPollRecords(n int) ConsumerOption { return func(c *consumerConfig) { c.maxPoll = n } }
+func MaxPollRecords(n int) ConsumerOption {
+	return func(c *consumerConfig) { c.maxPoll, c.maxPollSet = n, true }
+}
 
 // Concurrency is how many partitions are processed at once. Default
 // DefaultConcurrency (16); at least 1.
-func Concurrency(n int) ConsumerOption { return func(c *consumerConfig) { c.concurrency = n } }
+func Concurrency(n int) ConsumerOption {
+	return func(c *consumerConfig) { c.concurrency, c.concurrencySet = n, true }
+}
+
+// OnPoison sets what is done with a record that cannot be processed: a
+// permanent error (a *RecordError: a record not from the outbox, with
+// missing or invalid stamped headers; an *outbox.ValidationError; a
+// callback error wrapped with Permanent), or a transient one still failing
+// after RecordRetries. Stop, Skip or DeadLetterTo(DeadLetterTopic(...) or
+// DeadLetterTable(...)). Default Stop(): the consumer stops at the record.
+// Given once.
+func OnPoison(p Policy) ConsumerOption {
+	return func(c *consumerConfig) { c.policy, c.policySet = p, c.policySet+1 }
+}
+
+// RecordRetries is how many times a record whose processing failed with a
+// transient error (the callback's error, or a *TransactionError once
+// Process spent its MaxAttempts) is processed again before it goes to the
+// poison policy, after a full-jitter exponential backoff from backoff
+// (doubling, each wait at most 10s). Rebalances wait while a record is
+// retried, so keep the total well under the group's rebalance timeout.
+// Each retry is a whole Process: up to MaxAttempts DynamoDB calls, so a
+// record makes at most MaxAttempts × (1 + n) of them. Default
+// DefaultRecordRetries (3) from DefaultRecordBackoff (500ms); n 0..10,
+// backoff 1ms..1m.
+func RecordRetries(n int, backoff time.Duration) ConsumerOption {
+	return func(c *consumerConfig) { c.retries, c.retryBase = n, backoff }
+}
 
 // Logger receives the consumer's logs (fetch errors, failures) and the kgo
 // client's. Default: nothing is logged.
@@ -83,7 +138,7 @@ func Logger(l *slog.Logger) ConsumerOption { return func(c *consumerConfig) { c.
 // NewConsumer builds the group consumer: fn is called for every record, as
 // in Inbox.Process. It joins the group in the background; Run processes.
 func NewConsumer(ib *Inbox, fn func(tx *Tx) error, opts ...ConsumerOption) (*Consumer, error) {
-	c := consumerConfig{maxPoll: DefaultMaxPollRecords, concurrency: DefaultConcurrency}
+	c := defaultConsumerConfig()
 	for _, o := range opts {
 		o(&c)
 	}
@@ -91,10 +146,6 @@ func NewConsumer(ib *Inbox, fn func(tx *Tx) error, opts ...ConsumerOption) (*Con
 		return &outbox.OptionError{Option: opt, Value: v, Reason: why}
 	}
 	switch {
-	case ib == nil:
-		return nil, bad("ib", nil, "an *Inbox is required (inbox.New)")
-	case fn == nil:
-		return nil, bad("fn", nil, "a function that adds the record's business operations is required")
 	case c.maxPoll < 1:
 		return nil, bad("MaxPollRecords", c.maxPoll, "must be at least 1")
 	case c.concurrency < 1:
@@ -103,15 +154,23 @@ func NewConsumer(ib *Inbox, fn func(tx *Tx) error, opts ...ConsumerOption) (*Con
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
+	// The handler checks ib, fn and the policy before any client is built.
+	h, err := newHandler(ib, fn, c)
+	if err != nil {
+		return nil, err
+	}
 	if err := checkClientOptions(c.clientOpts); err != nil {
 		return nil, err
 	}
-	kopts := append([]kgo.Opt{kgo.WithLogger(kafka.KgoLogger(c.logger))}, c.clientOpts...)
+	kopts := append([]kgo.Opt{kgo.WithLogger(kafka.KgoLogger(c.logger)), kgo.FetchIsolationLevel(kgo.ReadCommitted())}, c.clientOpts...)
 	cl, err := kgo.NewClient(append(kopts, kgo.AutoCommitMarks(), kgo.BlockRebalanceOnPoll())...)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: kafka client: %w", err)
 	}
-	return &Consumer{ib: ib, fn: fn, cl: cl, cfg: c}, nil
+	if ts, ok := c.policy.sink.(*topicSink); ok && ts.cl == nil {
+		h.cfg.policy.sink = &topicSink{topic: ts.topic, cl: cl}
+	}
+	return &Consumer{ib: ib, h: h, cl: cl, cfg: c}, nil
 }
 
 // checkClientOptions refuses options that commit records before their
@@ -135,13 +194,24 @@ func checkClientOptions(opts []kgo.Opt) error {
 	return nil
 }
 
-// Run polls and processes records until ctx is done (it returns nil) or a
-// record cannot be processed: then it returns that error (a *RecordError,
-// fn's error, a *TransactionError, ...) and the Consumer stays failed, with
-// the records before the failed one marked for commit. Close it and build a
-// new Consumer to resume, from the failed record. (Retrying the record
-// belongs to whoever restarts: the inbox's own retries are spent.)
+// Run polls and processes records (each as Handler.Handle does: retries of
+// transient errors, then the poison policy) until ctx is done (it returns
+// nil) or a record stops it (policy Stop, or a dead letter not written):
+// then it returns that record's error (a *RecordError, fn's error, a
+// *TransactionError, ...) and the Consumer stays failed, with the records
+// before the failed one marked for commit. Close it and build a new
+// Consumer to resume, from the failed record.
+//
+// Run may be called again after it returned nil: it resumes at the first
+// record it had polled and not processed (each partition's fetch position is
+// set back to it before Run returns), so nothing polled is skipped and no
+// offset past an unapplied record is ever committed. A Run while another is
+// running returns ErrRunning; a Run after Close returns ErrClosed.
 func (c *Consumer) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer c.running.Store(false)
 	if err := c.failure(); err != nil {
 		return err
 	}
@@ -150,7 +220,20 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if fs.IsClientClosed() {
 			return ErrClosed
 		}
+		var parts []kgo.FetchTopicPartition
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) > 0 {
+				parts = append(parts, p)
+			}
+		})
 		if ctx.Err() != nil {
+			// Records polled as the context ended are not processed:
+			// fetch them again on the next Run.
+			var first []*kgo.Record
+			for _, p := range parts {
+				first = append(first, p.Records[0])
+			}
+			c.rewind(first)
 			c.cl.AllowRebalance()
 			return nil
 		}
@@ -159,13 +242,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 				c.cfg.logger.WarnContext(ctx, "inbox: fetch error", "topic", topic, "partition", partition, "err", err)
 			}
 		})
-		var parts []kgo.FetchTopicPartition
-		fs.EachPartition(func(p kgo.FetchTopicPartition) {
-			if len(p.Records) > 0 {
-				parts = append(parts, p)
-			}
-		})
-		err := c.process(ctx, parts)
+		undone, err := c.process(ctx, parts)
+		// Before AllowRebalance: the partitions are still ours.
+		c.rewind(undone)
 		c.cl.AllowRebalance()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -183,32 +262,56 @@ func (c *Consumer) Run(ctx context.Context) error {
 // ErrClosed: the Consumer was closed.
 var ErrClosed = errors.New("inbox: consumer closed")
 
+// ErrRunning: Run was called while another Run of the same Consumer was
+// running. Run processes every partition itself; call it from one goroutine.
+var ErrRunning = errors.New("inbox: Consumer.Run is already running")
+
 func (c *Consumer) failure() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.failed
 }
 
+// rewind sets each record's partition's fetch position back to that record,
+// the first of its partition not processed: kgo has fetched past it, and
+// the next poll would otherwise start after the records polled so far.
+// Called while rebalances are blocked, so the partitions are still ours.
+func (c *Consumer) rewind(first []*kgo.Record) {
+	if len(first) == 0 {
+		return
+	}
+	set := map[string]map[int32]kgo.EpochOffset{}
+	for _, r := range first {
+		if set[r.Topic] == nil {
+			set[r.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		set[r.Topic][r.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}
+	}
+	c.cl.SetOffsets(set)
+}
+
 // process processes each partition's records in order, partitions in
 // parallel, marking each record for commit once Process returned, and
-// returns the first error (a partition stops at its first failure).
-func (c *Consumer) process(ctx context.Context, parts []kgo.FetchTopicPartition) error {
+// returns the first error (a partition stops at its first failure) and,
+// per partition that did not finish, its first record not processed.
+func (c *Consumer) process(ctx context.Context, parts []kgo.FetchTopicPartition) (undone []*kgo.Record, first error) {
 	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-		sem   = make(chan struct{}, c.cfg.concurrency)
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		sem = make(chan struct{}, c.cfg.concurrency)
 	)
 	for _, p := range parts {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			for _, r := range p.Records {
-				if ctx.Err() != nil {
-					return
+				var err error
+				if err = ctx.Err(); err == nil {
+					_, err = c.h.Handle(ctx, r)
 				}
-				if _, err := c.ib.Process(ctx, r, c.fn); err != nil {
+				if err != nil {
 					mu.Lock()
+					undone = append(undone, r)
 					if first == nil {
 						first = err
 					}
@@ -220,7 +323,7 @@ func (c *Consumer) process(ctx context.Context, parts []kgo.FetchTopicPartition)
 		})
 	}
 	wg.Wait()
-	return first
+	return undone, first
 }
 
 // Close commits the marked offsets (everything processed), leaves the group

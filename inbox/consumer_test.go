@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -265,8 +267,9 @@ func TestNewConsumerRefuses(t *testing.T) {
 	}
 }
 
-// A record the inbox cannot process stops the Consumer after the records
-// before it were committed; a new Consumer resumes at that record.
+// A record the inbox cannot process stops the Consumer (policy Stop, the
+// default) after its retries, with the records before it committed; a new
+// Consumer resumes at that record.
 func TestConsumerStopsAtAFailedRecord(t *testing.T) {
 	e := newEnv(t)
 	k := testenv.Kafka(t)
@@ -275,24 +278,39 @@ func TestConsumerStopsAtAFailedRecord(t *testing.T) {
 	want := produce(t, k, topic, 10, 1)
 	poison := errors.New("poison")
 	var failing = true
+	var attempts atomic.Int64
 	tl := newTally()
 	fn := func(tx *Tx) error {
 		if failing && tx.Message().Sequence == 6 {
+			attempts.Add(1)
 			return poison
 		}
 		return e.apply(tx)
 	}
-	stop := runConsumer(t, k, e.inbox(t, nil, WithMetrics(tl)), fn, group, topic)
-	waitFor(t, "the failure", func() bool { return tl.count(Failed) > 0 })
-	if err := stop(); !errors.Is(err, poison) {
+	c, err := NewConsumer(e.inbox(t, nil, WithMetrics(tl)), fn, ClientOptions(kgo.SeedBrokers(k.Brokers...), kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(topic), kgo.FetchMaxWait(50*time.Millisecond)), RecordRetries(1, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Run returns by itself: the policy stops it.
+	if err := c.Run(ctxT(t)); !errors.Is(err, poison) {
 		t.Fatalf("Run = %v, want the callback's error", err)
+	}
+	if err := c.Run(ctxT(t)); !errors.Is(err, poison) {
+		t.Fatalf("Run again = %v, want the Consumer to stay failed", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := attempts.Load(); n != 2 {
+		t.Fatalf("the failing record was processed %d times, want 2 (RecordRetries(1))", n)
 	}
 	if n, _ := e.applied(t, "key-00"); n != 5 {
 		t.Fatalf("%d applied before the failure, want 5", n)
 	}
 	failing = false
 	tl2 := newTally()
-	stop = runConsumer(t, k, e.inbox(t, nil, WithMetrics(tl2)), fn, group, topic)
+	stop := runConsumer(t, k, e.inbox(t, nil, WithMetrics(tl2)), fn, group, topic)
 	waitFor(t, "the rest", func() bool { return tl2.total() >= 5 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -301,4 +319,130 @@ func TestConsumerStopsAtAFailedRecord(t *testing.T) {
 		t.Fatalf("after the restart: %s (want it to resume at the failed record)", got)
 	}
 	e.checkReadModel(t, want)
+}
+
+// Run called again after its context ended resumes at the first record it
+// had polled and not applied: before the fix the second Run fetched past
+// the rest of the first poll and committed offsets past records never
+// applied (44 of 60 applied, and a fresh consumer of the group got nothing).
+func TestRunAgainAfterItsContextEnded(t *testing.T) {
+	e := newEnv(t)
+	k := testenv.Kafka(t)
+	topic, group := testenv.Name(t, "orders"), testenv.Name(t, "group")
+	testenv.CreateTopic(t, k, topic, 1)
+	const n = 60
+	want := produce(t, k, topic, n, 1)
+
+	var (
+		mu       sync.Mutex
+		cancel1  context.CancelFunc
+		lastSeen int64 = -1
+	)
+	fn := func(tx *Tx) error {
+		mu.Lock()
+		if o := tx.Message().Offset; o > lastSeen {
+			lastSeen = o
+		}
+		if tx.Message().Offset == 10 && cancel1 != nil {
+			// The first Run's context ends in the middle of its first
+			// poll: record 10 does not commit, 11.. are polled, not
+			// processed.
+			cancel1()
+			cancel1 = nil
+		}
+		mu.Unlock()
+		return e.apply(tx)
+	}
+	c, err := NewConsumer(e.inbox(t, nil), fn, ClientOptions(kgo.SeedBrokers(k.Brokers...), kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(topic), kgo.FetchMaxWait(50*time.Millisecond)), MaxPollRecords(50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx1, cancel := context.WithCancel(ctxT(t))
+	mu.Lock()
+	cancel1 = cancel
+	mu.Unlock()
+	if err := c.Run(ctx1); err != nil {
+		t.Fatalf("first Run = %v, want nil after its context ended", err)
+	}
+	if n, _ := e.applied(t, "key-00"); n >= 11 {
+		t.Fatalf("%d applied by the first Run, want at most 10 (the context ended at offset 10)", n)
+	}
+
+	ctx2, cancel2 := context.WithCancel(ctxT(t))
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx2) }()
+	waitFor(t, "the last record", func() bool { mu.Lock(); defer mu.Unlock(); return lastSeen == n-1 })
+	cancel2()
+	if err := <-done; err != nil {
+		t.Fatalf("second Run = %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.checkReadModel(t, want)
+	if err := c.Run(ctxT(t)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Run after Close = %v, want ErrClosed", err)
+	}
+}
+
+// A second Run while one is running is refused.
+func TestRunTwiceAtOnce(t *testing.T) {
+	e := newEnv(t)
+	c, err := NewConsumer(e.inbox(t, nil), e.apply, ClientOptions(kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(ctxT(t))
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	waitFor(t, "the first Run", c.running.Load)
+	if err := c.Run(ctx); !errors.Is(err, ErrRunning) {
+		t.Fatalf("second Run = %v, want ErrRunning", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The Consumer reads read_committed by default: a record of an aborted
+// Kafka transaction (a fenced or failed transactional publish) is never
+// processed; the committed record after it is.
+func TestConsumerReadsCommittedOnly(t *testing.T) {
+	e := newEnv(t)
+	k := testenv.Kafka(t)
+	topic, group := testenv.Name(t, "orders"), testenv.Name(t, "group")
+	testenv.CreateTopic(t, k, topic, 1)
+	txn, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.TransactionalID(testenv.Name(t, "txn")), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txn.Close()
+	aborted := rec(topic, 0, 0, "key-00", outbox.NewID(), 0, 1)
+	committed := rec(topic, 0, 0, "key-00", outbox.NewID(), 0, 2)
+	for _, step := range []struct {
+		r   *kgo.Record
+		end kgo.TransactionEndTry
+	}{{aborted, kgo.TryAbort}, {committed, kgo.TryCommit}} {
+		if err := txn.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := txn.ProduceSync(ctxT(t), step.r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := txn.EndTransaction(ctxT(t), step.end); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tl := newTally()
+	stop := runConsumer(t, k, e.inbox(t, nil, WithMetrics(tl)), e.apply, group, topic)
+	waitFor(t, "the committed record", func() bool { return tl.total() >= 1 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n, seqs := e.applied(t, "key-00"); n != 1 || !slices.Equal(seqs, []int64{2}) {
+		t.Fatalf("applied %d: %v; want only the committed record (sequence 2)", n, seqs)
+	}
 }

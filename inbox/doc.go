@@ -43,7 +43,20 @@
 //
 // Commit a record's offset only after Process returned nil for it. Consumer
 // does that with kgo's marked autocommits, processing partitions in
-// parallel and each partition in order.
+// parallel and each partition in order, reading read_committed.
+//
+// # Records it cannot process
+//
+// A record that cannot be processed — a *RecordError (not from the outbox),
+// a callback error wrapped with Permanent, or a transient error still
+// failing after RecordRetries — goes to the consumer's policy, OnPoison:
+// Stop (the default: Run returns its error), Skip (logged, counted as
+// Skipped, committed) or DeadLetterTo a DeadLetterTopic or DeadLetterTable
+// (counted as DeadLettered, then committed). Handler is that per-record
+// logic alone, for consumers that get their records another way; the
+// Lambda adapter for Kafka event-source mappings is
+// github.com/dynakafka/outbox/inbox/lambdakafka. NewTestTx gives a callback
+// its Tx in a unit test.
 //
 // # Trace context
 //

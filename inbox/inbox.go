@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -170,6 +171,26 @@ func (tx *Tx) Message() Message { return tx.msg }
 // transaction holds at most 100.
 func (tx *Tx) Add(items ...types.TransactWriteItem) { tx.items = append(tx.items, items...) }
 
+// Items returns the business operations added so far, in order.
+func (tx *Tx) Items() []types.TransactWriteItem { return slices.Clone(tx.items) }
+
+// NewTestTx returns the Tx a callback gets for r, without an Inbox or
+// DynamoDB, so that a callback can be unit-tested: call it with the Tx and
+// read what it added with Items. r's stamped headers are read with the
+// default names (outbox.DefaultMessageIDHeader, ...); a record without
+// them is the *RecordError Process would return (and the Tx is nil).
+// Context is context.Background().
+func NewTestTx(r *kgo.Record) (*Tx, error) {
+	if r == nil {
+		return nil, &outbox.OptionError{Option: "r", Value: nil, Reason: "a record is required"}
+	}
+	msg, err := Parse(r, outbox.HeaderNames{})
+	if err != nil {
+		return nil, err
+	}
+	return &Tx{ctx: context.Background(), rec: r, msg: msg}, nil
+}
+
 // Status is what Process did with a record.
 type Status int
 
@@ -188,6 +209,15 @@ const (
 	// and this message id was not processed (within Retention): a late
 	// first delivery or an old duplicate. Nothing was written.
 	Stale
+	// Skipped (never returned by Process): a Consumer or Handler gave up
+	// on the record under the Skip policy and committed it. Reported to
+	// Metrics once, with the record's last error, after the failed
+	// Process calls (each reported as Failed).
+	Skipped
+	// DeadLettered (never returned by Process): a Consumer or Handler
+	// wrote the record to its dead-letter sink and committed it. Reported
+	// as Skipped is.
+	DeadLettered
 )
 
 func (s Status) String() string {
@@ -198,6 +228,10 @@ func (s Status) String() string {
 		return "duplicate"
 	case Stale:
 		return "stale"
+	case Skipped:
+		return "skipped"
+	case DeadLettered:
+		return "dead_lettered"
 	}
 	return "failed"
 }
@@ -235,13 +269,20 @@ type Result struct {
 // Retries (MaxAttempts calls): a lost or failed response is retried with the
 // same client request token and items, so a transaction that committed is
 // reported Applied, once; a conflicting or throttled transaction is retried
-// after a backoff. Errors: a *RecordError for a record without the stamped
+// after a backoff. Errors: an *outbox.OptionError for a nil r or fn
+// (nothing is written, nothing reported); a *RecordError for a record without the stamped
 // headers; fn's error, wrapped; an *outbox.ValidationError for more than 100
 // items; otherwise a *TransactionError matching outbox.ErrConditionFailed
 // (a condition on one of fn's items failed), ErrConflict, ErrThrottled or
 // ErrOutcomeUnknown (it may have committed: process the record again
 // later, which finds out).
 func (ib *Inbox) Process(ctx context.Context, r *kgo.Record, fn func(tx *Tx) error) (res Result, err error) {
+	if fn == nil {
+		return res, &outbox.OptionError{Option: "fn", Value: nil, Reason: "a function that adds the record's business operations is required"}
+	}
+	if r == nil {
+		return res, &outbox.OptionError{Option: "r", Value: nil, Reason: "a record is required"}
+	}
 	start := ib.cfg.clock.Now()
 	defer func() {
 		res.Duration = ib.cfg.clock.Now().Sub(start)

@@ -444,3 +444,32 @@ func TestOneRetryLayer(t *testing.T) {
 		})
 	}
 }
+
+// Process with a nil callback or record returns an *OptionError (it
+// panicked before), writes nothing and reports nothing.
+func TestProcessRefusesNil(t *testing.T) {
+	e := newEnv(t)
+	tl := newTally()
+	ib := e.inbox(t, nil, WithMetrics(tl))
+	r := rec("orders", 0, 1, "key-00", outbox.NewID(), 0, 1)
+	for _, c := range []struct {
+		name   string
+		r      *kgo.Record
+		fn     func(*Tx) error
+		option string
+	}{{"nil callback", r, nil, "fn"}, {"nil record", nil, e.apply, "r"}} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ib.Process(ctxT(t), c.r, c.fn)
+			var oe *outbox.OptionError
+			if !errors.As(err, &oe) || oe.Option != c.option {
+				t.Fatalf("Process = %v, want an *OptionError for %s", err, c.option)
+			}
+		})
+	}
+	if tl.total() != 0 {
+		t.Fatalf("reported %s", tl)
+	}
+	if n, _ := e.applied(t, "key-00"); n != 0 {
+		t.Fatalf("applied %d", n)
+	}
+}

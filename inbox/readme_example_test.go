@@ -37,7 +37,7 @@ func Example() {
 			AmountCents int64  `json:"amount_cents"`
 		}
 		if err := json.Unmarshal(tx.Record().Value, &ev); err != nil {
-			return err // the consumer stops at this record
+			return inbox.Permanent(err) // to the poison policy: inbox.OnPoison (default Stop)
 		}
 		// Built with the writer's helpers; committed with the message id.
 		totals, err := dynamo.Update("orders-view", map[string]any{"customer": ev.Customer},

@@ -42,18 +42,20 @@ type OrderPlaced struct {
 // Apply returns the inbox callback that applies an OrderPlaced event to the
 // read model in table: the order's item and its customer's totals, in the
 // record's transaction. Other event types are marked processed without a
-// change; a value that does not decode stops the consumer at that record.
+// change; a value that does not decode, or an OrderPlaced without its ids,
+// is a permanent error (inbox.Permanent): it goes to the consumer's poison
+// policy without being retried.
 func Apply(table string) func(tx *inbox.Tx) error {
 	return func(tx *inbox.Tx) error {
 		var ev OrderPlaced
 		if err := json.Unmarshal(tx.Record().Value, &ev); err != nil {
-			return fmt.Errorf("orderview: decode event: %w", err)
+			return inbox.Permanent(fmt.Errorf("orderview: decode event: %w", err))
 		}
 		if ev.Type != "OrderPlaced" {
 			return nil
 		}
 		if ev.OrderID == "" || ev.Customer == "" {
-			return fmt.Errorf("orderview: OrderPlaced without order_id or customer: %s", tx.Record().Value)
+			return inbox.Permanent(fmt.Errorf("orderview: OrderPlaced without order_id or customer: %s", tx.Record().Value))
 		}
 		// The same helpers as the writer's items (store/dynamo).
 		order, err := dynamo.Put(table, map[string]any{"pk": "order#" + ev.OrderID, "customer": ev.Customer, "amount_cents": ev.AmountCents})

@@ -227,13 +227,29 @@ type rieInvoker struct {
 
 func (r *rieInvoker) Invoke(ctx context.Context, event events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
 	var resp events.DynamoDBEventResponse
+	err := r.invoke(ctx, event, &resp)
+	var re *ResponseError
+	if errors.As(err, &re) {
+		resp = events.DynamoDBEventResponse{}
+	}
+	return resp, err
+}
+
+// InvokeJSON runs the function once with any event (a Kafka event, say) and
+// decodes its response into resp, with Invoke's errors: a *FunctionError,
+// ErrTimeout, a *ResponseError.
+func (p *RIEProcess) InvokeJSON(ctx context.Context, event, resp any) error {
+	return p.inv.invoke(ctx, event, resp)
+}
+
+func (r *rieInvoker) invoke(ctx context.Context, event, resp any) error {
 	payload, err := json.Marshal(event)
 	if err != nil {
-		return resp, fmt.Errorf("esm: marshal event: %w", err)
+		return fmt.Errorf("esm: marshal event: %w", err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(payload))
 	if err != nil {
-		return resp, err
+		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if lc, ok := lambdacontext.FromContext(ctx); ok && lc.AwsRequestID != "" {
@@ -244,23 +260,37 @@ func (r *rieInvoker) Invoke(ctx context.Context, event events.DynamoDBEvent) (ev
 	defer r.mu.Unlock()
 	res, err := r.client.Do(req)
 	if err != nil {
-		return resp, fmt.Errorf("esm: invoke %s: %w", r.url, err)
+		return fmt.Errorf("esm: invoke %s: %w", r.url, err)
 	}
 	defer res.Body.Close()
 	body, err := io.ReadAll(res.Body)
 	if err != nil {
-		return resp, fmt.Errorf("esm: read response: %w", err)
+		return fmt.Errorf("esm: read response: %w", err)
 	}
-	return decodeResponse(res.StatusCode, body)
+	return decodeInto(res.StatusCode, body, resp)
 }
 
 var timedOut = []byte("Task timed out after")
 
-// decodeResponse maps the emulator's answer onto a response or an error. The
-// emulator drops the X-Amz-Function-Error header Lambda would set, so a
-// function error is recognised by its body, {"errorMessage":..,"errorType":..}.
+// decodeResponse maps the emulator's answer onto a stream response or an
+// error (see decodeInto).
 func decodeResponse(status int, body []byte) (events.DynamoDBEventResponse, error) {
 	var resp events.DynamoDBEventResponse
+	if err := decodeInto(status, body, &resp); err != nil {
+		var re *ResponseError
+		if errors.As(err, &re) {
+			resp = events.DynamoDBEventResponse{}
+		}
+		return resp, err
+	}
+	return resp, nil
+}
+
+// decodeInto maps the emulator's answer onto a response (decoded into
+// resp) or an error. The emulator drops the X-Amz-Function-Error header
+// Lambda would set, so a function error is recognised by its body,
+// {"errorMessage":..,"errorType":..}.
+func decodeInto(status int, body []byte, resp any) error {
 	var probe struct {
 		Type    *string `json:"errorType"`
 		Message *string `json:"errorMessage"`
@@ -268,19 +298,19 @@ func decodeResponse(status int, body []byte) (events.DynamoDBEventResponse, erro
 	isError := json.Unmarshal(body, &probe) == nil && (probe.Type != nil || probe.Message != nil)
 	switch {
 	case isError:
-		return resp, &FunctionError{Type: deref(probe.Type), Message: deref(probe.Message)}
+		return &FunctionError{Type: deref(probe.Type), Message: deref(probe.Message)}
 	case status/100 != 2:
-		return resp, fmt.Errorf("esm: emulator answered %d: %.500s", status, body)
+		return fmt.Errorf("esm: emulator answered %d: %.500s", status, body)
 	case bytes.HasPrefix(body, timedOut):
-		return resp, fmt.Errorf("%w: %s", ErrTimeout, body)
+		return fmt.Errorf("%w: %s", ErrTimeout, body)
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
-		return resp, nil
+		return nil
 	}
-	if err := json.Unmarshal(body, &resp); err != nil {
-		return events.DynamoDBEventResponse{}, &ResponseError{Body: body, Err: err}
+	if err := json.Unmarshal(body, resp); err != nil {
+		return &ResponseError{Body: body, Err: err}
 	}
-	return resp, nil
+	return nil
 }
 
 // freePortOr returns port, or a port that was free a moment ago if it is 0.
