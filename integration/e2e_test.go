@@ -76,17 +76,32 @@ func TestEndToEnd(t *testing.T) {
 		{outbox.DeleteMode, 10_000, nil},
 		{outbox.WatermarkMode, 3_000, []dynamo.TablesOption{dynamo.Mode(outbox.WatermarkMode), dynamo.Retention(2 * time.Hour)}},
 	} {
-		t.Run(c.mode.String(), func(t *testing.T) { endToEnd(t, c.mode, c.target, c.opts...) })
+		t.Run(c.mode.String(), func(t *testing.T) { endToEnd(t, c.mode, c.target, e2eRun{}, c.opts...) })
 	}
 }
 
-func endToEnd(t *testing.T, mode outbox.Mode, target int, opts ...dynamo.TablesOption) {
+// e2eRun varies an end-to-end run.
+type e2eRun struct {
+	// kafka is the cluster to publish to. Default: testenv.Kafka.
+	kafka *testenv.KafkaCluster
+	// midway, if set, is called once (from its own goroutine) when half of
+	// the target is committed, while the writers and relays go on.
+	midway func()
+}
+
+// endToEnd runs the end-to-end scenario and returns the checker's result and
+// the environment it ran in; it fails t if a promise is broken.
+func endToEnd(t *testing.T, mode outbox.Mode, target int, run e2eRun, opts ...dynamo.TablesOption) (checker.Result, *env) {
 	const (
 		writers    = 20
 		aggregates = 500
 		staleShare = 0.05
 	)
-	env := newEnv(t, 8, opts...)
+	k := run.kafka
+	if k == nil {
+		k = testenv.Kafka(t)
+	}
+	env := newEnvOn(t, k, 8, opts...)
 	// Bounds against hangs, not speed checks (a busy 2-core machine, the
 	// package's long tests in parallel).
 	ctx, cancel := context.WithTimeout(context.Background(), 18*time.Minute)
@@ -139,6 +154,20 @@ func endToEnd(t *testing.T, mode outbox.Mode, target int, opts ...dynamo.TablesO
 		committed, rolledBack, txs, staleTxs atomic.Int64
 		wg                                   sync.WaitGroup
 	)
+	midwayDone := make(chan struct{})
+	go func() {
+		defer close(midwayDone)
+		for committed.Load() < int64(target/2) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		if run.midway != nil {
+			run.midway()
+		}
+	}()
 	for w := range writers {
 		wg.Add(1)
 		go func(w int) {
@@ -192,10 +221,11 @@ func endToEnd(t *testing.T, mode outbox.Mode, target int, opts ...dynamo.TablesO
 		}(w)
 	}
 	wg.Wait()
+	<-midwayDone
 	if t.Failed() {
 		stopRelays()
 		stopConsumer()
-		return
+		return checker.Result{}, env
 	}
 
 	// Wait for the consumer to have everything (bounded).
@@ -268,6 +298,7 @@ func endToEnd(t *testing.T, mode outbox.Mode, target int, opts ...dynamo.TablesO
 			}
 		}
 	}
+	return r, env
 }
 
 func first(s []string) []string { return s[:min(3, len(s))] }

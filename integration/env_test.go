@@ -33,11 +33,17 @@ type env struct {
 
 func newEnv(t *testing.T, bucketCount int, opts ...dynamo.TablesOption) *env {
 	t.Helper()
+	return newEnvOn(t, testenv.Kafka(t), bucketCount, opts...)
+}
+
+// newEnvOn is newEnv on the Kafka cluster k.
+func newEnvOn(t *testing.T, k *testenv.KafkaCluster, bucketCount int, opts ...dynamo.TablesOption) *env {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	e := &env{
 		dynamo:   testenv.DynamoDB(t),
-		kafka:    testenv.Kafka(t),
+		kafka:    k,
 		tables:   dynamo.Tables{Messages: testenv.Name(t, "msgs"), Control: testenv.Name(t, "ctl")},
 		business: testenv.Name(t, "aggs"),
 		topic:    testenv.Name(t, "topic"),
@@ -100,12 +106,15 @@ func (e *env) seedAggregates(ctx context.Context, t *testing.T, n int) {
 }
 
 // consume reads the topic from the start until ctx is done, calling fn for
-// each record with its message-id header. The returned channel closes when
+// each record with its message-id header. It reads read_committed, as the
+// inbox does: the same as read_uncommitted for the idempotent publisher,
+// and what the transactional one (kafka.TxnPublisher) requires. The returned channel closes when
 // the consumer has stopped.
 func (e *env) consume(ctx context.Context, t *testing.T, fn func(headerID string, key, value []byte)) <-chan struct{} {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Brokers...), kgo.ConsumeTopics(e.topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		t.Fatal(err)
 	}

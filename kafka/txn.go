@@ -1,0 +1,227 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dynakafka/outbox"
+)
+
+// TxnPublisher publishes each Publish call — one drained batch of one bucket
+// — as one Kafka transaction under the bucket's own transactional id
+// (TransactionalID). Only a committed transaction counts as acknowledged:
+// Publish reports its records acked only after EndTransaction committed, and
+// none if any record failed (the transaction is aborted, so a read_committed
+// consumer never sees them).
+//
+// The fence: a new holder of a bucket initialises a producer under the same
+// transactional id, which bumps its epoch at the transaction coordinator.
+// The broker then aborts the previous holder's open transaction and refuses
+// its further produce and commit requests (PRODUCER_FENCED or
+// INVALID_PRODUCER_EPOCH, a *FencedError): a stalled or stale holder's
+// in-flight records are never visible to read_committed consumers. A lease
+// alone cannot give this (docs/design.md).
+//
+// Consumers must read with isolation level read_committed (inbox does by
+// default); read_uncommitted consumers see aborted records too.
+type TxnPublisher struct {
+	p      *Publisher // options, topic checks, records and errors
+	prefix string
+	txnTTL time.Duration
+
+	mu      sync.Mutex
+	buckets map[int]*txnBucket
+}
+
+// txnBucket is one bucket's transactional client; mu serialises its
+// transactions (a producer has one open transaction at a time).
+type txnBucket struct {
+	mu sync.Mutex
+	cl *kgo.Client // nil until the first Publish, and after a fence
+}
+
+var _ outbox.Publisher = (*TxnPublisher)(nil)
+
+// TransactionalID is the transactional id of bucket's producer: prefix (one
+// per outbox, e.g. its messages table's name) and the bucket number.
+func TransactionalID(prefix string, bucket int) string {
+	return fmt.Sprintf("%s-bucket-%d", prefix, bucket)
+}
+
+// FencedError reports that the broker fenced this holder's producer: another
+// holder of the bucket initialised the same transactional id. Nothing of the
+// transaction is visible to read_committed consumers; the holder should stop
+// publishing the bucket (its lease is gone). It is retriable: nothing is
+// wrong with the messages, and the bucket's holder publishes them.
+type FencedError struct {
+	TransactionalID string
+	Err             error // kerr.ProducerFenced, kerr.InvalidProducerEpoch, ...
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("kafka: transactional id %q: fenced by a newer producer (another holder of the bucket initialised it): %v; nothing of this transaction is visible to read_committed consumers", e.TransactionalID, e.Err)
+}
+
+func (e *FencedError) Unwrap() error { return e.Err }
+
+// OutboxErrorClass implements outbox.Classifier: Retriable.
+func (e *FencedError) OutboxErrorClass() outbox.ErrorClass { return outbox.Retriable }
+
+// NewTxnPublisher is NewPublisher for the transactional mode: every option of
+// NewPublisher applies, and prefix names the outbox in the transactional ids
+// (TransactionalID). The transaction timeout is LeaseDuration: the broker
+// aborts a transaction its holder left open longer than a lease.
+func NewTxnPublisher(ctx context.Context, seeds []string, prefix string, opts ...Opt) (*TxnPublisher, error) {
+	if prefix == "" {
+		return nil, &outbox.OptionError{Option: "prefix", Value: prefix, Reason: "name the outbox (e.g. its messages table) so that each bucket has its own transactional id"}
+	}
+	p, err := NewPublisher(ctx, seeds, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &TxnPublisher{p: p, prefix: prefix, txnTTL: p.cfg.leaseDuration, buckets: make(map[int]*txnBucket)}, nil
+}
+
+// Publish publishes msgs, which must all be of one bucket, as one
+// transaction. acked is the number of leading messages committed: all that
+// were produced, or 0 when the transaction was aborted. A message refused
+// before producing (invalid, too large) ends the transaction before it: the
+// ones before it are committed and err names it, as Publisher.Publish does.
+// Publish waits for every produced record's answer (kgo fails the buffered
+// ones when ctx or DeliveryTimeout ends; one in flight waits for the broker
+// or the request timeout) and, on failure, for the abort.
+func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acked int, err error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	p := t.p
+	if p.closed.Load() {
+		return 0, wrapMessage(msgs[0], ErrClosed)
+	}
+	bucket := msgs[0].Bucket
+	for i := range msgs {
+		if msgs[i].Bucket != bucket {
+			return 0, wrapMessage(msgs[i], &outbox.ValidationError{Index: i, Field: "Bucket",
+				Reason: fmt.Sprintf("%d in a transactional publish of bucket %d; each bucket publishes under its own transactional id", msgs[i].Bucket, bucket)})
+		}
+	}
+	n, stopErr := p.precheck(ctx, msgs)
+	if n == 0 {
+		return 0, wrapMessage(msgs[0], stopErr)
+	}
+	b := t.bucket(bucket)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	id := TransactionalID(t.prefix, bucket)
+	if b.cl == nil {
+		opts := append(append([]kgo.Opt(nil), p.kopts...), kgo.TransactionalID(id), kgo.TransactionTimeout(t.txnTTL))
+		if b.cl, err = kgo.NewClient(opts...); err != nil {
+			return 0, wrapMessage(msgs[0], fmt.Errorf("kafka: new transactional client %q: %w", id, err))
+		}
+	}
+	cl := b.cl
+
+	rctx, cancel := context.WithTimeout(ctx, p.cfg.deliveryTimeout)
+	defer cancel()
+	if err := cl.BeginTransaction(); err != nil {
+		t.drop(b)
+		return 0, wrapMessage(msgs[0], fmt.Errorf("kafka: begin transaction %q: %w", id, err))
+	}
+	recs := make([]*kgo.Record, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		recs[i] = p.record(rctx, &msgs[i])
+		wg.Add(1)
+		cl.Produce(rctx, recs[i], func(_ *kgo.Record, err error) {
+			errs[i] = err
+			wg.Done()
+		})
+	}
+	// kgo reports every record of a transactional producer: it fails the
+	// buffered ones when the records' context ends.
+	wg.Wait()
+	failed := -1
+	for i, err := range errs {
+		if err != nil {
+			failed = i
+			break
+		}
+	}
+	if failed >= 0 {
+		// Abort: the records appended before the failure are marked aborted
+		// and never reach read_committed consumers.
+		actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.deliveryTimeout)
+		defer acancel()
+		abortErr := cl.AbortBufferedRecords(actx)
+		if abortErr == nil {
+			abortErr = cl.EndTransaction(actx, kgo.TryAbort)
+		}
+		if abortErr != nil {
+			t.drop(b) // a new client re-initialises, which aborts at the coordinator
+		}
+		cause := errs[failed]
+		if fenced(cause) {
+			t.drop(b)
+			return 0, wrapMessage(msgs[failed], &FencedError{TransactionalID: id, Err: cause})
+		}
+		return 0, wrapMessage(msgs[failed], p.produceError(ctx, rctx, recs[failed], cause))
+	}
+	if err := cl.EndTransaction(rctx, kgo.TryCommit); err != nil {
+		t.drop(b)
+		if fenced(err) {
+			return 0, wrapMessage(msgs[0], &FencedError{TransactionalID: id, Err: err})
+		}
+		// Not known committed: report nothing acknowledged. If the commit did
+		// apply, the next publish duplicates the whole transaction.
+		return 0, wrapMessage(msgs[0], fmt.Errorf("kafka: commit transaction %q: %w", id, err))
+	}
+	if stopErr != nil {
+		return n, wrapMessage(msgs[n], stopErr)
+	}
+	return n, nil
+}
+
+func fenced(err error) bool {
+	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch)
+}
+
+func (t *TxnPublisher) bucket(b int) *txnBucket {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tb := t.buckets[b]
+	if tb == nil {
+		tb = &txnBucket{}
+		t.buckets[b] = tb
+	}
+	return tb
+}
+
+// drop closes b's client (b.mu held): the next Publish of the bucket starts
+// a new producer, whose initialisation fences any other.
+func (t *TxnPublisher) drop(b *txnBucket) {
+	if b.cl != nil {
+		b.cl.Close()
+		b.cl = nil
+	}
+}
+
+// Close closes every bucket's client and the topic-checking client.
+func (t *TxnPublisher) Close() {
+	t.mu.Lock()
+	bs := t.buckets
+	t.buckets = make(map[int]*txnBucket)
+	t.mu.Unlock()
+	for _, b := range bs {
+		b.mu.Lock()
+		t.drop(b)
+		b.mu.Unlock()
+	}
+	t.p.Close()
+}
