@@ -9,10 +9,12 @@
 #   OUTBOX_CACHE_DIR  cache root (default: <repo>/.cache)
 #   PYTHON            the interpreter to build the venv from (default python3, >= 3.9)
 #
-# Idempotent: when the venv holds exactly the pinned requirements (a stamp
-# with their hash) it only prints the path. Exit status: 0 on success; 1 with
-# a message on stderr (make test then fails: it never skips the Python
-# writer's tests).
+# Idempotent and safe to run concurrently (test binaries of several packages
+# may call it at once on a fresh machine): when the venv holds exactly the
+# pinned requirements (a stamp with their hash) it only prints the path;
+# otherwise it installs under a lock (flock), and only a finished install
+# writes the stamp. Exit status: 0 on success; 1 with a message on stderr
+# (make test then fails: it never skips the Python writer's tests).
 set -euo pipefail
 
 die() {
@@ -36,6 +38,15 @@ if [[ -x $venv/bin/python && -f $stamp && $(cat "$stamp") == "$want" ]]; then
 	exit 0
 fi
 
+mkdir -p "$cache_root" || die "cannot create $cache_root (set OUTBOX_CACHE_DIR to a writable directory)"
+# A venv names its own path in its scripts and cannot be moved into place:
+# take a lock, and look again once holding it.
+exec 9>"$cache_root/.python-deps.lock"
+flock 9
+if [[ -x $venv/bin/python && -f $stamp && $(cat "$stamp") == "$want" ]]; then
+	printf '%s\n' "$venv/bin/python"
+	exit 0
+fi
 rm -rf "$venv"
 "$py" -m venv "$venv" || die "could not create a venv at $venv (on Debian/Ubuntu: apt-get install python3-venv)"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$req" >&2 ||
