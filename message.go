@@ -28,10 +28,13 @@ type Message struct {
 	// The writer assigns one when it is empty. It is stamped on the Kafka
 	// record as the message-id header so consumers can deduplicate.
 	ID string
-	// Bucket is the ordering bucket, assigned by the writer (see BucketFor).
+	// Bucket is the ordering bucket, assigned by the writer (see
+	// BucketFor): an output, not an input. A writer refuses a message
+	// with Bucket set (HeaderNames.ValidateNew); its result carries it.
 	Bucket int
 	// Sequence is the message's position in its bucket, reserved from the
 	// bucket's counter by the writer. Monotonic per bucket, gaps allowed.
+	// Like Bucket, an output: refused when set on a write.
 	Sequence int64
 	// Topic is the Kafka topic.
 	Topic string

@@ -136,6 +136,23 @@ func Validate(m Message, index, maxMessageBytes int, idHeader string) error {
 	return HeaderNames{MessageID: idHeader}.Validate(m, index, maxMessageBytes)
 }
 
+// ValidateNew is Validate for a message a caller hands to a writer: it
+// also refuses a message with Bucket or Sequence set (a *ValidationError
+// naming the field). Both are the writer's to assign (the bucket from the
+// key or partition, the sequence from the bucket's counter); the write's
+// result carries them.
+func (h HeaderNames) ValidateNew(m Message, index, maxMessageBytes int) error {
+	switch {
+	case m.Bucket != 0:
+		return &ValidationError{Index: index, Field: "Bucket", Reason: fmt.Sprintf(
+			"is %d; the writer assigns the bucket from the key (or Partition): leave it zero and read it from the write's result", m.Bucket)}
+	case m.Sequence != 0:
+		return &ValidationError{Index: index, Field: "Sequence", Reason: fmt.Sprintf(
+			"is %d; the writer reserves the sequence number: leave it zero and read it from the write's result", m.Sequence)}
+	}
+	return h.Validate(m, index, maxMessageBytes)
+}
+
 // Validate checks one message before it is written: a legal topic, header
 // keys that are valid UTF-8 and none of the stamped headers' names, a
 // non-negative explicit partition, and a record size (h.RecordSize) within

@@ -13,7 +13,11 @@ import (
 // AddAlarmAction / AddOkAction. The outbox's own metrics (namespace Outbox,
 // dimension Outbox = the messages table's name) are CloudWatch Embedded
 // Metric Format lines in the functions' logs; a value that could not be
-// sampled is absent, so missing data never breaches.
+// sampled is absent. Missing data does not breach, except for the backlog
+// alarms (OldestPendingAge, StuckBuckets): the sweeper writes them on every
+// invocation that sampled every bucket, so their absence means a sweeper
+// that failed its init (Kafka unreachable), could not sample the backlog, or
+// does not run — the backlog is not watched, which is an alarm.
 type Alarms struct {
 	// RelayErrors: the relay failed in 3 of the last 5 minutes.
 	RelayErrors awscloudwatch.Alarm
@@ -56,6 +60,7 @@ type alarm struct {
 	datapoints        float64 // 0 = EvaluationPeriods
 	threshold         float64
 	comparison        awscloudwatch.ComparisonOperator
+	missingBreaches   bool // TreatMissingData breaching, not notBreaching
 }
 
 func (o *Outbox) newAlarms(relay, sweeper awslambda.CfnFunction) {
@@ -84,10 +89,10 @@ func (o *Outbox) newAlarms(relay, sweeper awslambda.CfnFunction) {
 		OldestPendingAge: o.newAlarm(outbox(alarm{id: "OldestPendingAgeAlarm",
 			description: "The oldest pending message is older than OldestPendingAgeAlarmSeconds in 3 of the last 5 sweeps; messages are not reaching Kafka.",
 			metric:      "OldestPendingAge", statistic: "Maximum", period: 60, evaluationPeriods: 5, datapoints: 3,
-			threshold: float64(n["OldestPendingAgeAlarmSeconds"]), comparison: gt})),
+			threshold: float64(n["OldestPendingAgeAlarmSeconds"]), comparison: gt, missingBreaches: true})),
 		StuckBuckets: o.newAlarm(outbox(alarm{id: "StuckBucketsAlarm",
 			description: "Buckets hold pending messages while their head has not moved for several sweeps (a fatal Kafka error, a blocked record, an unfenced gap).",
-			metric:      "StuckBuckets", statistic: "Maximum", period: 60, evaluationPeriods: 3, datapoints: 2, threshold: 1, comparison: gte})),
+			metric:      "StuckBuckets", statistic: "Maximum", period: 60, evaluationPeriods: 3, datapoints: 2, threshold: 1, comparison: gte, missingBreaches: true})),
 		ParkedMessages: o.newAlarm(outbox(alarm{id: "ParkedMessagesAlarm",
 			description: "Messages Kafka would never take were parked as dead letters; replay or drop them (outbox parked).",
 			metric:      "ParkedMessages", statistic: "Maximum", period: 300, evaluationPeriods: 1, threshold: 0, comparison: gt})),
@@ -111,6 +116,9 @@ func (o *Outbox) newAlarm(a alarm) awscloudwatch.Alarm {
 		Threshold:          jsii.Number(a.threshold),
 		ComparisonOperator: a.comparison,
 		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	}
+	if a.missingBreaches {
+		props.TreatMissingData = awscloudwatch.TreatMissingData_BREACHING
 	}
 	if a.datapoints != 0 {
 		props.DatapointsToAlarm = jsii.Number(a.datapoints)

@@ -46,7 +46,8 @@ func (o *Outbox) newRoles() {
 	stream := awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{Statements: &[]awsiam.PolicyStatement{
 		// What the event source mapping polls with, on this stream only.
 		statement("ReadMessagesStream", []string{"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}, o.MessagesTable.TableStreamArn()),
-		statement("ListMessagesStreams", []string{"dynamodb:ListStreams"}, awscdk.Fn_Join(jsii.String(""), jsii.Strings(*o.MessagesTable.TableArn(), "/stream/*"))),
+		// ListStreams names no resource: only "*" grants it.
+		statement("ListMessagesStreams", []string{"dynamodb:ListStreams"}, jsii.String("*")),
 		// The event source mapping sends discarded hints with this role.
 		statement("FailureDestination", []string{"sqs:SendMessage"}, o.FailureQueue.QueueArn()),
 	}})

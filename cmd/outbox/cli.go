@@ -106,7 +106,7 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.As(err, &ue):
 		return exitUsage
-	case errors.As(err, &me), errors.Is(err, dynamo.ErrNoConfig):
+	case errors.As(err, &me), errors.Is(err, dynamo.ErrNoConfig), errors.As(err, new(*dynamo.TableError)):
 		return exitMisconfigured
 	case errors.As(err, &nd):
 		return exitNotDrained
@@ -278,8 +278,12 @@ type session struct {
 	tables dynamo.Tables
 }
 
-// store opens the outbox: it reads the config item.
+// store opens the outbox: it checks that both tables exist and belong
+// together (dynamo.CheckTables), then reads the config item.
 func (s *session) store(ctx context.Context) (*dynamo.Store, error) {
+	if err := dynamo.CheckTables(ctx, s.db, s.tables); err != nil {
+		return nil, err
+	}
 	return dynamo.NewStore(ctx, s.db, s.tables)
 }
 
@@ -318,7 +322,8 @@ const exitCodesHelp = `Exit codes:
   1  failed: DynamoDB, Kafka or AWS refused or could not be reached; nothing parked there
   2  usage: unknown command, bad or missing flag or argument; nothing was sent
      (except when a bucket turns out to lie beyond the outbox's BucketCount)
-  3  the outbox disagrees: no config item, another BucketCount or mode, a table of another layout
+  3  the outbox disagrees: a missing table, no config item, another BucketCount or mode,
+     a table of another layout, tables that do not belong together (swapped or mistyped names)
   4  drain did not finish: another relay holds the bucket (it was woken and drains
      again), a gap is still pending, or the deadline came first
 `

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dynakafka/outbox"
@@ -20,7 +21,9 @@ var drainCommand = &command{
 	summary: "publish one bucket's pending messages to Kafka now",
 	description: `Drains one bucket now, as the relay Lambda would: it takes the bucket's
 lease, publishes its pending messages in sequence order, deletes what Kafka
-acknowledged and lets the lease go. Use it when a bucket is stuck after the
+acknowledged and hands the lease back (it removes its name from it, so the
+relay's next drain of the bucket starts at once rather than after its
+ResumeWindow). Use it when a bucket is stuck after the
 cause was fixed, without waiting for the sweeper.
 
 The relay is configured exactly like the relay Lambda: from the variables it
@@ -39,12 +42,15 @@ then fenced, as the relays do.`,
 		env := kafkaFlags(fs, "(env KAFKA_AUTH; required)")
 		verbose := fs.Bool("verbose", false, "log the relay's progress on standard error (default: warnings only)")
 		return func(a *app, c *connection, args []string) (action, error) {
-			bucket, err := bucketArg(args)
-			if err != nil {
-				return nil, err
-			}
+			// Every bad argument and setting at once.
+			bucket, berr := bucketArg(args)
 			cfg, err := config.Load(overlay(a.getenv, c, env))
-			if err != nil {
+			switch {
+			case err != nil && berr != nil:
+				return nil, usagef("%v\n%v", berr, configError(err))
+			case berr != nil:
+				return nil, berr
+			case err != nil:
 				return nil, configError(err)
 			}
 			return func(ctx context.Context, a *app, s *session) error {
@@ -80,17 +86,27 @@ var flagOf = map[string]string{
 	"OUTBOX_MESSAGES_TABLE": "messages", "OUTBOX_CONTROL_TABLE": "control",
 }
 
-// configError restates a relay configuration error with the flag that
-// sets the variable, if there is one.
+// configError restates every relay configuration error (config.Load joins
+// one per variable) with the flag that sets the variable, if there is one:
+// one line each, so one run lists every fix.
 func configError(err error) error {
-	var ce *config.Error
-	if !errors.As(err, &ce) {
-		return &usageError{err.Error()}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
 	}
-	if f := flagOf[ce.Variable]; f != "" {
-		return usagef("--%s (or %s) %q: %s", f, ce.Variable, ce.Value, ce.Reason)
+	var lines []string
+	for _, e := range errs {
+		var ce *config.Error
+		switch {
+		case !errors.As(e, &ce):
+			lines = append(lines, e.Error())
+		case flagOf[ce.Variable] != "":
+			lines = append(lines, fmt.Sprintf("--%s (or %s) %q: %s", flagOf[ce.Variable], ce.Variable, ce.Value, ce.Reason))
+		default:
+			lines = append(lines, fmt.Sprintf("%s=%q: %s", ce.Variable, ce.Value, ce.Reason))
+		}
 	}
-	return usagef("%s=%q: %s", ce.Variable, ce.Value, ce.Reason)
+	return &usageError{strings.Join(lines, "\n")}
 }
 
 func bucketArg(args []string) (int, error) {
@@ -128,15 +144,34 @@ func overlay(getenv func(string) string, c *connection, flags map[string]*string
 }
 
 func drain(ctx context.Context, a *app, s *session, cfg config.Config, logger *slog.Logger, bucket int) error {
+	// The tables, the bucket and the mode are checked before Kafka is
+	// contacted.
+	_, oc, _, err := s.buckets(ctx, bucket)
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return usagef("BUCKET %d: the outbox has buckets 0..%d (BucketCount %d)", bucket, oc.BucketCount-1, oc.BucketCount)
+	}
+	if err != nil {
+		return err
+	}
+	if m, _ := outbox.ParseMode(cfg.Mode); cfg.Mode != "" && m != oc.Mode { // validated by config.Load
+		return &outbox.MisconfigurationError{Setting: "Mode", Configured: cfg.Mode, Stored: oc.Mode.String(),
+			Fix: "unset OUTBOX_MODE (drain takes the outbox's mode) or set it to the stored one"}
+	}
 	// An operator wants an answer now: a held bucket is woken, not waited on.
-	parts, err := wiring.BuildWith(ctx, cfg, s.aws, logger, a.relayID(), outbox.HolderWait(0))
+	// This process never resumes a bucket it released (it ends after the
+	// drain), so it hands the lease back when done: the relay's next drain
+	// need not wait ResumeWindow for it.
+	parts, err := wiring.BuildWith(ctx, cfg, s.aws, logger, a.relayID(), outbox.HolderWait(0), outbox.ResumeReleased(false))
 	if err != nil {
 		return err
 	}
 	defer parts.Close()
-	if n := parts.Relay.BucketCount(); bucket >= n {
-		return usagef("BUCKET %d: the outbox has buckets 0..%d (BucketCount %d)", bucket, n-1, n)
-	}
+	defer func() {
+		if derr := parts.Store.Disown(context.WithoutCancel(ctx), bucket, parts.Relay.ID()); derr != nil {
+			logger.Warn("outbox drain: lease not handed back; the relay's next drain waits ResumeWindow", "bucket", bucket, "err", derr)
+		}
+	}()
 	st, err := parts.Relay.DrainBucket(ctx, bucket)
 	fmt.Fprintf(a.stdout, "bucket %d: published %d, fenced %d, parked %d, leftovers deleted %d; head %d (relay %s)\n",
 		bucket, st.Published, st.Fenced, st.Parked, st.Leftovers, st.Head, parts.Relay.ID())

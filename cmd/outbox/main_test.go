@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dynakafka/outbox"
@@ -441,8 +442,12 @@ func TestDrain(t *testing.T) {
 		}
 	}
 	l, err := st.ReadLease(ctx, 1)
-	if err != nil || l.Head != 3 || !l.Released() {
-		t.Fatalf("bucket 1 after drain: %+v, %v; want head 3, released", l, err)
+	if err != nil || l.Head != 3 || l.Owner != "" || l.HeldAt(time.Now()) {
+		t.Fatalf("bucket 1 after drain: %+v, %v; want head 3, handed back (no owner)", l, err)
+	}
+	// The relay's next drain does not wait for a resume by the CLI.
+	if l, err = st.Acquire(ctx, 1, "relay/fn", time.Now(), 30*time.Second); err != nil || l.PrevReleasedBy != "" || l.TakenOver {
+		t.Fatalf("the relay's acquisition after drain: %+v, %v; want no ResumeWindow wait (PrevReleasedBy empty), no takeover", l, err)
 	}
 }
 
@@ -604,5 +609,73 @@ func TestEndpointKeepsTheCredentialChain(t *testing.T) {
 		if s.aws.Region != "us-gov-west-1" {
 			t.Errorf("local=%v: region %q", tc.local, s.aws.Region)
 		}
+	}
+}
+
+// TestTablesMustBelongTogether: every command checks that both tables
+// exist and belong together before it reads or writes anything else; a
+// mistyped or swapped name exits 3 and says what to fix, and init with a
+// mistyped messages table creates nothing.
+func TestTablesMustBelongTogether(t *testing.T) {
+	c, d, tables := outboxEnv(t)
+	typo := tables.Messages + "-typo"
+	c.replace = append([]string{typo, "MESSAGES-TYPO"}, c.replace...)
+	c.step(exitOK, "init", "--buckets", "2")
+	c.step(exitMisconfigured, "status", "--messages", typo)
+	c.step(exitMisconfigured, "parked", "--messages", typo)
+	c.step(exitMisconfigured, "drop", "--messages", typo, "--bucket", "0", "--seq", "1")
+	c.step(exitMisconfigured, "drain", "--messages", typo, "0", "--brokers", "127.0.0.1:1", "--auth", "none")
+	c.step(exitMisconfigured, "init", "--messages", typo, "--buckets", "2")
+	c.step(exitMisconfigured, "status", "--messages", tables.Control, "--control", tables.Messages)
+	golden(t, "tables.txt", c.normalise(c.out.String()))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := d.Client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &typo}); err == nil {
+		t.Fatal("init created the mistyped messages table")
+	}
+}
+
+// TestChecksBeforeKafka: the bucket's range (against BucketCount) and the
+// outbox's mode are checked before Kafka is contacted (the brokers here
+// refuse every connection), for drain and replay, and every bad Kafka
+// setting is reported at once.
+func TestChecksBeforeKafka(t *testing.T) {
+	c, _, _ := outboxEnv(t)
+	c.step(exitOK, "init", "--buckets", "2")
+	c.step(exitUsage, "drain", "2", "--brokers", "127.0.0.1:1", "--auth", "none")
+	c.env["OUTBOX_MODE"] = "watermark" // as the relay Lambda reads it
+	c.step(exitMisconfigured, "drain", "1", "--brokers", "127.0.0.1:1", "--auth", "none")
+	delete(c.env, "OUTBOX_MODE")
+	c.step(exitUsage, "replay", "--bucket", "5", "--from", "1", "--to", "2", "--brokers", "127.0.0.1:1", "--auth", "none")
+	c.step(exitMisconfigured, "replay", "--bucket", "1", "--from", "1", "--to", "2", "--brokers", "127.0.0.1:1", "--auth", "none")
+	c.step(exitUsage, "replay", "--bucket", "5", "--seq", "1")
+	c.step(exitUsage, "drop", "--bucket", "5", "--seq", "1")
+	c.step(exitUsage, "drain", "0", "--brokers", "localhost", "--auth", "kerberos", "--topics", "bad topic")
+	c.step(exitUsage, "drain", "x", "--brokers", "localhost")
+	golden(t, "before_kafka.txt", c.normalise(c.out.String()))
+}
+
+// TestStatusExplainsUnknownOldest: a bucket whose pending numbers hold no
+// message yet (here a reservation not committed; after a drain, published
+// messages whose head was not written yet) shows OLDEST "?" and a note
+// that says why and when it resolves.
+func TestStatusExplainsUnknownOldest(t *testing.T) {
+	c, d, tables := outboxEnv(t)
+	c.step(exitOK, "init", "--buckets", "2")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	counter, err := sequence.NewCounter(d.Client, tables.Control)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := counter.Reserve(ctx, 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	c.step(exitOK, "status")
+	js := c.step(exitOK, "status", "--json")
+	golden(t, "status_unknown_oldest.txt", c.normalise(c.out.String()))
+	var rep statusReport
+	if err := json.Unmarshal([]byte(js), &rep); err != nil || len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "bucket 1") {
+		t.Fatalf("notes %q, %v", rep.Notes, err)
 	}
 }

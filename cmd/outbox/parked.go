@@ -220,7 +220,7 @@ message id and topic of what it deleted.`,
 				return nil, err
 			}
 			return func(ctx context.Context, a *app, s *session) error {
-				st, err := s.store(ctx)
+				st, _, _, err := s.buckets(ctx, d.bucket)
 				if err != nil {
 					return err
 				}

@@ -105,9 +105,14 @@ func rangeReplay(a *app, c *connection, env map[string]*string, bucket int, from
 		return nil, configError(err)
 	}
 	return func(ctx context.Context, a *app, s *session) error {
-		st, err := s.store(ctx)
+		// The bucket and the mode are checked before Kafka is contacted.
+		st, oc, _, err := s.buckets(ctx, bucket)
 		if err != nil {
 			return err
+		}
+		if oc.Mode != outbox.WatermarkMode {
+			return &outbox.MisconfigurationError{Setting: "Mode", Configured: outbox.WatermarkMode.String(), Stored: oc.Mode.String(),
+				Fix: "replay --from --to needs an outbox in watermark mode: a delete-mode outbox keeps no published message to publish again"}
 		}
 		logger := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		pub, err := wiring.NewPublisher(ctx, cfg, s.aws, logger)
@@ -134,7 +139,7 @@ func rangeReplay(a *app, c *connection, env map[string]*string, bucket int, from
 }
 
 func replayParked(ctx context.Context, a *app, s *session, d deadLetterFlags, value []byte) error {
-	st, err := s.store(ctx)
+	st, _, _, err := s.buckets(ctx, d.bucket)
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,9 @@ and for every bucket:
            minus its head. Fences and reservations whose writer has not
            committed (yet) are included, so this can exceed the messages stored.
   OLDEST   age of the first pending message (from its created-at); "?" when
-           the first pending numbers are all fences or not committed yet
+           no message was found among the first pending numbers: they are
+           fences, reservations not committed yet, or messages already
+           published whose head was not written yet (see below)
   HEAD     the last sequence number published (or fenced); NEXT is the number
            the counter hands out next
   GAP      the missing sequence number the relays wait on, and since when
@@ -42,6 +44,13 @@ retention) removes them, and a RETAINED column follows HEAD:
   RETAINED the range a replay can still publish (outbox replay --from --to):
            from the lowest message still stored to the head, and the age of
            that message; fences and parked messages inside it are skipped
+
+The head is written lazily: a relay that resumes a bucket it released
+writes its head at most every HeadFlushInterval (5s), marking each
+published message with a tombstone meanwhile, and the sweeper advances the
+heads of quiet buckets. So right after a drain PENDING can count messages
+that were published, with OLDEST "?"; status says so under the table. It
+is not a backlog unless it lasts past the next sweep (a minute).
 
 Reads are bounded, never a scan: per bucket a lease and a counter GetItem, a
 COUNT query of its dead letters and, when something is pending, a query of at
@@ -102,6 +111,9 @@ type statusReport struct {
 	Buckets       []bucketStatus `json:"buckets"`
 	// Warnings are states that lose or strand messages if left alone.
 	Warnings []string `json:"warnings"`
+	// Notes explain a reading that looks wrong and is not (a lagging
+	// head).
+	Notes []string `json:"notes"`
 }
 
 type configStatus struct {
@@ -198,6 +210,7 @@ func readStatus(ctx context.Context, s *session, now time.Time, bucket int, live
 		LiveRelays: relaysStatus{WithinSeconds: seconds(liveWithin), IDs: append([]string{}, live...)},
 		Buckets:    make([]bucketStatus, len(buckets)),
 		Warnings:   []string{},
+		Notes:      []string{},
 	}
 	err = eachBucket(ctx, buckets, func(ctx context.Context, i, b int) error {
 		bs, err := readBucket(ctx, st, s.db, s.tables.Control, b, now, cfg.Mode == outbox.WatermarkMode)
@@ -300,6 +313,13 @@ func (r *statusReport) total(now time.Time) {
 		if b.Lease != nil && b.Lease.Held {
 			r.Totals.LeasesHeld++
 		}
+		if b.Pending > 0 && b.OldestPendingAgeSeconds == nil {
+			r.Notes = append(r.Notes, fmt.Sprintf(
+				"bucket %d: OLDEST \"?\": no message among the first pending numbers after head %d; they are fences, reservations not committed yet, "+
+					"or messages published whose head was not written yet (heads are written lazily; the next drain or sweep moves it). "+
+					"PENDING overstates the backlog until then; if it lasts past the next sweep, see outbox status --bucket %d",
+				b.Bucket, b.Head, b.Bucket))
+		}
 		if b.Pending < 0 {
 			r.Warnings = append(r.Warnings, fmt.Sprintf(
 				"bucket %d: the counter (%d) is below the head (%d): the counter item was reset or deleted; "+
@@ -359,6 +379,9 @@ func (r *statusReport) render(w io.Writer) error {
 	}
 	for _, warning := range r.Warnings {
 		fmt.Fprintf(w, "\nWARNING %s\n", warning)
+	}
+	for _, note := range r.Notes {
+		fmt.Fprintf(w, "\nNOTE %s\n", note)
 	}
 	return nil
 }

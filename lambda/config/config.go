@@ -7,6 +7,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -142,7 +143,7 @@ func Load(getenv func(string) string) (Config, error) {
 		TLSCASecretARN:         getenv("KAFKA_TLS_CA_SECRET_ARN"),
 		TLSClientCertSecretARN: getenv("KAFKA_TLS_CLIENT_CERT_SECRET_ARN"),
 		Region:                 getenv("AWS_REGION"),
-		DynamoEndpoint:         getenv("OUTBOX_DYNAMODB_ENDPOINT"),
+		DynamoEndpoint:         l.endpoint("OUTBOX_DYNAMODB_ENDPOINT"),
 	}
 	if c.Region == "" {
 		c.Region = defaultRegion
@@ -171,6 +172,21 @@ func (l *loader) mode(name string) string {
 	}
 	if _, err := outbox.ParseMode(v); err != nil {
 		l.fail(name, v, "must be delete or watermark (the mode the outbox was created with), or unset to accept the stored one")
+	}
+	return v
+}
+
+// endpoint reads an optional endpoint URL (http or https, a host, nothing
+// after the path): a typo would otherwise surface only as the SDK's failure
+// to resolve it, on the first call.
+func (l *loader) endpoint(name string) string {
+	v := strings.TrimSpace(l.getenv(name))
+	if v == "" {
+		return ""
+	}
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		l.fail(name, v, "must be an http:// or https:// URL such as http://localhost:8000 (DynamoDB Local, LocalStack), or unset for the region's DynamoDB endpoint")
 	}
 	return v
 }

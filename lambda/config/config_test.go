@@ -95,6 +95,10 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{set: "KAFKA_SASL_SECRET_ARN", value: "arn:s", variable: "KAFKA_SASL_SECRET_ARN", reason: "does not use it"},
 		{set: "KAFKA_TLS_CLIENT_CERT_SECRET_ARN", value: "arn:c", variable: "KAFKA_TLS_CLIENT_CERT_SECRET_ARN", reason: "does not use it"},
 		{set: "KAFKA_TLS_CA_SECRET_ARN", value: "arn:ca", variable: "KAFKA_TLS_CA_SECRET_ARN", reason: "does not use TLS"},
+		{set: "OUTBOX_DYNAMODB_ENDPOINT", value: "localhost:8000", variable: "OUTBOX_DYNAMODB_ENDPOINT", reason: "http:// or https:// URL"},
+		{set: "OUTBOX_DYNAMODB_ENDPOINT", value: "http//localhost:8000", variable: "OUTBOX_DYNAMODB_ENDPOINT", reason: "http:// or https:// URL"},
+		{set: "OUTBOX_DYNAMODB_ENDPOINT", value: "ftp://localhost:8000", variable: "OUTBOX_DYNAMODB_ENDPOINT", reason: "http:// or https:// URL"},
+		{set: "OUTBOX_DYNAMODB_ENDPOINT", value: "http://", variable: "OUTBOX_DYNAMODB_ENDPOINT", reason: "http:// or https:// URL"},
 	}
 	for _, c := range cases {
 		t.Run(c.variable+"="+c.value, func(t *testing.T) {

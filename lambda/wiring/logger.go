@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
 )
@@ -14,6 +15,12 @@ import (
 // Logs), one object per line, carrying the invocation's requestId whenever
 // the log call is given the handler's context. The level comes from
 // AWS_LAMBDA_LOG_LEVEL (Lambda's advanced logging controls), default INFO.
+//
+// Each line carries "level" (one of Lambda's level names) and "timestamp"
+// (RFC 3339, UTC) in place of slog's "time": Lambda's log-level filtering
+// assigns INFO to a line without a valid level and RFC 3339 timestamp, so
+// with the function's LogLevel at WARN or ERROR an ERROR line keyed "time"
+// could be dropped (internal/lambdalog models the rule).
 func Logger() *slog.Logger { return NewLogger(stdout, os.Getenv("AWS_LAMBDA_LOG_LEVEL")) }
 
 // NewLogger is Logger writing to w at the given level name.
@@ -24,12 +31,53 @@ func NewLogger(w io.Writer, level string) *slog.Logger {
 		l = slog.LevelDebug
 	case "WARN":
 		l = slog.LevelWarn
-	case "ERROR", "FATAL":
+	case "ERROR":
 		l = slog.LevelError
+	case "FATAL":
+		l = LevelFatal
 	default:
 		l = slog.LevelInfo
 	}
-	return slog.New(requestIDHandler{slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})})
+	return slog.New(requestIDHandler{slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l, ReplaceAttr: lambdaAttr})})
+}
+
+// LevelFatal is the level of the lines a function logs before it exits
+// (an init that failed): Lambda's FATAL, so that they reach CloudWatch
+// Logs at every LogLevel.
+const LevelFatal = slog.LevelError + 4
+
+// lambdaAttr renames slog's time to "timestamp" and names every level as
+// Lambda does (slog would write "ERROR+2" for a level between its own).
+func lambdaAttr(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) > 0 {
+		return a
+	}
+	switch a.Key {
+	case slog.TimeKey:
+		if t, ok := a.Value.Any().(time.Time); ok {
+			return slog.String("timestamp", t.UTC().Format(time.RFC3339Nano))
+		}
+	case slog.LevelKey:
+		if l, ok := a.Value.Any().(slog.Level); ok {
+			return slog.String(slog.LevelKey, lambdaLevel(l))
+		}
+	}
+	return a
+}
+
+func lambdaLevel(l slog.Level) string {
+	switch {
+	case l < slog.LevelInfo:
+		return "DEBUG"
+	case l < slog.LevelWarn:
+		return "INFO"
+	case l < slog.LevelError:
+		return "WARN"
+	case l < LevelFatal:
+		return "ERROR"
+	default:
+		return "FATAL"
+	}
 }
 
 type requestIDHandler struct{ slog.Handler }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
+
+	"github.com/dynakafka/outbox/internal/lambdalog"
 )
 
 func TestLoggerIsJSONWithRequestID(t *testing.T) {
@@ -44,14 +46,14 @@ func TestLoggerLevelFromLambda(t *testing.T) {
 		level string
 		want  []string // the messages that get through, of debug, info, warn, error
 	}{
-		{"", []string{"info", "warn", "error"}},
-		{"TRACE", []string{"debug", "info", "warn", "error"}},
-		{"DEBUG", []string{"debug", "info", "warn", "error"}},
-		{"INFO", []string{"info", "warn", "error"}},
-		{"WARN", []string{"warn", "error"}},
-		{"ERROR", []string{"error"}},
-		{"FATAL", []string{"error"}},
-		{"debug", []string{"debug", "info", "warn", "error"}},
+		{"", []string{"info", "warn", "error", "fatal"}},
+		{"TRACE", []string{"debug", "info", "warn", "error", "fatal"}},
+		{"DEBUG", []string{"debug", "info", "warn", "error", "fatal"}},
+		{"INFO", []string{"info", "warn", "error", "fatal"}},
+		{"WARN", []string{"warn", "error", "fatal"}},
+		{"ERROR", []string{"error", "fatal"}},
+		{"FATAL", []string{"fatal"}},
+		{"debug", []string{"debug", "info", "warn", "error", "fatal"}},
 	}
 	for _, c := range cases {
 		t.Run("level "+c.level, func(t *testing.T) {
@@ -61,6 +63,7 @@ func TestLoggerLevelFromLambda(t *testing.T) {
 			log.Info("info")
 			log.Warn("warn")
 			log.Error("error")
+			log.Log(context.Background(), LevelFatal, "fatal")
 			var got []string
 			for _, line := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
 				var m map[string]any
@@ -68,6 +71,15 @@ func TestLoggerLevelFromLambda(t *testing.T) {
 					t.Fatalf("line %q: %v", line, err)
 				}
 				got = append(got, m["msg"].(string))
+				// Lambda's filter (AWS's documented rule, modelled by
+				// internal/lambdalog) reads the level the line was logged
+				// at: an ERROR line survives LogLevel=ERROR.
+				if a := lambdalog.Assigned(line); a != strings.ToUpper(m["msg"].(string)) {
+					t.Fatalf("Lambda assigns %s to %s", a, line)
+				}
+				if c.level != "" && !lambdalog.Kept(strings.ToUpper(c.level), line) {
+					t.Fatalf("Lambda at %s drops %s", c.level, line)
+				}
 			}
 			if strings.Join(got, ",") != strings.Join(c.want, ",") {
 				t.Fatalf("AWS_LAMBDA_LOG_LEVEL=%q let through %v, want %v", c.level, got, c.want)

@@ -27,6 +27,9 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
+// Stdout is the functions' standard output, shared by Logger and Emitter.
+func Stdout() io.Writer { return stdout }
+
 // Emitter returns the functions' EMF emitter on stdout: namespace Outbox,
 // dimension Outbox = messagesTable, each line at the level MetricsLevel
 // gives for AWS_LAMBDA_LOG_LEVEL.

@@ -192,7 +192,12 @@ func Configure(ctx context.Context, client StoreAPI, tables Tables, want outbox.
 	if err != nil {
 		return outbox.Config{}, err
 	}
-	return configure(ctx, client, tables, func(outbox.Config) outbox.Config { return want })
+	previous, err = configure(ctx, client, tables, func(outbox.Config) outbox.Config { return want })
+	if err != nil {
+		return previous, err
+	}
+	// The item also records its messages table (pairing.go).
+	return previous, recordPairing(ctx, client, tables)
 }
 
 // configure reads the config item and writes change(stored) if it differs
@@ -204,7 +209,10 @@ func configure(ctx context.Context, client StoreAPI, tables Tables, change func(
 	if client == nil {
 		return outbox.Config{}, &outbox.OptionError{Option: "client", Value: nil, Reason: "a DynamoDB client is required"}
 	}
-	stored, err := readConfig(ctx, client, tables.Control)
+	stored, item, err := readConfigItem(ctx, client, tables.Control)
+	if err == nil {
+		err = checkPairing(item, tables)
+	}
 	var missing *types.ResourceNotFoundException
 	switch {
 	case errors.As(err, &missing):

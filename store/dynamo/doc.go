@@ -59,7 +59,8 @@
 // Write takes new numbers and resubmits. Every failure that certainly wrote
 // nothing releases the reserved numbers at once by fencing them. The Writer
 // is the one layer that retries these calls (the client's retryer is off for
-// them): MaxAttempts is the number of requests on the wire.
+// them): MaxAttempts is the number of requests on the wire. WithLogger
+// reports each retry (silent by default).
 //
 // # Your items
 //

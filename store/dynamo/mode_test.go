@@ -32,12 +32,12 @@ func TestConfigItemByMode(t *testing.T) {
 		version   int64
 		attrs     []string // every attribute of the item
 	}{
-		{"delete (default)", nil, outbox.DeleteMode, 0, 1, []string{"bc", "pk", "sk", "v"}},
-		{"delete (explicit)", []TablesOption{Mode(outbox.DeleteMode)}, outbox.DeleteMode, 0, 1, []string{"bc", "pk", "sk", "v"}},
+		{"delete (default)", nil, outbox.DeleteMode, 0, 1, []string{"bc", "mt", "pk", "sk", "v"}},
+		{"delete (explicit)", []TablesOption{Mode(outbox.DeleteMode)}, outbox.DeleteMode, 0, 1, []string{"bc", "mt", "pk", "sk", "v"}},
 		{"watermark, default retention", []TablesOption{Mode(outbox.WatermarkMode)}, outbox.WatermarkMode, DefaultRetention, 2,
-			[]string{"bc", "md", "pk", "rt", "sk", "v"}},
+			[]string{"bc", "md", "mt", "pk", "rt", "sk", "v"}},
 		{"watermark, 3 days", []TablesOption{Mode(outbox.WatermarkMode), Retention(72 * time.Hour)}, outbox.WatermarkMode, 72 * time.Hour, 2,
-			[]string{"bc", "md", "pk", "rt", "sk", "v"}},
+			[]string{"bc", "md", "mt", "pk", "rt", "sk", "v"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -327,8 +327,11 @@ func TestConfigure(t *testing.T) {
 				t.Errorf("stored afterwards %+v, want %+v", got, c.after)
 			}
 			// The item is the one CreateTables writes for that config:
-			// back to version 1 without md and rt in delete mode.
-			if got, want := rawConfig(t, e), configItem(c.after); len(got) != len(want) {
+			// back to version 1 without md and rt in delete mode, and it
+			// records its messages table.
+			got, want := rawConfig(t, e), configItem(c.after)
+			want[attrMessagesTable] = strAttr(e.tables.Messages)
+			if len(got) != len(want) || stringOf(got[attrMessagesTable]) != e.tables.Messages {
 				t.Errorf("config item %v, want %v", got, want)
 			}
 		})

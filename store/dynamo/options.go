@@ -2,6 +2,7 @@ package dynamo
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/dynakafka/outbox"
@@ -19,6 +20,7 @@ type settings struct {
 	tracer            outbox.Tracer
 	maxAttempts       int
 	clock             outbox.Clock
+	logger            *slog.Logger
 	// jitter draws a backoff delay below its argument (tests fix it).
 	jitter func(time.Duration) time.Duration
 	// mode: the mode CreateTables creates, or the one NewStore and
@@ -38,6 +40,7 @@ func defaultSettings() settings {
 		headers:           outbox.HeaderNames{}.WithDefaults(),
 		maxAttempts:       DefaultMaxAttempts,
 		clock:             outbox.SystemClock,
+		logger:            slog.New(slog.DiscardHandler),
 		jitter:            fullJitter,
 	}
 }
@@ -249,6 +252,18 @@ func WithClock(c outbox.Clock) WriterOption {
 	return writerOption(func(s *settings) { s.clock = c })
 }
 
+// WithLogger sets the logger the Writer reports its retries to, one
+// record per retried attempt, with the call (TransactWriteItems, or the
+// counter's UpdateItem and fence PutItems), the attempt, MaxAttempts and the
+// cause: at DEBUG for a transaction conflict (expected when writers contend
+// for an item), at WARN for throttling, a lost or failed response, and a
+// resubmission after relays fenced the reserved numbers (the writer took
+// longer than their gap timeout). The final error is returned, not logged.
+// Default: silent.
+func WithLogger(l *slog.Logger) WriterOption {
+	return writerOption(func(s *settings) { s.logger = l })
+}
+
 func (s *settings) validate() error {
 	bad := func(opt string, v any, why string) error {
 		return &outbox.OptionError{Option: opt, Value: v, Reason: why}
@@ -274,6 +289,8 @@ func (s *settings) validate() error {
 		return bad("MaxAttempts", s.maxAttempts, "must be 1..20")
 	case s.clock == nil:
 		return bad("WithClock", nil, "must not be nil")
+	case s.logger == nil:
+		return bad("WithLogger", nil, "must not be nil (leave the option out for a silent writer)")
 	case s.modeSet && s.mode != outbox.DeleteMode && s.mode != outbox.WatermarkMode:
 		return bad("Mode", s.mode, "must be outbox.DeleteMode or outbox.WatermarkMode")
 	case s.retention != 0 && (!s.modeSet || s.mode != outbox.WatermarkMode):

@@ -12,3 +12,9 @@ import (
 func TestReadmeExample(t *testing.T) {
 	readmecheck.Snippet(t, "../../README.md", "## Enqueue\n", "readme_example_test.go", "ExampleWriter_Write")
 }
+
+// TestReadmeQuickstartSetup ties the quickstart's first step to
+// Example_quickstartSetup.
+func TestReadmeQuickstartSetup(t *testing.T) {
+	readmecheck.Snippet(t, "../../README.md", "### 1. Tables and topics\n", "quickstart_example_test.go", "Example_quickstartSetup")
+}

@@ -3,6 +3,7 @@ package dynamo
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -45,19 +46,33 @@ func (w *Writer) pause(ctx context.Context, n int, throttled bool) error {
 	return sleep(ctx, w.cfg.jitter(ceiling(n-1, base, most)))
 }
 
+// logRetry reports failed attempt n of call, about to be retried (see
+// WithLogger for the levels).
+func (w *Writer) logRetry(ctx context.Context, call string, n int, o outcome, err error) {
+	level := slog.LevelWarn
+	if o == outConflict {
+		level = slog.LevelDebug
+	}
+	w.cfg.logger.LogAttrs(ctx, level, "outbox writer: retrying "+call, slog.String("call", call),
+		slog.Int("attempt", n), slog.Int("max_attempts", w.cfg.maxAttempts), slog.String("cause", o.String()), slog.Any("error", err))
+}
+
 // retry calls send until it succeeds, fails in a way another attempt cannot
 // help (a failed condition, a refused request), MaxAttempts calls were made,
 // or ctx is done. It retries throttling, server errors, lost responses and
 // conflicts. send must call the client with withoutClientRetries.
-func (w *Writer) retry(ctx context.Context, send func() error) error {
+func (w *Writer) retry(ctx context.Context, call string, send func() error) error {
 	for n := 1; ; n++ {
 		err := send()
 		if err == nil {
 			return nil
 		}
 		o := classify(err, 0, nil).outcome
-		if o != outThrottled && o != outAmbiguous && o != outConflict || n >= w.cfg.maxAttempts || ctx.Err() != nil ||
-			w.pause(ctx, n, o == outThrottled) != nil {
+		retry := (o == outThrottled || o == outAmbiguous || o == outConflict) && n < w.cfg.maxAttempts && ctx.Err() == nil
+		if retry {
+			w.logRetry(ctx, call, n, o, err)
+		}
+		if !retry || w.pause(ctx, n, o == outThrottled) != nil {
 			if n > 1 {
 				return fmt.Errorf("%w (after %d attempts)", err, n)
 			}
@@ -77,19 +92,19 @@ func (w *Writer) retry(ctx context.Context, send func() error) error {
 type writerCalls struct{ w *Writer }
 
 func (c writerCalls) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	return retried(ctx, c.w, c.w.client.UpdateItem, in, opts)
+	return retried(ctx, c.w, "UpdateItem", c.w.client.UpdateItem, in, opts)
 }
 
 func (c writerCalls) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	return retried(ctx, c.w, c.w.client.PutItem, in, opts)
+	return retried(ctx, c.w, "PutItem", c.w.client.PutItem, in, opts)
 }
 
 // retried sends one call through w.retry, with the client's retryer off.
-func retried[In, Out any](ctx context.Context, w *Writer, send func(context.Context, In, ...func(*dynamodb.Options)) (Out, error),
+func retried[In, Out any](ctx context.Context, w *Writer, call string, send func(context.Context, In, ...func(*dynamodb.Options)) (Out, error),
 	in In, opts []func(*dynamodb.Options)) (Out, error) {
 	opts = append(opts[:len(opts):len(opts)], withoutClientRetries)
 	var out Out
-	err := w.retry(ctx, func() (err error) {
+	err := w.retry(ctx, call, func() (err error) {
 		out, err = send(ctx, in, opts...)
 		return err
 	})

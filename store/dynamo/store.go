@@ -451,3 +451,29 @@ func wrapLease(op string, bucket int, err error) error {
 	}
 	return fmt.Errorf("dynamo: %s lease of bucket %d: %w", op, bucket, err)
 }
+
+// Disown hands back a lease that owner released: it removes the owner, so
+// that the next relay to acquire the bucket starts at once instead of
+// waiting ResumeWindow for a resume by owner (docs/design.md, "resuming":
+// an acquirer waits because the releaser may still drain the bucket without
+// a lease write). Only an owner that never resumes may call it: a relay
+// with ResumeReleased(false), or a process that ends after its drain, as
+// `outbox drain` does. A lease held, or released by another owner, is left
+// alone (nil), as is a lease already disowned (a resend).
+func (s *Store) Disown(ctx context.Context, bucket int, owner string) error {
+	if err := checkLeaseArgs(bucket, owner, time.Second); err != nil {
+		return err
+	}
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 str(s.tables.Control),
+		Key:                       leaseKey(bucket),
+		ConditionExpression:       str("#o = :me AND #e = :zero"),
+		UpdateExpression:          str("REMOVE #o"),
+		ExpressionAttributeNames:  names(attrOwner, attrExpires),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":me": strAttr(owner), ":zero": numAttr(0)},
+	})
+	if isConditionFailed(err) {
+		return nil
+	}
+	return wrapLease("disown", bucket, err)
+}

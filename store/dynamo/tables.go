@@ -16,8 +16,8 @@ import (
 )
 
 // AdminAPI is the part of the DynamoDB client CreateTables uses:
-// CreateTable, DescribeTable, DescribeTimeToLive, UpdateTimeToLive, GetItem
-// and PutItem. *dynamodb.Client has them.
+// CreateTable, DescribeTable, DescribeTimeToLive, UpdateTimeToLive, GetItem,
+// PutItem and UpdateItem. *dynamodb.Client has them.
 type AdminAPI interface {
 	CreateTable(ctx context.Context, in *dynamodb.CreateTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error)
 	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
@@ -25,6 +25,8 @@ type AdminAPI interface {
 	UpdateTimeToLive(ctx context.Context, in *dynamodb.UpdateTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateTimeToLiveOutput, error)
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	// UpdateItem records the messages table in the config item.
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 }
 
 // The single methods that internal helpers need.
@@ -135,6 +137,9 @@ func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...T
 		want.Retention = DefaultRetention
 	}
 
+	if err := checkNewPairing(ctx, client, tables); err != nil {
+		return err
+	}
 	specs := []tableSpec{
 		{name: tables.Messages, role: "Tables.Messages", hash: attrBucket, rng: attrSeq, typ: types.ScalarAttributeTypeN, stream: true},
 		{name: tables.Control, role: "Tables.Control", hash: attrPK, rng: attrSK, typ: types.ScalarAttributeTypeS},
@@ -154,7 +159,10 @@ func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...T
 			return err
 		}
 	}
-	return putConfig(ctx, client, tables.Control, want)
+	if err := putConfig(ctx, client, tables.Control, want); err != nil {
+		return err
+	}
+	return recordPairing(ctx, client, tables)
 }
 
 type tableSpec struct {
@@ -289,6 +297,12 @@ func putConfig(ctx context.Context, client AdminAPI, table string, want outbox.C
 
 // readConfig reads the config item, consistently.
 func readConfig(ctx context.Context, client getItemAPI, table string) (outbox.Config, error) {
+	c, _, err := readConfigItem(ctx, client, table)
+	return c, err
+}
+
+// readConfigItem is readConfig that also returns the item.
+func readConfigItem(ctx context.Context, client getItemAPI, table string) (outbox.Config, map[string]types.AttributeValue, error) {
 	out, err := client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      str(table),
 		Key:            controlKey(configPK, configSK),
@@ -296,23 +310,29 @@ func readConfig(ctx context.Context, client getItemAPI, table string) (outbox.Co
 	})
 	var notFound *types.ResourceNotFoundException
 	if errors.As(err, &notFound) {
-		return outbox.Config{}, missingTable("Tables.Control", table, err)
+		return outbox.Config{}, nil, missingTable("Tables.Control", table, err)
+	}
+	if apiCode(err) == "ValidationException" {
+		// DynamoDB's "One of the required keys was not given a value":
+		// the table's key is not pk/sk.
+		return outbox.Config{}, nil, &TableError{Option: "Tables.Control", Table: table, Err: err,
+			Reason: fmt.Sprintf("the table's key is not the control table's (%s S, %s S); are Tables.Messages and Tables.Control swapped?", attrPK, attrSK)}
 	}
 	if err != nil {
-		return outbox.Config{}, fmt.Errorf("dynamo: read the config item from %s: %w", table, err)
+		return outbox.Config{}, nil, fmt.Errorf("dynamo: read the config item from %s: %w", table, err)
 	}
 	if len(out.Item) == 0 {
-		return outbox.Config{}, fmt.Errorf("%w (table %s)", ErrNoConfig, table)
+		return outbox.Config{}, nil, fmt.Errorf("%w (table %s)", ErrNoConfig, table)
 	}
 	c, err := decodeConfig(out.Item)
 	var me *outbox.MisconfigurationError
 	switch {
 	case errors.As(err, &me):
-		return outbox.Config{}, err
+		return outbox.Config{}, nil, err
 	case err != nil:
-		return outbox.Config{}, fmt.Errorf("dynamo: config item in %s: %w", table, err)
+		return outbox.Config{}, nil, fmt.Errorf("dynamo: config item in %s: %w", table, err)
 	}
-	return c, nil
+	return c, out.Item, nil
 }
 
 // openOutbox validates what NewStore and NewWriter were given, reads the config
@@ -327,9 +347,12 @@ func openOutbox(ctx context.Context, client getItemAPI, tables Tables, s *settin
 	if client == nil {
 		return outbox.Config{}, &outbox.OptionError{Option: "client", Value: nil, Reason: "a DynamoDB client is required"}
 	}
-	stored, err := readConfig(ctx, client, tables.Control)
+	stored, item, err := readConfigItem(ctx, client, tables.Control)
 	if err != nil {
 		return outbox.Config{}, err
+	}
+	if err := checkPairing(item, tables); err != nil {
+		return stored, err
 	}
 	if err := checkBucketCount(s.bucketCount, stored.BucketCount,
 		"configure every writer and relay with the outbox's BucketCount, or none to take it from the table "+

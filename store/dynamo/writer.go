@@ -54,7 +54,7 @@ type Result struct {
 // and not on the first Write. Options: BucketCount and Mode (checked against
 // the config item: a *outbox.MisconfigurationError when they differ),
 // MaxMessageBytes, MessageIDHeader, BucketHeader, SequenceHeader,
-// MaxAttempts, FenceTTL, WithClock, WithTracer.
+// MaxAttempts, FenceTTL, WithClock, WithTracer, WithLogger.
 //
 // In a WatermarkMode outbox every message item gets a TTL attribute (x,
 // epoch seconds): its CreatedAt, or the wall clock when that is later, plus
@@ -73,8 +73,11 @@ func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...Wri
 		o.applyWriter(&s)
 	}
 	stored, err := openOutbox(ctx, client, tables, &s)
-	var te *TableError
-	if errors.As(err, &te) {
+	var (
+		te *TableError
+		me *outbox.MisconfigurationError
+	)
+	if errors.As(err, &te) || (errors.As(err, &me) && me.Setting == "Tables.Messages") {
 		// Say everything that is missing at once.
 		return nil, errors.Join(err, checkMessagesTable(ctx, client, tables.Messages))
 	}
@@ -113,8 +116,9 @@ func (w *Writer) item(m outbox.Message) map[string]types.AttributeValue {
 // 4 MB); a *outbox.ValidationError means nothing was written and nothing was
 // reserved. Messages get an id (outbox.NewID) when theirs is empty, CreatedAt
 // (the clock's now) when zero, and their bucket (outbox.BucketFor) and
-// sequence number (any Bucket and Sequence the caller set are replaced). The
-// caller's items and messages are not modified.
+// sequence number, which Result.Messages carries: a message with Bucket or
+// Sequence set is refused (outbox.HeaderNames.ValidateNew). The caller's
+// items and messages are not modified.
 //
 // Call Write after reading the aggregate your items are built from: it
 // reserves the messages' sequence numbers (one counter update per bucket)
@@ -209,7 +213,7 @@ func (w *Writer) prepare(ctx context.Context, items []types.TransactWriteItem, m
 				"%v is before 1970; Kafka timestamps cannot be negative (leave it zero for now)", m.CreatedAt)}
 		}
 		m.CreatedAt = time.UnixMilli(m.CreatedAt.UnixMilli())
-		if err := w.cfg.headers.Validate(m, i, w.cfg.maxMessageBytes); err != nil {
+		if err := w.cfg.headers.ValidateNew(m, i, w.cfg.maxMessageBytes); err != nil {
 			return nil, err
 		}
 		b, err := outbox.BucketFor(m, w.bucketCount)
@@ -340,6 +344,7 @@ func (t *txn) run(ctx context.Context) (Result, error) {
 			if attempt < maxAttempts && ctx.Err() == nil {
 				// The whole transaction was cancelled: release what is
 				// left of the old numbers, take new ones, new token.
+				t.w.logRetry(ctx, "TransactWriteItems", attempt, c.outcome, err)
 				t.release(ctx) // best effort: relays fence what is left after their gap timeout
 				if err := t.reserve(ctx); err != nil {
 					var te *TransactionError
@@ -355,6 +360,7 @@ func (t *txn) run(ctx context.Context) (Result, error) {
 			retry = attempt < maxAttempts
 		}
 		if retry && ctx.Err() == nil {
+			t.w.logRetry(ctx, "TransactWriteItems", attempt, c.outcome, err)
 			if t.w.pause(ctx, attempt, c.outcome == outThrottled) == nil {
 				continue
 			}

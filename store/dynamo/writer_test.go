@@ -365,6 +365,7 @@ func TestNewWriterOptions(t *testing.T) {
 		{"attempts", MaxAttempts(0), "MaxAttempts"},
 		{"fence ttl", FenceTTL(time.Minute), "FenceTTL"},
 		{"clock", WithClock(nil), "WithClock"},
+		{"logger", WithLogger(nil), "WithLogger"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -409,6 +410,8 @@ func TestWriteValidationWritesNothing(t *testing.T) {
 		{"101 items", []types.TransactWriteItem{w.bump("agg", 0)}, many, -1, "Transaction"},
 		{"above 4 MB", largeItems, []outbox.Message{keyed("a")}, -1, "Transaction"},
 		{"empty item", []types.TransactWriteItem{w.bump("agg", 0), {}}, []outbox.Message{keyed("a")}, -1, "items[1]"},
+		{"bucket set", []types.TransactWriteItem{w.bump("agg", 0)}, []outbox.Message{keyed("a"), {Topic: "t", Bucket: 1}}, 1, "Bucket"},
+		{"sequence set", nil, []outbox.Message{{Topic: "t", Sequence: 5}}, 0, "Sequence"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -440,14 +443,15 @@ func TestWriteLargestItem(t *testing.T) {
 	m := outbox.Message{ID: uuid.NewString(), Topic: "t", Key: []byte("k"), CreatedAt: t0}
 	m.Sequence, m.Value = maxSeqForSize, []byte{}
 	overhead := itemSize(messageItem(m))
+	m.Sequence = 0 // the writer's to assign; the size bound counts the longest
 	m.Value = bytes.Repeat([]byte{3}, MaxItemBytes-overhead)
 	if _, err := w.writer.Write(ctxT(t), nil, m); err != nil {
 		t.Fatalf("a %d-byte item: %v", MaxItemBytes, err)
 	}
 	m.ID, m.Value = uuid.NewString(), append(m.Value, 0)
 	var ve *outbox.ValidationError
-	if _, err := w.writer.Write(ctxT(t), nil, m); !errors.As(err, &ve) {
-		t.Fatalf("a %d-byte item: %v, want a *ValidationError", MaxItemBytes+1, err)
+	if _, err := w.writer.Write(ctxT(t), nil, m); !errors.As(err, &ve) || ve.Field != "Value" {
+		t.Fatalf("a %d-byte item: %v, want a *ValidationError on Value", MaxItemBytes+1, err)
 	}
 }
 

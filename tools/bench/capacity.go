@@ -112,9 +112,9 @@ func writerCapacity(ctx context.Context, st *stage, g *gen, itemBytes int, txns 
 		for i := range txns[k] {
 			b := i % st.buckets
 			msgs := make([]outbox.Message, k)
-			first := g.message(st.topic, b)
+			first := g.input(st.topic, b)
 			for j := range msgs {
-				msgs[j] = g.message(st.topic, b)
+				msgs[j] = g.input(st.topic, b)
 				msgs[j].Key = first.Key // one aggregate: one bucket, one reservation
 			}
 			if _, err := w.Write(ctx, nil, msgs...); err != nil {

@@ -81,6 +81,14 @@ func (g *gen) message(topic string, bucket int) outbox.Message {
 	}
 }
 
+// input is g.message for a Writer: without the Bucket, which the writer
+// assigns from the key (and refuses when set).
+func (g *gen) input(topic string, bucket int) outbox.Message {
+	m := g.message(topic, bucket)
+	m.Bucket = 0
+	return m
+}
+
 // record is the Kafka record the publisher makes of m (headers, then the
 // message-id header; CreatedAt as the timestamp).
 func record(m outbox.Message) *kgo.Record {
@@ -113,7 +121,7 @@ func newTemplate(ctx context.Context, st *stage, g *gen) (*template, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := w.Write(ctx, nil, g.message(st.topic, 0))
+	res, err := w.Write(ctx, nil, g.input(st.topic, 0))
 	if err != nil {
 		return nil, fmt.Errorf("write the template message: %w", err)
 	}

@@ -359,7 +359,7 @@ func offer(ctx context.Context, st *stage, g *gen, run steadyRun, writers int, g
 		wg.Go(func() {
 			for i := range jobs {
 				start := time.Now()
-				r, err := w.Write(ctx, nil, g.message(st.topic, i%st.buckets))
+				r, err := w.Write(ctx, nil, g.input(st.topic, i%st.buckets))
 				done := time.Now()
 				if err != nil {
 					failures.Add(1)

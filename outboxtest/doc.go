@@ -1,0 +1,25 @@
+// Package outboxtest is a test kit for services built on the outbox.
+//
+// One call gives a test a ready outbox:
+//
+//	o := outboxtest.New(t, outboxtest.Topics("orders"))
+//	svc := orders.NewService(o.Writer) // depends on dynamo.Enqueuer
+//	... // place an order
+//	recs := o.WaitForRecords(t, "orders", 1)
+//
+// New sets up both tables in DynamoDB Local (started once per test binary,
+// installed on first use; or the endpoint in OUTBOX_TEST_DYNAMODB_ENDPOINT),
+// an in-process Kafka (kfake) with the topics, a dynamo.Writer, and a relay
+// running Relay.Run until the test ends. With Memory() it uses the memory
+// store instead, with no JVM, for tests that need no DynamoDB; the Writer is
+// then a FakeWriter feeding the relay.
+//
+// Outbox.DynamoDB is a client for your own tables there, for example the
+// consumer's: inbox.CreateTable(ctx, o.DynamoDB, outboxtest.Name(t, "inbox")),
+// then inbox.New and inbox.NewConsumer on o.Brokers.
+//
+// For unit tests of code that enqueues, NewFakeWriter is a dynamo.Enqueuer
+// that checks writes as dynamo.Writer does, records them and fails on demand
+// (FailNext). For a consumer callback, inbox.NewTestTx gives it the Tx it
+// would get, without DynamoDB.
+package outboxtest
