@@ -25,7 +25,8 @@ class Message:
     real, empty key. value None is a Kafka tombstone. headers are (key str,
     value bytes or None) pairs, in order. id (a canonical UUID) and
     created_ms (Unix ms) are set by the writer when None; bucket and
-    sequence are always set by the writer."""
+    sequence are the writer's to assign (a message with either set is
+    refused): read them from the result."""
 
     topic: str
     value: bytes | None = None
@@ -230,6 +231,10 @@ class Writer:
         seen_ids: dict[str, int] = {}
         stamped = {contract.MESSAGE_ID_HEADER: "message-id", contract.BUCKET_HEADER: "bucket", contract.SEQUENCE_HEADER: "sequence"}
         for i, m in enumerate(msgs):
+            if m.bucket != -1:
+                raise ValidationError(i, "Bucket", f"is {m.bucket}; the writer assigns the bucket from the key (or partition): leave it unset and read it from the result")
+            if m.sequence != 0:
+                raise ValidationError(i, "Sequence", f"is {m.sequence}; the writer reserves the sequence number: leave it unset and read it from the result")
             m = dataclasses.replace(m, headers=list(m.headers))
             err = contract.topic_error(m.topic)
             if err:

@@ -161,6 +161,8 @@ def test_fenced_every_time_gives_up():
     (Message("t", id="not-a-uuid"), "ID"),
     (Message("t", value=b"x" * (1 << 20)), "Value"),
     (Message("t", value="text"), "Value"),
+    (Message("t", bucket=3), "Bucket"),
+    (Message("t", sequence=9), "Sequence"),
 ])
 def test_bad_messages_write_nothing(msg, field):
     f = Fake()
