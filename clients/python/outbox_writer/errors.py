@@ -1,5 +1,6 @@
-"""The writer's typed errors. Each has a code (the same names the enqueue
-function returns, so callers match one set) and says what to do."""
+"""The writer's typed errors. Each has a code (Outbox.ConditionFailed, ...,
+the names issue 19 gives the enqueue function's errors, so callers match one
+set) and says what to do."""
 
 from __future__ import annotations
 
