@@ -130,10 +130,16 @@ class Writer:
             if _code(e) == "ResourceNotFoundException":
                 raise ConfigError(f"the control table {self.control_table} does not exist (create the outbox first)") from e
             raise
+        item = out.get("Item")
         try:
-            return contract.parse_config(out.get("Item"))
+            cfg = contract.parse_config(item)
         except contract.ConfigItemError as e:
             raise ConfigError(f"config item in {self.control_table}: {e.reason}", unknown=e.unknown) from None
+        paired = (item.get("mt") or {}).get("S")
+        if paired is not None and paired != self.messages_table:
+            raise ConfigError(f"control table {self.control_table} belongs to messages table {paired}, not {self.messages_table}: "
+                              "use the messages table it was created with (the stack's MessagesTableName output)")
+        return cfg
 
     def _check_messages_table(self):
         try:

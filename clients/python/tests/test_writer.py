@@ -67,6 +67,12 @@ def test_refuses_an_unknown_config_before_writing():
     assert [c[0] for c in f.calls] == ["get"]
 
 
+def test_refuses_another_outboxs_messages_table():
+    with pytest.raises(ConfigError, match="belongs to messages table other"):
+        writer(Fake(config=dict(CONFIG, mt={"S": "other"})))
+    writer(Fake(config=dict(CONFIG, mt={"S": "msgs"})))
+
+
 def test_reserve_then_one_transaction_with_conditional_puts():
     f = Fake()
     w = writer(f)
