@@ -238,7 +238,14 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 			h.log.ErrorContext(ctx, "outbox relay: bucket out of range", "bucket", r.bucket, "err", r.err)
 		default:
 			failed++
-			h.log.WarnContext(ctx, "outbox relay: bucket not drained; reporting it for redelivery", "bucket", r.bucket, "err", r.err)
+			if outbox.Classify(r.err) == outbox.Fatal {
+				// A stopped bucket: the engine names it once a minute per
+				// bucket (ERROR, with a count) and records it on the lease
+				// item; a line per invocation here would undo that limit.
+				h.log.DebugContext(ctx, "outbox relay: stopped bucket not drained; reporting it for redelivery", "bucket", r.bucket, "err", r.err)
+			} else {
+				h.log.WarnContext(ctx, "outbox relay: bucket not drained; reporting it for redelivery", "bucket", r.bucket, "err", r.err)
+			}
 			if sn := lowest[r.bucket]; !anyFailed || seqLess(sn, failedAt) {
 				failedAt, anyFailed = sn, true
 			}
