@@ -224,4 +224,3 @@ func (s *syncBuffer) lines() []string {
 	}
 	return out
 }
-
