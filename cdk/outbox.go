@@ -45,6 +45,12 @@ type Outbox struct {
 	// WriterPolicy is what a service that enqueues needs on the outbox's
 	// tables, as a managed policy (GrantEnqueue grants the same).
 	WriterPolicy awsiam.ManagedPolicy
+	// Enqueue is the enqueue function, EnqueueRole its role and
+	// EnqueueInvokePolicy the managed policy to invoke it (GrantInvoke on
+	// Enqueue grants the same); all nil unless Props.EnableEnqueueFunction.
+	Enqueue             awslambda.IFunction
+	EnqueueRole         awsiam.Role
+	EnqueueInvokePolicy awsiam.ManagedPolicy
 	// Alarms are the CloudWatch alarms template.yaml defines.
 	Alarms Alarms
 	// Dashboard shows backlog, age, throughput, failures, durations, the
@@ -104,7 +110,48 @@ func New(scope constructs.Construct, id string, props *Props) (*Outbox, error) {
 	o.newAlarms(relay, sweeper)
 	o.newDashboard(relay, sweeper)
 	o.newOutputs(relay, sweeper)
+	if cfg.enqueue {
+		o.newEnqueue()
+	}
 	return o, nil
+}
+
+// newEnqueue is the enqueue function, invoked by the callers (Step
+// Functions, EventBridge, SQS, Pipes, any service): a writer
+// (WriterPolicy) that also puts an idempotency record in the control table
+// in each transaction, and writes the callers' items to the business tables
+// named, nowhere else. It writes to DynamoDB only, so it stays outside the
+// VPC; it reads OUTBOX_MESSAGES_TABLE, OUTBOX_CONTROL_TABLE and
+// OUTBOX_MAX_MESSAGE_BYTES of the shared environment.
+func (o *Outbox) newEnqueue() {
+	c := o.cfg
+	statements := []awsiam.PolicyStatement{statement("IdempotencyRecords", []string{"dynamodb:PutItem"}, o.ControlTable.TableArn())}
+	if len(c.businessTables) > 0 {
+		statements = append(statements, statement("BusinessTables",
+			[]string{"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem"}, *jsii.Strings(c.businessTables...)...))
+	}
+	o.EnqueueRole = awsiam.NewRole(o.Construct, jsii.String("EnqueueRole"), &awsiam.RoleProps{
+		AssumedBy:       awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil),
+		ManagedPolicies: &[]awsiam.IManagedPolicy{o.WriterPolicy},
+		InlinePolicies:  &map[string]awsiam.PolicyDocument{"enqueue": awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{Statements: &statements})},
+	})
+	fn := o.newFunction(function{id: "EnqueueFunction", dir: "enqueue", role: o.EnqueueRole, timeout: 30, memory: 256, reserved: -1, env: true,
+		description: "Commits callers' DynamoDB items and outbox messages in one transaction, once per idempotency key (lambda/enqueue)."})
+	fn.Node().AddDependency(o.Config)
+	o.Enqueue = importFunction(o.Construct, "Enqueue", fn, o.EnqueueRole)
+	o.newLogs("Enqueue", fn, o.EnqueueRole)
+	o.EnqueueInvokePolicy = managedPolicy(o, "EnqueueInvokePolicy", "Invoke this outbox's enqueue function.",
+		statement("InvokeEnqueue", []string{"lambda:InvokeFunction"}, fn.AttrArn()))
+	for _, out := range []struct {
+		id, description string
+		value           *string
+	}{
+		{"EnqueueFunctionArn", "The enqueue function, for Step Functions, EventBridge, SQS and Pipes (docs/deploy.md).", fn.AttrArn()},
+		{"EnqueueInvokePolicyArn", "Managed policy to attach to whatever invokes the enqueue function.", o.EnqueueInvokePolicy.ManagedPolicyArn()},
+		{"EnqueueRoleName", "The enqueue function's role, to which an SQS event source adds its queue's permissions.", o.EnqueueRole.RoleName()},
+	} {
+		awscdk.NewCfnOutput(o.Construct, jsii.String(out.id), &awscdk.CfnOutputProps{Value: out.value, Description: jsii.String(out.description)})
+	}
 }
 
 // newTable: on-demand, point-in-time recovery, TTL on x (fences,
@@ -140,6 +187,7 @@ func (o *Outbox) environment() map[string]*string {
 		"OUTBOX_LEASE_DURATION":    jsii.String(strconv.Itoa(c.n["LeaseDurationSeconds"]) + "s"),
 		"OUTBOX_GAP_TIMEOUT":       jsii.String(strconv.Itoa(c.n["GapTimeoutSeconds"]) + "s"),
 		"OUTBOX_SWEEP_MIN_AGE":     jsii.String(strconv.Itoa(c.n["SweepMinAgeSeconds"]) + "s"),
+		"OUTBOX_PARK_STUCK_AFTER":  jsii.String(strconv.Itoa(c.n["ParkStuckAfterSeconds"]) + "s"),
 		"OUTBOX_MODE":              jsii.String(c.mode),
 		"OUTBOX_MAX_MESSAGE_BYTES": num(c.n["MaxMessageBytes"]),
 		"OUTBOX_CONCURRENCY":       num(c.n["RelayConcurrency"]),
@@ -167,6 +215,7 @@ type function struct {
 	timeout, memory      int
 	reserved             int  // reserved concurrency, -1 = none
 	drains               bool // the relay or the sweeper: the outbox's environment and VPC
+	env                  bool // the outbox's environment without the VPC (enqueue)
 }
 
 // newFunction creates a provided.al2023 function from BinDir's bootstrap,
@@ -198,8 +247,10 @@ func (o *Outbox) newFunction(f function) awslambda.CfnFunction {
 			SystemLogLevel:      jsii.String("INFO"),
 		},
 	}
-	if f.drains {
+	if f.drains || f.env {
 		props.Environment = &awslambda.CfnFunction_EnvironmentProperty{Variables: o.environment()}
+	}
+	if f.drains {
 		if c.useVPC() {
 			props.VpcConfig = &awslambda.CfnFunction_VpcConfigProperty{
 				SubnetIds:        jsii.Strings(c.subnets...),
@@ -244,6 +295,7 @@ func (o *Outbox) newConfig(setup awslambda.CfnFunction, logs []constructs.IConst
 			"BucketCount":    o.cfg.n["BucketCount"],
 			"Mode":           o.cfg.mode,
 			"RetentionHours": o.cfg.n["OutboxRetentionHours"],
+			"Topics":         jsii.String(o.cfg.topics),
 		},
 	})
 	for _, l := range logs {

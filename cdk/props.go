@@ -84,11 +84,15 @@ type Props struct {
 	// OutboxBatchSize is OUTBOX_BATCH_SIZE, messages per round trip.
 	// Default 500, 1..10000.
 	OutboxBatchSize *float64
-	// Topics is OUTBOX_TOPICS, comma-separated topics the functions check at
-	// init. Default: none (only check that a broker answers).
+	// Topics is OUTBOX_TOPICS, comma-separated topics the outbox serves:
+	// written to its config item (writers refuse any other topic) and
+	// checked by the functions at init. Default: none, meaning any topic (a
+	// misspelt topic then stops its bucket at the relay) and only a check
+	// that a broker answers.
 	Topics *string
-	// LeaseDurationSeconds is OUTBOX_LEASE_DURATION. Default 30, 10..900;
-	// keep it well below RelayTimeout.
+	// LeaseDurationSeconds is OUTBOX_LEASE_DURATION. Default 30, 12..900 (it
+	// must outlast the relay's ResumeWindow, 10 s, plus MaxClockSkew, a sixth
+	// of the lease); keep it well below RelayTimeout.
 	LeaseDurationSeconds *float64
 	// GapTimeoutSeconds is OUTBOX_GAP_TIMEOUT. Default 10, 1..3600.
 	GapTimeoutSeconds *float64
@@ -96,6 +100,10 @@ type Props struct {
 	// messages younger than this to the stream-triggered relay. Default 10,
 	// 0..600.
 	SweepMinAgeSeconds *float64
+	// ParkStuckAfterSeconds is OUTBOX_PARK_STUCK_AFTER: park a message that
+	// has stopped its bucket this long with a permanent topic- or
+	// cluster-wide error, so the rest flows. Default 0 (off), 0..604800.
+	ParkStuckAfterSeconds *float64
 	// MaxMessageBytes is OUTBOX_MAX_MESSAGE_BYTES; match the topics'
 	// max.message.bytes. Default 1048576, 1024..104857596.
 	MaxMessageBytes *float64
@@ -138,10 +146,20 @@ type Props struct {
 	// above which the oldest-pending-age alarm fires. Default 300, at least
 	// 60.
 	OldestPendingAgeAlarmSeconds *float64
+	// EnableEnqueueFunction "true" deploys the enqueue function
+	// (lambda/enqueue), which any AWS service invokes to commit its DynamoDB
+	// items and outbox messages in one transaction, with EnqueueInvokePolicy
+	// to invoke it. Default "false".
+	EnableEnqueueFunction *string
+	// EnqueueBusinessTableArns are the tables the enqueue function's
+	// callers write in the same transaction (PutItem, UpdateItem,
+	// DeleteItem, ConditionCheckItem on these only). Default: none
+	// (outbox messages only).
+	EnqueueBusinessTableArns *[]*string
 
 	// BinDir is where the function binaries are, laid out as `make build`
 	// writes them: <BinDir>/<function>/<goarch>/bootstrap for relay,
-	// sweeper and setup, goarch arm64 or amd64. Relative paths are relative
+	// sweeper, setup and (when enabled) enqueue, goarch arm64 or amd64. Relative paths are relative
 	// to the working directory of the CDK app. Default "bin". Not a template
 	// parameter: SAM builds the functions from source instead.
 	BinDir *string
@@ -183,9 +201,13 @@ var (
 	logLevels = []string{"TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL"}
 )
 
-// functions are the Lambda functions New deploys, by their folder under
-// lambda/ and BinDir.
-var functions = []string{"relay", "sweeper", "setup"}
+// functions are the Lambda functions New always deploys, by their folder
+// under lambda/ and BinDir; optionalFunctions those it deploys when their
+// Props enable them.
+var (
+	functions         = []string{"relay", "sweeper", "setup"}
+	optionalFunctions = []string{"enqueue"}
+)
 
 // PropError is a Props field that Validate refused: which field, the value
 // given, and what would be accepted.
@@ -216,9 +238,10 @@ var numbers = []intRange{
 	{name: "StreamBatchSize", field: func(p *Props) **float64 { return &p.StreamBatchSize }, def: 1000, min: 1, max: 10000, what: "the stream event source allows at most 10000 records per batch"},
 	{name: "StreamBatchingWindowSeconds", field: func(p *Props) **float64 { return &p.StreamBatchingWindowSeconds }, def: 0, min: 0, max: 300, what: "the event source's MaximumBatchingWindowInSeconds"},
 	{name: "OutboxBatchSize", field: func(p *Props) **float64 { return &p.OutboxBatchSize }, def: 500, min: 1, max: 10000, what: "OUTBOX_BATCH_SIZE"},
-	{name: "LeaseDurationSeconds", field: func(p *Props) **float64 { return &p.LeaseDurationSeconds }, def: 30, min: 10, max: 900, what: "OUTBOX_LEASE_DURATION in seconds"},
+	{name: "LeaseDurationSeconds", field: func(p *Props) **float64 { return &p.LeaseDurationSeconds }, def: 30, min: 12, max: 900, what: "OUTBOX_LEASE_DURATION in seconds, at least ResumeWindow (10 s) + MaxClockSkew"},
 	{name: "GapTimeoutSeconds", field: func(p *Props) **float64 { return &p.GapTimeoutSeconds }, def: 10, min: 1, max: 3600, what: "OUTBOX_GAP_TIMEOUT in seconds"},
 	{name: "SweepMinAgeSeconds", field: func(p *Props) **float64 { return &p.SweepMinAgeSeconds }, def: 10, min: 0, max: 600, what: "OUTBOX_SWEEP_MIN_AGE in seconds"},
+	{name: "ParkStuckAfterSeconds", field: func(p *Props) **float64 { return &p.ParkStuckAfterSeconds }, def: 0, min: 0, max: 604800, what: "OUTBOX_PARK_STUCK_AFTER in seconds; 0 = off"},
 	{name: "MaxMessageBytes", field: func(p *Props) **float64 { return &p.MaxMessageBytes }, def: 1048576, min: 1024, max: 104857596, what: "OUTBOX_MAX_MESSAGE_BYTES"},
 	{name: "RelayConcurrency", field: func(p *Props) **float64 { return &p.RelayConcurrency }, def: 8, min: 1, max: 256, what: "OUTBOX_CONCURRENCY"},
 	{name: "RelayTimeout", field: func(p *Props) **float64 { return &p.RelayTimeout }, def: 120, min: 30, max: 900, what: "seconds"},
@@ -242,6 +265,8 @@ type config struct {
 	subnets, securityGroups          []string
 	topics, alarmTopic, binDir       string
 	n                                map[string]int // numeric fields by name
+	enqueue                          bool
+	businessTables                   []string // the enqueue function's callers' tables
 }
 
 func (c *config) isSCRAM() bool { return c.auth == AuthSASLSCRAM256 || c.auth == AuthSASLSCRAM512 }
@@ -350,7 +375,23 @@ func (p *Props) config() (*config, error) {
 	if p.BinDir != nil {
 		c.binDir = *p.BinDir
 	}
-	for _, fn := range functions {
+	if p.EnableEnqueueFunction != nil {
+		switch *p.EnableEnqueueFunction {
+		case "false":
+		case "true":
+			c.enqueue = true
+		default:
+			return nil, &PropError{"EnableEnqueueFunction", quote(p.EnableEnqueueFunction), `"true" or "false"`}
+		}
+	}
+	if c.businessTables, err = list("EnqueueBusinessTableArns", p.EnqueueBusinessTableArns); err != nil {
+		return nil, err
+	}
+	deployed := functions
+	if c.enqueue {
+		deployed = append(slices.Clone(functions), "enqueue")
+	}
+	for _, fn := range deployed {
 		if err := checkBootstrap(filepath.Join(c.bootstrapDir(fn), bootstrapName)); err != nil {
 			return nil, &PropError{"BinDir", strconv.Quote(c.binDir), err.Error() + "; run `make build` in the outbox repository (it writes bin/<function>/<goarch>/bootstrap) and point BinDir at its bin folder"}
 		}

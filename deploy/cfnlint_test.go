@@ -21,13 +21,20 @@ const (
 // result against CloudFormation's resource schemas, when it is installed:
 // no error and no warning.
 func TestCfnLint(t *testing.T) {
+	cfnLint(t, "template.yaml")
+}
+
+// cfnLint runs cfn-lint on path (relative to the repository root): no error
+// and no warning.
+func cfnLint(t *testing.T, path string) {
+	t.Helper()
 	bin, err := exec.LookPath("cfn-lint")
 	if err != nil {
-		t.Skip("cfn-lint is not on PATH, so template.yaml was not linted (pip install cfn-lint)")
+		t.Skipf("cfn-lint is not on PATH, so %s was not linted (pip install cfn-lint)", path)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "template.yaml")
+	cmd := exec.CommandContext(ctx, bin, path)
 	cmd.Dir = ".."
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
@@ -40,10 +47,10 @@ func TestCfnLint(t *testing.T) {
 	code := exit.ExitCode()
 	switch {
 	case code&^(cfnLintErrors|cfnLintWarnings|cfnLintInfo) != 0:
-		t.Fatalf("cfn-lint failed (exit %d) without linting:\n%s", code, out)
+		t.Fatalf("cfn-lint failed (exit %d) without linting %s:\n%s", code, path, out)
 	case code&(cfnLintErrors|cfnLintWarnings) != 0:
-		t.Fatalf("cfn-lint found errors or warnings (exit %d); the template must have neither:\n%s", code, out)
+		t.Fatalf("cfn-lint found errors or warnings in %s (exit %d); it must have neither:\n%s", path, code, out)
 	default:
-		t.Logf("cfn-lint found informational notes only (exit %d):\n%s", code, out)
+		t.Logf("cfn-lint found informational notes only in %s (exit %d):\n%s", path, code, out)
 	}
 }

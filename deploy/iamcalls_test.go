@@ -2,18 +2,22 @@ package deploy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/lambda/messages"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/lambda/handler"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
@@ -41,6 +45,11 @@ func (r *recordingClient) note(action, table string) {
 func (r *recordingClient) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
 	r.note("GetItem", aws.ToString(in.TableName))
 	return r.c.GetItem(ctx, in, o...)
+}
+
+func (r *recordingClient) DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, o ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error) {
+	r.note("DescribeTable", aws.ToString(in.TableName))
+	return r.c.DescribeTable(ctx, in, o...)
 }
 
 func (r *recordingClient) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
@@ -144,31 +153,23 @@ func policyGrants(t *testing.T, name string) []grant {
 
 // TestWriterPolicy: the policy a writer service attaches (output
 // WriterPolicyArn) is exactly the writer contract (NewWriter reads the config
-// item and checks the messages table with a GetItem; Write reserves with
+// item, checks the messages table with a GetItem and both tables with a
+// DescribeTable (no replicas); Write reserves with
 // UpdateItem on the control table and puts messages, and fences, on the
 // messages table), and that is exactly what a Writer calls, recorded while
 // it opens, writes, loses a business condition (and fences) and spans
 // buckets.
 func TestWriterPolicy(t *testing.T) {
 	contract := join(
-		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem"}, "<MessagesTable.Arn>", ""),
-		grants([]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, "<ControlTable.Arn>", ""),
+		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DescribeTable"}, "<MessagesTable.Arn>", ""),
+		grants([]string{"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DescribeTable"}, "<ControlTable.Arn>", ""),
 	)
 	diffGrants(t, policyGrants(t, "WriterPolicy"), contract)
 
 	d, tables, rec := newRecordedOutbox(t, 8)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// The service's own table, outside the policy.
-	orders := testenv.Name(t, "orders")
-	if _, err := d.Client.CreateTable(ctx, &dynamodb.CreateTableInput{
-		TableName:            &orders,
-		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
-		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
-		BillingMode:          types.BillingModePayPerRequest,
-	}); err != nil {
-		t.Fatal(err)
-	}
+	orders := createOrders(ctx, t, d)
 	w, err := dynamo.NewWriter(ctx, rec, tables)
 	if err != nil {
 		t.Fatal(err)
@@ -247,4 +248,68 @@ func TestSetupPolicy(t *testing.T) {
 		}
 	}
 	diffGrants(t, tables2, calls)
+}
+
+// TestEnqueuePolicy: what the enqueue function calls on the outbox's
+// tables, recorded while it commits, answers a replay (a token mismatch,
+// then a read of the idempotency record), refuses a reused key and loses a
+// business condition, is exactly WriterPolicy plus PutItem of the records
+// on the control table: the statements of EnqueueRole besides the business
+// tables (TestEnqueueRole checks the template has exactly these).
+func TestEnqueuePolicy(t *testing.T) {
+	contract := join(
+		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem"}, "<MessagesTable.Arn>", ""),
+		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, "<ControlTable.Arn>", ""),
+	)
+	diffGrants(t, join(policyGrants(t, "WriterPolicy"), grants([]string{"dynamodb:PutItem"}, "<ControlTable.Arn>", "")), contract)
+
+	d, tables, rec := newRecordedOutbox(t, 8)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	orders := createOrders(ctx, t, d)
+	w, err := dynamo.NewWriter(ctx, rec, tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := handler.NewEnqueue(w, rec, tables, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := func(key, order string) json.RawMessage {
+		return json.RawMessage(fmt.Sprintf(`{"idempotencyKey": %q, "transactItems": [{"Put": {"TableName": %q, "Item": {"id": {"S": %q}},
+			"ConditionExpression": "attribute_not_exists(id)"}}], "messages": [{"topic": "orders", "key": %q}, {"topic": "orders", "key": "x"}]}`,
+			key, orders, order, order))
+	}
+	if _, err := h.Handle(ctx, req("k-1", "o-1")); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := h.Handle(ctx, req("k-1", "o-1")); err != nil || !out.(*handler.EnqueueResponse).Duplicate {
+		t.Fatalf("replay: %v, %v", out, err)
+	}
+	var ie messages.InvokeResponse_Error
+	if _, err := h.Handle(ctx, req("k-1", "o-2")); !errors.As(err, &ie) || ie.Type != handler.ErrorValidation {
+		t.Fatalf("reused key: %v", err)
+	}
+	if _, err := h.Handle(ctx, req("k-2", "o-1")); !errors.As(err, &ie) || ie.Type != handler.ErrorConditionFailed {
+		t.Fatalf("condition: %v", err)
+	}
+	calls := rec.recorded()
+	t.Logf("the enqueue function called: %v", calls)
+	diffGrants(t, contract, calls)
+}
+
+// createOrders creates a service's own table (key id), outside the outbox's
+// policies.
+func createOrders(ctx context.Context, t *testing.T, d *testenv.Dynamo) string {
+	t.Helper()
+	orders := testenv.Name(t, "orders")
+	if _, err := d.Client.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName:            &orders,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
+		BillingMode:          types.BillingModePayPerRequest,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return orders
 }

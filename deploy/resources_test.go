@@ -21,8 +21,8 @@ func TestRetainPolicies(t *testing.T) {
 	for _, typ := range []string{"AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::Logs::LogGroup"} {
 		names = append(names, resourcesOfType(tmpl, typ)...)
 	}
-	if len(names) != 2+1+3 {
-		t.Errorf("resources with data: %v, want 2 tables, 1 queue, 3 log groups", names)
+	if len(names) != 2+1+4 {
+		t.Errorf("resources with data: %v, want 2 tables, 1 queue, 4 log groups (relay, sweeper, setup, enqueue)", names)
 	}
 	for _, name := range names {
 		for _, k := range []string{"DeletionPolicy", "UpdateReplacePolicy"} {
@@ -35,7 +35,7 @@ func TestRetainPolicies(t *testing.T) {
 
 func TestLogGroups(t *testing.T) {
 	tmpl := loadTemplate(t)
-	for _, fn := range []string{"RelayFunction", "SweeperFunction", "SetupFunction"} {
+	for _, fn := range []string{"RelayFunction", "SweeperFunction", "SetupFunction", "EnqueueFunction"} {
 		t.Run(fn, func(t *testing.T) {
 			want := map[string]any{
 				"LogGroupName":    cfn(t, `!Sub "/aws/lambda/${`+fn+`}"`),
@@ -67,6 +67,9 @@ func TestOutputs(t *testing.T) {
 		"RelayFailureQueueUrl":   "!Ref RelayFailureQueue",
 		"RelayFailureQueueArn":   "!GetAtt RelayFailureQueue.Arn",
 		"DashboardName":          "!Ref Dashboard",
+		"EnqueueFunctionArn":     "!GetAtt EnqueueFunction.Arn",
+		"EnqueueInvokePolicyArn": "!Ref EnqueueInvokePolicy",
+		"EnqueueRoleName":        "!Ref EnqueueRole",
 	}
 	outputs, _ := tmpl["Outputs"].(map[string]any)
 	for name, src := range want {
@@ -98,7 +101,8 @@ MessagesTable: !Ref MessagesTable
 ControlTable: !Ref ControlTable
 BucketCount: !Ref BucketCount
 Mode: !Ref OutboxMode
-RetentionHours: !Ref OutboxRetentionHours`)
+RetentionHours: !Ref OutboxRetentionHours
+Topics: !Ref Topics`)
 	if got := at(r, "Properties"); !reflect.DeepEqual(got, want) {
 		t.Errorf("OutboxConfig.Properties = %s, want %s", canon(got), canon(want))
 	}
@@ -154,6 +158,7 @@ func TestParametersMatchConfigRanges(t *testing.T) {
 		"OUTBOX_LEASE_DURATION":    "LeaseDurationSeconds",
 		"OUTBOX_GAP_TIMEOUT":       "GapTimeoutSeconds",
 		"OUTBOX_SWEEP_MIN_AGE":     "SweepMinAgeSeconds",
+		"OUTBOX_PARK_STUCK_AFTER":  "ParkStuckAfterSeconds",
 	}
 	for _, r := range config.Ranges {
 		name, ok := params[r.Variable]

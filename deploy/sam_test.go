@@ -77,8 +77,8 @@ func TestSAMTransform(t *testing.T) {
 		sort.Strings(names)
 	}
 	want := map[string][]string{
-		"AWS::Lambda::Function":           {"RelayFunction", "SetupFunction", "SweeperFunction"},
-		"AWS::IAM::Role":                  {"RelayRole", "SetupRole", "SweeperRole"},
+		"AWS::Lambda::Function":           {"EnqueueFunction", "RelayFunction", "SetupFunction", "SweeperFunction"},
+		"AWS::IAM::Role":                  {"EnqueueRole", "RelayRole", "SetupRole", "SweeperRole"},
 		"AWS::Lambda::EventSourceMapping": {"RelayFunctionMessagesStream"},
 		"AWS::Events::Rule":               {"SweeperFunctionEveryMinute"},
 		"Custom::OutboxConfig":            {"OutboxConfig"},
@@ -89,7 +89,7 @@ func TestSAMTransform(t *testing.T) {
 			t.Errorf("%s resources %v, want %v", typ, byType[typ], names)
 		}
 	}
-	for _, fn := range []string{"RelayFunction", "SweeperFunction"} {
+	for _, fn := range []string{"RelayFunction", "SweeperFunction", "EnqueueFunction"} {
 		if got := at(tmpl, "Resources", fn, "DependsOn"); !reflect.DeepEqual(got, "OutboxConfig") && !reflect.DeepEqual(got, []any{"OutboxConfig"}) {
 			t.Errorf("%s DependsOn %s: it could start before its config item exists", fn, canon(got))
 		}

@@ -363,9 +363,10 @@ func TestParameters(t *testing.T) {
 		{"OutboxBatchSize", "{Type: Number, Default: 500, MinValue: 1, MaxValue: 10000}"},
 		{"Topics", `{Type: String, Default: ""}`},
 		// lambda/config's ranges (TestParametersMatchConfigRanges).
-		{"LeaseDurationSeconds", "{Type: Number, Default: 30, MinValue: 10, MaxValue: 900}"},
+		{"LeaseDurationSeconds", "{Type: Number, Default: 30, MinValue: 12, MaxValue: 900}"},
 		{"GapTimeoutSeconds", "{Type: Number, Default: 10, MinValue: 1, MaxValue: 3600}"},
 		{"SweepMinAgeSeconds", "{Type: Number, Default: 10, MinValue: 0, MaxValue: 600}"},
+		{"ParkStuckAfterSeconds", "{Type: Number, Default: 0, MinValue: 0, MaxValue: 604800}"},
 		{"MaxMessageBytes", "{Type: Number, Default: 1048576, MinValue: 1024, MaxValue: 104857596}"},
 		{"RelayConcurrency", "{Type: Number, Default: 8, MinValue: 1, MaxValue: 256}"},
 		{"RelayTimeout", "{Type: Number, Default: 120, MinValue: 30, MaxValue: 900}"},
@@ -379,6 +380,10 @@ func TestParameters(t *testing.T) {
 		{"AlarmTopicArn", `{Type: String, Default: ""}`},
 		{"IteratorAgeAlarmMilliseconds", "{Type: Number, Default: 60000, MinValue: 1000}"},
 		{"OldestPendingAgeAlarmSeconds", "{Type: Number, Default: 300, MinValue: 60}"},
+		// Off by default: the function is for callers that cannot link
+		// store/dynamo.
+		{"EnableEnqueueFunction", `{Type: String, Default: "false", AllowedValues: ["true", "false"]}`},
+		{"EnqueueBusinessTableArns", `{Type: CommaDelimitedList, Default: ""}`},
 	}
 	params, _ := tmpl["Parameters"].(map[string]any)
 	seen := map[string]bool{}
@@ -455,8 +460,8 @@ func join(lists ...[]grant) []grant {
 // the failure queue.
 func baseGrants(fn string) []grant {
 	tables := join(
-		grants([]string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}, "<MessagesTable.Arn>", ""),
-		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"}, "<ControlTable.Arn>", ""),
+		grants([]string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:DescribeTable"}, "<MessagesTable.Arn>", ""),
+		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:DescribeTable"}, "<ControlTable.Arn>", ""),
 	)
 	switch fn {
 	case "RelayFunction":
@@ -582,8 +587,8 @@ func scenarios() []scenario {
 // them) plus the function's own log group.
 func setupGrants() []grant {
 	return join(
-		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, "<ControlTable.Arn>", ""),
-		grants([]string{"dynamodb:Query"}, "<MessagesTable.Arn>", ""),
+		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DescribeTable"}, "<ControlTable.Arn>", ""),
+		grants([]string{"dynamodb:Query", "dynamodb:DescribeTable"}, "<MessagesTable.Arn>", ""),
 		grants([]string{"logs:CreateLogStream", "logs:PutLogEvents"}, "<SetupLogGroup.Arn>", ""),
 	)
 }
@@ -598,6 +603,7 @@ func baseEnv() map[string]any {
 		"OUTBOX_LEASE_DURATION":    "30s",
 		"OUTBOX_GAP_TIMEOUT":       "10s",
 		"OUTBOX_SWEEP_MIN_AGE":     "10s",
+		"OUTBOX_PARK_STUCK_AFTER":  "0s",
 		"OUTBOX_MODE":              "delete",
 		"OUTBOX_MAX_MESSAGE_BYTES": "1048576",
 		"OUTBOX_CONCURRENCY":       "8",

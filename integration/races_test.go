@@ -223,35 +223,7 @@ func (c *crashAt) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 	return nil
 }
 
-// faultyStore fails chosen methods once, simulating a crash at that point.
-type faultyStore struct {
-	outbox.Store
-	failUpdate, failDelete atomic.Bool
-	stallPending           atomic.Int64 // nanoseconds to stall the next Pending
-}
-
 var errCrash = errors.New("injected crash")
-
-func (f *faultyStore) Update(ctx context.Context, l outbox.Lease, u outbox.LeaseUpdate, now time.Time) (outbox.Lease, error) {
-	if f.failUpdate.CompareAndSwap(true, false) {
-		return outbox.Lease{}, errCrash
-	}
-	return f.Store.Update(ctx, l, u, now)
-}
-
-func (f *faultyStore) MarkPublished(ctx context.Context, b int, seqs []int64, now time.Time) error {
-	if f.failDelete.CompareAndSwap(true, false) {
-		return errCrash
-	}
-	return f.Store.MarkPublished(ctx, b, seqs, now)
-}
-
-func (f *faultyStore) Pending(ctx context.Context, b int, after int64, limit int) ([]outbox.Entry, bool, error) {
-	if d := f.stallPending.Swap(0); d > 0 {
-		time.Sleep(time.Duration(d))
-	}
-	return f.Store.Pending(ctx, b, after, limit)
-}
 
 // Crash points on real parts: after produce before the head update (the
 // batch is redelivered: duplicates, none lost), and between the head update
@@ -295,7 +267,7 @@ func TestCrashPointsOnRealParts(t *testing.T) {
 	inj.arm(seam.AfterProduce)
 	// The crash before the head update puts everything written so far at
 	// risk of a second delivery.
-	chk.AtRisk(chk.CommittedIDs()...)
+	chk.AtRisk("crash:"+string(seam.AfterProduce), chk.CommittedIDs()...)
 	if errs := drainAll(); len(errs) != 1 || !errors.Is(firstErr(errs), errCrash) {
 		t.Fatalf("crash after produce: %v", errs)
 	}
@@ -331,6 +303,13 @@ func TestCrashPointsOnRealParts(t *testing.T) {
 }
 
 // A relay that stalls past its lease is taken over; it then produces nothing.
+//
+// The interleaving is driven, not timed: the stalled relay's read blocks on a
+// gate, and the lease clock both relays use moves only when the test moves it
+// (past the stalled lease's expiry once the taker is waiting for the holder).
+// So the outcome does not depend on how fast the machine is: under load the
+// version that slept 3 s against a 2 s lease saw the taker give up first
+// ("takeover: ... held by stalled until ...").
 func TestStalledHolderOnRealParts(t *testing.T) {
 	e := newEnv(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -346,32 +325,48 @@ func TestStalledHolderOnRealParts(t *testing.T) {
 	if _, err := e.writer.Write(ctx, nil, msgs...); err != nil {
 		t.Fatal(err)
 	}
-	lease := []outbox.Option{outbox.LeaseDuration(2 * time.Second), outbox.LeaseRenewInterval(500 * time.Millisecond),
-		outbox.LeaseMargin(500 * time.Millisecond), outbox.MaxClockSkew(200 * time.Millisecond), outbox.DeadlineMargin(0)}
-	fs := &faultyStore{Store: e.store}
-	fs.stallPending.Store(int64(3 * time.Second))
+	clk := &testClock{now: time.Now()}
+	common := []outbox.Option{outbox.WithClock(clk), outbox.LeaseMargin(500 * time.Millisecond),
+		outbox.MaxClockSkew(200 * time.Millisecond), outbox.ResumeWindow(time.Second), outbox.DeadlineMargin(0)}
+	gated := &gatedStore{Store: e.store, entered: make(chan struct{}), release: make(chan struct{})}
 	stalledPub := &probe{inner: e.pub}
-	stalled, err := outbox.NewRelay(ctx, fs, stalledPub, append(lease, outbox.RelayID("stalled"))...)
+	stalled, err := outbox.NewRelay(ctx, gated, stalledPub, append(common, outbox.RelayID("stalled"),
+		outbox.LeaseDuration(2*time.Second), outbox.LeaseRenewInterval(500*time.Millisecond))...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The taker's own lease is long: its publish watchdog runs on the
+	// runtime's timers, and this test is not about the taker's renewals.
+	watched := &watchedStore{Store: e.store, reads: make(chan struct{}, 100)}
 	takerPub := &probe{inner: e.pub}
-	taker, err := outbox.NewRelay(ctx, e.store, takerPub, append(lease, outbox.RelayID("taker"))...)
+	taker, err := outbox.NewRelay(ctx, watched, takerPub, append(common, outbox.RelayID("taker"),
+		outbox.LeaseDuration(time.Minute), outbox.LeaseRenewInterval(20*time.Second), outbox.HolderWait(10*time.Second))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { _, err := stalled.DrainBucket(ctx, 0); done <- err }()
-	time.Sleep(200 * time.Millisecond) // the stalled relay holds the lease and hangs in its read
-	// The taker waits for the holder (HolderWait), which neither renews nor
-	// releases, and takes the bucket over when its lease has expired.
-	st, err := taker.DrainBucket(ctx, 0)
-	if err != nil {
-		t.Fatalf("takeover: %v", err)
+	<-gated.entered // the stalled relay holds the lease and hangs in its read
+	type result struct {
+		st  outbox.DrainStats
+		err error
 	}
-	if !st.TakenOver || st.Waited < time.Second {
+	took := make(chan result, 1)
+	go func() { st, err := taker.DrainBucket(ctx, 0); took <- result{st, err} }()
+	// The taker's first look finds the bucket held; its second is inside its
+	// wait for the holder, which neither renews nor releases. Then the
+	// stalled lease expires (by the clock the store is given).
+	<-watched.reads
+	<-watched.reads
+	clk.advance(2500 * time.Millisecond)
+	res := <-took
+	if res.err != nil {
+		t.Fatalf("takeover: %v", res.err)
+	}
+	if st := res.st; !st.TakenOver || st.Waited < 2*time.Second {
 		t.Fatalf("taker: %+v; want a takeover after waiting out the lease", st)
 	}
+	close(gated.release)
 	if err := <-done; !errors.Is(err, outbox.ErrLeaseLost) {
 		t.Fatalf("stalled relay: %v, want ErrLeaseLost", err)
 	}
@@ -381,6 +376,49 @@ func TestStalledHolderOnRealParts(t *testing.T) {
 	if got := fmt.Sprint(takerPub.values()); got != fmt.Sprint(values) {
 		t.Fatalf("taker published %s", got)
 	}
+}
+
+// testClock is a lease clock that moves only when the test moves it.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+func (c *testClock) advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
+
+// gatedStore holds the first read of the bucket's messages until released.
+type gatedStore struct {
+	outbox.Store
+	once             sync.Once
+	entered, release chan struct{}
+}
+
+func (g *gatedStore) Pending(ctx context.Context, b int, after int64, limit int) ([]outbox.Entry, bool, error) {
+	g.once.Do(func() {
+		close(g.entered)
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+		}
+	})
+	return g.Store.Pending(ctx, b, after, limit)
+}
+
+// watchedStore signals every look at a lease.
+type watchedStore struct {
+	outbox.Store
+	reads chan struct{}
+}
+
+func (w *watchedStore) ReadLease(ctx context.Context, b int) (outbox.Lease, error) {
+	l, err := w.Store.ReadLease(ctx, b)
+	select {
+	case w.reads <- struct{}{}:
+	default:
+	}
+	return l, err
 }
 
 func firstErr(m map[int]error) error {

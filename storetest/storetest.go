@@ -62,6 +62,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Peek", func(t *testing.T) { testPeek(t, h) })
 	t.Run("PeekBeyondFences", func(t *testing.T) { testPeekBeyondFences(t, h) })
 	t.Run("Park", func(t *testing.T) { testPark(t, h) })
+	t.Run("StuckRecordKeepsTheHold", func(t *testing.T) { testStuck(t, h) })
 	if h.Mode == outbox.WatermarkMode {
 		t.Run("WatermarkRetainsPublished", func(t *testing.T) { testRetains(t, h) })
 	}
@@ -117,13 +118,35 @@ func testLeaseExclusion(t *testing.T, h Harness) {
 	if _, err := s.Acquire(ctx, 2, "b", t0, lease); err != nil {
 		t.Fatalf("other bucket: %v", err)
 	}
-	// The holder may re-acquire (extend) its own lease without a new epoch.
-	a2, err := s.Acquire(ctx, 1, "a", t0.Add(time.Second), lease)
+	// A held lease is not taken by its owner's name either: another process
+	// may share the name (the relay function's containers do). The attempt
+	// leaves a wake-up, and the hold's writes need its token.
+	if _, err := s.Acquire(ctx, 1, "a", t0.Add(time.Second), lease); !errors.Is(err, outbox.ErrLeaseHeld) {
+		t.Fatalf("the holder's name again before expiry: err = %v, want ErrLeaseHeld", err)
+	}
+	if a.Token == "" {
+		t.Fatalf("lease = %+v: Acquire returned no token", a)
+	}
+	other := a
+	other.Token = a.Token + "-other"
+	if _, err := s.Renew(ctx, other, t0.Add(time.Second), lease); !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Fatalf("renew by another process with the holder's name: err = %v, want ErrLeaseLost", err)
+	}
+	if _, err := s.Update(ctx, other, outbox.LeaseUpdate{Head: 1, Cleaned: 1}, t0.Add(time.Second)); !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Fatalf("update by another process with the holder's name: err = %v, want ErrLeaseLost", err)
+	}
+	if _, err := s.Release(ctx, other, 0, 0); !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Fatalf("release by another process with the holder's name: err = %v, want ErrLeaseLost", err)
+	}
+	if err := s.Abandon(ctx, other, 0, 0); err != nil {
+		t.Fatalf("abandon by another process with the holder's name: %v, want nil (not its hold)", err)
+	}
+	if l, _ := s.ReadLease(ctx, 1); !l.HeldAt(t0.Add(time.Second)) || l.Token != a.Token {
+		t.Fatalf("after another process's writes the lease is %+v; want a's hold (token %s) unchanged", l, a.Token)
+	}
+	a2, err := s.ReadLease(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if a2.Epoch != a.Epoch {
-		t.Fatalf("re-acquire by the holder changed epoch %d -> %d", a.Epoch, a2.Epoch)
 	}
 	// Released: free for anyone at once.
 	if _, err := s.Release(ctx, a2, 0, 0); err != nil {
@@ -277,17 +300,19 @@ func testReleaseKeepsOwner(t *testing.T, h Harness) {
 	if !l.Released() || l.Owner != "a" || l.HeldAt(t0) || l.Head != 9 || l.Cleaned != 8 || l.Gap != 0 || l.Epoch != a.Epoch {
 		t.Fatalf("released lease = %+v; want owner a kept, no expiry, head 9, cleaned 8, the gap at 5 cleared, epoch %d", l, a.Epoch)
 	}
-	// Its owner acquires it again without a new epoch; another owner with one.
+	// Every acquisition is a new hold: a new epoch and token, and the
+	// release it replaced (its owner's own name included).
 	a2, err := s.Acquire(ctx, 0, "a", t0.Add(time.Second), lease)
-	if err != nil || a2.Epoch != a.Epoch || a2.TakenOver || a2.Head != 9 {
-		t.Fatalf("re-acquire by its owner = %+v, %v", a2, err)
+	if err != nil || a2.Epoch != a.Epoch+1 || a2.TakenOver || a2.Head != 9 || a2.Token == a.Token ||
+		a2.PrevReleasedBy != "a" || a2.PrevToken != a.Token {
+		t.Fatalf("re-acquire by its owner = %+v, %v; want epoch %d, a new token, PrevReleasedBy a and PrevToken %s", a2, err, a.Epoch+1, a.Token)
 	}
 	if _, err := s.Release(ctx, a2, 9, 9); err != nil {
 		t.Fatal(err)
 	}
 	b, err := s.Acquire(ctx, 0, "b", t0.Add(2*time.Second), lease)
-	if err != nil || b.Epoch != a.Epoch+1 || b.TakenOver {
-		t.Fatalf("acquire of a released lease = %+v, %v; want epoch %d and no takeover", b, err, a.Epoch+1)
+	if err != nil || b.Epoch != a2.Epoch+1 || b.TakenOver || b.PrevReleasedBy != "a" || b.PrevToken != a2.Token {
+		t.Fatalf("acquire of a released lease = %+v, %v; want epoch %d, no takeover, released by a with token %s", b, err, a2.Epoch+1, a2.Token)
 	}
 	// Neither mark moves backwards.
 	if _, err := s.Release(ctx, b, 3, 3); err == nil {
@@ -771,4 +796,64 @@ func testRetains(t *testing.T, h Harness) {
 	if above, _, err := s.Pending(ctx, 1, 3, 10); err != nil || len(above) != 0 {
 		t.Errorf("Pending after head = %+v, %v; want nothing", above, err)
 	}
+}
+
+// testStuck: a StuckRecorder's record is read back with the lease (by
+// ReadLease and Acquire), changes nothing of the hold, is dropped once the
+// head passed its sequence, and can be written by a relay that does not
+// hold the lease.
+func testStuck(t *testing.T, h Harness) {
+	ctx, s := ctxT(t), h.New(t, 2)
+	rec, ok := s.(outbox.StuckRecorder)
+	if !ok {
+		t.Skip("not a StuckRecorder")
+	}
+	a, err := s.Acquire(ctx, 1, "a", t0, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := outbox.Stuck{Sequence: 4, MessageID: outbox.NewID(), Topic: "gone", Class: outbox.Fatal, Reason: "topic does not exist",
+		Since: t0, Last: t0.Add(time.Minute), Count: 3}
+	if err := rec.RecordStuck(ctx, 1, st); err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.ReadLease(ctx, 1)
+	if err != nil || !sameStuck(l.Stuck, st) || l.Owner != "a" || !l.Expires.Equal(a.Expires) || l.Epoch != a.Epoch || l.Wake != a.Wake {
+		t.Fatalf("ReadLease = %+v, %v; want the hold of %+v and the record %+v", l, err, a, st)
+	}
+	if _, err := s.Renew(ctx, a, t0.Add(time.Second), lease); err != nil {
+		t.Fatalf("renew after a record: %v", err)
+	}
+	if err := s.Abandon(ctx, a, 3, 3); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Acquire(ctx, 1, "b", t0.Add(2*time.Second), lease)
+	if err != nil || !sameStuck(b.Stuck, st) || !b.Stuck.Current(b.Head) {
+		t.Fatalf("Acquire = %+v, %v; want the current record", b, err)
+	}
+	// The record of another bucket, by a relay that holds nothing.
+	if err := rec.RecordStuck(ctx, 0, st); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := s.ReadLease(ctx, 0); !sameStuck(l.Stuck, st) || l.Owner != "" {
+		t.Fatalf("bucket 0: %+v", l)
+	}
+	if _, err := s.Update(ctx, b, outbox.LeaseUpdate{Head: 4, Cleaned: 4}, t0.Add(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	late := st
+	late.Count = 9
+	if err := rec.RecordStuck(ctx, 1, late); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := s.ReadLease(ctx, 1); l.Stuck.Count != 3 || l.Stuck.Current(l.Head) {
+		t.Fatalf("after head passed 4: %+v; want the old record, stale", l)
+	}
+}
+
+// sameStuck compares two records, their times by instant.
+func sameStuck(a, b outbox.Stuck) bool {
+	ta, tb := a, b
+	ta.Since, ta.Last, tb.Since, tb.Last = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	return ta == tb && a.Since.Equal(b.Since) && a.Last.Equal(b.Last)
 }

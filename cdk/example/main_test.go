@@ -53,12 +53,13 @@ var scenarios = []scenario{
 		"KafkaSaslSecretArn": secretARN, "KafkaTlsCaSecretArn": caARN, "KafkaSecretsKmsKeyArn": kmsKeyARN,
 		"VpcSubnetIds": "subnet-0123456789abcdef0,subnet-0fedcba9876543210", "VpcSecurityGroupIds": "sg-0123456789abcdef0",
 		"BucketCount": "64", "StreamBatchSize": "100", "StreamBatchingWindowSeconds": "5", "OutboxBatchSize": "200",
-		"Topics": "orders,payments", "LeaseDurationSeconds": "45", "GapTimeoutSeconds": "20", "SweepMinAgeSeconds": "30", "MaxMessageBytes": "2097152",
+		"Topics": "orders,payments", "LeaseDurationSeconds": "45", "GapTimeoutSeconds": "20", "SweepMinAgeSeconds": "30", "ParkStuckAfterSeconds": "3600", "MaxMessageBytes": "2097152",
 		"OutboxMode": "watermark", "OutboxRetentionHours": "72",
 		"RelayConcurrency": "16", "RelayTimeout": "300", "SweeperTimeout": "30", "FunctionMemorySize": "1024",
 		"RelayReservedConcurrency": "20", "SweeperReservedConcurrency": "1", "Architecture": "x86_64", "LogLevel": "DEBUG",
 		"LogRetentionInDays": "90", "AlarmTopicArn": alarmARN, "IteratorAgeAlarmMilliseconds": "120000",
 		"OldestPendingAgeAlarmSeconds": "600",
+		"EnableEnqueueFunction":        "true", "EnqueueBusinessTableArns": "arn:aws:dynamodb:us-east-1:123456789012:table/orders,arn:aws:dynamodb:us-east-1:123456789012:table/payments",
 	}},
 	{stack: "Scram256", params: map[string]string{"KafkaBootstrapServers": "b-1.example:9096", "KafkaAuthMode": "sasl-scram-sha-256", "KafkaSaslSecretArn": secretARN}},
 	{stack: "Mtls", params: map[string]string{"KafkaBootstrapServers": "kafka.example:9093", "KafkaAuthMode": "mtls",
@@ -69,6 +70,9 @@ var scenarios = []scenario{
 	// Rules do not refuse, are ignored, as the template ignores them.
 	{stack: "Plaintext", params: map[string]string{"KafkaBootstrapServers": "localhost:9092", "KafkaAuthMode": "none",
 		"KafkaSecretsKmsKeyArn": kmsKeyARN, "MskClusterArn": clusterARN}},
+	// The enqueue function without business tables: outbox messages only.
+	{stack: "EnqueueOnly", params: map[string]string{"KafkaBootstrapServers": "localhost:9092", "KafkaAuthMode": "none",
+		"EnableEnqueueFunction": "true"}},
 }
 
 // synthesized is what TestMain's synthesis produced.
@@ -117,7 +121,7 @@ func results(t *testing.T) *synthesized {
 const placeholderBootstrap = "#!/bin/sh\n# placeholder for the bootstrap `make build` writes\nexit 1\n"
 
 // functions are the folders under lambda/ that the construct deploys.
-var functions = []string{"relay", "sweeper", "setup"}
+var functions = []string{"relay", "sweeper", "setup", "enqueue"}
 
 func synthesize(dir string) (s synthesized) {
 	s = synthesized{dir: dir, templates: map[string]map[string]any{}, names: map[string]map[string]string{},

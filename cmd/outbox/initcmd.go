@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/dynakafka/outbox"
@@ -31,6 +32,11 @@ the retention must be far above any backlog, and the OldestPendingAge alarm
 far below it. An existing outbox in another mode or with another retention
 is refused like another BucketCount (exit 3).
 
+--topics lists the Kafka topics the outbox serves: writers (made after it)
+refuse a message for any other topic, so a misspelt topic fails the write
+instead of stopping a bucket at the relay. Without --topics the stored list
+is kept; --topics "" empties it, which means any topic.
+
 A stack whose template writes the config item needs no init; run it for
 tables made any other way, or to check a stack's tables.`,
 	example: `outbox init --buckets 8 --messages orders-outbox --control orders-outbox-control
@@ -40,6 +46,7 @@ outbox init --buckets 8 --mode watermark --retention 72h`,
 		buckets := fs.Int("buckets", 0, "the outbox's `BucketCount`, 1..4096 (required; no default)")
 		modeName := fs.String("mode", "delete", "`MODE`: delete (published messages are deleted) or watermark (kept until --retention, replayable)")
 		retention := fs.Duration("retention", 0, "watermark mode: how long every message is kept, at least 1h (default 24h)")
+		topics := fs.String("topics", "", "the `TOPICS` the outbox serves, comma-separated: writers refuse any other (default: keep the stored list; none means any topic)")
 		return func(_ *app, _ *connection, args []string) (action, error) {
 			if err := noArgs(args); err != nil {
 				return nil, err
@@ -63,6 +70,21 @@ outbox init --buckets 8 --mode watermark --retention 72h`,
 			case *retention != 0:
 				opts = append(opts, dynamo.Retention(*retention))
 			}
+			topicsSet := false
+			fs.Visit(func(f *flag.Flag) { topicsSet = topicsSet || f.Name == "topics" })
+			if topicsSet {
+				var list []string
+				for t := range strings.SplitSeq(*topics, ",") {
+					if t = strings.TrimSpace(t); t == "" {
+						continue
+					}
+					if err := outbox.ValidateTopic(t); err != nil {
+						return nil, usagef("--topics: %v", err)
+					}
+					list = append(list, t)
+				}
+				opts = append(opts, dynamo.Topics(list...))
+			}
 			return func(ctx context.Context, a *app, s *session) error {
 				if err := dynamo.CreateTables(ctx, s.db, s.tables, opts...); err != nil {
 					return err
@@ -79,7 +101,13 @@ outbox init --buckets 8 --mode watermark --retention 72h`,
 				if c.Mode == outbox.WatermarkMode {
 					how = fmt.Sprintf("watermark mode, retention %v", c.Retention)
 				}
-				_, err = fmt.Fprintf(a.stdout, "outbox ready: messages %s, control %s, BucketCount %d, %s\n", s.tables.Messages, s.tables.Control, c.BucketCount, how)
+				if _, err = fmt.Fprintf(a.stdout, "outbox ready: messages %s, control %s, BucketCount %d, %s, topics %s\n",
+					s.tables.Messages, s.tables.Control, c.BucketCount, how, dynamo.TopicList(c.Topics)); err != nil {
+					return err
+				}
+				if len(c.Topics) == 0 {
+					_, err = fmt.Fprintln(a.stdout, anyTopicWarning)
+				}
 				return err
 			}, nil
 		}

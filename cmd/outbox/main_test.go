@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -378,6 +379,13 @@ func TestDropAndInit(t *testing.T) {
 	c.step(exitOK, "parked", "--bucket", "3")
 	c.step(exitOK, "init", "--buckets", "4")
 	c.step(exitMisconfigured, "init", "--buckets", "8")
+	// --topics sets the list, status shows it and no warning; init without
+	// it keeps the list; --topics "" empties it.
+	c.step(exitOK, "init", "--buckets", "4", "--topics", "orders, audit")
+	c.step(exitOK, "init", "--buckets", "4")
+	c.step(exitOK, "status", "--bucket", "3")
+	c.step(exitUsage, "init", "--buckets", "4", "--topics", "orders,order events")
+	c.step(exitOK, "init", "--buckets", "4", "--topics", "")
 	golden(t, "drop_init.txt", c.normalise(c.out.String()))
 }
 
@@ -610,6 +618,145 @@ func TestEndpointKeepsTheCredentialChain(t *testing.T) {
 			t.Errorf("local=%v: region %q", tc.local, s.aws.Region)
 		}
 	}
+}
+
+// A bucket stopped by a missing topic shows its REASON in status (and
+// --json); park refuses what is not its first pending message and a bucket
+// another relay holds, writing nothing, and parks the head, after which
+// status shows no reason and parked lists it.
+func TestParkAndStatusReason(t *testing.T) {
+	c, d, tables := outboxEnv(t)
+	seed(t, c, d, tables)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := dynamo.NewStore(ctx, d.Client, tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RecordStuck(ctx, 3, outbox.Stuck{Sequence: 2, MessageID: id(6), Topic: "order-evnts", Class: outbox.Fatal,
+		Reason: `kafka: topic "order-evnts" does not exist; create it (the relay does not create topics)`,
+		Since:  t0.Add(-5 * time.Minute), Last: t0.Add(-time.Minute), Count: 42}); err != nil {
+		t.Fatal(err)
+	}
+	c.step(exitOK, "status", "--bucket", "3")
+	c.step(exitOK, "status", "--bucket", "3", "--json")
+	c.step(exitUsage, "park", "--bucket", "3")
+	c.step(exitUsage, "park", "--bucket", "3", "--head", "--seq", "2")
+	c.step(exitFailed, "park", "--bucket", "3", "--seq", "3")
+	c.step(exitNotDrained, "park", "--bucket", "1", "--head")
+	c.step(exitOK, "park", "--bucket", "3", "--head", "--reason", "topic typo")
+	c.step(exitOK, "status", "--bucket", "3")
+	c.step(exitOK, "parked", "--bucket", "3")
+	c.step(exitFailed, "park", "--bucket", "3", "--head")
+	golden(t, "park.txt", c.normalise(c.out.String()))
+	if ps, err := st.ListParked(ctx, 3, 0); err != nil || len(ps) != 2 || ps[1].Sequence != 2 || ps[1].Message.ID != id(6) ||
+		!strings.Contains(ps[1].Reason, "topic typo") || !strings.Contains(ps[1].Reason, "does not exist") {
+		t.Fatalf("parked %+v, %v", ps, err)
+	}
+}
+
+// TestContainment: a message for a topic that does not exist (the outbox
+// lists no topics, so the writer accepts it) stops its bucket at the
+// relay; outbox status names the reason, outbox park moves the message
+// aside, the rest of the bucket flows, and once the topic exists outbox
+// replay puts the parked message back and it is published: nothing lost.
+// The relay is outbox drain, the relay Lambda's wiring.
+func TestContainment(t *testing.T) {
+	c, d, tables := outboxEnv(t)
+	c.now = time.Now()
+	k := testenv.Kafka(t)
+	good, typo := testenv.Name(t, "orders"), testenv.Name(t, "order-evnts")
+	testenv.CreateTopic(t, k, good, 1)
+	brokers := strings.Join(k.Brokers, ",")
+	c.env["KAFKA_AUTH"], c.env["KAFKA_BOOTSTRAP_SERVERS"] = "none", brokers
+	c.step(exitOK, "init", "--buckets", "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	w, err := dynamo.NewWriter(ctx, d.Client, tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topics := []string{good, typo, good, good, good}
+	for n, topic := range topics {
+		m := outbox.Message{ID: id(n + 1), Topic: topic, Key: fmt.Appendf(nil, "order-%d", n+1), Value: []byte("v")}
+		if _, err := w.Write(ctx, nil, m); err != nil {
+			t.Fatalf("write %d (topic %s): %v", n+1, topic, err)
+		}
+	}
+
+	// The relay publishes 1 and stops at 2, whatever it is asked.
+	c.step(exitFailed, "drain", "0")
+	c.step(exitFailed, "drain", "0")
+	status := c.step(exitOK, "status")
+	row := ""
+	for _, l := range strings.Split(status, "\n") {
+		if strings.HasPrefix(l, "0 ") {
+			row = l
+		}
+	}
+	shown := strings.Contains(status, "REASON") && strings.Contains(row, "stopped at 2") &&
+		strings.Contains(row, typo) && strings.Contains(row, "does not exist")
+	if !shown {
+		t.Errorf("status does not say why bucket 0 is stopped:\n%s", status)
+	}
+
+	c.step(exitOK, "park", "--bucket", "0", "--head", "--reason", "misspelt topic")
+	c.step(exitOK, "drain", "0")
+	after := c.step(exitOK, "status", "--json")
+	var rep statusReport
+	if err := json.Unmarshal([]byte(after), &rep); err != nil {
+		t.Fatal(err)
+	}
+	flowed := consumeIDs(t, k, good, 4)
+	unblocked := len(rep.Buckets) == 1 && rep.Buckets[0].Pending == 0 && rep.Buckets[0].Stuck == nil && rep.Buckets[0].Parked == 1 &&
+		slices.Equal(flowed, []string{id(1), id(3), id(4), id(5)})
+	if !unblocked {
+		t.Errorf("after park and drain: bucket %+v, %s published %v; want 1, 3, 4, 5 published, nothing pending or stopped", rep.Buckets, good, flowed)
+	}
+
+	testenv.CreateTopic(t, k, typo, 1)
+	c.step(exitOK, "replay", "--bucket", "0", "--seq", "2")
+	c.step(exitOK, "drain", "0")
+	replayed := consumeIDs(t, k, typo, 1)
+	published := map[string]bool{}
+	for _, s := range append(flowed, replayed...) {
+		published[s] = true
+	}
+	lost := 0
+	for n := range topics {
+		if !published[id(n+1)] {
+			lost++
+		}
+	}
+	if lost != 0 || !slices.Equal(replayed, []string{id(2)}) {
+		t.Errorf("replayed %v to %s; %d of %d messages never published", replayed, typo, lost, len(topics))
+	}
+	fmt.Printf("containment: stuck_reason_shown=%d unblocked=%d lost=%d\n", b2i(shown), b2i(unblocked), lost)
+	if t.Failed() {
+		t.Logf("transcript:\n%s", c.normalise(c.out.String()))
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// consumeIDs consumes n records of topic from its start and returns their
+// message ids, in order.
+func consumeIDs(t *testing.T, k *testenv.KafkaCluster, topic string, n int) []string {
+	t.Helper()
+	var ids []string
+	for _, r := range consume(t, k, topic, n) {
+		for _, h := range r.Headers {
+			if h.Key == outbox.DefaultMessageIDHeader {
+				ids = append(ids, string(h.Value))
+			}
+		}
+	}
+	return ids
 }
 
 // TestTablesMustBelongTogether: every command checks that both tables

@@ -37,6 +37,11 @@ and for every bucket:
   LEASE    the relay holding the bucket and how long its lease has left, or
            how long ago it expired (a relay that died without letting go)
   PARKED   dead letters of the bucket (see outbox parked)
+  REASON   why the bucket is stopped, as the relays recorded it: the class of
+           the error, the message it stopped at, for how long and after how
+           many failures, and the error (a topic that does not exist, a topic
+           the relay may not write). It stays stopped until the cause is
+           fixed or the message is parked (outbox park); "-" for none
 
 In watermark mode published messages stay until their TTL (the outbox's
 retention) removes them, and a RETAINED column follows HEAD:
@@ -123,7 +128,13 @@ type configStatus struct {
 	// mode's message retention (0 in delete mode).
 	Mode             string `json:"mode"`
 	RetentionSeconds int64  `json:"retention_seconds"`
+	// Topics are the topics writers accept; empty means any topic.
+	Topics []string `json:"topics"`
 }
+
+// anyTopicWarning is said wherever an outbox with no topic list is shown.
+const anyTopicWarning = "WARNING the outbox lists no topics, so writers accept any topic: a misspelt one is written, and its bucket stops at the relay " +
+	"(outbox status shows why; outbox park moves the message aside). List them with the stack's Topics parameter or outbox init --topics."
 
 type relaysStatus struct {
 	WithinSeconds int64    `json:"within_seconds"`
@@ -139,6 +150,8 @@ type totalsStatus struct {
 	OldestPendingAgeSeconds *int64     `json:"oldest_pending_age_seconds"`
 	Gaps                    int        `json:"gaps"`
 	LeasesHeld              int        `json:"leases_held"`
+	// Stopped counts the buckets with a stuck reason.
+	Stopped int `json:"stopped"`
 }
 
 type bucketStatus struct {
@@ -157,6 +170,24 @@ type bucketStatus struct {
 	// Retained is the range a replay can still publish, in watermark mode
 	// (absent in delete mode, and when nothing is retained).
 	Retained *retainedStatus `json:"retained,omitempty"`
+	// Stuck is why the bucket is stopped, as the relays recorded it (null
+	// when it is not, or nothing was recorded).
+	Stuck *stuckStatus `json:"stuck"`
+}
+
+// stuckStatus is why a bucket is stopped: the permanent topic- or
+// cluster-wide error its first pending message met.
+type stuckStatus struct {
+	Sequence  int64     `json:"sequence"`
+	MessageID string    `json:"message_id"`
+	Topic     string    `json:"topic"`
+	Class     string    `json:"class"`
+	Reason    string    `json:"reason"`
+	Since     time.Time `json:"since"`
+	// ForSeconds is how long since a relay first saw it stopped there.
+	ForSeconds int64     `json:"for_seconds"`
+	Last       time.Time `json:"last"`
+	Count      int64     `json:"count"`
 }
 
 // retainedStatus is a watermark bucket's retained range: First..Last (the
@@ -206,7 +237,7 @@ func readStatus(ctx context.Context, s *session, now time.Time, bucket int, live
 	rep := &statusReport{
 		MessagesTable: s.tables.Messages, ControlTable: s.tables.Control, At: now.UTC().Truncate(time.Millisecond),
 		Config: configStatus{BucketCount: cfg.BucketCount, FormatVersion: cfg.FormatVersion, Mode: cfg.Mode.String(),
-			RetentionSeconds: seconds(cfg.Retention)},
+			RetentionSeconds: seconds(cfg.Retention), Topics: append([]string{}, cfg.Topics...)},
 		LiveRelays: relaysStatus{WithinSeconds: seconds(liveWithin), IDs: append([]string{}, live...)},
 		Buckets:    make([]bucketStatus, len(buckets)),
 		Warnings:   []string{},
@@ -286,6 +317,10 @@ func readBucket(ctx context.Context, st *dynamo.Store, db *dynamodb.Client, cont
 			}
 		}
 	}
+	if st := l.Stuck; st.Current(l.Head) {
+		bs.Stuck = &stuckStatus{Sequence: st.Sequence, MessageID: st.MessageID, Topic: st.Topic, Class: st.Class.String(), Reason: st.Reason,
+			Since: st.Since.UTC(), ForSeconds: seconds(now.Sub(st.Since)), Last: st.Last.UTC(), Count: st.Count}
+	}
 	if l.Gap > l.Head {
 		bs.Gap = &gapStatus{Sequence: l.Gap, Since: timePtr(l.GapSince), AgeSeconds: seconds(now.Sub(l.GapSince))}
 	}
@@ -309,6 +344,9 @@ func (r *statusReport) total(now time.Time) {
 		}
 		if b.Gap != nil {
 			r.Totals.Gaps++
+		}
+		if b.Stuck != nil {
+			r.Totals.Stopped++
 		}
 		if b.Lease != nil && b.Lease.Held {
 			r.Totals.LeasesHeld++
@@ -336,7 +374,7 @@ func (r *statusReport) total(now time.Time) {
 func activeOnly(bs []bucketStatus) []bucketStatus {
 	var out []bucketStatus
 	for _, b := range bs {
-		if b.Pending != 0 || b.Parked > 0 || b.Gap != nil || b.Lease != nil {
+		if b.Pending != 0 || b.Parked > 0 || b.Gap != nil || b.Lease != nil || b.Stuck != nil {
 			out = append(out, b)
 		}
 	}
@@ -357,6 +395,7 @@ func (r *statusReport) render(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "outbox   messages %s, control %s\n", r.MessagesTable, r.ControlTable)
 	fmt.Fprintf(w, "config   BucketCount %d, format version %d, %s\n", r.Config.BucketCount, r.Config.FormatVersion, mode)
+	fmt.Fprintf(w, "topics   %s\n", dynamo.TopicList(r.Config.Topics))
 	fmt.Fprintf(w, "relays   %d live (heartbeat within %s): %s\n", len(r.LiveRelays.IDs), age(time.Duration(r.LiveRelays.WithinSeconds)*time.Second), relays)
 	fmt.Fprintf(w, "at       %s\n\n", r.At.Format(time.RFC3339))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -366,19 +405,22 @@ func (r *statusReport) render(w io.Writer) error {
 		}
 		return cell + "\t"
 	}
-	fmt.Fprintf(tw, "BUCKET\tPENDING\tOLDEST\tHEAD\t%sNEXT\tGAP\tLEASE\tPARKED\n", retained("RETAINED"))
+	fmt.Fprintf(tw, "BUCKET\tPENDING\tOLDEST\tHEAD\t%sNEXT\tGAP\tLEASE\tPARKED\tREASON\n", retained("RETAINED"))
 	for _, b := range r.Buckets {
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s%d\t%s\t%s\t%d\n",
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s%d\t%s\t%s\t%d\t%s\n",
 			b.Bucket, b.Pending, oldestCell(b.Pending, b.OldestPendingAgeSeconds), b.Head, retained(retainedCell(b.Retained)), b.NextSequence,
-			gapCell(b.Gap), leaseCell(b.Lease), b.Parked)
+			gapCell(b.Gap), leaseCell(b.Lease), b.Parked, reasonCell(b.Stuck))
 	}
-	fmt.Fprintf(tw, "total\t%d\t%s\t\t%s\t%s\t%s\t%d\n", r.Totals.Pending, oldestCell(r.Totals.Pending, r.Totals.OldestPendingAgeSeconds),
-		retained(""), countCell(r.Totals.Gaps, "gap"), countCell(r.Totals.LeasesHeld, "held"), r.Totals.Parked)
+	fmt.Fprintf(tw, "total\t%d\t%s\t\t%s\t%s\t%s\t%d\t%s\n", r.Totals.Pending, oldestCell(r.Totals.Pending, r.Totals.OldestPendingAgeSeconds),
+		retained(""), countCell(r.Totals.Gaps, "gap"), countCell(r.Totals.LeasesHeld, "held"), r.Totals.Parked, countCell(r.Totals.Stopped, "stopped"))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	for _, warning := range r.Warnings {
 		fmt.Fprintf(w, "\nWARNING %s\n", warning)
+	}
+	if len(r.Config.Topics) == 0 {
+		fmt.Fprintf(w, "\n%s\n", anyTopicWarning)
 	}
 	for _, note := range r.Notes {
 		fmt.Fprintf(w, "\nNOTE %s\n", note)
@@ -409,6 +451,18 @@ func oldestCell(pending int64, ageSeconds *int64) string {
 		return "?"
 	}
 	return "-"
+}
+
+// reasonWidth bounds the error in the REASON cell (--json has all of it).
+const reasonWidth = 120
+
+// reasonCell is "stopped at S for AGE (N failures): error", "-" for none.
+func reasonCell(s *stuckStatus) string {
+	if s == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%s: stopped at %d for %s (%d failures): %s", s.Class, s.Sequence, age(time.Duration(s.ForSeconds)*time.Second), s.Count,
+		clip(s.Reason, reasonWidth, false))
 }
 
 func gapCell(g *gapStatus) string {

@@ -1,7 +1,7 @@
 // Command soak runs the fault-injection soak (internal/soak) and prints its
 // one-line verdict:
 //
-//	soak: mode=delete messages=N lost=0 phantom=0 read_model_mismatches=0 duplicates=D unexplained=0 reorders=R parked=P faults=F
+//	soak: mode=delete messages=N lost=0 phantom=0 read_model_mismatches=0 duplicates=D unexplained=0 overlaps=O overlaps_admitted=A reorders=R parked=P faults=F duplicates_by_cause=cause:n,...
 //
 //	make soak N=100000
 //	go run ./cmd/soak -n 20000 -mode watermark
@@ -56,7 +56,7 @@ func main() {
 		os.Exit(1)
 	}
 	if !res.OK() {
-		fmt.Fprintf(os.Stderr, "soak: broken promises: lost %v phantom %v unexplained %v reorders %+v\n", res.LostIDs, res.PhantomIDs, res.UnexplainedIDs, res.Violations)
+		fmt.Fprintf(os.Stderr, "soak: broken promises: lost %v phantom %v unexplained %v reorders %+v overlaps %s\n", res.LostIDs, res.PhantomIDs, res.UnexplainedIDs, res.Violations, res.Overlaps.Details())
 		os.Exit(1)
 	}
 }

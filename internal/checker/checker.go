@@ -21,7 +21,7 @@ type Checker struct {
 	violations []Violation
 	mismatches []string
 	deliveries int
-	atRisk     map[string]bool // published where a fault may republish it
+	atRisk     map[string]string // published where a recorded event may republish it -> the first such event
 	parked     map[string]bool
 }
 
@@ -46,21 +46,33 @@ func New() *Checker {
 		rolledBack: map[string]bool{},
 		delivered:  map[string]int{},
 		firstMax:   map[string]int64{},
-		atRisk:     map[string]bool{},
+		atRisk:     map[string]string{},
 		parked:     map[string]bool{},
 	}
 }
 
-// AtRisk records that a message was published in circumstances where an
-// injected fault may make the relay publish it again (its publish failed,
-// or the drain crashed, stalled or lost its lease before the head moved past
-// it). A duplicate of a message never marked at risk is unexplained.
-func (c *Checker) AtRisk(ids ...string) {
+// AtRisk records that a message was published in circumstances where a
+// recorded event may make the relay publish it again; cause names the event
+// (an injected fault on its publish or its mark, a crash point hit while it
+// was undecided, its lease lost or abandoned while it was in flight, a
+// takeover of its bucket while it was in flight). A duplicate is explained
+// by the first cause recorded for its message; a duplicate of a message
+// never put at risk is unexplained.
+func (c *Checker) AtRisk(cause string, ids ...string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, id := range ids {
-		c.atRisk[id] = true
+		if c.atRisk[id] == "" {
+			c.atRisk[id] = cause
+		}
 	}
+}
+
+// RiskOf returns the first cause recorded for a message ("" if none).
+func (c *Checker) RiskOf(id string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.atRisk[id]
 }
 
 // Parked records that the relay moved a message to the dead letters: it is
@@ -121,7 +133,10 @@ type Result struct {
 	OrderViolations int
 	HeaderMismatch  int
 	Parked          int // committed messages in the dead letters
-	Unexplained     int // duplicates of messages never put at risk by a fault
+	Unexplained     int // duplicates of messages never put at risk by a recorded event
+	// ByCause counts the duplicates (deliveries beyond the first) of each
+	// cause; the unexplained ones are under "unexplained".
+	ByCause map[string]int
 	// Examples of each problem, for the failure message.
 	LostIDs        []string
 	PhantomIDs     []string
@@ -140,7 +155,8 @@ func (c *Checker) Result() Result {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := Result{Committed: len(c.committed), RolledBack: len(c.rolledBack), Deliveries: c.deliveries,
-		OrderViolations: len(c.violations), HeaderMismatch: len(c.mismatches), Mismatches: c.mismatches, Violations: c.violations}
+		OrderViolations: len(c.violations), HeaderMismatch: len(c.mismatches), Mismatches: c.mismatches, Violations: c.violations,
+		ByCause: map[string]int{}}
 	for id, n := range c.delivered {
 		if _, ok := c.committed[id]; !ok {
 			r.Phantom++
@@ -149,9 +165,14 @@ func (c *Checker) Result() Result {
 		}
 		r.DeliveredUnique++
 		r.Duplicates += n - 1
-		if n > 1 && !c.atRisk[id] {
-			r.Unexplained++
-			r.UnexplainedIDs = append(r.UnexplainedIDs, id)
+		if n > 1 {
+			cause := c.atRisk[id]
+			if cause == "" {
+				cause = "unexplained"
+				r.Unexplained++
+				r.UnexplainedIDs = append(r.UnexplainedIDs, id)
+			}
+			r.ByCause[cause] += n - 1
 		}
 	}
 	for id := range c.committed {
@@ -167,6 +188,27 @@ func (c *Checker) Result() Result {
 	sort.Strings(r.PhantomIDs)
 	sort.Strings(r.UnexplainedIDs)
 	return r
+}
+
+// Causes renders ByCause as "cause=n ..." sorted by cause ("none" when
+// there are no duplicates), for summary lines.
+func (r Result) Causes() string {
+	var ks []string
+	for k := range r.ByCause {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	var b []byte
+	for i, k := range ks {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, "%s:%d", k, r.ByCause[k])
+	}
+	if len(b) == 0 {
+		return "none"
+	}
+	return string(b)
 }
 
 // CommittedIDs returns the ids of every committed message.

@@ -18,10 +18,11 @@ func TestCheckerCatchesSeededFaults(t *testing.T) {
 		c.Delivered("a1", "a1", "a", 1)
 		c.Delivered("b1", "b1", "b", 1)
 		c.Delivered("a2", "a2", "a", 2)
-		c.AtRisk("a1")
+		c.AtRisk("publish-error", "a1")
+		c.AtRisk("takeover", "a1")      // the first cause stands
 		c.Delivered("a1", "a1", "a", 1) // an older duplicate after a newer record: not a violation
 		r := c.Result()
-		if !r.OK() || r.Duplicates != 1 || r.DeliveredUnique != 3 || r.Lost != 0 {
+		if !r.OK() || r.Duplicates != 1 || r.DeliveredUnique != 3 || r.Lost != 0 || r.Causes() != "publish-error:1" {
 			t.Fatalf("clean run judged %+v", r)
 		}
 	})
@@ -62,11 +63,11 @@ func TestCheckerCatchesSeededFaults(t *testing.T) {
 		c.Delivered("a1", "a1", "a", 1)
 		c.Delivered("a2", "a2", "a", 2)
 		c.Delivered("b1", "b1", "b", 1)
-		c.AtRisk("a1")
-		c.Delivered("a1", "a1", "a", 1) // explained: a fault put it at risk
+		c.AtRisk("crash:after-produce", "a1")
+		c.Delivered("a1", "a1", "a", 1) // explained: a crash put it at risk
 		c.Delivered("b1", "b1", "b", 1) // unexplained
 		r := c.Result()
-		if r.OK() || r.Duplicates != 2 || r.Unexplained != 1 || r.UnexplainedIDs[0] != "b1" {
+		if r.OK() || r.Duplicates != 2 || r.Unexplained != 1 || r.UnexplainedIDs[0] != "b1" || r.Causes() != "crash:after-produce:1,unexplained:1" {
 			t.Fatalf("unexplained duplicate not caught: %+v", r)
 		}
 	})

@@ -2,8 +2,11 @@ package sim
 
 import (
 	"flag"
+	"fmt"
 	"os"
+	"sort"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -44,15 +47,19 @@ func TestSchedules(t *testing.T) {
 		}
 	}
 	var sum Result
-	var finals, steps, overlaps, watermark int
+	var finals, steps, overlaps, watermark, function, sweeper, resends, dups int
+	byCause, nAdmitted := map[string]int{}, 0
 	for s := first; s < first+uint64(n); s++ {
 		res, err := Run(s)
 		if err != nil {
 			t.Fatalf("seed %d: %v (config %+v)", s, err, res.Config)
 		}
 		if res.Failed() {
-			t.Fatalf("seed %d: stranded %v, out of order %v, overlapping publishes %d (config %+v, committed %d, crashes %d, stalls %d)",
-				s, res.Stranded, res.OutOfOrder, res.Overlaps, res.Config, res.Committed, res.Crashes, res.Stalls)
+			for _, line := range res.Story {
+				t.Logf("%s: %s", res.Unexplained[0], line)
+			}
+			t.Fatalf("seed %d: stranded %v, out of order %v, unadmitted overlaps %v, unexplained duplicates %v (by cause %v) (config %+v, committed %d, crashes %d, stalls %d, resends %d)",
+				s, res.Stranded, res.OutOfOrder, first5(res.Unadmitted), first5(res.Unexplained), res.ByCause, res.Config, res.Committed, res.Crashes, res.Stalls, res.Resends)
 		}
 		sum.Committed += res.Committed
 		sum.Published += res.Published
@@ -61,13 +68,46 @@ func TestSchedules(t *testing.T) {
 		sum.Stalls += res.Stalls
 		steps += res.Steps
 		overlaps += res.Overlaps
+		resends += res.Resends
+		dups += res.Duplicates
+		for k, v := range res.ByCause {
+			byCause[k] += v
+		}
+		nAdmitted += res.Admitted
 		if res.FinalDrain {
 			finals++
 		}
 		if res.Config.Watermark {
 			watermark++
 		}
+		if res.Config.Function {
+			function++
+		}
+		if res.Config.Sweeper {
+			sweeper++
+		}
 	}
-	t.Logf("sim: schedules=%d watermark_mode=%d committed=%d published=%d parked=%d crashes=%d stalls=%d final_drains=%d overlaps_where_allowed=%d steps=%d stranded=0",
-		n, watermark, sum.Committed, sum.Published, sum.Parked, sum.Crashes, sum.Stalls, finals, overlaps, steps)
+	t.Logf("sim: schedules=%d watermark_mode=%d function=%d sweeper=%d committed=%d published=%d parked=%d crashes=%d stalls=%d resends=%d final_drains=%d overlaps=%d overlaps_admitted=%d duplicates=%d duplicates_by_cause=%s steps=%d stranded=0 unexplained=0",
+		n, watermark, function, sweeper, sum.Committed, sum.Published, sum.Parked, sum.Crashes, sum.Stalls, resends, finals, overlaps, nAdmitted, dups, causes(byCause), steps)
+}
+
+func first5(s []string) []string { return s[:min(5, len(s))] }
+
+func causes(m map[string]int) string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	var b strings.Builder
+	for i, k := range ks {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%s:%d", k, m[k])
+	}
+	if b.Len() == 0 {
+		return "none"
+	}
+	return b.String()
 }

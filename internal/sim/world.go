@@ -7,8 +7,14 @@ import (
 	"sort"
 	"time"
 
+	"math/rand/v2"
+	"os"
+
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/attrib"
+	"github.com/dynakafka/outbox/internal/checker"
 	"github.com/dynakafka/outbox/internal/seam"
+	"github.com/dynakafka/outbox/lambda/wiring"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -33,6 +39,32 @@ type Config struct {
 	// rather than drawn, so that adding it left every other seed's schedule
 	// as it was.
 	Watermark bool
+
+	// What we deploy, drawn from a second random source of the seed (so the
+	// shapes above stay as they were):
+	// Function: the relays are the relay function's containers, each a
+	// process of its own, with the owner id lambda/wiring gives them.
+	Function bool
+	// Sweeper: a sweeper relay (its own owner id) sweeps every few seconds.
+	Sweeper bool
+	// ResendRate: the share of conditional writes whose response is lost
+	// after they applied; the SDK sends them again.
+	ResendRate float64
+	// ReadFaultRate: the share of reads of a bucket that fail, so drains
+	// (watermark drains too) stop mid-way.
+	ReadFaultRate float64
+}
+
+// drawDeployed draws the deployment's shape from r.
+func drawDeployed(c *Config, r *rand.Rand) {
+	c.Function = r.IntN(4) != 0
+	c.Sweeper = r.IntN(2) == 0
+	if r.IntN(2) == 0 {
+		c.ResendRate = 0.05
+	}
+	if r.IntN(3) == 0 {
+		c.ReadFaultRate = 0.05
+	}
 }
 
 // Draw picks a schedule's shape.
@@ -75,20 +107,31 @@ type Result struct {
 	Steps      int
 	// Stranded: committed messages neither published nor parked.
 	Stranded []string
+	// Duplicates counts records appended more than once, ByCause by the
+	// recorded event that explains each (internal/attrib); Unexplained are
+	// the ids of duplicates no recorded event explains.
+	Duplicates  int
+	ByCause     map[string]int
+	Unexplained []string
+	// Story: what internal/attrib recorded of the first unexplained
+	// duplicate, to explain a failure.
+	Story []string
+	// Resends counts conditional writes the SDK sent twice.
+	Resends int
 	// OutOfOrder: first deliveries of a bucket out of sequence order.
 	OutOfOrder []string
-	// Overlaps counts publishes of a bucket that began while another of
-	// the same bucket was under way; Exclusive says whether this schedule's
-	// shape promises none (no stalled holders, and relays that share an id
-	// get one delivery of a bucket at a time, as the event-source mapping
-	// does).
-	Overlaps  int
-	Exclusive bool
+	// Overlaps counts publishes of a bucket by one process that began while
+	// another process's publish of the bucket was under way (I4), Admitted
+	// those where that other publish was already cancelled (§7.3: its client
+	// may still deliver what it had accepted); Unadmitted describes some of
+	// the others.
+	Overlaps, Admitted int
+	Unadmitted         []string
 }
 
 // Failed reports whether the schedule broke a promise.
 func (r Result) Failed() bool {
-	return len(r.Stranded) > 0 || len(r.OutOfOrder) > 0 || r.Exclusive && r.Overlaps > 0
+	return len(r.Stranded) > 0 || len(r.OutOfOrder) > 0 || len(r.Unadmitted) > 0 || len(r.Unexplained) > 0
 }
 
 type record struct {
@@ -115,6 +158,8 @@ type world struct {
 	nextID int
 
 	committed map[string]record
+	at        *attrib.Attribution
+	chk       *checker.Checker
 	hints     []hint
 	inFlight  map[int]int // bucket -> deliveries running
 	writing   int
@@ -125,6 +170,7 @@ type world struct {
 // relay is one relay process.
 type relay struct {
 	id    string
+	name  string // the process (owner ids may be shared)
 	r     *outbox.Relay
 	dead  bool
 	crash *faults
@@ -145,11 +191,14 @@ func Run(seed uint64) (Result, error) {
 	s := New(seed)
 	cfg := Draw(s)
 	cfg.Watermark = seed%3 == 0
+	drawDeployed(&cfg, rand.New(rand.NewPCG(seed, 0xdeb10e)))
 	w := &world{s: s, cfg: cfg, mem: memory.New(cfg.Buckets), committed: map[string]record{}, inFlight: map[int]int{}}
 	w.res.Config = cfg
-	w.res.Exclusive = cfg.StallRate == 0 && (!cfg.SharedID || cfg.PerBucket)
 	w.store = &yieldStore{Store: w.mem, s: s, w: w}
 	w.pub = &publisher{w: w}
+	w.chk = checker.New()
+	w.at = attrib.New(w.store, w.pub, w.chk)
+	w.at.Now, w.at.Watermark = s.Now, cfg.Watermark
 	for i := range cfg.Relays {
 		if err := w.startRelay(fmt.Sprint("r", i)); err != nil {
 			return w.res, err
@@ -161,6 +210,11 @@ func Run(seed uint64) (Result, error) {
 	}
 	for i := range cfg.Deliverers {
 		s.Spawn(fmt.Sprint("stream", i), w.deliver)
+	}
+	if cfg.Sweeper {
+		if err := w.startSweeper(); err != nil {
+			return w.res, err
+		}
 	}
 	err := s.Run(2_000_000)
 	w.res.Steps = s.Steps()
@@ -174,8 +228,14 @@ func Run(seed uint64) (Result, error) {
 }
 
 func (w *world) startRelay(id string) error {
-	if w.cfg.SharedID && len(w.relays) == 1 {
-		id = w.relays[0].id // the relay function's containers share an id
+	name := id
+	switch {
+	case w.cfg.Function:
+		// Each relay is a container of the relay function: its owner id is
+		// what lambda/wiring gives that container, as deployed.
+		id = functionOwnerID(len(w.relays))
+	case w.cfg.SharedID && len(w.relays) == 1:
+		id = w.relays[0].id // two polling relays configured with one id
 	}
 	f := &faults{w: w}
 	opts := []outbox.Option{
@@ -190,12 +250,74 @@ func (w *world) startRelay(id string) error {
 	if !w.cfg.HolderWait {
 		opts = append(opts, outbox.HolderWait(0))
 	}
-	r, err := outbox.NewRelay(context.Background(), w.store, w.pub, opts...)
+	r, err := outbox.NewRelay(context.Background(), w.at, w.at.ViaAs(name, w.pub), opts...)
 	if err != nil {
 		return err
 	}
-	w.relays = append(w.relays, &relay{id: id, r: r, crash: f})
+	w.relays = append(w.relays, &relay{id: id, name: name, r: r, crash: f})
 	f.relay = w.relays[len(w.relays)-1]
+	return nil
+}
+
+// functionOwnerID is the owner id lambda/wiring gives the relay function's
+// container n (its environment: the function's name, the container's log
+// stream).
+func functionOwnerID(n int) string {
+	env := map[string]string{"AWS_LAMBDA_FUNCTION_NAME": "outbox-relay",
+		"AWS_LAMBDA_LOG_STREAM_NAME": fmt.Sprintf("2026/06/01/[$LATEST]container%d", n)}
+	old := map[string]*string{}
+	for k, v := range env {
+		if o, ok := os.LookupEnv(k); ok {
+			old[k] = &o
+		} else {
+			old[k] = nil
+		}
+		os.Setenv(k, v)
+	}
+	defer func() {
+		for k, o := range old {
+			if o == nil {
+				os.Unsetenv(k)
+			} else {
+				os.Setenv(k, *o)
+			}
+		}
+	}()
+	return wiring.StreamOwnerID()
+}
+
+// startSweeper starts the sweeper: a relay with its own owner id that, every
+// few seconds while anything may still be written or drained, looks at every
+// bucket and drains those with pending messages without waiting for a holder
+// (as Relay.Sweep does; Sweep itself probes the buckets on goroutines of its
+// own, outside the simulator's scheduler).
+func (w *world) startSweeper() error {
+	f := &faults{w: w}
+	r, err := outbox.NewRelay(context.Background(), w.at, w.at.ViaAs("sweeper", w.pub), outbox.RelayID("sweeper"),
+		outbox.WithClock(skewed{w.s, 0}), outbox.BatchSize(w.cfg.BatchSize), outbox.DeadlineMargin(0),
+		outbox.ResumeReleased(w.cfg.Resume), outbox.GapPollInterval(200*time.Millisecond), outbox.HolderWait(0),
+		seam.With(seam.Hooks{Faults: f, Scheduler: w.s, Rand: w.s.Rand().Int64N}).(outbox.Option))
+	if err != nil {
+		return err
+	}
+	sw := &relay{id: "sweeper", name: "sweeper", r: r, crash: f}
+	f.relay = sw
+	w.s.Spawn("sweeper", func() {
+		for !sw.dead && (w.writing > 0 || w.running > 0 || len(w.hints) > 0) {
+			w.s.Sleep(nil, time.Duration(2+w.s.Rand().IntN(5))*time.Second)
+			for b := range w.cfg.Buckets {
+				l, err := w.store.ReadLease(context.Background(), b)
+				if err != nil {
+					continue
+				}
+				if n, _, err := w.store.Peek(context.Background(), b, l.Cleaned, 10); err != nil || n == 0 {
+					continue
+				}
+				st, err := r.DrainBucket(context.Background(), b)
+				w.tracef("sweeper drained b%d: head %d published %d err=%v", b, st.Head, st.Published, err)
+			}
+		}
+	})
 	return nil
 }
 
@@ -335,7 +457,7 @@ func (w *world) check() error {
 		// Wake-ups on the lease of a holder that died or failed stay there
 		// for the next holder (a sweep, in production): one more drain.
 		w.res.FinalDrain = true
-		r, err := outbox.NewRelay(context.Background(), w.store, w.pub, outbox.RelayID("final"), outbox.WithClock(skewed{w.s, 0}),
+		r, err := outbox.NewRelay(context.Background(), w.at, w.at.ViaAs("final", w.pub), outbox.RelayID("final"), outbox.WithClock(skewed{w.s, 0}),
 			outbox.DeadlineMargin(0), seam.With(seam.Hooks{Scheduler: w.s, Rand: w.s.Rand().Int64N}).(outbox.Option))
 		if err != nil {
 			return err
@@ -383,7 +505,27 @@ func (w *world) check() error {
 		last[rec.bucket] = rec.seq
 	}
 	w.res.Published = len(w.pub.log)
+	w.duplicates()
+	ov := w.at.Overlaps()
+	w.res.Overlaps, w.res.Admitted, w.res.Unadmitted = ov.Overlaps, ov.Admitted, ov.Unadmitted
 	return nil
+}
+
+// duplicates counts the records appended more than once and attributes each
+// to the event internal/attrib recorded for its message.
+func (w *world) duplicates() {
+	for id, rec := range w.committed {
+		w.chk.Committed(id, fmt.Sprint("k", rec.bucket), rec.seq)
+	}
+	for _, rec := range w.pub.log {
+		w.chk.Delivered(rec.id, rec.id, fmt.Sprint("k", rec.bucket), rec.seq)
+	}
+	r := w.chk.Result()
+	w.res.Duplicates, w.res.ByCause = r.Duplicates, r.ByCause
+	w.res.Unexplained = r.UnexplainedIDs
+	if len(r.UnexplainedIDs) > 0 {
+		w.res.Story = w.at.Trace(r.UnexplainedIDs[0])
+	}
 }
 
 func (w *world) missing(parked map[string]bool) []string {
@@ -422,18 +564,30 @@ type faults struct {
 
 var errKilled = errors.New("process killed")
 
+// stallRecorded is the shortest stall recorded as one: the publish window of
+// a resumed drain with the default options (ResumeWindow - LeaseMargin).
+const stallRecorded = 5 * time.Second
+
 func (f *faults) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 	r := f.w.s.Rand()
 	if f.relay.dead {
+		f.w.at.Crashed(bucket, string(p))
 		return errKilled // its other drains die with it
 	}
 	if r.Float64() < f.w.cfg.StallRate {
 		f.w.res.Stalls++
-		f.w.s.Sleep(nil, time.Duration(r.Int64N(int64(45*time.Second)))) // past the lease, sometimes
+		d := time.Duration(r.Int64N(int64(45 * time.Second))) // past the lease, sometimes
+		if d >= stallRecorded {
+			// A process paused this long may outlast a resume window or its
+			// lease's cut-off with the bucket's messages undecided.
+			f.w.at.Stalled(bucket)
+		}
+		f.w.s.Sleep(nil, d)
 	}
 	if r.Float64() < f.w.cfg.CrashRate {
 		f.w.res.Crashes++
 		f.relay.dead = true
+		f.w.at.Crashed(bucket, string(p))
 		return errKilled
 	}
 	return nil
@@ -441,21 +595,8 @@ func (f *faults) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 
 // publisher is Kafka: an append-only log.
 type publisher struct {
-	w      *world
-	log    []record
-	active map[int]int // bucket -> publishes under way
-}
-
-// begin and end bracket a publish of bucket, counting overlaps.
-func (p *publisher) begin(bucket int) func() {
-	if p.active == nil {
-		p.active = map[int]int{}
-	}
-	if p.active[bucket] > 0 {
-		p.w.res.Overlaps++
-	}
-	p.active[bucket]++
-	return func() { p.active[bucket]-- }
+	w   *world
+	log []record
 }
 
 var (
@@ -467,7 +608,6 @@ var (
 func (p *publisher) Publish(ctx context.Context, msgs []outbox.Message) (int, error) {
 	s, r := p.w.s, p.w.s.Rand()
 	s.Yield()
-	defer p.begin(msgs[0].Bucket)()
 	// The broker takes a while; the context may end meanwhile.
 	s.Sleep(ctx.Done(), time.Duration(r.Int64N(int64(300*time.Millisecond))))
 	if r.Float64() < p.w.cfg.FaultRate/10 {
@@ -501,7 +641,6 @@ func (p *publisher) Publish(ctx context.Context, msgs []outbox.Message) (int, er
 func (p *publisher) PublishAlone(ctx context.Context, m outbox.Message) error {
 	s, r := p.w.s, p.w.s.Rand()
 	s.Yield()
-	defer p.begin(m.Bucket)()
 	s.Sleep(ctx.Done(), time.Duration(r.Int64N(int64(100*time.Millisecond))))
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -535,40 +674,69 @@ func (y *yieldStore) ReadLease(ctx context.Context, b int) (outbox.Lease, error)
 	y.s.Yield()
 	return y.Store.ReadLease(ctx, b)
 }
+
+// resent runs a conditional write; with the schedule's ResendRate its
+// response is lost after it applied and the SDK sends it again: the caller
+// gets the answer to the resend (every conditional write must survive one).
+func (y *yieldStore) resent(op string, b int, write func() error) error {
+	err := write()
+	if err == nil && y.w.s.Rand().Float64() < y.w.cfg.ResendRate {
+		y.w.res.Resends++
+		y.w.tracef("  %s b%d applied, response lost: resent", op, b)
+		y.s.Yield()
+		err = write()
+	}
+	return err
+}
+
 func (y *yieldStore) Acquire(ctx context.Context, b int, o string, now time.Time, d time.Duration) (outbox.Lease, error) {
 	y.s.Yield()
-	nl, err := y.Store.Acquire(ctx, b, o, y.clock(now), d)
+	var nl outbox.Lease
+	err := y.resent("Acquire", b, func() (err error) { nl, err = y.Store.Acquire(ctx, b, o, y.clock(now), d); return err })
 	y.lease("Acquire", b, o, nl, err)
 	return nl, err
 }
 func (y *yieldStore) Renew(ctx context.Context, l outbox.Lease, now time.Time, d time.Duration) (outbox.Lease, error) {
 	y.s.Yield()
-	return y.Store.Renew(ctx, l, now, d)
+	var nl outbox.Lease
+	err := y.resent("Renew", l.Bucket, func() (err error) { nl, err = y.Store.Renew(ctx, l, now, d); return err })
+	return nl, err
 }
 func (y *yieldStore) Update(ctx context.Context, l outbox.Lease, u outbox.LeaseUpdate, now time.Time) (outbox.Lease, error) {
 	y.s.Yield()
-	return y.Store.Update(ctx, l, u, now)
+	var nl outbox.Lease
+	err := y.resent("Update", l.Bucket, func() (err error) { nl, err = y.Store.Update(ctx, l, u, now); return err })
+	return nl, err
 }
 func (y *yieldStore) Release(ctx context.Context, l outbox.Lease, head, cleaned int64) (outbox.Lease, error) {
 	y.s.Yield()
-	nl, err := y.Store.Release(ctx, l, head, cleaned)
+	var nl outbox.Lease
+	err := y.resent("Release", l.Bucket, func() (err error) { nl, err = y.Store.Release(ctx, l, head, cleaned); return err })
 	y.lease("Release", l.Bucket, l.Owner, nl, err)
 	return nl, err
 }
 func (y *yieldStore) Abandon(ctx context.Context, l outbox.Lease, head, cleaned int64) error {
 	y.s.Yield()
-	err := y.Store.Abandon(ctx, l, head, cleaned)
+	err := y.resent("Abandon", l.Bucket, func() error { return y.Store.Abandon(ctx, l, head, cleaned) })
 	y.lease("Abandon", l.Bucket, l.Owner, y.Store.Lease(l.Bucket), err)
 	return err
 }
 func (y *yieldStore) Advance(ctx context.Context, l outbox.Lease, head, cleaned int64, now time.Time) (outbox.Lease, error) {
 	y.s.Yield()
-	nl, err := y.Store.Advance(ctx, l, head, cleaned, now)
+	var nl outbox.Lease
+	err := y.resent("Advance", l.Bucket, func() (err error) { nl, err = y.Store.Advance(ctx, l, head, cleaned, now); return err })
 	y.lease("Advance", l.Bucket, l.Owner, nl, err)
 	return nl, err
 }
+
+// errReadFault is a failed read (throttled): the drain stops mid-way.
+var errReadFault = errors.New("sim: read of the bucket failed (throttled)")
+
 func (y *yieldStore) Pending(ctx context.Context, b int, after int64, limit int) ([]outbox.Entry, bool, error) {
 	y.s.Yield()
+	if y.w.s.Rand().Float64() < y.w.cfg.ReadFaultRate {
+		return nil, false, errReadFault
+	}
 	return y.Store.Pending(ctx, b, after, limit)
 }
 func (y *yieldStore) MarkPublished(ctx context.Context, b int, seqs []int64, now time.Time) error {
@@ -577,15 +745,17 @@ func (y *yieldStore) MarkPublished(ctx context.Context, b int, seqs []int64, now
 	if y.w.cfg.Watermark {
 		return fmt.Errorf("sim: tombstones written in WatermarkMode (bucket %d, %v)", b, seqs)
 	}
-	return y.Store.MarkPublished(ctx, b, seqs, now)
+	return y.resent("MarkPublished", b, func() error { return y.Store.MarkPublished(ctx, b, seqs, now) })
 }
 func (y *yieldStore) Fence(ctx context.Context, b int, seq int64, now time.Time) error {
 	y.s.Yield()
-	return y.Store.Fence(ctx, b, seq, now)
+	return y.resent("Fence", b, func() error { return y.Store.Fence(ctx, b, seq, now) })
 }
 func (y *yieldStore) Park(ctx context.Context, l outbox.Lease, p outbox.Parked, now time.Time) (outbox.Lease, error) {
 	y.s.Yield()
-	return y.Store.Park(ctx, l, p, now)
+	var nl outbox.Lease
+	err := y.resent("Park", l.Bucket, func() (err error) { nl, err = y.Store.Park(ctx, l, p, now); return err })
+	return nl, err
 }
 
 // clock returns now unchanged: relays pass their own (skewed) lease clock.

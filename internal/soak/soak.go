@@ -111,13 +111,20 @@ type Result struct {
 	Phantom     int
 	Duplicates  int
 	Unexplained int
-	Reorders    int
-	Parked      int
-	Mismatch    int // id header different from the stored id
-	Faults      int
-	ByKind      map[string]int
-	Rounds      int
-	Elapsed     time.Duration
+	// ByCause: the duplicates by the recorded event that explains each
+	// (internal/attrib), "cause:n,..." ("none": no duplicates).
+	ByCause string
+	// Overlaps is the I4 check on the Kafka side: publishes of one bucket
+	// by two processes at once, and how many of them a documented window
+	// admits.
+	Overlaps attrib.OverlapReport
+	Reorders int
+	Parked   int
+	Mismatch int // id header different from the stored id
+	Faults   int
+	ByKind   map[string]int
+	Rounds   int
+	Elapsed  time.Duration
 	// Examples of problems.
 	LostIDs, PhantomIDs, UnexplainedIDs []string
 	Violations                          []checker.Violation
@@ -130,13 +137,14 @@ type Result struct {
 
 // Line is the run's one-line summary.
 func (r Result) Line() string {
-	return fmt.Sprintf("soak: mode=%s messages=%d lost=%d phantom=%d read_model_mismatches=%d duplicates=%d unexplained=%d reorders=%d parked=%d faults=%d",
-		r.Mode, r.Messages, r.Lost, r.Phantom, r.ReadModelMismatches, r.Duplicates, r.Unexplained, r.Reorders, r.Parked, r.Faults)
+	return fmt.Sprintf("soak: mode=%s messages=%d lost=%d phantom=%d read_model_mismatches=%d duplicates=%d unexplained=%d %s reorders=%d parked=%d faults=%d duplicates_by_cause=%s",
+		r.Mode, r.Messages, r.Lost, r.Phantom, r.ReadModelMismatches, r.Duplicates, r.Unexplained, r.Overlaps, r.Reorders, r.Parked, r.Faults, r.ByCause)
 }
 
 // OK reports whether every promise held.
 func (r Result) OK() bool {
-	return r.Lost == 0 && r.Phantom == 0 && r.Unexplained == 0 && r.Reorders == 0 && r.Mismatch == 0 && r.ReadModelMismatches == 0
+	return r.Lost == 0 && r.Phantom == 0 && r.Unexplained == 0 && r.Reorders == 0 && r.Mismatch == 0 && r.ReadModelMismatches == 0 &&
+		r.Overlaps.UnadmittedCount() == 0
 }
 
 // Kinds returns the fault kinds in a stable order with their counts.
@@ -253,6 +261,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	r := chk.Result()
 	res.Messages, res.RolledBack = r.Committed, int(rolledBack.Load())
 	res.Lost, res.Phantom, res.Duplicates, res.Unexplained = r.Lost, r.Phantom, r.Duplicates, r.Unexplained
+	res.ByCause = r.Causes()
+	traces.mu.Lock()
+	for _, a := range traces.at[len(traces.at)-res.Rounds:] {
+		res.Overlaps.Add(a.Overlaps())
+	}
+	traces.mu.Unlock()
 	res.Reorders, res.Parked, res.Mismatch = r.OrderViolations, r.Parked, r.HeaderMismatch
 	res.LostIDs, res.PhantomIDs, res.UnexplainedIDs, res.Violations = first(r.LostIDs), first(r.PhantomIDs), first(r.UnexplainedIDs), r.Violations[:min(5, len(r.Violations))]
 	res.ReadModelMismatches = view.mismatches
@@ -389,27 +403,40 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	}
 	defer pub.Close()
 	at := attrib.New(store, pub, chk)
+	at.Watermark = cfg.Mode == outbox.WatermarkMode
 	traces.mu.Lock()
 	traces.at = append(traces.at, at)
 	traces.mu.Unlock()
-	crash := &crasher{chance: chance, tl: tl}
+	crash := &crasher{chance: chance, tl: tl, at: at}
 	relayOpts := func(id string) []outbox.Option {
 		return []outbox.Option{outbox.RelayID(id), outbox.LeaseDuration(leaseDuration), outbox.LeaseRenewInterval(time.Second),
-			outbox.LeaseMargin(time.Second), outbox.MaxClockSkew(500 * time.Millisecond), outbox.GapTimeout(gapTimeout), outbox.GapPollInterval(20 * time.Millisecond),
+			outbox.LeaseMargin(time.Second), outbox.MaxClockSkew(500 * time.Millisecond), outbox.ResumeWindow(2 * time.Second), outbox.GapTimeout(gapTimeout), outbox.GapPollInterval(20 * time.Millisecond),
 			outbox.RetryBackoff(20*time.Millisecond, 500*time.Millisecond), outbox.DeadlineMargin(500 * time.Millisecond),
 			// Small batches: more batches, so more chances for every fault.
 			outbox.BatchSize(25), outbox.WithMode(cfg.Mode), seam.With(seam.Hooks{Faults: crash}).(outbox.Option)}
 	}
-	streamRelay, err := outbox.NewRelay(ctx, at, at, relayOpts(fmt.Sprint("stream-relay-", round))...)
+	// The relay function as deployed: containers that share one owner id
+	// (lambda/wiring), each its own process. The mapping invokes the first;
+	// the stream chaos (duplicated and redelivered batches, as from a
+	// concurrent invocation) goes to the second, so two invocations with one
+	// owner id may drain a bucket at once. Each process publishes through
+	// its own probe: the I4 check compares their publish intervals.
+	streamID := fmt.Sprint("stream-relay-", round)
+	streamRelay, err := outbox.NewRelay(ctx, at, at.ViaAs("stream-container-1", pub), relayOpts(streamID)...)
 	if err != nil {
 		return 0, err
 	}
-	sweepRelay, err := outbox.NewRelay(ctx, at, at, relayOpts(fmt.Sprint("sweeper-", round))...)
+	streamRelay2, err := outbox.NewRelay(ctx, at, at.ViaAs("stream-container-2", pub), relayOpts(streamID)...)
+	if err != nil {
+		return 0, err
+	}
+	sweepRelay, err := outbox.NewRelay(ctx, at, at.ViaAs("sweeper", pub), relayOpts(fmt.Sprint("sweeper-", round))...)
 	if err != nil {
 		return 0, err
 	}
 	quiet := slog.New(slog.DiscardHandler)
 	relayFn := handler.NewRelay(streamRelay, 8, quiet)
+	relayFn2 := handler.NewRelay(streamRelay2, 8, quiet)
 	sweepFn, err := handler.NewSweeper(sweepRelay, quiet)
 	if err != nil {
 		return 0, err
@@ -424,6 +451,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 		seen.add(ev)
 		return relayFn.Handle(ctx, ev)
 	}, esm.Timeout(30*time.Second))
+	invoker2 := esm.InProcess(relayFn2.Handle, esm.Timeout(30*time.Second))
 	mapping, err := esm.New(streams, aws.ToString(desc.Table.LatestStreamArn), invoker,
 		esm.BatchSize(500), esm.Filter(esm.InsertsOnly), esm.MaximumRetryAttempts(5), esm.BisectBatchOnFunctionError(true),
 		esm.ReportBatchItemFailures(true), esm.PollInterval(50*time.Millisecond))
@@ -493,7 +521,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 				bg.Add(1)
 				go func() {
 					defer func() { <-chaosSlots; bg.Done() }()
-					_, _ = invoker.Invoke(pipeCtx, ev)
+					_, _ = invoker2.Invoke(pipeCtx, ev)
 				}()
 			}
 			switch {
@@ -689,6 +717,7 @@ type crasher struct {
 	on     atomic.Bool
 	chance func(float64) bool
 	tl     *tally
+	at     *attrib.Attribution // told of every crash and stall, to explain their duplicates
 }
 
 var errKilled = errors.New("soak: killed")
@@ -712,11 +741,13 @@ func (c *crasher) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 	if p == seam.AfterProduce && c.chance(0.05) {
 		// A stalled holder: it sleeps past its lease, then carries on.
 		c.tl.add("relay:stall", 1)
+		c.at.Stalled(bucket)
 		sleep(ctx, leaseDuration+time.Second)
 		return nil
 	}
 	if c.chance(crashChance[p]) {
 		c.tl.add("crash:"+string(p), 1)
+		c.at.Crashed(bucket, string(p))
 		return errKilled
 	}
 	return nil
@@ -773,7 +804,7 @@ func installKafkaFaults(c *kfake.Cluster, topic string, chance func(float64) boo
 					return false
 				}
 				if err == kerr.RequestTimedOut {
-					chk.AtRisk(produceIDs(req)...)
+					chk.AtRisk("kafka:request-timed-out", produceIDs(req)...)
 				}
 				return true
 			}})

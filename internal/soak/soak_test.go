@@ -50,7 +50,7 @@ func TestSmallSoak(t *testing.T) {
 				}
 			}
 			if !res.OK() {
-				t.Fatalf("broken promises: %s; lost %v phantom %v unexplained %v reorders %+v", res.Line(), res.LostIDs, res.PhantomIDs, res.UnexplainedIDs, res.Violations)
+				t.Fatalf("broken promises: %s; lost %v phantom %v unexplained %v reorders %+v overlaps %s", res.Line(), res.LostIDs, res.PhantomIDs, res.UnexplainedIDs, res.Violations, res.Overlaps.Details())
 			}
 			if res.Messages < c.messages {
 				t.Fatalf("only %d messages", res.Messages)

@@ -43,6 +43,10 @@ type Config struct {
 	// SweepMinAge is OUTBOX_SWEEP_MIN_AGE (10s): the sweeper leaves
 	// messages younger than this to the stream path.
 	SweepMinAge time.Duration
+	// ParkStuckAfter is OUTBOX_PARK_STUCK_AFTER (0, off): park a message
+	// that has stopped its bucket this long with a permanent topic- or
+	// cluster-wide error (outbox.ParkStuckAfter).
+	ParkStuckAfter time.Duration
 	// Mode is OUTBOX_MODE: "delete" or "watermark", the mode the outbox
 	// must be in (checked against its config item at init); empty accepts
 	// the stored one.
@@ -86,8 +90,10 @@ func (r Range) String() string {
 
 // Ranges of the numeric variables.
 //
-// The lease is at least 10 s because the relay renews every third of it and
-// stops LeaseMargin (5 s) before it expires; at most 15 min, the longest a
+// The lease is at least MinLeaseSeconds (12 s): it must outlast ResumeWindow
+// (10 s) plus MaxClockSkew (a sixth of the lease), because a relay that takes
+// over an expired lease owes no ResumeWindow wait, and the holder it replaces
+// may have owed one to a relay still resuming the bucket; at most 15 min, the longest a
 // Lambda invocation runs (a longer lease only delays takeover after a crash).
 // The gap timeout is at least 1 s because a writer's reservation and commit
 // take tens of milliseconds and a shorter wait fences live writers; at most
@@ -99,9 +105,10 @@ var Ranges = []Range{
 	{Variable: "OUTBOX_BATCH_SIZE", Min: 1, Max: 10000},
 	{Variable: "OUTBOX_MAX_MESSAGE_BYTES", Min: 1024, Max: 100<<20 - 4},
 	{Variable: "OUTBOX_CONCURRENCY", Min: 1, Max: 256},
-	{Variable: "OUTBOX_LEASE_DURATION", Min: 10, Max: 900, Unit: time.Second},
+	{Variable: "OUTBOX_LEASE_DURATION", Min: MinLeaseSeconds, Max: 900, Unit: time.Second},
 	{Variable: "OUTBOX_GAP_TIMEOUT", Min: 1, Max: 3600, Unit: time.Second},
 	{Variable: "OUTBOX_SWEEP_MIN_AGE", Min: 0, Max: 600, Unit: time.Second},
+	{Variable: "OUTBOX_PARK_STUCK_AFTER", Min: 0, Max: 604800, Unit: time.Second},
 }
 
 func rangeOf(variable string) Range {
@@ -140,6 +147,7 @@ func Load(getenv func(string) string) (Config, error) {
 		LeaseDuration:          l.duration("OUTBOX_LEASE_DURATION", 30*time.Second),
 		GapTimeout:             l.duration("OUTBOX_GAP_TIMEOUT", 10*time.Second),
 		SweepMinAge:            l.duration("OUTBOX_SWEEP_MIN_AGE", 10*time.Second),
+		ParkStuckAfter:         l.duration("OUTBOX_PARK_STUCK_AFTER", 0),
 		Mode:                   l.mode("OUTBOX_MODE"),
 		Topics:                 l.topics("OUTBOX_TOPICS"),
 		Brokers:                l.brokers("KAFKA_BOOTSTRAP_SERVERS"),
@@ -159,6 +167,14 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	return c, errors.Join(l.errs...)
 }
+
+// ResumeWindow is the engine's default (10s): the functions do not change it.
+func (c Config) ResumeWindow() time.Duration { return 10 * time.Second }
+
+// MinLeaseSeconds is the shortest OUTBOX_LEASE_DURATION: the lease must last
+// at least ResumeWindow + MaxClockSkew (10 s + a sixth of the lease), because
+// a takeover at expiry owes no ResumeWindow wait (docs/design.md §4.1).
+const MinLeaseSeconds = 12
 
 // RenewInterval is a third of the lease, as the defaults are.
 func (c Config) RenewInterval() time.Duration { return c.LeaseDuration / 3 }
@@ -323,4 +339,30 @@ func list(s string) []string {
 		}
 	}
 	return out
+}
+
+// EnqueueConfig is the enqueue function's configuration: it writes to the
+// outbox and needs no Kafka settings.
+type EnqueueConfig struct {
+	MessagesTable   string // OUTBOX_MESSAGES_TABLE (required)
+	ControlTable    string // OUTBOX_CONTROL_TABLE (required)
+	MaxMessageBytes int    // OUTBOX_MAX_MESSAGE_BYTES (1048576)
+	Region          string // AWS_REGION (set by Lambda)
+	DynamoEndpoint  string // OUTBOX_DYNAMODB_ENDPOINT (optional)
+}
+
+// LoadEnqueue reads the enqueue function's configuration, as Load does.
+func LoadEnqueue(getenv func(string) string) (EnqueueConfig, error) {
+	l := loader{getenv: getenv}
+	c := EnqueueConfig{
+		MessagesTable:   l.required("OUTBOX_MESSAGES_TABLE", "the name of the outbox messages table"),
+		ControlTable:    l.required("OUTBOX_CONTROL_TABLE", "the name of the outbox control table"),
+		MaxMessageBytes: l.int("OUTBOX_MAX_MESSAGE_BYTES", outbox.DefaultMaxMessageBytes),
+		Region:          getenv("AWS_REGION"),
+		DynamoEndpoint:  getenv("OUTBOX_DYNAMODB_ENDPOINT"),
+	}
+	if c.Region == "" {
+		c.Region = defaultRegion
+	}
+	return c, errors.Join(l.errs...)
 }

@@ -81,8 +81,10 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{set: "OUTBOX_MAX_MESSAGE_BYTES", value: "104857600", variable: "OUTBOX_MAX_MESSAGE_BYTES", reason: "1024..104857596"},
 		{set: "OUTBOX_CONCURRENCY", value: "257", variable: "OUTBOX_CONCURRENCY", reason: "1..256"},
 		{set: "OUTBOX_LEASE_DURATION", value: "30", variable: "OUTBOX_LEASE_DURATION", reason: "Go duration"},
-		{set: "OUTBOX_LEASE_DURATION", value: "5s", variable: "OUTBOX_LEASE_DURATION", reason: "10s..15m0s"},
-		{set: "OUTBOX_LEASE_DURATION", value: "24h", variable: "OUTBOX_LEASE_DURATION", reason: "10s..15m0s"},
+		{set: "OUTBOX_LEASE_DURATION", value: "5s", variable: "OUTBOX_LEASE_DURATION", reason: "12s..15m0s"},
+		// Below ResumeWindow (10s) + MaxClockSkew (a sixth of the lease).
+		{set: "OUTBOX_LEASE_DURATION", value: "11s", variable: "OUTBOX_LEASE_DURATION", reason: "12s..15m0s"},
+		{set: "OUTBOX_LEASE_DURATION", value: "24h", variable: "OUTBOX_LEASE_DURATION", reason: "12s..15m0s"},
 		{set: "OUTBOX_GAP_TIMEOUT", value: "-1s", variable: "OUTBOX_GAP_TIMEOUT", reason: "1s..1h0m0s"},
 		{set: "OUTBOX_GAP_TIMEOUT", value: "1ns", variable: "OUTBOX_GAP_TIMEOUT", reason: "1s..1h0m0s"},
 		{set: "OUTBOX_GAP_TIMEOUT", value: "2h", variable: "OUTBOX_GAP_TIMEOUT", reason: "1s..1h0m0s"},
@@ -206,5 +208,27 @@ func TestLoadTransactional(t *testing.T) {
 		if err != nil || cfg.Transactional != c.want {
 			t.Fatalf("%q: Transactional=%v err=%v, want %v", c.value, cfg.Transactional, err, c.want)
 		}
+	}
+}
+
+// The enqueue function needs the tables only; Kafka's variables are not
+// required, and a bad OUTBOX_MAX_MESSAGE_BYTES is named.
+func TestLoadEnqueue(t *testing.T) {
+	env := map[string]string{"OUTBOX_MESSAGES_TABLE": "m", "OUTBOX_CONTROL_TABLE": "c"}
+	c, err := LoadEnqueue(func(k string) string { return env[k] })
+	if err != nil || c.MessagesTable != "m" || c.ControlTable != "c" || c.MaxMessageBytes != 1048576 || c.Region != defaultRegion {
+		t.Fatalf("LoadEnqueue = %+v, %v", c, err)
+	}
+	env = map[string]string{"OUTBOX_MAX_MESSAGE_BYTES": "12"}
+	_, err = LoadEnqueue(func(k string) string { return env[k] })
+	var names []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var ce *Error
+		if errors.As(e, &ce) {
+			names = append(names, ce.Variable)
+		}
+	}
+	if strings.Join(names, " ") != "OUTBOX_MESSAGES_TABLE OUTBOX_CONTROL_TABLE OUTBOX_MAX_MESSAGE_BYTES" {
+		t.Fatalf("errors name %v", names)
 	}
 }

@@ -1,7 +1,9 @@
 // Package handler holds the Lambda functions' handlers: Relay for the
-// messages table's stream, Sweeper for the schedule. They are importable so
-// the local pipeline (make demo) runs exactly the code Lambda runs; the
-// commands in lambda/relay and lambda/sweeper only wire them.
+// messages table's stream, Sweeper for the schedule, Enqueue for the callers
+// that enqueue through a function (Step Functions, EventBridge, SQS, Pipes).
+// They are importable so the local pipeline (make demo) and the tests run
+// exactly the code Lambda runs; the commands in lambda/relay, lambda/sweeper
+// and lambda/enqueue only wire them.
 package handler
 
 import (
@@ -236,7 +238,14 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 			h.log.ErrorContext(ctx, "outbox relay: bucket out of range", "bucket", r.bucket, "err", r.err)
 		default:
 			failed++
-			h.log.WarnContext(ctx, "outbox relay: bucket not drained; reporting it for redelivery", "bucket", r.bucket, "err", r.err)
+			if outbox.Classify(r.err) == outbox.Fatal {
+				// A stopped bucket: the engine names it once a minute per
+				// bucket (ERROR, with a count) and records it on the lease
+				// item; a line per invocation here would undo that limit.
+				h.log.DebugContext(ctx, "outbox relay: stopped bucket not drained; reporting it for redelivery", "bucket", r.bucket, "err", r.err)
+			} else {
+				h.log.WarnContext(ctx, "outbox relay: bucket not drained; reporting it for redelivery", "bucket", r.bucket, "err", r.err)
+			}
 			if sn := lowest[r.bucket]; !anyFailed || seqLess(sn, failedAt) {
 				failedAt, anyFailed = sn, true
 			}

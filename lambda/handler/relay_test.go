@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 
@@ -156,4 +157,70 @@ func TestSeqLess(t *testing.T) {
 			t.Errorf("seqLess(%s, %s) = %v", c.a, c.b, got)
 		}
 	}
+}
+
+// A stopped bucket (a Fatal error: a missing topic, an authorization
+// failure) is named by the engine once a minute per bucket; the handler
+// does not add a WARN line per invocation for it, while it still reports
+// the bucket for redelivery. Any other failure keeps its WARN line.
+func TestStoppedBucketLogsNoWarnPerInvocation(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		err   error
+		warns int
+	}{
+		{"fatal", outbox.WithClass(errors.New("UNKNOWN_TOPIC_OR_PARTITION: order-evnts"), outbox.Fatal), 0},
+		{"retriable", outbox.WithClass(errors.New("broker timeout"), outbox.Retriable), 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf syncBuffer
+			d := &fakeDrainer{count: 8, errs: map[int]error{3: tt.err}}
+			h := NewRelay(d, 4, slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+			for i := 0; i < 3; i++ {
+				resp, err := h.Handle(context.Background(), loadEvent(t, "insert.json"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(resp.BatchItemFailures) != 1 {
+					t.Fatalf("invocation %d: failures %+v; want bucket 3 reported for redelivery", i, resp.BatchItemFailures)
+				}
+			}
+			warns := 0
+			for _, line := range buf.lines() {
+				var rec struct {
+					Level string `json:"level"`
+				}
+				if json.Unmarshal([]byte(line), &rec) == nil && rec.Level == "WARN" {
+					warns++
+				}
+			}
+			if warns != 3*tt.warns {
+				t.Fatalf("%d WARN lines in 3 invocations; want %d:\n%s", warns, 3*tt.warns, buf.String())
+			}
+		})
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b = append(s.b, p...)
+	return len(p), nil
+}
+
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return string(s.b) }
+
+func (s *syncBuffer) lines() []string {
+	var out []string
+	for _, l := range strings.Split(s.String(), "\n") {
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,10 @@ const (
 	// in whole hours; ignored in delete mode, 24 when absent.
 	propMode      = "Mode"
 	propRetention = "RetentionHours"
+	// propTopics is the topics the outbox serves, comma-separated (the
+	// stack's Topics parameter); empty means any topic. Absent (a stack
+	// from before the topic list) leaves the stored list as it is.
+	propTopics = "Topics"
 )
 
 // defaultRetentionHours is RetentionHours when the property is absent.
@@ -93,10 +98,18 @@ func (h *Handler) Handle(ctx context.Context, ev cfn.Event) (physicalID string, 
 	if err != nil {
 		return fail(err)
 	}
+	_, setTopics := ev.ResourceProperties[propTopics]
 	if d, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, d.Add(-deadlineMargin))
 		defer cancel()
+	}
+	if !setTopics {
+		// Keep the stored list: this stack does not say one.
+		want.Topics = nil
+		if stored, err := dynamo.ReadConfig(ctx, h.client, tables); err == nil {
+			want.Topics = stored.Topics
+		}
 	}
 	prev, err := dynamo.Configure(ctx, h.client, tables, want)
 	if err != nil {
@@ -114,7 +127,8 @@ func (h *Handler) Handle(ctx context.Context, ev cfn.Event) (physicalID string, 
 		}
 		return fail(fmt.Errorf("outbox config item in %s: %w", tables.Control, err))
 	}
-	attrs := []any{"control_table", tables.Control, "bucket_count", want.BucketCount, "mode", want.Mode.String(), "retention", want.Retention.String()}
+	attrs := []any{"control_table", tables.Control, "bucket_count", want.BucketCount, "mode", want.Mode.String(), "retention", want.Retention.String(),
+		"topics", dynamo.TopicList(want.Topics)}
 	switch {
 	case prev.BucketCount == 0:
 		log.InfoContext(ctx, "outbox setup: config item written", attrs...)
@@ -122,6 +136,8 @@ func (h *Handler) Handle(ctx context.Context, ev cfn.Event) (physicalID string, 
 		log.InfoContext(ctx, "outbox setup: BucketCount or mode changed on an empty outbox", append(attrs, "from_bucket_count", prev.BucketCount, "from_mode", prev.Mode.String())...)
 	case prev.Retention != want.Retention && want.Mode == outbox.WatermarkMode:
 		log.InfoContext(ctx, "outbox setup: retention changed; writers use it once they restart", append(attrs, "from_retention", prev.Retention.String())...)
+	case !slices.Equal(prev.Topics, want.Topics):
+		log.InfoContext(ctx, "outbox setup: topics changed; writers use them once they restart", append(attrs, "from_topics", dynamo.TopicList(prev.Topics))...)
 	default:
 		log.InfoContext(ctx, "outbox setup: config item already says so", attrs...)
 	}
@@ -129,6 +145,7 @@ func (h *Handler) Handle(ctx context.Context, ev cfn.Event) (physicalID string, 
 		propBuckets:   strconv.Itoa(want.BucketCount),
 		propMode:      want.Mode.String(),
 		propRetention: strconv.Itoa(int(want.Retention / time.Hour)),
+		propTopics:    strings.Join(want.Topics, ","),
 	}, nil
 }
 
@@ -166,6 +183,19 @@ func properties(p map[string]any) (dynamo.Tables, outbox.Config, error) {
 			}
 		}
 		c.Retention = time.Duration(hours) * time.Hour
+	}
+	if v, ok := p[propTopics]; ok {
+		list, _ := v.(string)
+		for t := range strings.SplitSeq(list, ",") {
+			if t = strings.TrimSpace(t); t == "" {
+				continue
+			}
+			if err := outbox.ValidateTopic(t); err != nil {
+				errs = append(errs, fmt.Errorf("property %s: %w", propTopics, err))
+				continue
+			}
+			c.Topics = append(c.Topics, t)
+		}
 	}
 	return tables, c, errors.Join(errs...)
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -252,11 +253,11 @@ func TestPropertiesNameEveryProblem(t *testing.T) {
 		}
 	}
 	tables, c, err := properties(map[string]any{"MessagesTable": "m", "ControlTable": "c", "BucketCount": " 12 "})
-	if err != nil || c != (outbox.Config{BucketCount: 12}) || tables != (dynamo.Tables{Messages: "m", Control: "c"}) {
+	if err != nil || !reflect.DeepEqual(c, outbox.Config{BucketCount: 12}) || tables != (dynamo.Tables{Messages: "m", Control: "c"}) {
 		t.Errorf("properties = %+v %+v %v", tables, c, err)
 	}
 	_, c, err = properties(map[string]any{"MessagesTable": "m", "ControlTable": "c", "BucketCount": "12", "Mode": " watermark "})
-	if err != nil || c != (outbox.Config{BucketCount: 12, Mode: outbox.WatermarkMode, Retention: 24 * time.Hour}) {
+	if err != nil || !reflect.DeepEqual(c, outbox.Config{BucketCount: 12, Mode: outbox.WatermarkMode, Retention: 24 * time.Hour}) {
 		t.Errorf("watermark without RetentionHours: %+v %v; want 24 h", c, err)
 	}
 }
@@ -268,5 +269,22 @@ func TestTruncateKeepsRunes(t *testing.T) {
 	}
 	if got := truncate("short", 10); got != "short" {
 		t.Errorf("truncate = %q", got)
+	}
+}
+
+// The Topics property is the stack's comma-separated list, each name
+// checked; an empty one means any topic.
+func TestPropertiesTopics(t *testing.T) {
+	base := func(topics any) map[string]any {
+		return map[string]any{"MessagesTable": "m", "ControlTable": "c", "BucketCount": "4", "Topics": topics}
+	}
+	if _, c, err := properties(base(" orders, audit ,")); err != nil || !reflect.DeepEqual(c.Topics, []string{"orders", "audit"}) {
+		t.Errorf("Topics: %+v %v; want orders, audit", c, err)
+	}
+	if _, c, err := properties(base("")); err != nil || len(c.Topics) != 0 {
+		t.Errorf("empty Topics: %+v %v; want none (any topic)", c, err)
+	}
+	if _, _, err := properties(base("orders,order events")); err == nil || !strings.Contains(err.Error(), "Topics") {
+		t.Errorf("a topic Kafka refuses: err = %v, want one naming Topics", err)
 	}
 }

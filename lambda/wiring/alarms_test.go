@@ -202,7 +202,7 @@ func (r *faultRig) run(ctx context.Context, sweeps int) observation {
 	if rerr == nil {
 		defer relayParts.Close()
 	}
-	sweeperParts, serr := BuildWith(ctx, cfg, r.d.Config, log, "sweeper/test", append([]outbox.Option{outbox.ResumeWindow(2 * time.Second)}, r.extra...)...)
+	sweeperParts, serr := BuildWith(ctx, cfg, r.d.Config, log, "sweeper/test", append([]outbox.Option{outbox.ResumeWindow(3 * time.Second)}, r.extra...)...)
 	o.sweeperInitFailed = serr != nil
 	if serr == nil {
 		defer sweeperParts.Close()
@@ -250,7 +250,7 @@ func newFaultRig(t *testing.T, ctx context.Context, d *testenv.Dynamo, k *testen
 		"OUTBOX_MESSAGES_TABLE": r.tables.Messages, "OUTBOX_CONTROL_TABLE": r.tables.Control,
 		"OUTBOX_TOPICS": r.topic, "KAFKA_BOOTSTRAP_SERVERS": strings.Join(k.Brokers, ","),
 		"OUTBOX_DYNAMODB_ENDPOINT": d.Endpoint, "AWS_REGION": d.Config.Region, "KAFKA_AUTH": "none",
-		"OUTBOX_SWEEP_MIN_AGE": "0s", "OUTBOX_LEASE_DURATION": "10s",
+		"OUTBOX_SWEEP_MIN_AGE": "0s", "OUTBOX_LEASE_DURATION": "12s",
 	}
 	w, err := dynamo.NewWriter(ctx, d.Client, r.tables)
 	if err != nil {
@@ -355,6 +355,10 @@ func TestFailuresRaiseTheirAlarms(t *testing.T) {
 			"raised both claimed alarms in ~40 runs and missed OldestPendingAgeAlarm once, unexplained, so it is not a test yet",
 		"DynamoDB throttling":  "only if it lasts; DynamoDB Local does not throttle",
 		"Stream hints dropped": "the event source mapping's own retries; deploy's TestRelayStreamEvent checks its failure destination",
+		"Kafka: a topic that does not exist": "the same Fatal publish path as TOPIC_AUTHORIZATION_FAILED, driven here; " +
+			"cmd/outbox's TestContainment drives the missing topic itself (REASON, park, replay)",
+		"Messages or control table made a global table": "an init failure, as an invalid configuration; DynamoDB Local has no replicas, " +
+			"store/dynamo's TestGlobalTablesRefused checks the init error with a fake DescribeTable answer",
 	}
 	covered := map[string]bool{}
 	var mu sync.Mutex

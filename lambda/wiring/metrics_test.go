@@ -174,7 +174,7 @@ func TestStuckBucketOnTopicAuthorizationFailure(t *testing.T) {
 		"OUTBOX_MESSAGES_TABLE": tables.Messages, "OUTBOX_CONTROL_TABLE": tables.Control,
 		"OUTBOX_TOPICS": topic, "KAFKA_BOOTSTRAP_SERVERS": strings.Join(k.Brokers, ","),
 		"OUTBOX_DYNAMODB_ENDPOINT": d.Endpoint, "AWS_REGION": d.Config.Region, "KAFKA_AUTH": "none",
-		"OUTBOX_SWEEP_MIN_AGE": "0s", "OUTBOX_LEASE_DURATION": "10s",
+		"OUTBOX_SWEEP_MIN_AGE": "0s", "OUTBOX_LEASE_DURATION": "12s",
 	}
 	cfg, err := config.Load(func(s string) string { return env[s] })
 	if err != nil {
@@ -200,8 +200,8 @@ func TestStuckBucketOnTopicAuthorizationFailure(t *testing.T) {
 	relayFn := handler.NewRelay(relayParts.Relay, cfg.Concurrency, log, handler.RelayEMF(relayEMF, metrics))
 	// The sweeper takes over a bucket the relay gave up, and waits
 	// ResumeWindow (default 10s) before publishing to it; a shorter window
-	// (above the 10s lease's margin) keeps the test short.
-	sweeperParts, err := BuildWith(ctx, cfg, d.Config, log, "sweeper/test", outbox.ResumeWindow(2*time.Second))
+	// (above the 12s lease's margin) keeps the test short.
+	sweeperParts, err := BuildWith(ctx, cfg, d.Config, log, "sweeper/test", outbox.ResumeWindow(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

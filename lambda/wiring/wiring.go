@@ -124,18 +124,7 @@ func Build(ctx context.Context, cfg config.Config, logger *slog.Logger, relayID 
 // BuildWith is Build with a given AWS configuration.
 func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger, relayID string, extra ...outbox.Option) (*Parts, error) {
 	p := &Parts{Config: cfg, AWS: awsCfg}
-	// Up to Concurrency buckets x the store's concurrent deletes are in
-	// flight; keep that many idle connections (the SDK keeps 10 per host),
-	// so busy drains do not open a new TLS connection per call.
-	p.Dynamo = dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
-		o.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
-			tr.MaxIdleConnsPerHost = 64
-		})
-		if cfg.DynamoEndpoint != "" {
-			o.BaseEndpoint = aws.String(cfg.DynamoEndpoint)
-			o.DisableValidateResponseChecksum = true // DynamoDB Local sends no CRC on errors
-		}
-	})
+	p.Dynamo = DynamoClient(awsCfg, cfg.DynamoEndpoint)
 	tables := dynamo.Tables{Messages: cfg.MessagesTable, Control: cfg.ControlTable}
 	var err error
 	if p.Store, err = dynamo.NewStore(ctx, p.Dynamo, tables); err != nil {
@@ -153,11 +142,13 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 		outbox.BucketCount(cfg.BucketCount),
 		outbox.BatchSize(cfg.BatchSize),
 		outbox.LeaseDuration(cfg.LeaseDuration),
+		outbox.ResumeWindow(cfg.ResumeWindow()),
 		outbox.LeaseRenewInterval(cfg.RenewInterval()),
 		outbox.LeaseMargin(cfg.LeaseMargin()),
 		outbox.MaxClockSkew(cfg.MaxClockSkew()),
 		outbox.GapTimeout(cfg.GapTimeout),
 		outbox.SweepMinAge(cfg.SweepMinAge),
+		outbox.ParkStuckAfter(cfg.ParkStuckAfter),
 		outbox.MaxMessageBytes(cfg.MaxMessageBytes),
 		outbox.Concurrency(cfg.Concurrency),
 		outbox.WithLogger(logger),
@@ -176,14 +167,33 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 	return p, nil
 }
 
-// StreamOwnerID is the lease owner id of the relay function: one id for all
-// of its execution environments, "relay/<function name>". The event-source
-// mapping hands a bucket's records (one partition key) to one invocation at
-// a time, so the function's invocations never drain one bucket at once; with
-// one owner id, a bucket that one environment released is resumed by the next
-// without a lease write and without waiting out a ResumeWindow, and a bucket
-// whose holder died is taken up by the next invocation at once
-// (docs/design.md, "resuming"). Outside Lambda it is ContainerID("relay").
+// DynamoClient is the functions' DynamoDB client; endpoint overrides AWS's
+// (OUTBOX_DYNAMODB_ENDPOINT: DynamoDB Local, LocalStack) when set.
+func DynamoClient(awsCfg aws.Config, endpoint string) *dynamodb.Client {
+	// Up to Concurrency buckets x the store's concurrent deletes are in
+	// flight; keep that many idle connections (the SDK keeps 10 per host),
+	// so busy drains do not open a new TLS connection per call.
+	return dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
+		o.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+			tr.MaxIdleConnsPerHost = 64
+		})
+		if endpoint != "" {
+			o.BaseEndpoint = aws.String(endpoint)
+			o.DisableValidateResponseChecksum = true // DynamoDB Local sends no CRC on errors
+		}
+	})
+}
+
+// StreamOwnerID is the lease owner id of the relay function: one name for
+// all of its execution environments, "relay/<function name>", so that
+// metrics and heartbeats name the function. The name does not make them one
+// holder: the event-source mapping does not serialise a bucket (AWS orders
+// stream records per item, so two hints of one bucket can reach concurrent
+// invocations), and each acquisition is its own hold, told apart by the
+// token in the lease item. A container resumes without a write only a
+// bucket it released itself; one that takes a bucket from another
+// container's release waits ResumeWindow (docs/design.md §4.3). Outside
+// Lambda it is ContainerID("relay").
 func StreamOwnerID() string {
 	if fn := os.Getenv("AWS_LAMBDA_FUNCTION_NAME"); fn != "" {
 		id := "relay/" + fn

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,6 +57,15 @@ func (e *ModeChangeError) Error() string {
 // library; upgrade"), and must: it would replace retained messages by
 // tombstones, and write messages without a TTL, which then never expire.
 //
+// The topics the outbox serves (tp, a string set; absent means any topic)
+// do not change the version, in either mode: code that predates them reads
+// the item as before and ignores tp, so an older writer accepts any topic
+// (what it always did: the list is a check against mistakes, and nothing
+// written under it depends on it), while an older Configure or
+// SetBucketCount keeps tp untouched (its update names only the attributes
+// it knows). Raising the version would instead make every older writer and
+// relay refuse to start over a check they do not need.
+//
 // Every other item keeps outbox.FormatVersion in both modes; Config reports
 // that item format as FormatVersion, whatever the config item's version.
 const (
@@ -72,6 +82,9 @@ func configItem(c outbox.Config) map[string]types.AttributeValue {
 		item[attrVersion] = numAttr(configV2)
 		item[attrMode] = strAttr(c.Mode.String())
 		item[attrRetention] = numAttr(int64(c.Retention / time.Second))
+	}
+	if len(c.Topics) > 0 {
+		item[attrTopics] = &types.AttributeValueMemberSS{Value: slices.Clone(c.Topics)}
 	}
 	return item
 }
@@ -113,6 +126,15 @@ func decodeConfig(item map[string]types.AttributeValue) (outbox.Config, error) {
 		return outbox.Config{}, err
 	}
 	c.Retention = time.Duration(rt) * time.Second
+	if v, ok := item[attrTopics]; ok {
+		ss, ok := v.(*types.AttributeValueMemberSS)
+		if !ok {
+			return outbox.Config{}, &ItemError{Attribute: attrTopics, Reason: "not a string set"}
+		}
+		if c.Topics, err = cleanTopics(ss.Value); err != nil {
+			return outbox.Config{}, &ItemError{Attribute: attrTopics, Reason: err.Error()}
+		}
+	}
 	switch {
 	case c.Mode == outbox.WatermarkMode && v < configV2:
 		return outbox.Config{}, &ItemError{Attribute: attrVersion, Reason: fmt.Sprintf(
@@ -139,17 +161,36 @@ func checkWanted(c outbox.Config) (outbox.Config, error) {
 	if c.Mode == outbox.WatermarkMode && c.Retention == 0 {
 		c.Retention = DefaultRetention
 	}
+	topics, err := cleanTopics(c.Topics)
+	if err != nil {
+		return c, &outbox.OptionError{Option: "Topics", Value: c.Topics, Reason: err.Error()}
+	}
+	c.Topics = topics
 	c.FormatVersion = outbox.FormatVersion
 	return c, nil
 }
 
+// cleanTopics checks a topic list and returns it sorted without duplicates
+// (nil for none: any topic).
+func cleanTopics(topics []string) ([]string, error) {
+	var out []string
+	for _, t := range topics {
+		if err := outbox.ValidateTopic(t); err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
 // sameConfig compares what a config item says.
 func sameConfig(a, b outbox.Config) bool {
-	return a.BucketCount == b.BucketCount && a.Mode == b.Mode && a.Retention == b.Retention
+	return a.BucketCount == b.BucketCount && a.Mode == b.Mode && a.Retention == b.Retention && slices.Equal(a.Topics, b.Topics)
 }
 
 // SetBucketCount makes the outbox's config item say bucketCount, keeping its
-// mode and retention. It is Configure for tools that set the bucket count
+// mode, retention and topics. It is Configure for tools that set the bucket count
 // alone; with no config item yet it writes a DeleteMode one. It returns the
 // count stored before, 0 when there was none.
 func SetBucketCount(ctx context.Context, client StoreAPI, tables Tables, bucketCount int) (previous int, err error) {
@@ -163,9 +204,9 @@ func SetBucketCount(ctx context.Context, client StoreAPI, tables Tables, bucketC
 	return prev.BucketCount, err
 }
 
-// Configure makes the outbox's config item say want (BucketCount, Mode and
-// Retention; FormatVersion is ignored, and a WatermarkMode Retention of 0
-// means DefaultRetention). It is for deployment tools (the stack's custom
+// Configure makes the outbox's config item say want (BucketCount, Mode,
+// Retention and Topics; FormatVersion is ignored, a WatermarkMode Retention
+// of 0 means DefaultRetention, and empty Topics means any topic). It is for deployment tools (the stack's custom
 // resource, outbox init) on tables that already exist:
 //
 //   - no config item yet: it is written;
@@ -173,6 +214,9 @@ func SetBucketCount(ctx context.Context, client StoreAPI, tables Tables, bucketC
 //   - another Retention only: it is changed at once. Writers read the
 //     retention when they start, so each one uses the new value after its
 //     next restart; messages already written keep their TTL;
+//   - other Topics: changed at once; writers read the list when they start
+//     and refuse other topics after their next restart. Messages already
+//     written are published whatever the list says;
 //   - another BucketCount or Mode: changed only if the outbox is empty, that
 //     is no message is pending in any bucket below OutOfRangeProbe of the
 //     larger count — each bucket is probed with Store.ReadLease and
@@ -208,6 +252,9 @@ func configure(ctx context.Context, client StoreAPI, tables Tables, change func(
 	}
 	if client == nil {
 		return outbox.Config{}, &outbox.OptionError{Option: "client", Value: nil, Reason: "a DynamoDB client is required"}
+	}
+	if err := checkSingleRegion(ctx, client, tables); err != nil {
+		return outbox.Config{}, err
 	}
 	stored, item, err := readConfigItem(ctx, client, tables.Control)
 	if err == nil {
@@ -257,11 +304,11 @@ func configure(ctx context.Context, client StoreAPI, tables Tables, change func(
 
 // replaceConfig changes the config item from old to c, conditional on it
 // still saying old.
-func replaceConfig(ctx context.Context, client StoreAPI, table string, old, c outbox.Config) error {
+func replaceConfig(ctx context.Context, client updateItemAPI, table string, old, c outbox.Config) error {
 	oldItem, item := configItem(old), configItem(c)
 	var cond expression.ConditionBuilder
 	var upd expression.UpdateBuilder
-	for i, attr := range []string{attrBuckets, attrVersion, attrMode, attrRetention} {
+	for i, attr := range []string{attrBuckets, attrVersion, attrMode, attrRetention, attrTopics} {
 		var ci expression.ConditionBuilder
 		if v, ok := oldItem[attr]; ok {
 			ci = expression.Name(attr).Equal(expression.Value(v))
@@ -314,7 +361,19 @@ func describeChange(old, c outbox.Config) string {
 	if old.Retention != c.Retention {
 		parts = append(parts, fmt.Sprintf("the retention was being changed from %v to %v", old.Retention, c.Retention))
 	}
+	if !slices.Equal(old.Topics, c.Topics) {
+		parts = append(parts, fmt.Sprintf("the topics were being changed from %s to %s", TopicList(old.Topics), TopicList(c.Topics)))
+	}
 	return strings.Join(parts, " and ")
+}
+
+// TopicList says a config item's topic list in words: the names, or "any"
+// for an empty list.
+func TopicList(topics []string) string {
+	if len(topics) == 0 {
+		return "any"
+	}
+	return strings.Join(topics, ",")
 }
 
 // writeNewConfig puts the config item unless one exists. A constant
@@ -398,4 +457,14 @@ func (s *Store) pendingIn(ctx context.Context, b int) (int, error) {
 		}
 	}
 	return 0, nil
+}
+
+// ReadConfig reads the outbox's config item consistently, without opening a
+// Store: ErrNoConfig when there is none, a *TableError when the control
+// table does not exist, a *outbox.MisconfigurationError when it was written
+// by a newer version of this library.
+func ReadConfig(ctx context.Context, client interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+}, tables Tables) (outbox.Config, error) {
+	return readConfig(ctx, client, tables.Control)
 }

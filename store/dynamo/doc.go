@@ -26,6 +26,9 @@
 // CreateTables creates both and writes the config item (Configure changes
 // it). Sequence numbers start at 1; head and cleaned start at 0.
 //
+// The items, versioned, for writers in any language: docs/contract.md and
+// the JSON Schemas in schema/.
+//
 // # Modes
 //
 // In DeleteMode (the default) the relay replaces each published message by

@@ -29,6 +29,9 @@ type settings struct {
 	mode      outbox.Mode
 	modeSet   bool
 	retention time.Duration
+	// topics: CreateTables' topic list (topicsSet: given).
+	topics    []string
+	topicsSet bool
 }
 
 func defaultSettings() settings {
@@ -146,6 +149,18 @@ func Mode(m outbox.Mode) Option {
 // minutes against hours or days — so that someone acts long before.
 func Retention(d time.Duration) TablesOption {
 	return tablesOption(func(s *settings) { s.retention = d })
+}
+
+// Topics are the Kafka topics the outbox serves, written to its config item
+// by CreateTables (CreateTables only: writers read them there). A Writer
+// refuses a message for any other topic with a *TopicError and writes
+// nothing. Default: none, which means any topic — a misspelt topic is then
+// accepted, and the relay stops its bucket until the topic exists or an
+// operator parks the message (outbox park). On an existing outbox the
+// option replaces its list (topics may change at any time; writers read
+// them when they start); without it the stored list is kept.
+func Topics(names ...string) TablesOption {
+	return tablesOption(func(s *settings) { s.topics, s.topicsSet = names, true })
 }
 
 // FenceTTL is how long a fence tombstone is kept before the table's TTL

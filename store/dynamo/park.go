@@ -74,7 +74,8 @@ func (s *Store) Park(ctx context.Context, l outbox.Lease, p outbox.Parked, now t
 		WithCondition(expression.And(
 			expression.Name(attrOwner).Equal(expression.Value(l.Owner)),
 			expression.Name(attrExpires).GreaterThan(expression.Value(millis(now))),
-			expression.Name(attrHead).Equal(expression.Value(p.Sequence-1)))).
+			expression.Name(attrHead).Equal(expression.Value(p.Sequence-1)),
+			holdToken(l))).
 		WithUpdate(expression.Set(expression.Name(attrHead), expression.Value(p.Sequence))))
 	if err != nil {
 		return outbox.Lease{}, err
@@ -424,4 +425,13 @@ func (s *Store) DropParked(ctx context.Context, bucket int, seq int64) error {
 		return fmt.Errorf("dynamo: drop bucket %d sequence %d: %w", bucket, seq, err)
 	}
 	return nil
+}
+
+// holdToken is the condition that the lease is still l's acquisition (always
+// true for a lease without a token, written before version 0.3).
+func holdToken(l outbox.Lease) expression.ConditionBuilder {
+	if l.Token == "" {
+		return expression.Name(attrOwner).AttributeExists()
+	}
+	return expression.Name(attrToken).Equal(expression.Value(l.Token))
 }

@@ -35,6 +35,7 @@ const (
 	attrBuckets   = "bc"
 	attrMode      = "md"
 	attrRetention = "rt"
+	attrTopics    = "tp"
 	attrOwner     = "o"
 	attrExpires   = "e"
 	attrHead      = "hd"
@@ -43,7 +44,25 @@ const (
 	attrGapSince  = "gs"
 	attrWake      = "w"
 	attrEpoch     = "ep"
-	attrSeen      = "seen"
+	// The acquisition token of the current hold, and what the acquisition
+	// replaced (owner, expiry, token), so that a resent Acquire can report
+	// what the one that applied saw.
+	attrToken       = "tk"
+	attrPrevOwner   = "po"
+	attrPrevExpires = "pe"
+	attrPrevToken   = "ptk"
+	attrSeen        = "seen"
+	// Why a bucket stopped, on its lease item (outbox.Stuck): ks sequence,
+	// ki message id, kt topic, kc class, km reason, kf since (ms), kl last
+	// (ms), kn count.
+	attrStuckSeq    = "ks"
+	attrStuckID     = "ki"
+	attrStuckTopic  = "kt"
+	attrStuckClass  = "kc"
+	attrStuckReason = "km"
+	attrStuckSince  = "kf"
+	attrStuckLast   = "kl"
+	attrStuckCount  = "kn"
 )
 
 // Control-table keys.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -13,9 +14,11 @@ import (
 )
 
 // StoreAPI is the part of the DynamoDB client a Store uses: GetItem,
-// PutItem, UpdateItem, DeleteItem, Query, BatchWriteItem and
-// TransactWriteItems (parking and replaying). *dynamodb.Client has them.
+// PutItem, UpdateItem, DeleteItem, Query, BatchWriteItem,
+// TransactWriteItems (parking and replaying) and DescribeTable (NewStore
+// refuses global tables). *dynamodb.Client has them.
 type StoreAPI interface {
+	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
 	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
@@ -41,6 +44,7 @@ var (
 	_ outbox.BucketProbe   = (*Store)(nil)
 	_ outbox.CounterProbe  = (*Store)(nil)
 	_ outbox.ParkedCounter = (*Store)(nil)
+	_ outbox.StuckRecorder = (*Store)(nil)
 )
 
 // NewStore returns a Store over tables. It reads the config item, so the
@@ -56,6 +60,9 @@ func NewStore(ctx context.Context, client StoreAPI, tables Tables, opts ...Store
 	}
 	stored, err := openOutbox(ctx, client, tables, &s)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkSingleRegion(ctx, client, tables); err != nil {
 		return nil, err
 	}
 	return &Store{client: client, tables: tables, cfg: s, stored: stored}, nil
@@ -116,6 +123,9 @@ func (s *Store) Acquire(ctx context.Context, bucket int, owner string, now time.
 		return outbox.Lease{}, err
 	}
 	exp := millis(now.Add(d))
+	// The token names this acquisition: a resend of the write below that
+	// already applied finds it in the item, with what the write replaced.
+	token := outbox.NewID()
 	for attempt := range acquireAttempts {
 		if attempt > 0 {
 			if err := sleep(ctx, backoff(attempt-1, 5*time.Millisecond, 100*time.Millisecond)); err != nil {
@@ -123,56 +133,43 @@ func (s *Store) Acquire(ctx context.Context, bucket int, owner string, now time.
 			}
 		}
 		in := &dynamodb.UpdateItemInput{
-			ConditionExpression: str("attribute_not_exists(#o) OR (#e <= :now AND #o <> :me)"),
-			UpdateExpression: str("SET #o = :me, #e = :exp, #v = :v, #hd = if_not_exists(#hd, :zero), " +
+			// Not held at now, whoever the owner: a process sharing this
+			// owner's name is another holder.
+			ConditionExpression: str("attribute_not_exists(#o) OR #e <= :now"),
+			UpdateExpression: str("SET #o = :me, #e = :exp, #tk = :tk, #po = if_not_exists(#o, :none), #pe = if_not_exists(#e, :zero), " +
+				"#ptk = if_not_exists(#tk, :none), #v = :v, #hd = if_not_exists(#hd, :zero), " +
 				"#cl = if_not_exists(#cl, :zero), #w = if_not_exists(#w, :zero) ADD #ep :one"),
-			ExpressionAttributeNames: names(attrOwner, attrExpires, attrVersion, attrHead, attrCleaned, attrWake, attrEpoch),
+			ExpressionAttributeNames: names(attrOwner, attrExpires, attrToken, attrPrevOwner, attrPrevExpires, attrPrevToken,
+				attrVersion, attrHead, attrCleaned, attrWake, attrEpoch),
 			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":now": numAttr(millis(now)), ":me": strAttr(owner), ":exp": numAttr(exp),
-				":v": numAttr(outbox.FormatVersion), ":zero": numAttr(0), ":one": numAttr(1),
+				":now": numAttr(millis(now)), ":me": strAttr(owner), ":exp": numAttr(exp), ":tk": strAttr(token),
+				":none": strAttr(""), ":v": numAttr(outbox.FormatVersion), ":zero": numAttr(0), ":one": numAttr(1),
 			},
-			ReturnValues: types.ReturnValueAllOld,
+			ReturnValues: types.ReturnValueAllNew,
 		}
-		old, err := s.writeLease(ctx, bucket, in)
-		prev, derr := decodeLease(bucket, old)
-		if err == nil {
-			if derr != nil {
-				return outbox.Lease{}, derr
-			}
-			// The lease as written: the old one with this owner's hold.
-			l := prev
-			l.Owner, l.Expires, l.Epoch = owner, fromMillis(exp), prev.Epoch+1
-			l.TakenOver = prev.Owner != "" && !prev.Expires.IsZero()
-			if prev.Released() {
-				l.PrevReleasedBy = prev.Owner
-			}
-			return l, nil
+		item, err := s.writeLease(ctx, bucket, in)
+		if err == nil || errors.Is(err, errChanged) && strField(item, attrToken) == token {
+			// Written now, or by an earlier send of this request whose
+			// response was lost: the item says what it replaced.
+			return acquired(bucket, item)
 		}
 		if !errors.Is(err, errChanged) {
 			return outbox.Lease{}, wrapLease("acquire", bucket, err)
 		}
-		holder := prev
-		if holder.Owner == owner {
-			l, _, err := s.updateLease(ctx, bucket, &dynamodb.UpdateItemInput{
-				ConditionExpression:       str("#o = :me"),
-				UpdateExpression:          str("SET #e = :exp"),
-				ExpressionAttributeNames:  names(attrOwner, attrExpires),
-				ExpressionAttributeValues: map[string]types.AttributeValue{":me": strAttr(owner), ":exp": numAttr(exp)},
-			})
-			if !errors.Is(err, errChanged) {
-				return l, wrapLease("acquire", bucket, err)
-			}
-			continue
+		holder, derr := decodeLease(bucket, item)
+		if derr != nil {
+			return outbox.Lease{}, derr
 		}
 		if !holder.HeldAt(now) {
 			continue // released or expired between our write and its check
 		}
 		_, _, err = s.updateLease(ctx, bucket, &dynamodb.UpdateItemInput{
-			ConditionExpression:      str("#o = :holder AND #e = :holderExp"),
+			// The same hold: the epoch changes with every acquisition.
+			ConditionExpression:      str("#ep = :holderEpoch AND #e = :holderExp"),
 			UpdateExpression:         str("ADD #w :one"),
-			ExpressionAttributeNames: names(attrOwner, attrExpires, attrWake),
+			ExpressionAttributeNames: names(attrEpoch, attrExpires, attrWake),
 			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":holder": strAttr(holder.Owner), ":holderExp": numAttr(millis(holder.Expires)), ":one": numAttr(1),
+				":holderEpoch": numAttr(holder.Epoch), ":holderExp": numAttr(millis(holder.Expires)), ":one": numAttr(1),
 			},
 		})
 		switch {
@@ -186,18 +183,58 @@ func (s *Store) Acquire(ctx context.Context, bucket int, owner string, now time.
 	return outbox.Lease{}, &ContendedError{Bucket: bucket, Attempts: acquireAttempts}
 }
 
+// acquired decodes the lease item an Acquire wrote, with what it replaced.
+func acquired(bucket int, item map[string]types.AttributeValue) (outbox.Lease, error) {
+	l, err := decodeLease(bucket, item)
+	if err != nil {
+		return outbox.Lease{}, err
+	}
+	prevOwner := strField(item, attrPrevOwner)
+	prevExp, _ := intAttr(item, attrPrevExpires, false)
+	l.TakenOver = prevOwner != "" && prevExp != 0
+	if prevOwner != "" && prevExp == 0 {
+		l.PrevReleasedBy, l.PrevToken = prevOwner, strField(item, attrPrevToken)
+	}
+	return l, nil
+}
+
+// strField is a string attribute of item, "" when missing.
+func strField(item map[string]types.AttributeValue, name string) string {
+	if v, ok := item[name].(*types.AttributeValueMemberS); ok {
+		return v.Value
+	}
+	return ""
+}
+
+// mine is the condition that l's hold is still the lease's: its owner and,
+// when l carries one (every lease Acquire returns does), its token — several
+// processes may share an owner's name. It adds the names and values it uses.
+func mine(l outbox.Lease, attrs map[string]string, values map[string]types.AttributeValue) string {
+	attrs["#o"], values[":me"] = attrOwner, strAttr(l.Owner)
+	if l.Token == "" {
+		return "#o = :me"
+	}
+	attrs["#tk"], values[":tk"] = attrToken, strAttr(l.Token)
+	return "#o = :me AND #tk = :tk"
+}
+
+// sameHold reports whether cur is l's hold (see mine).
+func sameHold(cur, l outbox.Lease) bool {
+	return cur.Owner == l.Owner && (l.Token == "" || cur.Token == l.Token)
+}
+
 // Renew implements outbox.Store.
 func (s *Store) Renew(ctx context.Context, l outbox.Lease, now time.Time, d time.Duration) (outbox.Lease, error) {
 	if err := checkLeaseArgs(l.Bucket, l.Owner, d); err != nil {
 		return outbox.Lease{}, err
 	}
+	attrs := names(attrExpires)
+	values := map[string]types.AttributeValue{":now": numAttr(millis(now)), ":exp": numAttr(millis(now.Add(d)))}
 	nl, _, err := s.updateLease(ctx, l.Bucket, &dynamodb.UpdateItemInput{
-		ConditionExpression:      str("#o = :me AND #e > :now"),
-		UpdateExpression:         str("SET #e = :exp"),
-		ExpressionAttributeNames: names(attrOwner, attrExpires),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":me": strAttr(l.Owner), ":now": numAttr(millis(now)), ":exp": numAttr(millis(now.Add(d))),
-		},
+		ConditionExpression:       str(mine(l, attrs, values) + " AND #e > :now"),
+		UpdateExpression:          str("SET #e = :exp"),
+		ExpressionAttributeNames:  attrs,
+		ExpressionAttributeValues: values,
 	})
 	if errors.Is(err, errChanged) {
 		return outbox.Lease{}, fmt.Errorf("dynamo: renew bucket %d for %s: %w", l.Bucket, l.Owner, outbox.ErrLeaseLost)
@@ -219,22 +256,24 @@ func (s *Store) Update(ctx context.Context, l outbox.Lease, u outbox.LeaseUpdate
 	}
 	update := "SET #hd = :hd, #cl = :cl, #g = :g, #gs = :gs"
 	values := map[string]types.AttributeValue{
-		":me": strAttr(l.Owner), ":now": numAttr(millis(now)),
-		":hd": numAttr(u.Head), ":cl": numAttr(u.Cleaned), ":g": numAttr(u.Gap), ":gs": numAttr(millis(u.GapSince)),
+		":now": numAttr(millis(now)),
+		":hd":  numAttr(u.Head), ":cl": numAttr(u.Cleaned), ":g": numAttr(u.Gap), ":gs": numAttr(millis(u.GapSince)),
 	}
+	attrs := names(attrExpires, attrHead, attrCleaned, attrGap, attrGapSince)
+	cond := mine(l, attrs, values) + " AND #e > :now AND #hd <= :hd"
 	if !u.Expires.IsZero() {
 		update += ", #e = :exp"
 		values[":exp"] = numAttr(millis(u.Expires))
 	}
 	nl, old, err := s.updateLease(ctx, l.Bucket, &dynamodb.UpdateItemInput{
-		ConditionExpression:       str("#o = :me AND #e > :now AND #hd <= :hd"),
+		ConditionExpression:       str(cond),
 		UpdateExpression:          str(update),
-		ExpressionAttributeNames:  names(attrOwner, attrExpires, attrHead, attrCleaned, attrGap, attrGapSince),
+		ExpressionAttributeNames:  attrs,
 		ExpressionAttributeValues: values,
 	})
 	if errors.Is(err, errChanged) {
 		cur, _ := decodeLease(l.Bucket, old)
-		if cur.Owner == l.Owner && cur.Expires.After(now) && cur.Head > u.Head {
+		if sameHold(cur, l) && cur.Expires.After(now) && cur.Head > u.Head {
 			return outbox.Lease{}, fmt.Errorf("dynamo: update bucket %d: the head would move backwards from %d to %d: %w",
 				l.Bucket, cur.Head, u.Head, outbox.ErrLeaseLost)
 		}
@@ -248,14 +287,14 @@ func (s *Store) Update(ctx context.Context, l outbox.Lease, u outbox.LeaseUpdate
 // that head passed is cleared. The condition keeps both marks monotonic.
 func endHold(l outbox.Lease, head, cleaned int64) (cond, update string, attrs map[string]string, values map[string]types.AttributeValue) {
 	cleaned = min(cleaned, head)
-	cond = "#o = :me AND (attribute_not_exists(#hd) OR #hd <= :hd) AND (attribute_not_exists(#cl) OR #cl <= :cl)"
 	update = "SET #e = :zero, #hd = :hd, #cl = :cl"
-	attrs = names(attrOwner, attrExpires, attrHead, attrCleaned)
+	attrs = names(attrExpires, attrHead, attrCleaned)
 	if l.Gap != 0 && l.Gap <= head {
 		update += ", #g = :zero, #gs = :zero"
 		attrs["#g"], attrs["#gs"] = attrGap, attrGapSince
 	}
-	values = map[string]types.AttributeValue{":me": strAttr(l.Owner), ":zero": numAttr(0), ":hd": numAttr(head), ":cl": numAttr(cleaned)}
+	values = map[string]types.AttributeValue{":zero": numAttr(0), ":hd": numAttr(head), ":cl": numAttr(cleaned)}
+	cond = mine(l, attrs, values) + " AND (attribute_not_exists(#hd) OR #hd <= :hd) AND (attribute_not_exists(#cl) OR #cl <= :cl)"
 	return cond, update, attrs, values
 }
 
@@ -282,8 +321,8 @@ func (s *Store) Release(ctx context.Context, l outbox.Lease, head, cleaned int64
 	}
 	cur, _ := decodeLease(l.Bucket, old)
 	switch {
-	case cur.Owner != l.Owner:
-		return outbox.Lease{}, fmt.Errorf("dynamo: release bucket %d for %s: now held by %q: %w", l.Bucket, l.Owner, cur.Owner, outbox.ErrLeaseLost)
+	case !sameHold(cur, l):
+		return outbox.Lease{}, fmt.Errorf("dynamo: release bucket %d for %s: now held by %q (another acquisition): %w", l.Bucket, l.Owner, cur.Owner, outbox.ErrLeaseLost)
 	case cur.Expires.IsZero():
 		return cur, nil // a retry of a release that applied
 	case cur.Wake != l.Wake:
@@ -309,15 +348,16 @@ func (s *Store) Abandon(ctx context.Context, l outbox.Lease, head, cleaned int64
 	if !errors.Is(err, errChanged) {
 		return wrapLease("abandon", l.Bucket, err)
 	}
-	if cur, _ := decodeLease(l.Bucket, old); cur.Owner != l.Owner || cur.Expires.IsZero() {
+	if cur, _ := decodeLease(l.Bucket, old); !sameHold(cur, l) || cur.Expires.IsZero() {
 		return nil // not ours any more, or already given up
 	}
 	// Ours, but a mark would move backwards: give the hold up, marks as they are.
+	attrs, values = names(attrExpires), map[string]types.AttributeValue{":zero": numAttr(0)}
 	_, _, err = s.updateLease(ctx, l.Bucket, &dynamodb.UpdateItemInput{
-		ConditionExpression:       str("#o = :me"),
+		ConditionExpression:       str(mine(l, attrs, values)),
 		UpdateExpression:          str("SET #e = :zero"),
-		ExpressionAttributeNames:  names(attrOwner, attrExpires),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":me": strAttr(l.Owner), ":zero": numAttr(0)},
+		ExpressionAttributeNames:  attrs,
+		ExpressionAttributeValues: values,
 	})
 	if errors.Is(err, errChanged) {
 		return nil
@@ -360,8 +400,14 @@ func (s *Store) Advance(ctx context.Context, l outbox.Lease, head, cleaned int64
 	if !errors.Is(err, errChanged) {
 		return nl, wrapLease("advance", l.Bucket, err)
 	}
-	if cur, _ := decodeLease(l.Bucket, old); cur.HeldAt(now) {
+	cur, _ := decodeLease(l.Bucket, old)
+	if cur.HeldAt(now) {
 		return outbox.Lease{}, fmt.Errorf("dynamo: advance bucket %d: held by %s: %w", l.Bucket, cur.Owner, outbox.ErrLeaseHeld)
+	}
+	if cur.Head == head && head > l.Head {
+		// A resend of this write that applied (or another relay's advance
+		// to the same head): the lease is as asked.
+		return cur, nil
 	}
 	return outbox.Lease{}, fmt.Errorf("dynamo: advance bucket %d: the lease changed since it was read: %w", l.Bucket, outbox.ErrLeaseLost)
 }
@@ -409,9 +455,7 @@ func (s *Store) writeLease(ctx context.Context, bucket int, in *dynamodb.UpdateI
 // decodeLease decodes a lease item; missing attributes are zero.
 func decodeLease(bucket int, item map[string]types.AttributeValue) (outbox.Lease, error) {
 	l := outbox.Lease{Bucket: bucket}
-	if o, ok := item[attrOwner].(*types.AttributeValueMemberS); ok {
-		l.Owner = o.Value
-	}
+	l.Owner, l.Token = strField(item, attrOwner), strField(item, attrToken)
 	var errs []error
 	num := func(name string) int64 {
 		v, err := intAttr(item, name, false)
@@ -427,6 +471,11 @@ func decodeLease(bucket int, item map[string]types.AttributeValue) (outbox.Lease
 	l.GapSince = fromMillis(num(attrGapSince))
 	l.Wake = num(attrWake)
 	l.Epoch = num(attrEpoch)
+	if seq := num(attrStuckSeq); seq > 0 {
+		l.Stuck = outbox.Stuck{Sequence: seq, MessageID: stringOf(item[attrStuckID]), Topic: stringOf(item[attrStuckTopic]),
+			Class: outbox.ErrorClass(num(attrStuckClass)), Reason: stringOf(item[attrStuckReason]),
+			Since: fromMillis(num(attrStuckSince)), Last: fromMillis(num(attrStuckLast)), Count: num(attrStuckCount)}
+	}
 	if len(errs) > 0 {
 		return l, fmt.Errorf("dynamo: lease item of bucket %d: %w", bucket, errors.Join(errs...))
 	}
@@ -450,6 +499,47 @@ func wrapLease(op string, bucket int, err error) error {
 		return nil
 	}
 	return fmt.Errorf("dynamo: %s lease of bucket %d: %w", op, bucket, err)
+}
+
+// RecordStuck implements outbox.StuckRecorder: one UpdateItem of the
+// bucket's lease item that sets the stuck attributes (ks, ki, kt, kc, km,
+// kf, kl, kn) and nothing of the hold, conditional on the stored head being
+// below st.Sequence (or absent). A condition that fails (the bucket moved
+// on) is not an error. A resent request sets the same values.
+func (s *Store) RecordStuck(ctx context.Context, bucket int, st outbox.Stuck) error {
+	if bucket < 0 || st.Sequence < 1 {
+		return fmt.Errorf("dynamo: record why bucket %d stopped at sequence %d: bucket and sequence must be valid", bucket, st.Sequence)
+	}
+	set := func(u expression.UpdateBuilder, name string, v any) expression.UpdateBuilder {
+		return u.Set(expression.Name(name), expression.Value(v))
+	}
+	var u expression.UpdateBuilder
+	u = set(u, attrStuckSeq, st.Sequence)
+	u = set(u, attrStuckID, st.MessageID)
+	u = set(u, attrStuckTopic, st.Topic)
+	u = set(u, attrStuckClass, int64(st.Class))
+	u = set(u, attrStuckReason, truncate(st.Reason, outbox.MaxStuckReason))
+	u = set(u, attrStuckSince, millis(st.Since))
+	u = set(u, attrStuckLast, millis(st.Last))
+	u = set(u, attrStuckCount, st.Count)
+	e, err := buildExpr("record stuck", expression.NewBuilder().WithUpdate(u).WithCondition(expression.Or(
+		expression.AttributeNotExists(expression.Name(attrHead)),
+		expression.Name(attrHead).LessThan(expression.Value(st.Sequence)))))
+	if err != nil {
+		return err
+	}
+	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 str(s.tables.Control),
+		Key:                       leaseKey(bucket),
+		ConditionExpression:       e.Condition(),
+		UpdateExpression:          e.Update(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
+	})
+	if err != nil && !isConditionFailed(err) {
+		return fmt.Errorf("dynamo: record why bucket %d stopped at sequence %d: %w", bucket, st.Sequence, err)
+	}
+	return nil
 }
 
 // Disown hands back a lease that owner released: it removes the owner, so

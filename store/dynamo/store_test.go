@@ -176,9 +176,11 @@ func TestAcquireOwnExpiredLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Expired, nobody took it: the owner gets it back without a new epoch.
+	// Expired, nobody took it: its owner's name takes it over like anyone
+	// else's (another process may share the name): a new hold, with a new
+	// epoch and token, reported as a takeover.
 	a2, err := e.store.Acquire(ctx, 1, "a", t0.Add(time.Hour), leaseFor)
-	if err != nil || a2.Epoch != a.Epoch || !a2.Expires.Equal(t0.Add(time.Hour+leaseFor)) {
+	if err != nil || a2.Epoch != a.Epoch+1 || a2.Token == a.Token || !a2.TakenOver || !a2.Expires.Equal(t0.Add(time.Hour+leaseFor)) {
 		t.Fatalf("re-acquire of an expired own lease: %+v, %v", a2, err)
 	}
 }
@@ -603,5 +605,42 @@ func TestPeekCountsMalformedFenceFlags(t *testing.T) {
 	got, _, err := e.store.Pending(ctx, 0, 0, 10)
 	if err != nil || len(got) != 3 || got[1].Err == nil || got[2].Err == nil {
 		t.Fatalf("Pending = %+v %v; want the malformed flags as undecodable entries", got, err)
+	}
+}
+
+// RecordStuck puts why a bucket stopped on its lease item without touching
+// the hold, and drops a record for a bucket whose head passed it.
+func TestRecordStuck(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := ctxT(t)
+	now := time.UnixMilli(time.Now().UnixMilli())
+	l, err := e.store.Acquire(ctx, 0, "relay-a", now, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := outbox.Stuck{Sequence: 3, MessageID: outbox.NewID(), Topic: "gone", Class: outbox.Fatal, Reason: `topic "gone" does not exist`,
+		Since: now, Last: now.Add(time.Minute), Count: 7}
+	if err := e.store.RecordStuck(ctx, 0, st); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.store.ReadLease(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Stuck != st || got.Owner != l.Owner || !got.Expires.Equal(l.Expires) || got.Epoch != l.Epoch {
+		t.Fatalf("lease %+v, want the hold of %+v and stuck %+v", got, l, st)
+	}
+	// The lease protocol's writes keep it (and return it).
+	if l, err = e.store.Update(ctx, got, outbox.LeaseUpdate{Head: 3, Cleaned: 3}, now); err != nil || l.Stuck != st {
+		t.Fatalf("Update = %+v, %v", l, err)
+	}
+	// Head passed 3: a late record is dropped, without an error.
+	late := st
+	late.Count, late.Reason = 8, "late"
+	if err := e.store.RecordStuck(ctx, 0, late); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.store.ReadLease(ctx, 0); got.Stuck != st || got.Stuck.Current(got.Head) {
+		t.Fatalf("lease %+v: want the old record kept, and stale", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -25,7 +26,8 @@ type AdminAPI interface {
 	UpdateTimeToLive(ctx context.Context, in *dynamodb.UpdateTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateTimeToLiveOutput, error)
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
-	// UpdateItem records the messages table in the config item.
+	// UpdateItem records the messages table in the config item, and
+	// changes the topics of an existing one (Topics).
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 }
 
@@ -36,6 +38,9 @@ type (
 	}
 	putItemAPI interface {
 		PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	}
+	updateItemAPI interface {
+		UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	}
 )
 
@@ -129,7 +134,11 @@ func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...T
 	if client == nil {
 		return &outbox.OptionError{Option: "client", Value: nil, Reason: "a DynamoDB client is required"}
 	}
-	want := outbox.Config{BucketCount: s.bucketCount, Mode: s.mode, Retention: s.retention}
+	topics, err := cleanTopics(s.topics)
+	if err != nil {
+		return &outbox.OptionError{Option: "Topics", Value: s.topics, Reason: err.Error()}
+	}
+	want := outbox.Config{BucketCount: s.bucketCount, Mode: s.mode, Retention: s.retention, Topics: topics}
 	if want.BucketCount == 0 {
 		want.BucketCount = outbox.DefaultBucketCount
 	}
@@ -154,12 +163,15 @@ func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...T
 			return fmt.Errorf("dynamo: wait for table %s to become active: %w", t.name, err)
 		}
 	}
+	if err := checkSingleRegion(ctx, client, tables); err != nil {
+		return err
+	}
 	for _, t := range specs {
 		if err := enableTTL(ctx, client, t); err != nil {
 			return err
 		}
 	}
-	if err := putConfig(ctx, client, tables.Control, want); err != nil {
+	if err := putConfig(ctx, client, tables.Control, want, s.topicsSet); err != nil {
 		return err
 	}
 	return recordPairing(ctx, client, tables)
@@ -271,7 +283,9 @@ func enableTTL(ctx context.Context, client AdminAPI, t tableSpec) error {
 	return nil
 }
 
-func putConfig(ctx context.Context, client AdminAPI, table string, want outbox.Config) error {
+// putConfig writes a new config item, or checks an existing one against
+// want; with setTopics it changes the stored topics to want's.
+func putConfig(ctx context.Context, client AdminAPI, table string, want outbox.Config, setTopics bool) error {
 	err := writeNewConfig(ctx, client, table, want)
 	if !isConditionFailed(err) {
 		return err
@@ -291,6 +305,11 @@ func putConfig(ctx context.Context, client AdminAPI, table string, want outbox.C
 	if want.Retention != stored.Retention {
 		return &outbox.MisconfigurationError{Setting: "Retention", Configured: want.Retention.String(), Stored: stored.Retention.String(),
 			Fix: "pass the stored retention, or change it with dynamo.Configure (outbox init --retention)"}
+	}
+	if setTopics && !slices.Equal(want.Topics, stored.Topics) {
+		c := stored
+		c.Topics = want.Topics
+		return replaceConfig(ctx, client, table, stored, c)
 	}
 	return nil
 }

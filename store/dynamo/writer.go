@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,9 +19,11 @@ import (
 )
 
 // WriterAPI is the part of the DynamoDB client a Writer uses: GetItem (the
-// config item), UpdateItem (sequence counters), PutItem (fences) and
-// TransactWriteItems. *dynamodb.Client has them.
+// config item), UpdateItem (sequence counters), PutItem (fences),
+// TransactWriteItems and DescribeTable (NewWriter refuses global tables).
+// *dynamodb.Client has them.
 type WriterAPI interface {
+	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
@@ -37,7 +40,31 @@ type Writer struct {
 	// retention is the outbox's in WatermarkMode (every message item gets
 	// a TTL), 0 in DeleteMode (none).
 	retention time.Duration
-	counter   *sequence.Counter
+	// topics: the config item's topic list, sorted; empty: any topic.
+	topics  []string
+	counter *sequence.Counter
+}
+
+// TopicError is Write refusing a message for a topic the outbox does not
+// serve: its config item lists the topics (the stack's Topics parameter,
+// outbox init --topics, dynamo.Topics), and the message's is not among
+// them. Nothing was written. It matches *outbox.ValidationError too (Field
+// "Topic").
+type TopicError struct {
+	Index  int    // the message's index in the Write
+	Topic  string // the message's topic
+	Topics []string
+}
+
+func (e *TopicError) Error() string {
+	return fmt.Sprintf("dynamo: message %d is for topic %q, which this outbox does not serve (its topics: %s); "+
+		"fix the topic name, or add the topic to the outbox's list (the stack's Topics parameter, or outbox init --topics) and restart the writers",
+		e.Index, e.Topic, strings.Join(e.Topics, ","))
+}
+
+// Unwrap makes a TopicError match *outbox.ValidationError.
+func (e *TopicError) Unwrap() error {
+	return &outbox.ValidationError{Index: e.Index, Field: "Topic", Reason: fmt.Sprintf("topic %q is not one the outbox serves (%s)", e.Topic, strings.Join(e.Topics, ","))}
 }
 
 // Result is what a successful Write wrote.
@@ -61,8 +88,13 @@ type Result struct {
 // the outbox's Retention (see Retention). A Writer reads mode and retention
 // once, here: restart writers after changing them (Configure).
 //
-// The writer's IAM permissions: dynamodb:GetItem on both tables (config
-// item, this check), dynamodb:UpdateItem on the control table (sequence
+// Both tables must be in one region: a table with replicas (a DynamoDB
+// global table) is refused with a *outbox.MisconfigurationError, because
+// two regions would hand out the same sequence numbers and one message
+// would overwrite the other.
+//
+// The writer's IAM permissions: dynamodb:GetItem and dynamodb:DescribeTable
+// on both tables (config item, these checks), dynamodb:UpdateItem on the control table (sequence
 // counters), dynamodb:PutItem on the messages table (messages, and fences
 // that release numbers a failed write reserved), and what its transactions
 // need on your own tables (PutItem, UpdateItem, DeleteItem,
@@ -87,10 +119,14 @@ func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...Wri
 	if err := checkMessagesTable(ctx, client, tables.Messages); err != nil {
 		return nil, err
 	}
+	if err := checkSingleRegion(ctx, client, tables); err != nil {
+		return nil, err
+	}
 	w := &Writer{client: client, tables: tables, cfg: s, bucketCount: stored.BucketCount}
 	if stored.Mode == outbox.WatermarkMode {
 		w.retention = stored.Retention
 	}
+	w.topics = stored.Topics
 	// The counter's UpdateItem goes through the Writer's one retry layer.
 	if w.counter, err = sequence.NewCounter(writerCalls{w}, tables.Control); err != nil {
 		return nil, err
@@ -112,9 +148,11 @@ func (w *Writer) item(m outbox.Message) map[string]types.AttributeValue {
 // with its version condition) and msgs in one TransactWriteItems.
 //
 // Every message is validated first (outbox.Validate, a UUID id, a DynamoDB
-// item of at most 400 KB) and so is the transaction (at most 100 items and
-// 4 MB); a *outbox.ValidationError means nothing was written and nothing was
-// reserved. Messages get an id (outbox.NewID) when theirs is empty, CreatedAt
+// item of at most 400 KB, a topic the outbox serves when its config item
+// lists topics — a *TopicError otherwise, read when the Writer was made) and
+// so is the transaction (at most 100 items and 4 MB, no two messages with
+// the same id); a *outbox.ValidationError means nothing was written and
+// nothing was reserved. Messages get an id (outbox.NewID) when theirs is empty, CreatedAt
 // (the clock's now) when zero, and their bucket (outbox.BucketFor) and
 // sequence number, which Result.Messages carries: a message with Bucket or
 // Sequence set is refused (outbox.HeaderNames.ValidateNew). The caller's
@@ -152,6 +190,37 @@ func (w *Writer) item(m outbox.Message) map[string]types.AttributeValue {
 // not fenced (the messages may be stored); if they are not, relays fence
 // them after their gap timeout.
 func (w *Writer) Write(ctx context.Context, items []types.TransactWriteItem, msgs ...outbox.Message) (res Result, err error) {
+	return w.write(ctx, "", items, msgs)
+}
+
+// MaxTokenLength is the longest client request token DynamoDB accepts.
+const MaxTokenLength = 36
+
+// WriteWithToken is Write with the client request token of the
+// transaction's first reservation given by the caller (1 to MaxTokenLength
+// characters; a *outbox.ValidationError otherwise), for a caller whose own
+// retries carry an idempotency key, such as a Lambda function invoked again
+// with the same event. Write's retries resend it; a resubmission after a
+// fence takes a new token, as in Write.
+//
+// The token alone does not make a retried call commit once: every call
+// reserves new sequence numbers, so a second call's transaction differs from
+// the first's and DynamoDB answers it with IdempotentParameterMismatch
+// within its 10-minute window (a *TransactionError whose Cause is
+// *types.IdempotentParameterMismatchException; the reservations are
+// released) and evaluates it as a new transaction after it. A caller that
+// must commit once across calls puts an item of its own in the transaction
+// whose condition fails when an earlier call committed (what lambda/enqueue
+// does).
+func (w *Writer) WriteWithToken(ctx context.Context, token string, items []types.TransactWriteItem, msgs ...outbox.Message) (Result, error) {
+	if token == "" || len(token) > MaxTokenLength {
+		return Result{}, &outbox.ValidationError{Index: -1, Field: "ClientRequestToken", Reason: fmt.Sprintf(
+			"%d characters; DynamoDB accepts 1 to %d", len(token), MaxTokenLength)}
+	}
+	return w.write(ctx, token, items, msgs)
+}
+
+func (w *Writer) write(ctx context.Context, token string, items []types.TransactWriteItem, msgs []outbox.Message) (res Result, err error) {
 	if w.cfg.tracer != nil {
 		var end func(error)
 		ctx, end = w.cfg.tracer.Start(ctx, "outbox enqueue", enqueueSpan(items, msgs))
@@ -161,7 +230,7 @@ func (w *Writer) Write(ctx context.Context, items []types.TransactWriteItem, msg
 	if err != nil {
 		return Result{}, err
 	}
-	t := &txn{w: w, items: items, msgs: prepared}
+	t := &txn{w: w, items: items, msgs: prepared, token: token}
 	return t.run(ctx)
 }
 
@@ -195,12 +264,24 @@ func (w *Writer) prepare(ctx context.Context, items []types.TransactWriteItem, m
 	now := w.cfg.clock.Now()
 	out := make([]outbox.Message, len(msgs))
 	size := 0
+	seen := make(map[string]int, len(msgs))
 	for i, m := range msgs {
 		if m.ID == "" {
 			m.ID = outbox.NewID()
 		} else if !canonicalUUID(m.ID) {
 			return nil, &outbox.ValidationError{Index: i, Field: "ID", Reason: fmt.Sprintf(
 				"%q is not a UUID in canonical form (36 characters); leave ID empty to get a UUID v7", m.ID)}
+		}
+		if j, dup := seen[m.ID]; dup {
+			// Consumers deduplicate by id: the second would be dropped.
+			return nil, &outbox.ValidationError{Index: i, Field: "ID", Reason: fmt.Sprintf(
+				"message %d has the same id %s as message %d; consumers would drop one as a duplicate (leave IDs empty to get fresh ones)", i, m.ID, j)}
+		}
+		seen[m.ID] = i
+		if len(w.topics) > 0 {
+			if _, ok := slices.BinarySearch(w.topics, m.Topic); !ok {
+				return nil, &TopicError{Index: i, Topic: m.Topic, Topics: slices.Clone(w.topics)}
+			}
 		}
 		if m.CreatedAt.IsZero() {
 			m.CreatedAt = now
@@ -298,6 +379,9 @@ type txn struct {
 	items    []types.TransactWriteItem
 	msgs     []outbox.Message
 	reserved []reservation
+	// token is the caller's client request token for the first
+	// reservation's transaction; empty for a new random one.
+	token string
 }
 
 func (t *txn) run(ctx context.Context) (Result, error) {
@@ -442,9 +526,14 @@ func (t *txn) input() *dynamodb.TransactWriteItemsInput {
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}})
 	}
+	token := t.token
+	if token == "" {
+		token = uuid.NewString()
+	}
+	t.token = "" // a resubmission after a fence is a new transaction
 	return &dynamodb.TransactWriteItemsInput{
 		TransactItems:      all,
-		ClientRequestToken: str(uuid.NewString()),
+		ClientRequestToken: str(token),
 	}
 }
 

@@ -382,6 +382,7 @@ func TestWriteValidationWritesNothing(t *testing.T) {
 	w := newWriterEnv(t, 1, MaxMessageBytes(2<<20))
 	ctx := ctxT(t)
 	big := bytes.Repeat([]byte{1}, MaxItemBytes)
+	dupID := outbox.NewID()
 	many := make([]outbox.Message, 100)
 	for i := range many {
 		many[i] = keyed("k")
@@ -410,6 +411,7 @@ func TestWriteValidationWritesNothing(t *testing.T) {
 		{"101 items", []types.TransactWriteItem{w.bump("agg", 0)}, many, -1, "Transaction"},
 		{"above 4 MB", largeItems, []outbox.Message{keyed("a")}, -1, "Transaction"},
 		{"empty item", []types.TransactWriteItem{w.bump("agg", 0), {}}, []outbox.Message{keyed("a")}, -1, "items[1]"},
+		{"the same id twice", nil, []outbox.Message{keyed("a"), {ID: dupID, Topic: "t"}, keyed("b"), {ID: dupID, Topic: "u"}}, 3, "ID"},
 		{"bucket set", []types.TransactWriteItem{w.bump("agg", 0)}, []outbox.Message{keyed("a"), {Topic: "t", Bucket: 1}}, 1, "Bucket"},
 		{"sequence set", nil, []outbox.Message{{Topic: "t", Sequence: 5}}, 0, "Sequence"},
 	}
@@ -877,5 +879,108 @@ func TestWriteInjectsTraceContext(t *testing.T) {
 	}
 	if len(tr.ended) != 2 || tr.ended[0] != nil || tr.ended[1] != err {
 		t.Fatalf("spans ended with %v; want nil, then %v", tr.ended, err)
+	}
+}
+
+// A writer of an outbox whose config item lists topics refuses any other
+// topic, naming it and the list, and writes nothing; a listed topic
+// passes. An outbox with no list takes any topic.
+func TestWriteOnlyTopicsTheOutboxServes(t *testing.T) {
+	ctx := ctxT(t)
+	w := newWriterEnv(t, 1)
+	if _, err := w.writer.Write(ctx, nil, outbox.Message{Topic: "order-evnts", Key: []byte("a")}); err != nil {
+		t.Fatalf("an outbox without topics refused a topic: %v", err)
+	}
+	if _, err := Configure(ctx, w.d.Client, w.tables, outbox.Config{BucketCount: 1, Topics: []string{"orders", "audit", "orders"}}); err != nil {
+		t.Fatalf("Configure: %v", err)
+	}
+	c, err := w.store.Config(ctx)
+	if err != nil || !slices.Equal(c.Topics, []string{"audit", "orders"}) {
+		t.Fatalf("Config = %+v, %v; want topics audit,orders", c, err)
+	}
+	ww, err := NewWriter(ctx, w.client, w.tables, WithClock(fixedClock{t0}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, before := w.client.calls, w.counter(t, 0)
+	_, err = ww.Write(ctx, []types.TransactWriteItem{w.bump("agg", 0)}, keyed("a"), outbox.Message{Topic: "order-evnts", Key: []byte("b")})
+	var te *TopicError
+	var ve *outbox.ValidationError
+	switch {
+	case !errors.As(err, &te) || te.Index != 1 || te.Topic != "order-evnts" || !slices.Equal(te.Topics, []string{"audit", "orders"}):
+		t.Fatalf("err = %v, want a *TopicError for message 1, topic order-evnts, topics audit,orders", err)
+	case !errors.As(err, &ve) || ve.Field != "Topic":
+		t.Fatalf("err = %v, want it to match *outbox.ValidationError for Topic", err)
+	case !strings.Contains(err.Error(), `"order-evnts"`) || !strings.Contains(err.Error(), "audit,orders"):
+		t.Fatalf("err = %q, want it to name the topic and the list", err)
+	}
+	if w.client.calls != calls || w.counter(t, 0) != before {
+		t.Error("a refused topic sent a transaction or reserved a sequence number")
+	}
+	if n, _ := w.aggregate(t, "agg"); n != 0 {
+		t.Error("a refused topic applied the caller's item")
+	}
+	if _, err := ww.Write(ctx, nil, keyed("a"), outbox.Message{Topic: "audit", Key: []byte("b")}); err != nil {
+		t.Fatalf("listed topics refused: %v", err)
+	}
+	// Emptying the list means any topic again (for writers made after it).
+	if _, err := Configure(ctx, w.d.Client, w.tables, outbox.Config{BucketCount: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := w.store.Config(ctx); err != nil || len(c.Topics) != 0 {
+		t.Fatalf("Config = %+v, %v; want no topics", c, err)
+	}
+	// CreateTables on the existing outbox sets the list with Topics, and
+	// keeps it without.
+	if err := CreateTables(ctx, w.d.Client, w.tables, BucketCount(1), Topics("orders")); err != nil {
+		t.Fatal(err)
+	}
+	if err := CreateTables(ctx, w.d.Client, w.tables, BucketCount(1)); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := w.store.Config(ctx); err != nil || !slices.Equal(c.Topics, []string{"orders"}) {
+		t.Fatalf("Config = %+v, %v; want topics orders", c, err)
+	}
+}
+
+// WriteWithToken sends the caller's token, resends it after a lost
+// response, takes a new one after a fence, and refuses a token DynamoDB
+// would refuse before anything is reserved.
+func TestWriteWithToken(t *testing.T) {
+	w := newWriterEnv(t, 2)
+	ctx := ctxT(t)
+	const token = "6f1c3a5e-0000-4b7e-9a41-0c5d7e2f9b13"
+	w.client.fault = func(call int, _ *dynamodb.TransactWriteItemsInput) (bool, error) {
+		if call == 1 {
+			return true, lostResponse()
+		}
+		return true, nil
+	}
+	if _, err := w.writer.WriteWithToken(ctx, token, nil, keyed("a")); err != nil {
+		t.Fatal(err)
+	}
+	if w.client.calls != 2 || w.client.tokens[0] != token || w.client.tokens[1] != token || w.client.real[1] != nil {
+		t.Fatalf("tokens %v, DynamoDB answered %v; want the caller's token twice and a success", w.client.tokens, w.client.real)
+	}
+	// A fenced reservation: resubmitted under a new token.
+	w.client.fault, w.client.calls, w.client.tokens = nil, 0, nil
+	k0 := keyInBucket(t, 0, 2)
+	last := w.counter(t, 0)
+	if err := w.store.Fence(ctx, 0, last+1, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.writer.WriteWithToken(ctx, "second-token", nil, keyed(k0)); err != nil {
+		t.Fatal(err)
+	}
+	if w.client.calls != 2 || w.client.tokens[0] != "second-token" || w.client.tokens[1] == "second-token" {
+		t.Fatalf("tokens %v; want the caller's, then a new one after the fence", w.client.tokens)
+	}
+	for _, bad := range []string{"", strings.Repeat("x", MaxTokenLength+1)} {
+		before := w.counter(t, 0)
+		_, err := w.writer.WriteWithToken(ctx, bad, nil, keyed(k0))
+		var ve *outbox.ValidationError
+		if !errors.As(err, &ve) || ve.Field != "ClientRequestToken" || w.counter(t, 0) != before {
+			t.Errorf("token %q: %v, counter %d -> %d; want a ValidationError and nothing reserved", bad, err, before, w.counter(t, 0))
+		}
 	}
 }

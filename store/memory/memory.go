@@ -24,6 +24,7 @@ type Store struct {
 	leases      map[int]*outbox.Lease
 	relays      map[string]time.Time
 	parked      map[int][]outbox.Parked
+	tokens      int64 // acquisitions so far: each gets a fresh token
 
 	// Hook, when set, is called at the start of every Store method with the
 	// method's name and bucket (-1 when none). A non-nil error is returned
@@ -36,6 +37,7 @@ var (
 	_ outbox.BucketProbe   = (*Store)(nil)
 	_ outbox.CounterProbe  = (*Store)(nil)
 	_ outbox.ParkedCounter = (*Store)(nil)
+	_ outbox.StuckRecorder = (*Store)(nil)
 )
 
 // New returns an empty store for an outbox with bucketCount buckets.
@@ -148,30 +150,36 @@ func (s *Store) Acquire(ctx context.Context, bucket int, owner string, now time.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.lease(bucket)
-	if l.Owner != "" && l.Owner != owner && l.Expires.After(now) {
+	if l.HeldAt(now) {
+		// Held, whatever the owner's name: another process may share it.
 		l.Wake++
 		return outbox.Lease{}, outbox.ErrLeaseHeld
 	}
 	out := outbox.Lease{}
-	if l.Owner != "" && l.Owner != owner {
+	if l.Owner != "" {
 		out.TakenOver = !l.Expires.IsZero()
 		if l.Expires.IsZero() {
-			out.PrevReleasedBy = l.Owner
+			out.PrevReleasedBy, out.PrevToken = l.Owner, l.Token
 		}
 	}
-	if l.Owner != owner {
-		l.Epoch++
-	}
-	l.Owner = owner
+	s.tokens++
+	l.Epoch++
+	l.Owner, l.Token = owner, fmt.Sprintf("m%d", s.tokens)
 	l.Expires = now.Add(d)
-	out.Bucket, out.Owner, out.Expires, out.Head, out.Cleaned = l.Bucket, l.Owner, l.Expires, l.Head, l.Cleaned
-	out.Gap, out.GapSince, out.Wake, out.Epoch = l.Gap, l.GapSince, l.Wake, l.Epoch
+	out.Bucket, out.Owner, out.Token, out.Expires, out.Head, out.Cleaned = l.Bucket, l.Owner, l.Token, l.Expires, l.Head, l.Cleaned
+	out.Gap, out.GapSince, out.Wake, out.Epoch, out.Stuck = l.Gap, l.GapSince, l.Wake, l.Epoch, l.Stuck
 	return out, nil
+}
+
+// ours reports whether cur is l's hold: the same owner and, when l carries
+// one, the same token.
+func ours(cur *outbox.Lease, l outbox.Lease) bool {
+	return l.Owner != "" && cur.Owner == l.Owner && (l.Token == "" || cur.Token == l.Token)
 }
 
 func (s *Store) owned(l outbox.Lease, now time.Time) (*outbox.Lease, error) {
 	cur := s.lease(l.Bucket)
-	if cur.Owner != l.Owner || l.Owner == "" || !cur.Expires.After(now) {
+	if !ours(cur, l) || !cur.Expires.After(now) {
 		return nil, outbox.ErrLeaseLost
 	}
 	return cur, nil
@@ -222,7 +230,7 @@ func (s *Store) Release(ctx context.Context, l outbox.Lease, head, cleaned int64
 	defer s.mu.Unlock()
 	cur := s.lease(l.Bucket)
 	switch {
-	case cur.Owner != l.Owner || l.Owner == "":
+	case !ours(cur, l):
 		return outbox.Lease{}, outbox.ErrLeaseLost
 	case cur.Expires.IsZero():
 		return *cur, ctx.Err() // released already
@@ -243,7 +251,7 @@ func (s *Store) Abandon(ctx context.Context, l outbox.Lease, head, cleaned int64
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if cur := s.lease(l.Bucket); cur.Owner == l.Owner && l.Owner != "" {
+	if cur := s.lease(l.Bucket); ours(cur, l) {
 		s.giveUp(cur, head, cleaned)
 	}
 	return ctx.Err()
@@ -272,6 +280,8 @@ func (s *Store) Advance(ctx context.Context, l outbox.Lease, head, cleaned int64
 	switch {
 	case cur.HeldAt(now):
 		return outbox.Lease{}, outbox.ErrLeaseHeld
+	case cur.Head == head && head > l.Head:
+		return *cur, ctx.Err() // a resend that applied, or another relay that got there first
 	case cur.Head != l.Head || cur.Gap != l.Gap || head < cur.Head:
 		return outbox.Lease{}, outbox.ErrLeaseLost
 	}
@@ -460,4 +470,18 @@ func (s *Store) CountParked(ctx context.Context, bucket int) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.parked[bucket]), ctx.Err()
+}
+
+// RecordStuck implements outbox.StuckRecorder: it stores st on the bucket's
+// lease unless the head already passed st.Sequence.
+func (s *Store) RecordStuck(ctx context.Context, bucket int, st outbox.Stuck) error {
+	if err := s.hook("RecordStuck", bucket); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.lease(bucket); l.Head < st.Sequence {
+		l.Stuck = st
+	}
+	return ctx.Err()
 }

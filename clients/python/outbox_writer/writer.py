@@ -1,0 +1,410 @@
+"""Writer: the caller's items and outbox messages in one TransactWriteItems,
+per docs/contract.md ("Writing a message")."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+import uuid
+
+from . import contract
+from .errors import (ConditionFailedError, ConfigError, ConflictError, OutcomeUnknownError, RejectedError,
+                     SequenceFencedError, ThrottledError, ValidationError)
+
+DEFAULT_MAX_ATTEMPTS = 6
+
+_THROTTLE_CODES = {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
+                   "LimitExceededException", "TooManyRequestsException", "Throttling"}
+_AMBIGUOUS_CODES = {"TransactionInProgressException", "InternalServerError", "ServiceUnavailable", "InternalFailure"}
+
+
+@dataclasses.dataclass
+class Message:
+    """One outbox message. key None is keyless (no order promised); b"" is a
+    real, empty key. value None is a Kafka tombstone. headers are (key str,
+    value bytes or None) pairs, in order. id (a canonical UUID) and
+    created_ms (Unix ms) are set by the writer when None; bucket and
+    sequence are the writer's to assign (a message with either set is
+    refused): read them from the result."""
+
+    topic: str
+    value: bytes | None = None
+    key: bytes | None = None
+    headers: list = dataclasses.field(default_factory=list)
+    partition: int | None = None
+    id: str | None = None
+    created_ms: int | None = None
+    bucket: int = -1
+    sequence: int = 0
+
+
+@dataclasses.dataclass
+class Result:
+    """The written messages, in the order given, with id, bucket, sequence
+    and created_ms set; the client request token that committed them."""
+
+    messages: list
+    client_request_token: str
+    attempts: int
+    reservations: int  # how many times numbers were reserved (1 + re-reservations after fences)
+
+
+def new_client(endpoint_url: str | None = None, region_name: str | None = None, session=None):
+    """A boto3 DynamoDB client as the Writer needs it: botocore's retries
+    off (total_max_attempts=1), since the Writer is the one retry layer and
+    must see every attempt to know whether a transaction may have committed."""
+    import boto3
+    from botocore.config import Config as BotoConfig
+
+    cfg = BotoConfig(retries={"total_max_attempts": 1}, connect_timeout=5, read_timeout=20)
+    return (session or boto3).client("dynamodb", endpoint_url=endpoint_url, region_name=region_name, config=cfg)
+
+
+def _code(exc) -> str:
+    resp = getattr(exc, "response", None)
+    if isinstance(resp, dict):
+        return resp.get("Error", {}).get("Code", "") or ""
+    return ""
+
+
+def _kind(exc) -> str:
+    """ambiguous (may have run), throttled, conflict or rejected."""
+    code = _code(exc)
+    if code in _THROTTLE_CODES:
+        return "throttled"
+    if code == "TransactionConflictException":
+        return "conflict"
+    if code == "" or code in _AMBIGUOUS_CODES:
+        return "ambiguous"  # no API answer: a timeout, a lost connection
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    return "ambiguous" if status >= 500 else "rejected"
+
+
+class _Outcome:
+    def __init__(self, kind, detail="", caller_reasons=None, cancelled=False):
+        self.kind, self.detail, self.caller_reasons, self.cancelled = kind, detail, caller_reasons or [], cancelled
+
+
+class Writer:
+    """Writes outbox messages in the same transaction as the caller's items.
+
+    Writer() reads the config item (the bucket count, the mode and its
+    retention, the topics the outbox serves) and refuses, with a ConfigError, an outbox it does not
+    understand (a config item version other than 1 or 2, an unknown mode), a
+    malformed config item, or a missing table. Read once: restart writers after the
+    outbox's configuration changes.
+
+    client is a boto3 DynamoDB client with botocore's retries off (see
+    new_client); the writer retries itself, MaxAttempts-style: max_attempts
+    bounds the requests of each call.
+    """
+
+    def __init__(self, client, messages_table: str, control_table: str, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+                 fence_ttl_seconds: int = contract.DEFAULT_FENCE_TTL_SECONDS,
+                 max_message_bytes: int = contract.DEFAULT_MAX_MESSAGE_BYTES,
+                 clock=time.time, sleep=time.sleep):
+        if not messages_table or not control_table or messages_table == control_table:
+            raise ConfigError("messages_table and control_table are required and must differ")
+        if max_attempts < 1:
+            raise ConfigError(f"max_attempts={max_attempts}: must be at least 1")
+        retries = getattr(getattr(getattr(client, "meta", None), "config", None), "retries", None)
+        if retries is not None and retries.get("total_max_attempts") != 1:
+            raise ConfigError("the client retries by itself (botocore retries are on); create it with "
+                              "outbox_writer.new_client() or Config(retries={'total_max_attempts': 1}): "
+                              "the writer is the one retry layer")
+        self.client, self.messages_table, self.control_table = client, messages_table, control_table
+        self.max_attempts, self.fence_ttl_seconds, self.max_message_bytes = max_attempts, fence_ttl_seconds, max_message_bytes
+        self.clock, self.sleep = clock, sleep
+        # Test seam: called with the reservations before each commit.
+        self.after_reserve = None
+        self.config = self._read_config()
+        self._check_messages_table()
+
+    # --- setup -----------------------------------------------------------
+
+    def _read_config(self) -> contract.Config:
+        try:
+            out = self._call(self.client.get_item, TableName=self.control_table, Key=contract.CONFIG_KEY, ConsistentRead=True)
+        except Exception as e:  # noqa: BLE001 - translated at this boundary
+            if _code(e) == "ResourceNotFoundException":
+                raise ConfigError(f"the control table {self.control_table} does not exist (create the outbox first)") from e
+            raise
+        item = out.get("Item")
+        try:
+            cfg = contract.parse_config(item)
+        except contract.ConfigItemError as e:
+            raise ConfigError(f"config item in {self.control_table}: {e.reason}", unknown=e.unknown) from None
+        paired = (item.get("mt") or {}).get("S")
+        if paired is not None and paired != self.messages_table:
+            raise ConfigError(f"control table {self.control_table} belongs to messages table {paired}, not {self.messages_table}: "
+                              "use the messages table it was created with (the stack's MessagesTableName output)")
+        return cfg
+
+    def _check_messages_table(self):
+        try:
+            self._call(self.client.get_item, TableName=self.messages_table, Key={"b": {"N": "-1"}, "s": {"N": "0"}})
+        except Exception as e:  # noqa: BLE001
+            if _code(e) == "ResourceNotFoundException":
+                raise ConfigError(f"the messages table {self.messages_table} does not exist") from e
+            raise
+
+    @property
+    def bucket_count(self) -> int:
+        return self.config.bucket_count
+
+    # --- one retry layer for the single-item calls --------------------------
+
+    def _call(self, fn, **kw):
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                return fn(**kw)
+            except Exception as e:  # noqa: BLE001
+                if _kind(e) in ("ambiguous", "throttled") and attempt < self.max_attempts and _code(e) != "ConditionalCheckFailedException":
+                    self._pause(attempt, _kind(e) == "throttled")
+                    continue
+                raise
+
+    def _pause(self, attempt, throttled):
+        base, cap = (0.2, 5.0) if throttled else (0.05, 2.0)
+        self.sleep(random.uniform(0, min(cap, base * 2 ** (attempt - 1))))
+
+    # --- write ------------------------------------------------------------
+
+    def write(self, items=(), messages=(), client_request_token: str | None = None) -> Result:
+        """Commit items (yours, boto3 TransactWriteItem dicts) and messages in
+        one TransactWriteItems. Validates everything first (a ValidationError
+        writes nothing), reserves the messages' sequence numbers (one
+        UpdateItem ADD per bucket, in order of first appearance) immediately
+        before the commit, and puts each message conditional on
+        attribute_not_exists(s). A lost response is retried with the same
+        client request token (client_request_token, or a new UUID) and
+        identical items; if relays fenced the reserved numbers, new ones are
+        reserved and the transaction resubmitted with a new token. Every
+        failure that certainly wrote nothing fences the reserved numbers at
+        once. Call it after reading the aggregate your items are built from."""
+        items = list(items)
+        msgs = self._prepare(items, list(messages))
+        token = client_request_token or str(uuid.uuid4())
+        reserved = self._reserve(msgs)
+        reservations = 1
+        maybe_committed = False
+        last = None
+        for attempt in range(1, self.max_attempts + 1):
+            if self.after_reserve is not None:
+                self.after_reserve(list(reserved))
+            try:
+                self.client.transact_write_items(TransactItems=self._transaction(items, msgs), ClientRequestToken=token)
+                return Result(msgs, token, attempt, reservations)
+            except Exception as e:  # noqa: BLE001 - classified below
+                last = self._classify(e, len(items), msgs)
+            if last.kind == "committed":
+                return Result(msgs, token, attempt, reservations)
+            if last.kind == "ambiguous":
+                maybe_committed = True
+            elif last.cancelled:
+                maybe_committed = False  # DynamoDB evaluated this token's request and cancelled it
+            if attempt == self.max_attempts:
+                break
+            if last.kind == "fenced":
+                self._release(reserved)  # what is left of the old numbers; a relay took the others
+                reserved = self._reserve(msgs)
+                reservations += 1
+                token = str(uuid.uuid4())  # new items, new token
+                continue
+            if last.kind in ("conflict", "throttled", "ambiguous"):
+                self._pause(attempt, last.kind == "throttled")
+                continue
+            break
+        raise self._fail(last, maybe_committed, reserved, token)
+
+    def _prepare(self, items, msgs):
+        total = len(items) + len(msgs)
+        if total == 0:
+            raise ValidationError(-1, "Transaction", "nothing to write: no items and no messages")
+        if total > contract.MAX_TRANSACTION_ITEMS:
+            raise ValidationError(-1, "Transaction", f"{total} items ({len(items)} yours + {len(msgs)} messages); "
+                                  f"DynamoDB allows at most {contract.MAX_TRANSACTION_ITEMS} in one transaction: split the write")
+        size = 0
+        for i, it in enumerate(items):
+            kinds = [k for k in ("Put", "Update", "Delete", "ConditionCheck") if k in it]
+            if len(kinds) != 1:
+                raise ValidationError(-1, f"items[{i}]", "exactly one of Put, Update, Delete or ConditionCheck must be set")
+            body = it[kinds[0]]
+            size += contract.item_size(body.get("Item") or body.get("Key") or {})
+        now_ms = int(self.clock() * 1000)
+        out = []
+        seen_ids: dict[str, int] = {}
+        stamped = {contract.MESSAGE_ID_HEADER: "message-id", contract.BUCKET_HEADER: "bucket", contract.SEQUENCE_HEADER: "sequence"}
+        for i, m in enumerate(msgs):
+            if m.bucket != -1:
+                raise ValidationError(i, "Bucket", f"is {m.bucket}; the writer assigns the bucket from the key (or partition): leave it unset and read it from the result")
+            if m.sequence != 0:
+                raise ValidationError(i, "Sequence", f"is {m.sequence}; the writer reserves the sequence number: leave it unset and read it from the result")
+            m = dataclasses.replace(m, headers=list(m.headers))
+            err = contract.topic_error(m.topic)
+            if err:
+                raise ValidationError(i, "Topic", err)
+            if self.config.topics and m.topic not in self.config.topics:
+                raise ValidationError(i, "Topic", f"topic {m.topic!r} is not one this outbox serves ({', '.join(self.config.topics)}); "
+                                      "fix the topic name, or add it to the outbox's topic list and restart the writers")
+            for name, val in (("Key", m.key), ("Value", m.value)):
+                if val is not None and not isinstance(val, (bytes, bytearray)):
+                    raise ValidationError(i, name, f"must be bytes or None, not {type(val).__name__}")
+            for j, h in enumerate(m.headers):
+                if not (isinstance(h, (tuple, list)) and len(h) == 2 and isinstance(h[0], str)
+                        and (h[1] is None or isinstance(h[1], (bytes, bytearray)))):
+                    raise ValidationError(i, f"Headers[{j}]", "a header is a (str key, bytes or None value) pair")
+                try:
+                    h[0].encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValidationError(i, f"Headers[{j}].Key", "header keys must be valid UTF-8 (Kafka header keys are strings)") from None
+                if h[0] in stamped:
+                    raise ValidationError(i, f"Headers[{j}].Key", f"{h[0]!r} is the {stamped[h[0]]} header the relay stamps; use another name")
+            if m.partition is not None and (not isinstance(m.partition, int) or not 0 <= m.partition <= 0x7FFFFFFF):
+                raise ValidationError(i, "Partition", f"{m.partition!r} is not an int32 >= 0")
+            if m.id is None:
+                m.id = contract.new_id(now_ms)
+            elif not contract.canonical_uuid(m.id):
+                raise ValidationError(i, "ID", f"{m.id!r} is not a UUID in canonical form (36 lower-case characters); leave it None to get a UUID v7")
+            if m.id in seen_ids:
+                raise ValidationError(i, "ID", f"{m.id} is also message {seen_ids[m.id]}'s id; every message needs its own")
+            seen_ids[m.id] = i
+            if m.created_ms is None:
+                m.created_ms = now_ms
+            if not isinstance(m.created_ms, int) or m.created_ms < 0:
+                raise ValidationError(i, "CreatedAt", f"{m.created_ms!r} is not Unix milliseconds >= 0")
+            rs = contract.record_size(m.key, m.value, m.headers)
+            if rs > self.max_message_bytes:
+                raise ValidationError(i, "Value", f"the record is {rs} bytes (key+value+headers+stamped headers+overhead), above max_message_bytes={self.max_message_bytes}")
+            m.bucket = contract.bucket_for(m.id, m.key, m.partition, self.config.bucket_count)
+            m.sequence = 2**63 - 1  # the widest sequence: the size is an upper bound
+            n = contract.item_size(self._item(m))
+            if n > contract.MAX_ITEM_BYTES:
+                raise ValidationError(i, "Value", f"the DynamoDB item would be {n} bytes, above DynamoDB's {contract.MAX_ITEM_BYTES}-byte item limit")
+            size += n
+            m.sequence = 0
+            out.append(m)
+        if size > contract.MAX_TRANSACTION_BYTES:
+            raise ValidationError(-1, "Transaction", f"the items add up to at least {size} bytes; DynamoDB allows {contract.MAX_TRANSACTION_BYTES}")
+        return out
+
+    def _item(self, m):
+        retention = self.config.retention_seconds if self.config.mode == "watermark" else 0
+        return contract.message_item(m, retention, self.clock())
+
+    def _reserve(self, msgs):
+        """One UpdateItem ADD n per bucket, in order of first appearance;
+        numbers assigned in message order. Returns [(bucket, first, n)]."""
+        counts: dict[int, int] = {}
+        for m in msgs:
+            counts[m.bucket] = counts.get(m.bucket, 0) + 1
+        reserved = []
+        for b, n in counts.items():
+            try:
+                out = self._call(
+                    self.client.update_item, TableName=self.control_table,
+                    Key={"pk": {"S": f"bucket#{b}"}, "sk": {"S": "seq"}},
+                    UpdateExpression="ADD #n :n SET #v = :v",
+                    ExpressionAttributeNames={"#n": "n", "#v": "v"},
+                    ExpressionAttributeValues={":n": {"N": str(n)}, ":v": {"N": str(contract.ITEM_FORMAT_VERSION)}},
+                    ReturnValues="UPDATED_NEW")
+            except Exception as e:  # noqa: BLE001
+                err = (ThrottledError if _kind(e) == "throttled" else RejectedError)(
+                    f"outbox: reserving sequence numbers in bucket {b} failed before the transaction was sent; nothing was written: {e}")
+                self._release_into(err, reserved)
+                raise err from e
+            last = int(out["Attributes"]["n"]["N"])
+            reserved.append((b, last - n + 1, n))
+        nxt = {b: first for b, first, _ in reserved}
+        for m in msgs:
+            m.sequence = nxt[m.bucket]
+            nxt[m.bucket] += 1
+        return reserved
+
+    def _transaction(self, items, msgs):
+        puts = [{"Put": {
+            "TableName": self.messages_table,
+            "Item": self._item(m),
+            "ConditionExpression": "attribute_not_exists(#s)",
+            "ExpressionAttributeNames": {"#s": "s"},
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }} for m in msgs]
+        return items + puts
+
+    def _classify(self, exc, n_items, msgs):
+        code = _code(exc)
+        if code != "TransactionCanceledException":
+            return _Outcome(_kind(exc), code or type(exc).__name__)
+        reasons = exc.response.get("CancellationReasons") or []
+        o = _Outcome("conflict", "cancelled without a known reason", reasons[:n_items], cancelled=True)
+        found = {}
+        for i, r in enumerate(reasons):
+            rc = r.get("Code") or "None"
+            if rc == "None":
+                continue
+            who = f"your item {i}" if i < n_items else f"outbox put {i - n_items}"
+            detail = f"{who}: {rc}" + (f" ({r['Message']})" if r.get("Message") else "")
+            if rc == "ConditionalCheckFailed" and i < n_items:
+                found.setdefault("condition_failed", detail)
+            elif rc == "ConditionalCheckFailed":
+                old = r.get("Item") or {}
+                j = i - n_items
+                if old.get("id", {}).get("S") == msgs[j].id:
+                    o.kind, o.detail = "committed", f"{who} already holds this message"
+                    return o
+                if not old or "f" in old:
+                    found.setdefault("fenced", detail)
+                else:
+                    found.setdefault("rejected", detail + ": the reserved sequence number holds another outbox's message; "
+                                     "the counter was reset or two outboxes share the messages table")
+            elif rc == "TransactionConflict":
+                found.setdefault("conflict", detail)
+            elif rc in ("ThrottlingError", "ProvisionedThroughputExceeded"):
+                found.setdefault("throttled", detail)
+            else:
+                found.setdefault("rejected", detail)
+        for kind in ("condition_failed", "rejected", "fenced", "throttled", "conflict"):
+            if kind in found:
+                o.kind, o.detail = kind, found[kind]
+                break
+        return o
+
+    def _fail(self, o, maybe_committed, reserved, token):
+        if maybe_committed or o.kind == "ambiguous":
+            return OutcomeUnknownError(f"outbox: the transaction may have committed ({o.detail}); retry with client request token {token} to learn its outcome", token)
+        cls, fix = {
+            "condition_failed": (ConditionFailedError, "nothing was written; re-read the aggregate and retry the whole operation"),
+            "conflict": (ConflictError, "nothing was written; conflicting transactions on these items, retry later"),
+            "throttled": (ThrottledError, "nothing was written; DynamoDB throttled the writes, retry later"),
+            "fenced": (SequenceFencedError, "nothing was written; relays fenced the reserved numbers on every attempt"),
+            "rejected": (RejectedError, "nothing was written; DynamoDB refused the request"),
+        }[o.kind]
+        msg = f"outbox: {o.detail}; {fix}"
+        err = cls(msg, o.caller_reasons) if cls is ConditionFailedError else cls(msg)
+        self._release_into(err, reserved)
+        return err
+
+    def _release_into(self, err, reserved):
+        try:
+            err.released = self._release(reserved)
+        except Exception as e:  # noqa: BLE001 - relays fence what is left after their gap timeout
+            err.release_error = e
+
+    def _release(self, reserved):
+        """Fence every reserved number that is still free (a number a relay
+        fenced already is fine). Returns the (bucket, sequence) fenced or
+        found fenced."""
+        done = []
+        now = self.clock()
+        for b, first, n in reserved:
+            for s in range(first, first + n):
+                try:
+                    self._call(self.client.put_item, TableName=self.messages_table,
+                               Item=contract.fence_item(b, s, now, self.fence_ttl_seconds),
+                               ConditionExpression="attribute_not_exists(#s)", ExpressionAttributeNames={"#s": "s"})
+                except Exception as e:  # noqa: BLE001
+                    if _code(e) != "ConditionalCheckFailedException":
+                        raise
+                done.append((b, s))
+        return done

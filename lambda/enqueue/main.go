@@ -1,0 +1,53 @@
+// Command enqueue is the enqueue Lambda (provided.al2023, handler
+// "bootstrap"): any AWS service invokes it with a request (the caller's
+// DynamoDB items and outbox messages), or a batch of them, and it commits
+// each in one TransactWriteItems through dynamo.Writer, once per idempotency
+// key (docs/deploy.md, Enqueue from any AWS service). Configuration:
+// OUTBOX_MESSAGES_TABLE, OUTBOX_CONTROL_TABLE, OUTBOX_MAX_MESSAGE_BYTES,
+// validated at init, with the outbox's config item.
+package main
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+
+	"github.com/dynakafka/outbox/lambda/config"
+	"github.com/dynakafka/outbox/lambda/handler"
+	"github.com/dynakafka/outbox/lambda/wiring"
+	"github.com/dynakafka/outbox/store/dynamo"
+)
+
+func main() {
+	logger := wiring.Logger()
+	cfg, err := config.LoadEnqueue(os.Getenv)
+	if err != nil {
+		logger.Error("outbox enqueue: invalid configuration; fix the variable and redeploy", "err", err)
+		os.Exit(2)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second) // Lambda's init phase allows 10 s
+	defer cancel()
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(cfg.Region))
+	if err != nil {
+		logger.Error("outbox enqueue: init failed: load AWS configuration", "err", err)
+		os.Exit(2)
+	}
+	client := wiring.DynamoClient(awsCfg, cfg.DynamoEndpoint)
+	tables := dynamo.Tables{Messages: cfg.MessagesTable, Control: cfg.ControlTable}
+	writer, err := dynamo.NewWriter(ctx, client, tables, dynamo.MaxMessageBytes(cfg.MaxMessageBytes))
+	if err != nil {
+		logger.Error("outbox enqueue: init failed: the outbox tables (OUTBOX_MESSAGES_TABLE, OUTBOX_CONTROL_TABLE)", "err", err)
+		os.Exit(2)
+	}
+	h, err := handler.NewEnqueue(writer, client, tables, 0, logger)
+	if err != nil {
+		logger.Error("outbox enqueue: init failed", "err", err)
+		os.Exit(2)
+	}
+	cancel()
+	logger.Info("outbox enqueue: ready", "bucket_count", writer.BucketCount(), "messages_table", cfg.MessagesTable)
+	lambda.Start(h.Handle)
+}

@@ -1,0 +1,524 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/seam"
+	"github.com/dynakafka/outbox/store/memory"
+)
+
+// manualSched is a seam.Scheduler whose time moves only when the test calls
+// Advance: a drain's ResumeWindow, its resumed-publish bound and the
+// watchdog that looks at the lease all wait on it, so a test decides what
+// happens before a window ends instead of racing the machine's speed.
+type manualSched struct {
+	mu       sync.Mutex
+	cond     *sync.Cond
+	now      time.Time
+	sleeping map[*int]time.Time // until when each Sleep waits
+	timers   []*manualTimer
+}
+
+type manualTimer struct {
+	s      *manualSched
+	at     time.Time
+	f      func()
+	active bool
+}
+
+func newManualSched() *manualSched {
+	s := &manualSched{now: base, sleeping: map[*int]time.Time{}}
+	s.cond = sync.NewCond(&s.mu)
+	return s
+}
+
+func (s *manualSched) option() outbox.Option {
+	return seam.With(seam.Hooks{Scheduler: s}).(outbox.Option)
+}
+
+func (s *manualSched) Now() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.now
+}
+
+func (s *manualSched) Go(f func()) func() {
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	return func() { <-done }
+}
+
+func (s *manualSched) Sleep(stop <-chan struct{}, d time.Duration) bool {
+	s.mu.Lock()
+	until := s.now.Add(d)
+	key, stopped, returned := new(int), false, make(chan struct{})
+	s.sleeping[key] = until
+	s.cond.Broadcast()
+	go func() {
+		select {
+		case <-stop:
+			s.mu.Lock()
+			stopped = true
+			s.cond.Broadcast()
+			s.mu.Unlock()
+		case <-returned:
+		}
+	}()
+	for !stopped && s.now.Before(until) {
+		s.cond.Wait()
+	}
+	reached := !s.now.Before(until)
+	delete(s.sleeping, key)
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	close(returned)
+	return reached
+}
+
+func (s *manualSched) AfterFunc(d time.Duration, f func()) seam.Timer {
+	s.mu.Lock()
+	t := &manualTimer{s: s, f: f}
+	s.timers = append(s.timers, t)
+	s.mu.Unlock()
+	t.Reset(d)
+	return t
+}
+
+func (t *manualTimer) Stop() bool {
+	t.s.mu.Lock()
+	defer t.s.mu.Unlock()
+	was := t.active
+	t.active = false
+	return was
+}
+
+func (t *manualTimer) Reset(d time.Duration) {
+	t.s.mu.Lock()
+	t.at, t.active = t.s.now.Add(d), true
+	t.s.mu.Unlock()
+	t.s.Advance(0)
+}
+
+// Advance moves time by d, fires the timers due and wakes the sleepers due.
+func (s *manualSched) Advance(d time.Duration) {
+	s.mu.Lock()
+	s.now = s.now.Add(d)
+	var due []func()
+	for _, t := range s.timers {
+		if t.active && !t.at.After(s.now) {
+			t.active = false
+			due = append(due, t.f)
+		}
+	}
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	for _, f := range due {
+		go f()
+	}
+}
+
+// sleepers counts the Sleeps that wait at least d from now.
+func (s *manualSched) sleepers(d time.Duration) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, until := range s.sleeping {
+		if !until.Before(s.now.Add(d)) {
+			n++
+		}
+	}
+	return n
+}
+
+// eventually waits (real time, generously) until cond holds; it reports
+// whether it did. It only bounds how long a failing test takes.
+func eventually(cond func() bool) bool {
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
+// overlapPublisher acknowledges everything, counts publishes per sequence,
+// counts overlaps (a publish of a bucket starting while another of the same
+// bucket is in flight: I4), and holds a publish that carries sequence hold
+// until release is closed.
+type overlapPublisher struct {
+	mu       sync.Mutex
+	sent     map[int64]int
+	inflight map[int]int
+	overlaps int
+	hold     int64
+	held     chan struct{}
+	release  chan struct{}
+	once     sync.Once
+}
+
+func newOverlapPublisher() *overlapPublisher {
+	return &overlapPublisher{sent: map[int64]int{}, inflight: map[int]int{}, held: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (p *overlapPublisher) Publish(ctx context.Context, msgs []outbox.Message) (int, error) {
+	b := msgs[0].Bucket
+	p.mu.Lock()
+	if p.inflight[b] > 0 {
+		p.overlaps++
+	}
+	p.inflight[b]++
+	hold := p.hold != 0 && slices.ContainsFunc(msgs, func(m outbox.Message) bool { return m.Sequence == p.hold })
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.inflight[b]--
+		p.mu.Unlock()
+	}()
+	if hold {
+		p.once.Do(func() { close(p.held) })
+		<-p.release
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range msgs {
+		p.sent[m.Sequence]++
+	}
+	return len(msgs), nil
+}
+
+func (p *overlapPublisher) overlapCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.overlaps
+}
+
+func (p *overlapPublisher) checkOnce(t *testing.T, seqs []int64) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range seqs {
+		if p.sent[s] != 1 {
+			t.Errorf("sequence %d published %d times, want once", s, p.sent[s])
+		}
+	}
+}
+
+type drainResult struct {
+	st  outbox.DrainStats
+	err error
+}
+
+func drainAsync(ctx context.Context, r *outbox.Relay) chan drainResult {
+	ch := make(chan drainResult, 1)
+	go func() {
+		st, err := r.DrainBucket(ctx, 0)
+		ch <- drainResult{st, err}
+	}()
+	return ch
+}
+
+// TestOwedResumeWaitSurvivesAContainerSwitch (issue 16, defect 1): the
+// sweeper released bucket 0 and resumes it, its publish in flight. A relay
+// function container acquires the bucket from the sweeper's release and owes
+// the ResumeWindow wait; its invocation ends during the wait (the lease is
+// abandoned). The next container, with the same owner id, must not publish
+// while the sweeper still may: the wait was owed by the lease's hold, not by
+// one process's memory. Before the fix it resumed "its own" lease at once
+// and published beside the sweeper.
+func TestOwedResumeWaitSurvivesAContainerSwitch(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	s := memory.New(1)
+	sched, pub := newManualSched(), newOverlapPublisher()
+	opts := []outbox.Option{sched.option(), outbox.HolderWait(0)}
+	sweeper := newRelay(t, s, pub, append(opts, outbox.RelayID("sweeper"))...)
+	first := newRelay(t, s, pub, append(opts, outbox.RelayID("relay/fn"))...)
+	second := newRelay(t, s, pub, append(opts, outbox.RelayID("relay/fn"))...)
+	const window = 10 * time.Second // the default ResumeWindow
+
+	fill(t, s, 0, 1, 2, 3)
+	if _, err := sweeper.DrainBucket(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	fill(t, s, 0, 4, 5, 6)
+	pub.hold = 4
+	sweeping := drainAsync(ctx, sweeper) // resumes its release: no write
+	<-pub.held
+
+	fctx, cancelFirst := context.WithCancel(ctx)
+	firstDone := drainAsync(fctx, first)
+	if !eventually(func() bool { return sched.sleepers(window) == 1 }) {
+		t.Fatal("the first container does not wait out the sweeper's ResumeWindow")
+	}
+	cancelFirst() // its invocation ends while it owes the wait
+	if r := <-firstDone; !r.st.Acquired || !errors.Is(r.err, outbox.ErrDeadline) {
+		t.Fatalf("first container: acquired %v, err %v; want an acquisition ended by its deadline", r.st.Acquired, r.err)
+	}
+
+	secondDone := drainAsync(ctx, second)
+	if !eventually(func() bool {
+		return pub.overlapCount() > 0 || sched.sleepers(window) == 1 || len(secondDone) > 0
+	}) {
+		t.Fatal("the second container neither published nor waited")
+	}
+	if n := pub.overlapCount(); n > 0 {
+		t.Errorf("the second container published beside the sweeper (%d overlapping publishes of bucket 0)", n)
+	}
+	close(pub.release)
+	if r := <-sweeping; r.err != nil || !r.st.Resumed {
+		t.Fatalf("sweeper: resumed %v, err %v", r.st.Resumed, r.err)
+	}
+	sched.Advance(window)
+	if r := <-secondDone; r.err != nil {
+		t.Fatalf("second container: %v", r.err)
+	}
+	pub.checkOnce(t, span(1, 6))
+}
+
+// TestConcurrentInvocationsOfOneFunctionExcludeEachOther (issue 16, defect
+// 5): AWS orders stream records per item, so two invocations of the relay
+// function (one owner id) can drain one bucket at once. Neither a write-free
+// resume nor an acquisition by the same owner name may let the second
+// publish beside the first. Before the fix the second resumed the shared
+// release, or "re-acquired" the held lease, and published at once.
+func TestConcurrentInvocationsOfOneFunctionExcludeEachOther(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		resume bool
+	}{{"released lease", true}, {"held lease", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxFor(t, time.Minute)
+			s := memory.New(1)
+			sched, pub := newManualSched(), newOverlapPublisher()
+			opts := []outbox.Option{sched.option(), outbox.HolderWait(0), outbox.RelayID("relay/fn"), outbox.ResumeReleased(tc.resume)}
+			a, b := newRelay(t, s, pub, opts...), newRelay(t, s, pub, opts...)
+			const window = 10 * time.Second
+
+			fill(t, s, 0, 1, 2, 3)
+			if _, err := a.DrainBucket(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			fill(t, s, 0, 4, 5, 6)
+			pub.hold = 4
+			aDone := drainAsync(ctx, a)
+			<-pub.held
+			bDone := drainAsync(ctx, b)
+			if !eventually(func() bool { return pub.overlapCount() > 0 || sched.sleepers(window) == 1 || len(bDone) > 0 }) {
+				t.Fatal("the second invocation neither published, waited nor returned")
+			}
+			if n := pub.overlapCount(); n > 0 {
+				t.Errorf("two invocations of one function published bucket 0 at once (%d overlaps)", n)
+			}
+			close(pub.release)
+			if r := <-aDone; r.err != nil {
+				t.Fatalf("first invocation: %v", r.err)
+			}
+			sched.Advance(window)
+			r := <-bDone
+			switch {
+			case tc.resume && r.err != nil:
+				t.Fatalf("second invocation: %v", r.err)
+			case !tc.resume && !errors.Is(r.err, outbox.ErrLeaseHeld):
+				t.Fatalf("second invocation on a held lease: %v, want ErrLeaseHeld (a wake-up for the holder)", r.err)
+			}
+			pub.checkOnce(t, span(1, 6))
+		})
+	}
+}
+
+// markGate is a store whose MarkPublished of a batch that contains sequence
+// hold waits until its context ends or release is closed; it logs the
+// events the test orders.
+type markGate struct {
+	outbox.Store
+	name    string
+	hold    int64
+	entered chan struct{}
+	release chan struct{}
+	log     *eventLog
+}
+
+type eventLog struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (l *eventLog) add(e string) {
+	l.mu.Lock()
+	l.events = append(l.events, e)
+	l.mu.Unlock()
+}
+
+func (l *eventLog) has(e string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Contains(l.events, e)
+}
+
+func (l *eventLog) index(e string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Index(l.events, e)
+}
+
+func (g *markGate) MarkPublished(ctx context.Context, bucket int, seqs []int64, now time.Time) error {
+	if g.hold == 0 || !slices.Contains(seqs, g.hold) {
+		return g.Store.MarkPublished(ctx, bucket, seqs, now)
+	}
+	close(g.entered)
+	var err error
+	select {
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-g.release:
+		err = g.Store.MarkPublished(ctx, bucket, seqs, now)
+	}
+	g.log.add(g.name + ": mark ended")
+	return err
+}
+
+func (g *markGate) Pending(ctx context.Context, bucket int, after int64, limit int) ([]outbox.Entry, bool, error) {
+	g.log.add(g.name + ": read")
+	return g.Store.Pending(ctx, bucket, after, limit)
+}
+
+// TestResumerMarkBoundedByWindow (issue 16, defect 2): relay a resumes
+// bucket 0, Kafka acknowledges 4..6 inside its window, and its tombstone
+// write is slow. Relay b acquires from a's release and waits ResumeWindow
+// before it reads. a's marking must end (done or cancelled) before that
+// read, or b reads 4..6 as pending while a's tombstones are still to land.
+// Before the fix the marking ran on the drain's context, unbounded.
+func TestResumerMarkBoundedByWindow(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	s := memory.New(1)
+	sched, pub, log := newManualSched(), newOverlapPublisher(), &eventLog{}
+	ga := &markGate{Store: s, name: "a", entered: make(chan struct{}), release: make(chan struct{}), log: log}
+	gb := &markGate{Store: s, name: "b", log: log}
+	const window, margin = 10 * time.Second, 5 * time.Second // the defaults
+	clk := &fakeClock{}                                      // leases never expire while the test waits
+	a := newRelay(t, ga, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("a"), outbox.HolderWait(0))
+	b := newRelay(t, gb, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("b"), outbox.HolderWait(0))
+
+	fill(t, s, 0, 1, 2, 3)
+	if _, err := a.DrainBucket(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	fill(t, s, 0, 4, 5, 6)
+	ga.hold = 4
+	aDone := drainAsync(ctx, a) // resumes; Kafka acknowledges at once
+	<-ga.entered
+	bDone := drainAsync(ctx, b)
+	if !eventually(func() bool { return sched.sleepers(window) == 1 }) {
+		t.Fatal("b does not wait ResumeWindow after acquiring from a's release")
+	}
+	sched.Advance(window - margin) // a's bound: LeaseMargin before its window ends
+	eventually(func() bool { return log.has("a: mark ended") })
+	sched.Advance(margin) // b's wait is over: it reads
+	rb := <-bDone
+	close(ga.release)
+	ra := <-aDone
+	if rb.err != nil || !rb.st.Acquired || !ra.st.Resumed {
+		t.Fatalf("a resumed %v; b acquired %v, err %v: the race was not set up", ra.st.Resumed, rb.st.Acquired, rb.err)
+	}
+	if m, r := log.index("a: mark ended"), log.index("b: read"); m < 0 || m > r {
+		t.Fatalf("events %v: a's tombstone write was still pending when b read the bucket", log.events)
+	}
+	if ra.err == nil || !strings.Contains(ra.err.Error(), "window") {
+		t.Errorf("a's drain returned %v; want its marking reported cut off by its window", ra.err)
+	}
+}
+
+// TestLeaseDurationMustOutlastResumeWindow (issue 16, defect 4): a takeover
+// at expiry owes no ResumeWindow wait, so the lease must outlast the window
+// its holder owed, plus the clock skew a contender may have.
+func TestLeaseDurationMustOutlastResumeWindow(t *testing.T) {
+	ctx := ctxFor(t, 10*time.Second)
+	common := []outbox.Option{outbox.LeaseRenewInterval(time.Second), outbox.LeaseMargin(time.Second), outbox.MaxClockSkew(time.Second)}
+	_, err := outbox.NewRelay(ctx, memory.New(1), &recorder{}, append(common, outbox.LeaseDuration(10*time.Second), outbox.ResumeWindow(10*time.Second))...)
+	var oe *outbox.OptionError
+	if !errors.As(err, &oe) || oe.Option != "LeaseDuration" || !strings.Contains(oe.Error(), "ResumeWindow") || !strings.Contains(oe.Error(), "MaxClockSkew") {
+		t.Fatalf("LeaseDuration 10s with ResumeWindow 10s: err = %v; want an *OptionError on LeaseDuration naming ResumeWindow and MaxClockSkew", err)
+	}
+	if _, err := outbox.NewRelay(ctx, memory.New(1), &recorder{}, append(common, outbox.LeaseDuration(11*time.Second), outbox.ResumeWindow(10*time.Second))...); err != nil {
+		t.Fatalf("LeaseDuration 11s with ResumeWindow 10s and MaxClockSkew 1s: %v", err)
+	}
+}
+
+// TestWatermarkResumedDrainKeepsProgress (issue 16, defect 6): in
+// WatermarkMode a resumed drain's head is the only record of what Kafka
+// acknowledged. A resumed drain that stops after acknowledged batches —
+// a fatal publish error, a failed read — must keep them, so that the next
+// drain goes on from there instead of publishing them again (and a drain
+// too long for one invocation still reaches the tail). Before the fix the
+// stored head stayed at 3.
+func TestWatermarkResumedDrainKeepsProgress(t *testing.T) {
+	for _, tc := range []string{"fatal publish error", "read error"} {
+		t.Run(tc, func(t *testing.T) {
+			ctx := ctxFor(t, time.Minute)
+			mem := memory.New(1)
+			st := modeStore{mem, outbox.WatermarkMode}
+			var (
+				mu    sync.Mutex
+				fail  bool
+				sent  = map[int64]int{}
+				reads int
+			)
+			pub := &recorder{before: func(ctx context.Context, msgs []outbox.Message) (int, error, bool) {
+				mu.Lock()
+				defer mu.Unlock()
+				if fail && tc == "fatal publish error" && msgs[0].Sequence == 7 {
+					return 0, outbox.WithClass(errors.New("topic deleted"), outbox.Fatal), true
+				}
+				for _, m := range msgs {
+					sent[m.Sequence]++
+				}
+				return len(msgs), nil, true
+			}}
+			mem.Hook = func(method string, bucket int) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if method == "Pending" && fail && tc == "read error" {
+					if reads++; reads == 2 {
+						return errors.New("throttled")
+					}
+				}
+				return nil
+			}
+			r := newRelay(t, st, pub, outbox.BatchSize(3), outbox.RelayID("a"))
+			fill(t, mem, 0, 1, 2, 3)
+			if _, err := r.DrainBucket(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			fill(t, mem, 0, span(4, 9)...)
+			mu.Lock()
+			fail = true
+			mu.Unlock()
+			stats, err := r.DrainBucket(ctx, 0)
+			if err == nil || !stats.Resumed {
+				t.Fatalf("resumed %v, err %v: want a resumed drain that fails after 4..6", stats.Resumed, err)
+			}
+			if h := mem.Lease(0).Head; h != 6 {
+				t.Errorf("stored head after the failed resumed drain = %d, want 6: what Kafka acknowledged was forgotten", h)
+			}
+			mu.Lock()
+			fail = false
+			mu.Unlock()
+			if _, err := r.DrainBucket(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for seq := int64(1); seq <= 9; seq++ {
+				if sent[seq] != 1 {
+					t.Errorf("sequence %d published %d times, want once", seq, sent[seq])
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,54 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/dynakafka/outbox"
+)
+
+// describeTableAPI is the DescribeTable of the replica check.
+type describeTableAPI interface {
+	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
+}
+
+// globalTableFix says why a global table is refused, and what to do.
+const globalTableFix = "the outbox does not support DynamoDB global tables: writers in two regions increment the same sequence counter, " +
+	"replication resolves it last-writer-wins, so both regions' messages get the same (bucket, sequence) and one overwrites the other — " +
+	"a committed message is lost without an error. Use tables without replicas (remove them, or run one outbox with its own tables per region)"
+
+// checkSingleRegion refuses an outbox whose messages or control table has
+// replicas (DescribeTable's Replicas: a global table) with a
+// *outbox.MisconfigurationError per table, joined. A table that does not
+// exist is left to the checks that name it (*TableError).
+func checkSingleRegion(ctx context.Context, client describeTableAPI, tables Tables) error {
+	var errs []error
+	for _, t := range []struct{ role, name string }{{"Tables.Messages", tables.Messages}, {"Tables.Control", tables.Control}} {
+		out, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: str(t.name)})
+		var missing *types.ResourceNotFoundException
+		switch {
+		case errors.As(err, &missing):
+			continue
+		case err != nil:
+			errs = append(errs, fmt.Errorf("dynamo: describe table %s, to refuse a global table (grant dynamodb:DescribeTable on it): %w", t.name, err))
+			continue
+		case out.Table == nil || len(out.Table.Replicas) == 0:
+			continue
+		}
+		var regions []string
+		for _, r := range out.Table.Replicas {
+			regions = append(regions, aws.ToString(r.RegionName))
+		}
+		errs = append(errs, &outbox.MisconfigurationError{Setting: t.role,
+			Configured: fmt.Sprintf("%s (the outbox needs a table in one region)", t.name),
+			Stored:     fmt.Sprintf("replicas in %s (a global table)", strings.Join(regions, ", ")),
+			Fix:        globalTableFix})
+	}
+	return errors.Join(errs...)
+}
