@@ -258,8 +258,9 @@ func TestSetupPolicy(t *testing.T) {
 // tables (TestEnqueueRole checks the template has exactly these).
 func TestEnqueuePolicy(t *testing.T) {
 	contract := join(
-		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem"}, "<MessagesTable.Arn>", ""),
-		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, "<ControlTable.Arn>", ""),
+		// DescribeTable: NewWriter refuses a global table at init.
+		grants([]string{"dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem"}, "<MessagesTable.Arn>", ""),
+		grants([]string{"dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, "<ControlTable.Arn>", ""),
 	)
 	diffGrants(t, join(policyGrants(t, "WriterPolicy"), grants([]string{"dynamodb:PutItem"}, "<ControlTable.Arn>", "")), contract)
 

@@ -225,3 +225,6 @@ func (t *TxnPublisher) Close() {
 	}
 	t.p.Close()
 }
+
+// Ping checks that a broker answers (Publisher.Ping).
+func (t *TxnPublisher) Ping(ctx context.Context) error { return t.p.Ping(ctx) }

@@ -63,8 +63,13 @@ type Config struct {
 	// holding the client certificate chain and its private key. Required for
 	// mtls, refused otherwise.
 	TLSClientCertSecretARN string
-	Region                 string // AWS_REGION (set by Lambda)
-	DynamoEndpoint         string // OUTBOX_DYNAMODB_ENDPOINT (optional: LocalStack, DynamoDB Local)
+	// Transactional is OUTBOX_KAFKA_TRANSACTIONAL (false): publish each
+	// drained batch as one Kafka transaction under the bucket's own
+	// transactional id (kafka.TxnPublisher), so that a new holder of a
+	// bucket fences the previous one at the broker.
+	Transactional  bool
+	Region         string // AWS_REGION (set by Lambda)
+	DynamoEndpoint string // OUTBOX_DYNAMODB_ENDPOINT (optional: LocalStack, DynamoDB Local)
 }
 
 // Range is the accepted range of a numeric variable. Durations are in
@@ -150,6 +155,7 @@ func Load(getenv func(string) string) (Config, error) {
 		SASLSecretARN:          getenv("KAFKA_SASL_SECRET_ARN"),
 		TLSCASecretARN:         getenv("KAFKA_TLS_CA_SECRET_ARN"),
 		TLSClientCertSecretARN: getenv("KAFKA_TLS_CLIENT_CERT_SECRET_ARN"),
+		Transactional:          l.bool("OUTBOX_KAFKA_TRANSACTIONAL"),
 		Region:                 getenv("AWS_REGION"),
 		DynamoEndpoint:         l.endpoint("OUTBOX_DYNAMODB_ENDPOINT"),
 	}
@@ -250,6 +256,20 @@ func (l *loader) duration(name string, def time.Duration) time.Duration {
 		return def
 	}
 	return d
+}
+
+// bool reads a flag: true or false, unset is false. Anything else (yes, 1,
+// a typo) is refused rather than read as off.
+func (l *loader) bool(name string) bool {
+	v := strings.TrimSpace(l.getenv(name))
+	switch v {
+	case "", "false":
+		return false
+	case "true":
+		return true
+	}
+	l.fail(name, v, "must be true or false (unset is false)")
+	return false
 }
 
 func (l *loader) topics(name string) []string {

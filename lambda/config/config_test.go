@@ -190,6 +190,27 @@ func TestLoadBoundsAreInclusive(t *testing.T) {
 	}
 }
 
+func TestLoadTransactional(t *testing.T) {
+	for _, c := range []struct {
+		value string
+		want  bool
+		fails bool
+	}{{"", false, false}, {"false", false, false}, {"true", true, false}, {" true ", true, false}, {"yes", false, true}, {"1", false, true}, {"True", false, true}} {
+		env := base()
+		env["OUTBOX_KAFKA_TRANSACTIONAL"] = c.value
+		cfg, err := Load(getenv(env))
+		if c.fails {
+			if got := variables(t, err); !reflect.DeepEqual(got, []string{"OUTBOX_KAFKA_TRANSACTIONAL"}) || !strings.Contains(err.Error(), "true or false") {
+				t.Fatalf("%q: error %v names %v", c.value, err, got)
+			}
+			continue
+		}
+		if err != nil || cfg.Transactional != c.want {
+			t.Fatalf("%q: Transactional=%v err=%v, want %v", c.value, cfg.Transactional, err, c.want)
+		}
+	}
+}
+
 // The enqueue function needs the tables only; Kafka's variables are not
 // required, and a bad OUTBOX_MAX_MESSAGE_BYTES is named.
 func TestLoadEnqueue(t *testing.T) {

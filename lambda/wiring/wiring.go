@@ -29,8 +29,14 @@ type Parts struct {
 	AWS       aws.Config
 	Dynamo    *dynamodb.Client
 	Store     *dynamo.Store
-	Publisher *kafka.Publisher
+	Publisher Publisher // *kafka.Publisher, or *kafka.TxnPublisher when OUTBOX_KAFKA_TRANSACTIONAL=true
 	Relay     *outbox.Relay
+}
+
+// Publisher is the relay's publisher with its Close.
+type Publisher interface {
+	outbox.Publisher
+	Close()
 }
 
 // Close releases the publisher's connections.
@@ -46,6 +52,50 @@ func (p *Parts) Close() {
 // without topics a broker must answer. An error names the variables to fix.
 // Options in extra come last (tests use them).
 func NewPublisher(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger, extra ...kafka.Opt) (*kafka.Publisher, error) {
+	kopts, err := publisherOptions(ctx, cfg, awsCfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	p, err := kafka.NewPublisher(ctx, cfg.Brokers, append(kopts, extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka publisher (KAFKA_BOOTSTRAP_SERVERS=%v, OUTBOX_TOPICS=%v, KAFKA_AUTH=%s): %w", cfg.Brokers, cfg.Topics, cfg.Auth, err)
+	}
+	if len(cfg.Topics) == 0 {
+		if err := p.Ping(ctx); err != nil {
+			p.Close()
+			return nil, fmt.Errorf("kafka (KAFKA_BOOTSTRAP_SERVERS=%v, KAFKA_AUTH=%s): %w", cfg.Brokers, cfg.Auth, err)
+		}
+	}
+	return p, nil
+}
+
+// TxnPrefix is the transactional-id prefix of cfg's outbox: its messages
+// table's name, one per outbox, shared by the relay and the sweeper so that
+// either one's new producer for a bucket fences the other's.
+func TxnPrefix(cfg config.Config) string { return cfg.MessagesTable }
+
+// NewTxnPublisher is NewPublisher for OUTBOX_KAFKA_TRANSACTIONAL=true: a
+// kafka.TxnPublisher under TxnPrefix(cfg), checked the same way.
+func NewTxnPublisher(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger, extra ...kafka.Opt) (*kafka.TxnPublisher, error) {
+	kopts, err := publisherOptions(ctx, cfg, awsCfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	p, err := kafka.NewTxnPublisher(ctx, cfg.Brokers, TxnPrefix(cfg), append(kopts, extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka transactional publisher (OUTBOX_KAFKA_TRANSACTIONAL=true, KAFKA_BOOTSTRAP_SERVERS=%v, OUTBOX_TOPICS=%v, KAFKA_AUTH=%s): %w", cfg.Brokers, cfg.Topics, cfg.Auth, err)
+	}
+	if len(cfg.Topics) == 0 {
+		if err := p.Ping(ctx); err != nil {
+			p.Close()
+			return nil, fmt.Errorf("kafka (KAFKA_BOOTSTRAP_SERVERS=%v, KAFKA_AUTH=%s): %w", cfg.Brokers, cfg.Auth, err)
+		}
+	}
+	return p, nil
+}
+
+// publisherOptions are the kafka options cfg sets, authentication included.
+func publisherOptions(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger) ([]kafka.Opt, error) {
 	kopts := []kafka.Opt{
 		kafka.MaxMessageBytes(cfg.MaxMessageBytes),
 		kafka.LeaseDuration(cfg.LeaseDuration),
@@ -58,18 +108,7 @@ func NewPublisher(ctx context.Context, cfg config.Config, awsCfg aws.Config, log
 	if err != nil {
 		return nil, err
 	}
-	kopts = append(kopts, auth...)
-	p, err := kafka.NewPublisher(ctx, cfg.Brokers, append(kopts, extra...)...)
-	if err != nil {
-		return nil, fmt.Errorf("kafka publisher (KAFKA_BOOTSTRAP_SERVERS=%v, OUTBOX_TOPICS=%v, KAFKA_AUTH=%s): %w", cfg.Brokers, cfg.Topics, cfg.Auth, err)
-	}
-	if len(cfg.Topics) == 0 {
-		if err := p.Ping(ctx); err != nil {
-			p.Close()
-			return nil, fmt.Errorf("kafka (KAFKA_BOOTSTRAP_SERVERS=%v, KAFKA_AUTH=%s): %w", cfg.Brokers, cfg.Auth, err)
-		}
-	}
-	return p, nil
+	return append(kopts, auth...), nil
 }
 
 // Build builds every part from cfg. relayID names this container's relay in
@@ -91,7 +130,12 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 	if p.Store, err = dynamo.NewStore(ctx, p.Dynamo, tables); err != nil {
 		return nil, fmt.Errorf("outbox store (OUTBOX_MESSAGES_TABLE=%s, OUTBOX_CONTROL_TABLE=%s): %w", cfg.MessagesTable, cfg.ControlTable, err)
 	}
-	if p.Publisher, err = NewPublisher(ctx, cfg, awsCfg, logger); err != nil {
+	if cfg.Transactional {
+		p.Publisher, err = NewTxnPublisher(ctx, cfg, awsCfg, logger)
+	} else {
+		p.Publisher, err = NewPublisher(ctx, cfg, awsCfg, logger)
+	}
+	if err != nil {
 		return nil, err
 	}
 	ropts := []outbox.Option{

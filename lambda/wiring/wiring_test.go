@@ -10,6 +10,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/kafka"
 	"github.com/dynakafka/outbox/lambda/config"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
@@ -64,6 +65,32 @@ func TestBuildOnRealParts(t *testing.T) {
 	st, err := p.Relay.DrainBucket(ctx, res.Messages[0].Bucket)
 	if err != nil || st.Published != 1 {
 		t.Fatalf("drain: %+v %v", st, err)
+	}
+
+	if _, ok := p.Publisher.(*kafka.Publisher); !ok {
+		t.Fatalf("default publisher is %T, want *kafka.Publisher", p.Publisher)
+	}
+
+	// OUTBOX_KAFKA_TRANSACTIONAL=true builds the relay on a TxnPublisher
+	// whose ids are the messages table's, and it drains.
+	tcfg, err := config.Load(getenv(map[string]string{"OUTBOX_KAFKA_TRANSACTIONAL": "true"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, err := BuildWith(ctx, tcfg, d.Config, log, "relay/test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close()
+	if _, ok := tp.Publisher.(*kafka.TxnPublisher); !ok || TxnPrefix(tcfg) != tables.Messages {
+		t.Fatalf("transactional publisher is %T, prefix %q", tp.Publisher, TxnPrefix(tcfg))
+	}
+	res, err = w.Write(ctx, nil, outbox.Message{Topic: topic, Key: []byte("k"), Value: []byte("v2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := tp.Relay.DrainBucket(ctx, res.Messages[0].Bucket); err != nil || st.Published != 1 {
+		t.Fatalf("transactional drain: %+v %v", st, err)
 	}
 
 	// Misconfigurations fail the init, naming what to fix.
