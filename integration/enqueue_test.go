@@ -25,7 +25,9 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/checker"
+	"github.com/dynakafka/outbox/internal/testenv"
 	"github.com/dynakafka/outbox/local/esm"
+	"github.com/dynakafka/outbox/store/dynamo"
 )
 
 // faultProxy stands between the enqueue bootstrap and DynamoDB. In its
@@ -251,6 +253,11 @@ func TestEnqueueBootstrapUnderRIE(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	// The outbox lists its topics (the config item's tp) before the
+	// function starts: a message for another topic is refused (typedErrors).
+	if _, err := dynamo.Configure(ctx, e.dynamo.Client, e.tables, outbox.Config{BucketCount: 4, Topics: []string{e.topic, "other-" + e.topic}}); err != nil {
+		t.Fatal(err)
+	}
 	proxy := newFaultProxy(t, e.dynamo.Endpoint)
 	logs := &lockedBuffer{}
 	proc := bootstrapUnderRIE(ctx, t, e, "enqueue", map[string]string{"OUTBOX_DYNAMODB_ENDPOINT": proxy.URL}, logs)
@@ -372,6 +379,59 @@ func TestEnqueueBootstrapUnderRIE(t *testing.T) {
 
 	t.Run("typed errors", func(t *testing.T) { r.typedErrors(ctx, t) })
 
+	// The Python reference writer (clients/python) writes beside the
+	// function into the same outbox: its messages join the checker's
+	// expectations (one key shared with the function, so that key's order
+	// mixes both), and their buckets, as answered and as stored, must be
+	// the Go bucket function's.
+	pyMessages, placementMismatches := 0, 0
+	var pyTxs []testenv.PythonTx
+	pyKeysOf := []string{"o-direct", "o-py-1", "o-py-2", "o-py-1", "o-py-pinned"}
+	for i, k := range pyKeysOf {
+		m := map[string]any{"topic": e.topic, "key": k, "value": fmt.Sprintf("py-%d", i)}
+		if k == "o-py-pinned" {
+			m["partition"] = 2
+		}
+		pyTxs = append(pyTxs, testenv.PythonTx{Messages: []any{m}})
+	}
+	pyRes, code := testenv.RunPythonWriter(ctx, t, e.dynamo, e.tables.Messages, e.tables.Control, pyTxs)
+	if code != 0 || len(pyRes) != len(pyTxs) {
+		t.Fatalf("python writer beside the function: exit %d, %+v", code, pyRes)
+	}
+	bucketCount := 4
+	for i, res := range pyRes {
+		if !res.OK || len(res.Messages) != 1 {
+			t.Fatalf("python writer, transaction %d: %+v", i, res)
+		}
+		pm := res.Messages[0]
+		r.commit(t, pm.ID, pyKeysOf[i])
+		pyMessages++
+		gm := outbox.Message{ID: pm.ID, Key: []byte(pyKeysOf[i])}
+		if pyKeysOf[i] == "o-py-pinned" {
+			gm.Partition = outbox.PartitionOf(2)
+		}
+		want, err := outbox.BucketFor(gm, bucketCount)
+		if err != nil {
+			t.Fatal(err)
+		}
+		storedBucket := -1 // where the messages table holds it: every bucket searched
+		for b := range bucketCount {
+			entries, _, err := e.store.Pending(ctx, b, 0, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, en := range entries {
+				if en.Message.ID == pm.ID {
+					storedBucket = en.Message.Bucket
+				}
+			}
+		}
+		if pm.Bucket != want || storedBucket != want {
+			placementMismatches++
+			t.Errorf("python message %s (key %s): answered bucket %d, stored in %d; the Go bucket function gives %d", pm.ID, pyKeysOf[i], pm.Bucket, storedBucket, want)
+		}
+	}
+
 	// Everything committed reaches Kafka once, in order.
 	stored := e.pendingMessages(ctx, t)
 	cctx, stop := context.WithCancel(ctx)
@@ -398,12 +458,12 @@ func TestEnqueueBootstrapUnderRIE(t *testing.T) {
 			invokers++
 		}
 	}
-	summary := fmt.Sprintf("enqueue: invokers=%d committed=%d duplicates_committed=%d lost=%d order_violations=%d",
-		invokers, res.Committed, stored-res.Committed, res.Lost, res.OrderViolations)
+	summary := fmt.Sprintf("enqueue: invokers=%d committed=%d duplicates_committed=%d lost=%d order_violations=%d python_writer=%d placement_mismatches=%d",
+		invokers, res.Committed, stored-res.Committed, res.Lost, res.OrderViolations, pyMessages, placementMismatches)
 	t.Logf("%s (replays answered as duplicates: %d)", summary, replays)
 	fmt.Println(summary)
 	r.checkSchemas(t)
-	if !res.OK() || res.Duplicates != 0 || stored != res.Committed || invokers != 5 || !r.invokers["kinesis"] {
+	if !res.OK() || res.Duplicates != 0 || stored != res.Committed || invokers != 5 || !r.invokers["kinesis"] || pyMessages != len(pyTxs) || placementMismatches != 0 {
 		t.Fatalf("result %+v; %d messages stored for %d committed; invokers %v", res, stored, res.Committed, r.invokers)
 	}
 }
@@ -694,6 +754,9 @@ func (r *enqueueRun) typedErrors(ctx context.Context, t *testing.T) {
 			typ: "Outbox.Validation", field: "messages", says: "at most 99", schema: true},
 		{name: "oversized value", req: map[string]any{"idempotencyKey": "bad-4", "messages": []any{map[string]any{"topic": r.e.topic, "key": "k", "value": big}}},
 			typ: "Outbox.Validation", field: "messages[0].value", says: "409600-byte item limit"},
+		{name: "a topic outside the outbox's list", req: map[string]any{"idempotencyKey": "bad-9", "messages": []any{
+			map[string]any{"topic": r.e.topic, "key": "k"}, map[string]any{"topic": "not-" + r.e.topic, "key": "k"}}},
+			typ: "Outbox.Validation", field: "messages[1].topic", says: fmt.Sprintf("topic %q is not one the outbox serves", "not-"+r.e.topic)},
 		{name: "no idempotency key", req: map[string]any{"messages": []any{map[string]any{"topic": r.e.topic}}},
 			typ: "Outbox.Validation", field: "idempotencyKey", says: "required"},
 		{name: "replayed key, other body", req: r.request("direct-1", "o-other", 1),

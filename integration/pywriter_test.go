@@ -299,10 +299,13 @@ func TestPythonWriter(t *testing.T) {
 		refused++
 	}
 
-	// 4b. A watermark-mode outbox: both writers put the TTL on every
-	// message (validate.py requires x exactly in watermark mode).
+	// 4b. A watermark-mode outbox that lists its topics (tp): both writers
+	// put the TTL on every message (validate.py requires x exactly in
+	// watermark mode, and every topic in the list), and the Python writer
+	// refuses a topic outside the list the Go side configured, writing
+	// nothing.
 	wm := dynamo.Tables{Messages: testenv.Name(t, "msgs"), Control: testenv.Name(t, "ctl")}
-	if err := dynamo.CreateTables(ctx, e.dynamo.Client, wm, dynamo.BucketCount(buckets), dynamo.Mode(outbox.WatermarkMode)); err != nil {
+	if err := dynamo.CreateTables(ctx, e.dynamo.Client, wm, dynamo.BucketCount(buckets), dynamo.Mode(outbox.WatermarkMode), dynamo.Topics(topic, "other-topic")); err != nil {
 		t.Fatal(err)
 	}
 	gw, err := dynamo.NewWriter(ctx, e.dynamo.Client, wm)
@@ -321,7 +324,17 @@ func TestPythonWriter(t *testing.T) {
 	if res, code := testenv.RunPythonWriter(ctx, t, e.dynamo, wm.Messages, wm.Control, wmTxs); code != 0 || len(res) != len(wmTxs) {
 		t.Fatalf("python writer, watermark mode: exit %d, %+v", code, res)
 	}
-	schemaCheck(ctx, t, e.dynamo.Client, wm, "watermark")
+	before := len(scanItems(ctx, t, e.dynamo.Client, wm.Messages)) + len(scanItems(ctx, t, e.dynamo.Client, wm.Control))
+	unlisted := pyKeys[0].message("py-wm", 1, "")
+	unlisted["topic"] = "not-" + topic
+	if res, code := testenv.RunPythonWriter(ctx, t, e.dynamo, wm.Messages, wm.Control, []testenv.PythonTx{{Messages: []any{unlisted}}}); code != 8 || len(res) != 1 ||
+		res[0].Error != "Outbox.Validation" || !strings.Contains(res[0].Message, "not-"+topic) {
+		t.Fatalf("python writer, a topic outside the outbox's list: exit %d, %+v; want Outbox.Validation naming the topic", code, res)
+	}
+	if after := len(scanItems(ctx, t, e.dynamo.Client, wm.Messages)) + len(scanItems(ctx, t, e.dynamo.Client, wm.Control)); after != before {
+		t.Fatalf("python writer, a topic outside the outbox's list: %d items before, %d after; want nothing written", before, after)
+	}
+	schemaCheck(ctx, t, e.dynamo.Client, wm, "watermark-topics")
 
 	// 5. The items both writers wrote validate against the schemas, and the
 	// failed transaction's number already holds the writer's fence.

@@ -11,7 +11,8 @@ letters (relay-internal, not part of the writer's contract) are counted as
 other — and across items: every bucket below the config item's bc, every
 message's bucket the one the contract's bucket function gives it, no stored
 sequence number above its bucket's counter, x present exactly in watermark
-mode, and h decodable. Prints one summary line:
+mode, every message's topic in the config item's list (tp, when it has
+one), and h decodable. Prints one summary line:
 
   schema: LABEL items=N messages=M fences=F counters=C configs=1 other=O invalid=0 placement_mismatches=0
 
@@ -89,6 +90,7 @@ def check(rows, cross=True):
         return counts, problems
     bc = int(config["bc"]["N"])
     watermark = config.get("md", {}).get("S") == "watermark"
+    topics = set(config.get("tp", {}).get("SS", []))  # empty: any topic
     for b in counters:
         if b >= bc:
             problems.append(f"counter of bucket {b}: outside the {bc} configured buckets")
@@ -101,6 +103,8 @@ def check(rows, cross=True):
         if s > counters.get(b, 0):
             bad.append(f"sequence {s} is above bucket {b}'s counter {counters.get(b, 0)}: it was never reserved")
         if kind == "message-item":
+            if topics and item["t"]["S"] not in topics:
+                bad.append(f"topic {item['t']['S']!r} is not one the outbox serves ({', '.join(sorted(topics))})")
             if watermark != ("x" in item):
                 bad.append("x (TTL) must be present exactly in watermark mode")
             if "h" in item:

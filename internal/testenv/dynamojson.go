@@ -53,8 +53,8 @@ func attrJSON(av types.AttributeValue) any {
 	return map[string]any{"?": fmt.Sprintf("%T", av)}
 }
 
-// ParseDynamoJSON is the inverse of DynamoJSON for the scalar, binary and
-// boolean types (what outbox items hold).
+// ParseDynamoJSON is the inverse of DynamoJSON for the scalar, binary,
+// boolean and string-set types (what outbox items hold).
 func ParseDynamoJSON(b []byte) (map[string]types.AttributeValue, error) {
 	var raw map[string]map[string]json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil {
@@ -87,6 +87,10 @@ func ParseDynamoJSON(b []byte) (map[string]types.AttributeValue, error) {
 				var x bool
 				err = json.Unmarshal(v, &x)
 				item[name] = &types.AttributeValueMemberBOOL{Value: x}
+			case "SS":
+				var ss []string
+				err = json.Unmarshal(v, &ss)
+				item[name] = &types.AttributeValueMemberSS{Value: ss}
 			default:
 				err = fmt.Errorf("type %s is not supported here", typ)
 			}

@@ -43,9 +43,10 @@ func TestItemBuildersMatchSchemas(t *testing.T) {
 		testenv.SchemaRow{Table: "control", Item: configItem(outbox.Config{BucketCount: 1})},
 		testenv.SchemaRow{Table: "control", Item: configItem(outbox.Config{BucketCount: outbox.MaxBucketCount})},
 		testenv.SchemaRow{Table: "control", Item: configItem(outbox.Config{BucketCount: 8, Mode: outbox.WatermarkMode, Retention: MinRetention})},
+		testenv.SchemaRow{Table: "control", Item: configItem(outbox.Config{BucketCount: 8, Topics: []string{"order-events", "payments.v1_x"}})},
 	)
 	sum := testenv.ValidateSchemas(context.Background(), t, "go-builders", true, rows)
-	if !strings.Contains(sum, "messages=6 fences=2") || !strings.Contains(sum, "configs=3") {
+	if !strings.Contains(sum, "messages=6 fences=2") || !strings.Contains(sum, "configs=4") {
 		t.Fatalf("validate.py classified the builders' items as %q", sum)
 	}
 }
@@ -76,6 +77,9 @@ func TestSchemaExamplesDecode(t *testing.T) {
 				}
 				if want := strings.HasSuffix(name, "watermark"); (c.Mode == outbox.WatermarkMode) != want {
 					t.Fatalf("mode %v", c.Mode)
+				}
+				if want := strings.HasSuffix(name, "topics"); (len(c.Topics) > 0) != want {
+					t.Fatalf("topics %v", c.Topics)
 				}
 			case strings.HasPrefix(name, "counter"):
 				if _, ok := item["n"].(*types.AttributeValueMemberN); !ok || item["sk"].(*types.AttributeValueMemberS).Value != "seq" {

@@ -80,6 +80,9 @@ REJECTED = [
     ("config-watermark", "rt", None, "watermark mode without retention"),
     ("config-watermark", "rt", {"N": "3599"}, "a retention under an hour"),
     ("config-watermark", "zz", {"S": "x"}, "an unknown attribute"),
+    ("config-topics", "tp", {"SS": []}, "an empty topic list"),
+    ("config-topics", "tp", {"SS": ["a/b"]}, "an illegal topic in the list"),
+    ("config-topics", "tp", {"S": "orders"}, "a topic list that is not a string set"),
 ]
 
 
@@ -115,4 +118,17 @@ def test_cross_checks_catch_a_misplaced_message_and_an_unreserved_number():
     assert counts["invalid"] == 1 and "never reserved" in problems[0]  # no counter for that bucket
     counter = {"pk": {"S": f"bucket#{bucket}"}, "sk": {"S": "seq"}, "n": {"N": "42"}, "v": {"N": "1"}}
     counts, problems = validate.check(rows[:1] + [("control", counter), ("messages", msg)])
+    assert counts["invalid"] == 0, problems
+
+
+def test_cross_checks_catch_a_topic_outside_the_config_items_list():
+    bucket = contract.bucket_for_key(b"order-42", 8)
+    msg = _set(example("message-keyed"), "b", {"N": str(bucket)})
+    counter = {"pk": {"S": f"bucket#{bucket}"}, "sk": {"S": "seq"}, "n": {"N": "42"}, "v": {"N": "1"}}
+    config = _set(example("config-topics"), "tp", {"SS": ["payments", "refunds"]})
+    assert msg["t"]["S"] not in config["tp"]["SS"]
+    counts, problems = validate.check([("control", config), ("control", counter), ("messages", msg)])
+    assert counts["invalid"] == 1 and "is not one the outbox serves" in problems[0], problems
+    config["tp"]["SS"].append(msg["t"]["S"])
+    counts, problems = validate.check([("control", config), ("control", counter), ("messages", msg)])
     assert counts["invalid"] == 0, problems
