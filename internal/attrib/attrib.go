@@ -20,7 +20,13 @@
 //     acquisition, was refused because another relay acquired the bucket:
 //     what it published stays above the stored head and the acquirer
 //     publishes it again (docs/design.md §9.1). In DeleteMode the acquirer
-//     publishes only what the resumer did not, so nothing excuses it there;
+//     publishes only what the resumer did not mark, so a resumer's refused
+//     head write excuses only what it left unmarked:
+//   - resume-window-ended (DeleteMode): a resumed drain stopped with
+//     acknowledged messages it had not replaced by tombstones (its window
+//     ended before its marking, a resumer stalled past its window: design.md
+//     §7.13), and its head write on the way out was refused because another
+//     relay acquired the bucket;
 //   - whatever a harness records itself through the checker (e.g. a Kafka
 //     request that timed out after the broker appended it).
 //
@@ -299,6 +305,14 @@ func (a *Attribution) Advance(ctx context.Context, l outbox.Lease, head, cleaned
 	case errors.Is(err, outbox.ErrLeaseHeld), errors.Is(err, outbox.ErrLeaseLost):
 		if a.Watermark {
 			a.risk(l.Bucket, l.Head, "handover")
+		} else {
+			// DeleteMode: a resumed drain writes its head on the way out
+			// only after it stopped, and what it published is still in
+			// flight only if its tombstones were not written: its window
+			// ended first (a resumer stalled past its window, §7.13).
+			// The acquirer that refused this write waited its own window
+			// and publishes them again.
+			a.risk(l.Bucket, l.Head, "resume-window-ended")
 		}
 	default:
 		a.risk(l.Bucket, l.Head, "store-fault:advance")
