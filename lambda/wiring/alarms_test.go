@@ -648,13 +648,14 @@ func TestFailuresRaiseTheirAlarms(t *testing.T) {
 			}
 		}},
 		// The relay's process dies right after its lease write; the lease
-		// stays held by the dead process for its duration (120 s here: the
-		// stream's retries of a relay that keeps crashing keep it held, and
-		// the sweeps never wait for a holder).
+		// stays held by the dead process for its duration (300 s here, as
+		// the stream's retries of a relay that keeps crashing keep it held;
+		// longer than the two sweeps' budgets, so both find it held, and
+		// sweeps never wait for a holder).
 		{fault: "Relay crashes right after taking a lease", setup: func(r *faultRig, _ context.Context) {
 			var c crashAfterAcquire
 			r.relayAWS, r.crashed = c.install, c.crashed.Load
-			r.env["OUTBOX_LEASE_DURATION"] = "120s"
+			r.env["OUTBOX_LEASE_DURATION"] = "300s"
 			r.met = func() error {
 				if !c.crashed.Load() {
 					return errors.New("the relay never took the lease")
