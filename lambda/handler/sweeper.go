@@ -134,10 +134,11 @@ func (h *Sweeper) Handle(ctx context.Context, ev events.CloudWatchEvent) (Summar
 	wctx, cancel := workContext(ctx)
 	defer cancel()
 	start := h.now()
-	// On the work context too: the progress's read and write must not make
-	// the response late.
-	prog, perr := h.progress.LoadProgress(wctx)
+	// The progress is read on the sweep's context (a store that hangs
+	// cannot eat the reserve) and saved on the work context: neither may
+	// make the response late.
 	sctx, scancel := reserve(wctx, ProgressReserve)
+	prog, perr := h.progress.LoadProgress(sctx)
 	rep, err := h.relay.Sweep(sctx)
 	scancel()
 	var re *outbox.BucketRangeError
