@@ -418,13 +418,15 @@ var kafkaACL = map[mskAction]struct {
 	resource  kmsg.ACLResourceType
 	operation kmsg.ACLOperation
 }{
-	writeIdempotently: {kmsg.ACLResourceTypeCluster, kmsg.ACLOperationIdempotentWrite},
-	clusterConfigs:    {kmsg.ACLResourceTypeCluster, kmsg.ACLOperationDescribeConfigs},
-	describeCluster:   {kmsg.ACLResourceTypeCluster, kmsg.ACLOperationDescribe},
-	describeTopic:     {kmsg.ACLResourceTypeTopic, kmsg.ACLOperationDescribe},
-	writeData:         {kmsg.ACLResourceTypeTopic, kmsg.ACLOperationWrite},
-	topicConfigs:      {kmsg.ACLResourceTypeTopic, kmsg.ACLOperationDescribeConfigs},
-	createTopic:       {kmsg.ACLResourceTypeTopic, kmsg.ACLOperationCreate},
+	writeIdempotently:   {kmsg.ACLResourceTypeCluster, kmsg.ACLOperationIdempotentWrite},
+	clusterConfigs:      {kmsg.ACLResourceTypeCluster, kmsg.ACLOperationDescribeConfigs},
+	describeCluster:     {kmsg.ACLResourceTypeCluster, kmsg.ACLOperationDescribe},
+	describeTopic:       {kmsg.ACLResourceTypeTopic, kmsg.ACLOperationDescribe},
+	writeData:           {kmsg.ACLResourceTypeTopic, kmsg.ACLOperationWrite},
+	topicConfigs:        {kmsg.ACLResourceTypeTopic, kmsg.ACLOperationDescribeConfigs},
+	createTopic:         {kmsg.ACLResourceTypeTopic, kmsg.ACLOperationCreate},
+	describeTransaction: {kmsg.ACLResourceTypeTransactionalId, kmsg.ACLOperationDescribe},
+	alterTransaction:    {kmsg.ACLResourceTypeTransactionalId, kmsg.ACLOperationWrite},
 }
 
 // TestMskIamActionsAsKafkaACLs checks the same policy from the other side:
@@ -438,8 +440,20 @@ var kafkaACL = map[mskAction]struct {
 // DescribeTopic as required for WriteData, and its "produce data
 // idempotently" use case needs WriteDataIdempotently.
 func TestMskIamActionsAsKafkaACLs(t *testing.T) {
+	for _, txn := range []bool{false, true} {
+		t.Run(fmt.Sprintf("transactional=%v", txn), func(t *testing.T) { testMskIamActionsAsKafkaACLs(t, txn) })
+	}
+}
+
+// testMskIamActionsAsKafkaACLs is TestMskIamActionsAsKafkaACLs for one mode.
+// In the transactional mode WRITE on a transactional id implies DESCRIBE on
+// it (Kafka's ACL implication rules), so dropping DescribeTransactionalId
+// alone changes nothing in kfake either; AWS's table lists it as required
+// for AlterTransactionalId.
+func testMskIamActionsAsKafkaACLs(t *testing.T, txn bool) {
 	tmpl := loadTemplate(t)
-	e, err := newEvaluator(tmpl, map[string]string{"KafkaBootstrapServers": "b:9098", "KafkaAuthMode": "msk-iam", "MskClusterArn": clusterARN})
+	e, err := newEvaluator(tmpl, map[string]string{"KafkaBootstrapServers": "b:9098", "KafkaAuthMode": "msk-iam", "MskClusterArn": clusterARN,
+		"KafkaTransactional": fmt.Sprint(txn)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +463,7 @@ func TestMskIamActionsAsKafkaACLs(t *testing.T) {
 	}
 	var granted []mskAction
 	for _, s := range at(doc, "Statement").([]any) {
-		kind := map[string]string{clusterARN: "cluster", topicARNs: "topic"}[fmt.Sprint(at(s, "Resource"))]
+		kind := map[string]string{clusterARN: "cluster", topicARNs: "topic", txnIDARNs: "transactional-id"}[fmt.Sprint(at(s, "Resource"))]
 		for _, a := range stringList(at(s, "Action")) {
 			if a != connect.Action {
 				granted = append(granted, mskAction{a, kind})
@@ -466,13 +480,21 @@ func TestMskIamActionsAsKafkaACLs(t *testing.T) {
 			if !ok {
 				t.Fatalf("no Kafka ACL for %s", a)
 			}
-			name := "*" // every topic of the cluster, as topic/<cluster>/<uuid>/*
-			if acl.resource == kmsg.ACLResourceTypeCluster {
+			name, pattern := "*", kmsg.ACLResourcePatternTypeLiteral // every topic of the cluster, as topic/<cluster>/<uuid>/*
+			switch acl.resource {
+			case kmsg.ACLResourceTypeCluster:
 				name = "kafka-cluster"
+			case kmsg.ACLResourceTypeTransactionalId:
+				// transactional-id/<cluster>/<uuid>/<messages table>-bucket-*
+				name, pattern = txnMessagesTable+"-bucket-", kmsg.ACLResourcePatternTypePrefixed
 			}
-			out = append(out, kfake.ACL{Resource: acl.resource, Name: name, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: acl.operation, Allow: true})
+			out = append(out, kfake.ACL{Resource: acl.resource, Name: name, Pattern: pattern, Operation: acl.operation, Allow: true})
 		}
 		return out
+	}
+	publish := publishLikeTheFunctions
+	if txn {
+		publish = publishTransactionallyLikeTheFunctions
 	}
 	run := func(t *testing.T, without mskAction) error {
 		k := testenv.Kafka(t, kfake.EnableSASL(), kfake.EnableACLs(),
@@ -491,7 +513,7 @@ func TestMskIamActionsAsKafkaACLs(t *testing.T) {
 		}
 		// A failure ends quickly (an authorization error is final); the
 		// deadline only turns a hang into a failure of the test.
-		return publishLikeTheFunctions(ctx, k.Brokers, "listed", "unlisted",
+		return publish(ctx, k.Brokers, "listed", "unlisted",
 			kafka.SASL(scram.Auth{User: "relay", Pass: "relay"}.AsSha256Mechanism()))
 	}
 	t.Run("with every ACL", func(t *testing.T) {
@@ -500,7 +522,7 @@ func TestMskIamActionsAsKafkaACLs(t *testing.T) {
 		}
 	})
 	for _, a := range granted {
-		if a == writeIdempotently || a == describeTopic {
+		if a == writeIdempotently || a == describeTopic || a == describeTransaction {
 			continue
 		}
 		t.Run("without "+a.String(), func(t *testing.T) {
