@@ -191,7 +191,7 @@ func TestNewRejectsWhatCloudWatchRefuses(t *testing.T) {
 		{"duplicate dimension", io.Discard, "Outbox", []Dimension{{"A", "1"}, {"A", "2"}}, nil, "dimension name"},
 		{"reserved dimension", io.Discard, "Outbox", []Dimension{{"_aws", "1"}}, nil, "dimension name"},
 		{"long value", io.Discard, "Outbox", []Dimension{{"A", strings.Repeat("v", 1025)}}, nil, "dimension A"},
-		{"nil clock", io.Discard, "Outbox", dim, []Option{Clock(nil)}, "Clock"},
+		{"nil clock", io.Discard, "Outbox", dim, []Option{WithClock(nil)}, "WithClock"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -142,7 +142,7 @@ func TestTablesOptionsValidated(t *testing.T) {
 		{"retention in delete mode", []TablesOption{Mode(outbox.DeleteMode), Retention(48 * time.Hour)}, "Retention"},
 		{"retention under an hour", []TablesOption{Mode(outbox.WatermarkMode), Retention(59 * time.Minute)}, "Retention"},
 		{"retention in fractions of a second", []TablesOption{Mode(outbox.WatermarkMode), Retention(2*time.Hour + time.Millisecond)}, "Retention"},
-		{"an unknown mode", []TablesOption{Mode(outbox.Mode(7))}, "Mode"},
+		{"an unknown mode", []TablesOption{Mode(outbox.Mode(7))}, "WithMode"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -53,11 +53,9 @@ var (
 // option that the outbox is in that mode (a *outbox.MisconfigurationError
 // otherwise). Options: BucketCount, Mode, FenceTTL, TombstoneTTL,
 // DeleteConcurrency.
-func NewStore(ctx context.Context, client StoreAPI, tables Tables, opts ...StoreOption) (*Store, error) {
+func NewStore(ctx context.Context, client StoreAPI, tables Tables, opts ...Option) (*Store, error) {
 	s := defaultSettings()
-	for _, o := range opts {
-		o.applyStore(&s)
-	}
+	s.apply(forStore, opts)
 	stored, err := openOutbox(ctx, client, tables, &s)
 	if err != nil {
 		return nil, err

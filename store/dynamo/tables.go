@@ -120,11 +120,9 @@ const tableWait = 5 * time.Minute
 // stream), TTL on another attribute, or a config item with another
 // BucketCount, Mode or Retention is a *outbox.MisconfigurationError; nothing
 // is changed then (Configure changes a config item).
-func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...TablesOption) error {
+func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...Option) error {
 	s := defaultSettings()
-	for _, o := range opts {
-		o.applyTables(&s)
-	}
+	s.apply(forTables, opts)
 	if err := s.validate(); err != nil {
 		return err
 	}

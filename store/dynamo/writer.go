@@ -99,11 +99,9 @@ type Result struct {
 // that release numbers a failed write reserved), and what its transactions
 // need on your own tables (PutItem, UpdateItem, DeleteItem,
 // ConditionCheckItem).
-func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...WriterOption) (*Writer, error) {
+func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...Option) (*Writer, error) {
 	s := defaultSettings()
-	for _, o := range opts {
-		o.applyWriter(&s)
-	}
+	s.apply(forWriter, opts)
 	stored, err := openOutbox(ctx, client, tables, &s)
 	var (
 		te *TableError
