@@ -86,7 +86,20 @@ func configItem(c outbox.Config) map[string]types.AttributeValue {
 	if len(c.Topics) > 0 {
 		item[attrTopics] = &types.AttributeValueMemberSS{Value: slices.Clone(c.Topics)}
 	}
+	if c.MaxMessageBytes != 0 {
+		item[attrMaxBytes] = numAttr(int64(c.MaxMessageBytes))
+	}
+	for attr, name := range sharedHeaderAttrs(c.Headers) {
+		if name != "" {
+			item[attr] = strAttr(name)
+		}
+	}
 	return item
+}
+
+// sharedHeaderAttrs maps the config item's header attributes to h's names.
+func sharedHeaderAttrs(h outbox.HeaderNames) map[string]string {
+	return map[string]string{attrIDHeader: h.MessageID, attrBktHeader: h.Bucket, attrSeqHeader: h.Sequence}
 }
 
 // decodeConfig reads a config item. It refuses a version newer than this
@@ -135,6 +148,25 @@ func decodeConfig(item map[string]types.AttributeValue) (outbox.Config, error) {
 			return outbox.Config{}, &ItemError{Attribute: attrTopics, Reason: err.Error()}
 		}
 	}
+	mb, err := intAttr(item, attrMaxBytes, false)
+	switch {
+	case errors.Is(err, errMissing):
+	case err != nil:
+		return outbox.Config{}, err
+	default:
+		c.MaxMessageBytes = int(mb)
+	}
+	for attr, field := range map[string]*string{attrIDHeader: &c.Headers.MessageID, attrBktHeader: &c.Headers.Bucket, attrSeqHeader: &c.Headers.Sequence} {
+		if _, ok := item[attr]; ok {
+			if *field, err = stringAttr(item, attr); err != nil {
+				return outbox.Config{}, err
+			}
+		}
+	}
+	if err := checkShared(c); err != nil {
+		return outbox.Config{}, &ItemError{Attribute: attrMaxBytes + "/" + attrIDHeader, Reason: err.Error()}
+	}
+	c = canonicalShared(c)
 	switch {
 	case c.Mode == outbox.WatermarkMode && v < configV2:
 		return outbox.Config{}, &ItemError{Attribute: attrVersion, Reason: fmt.Sprintf(
@@ -156,6 +188,10 @@ func checkWanted(c outbox.Config) (outbox.Config, error) {
 		return c, &outbox.OptionError{Option: "BucketCount", Value: c.BucketCount, Reason: fmt.Sprintf("must be 1..%d", outbox.MaxBucketCount)}
 	}
 	if err := s.validate(); err != nil {
+		// Configure's Config field is Mode.
+		if oe, ok := err.(*outbox.OptionError); ok && oe.Option == "WithMode" {
+			oe.Option = "Mode"
+		}
 		return c, err
 	}
 	if c.Mode == outbox.WatermarkMode && c.Retention == 0 {
@@ -166,8 +202,45 @@ func checkWanted(c outbox.Config) (outbox.Config, error) {
 		return c, &outbox.OptionError{Option: "Topics", Value: c.Topics, Reason: err.Error()}
 	}
 	c.Topics = topics
+	if err := checkShared(c); err != nil {
+		return c, err
+	}
+	c = canonicalShared(c)
 	c.FormatVersion = outbox.FormatVersion
 	return c, nil
+}
+
+// checkShared validates the shared settings of a configuration (0 and ""
+// are the defaults).
+func checkShared(c outbox.Config) error {
+	if c.MaxMessageBytes != 0 && (c.MaxMessageBytes < outbox.RecordOverhead || c.MaxMessageBytes > maxSharedMessageBytes) {
+		return &outbox.OptionError{Option: "MaxMessageBytes", Value: c.MaxMessageBytes,
+			Reason: fmt.Sprintf("must be %d..%d, and at most every topic's max.message.bytes", outbox.RecordOverhead, maxSharedMessageBytes)}
+	}
+	return c.Headers.Check()
+}
+
+// maxSharedMessageBytes is the largest MaxMessageBytes the Kafka publisher
+// accepts (100 MiB less kgo's 4-byte batch length prefix).
+const maxSharedMessageBytes = 100<<20 - 4
+
+// canonicalShared writes the defaults as absent (0, ""), so that an item
+// that states a default and one that has none are the same configuration.
+func canonicalShared(c outbox.Config) outbox.Config {
+	if c.MaxMessageBytes == outbox.DefaultMaxMessageBytes {
+		c.MaxMessageBytes = 0
+	}
+	def := outbox.HeaderNames{}.WithDefaults()
+	if c.Headers.MessageID == def.MessageID {
+		c.Headers.MessageID = ""
+	}
+	if c.Headers.Bucket == def.Bucket {
+		c.Headers.Bucket = ""
+	}
+	if c.Headers.Sequence == def.Sequence {
+		c.Headers.Sequence = ""
+	}
+	return c
 }
 
 // cleanTopics checks a topic list and returns it sorted without duplicates
@@ -186,7 +259,8 @@ func cleanTopics(topics []string) ([]string, error) {
 
 // sameConfig compares what a config item says.
 func sameConfig(a, b outbox.Config) bool {
-	return a.BucketCount == b.BucketCount && a.Mode == b.Mode && a.Retention == b.Retention && slices.Equal(a.Topics, b.Topics)
+	return a.BucketCount == b.BucketCount && a.Mode == b.Mode && a.Retention == b.Retention && slices.Equal(a.Topics, b.Topics) &&
+		a.MaxMessageBytes == b.MaxMessageBytes && a.Headers == b.Headers
 }
 
 // SetBucketCount makes the outbox's config item say bucketCount, keeping its
@@ -308,7 +382,7 @@ func replaceConfig(ctx context.Context, client updateItemAPI, table string, old,
 	oldItem, item := configItem(old), configItem(c)
 	var cond expression.ConditionBuilder
 	var upd expression.UpdateBuilder
-	for i, attr := range []string{attrBuckets, attrVersion, attrMode, attrRetention, attrTopics} {
+	for i, attr := range []string{attrBuckets, attrVersion, attrMode, attrRetention, attrTopics, attrMaxBytes, attrIDHeader, attrBktHeader, attrSeqHeader} {
 		var ci expression.ConditionBuilder
 		if v, ok := oldItem[attr]; ok {
 			ci = expression.Name(attr).Equal(expression.Value(v))
@@ -363,6 +437,12 @@ func describeChange(old, c outbox.Config) string {
 	}
 	if !slices.Equal(old.Topics, c.Topics) {
 		parts = append(parts, fmt.Sprintf("the topics were being changed from %s to %s", TopicList(old.Topics), TopicList(c.Topics)))
+	}
+	if old.SharedMaxMessageBytes() != c.SharedMaxMessageBytes() {
+		parts = append(parts, fmt.Sprintf("MaxMessageBytes was being changed from %d to %d", old.SharedMaxMessageBytes(), c.SharedMaxMessageBytes()))
+	}
+	if old.SharedHeaders() != c.SharedHeaders() {
+		parts = append(parts, fmt.Sprintf("the header names were being changed from %+v to %+v", old.SharedHeaders(), c.SharedHeaders()))
 	}
 	return strings.Join(parts, " and ")
 }

@@ -38,6 +38,8 @@ type settings struct {
 	// to it, or nil options.
 	target    int
 	misplaced []error
+	// emptyHeader names a header option given an empty name.
+	emptyHeader string
 }
 
 func defaultSettings() settings {
@@ -45,8 +47,6 @@ func defaultSettings() settings {
 		fenceTTL:          DefaultFenceTTL,
 		tombstoneTTL:      DefaultTombstoneTTL,
 		deleteConcurrency: 4,
-		maxMessageBytes:   outbox.DefaultMaxMessageBytes,
-		headers:           outbox.HeaderNames{}.WithDefaults(),
 		maxAttempts:       DefaultMaxAttempts,
 		clock:             outbox.SystemClock,
 		logger:            slog.New(slog.DiscardHandler),
@@ -256,35 +256,55 @@ func DeleteConcurrency(n int) Option {
 	return func(s *settings) { s.set("DeleteConcurrency", forStore, func() { s.deleteConcurrency = n }) }
 }
 
-// MaxMessageBytes bounds one message as a Kafka record (outbox.RecordSize).
-// Default outbox.DefaultMaxMessageBytes; at least outbox.RecordOverhead. Use
-// the same value as the relay. (A DynamoDB item is at most 400 KB, which the
-// writer checks separately.)
+// MaxMessageBytes bounds one message as a Kafka record (outbox.RecordSize),
+// at least outbox.RecordOverhead. (A DynamoDB item is at most 400 KB, which
+// the writer checks separately.) A shared setting, stored in the outbox's
+// config item (docs/design.md §11.1): for CreateTables it is the value a new
+// outbox is created with (default outbox.DefaultMaxMessageBytes); for
+// NewStore and NewWriter, and for CreateTables on an existing outbox, it is
+// the value this process expects (default: the config item's), and another
+// value than the stored one is a *outbox.MisconfigurationError naming both.
+// Configure changes it.
 func MaxMessageBytes(n int) Option {
-	return func(s *settings) { s.set("MaxMessageBytes", forWriter, func() { s.maxMessageBytes = n }) }
+	return func(s *settings) { s.set("MaxMessageBytes", forAll, func() { s.maxMessageBytes = n }) }
 }
 
 // MessageIDHeader is the header the relay stamps the message id under; the
-// writer uses it only to compute record sizes and to refuse messages that
-// carry it themselves. Default outbox.DefaultMessageIDHeader. Use the same
-// value as the relay.
+// writer uses it to compute record sizes and to refuse messages that carry
+// it themselves. A shared setting, like MaxMessageBytes: default the config
+// item's (outbox.DefaultMessageIDHeader when it has none); another name than
+// the stored one is a *outbox.MisconfigurationError.
 func MessageIDHeader(name string) Option {
-	return func(s *settings) { s.set("MessageIDHeader", forWriter, func() { s.headers.MessageID = name }) }
+	return func(s *settings) {
+		s.set("MessageIDHeader", forAll, func() { s.headers.MessageID, s.emptyHeader = name, emptyName(s.emptyHeader, "MessageIDHeader", name) })
+	}
 }
 
 // BucketHeader is the header the relay stamps the message's bucket under
 // (kafka.BucketHeader); like MessageIDHeader, the writer uses it for record
-// sizes and refuses messages that carry it. Default
-// outbox.DefaultBucketHeader. Use the same value as the relay.
+// sizes and refuses messages that carry it. A shared setting: default the
+// config item's (outbox.DefaultBucketHeader when it has none).
 func BucketHeader(name string) Option {
-	return func(s *settings) { s.set("BucketHeader", forWriter, func() { s.headers.Bucket = name }) }
+	return func(s *settings) {
+		s.set("BucketHeader", forAll, func() { s.headers.Bucket, s.emptyHeader = name, emptyName(s.emptyHeader, "BucketHeader", name) })
+	}
 }
 
 // SequenceHeader is the header the relay stamps the message's sequence
-// number under (kafka.SequenceHeader); see BucketHeader. Default
-// outbox.DefaultSequenceHeader. Use the same value as the relay.
+// number under (kafka.SequenceHeader); see BucketHeader. A shared setting:
+// default the config item's (outbox.DefaultSequenceHeader when it has none).
 func SequenceHeader(name string) Option {
-	return func(s *settings) { s.set("SequenceHeader", forWriter, func() { s.headers.Sequence = name }) }
+	return func(s *settings) {
+		s.set("SequenceHeader", forAll, func() { s.headers.Sequence, s.emptyHeader = name, emptyName(s.emptyHeader, "SequenceHeader", name) })
+	}
+}
+
+// emptyName returns option when name is empty, else was.
+func emptyName(was, option, name string) string {
+	if name == "" {
+		return option
+	}
+	return was
 }
 
 // WithTracer traces every Write as an "outbox enqueue" span, a child of the
@@ -355,14 +375,10 @@ func (s *settings) validate() error {
 		return bad("TombstoneTTL", s.tombstoneTTL, fmt.Sprintf("must be at least %v", MinTombstoneTTL))
 	case s.deleteConcurrency < 1 || s.deleteConcurrency > 32:
 		return bad("DeleteConcurrency", s.deleteConcurrency, "must be 1..32")
-	case s.maxMessageBytes < outbox.RecordOverhead:
-		return bad("MaxMessageBytes", s.maxMessageBytes, fmt.Sprintf("must be at least %d", outbox.RecordOverhead))
-	case s.headers.MessageID == "":
-		return bad("MessageIDHeader", s.headers.MessageID, "must not be empty")
-	case s.headers.Bucket == "":
-		return bad("BucketHeader", s.headers.Bucket, "must not be empty")
-	case s.headers.Sequence == "":
-		return bad("SequenceHeader", s.headers.Sequence, "must not be empty")
+	case s.maxMessageBytes != 0 && (s.maxMessageBytes < outbox.RecordOverhead || s.maxMessageBytes > maxSharedMessageBytes):
+		return bad("MaxMessageBytes", s.maxMessageBytes, fmt.Sprintf("must be %d..%d", outbox.RecordOverhead, maxSharedMessageBytes))
+	case s.emptyHeader != "":
+		return bad(s.emptyHeader, "", "must not be empty (leave the option out to take the config item's name)")
 	case s.maxAttempts < 1 || s.maxAttempts > 20:
 		return bad("MaxAttempts", s.maxAttempts, "must be 1..20")
 	case s.clock == nil:
