@@ -44,4 +44,3 @@ func TestOptionRefusedWhereItDoesNotApply(t *testing.T) {
 		})
 	}
 }
-

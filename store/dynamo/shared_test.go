@@ -26,7 +26,10 @@ func TestSharedSettingsFromConfigItem(t *testing.T) {
 		t.Fatalf("config item %v: want no shared settings (the defaults)", item)
 	}
 	writer := func(tables Tables, opts ...Option) (*Writer, error) { return NewWriter(ctx, d.Client, tables, opts...) }
-	store := func(tables Tables, opts ...Option) error { _, err := NewStore(ctx, d.Client, tables, opts...); return err }
+	store := func(tables Tables, opts ...Option) error {
+		_, err := NewStore(ctx, d.Client, tables, opts...)
+		return err
+	}
 	cases := []struct {
 		name    string
 		open    func() error
