@@ -86,10 +86,9 @@ func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (
 		return nil, &MisconfigurationError{Setting: "Mode", Configured: cfg.mode.String(), Stored: stored.Mode.String(),
 			Fix: "a relay must run in the mode the outbox was created with; remove the option or fix it"}
 	}
-	if err := CheckShared(stored, cfg.maxMessageBytes, cfg.headers); err != nil {
+	if cfg.maxMessageBytes, cfg.headers, err = ResolveShared(stored, cfg.maxMessageBytes, cfg.headers); err != nil {
 		return nil, err
 	}
-	cfg.maxMessageBytes, cfg.headers = stored.SharedMaxMessageBytes(), stored.SharedHeaders()
 	sched := cfg.hooks.Scheduler
 	if sched == nil {
 		sched = seam.Runtime

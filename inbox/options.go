@@ -78,6 +78,10 @@ type config struct {
 	clock       outbox.Clock
 	tracer      outbox.Tracer
 	metrics     Metrics
+	// stored: the outbox's config item (OutboxConfig); givenHeaders: what
+	// Headers said, checked against it.
+	stored       *outbox.Config
+	givenHeaders outbox.HeaderNames
 	// consumer holds the options of NewConsumer and NewHandler.
 	consumer consumerConfig
 	// target: the constructor being configured; misplaced: options given
@@ -128,7 +132,19 @@ func Retention(d time.Duration) Option {
 // relay's (kafka.MessageIDHeader, BucketHeader, SequenceHeader). Default
 // outbox.DefaultMessageIDHeader, DefaultBucketHeader, DefaultSequenceHeader.
 func Headers(h outbox.HeaderNames) Option {
-	return func(c *config) { c.set("Headers", forInbox, func() { c.headers = h.WithDefaults() }) }
+	return func(c *config) {
+		c.set("Headers", forInbox, func() { c.headers, c.givenHeaders = h.WithDefaults(), h })
+	}
+}
+
+// OutboxConfig gives the inbox the config item of the outbox its records
+// come from (dynamo.ReadConfig, with read access to that outbox's control
+// table), whose header names it then reads. A Headers name that differs
+// from the stored one is an *outbox.MisconfigurationError naming it and
+// both values; an equal one is fine. Default: none (Headers, or the
+// default names, which must then match the outbox's by hand). inbox.New.
+func OutboxConfig(stored outbox.Config) Option {
+	return func(c *config) { c.set("OutboxConfig", forInbox, func() { c.stored = &stored }) }
 }
 
 // MaxAttempts is the most TransactWriteItems requests one Process sends,
@@ -186,6 +202,12 @@ func (c *config) validate() error {
 		return bad("WithClock", nil, "must not be nil")
 	case c.metrics == nil:
 		return bad("WithMetrics", nil, "must not be nil")
+	}
+	if c.stored != nil {
+		var err error
+		if _, c.headers, err = outbox.ResolveShared(*c.stored, 0, c.givenHeaders); err != nil {
+			return err
+		}
 	}
 	return c.headers.Check()
 }

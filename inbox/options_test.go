@@ -33,3 +33,26 @@ func TestOptionRefusedWhereItDoesNotApply(t *testing.T) {
 		})
 	}
 }
+
+// With OutboxConfig the inbox reads the header names from the config item,
+// accepts equal Headers and refuses others naming both values.
+func TestOutboxConfigHeaders(t *testing.T) {
+	stored := outbox.Config{BucketCount: 2, Headers: outbox.HeaderNames{Bucket: "bkt"}}
+	build := func(opts ...Option) (config, error) {
+		c := defaultConfig()
+		if err := c.apply(forInbox, append([]Option{OutboxConfig(stored)}, opts...)); err != nil {
+			return c, err
+		}
+		return c, c.validate()
+	}
+	if c, err := build(); err != nil || c.headers != stored.SharedHeaders() {
+		t.Fatalf("absent: headers %+v, %v; want the config item's", c.headers, err)
+	}
+	if _, err := build(Headers(outbox.HeaderNames{Bucket: "bkt"})); err != nil {
+		t.Fatalf("equal Headers: %v", err)
+	}
+	var me *outbox.MisconfigurationError
+	if _, err := build(Headers(outbox.HeaderNames{Bucket: outbox.DefaultBucketHeader})); !errors.As(err, &me) || me.Setting != "BucketHeader" || me.Stored != `"bkt"` {
+		t.Fatalf("other Headers: %v, want a *MisconfigurationError for BucketHeader", err)
+	}
+}

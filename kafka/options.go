@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/dynakafka/outbox"
@@ -81,6 +83,12 @@ type cfg struct {
 	sasl            []sasl.Mechanism
 	strict          bool
 	strictRecheck   time.Duration
+	// stored: the outbox's config item (OutboxConfig); givenBytes and
+	// givenHeaders: what the MaxMessageBytes and header options said (0,
+	// "": not given), checked against it.
+	stored       *outbox.Config
+	givenBytes   int
+	givenHeaders outbox.HeaderNames
 }
 
 func defaultCfg() cfg {
@@ -151,7 +159,7 @@ func Topics(topics ...string) Option {
 // outbox.DefaultMaxMessageBytes (1 MiB), which Kafka's default topic limit
 // (1048588) admits.
 func MaxMessageBytes(n int) Option {
-	return func(c *cfg) { c.maxMessageBytes = n }
+	return func(c *cfg) { c.maxMessageBytes, c.givenBytes = n, n }
 }
 
 // MessageIDHeader names the header that carries the message id, stamped after
@@ -159,7 +167,7 @@ func MaxMessageBytes(n int) Option {
 // and must match the writers'. Default outbox.DefaultMessageIDHeader
 // ("x-outbox-message-id").
 func MessageIDHeader(name string) Option {
-	return func(c *cfg) { c.headers.MessageID = name }
+	return func(c *cfg) { c.headers.MessageID, c.givenHeaders.MessageID = name, name }
 }
 
 // BucketHeader names the header that carries the message's bucket (a decimal
@@ -167,7 +175,7 @@ func MessageIDHeader(name string) Option {
 // sequence (the inbox package does). It must not be empty and must match the
 // writers'. Default outbox.DefaultBucketHeader ("x-outbox-bucket").
 func BucketHeader(name string) Option {
-	return func(c *cfg) { c.headers.Bucket = name }
+	return func(c *cfg) { c.headers.Bucket, c.givenHeaders.Bucket = name, name }
 }
 
 // SequenceHeader names the header that carries the message's sequence number
@@ -175,7 +183,19 @@ func BucketHeader(name string) Option {
 // not be empty and must match the writers'. Default
 // outbox.DefaultSequenceHeader ("x-outbox-sequence").
 func SequenceHeader(name string) Option {
-	return func(c *cfg) { c.headers.Sequence = name }
+	return func(c *cfg) { c.headers.Sequence, c.givenHeaders.Sequence = name, name }
+}
+
+// OutboxConfig gives the publisher the outbox's config item (read with
+// dynamo.ReadConfig), whose shared settings it then uses: MaxMessageBytes,
+// the header names, and the topics, checked at start as Topics checks
+// them. A MaxMessageBytes or header option that differs from the stored
+// value, or a Topics topic outside a non-empty stored list, is an
+// *outbox.MisconfigurationError naming the setting and both values; an
+// equal one is fine. Default: none (the options' own defaults, which must
+// then match the config item by hand).
+func OutboxConfig(stored outbox.Config) Option {
+	return func(c *cfg) { c.stored = &stored }
 }
 
 // WithTracer traces every Publish (one bucket's run, the relay's batch) as an
@@ -247,6 +267,9 @@ func (c *cfg) validate() error {
 				Reason: fmt.Sprintf("must not be empty; omit the option for %q", h.def)}
 		}
 	}
+	if err := c.takeShared(); err != nil {
+		return err
+	}
 	if err := c.headers.Check(); err != nil {
 		return err
 	}
@@ -282,6 +305,29 @@ func (c *cfg) validate() error {
 			return &outbox.OptionError{Option: fmt.Sprintf("SASL[%d]", i), Value: nil, Reason: "mechanism is nil"}
 		}
 	}
+	return nil
+}
+
+// takeShared checks the given shared settings against the config item
+// (OutboxConfig) and then uses the stored ones.
+func (c *cfg) takeShared() error {
+	if c.stored == nil {
+		return nil
+	}
+	var err error
+	if c.maxMessageBytes, c.headers, err = outbox.ResolveShared(*c.stored, c.givenBytes, c.givenHeaders); err != nil {
+		return err
+	}
+	if len(c.stored.Topics) == 0 {
+		return nil
+	}
+	for _, t := range c.topics {
+		if !slices.Contains(c.stored.Topics, t) {
+			return &outbox.MisconfigurationError{Setting: "Topics", Configured: t, Stored: strings.Join(c.stored.Topics, ","),
+				Fix: "the outbox serves only the config item's topics: drop this one from Topics, or add it with outbox init --topics"}
+		}
+	}
+	c.topics = slices.Clone(c.stored.Topics)
 	return nil
 }
 

@@ -166,7 +166,6 @@ func decodeConfig(item map[string]types.AttributeValue) (outbox.Config, error) {
 	if err := checkShared(c); err != nil {
 		return outbox.Config{}, &ItemError{Attribute: attrMaxBytes + "/" + attrIDHeader, Reason: err.Error()}
 	}
-	c = canonicalShared(c)
 	switch {
 	case c.Mode == outbox.WatermarkMode && v < configV2:
 		return outbox.Config{}, &ItemError{Attribute: attrVersion, Reason: fmt.Sprintf(
@@ -205,7 +204,6 @@ func checkWanted(c outbox.Config) (outbox.Config, error) {
 	if err := checkShared(c); err != nil {
 		return c, err
 	}
-	c = canonicalShared(c)
 	c.FormatVersion = outbox.FormatVersion
 	return c, nil
 }
@@ -223,25 +221,6 @@ func checkShared(c outbox.Config) error {
 // maxSharedMessageBytes is the largest MaxMessageBytes the Kafka publisher
 // accepts (100 MiB less kgo's 4-byte batch length prefix).
 const maxSharedMessageBytes = 100<<20 - 4
-
-// canonicalShared writes the defaults as absent (0, ""), so that an item
-// that states a default and one that has none are the same configuration.
-func canonicalShared(c outbox.Config) outbox.Config {
-	if c.MaxMessageBytes == outbox.DefaultMaxMessageBytes {
-		c.MaxMessageBytes = 0
-	}
-	def := outbox.HeaderNames{}.WithDefaults()
-	if c.Headers.MessageID == def.MessageID {
-		c.Headers.MessageID = ""
-	}
-	if c.Headers.Bucket == def.Bucket {
-		c.Headers.Bucket = ""
-	}
-	if c.Headers.Sequence == def.Sequence {
-		c.Headers.Sequence = ""
-	}
-	return c
-}
 
 // cleanTopics checks a topic list and returns it sorted without duplicates
 // (nil for none: any topic).

@@ -14,13 +14,14 @@ import (
 // NewWriter and NewStore take them from there when not given, accept a
 // local value equal to the stored one, and refuse another with a
 // *MisconfigurationError naming the setting and both values. An outbox
-// created without them (as by older versions) says the defaults.
+// created without them (as by older versions) keeps today's behaviour: each
+// component's own option, or the default.
 func TestSharedSettingsFromConfigItem(t *testing.T) {
 	ctx := ctxT(t)
 	d, custom := newTables(t, BucketCount(2), MaxMessageBytes(2<<20), BucketHeader("bkt"))
 	_, plain := newTables(t, BucketCount(2))
 	if item := rawConfigItem(t, d, custom); item[attrMaxBytes] == nil || item[attrBktHeader] == nil || item[attrIDHeader] != nil {
-		t.Fatalf("config item %v: want mb and hb, no hi (a default)", item)
+		t.Fatalf("config item %v: want mb and hb, no hi (not given)", item)
 	}
 	if item := rawConfigItem(t, d, plain); item[attrMaxBytes] != nil || item[attrBktHeader] != nil {
 		t.Fatalf("config item %v: want no shared settings (the defaults)", item)
@@ -40,7 +41,7 @@ func TestSharedSettingsFromConfigItem(t *testing.T) {
 		{"writer, same MaxMessageBytes", func() error { _, err := writer(custom, MaxMessageBytes(2<<20)); return err }, "", ""},
 		{"store, other bucket header", func() error { return store(custom, BucketHeader("b")) }, "BucketHeader", `"bkt"`},
 		{"store, default id header as stored", func() error { return store(custom, MessageIDHeader(outbox.DefaultMessageIDHeader)) }, "", ""},
-		{"writer on an outbox without them, other size", func() error { _, err := writer(plain, MaxMessageBytes(2<<20)); return err }, "MaxMessageBytes", "1048576"},
+		{"writer on an outbox without them, its own size", func() error { _, err := writer(plain, MaxMessageBytes(2<<20)); return err }, "", ""},
 		{"writer on an outbox without them, default size", func() error { _, err := writer(plain, MaxMessageBytes(outbox.DefaultMaxMessageBytes)); return err }, "", ""},
 		{"CreateTables again, other size", func() error { return CreateTables(ctx, d.Client, custom, BucketCount(2), MaxMessageBytes(1<<20)) }, "MaxMessageBytes", "2097152"},
 		{"CreateTables again, without", func() error { return CreateTables(ctx, d.Client, custom, BucketCount(2)) }, "", ""},
@@ -70,7 +71,7 @@ func TestSharedSettingsFromConfigItem(t *testing.T) {
 	if _, err := Configure(ctx, d.Client, plain, want); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := ReadConfig(ctx, d.Client, plain); err != nil || c.SharedMaxMessageBytes() != 3<<20 || c.SharedHeaders() != (outbox.HeaderNames{}).WithDefaults() {
+	if c, err := ReadConfig(ctx, d.Client, plain); err != nil || c.MaxMessageBytes != 3<<20 || c.Headers != (outbox.HeaderNames{}) {
 		t.Fatalf("ReadConfig = %+v, %v", c, err)
 	}
 }

@@ -285,7 +285,7 @@ func enableTTL(ctx context.Context, client AdminAPI, t tableSpec) error {
 // putConfig writes a new config item, or checks an existing one against
 // want; with setTopics it changes the stored topics to want's.
 func putConfig(ctx context.Context, client AdminAPI, table string, want outbox.Config, setTopics bool) error {
-	err := writeNewConfig(ctx, client, table, canonicalShared(want))
+	err := writeNewConfig(ctx, client, table, want)
 	if !isConditionFailed(err) {
 		return err
 	}
@@ -306,7 +306,7 @@ func putConfig(ctx context.Context, client AdminAPI, table string, want outbox.C
 			Fix: "pass the stored retention, or change it with dynamo.Configure (outbox init --retention)"}
 	}
 	// The shared settings given (want's non-zero ones) must be the stored.
-	if err := outbox.CheckShared(stored, want.MaxMessageBytes, want.Headers); err != nil {
+	if _, _, err := outbox.ResolveShared(stored, want.MaxMessageBytes, want.Headers); err != nil {
 		return err
 	}
 	if setTopics && !slices.Equal(want.Topics, stored.Topics) {
@@ -386,12 +386,9 @@ func openOutbox(ctx context.Context, client getItemAPI, tables Tables, s *settin
 		"(a writer in the wrong mode writes messages without a TTL, which never expire, or with one, which deletes them unreplayable)"); err != nil {
 		return stored, err
 	}
-	if err := outbox.CheckShared(stored, s.maxMessageBytes, s.headers); err != nil {
-		return stored, err
-	}
 	// The shared settings are the config item's from here on.
-	s.maxMessageBytes, s.headers = stored.SharedMaxMessageBytes(), stored.SharedHeaders()
-	return stored, nil
+	s.maxMessageBytes, s.headers, err = outbox.ResolveShared(stored, s.maxMessageBytes, s.headers)
+	return stored, err
 }
 
 // checkMode compares a configured mode (if any) with the stored one.
