@@ -249,7 +249,7 @@ func TestMskIamPolicyMatchesThePublisher(t *testing.T) {
 // once with listed (init checks it), and publishes keyed messages to listed
 // and to unlisted (checked on first use), as the relay does. extra options
 // come last (SASL for the ACL test).
-func publishLikeTheFunctions(ctx context.Context, brokers []string, listed, unlisted string, extra ...kafka.Opt) error {
+func publishLikeTheFunctions(ctx context.Context, brokers []string, listed, unlisted string, extra ...kafka.Option) error {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := config.Config{Brokers: brokers, Auth: config.AuthNone, MaxMessageBytes: outbox.DefaultMaxMessageBytes, LeaseDuration: 30 * time.Second}
 	p, err := wiring.NewPublisher(ctx, cfg, aws.Config{}, log, extra...)

@@ -61,7 +61,7 @@ outbox init --buckets 8 --mode watermark --retention 72h`,
 			if err != nil {
 				return nil, usagef("--mode %q: must be delete or watermark", *modeName)
 			}
-			opts := []dynamo.TablesOption{dynamo.BucketCount(*buckets), dynamo.Mode(mode)}
+			opts := []dynamo.Option{dynamo.BucketCount(*buckets), dynamo.WithMode(mode)}
 			switch {
 			case *retention != 0 && mode != outbox.WatermarkMode:
 				return nil, usagef("--retention applies to --mode watermark only (a delete-mode outbox deletes messages once published)")

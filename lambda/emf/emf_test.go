@@ -29,7 +29,7 @@ var at = time.Date(2026, 3, 1, 12, 0, 0, 250_000_000, time.UTC)
 func newEmitter(t *testing.T, w io.Writer, opts ...Option) *Emitter {
 	t.Helper()
 	e, err := New(w, "Outbox", []Dimension{{Name: "Outbox", Value: "orders-outbox-Messages-1A2B"}},
-		append([]Option{Clock(func() time.Time { return at })}, opts...)...)
+		append([]Option{WithClock(func() time.Time { return at })}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -164,9 +164,9 @@ func TestCustomResource(t *testing.T) {
 			if c.stored >= 0 {
 				// The stack's tables (CreateTables makes the same ones),
 				// without the config item when stored is 0.
-				opts := []dynamo.TablesOption{dynamo.BucketCount(max(c.stored, 1))}
+				opts := []dynamo.Option{dynamo.BucketCount(max(c.stored, 1))}
 				if c.storedW {
-					opts = append(opts, dynamo.Mode(outbox.WatermarkMode))
+					opts = append(opts, dynamo.WithMode(outbox.WatermarkMode))
 				}
 				if err := dynamo.CreateTables(ctx, d.Client, tables, opts...); err != nil {
 					t.Fatal(err)

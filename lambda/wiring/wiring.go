@@ -51,7 +51,7 @@ func (p *Parts) Close() {
 // topics in OUTBOX_TOPICS must exist and admit OUTBOX_MAX_MESSAGE_BYTES, and
 // without topics a broker must answer. An error names the variables to fix.
 // Options in extra come last (tests use them).
-func NewPublisher(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger, extra ...kafka.Opt) (*kafka.Publisher, error) {
+func NewPublisher(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger, extra ...kafka.Option) (*kafka.Publisher, error) {
 	kopts, err := publisherOptions(ctx, cfg, awsCfg, logger)
 	if err != nil {
 		return nil, err
@@ -76,7 +76,7 @@ func TxnPrefix(cfg config.Config) string { return cfg.MessagesTable }
 
 // NewTxnPublisher is NewPublisher for OUTBOX_KAFKA_TRANSACTIONAL=true: a
 // kafka.TxnPublisher under TxnPrefix(cfg), checked the same way.
-func NewTxnPublisher(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger, extra ...kafka.Opt) (*kafka.TxnPublisher, error) {
+func NewTxnPublisher(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger, extra ...kafka.Option) (*kafka.TxnPublisher, error) {
 	kopts, err := publisherOptions(ctx, cfg, awsCfg, logger)
 	if err != nil {
 		return nil, err
@@ -95,11 +95,11 @@ func NewTxnPublisher(ctx context.Context, cfg config.Config, awsCfg aws.Config, 
 }
 
 // publisherOptions are the kafka options cfg sets, authentication included.
-func publisherOptions(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger) ([]kafka.Opt, error) {
-	kopts := []kafka.Opt{
+func publisherOptions(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger) ([]kafka.Option, error) {
+	kopts := []kafka.Option{
 		kafka.MaxMessageBytes(cfg.MaxMessageBytes),
 		kafka.LeaseDuration(cfg.LeaseDuration),
-		kafka.Logger(logger),
+		kafka.WithLogger(logger),
 	}
 	if len(cfg.Topics) > 0 {
 		kopts = append(kopts, kafka.Topics(cfg.Topics...))

@@ -359,7 +359,7 @@ func TestNewWriterOptions(t *testing.T) {
 	ctx := ctxT(t)
 	cases := []struct {
 		name   string
-		opt    WriterOption
+		opt    Option
 		option string
 	}{
 		{"bucket count", BucketCount(outbox.MaxBucketCount + 1), "BucketCount"},
