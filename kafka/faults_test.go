@@ -33,7 +33,7 @@ func TestPublishPartialFailure(t *testing.T) {
 	tests := []struct {
 		name      string
 		fault     kfake.Fault
-		opts []Option
+		opts      []Option
 		wantAcked int
 		wantErr   error // errors.Is target for the first error
 		retriable bool

@@ -19,7 +19,7 @@ func TestNewPublisherRejectsBadOptions(t *testing.T) {
 	tests := []struct {
 		name   string
 		seeds  []string
-		opts []Option
+		opts   []Option
 		option string
 	}{
 		{"no seeds", nil, nil, "seeds"},
@@ -60,7 +60,7 @@ func TestNewPublisherRejectsBadOptions(t *testing.T) {
 func TestNewPublisherDefaults(t *testing.T) {
 	tests := []struct {
 		name         string
-		opts []Option
+		opts         []Option
 		wantDelivery time.Duration
 		wantBatch    int32
 		wantMinAge   time.Duration
