@@ -111,6 +111,11 @@ func (h *Handler) Handle(ctx context.Context, ev cfn.Event) (physicalID string, 
 			want.Topics = stored.Topics
 		}
 	}
+	// The stack states no shared MaxMessageBytes or header names: keep the
+	// stored ones (outbox init may have written them).
+	if stored, err := dynamo.ReadConfig(ctx, h.client, tables); err == nil {
+		want.MaxMessageBytes, want.Headers = stored.MaxMessageBytes, stored.Headers
+	}
 	prev, err := dynamo.Configure(ctx, h.client, tables, want)
 	if err != nil {
 		var (
