@@ -187,12 +187,14 @@ func SequenceHeader(name string) Option {
 }
 
 // OutboxConfig gives the publisher the outbox's config item (read with
-// dynamo.ReadConfig), whose shared settings it then uses: MaxMessageBytes,
-// the header names, and the topics, checked at start as Topics checks
-// them. A MaxMessageBytes or header option that differs from the stored
-// value, or a Topics topic outside a non-empty stored list, is an
-// *outbox.MisconfigurationError naming the setting and both values; an
-// equal one is fine. Default: none (the options' own defaults, which must
+// dynamo.ReadConfig), whose shared settings it then uses: MaxMessageBytes
+// and the header names where the item states them (an item that does not
+// keeps the options' values). A MaxMessageBytes or header option that
+// differs from a stored value, or a Topics topic outside a non-empty stored
+// topic list, is an *outbox.MisconfigurationError naming the setting and
+// both values; an equal one is fine. The stored topics are not checked at
+// start (a missing topic stops its buckets, not the publisher): list them
+// with Topics for that. Default: none (the options' own values, which must
 // then match the config item by hand).
 func OutboxConfig(stored outbox.Config) Option {
 	return func(c *cfg) { c.stored = &stored }
@@ -327,7 +329,6 @@ func (c *cfg) takeShared() error {
 				Fix: "the outbox serves only the config item's topics: drop this one from Topics, or add it with outbox init --topics"}
 		}
 	}
-	c.topics = slices.Clone(c.stored.Topics)
 	return nil
 }
 

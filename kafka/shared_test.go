@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"errors"
-	"slices"
 	"testing"
 
 	"github.com/dynakafka/outbox"
@@ -21,7 +20,7 @@ func TestOutboxConfigSharedSettings(t *testing.T) {
 	}
 	c, err := build()
 	if err != nil || c.maxMessageBytes != 2<<20 || c.headers.Sequence != "seq" || c.headers.MessageID != outbox.DefaultMessageIDHeader ||
-		!slices.Equal(c.topics, stored.Topics) {
+		len(c.topics) != 0 {
 		t.Fatalf("absent: took %d %+v %v, %v; want the config item's", c.maxMessageBytes, c.headers, c.topics, err)
 	}
 	cases := []struct {

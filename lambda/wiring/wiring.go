@@ -97,9 +97,11 @@ func NewTxnPublisher(ctx context.Context, cfg config.Config, awsCfg aws.Config, 
 // publisherOptions are the kafka options cfg sets, authentication included.
 func publisherOptions(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger) ([]kafka.Option, error) {
 	kopts := []kafka.Option{
-		kafka.MaxMessageBytes(cfg.MaxMessageBytes),
 		kafka.LeaseDuration(cfg.LeaseDuration),
 		kafka.WithLogger(logger),
+	}
+	if cfg.MaxMessageBytes != 0 {
+		kopts = append(kopts, kafka.MaxMessageBytes(cfg.MaxMessageBytes))
 	}
 	if len(cfg.Topics) > 0 {
 		kopts = append(kopts, kafka.Topics(cfg.Topics...))
@@ -130,10 +132,16 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 	if p.Store, err = dynamo.NewStore(ctx, p.Dynamo, tables); err != nil {
 		return nil, fmt.Errorf("outbox store (OUTBOX_MESSAGES_TABLE=%s, OUTBOX_CONTROL_TABLE=%s): %w", cfg.MessagesTable, cfg.ControlTable, err)
 	}
+	// The publisher takes the shared settings (MaxMessageBytes, header
+	// names) from the config item, as the store and the relay do.
+	stored, err := p.Store.Config(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("outbox config item (OUTBOX_CONTROL_TABLE=%s): %w", cfg.ControlTable, err)
+	}
 	if cfg.Transactional {
-		p.Publisher, err = NewTxnPublisher(ctx, cfg, awsCfg, logger)
+		p.Publisher, err = NewTxnPublisher(ctx, cfg, awsCfg, logger, kafka.OutboxConfig(stored))
 	} else {
-		p.Publisher, err = NewPublisher(ctx, cfg, awsCfg, logger)
+		p.Publisher, err = NewPublisher(ctx, cfg, awsCfg, logger, kafka.OutboxConfig(stored))
 	}
 	if err != nil {
 		return nil, err
@@ -149,7 +157,7 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 		outbox.GapTimeout(cfg.GapTimeout),
 		outbox.SweepMinAge(cfg.SweepMinAge),
 		outbox.ParkStuckAfter(cfg.ParkStuckAfter),
-		outbox.MaxMessageBytes(cfg.MaxMessageBytes),
+		outbox.MaxMessageBytes(cfg.MaxMessageBytes), // 0: the config item's
 		outbox.Concurrency(cfg.Concurrency),
 		outbox.WithLogger(logger),
 	}
