@@ -258,9 +258,12 @@ func SetBucketCount(ctx context.Context, client StoreAPI, tables Tables, bucketC
 }
 
 // Configure makes the outbox's config item say want (BucketCount, Mode,
-// Retention and Topics; FormatVersion is ignored, a WatermarkMode Retention
-// of 0 means DefaultRetention, and empty Topics means any topic). It is for deployment tools (the stack's custom
-// resource, outbox init) on tables that already exist:
+// Retention, Topics, MaxMessageBytes and Headers; FormatVersion is ignored,
+// a WatermarkMode Retention of 0 means DefaultRetention, empty Topics means
+// any topic, and MaxMessageBytes 0 or an empty header name means none
+// stated: each component's own option, or the default — pass the stored
+// values to keep them). It is for deployment tools (the stack's custom
+// resource) on tables that already exist:
 //
 //   - no config item yet: it is written;
 //   - the same settings: nothing is written;
@@ -270,6 +273,9 @@ func SetBucketCount(ctx context.Context, client StoreAPI, tables Tables, bucketC
 //   - other Topics: changed at once; writers read the list when they start
 //     and refuse other topics after their next restart. Messages already
 //     written are published whatever the list says;
+//   - another MaxMessageBytes or header names: changed at once; writers,
+//     relays and publishers read them when they start, and one whose own
+//     option states the old value is refused at its next start;
 //   - another BucketCount or Mode: changed only if the outbox is empty, that
 //     is no message is pending in any bucket below OutOfRangeProbe of the
 //     larger count — each bucket is probed with Store.ReadLease and
