@@ -76,6 +76,12 @@ type Config struct {
 	// retention in WatermarkMode [dynamo.DefaultRetention].
 	Mode      outbox.Mode
 	Retention time.Duration
+	// Txn publishes with Kafka transactions (kafka.TxnPublisher, one per
+	// process, so that the processes' producers of a bucket fence each
+	// other) and checks with a read_committed consumer that nothing of an
+	// aborted transaction is visible and that duplicates come only as whole
+	// transactions (txn.go).
+	Txn bool
 	// MinEachFault fails the run unless every fault kind fired at least
 	// this often (0: not checked).
 	MinEachFault int
@@ -133,18 +139,37 @@ type Result struct {
 	// from the committed writes (inbox.go); ReadModel says what it did.
 	ReadModelMismatches int
 	ReadModel           string
+
+	// Txn: the transactional mode's verdict (txn.go).
+	Txn *txnVerdict
 }
 
 // Line is the run's one-line summary.
 func (r Result) Line() string {
+	if r.Txn != nil {
+		return fmt.Sprintf("soak: mode=%s publish=txn messages=%d lost=%d phantom=%d %s read_model_mismatches=%d duplicates=%d unexplained=%d %s reorders=%d parked=%d faults=%d duplicates_by_cause=%s",
+			r.Mode, r.Messages, r.Lost, r.Phantom, r.Txn, r.ReadModelMismatches, r.Duplicates, r.Unexplained+r.Txn.Unexplained(), r.Overlaps, r.Reorders, r.Parked, r.Faults, r.ByCause)
+	}
 	return fmt.Sprintf("soak: mode=%s messages=%d lost=%d phantom=%d read_model_mismatches=%d duplicates=%d unexplained=%d %s reorders=%d parked=%d faults=%d duplicates_by_cause=%s",
 		r.Mode, r.Messages, r.Lost, r.Phantom, r.ReadModelMismatches, r.Duplicates, r.Unexplained, r.Overlaps, r.Reorders, r.Parked, r.Faults, r.ByCause)
 }
 
 // OK reports whether every promise held.
 func (r Result) OK() bool {
+	if t := r.Txn; t != nil && (t.StaleVisible != 0 || t.Interleavings != 0 || t.Unexplained() != 0) {
+		return false
+	}
 	return r.Lost == 0 && r.Phantom == 0 && r.Unexplained == 0 && r.Reorders == 0 && r.Mismatch == 0 && r.ReadModelMismatches == 0 &&
 		r.Overlaps.UnadmittedCount() == 0
+}
+
+// Details lists examples of what failed, for a failure message.
+func (r Result) Details() string {
+	d := fmt.Sprintf("lost %v phantom %v unexplained %v reorders %+v overlaps %s", r.LostIDs, r.PhantomIDs, r.UnexplainedIDs, r.Violations, r.Overlaps.Details())
+	if r.Txn != nil {
+		d += "; transactions: " + r.Txn.details()
+	}
+	return d
 }
 
 // Kinds returns the fault kinds in a stable order with their counts.
@@ -249,9 +274,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	var rolledBack atomic.Int64
 	res := Result{Mode: cfg.Mode}
 	view := &viewResult{}
+	if cfg.Txn {
+		res.Txn = &txnVerdict{}
+	}
 	for round, done := 0, 0; done < cfg.Messages; round++ {
 		target := min(cfg.PerRound, cfg.Messages-done)
-		n, err := runRound(ctx, cfg, round, target, chk, tl, &rolledBack, view)
+		n, err := runRound(ctx, cfg, round, target, chk, tl, &rolledBack, view, res.Txn)
 		if err != nil {
 			return res, fmt.Errorf("soak round %d: %w", round, err)
 		}
@@ -315,7 +343,7 @@ const (
 
 // runRound runs one round on a fresh DynamoDB and Kafka and returns how many
 // messages it committed.
-func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.Checker, tl *tally, rolledBack *atomic.Int64, view *viewResult) (int, error) {
+func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.Checker, tl *tally, rolledBack *atomic.Int64, view *viewResult, txnv *txnVerdict) (int, error) {
 	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(round)))
 	var rngMu sync.Mutex
 	chance := func(p float64) bool {
@@ -397,13 +425,63 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	if err != nil {
 		return 0, err
 	}
-	pub, err := kafka.NewPublisher(ctx, brokers, kafka.Topics(topic), kafka.LeaseDuration(leaseDuration))
+	// With transactions each process has its own publisher, so its own
+	// producer per bucket under the bucket's transactional id, as the relay
+	// function's containers and the sweeper have; without, they share one.
+	var txns *txnOracle
+	var closers []func()
+	defer func() {
+		for _, c := range closers {
+			c()
+		}
+	}()
+	var shared outbox.Publisher
+	newPub := func(who string) (outbox.Publisher, error) {
+		popts := []kafka.Opt{kafka.Topics(topic), kafka.LeaseDuration(leaseDuration)}
+		if txns == nil {
+			if shared != nil {
+				return shared, nil
+			}
+			p, err := kafka.NewPublisher(ctx, brokers, popts...)
+			if err != nil {
+				return nil, err
+			}
+			closers = append(closers, p.Close)
+			shared = p
+			return p, nil
+		}
+		p, err := kafka.NewTxnPublisher(ctx, brokers, tables.Messages, popts...)
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, p.Close)
+		return txns.publisher(who, p), nil
+	}
+	if cfg.Txn {
+		txns = newTxnOracle()
+	}
+	pub, err := newPub("relay")
 	if err != nil {
 		return 0, err
 	}
-	defer pub.Close()
 	at := attrib.New(store, pub, chk)
 	at.Watermark = cfg.Mode == outbox.WatermarkMode
+	if cfg.Txn {
+		// An aborted transaction publishes nothing: only a commit whose
+		// outcome is unknown puts its messages at risk.
+		at.PublishRisk = func(err error) string {
+			if errors.Is(err, kafka.ErrCommitUnknown) {
+				return "commit-unknown"
+			}
+			return ""
+		}
+	}
+	pubs := map[string]outbox.Publisher{}
+	for _, who := range []string{"stream-container-1", "stream-container-2", "sweeper"} {
+		if pubs[who], err = newPub(who); err != nil {
+			return 0, err
+		}
+	}
 	traces.mu.Lock()
 	traces.at = append(traces.at, at)
 	traces.mu.Unlock()
@@ -422,15 +500,15 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	// owner id may drain a bucket at once. Each process publishes through
 	// its own probe: the I4 check compares their publish intervals.
 	streamID := fmt.Sprint("stream-relay-", round)
-	streamRelay, err := outbox.NewRelay(ctx, at, at.ViaAs("stream-container-1", pub), relayOpts(streamID)...)
+	streamRelay, err := outbox.NewRelay(ctx, at, at.ViaAs("stream-container-1", pubs["stream-container-1"]), relayOpts(streamID)...)
 	if err != nil {
 		return 0, err
 	}
-	streamRelay2, err := outbox.NewRelay(ctx, at, at.ViaAs("stream-container-2", pub), relayOpts(streamID)...)
+	streamRelay2, err := outbox.NewRelay(ctx, at, at.ViaAs("stream-container-2", pubs["stream-container-2"]), relayOpts(streamID)...)
 	if err != nil {
 		return 0, err
 	}
-	sweepRelay, err := outbox.NewRelay(ctx, at, at.ViaAs("sweeper", pub), relayOpts(fmt.Sprint("sweeper-", round))...)
+	sweepRelay, err := outbox.NewRelay(ctx, at, at.ViaAs("sweeper", pubs["sweeper"]), relayOpts(fmt.Sprint("sweeper-", round))...)
 	if err != nil {
 		return 0, err
 	}
@@ -539,8 +617,12 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 
 	// The consumer.
 	consumed := make(chan struct{})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
+	copts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50 * time.Millisecond)}
+	if txns != nil {
+		copts = append(copts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	cl, err := kgo.NewClient(copts...)
 	if err != nil {
 		return 0, err
 	}
@@ -558,6 +640,9 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 					}
 				}
 				chk.Delivered(id, p.ID, string(r.Key), p.order())
+				if txns != nil {
+					txns.delivered(r, id, p.order())
+				}
 				traceDelivery(id, r)
 			})
 		}
@@ -565,7 +650,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 
 	// Faults on.
 	faultPhase.Add(1)
-	kafkaFaults := installKafkaFaults(cluster, topic, chance, chk)
+	kafkaFaults := installKafkaFaults(cluster, topic, chance, chk, txns != nil)
 	inj.Enable()
 	crash.on.Store(true)
 	cfg.logf("round %d: %d messages, endpoint %s, topic %s", round, target, endpoint, topic)
@@ -693,6 +778,11 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	if fmt.Sprint(inDeadLetters) != fmt.Sprint(parkedIDs) {
 		return 0, fmt.Errorf("dead letters %v differ from the messages the relay parked %v", inDeadLetters, parkedIDs)
 	}
+	if txns != nil {
+		v := txns.verdict(chk)
+		txnv.Add(v)
+		cfg.logf("round %d transactions: %s", round, v)
+	}
 	cfg.logf("round %d done: committed=%d parked=%d", round, committed.Load(), len(parkedIDs))
 	return int(committed.Load()), nil
 }
@@ -796,14 +886,17 @@ type kafkaFault struct {
 // records (as a real broker does when replication times out): the client's
 // retry may write them again, so the records of such a request are put at
 // risk of duplication.
-func installKafkaFaults(c *kfake.Cluster, topic string, chance func(float64) bool, chk *checker.Checker) []kafkaFault {
+func installKafkaFaults(c *kfake.Cluster, topic string, chance func(float64) bool, chk *checker.Checker, txn bool) []kafkaFault {
 	add := func(kind string, err *kerr.Error, p float64) kafkaFault {
 		h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: err, Count: -1,
 			When: func(req kmsg.Request) bool {
 				if !chance(p) {
 					return false
 				}
-				if err == kerr.RequestTimedOut {
+				if err == kerr.RequestTimedOut && !txn {
+					// In a transaction the producer's retry is
+					// deduplicated by its sequence numbers, and a
+					// failed one aborts the transaction.
 					chk.AtRisk("kafka:request-timed-out", produceIDs(req)...)
 				}
 				return true
