@@ -82,11 +82,27 @@ type Config struct {
 	// aborted transaction is visible and that duplicates come only as whole
 	// transactions (txn.go).
 	Txn bool
+	// Kafka, when set, is a real Kafka cluster to run on instead of an
+	// in-process kfake: the kfake faults (kafka:*, the read model's failed
+	// offset commits) are not injected; a node is killed and started again
+	// instead (kafka:broker-stopped), one at a time, while the faults are on.
+	Kafka RealCluster
 	// MinEachFault fails the run unless every fault kind fired at least
 	// this often (0: not checked).
 	MinEachFault int
 	// Progress receives progress lines (nil: none).
 	Progress io.Writer
+}
+
+// RealCluster is a real Kafka cluster the soak may kill nodes of
+// (internal/testenv.RealCluster).
+type RealCluster interface {
+	Brokers() []string
+	Nodes() int
+	// StopBroker kills node i; StartBroker starts it again and waits
+	// until the cluster lists it.
+	StopBroker(i int)
+	StartBroker(ctx context.Context, i int) error
 }
 
 func (c *Config) defaults() {
@@ -206,6 +222,22 @@ func (t *tally) add(kind string, n int) {
 // no BatchWriteItem can come back unprocessed and no crash can fall in the
 // middle of one.
 func ExpectedKinds(mode outbox.Mode) []string {
+	return expectedKinds(mode, false)
+}
+
+// expectedKinds: on a real cluster (real) no kfake fault is injected, and
+// a node is stopped instead.
+func expectedKinds(mode outbox.Mode, real bool) []string {
+	if real {
+		k := []string{"kafka:broker-stopped"}
+		for _, kind := range expectedKinds(mode, false) {
+			if !strings.HasPrefix(kind, "kafka:") {
+				k = append(k, kind)
+			}
+		}
+		sort.Strings(k)
+		return k
+	}
 	if mode != outbox.WatermarkMode {
 		return allKinds
 	}
@@ -306,7 +338,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res.Elapsed = time.Since(start)
 	if cfg.MinEachFault > 0 {
 		var short []string
-		for _, k := range ExpectedKinds(cfg.Mode) {
+		for _, k := range expectedKinds(cfg.Mode, cfg.Kafka != nil) {
 			if tl.n[k] < cfg.MinEachFault {
 				short = append(short, fmt.Sprintf("%s=%d", k, tl.n[k]))
 			}
@@ -386,13 +418,18 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	faulty := dynamolocal.NewClient(awsCfg, endpoint, inj.Install)
 	streams := dynamolocal.NewStreamsClient(awsCfg, endpoint)
 
-	// Kafka: in-process kfake (faults need it).
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(3))
-	if err != nil {
-		return 0, err
+	// Kafka: in-process kfake (its faults need it), or the real cluster.
+	var cluster *kfake.Cluster
+	var brokers []string
+	if cfg.Kafka != nil {
+		brokers = cfg.Kafka.Brokers()
+	} else {
+		if cluster, err = kfake.NewCluster(kfake.NumBrokers(3)); err != nil {
+			return 0, err
+		}
+		defer cluster.Close()
+		brokers = cluster.ListenAddrs()
 	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
 
 	name := fmt.Sprintf("soak-%d-%d", time.Now().UnixNano()%1_000_000_000, round)
 	tables := dynamo.Tables{Messages: name + "-msgs", Control: name + "-ctl"}
@@ -650,7 +687,14 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 
 	// Faults on.
 	faultPhase.Add(1)
-	kafkaFaults := installKafkaFaults(cluster, topic, chance, chk, txns != nil)
+	var kafkaFaults []kafkaFault
+	if cluster != nil {
+		kafkaFaults = installKafkaFaults(cluster, topic, chance, chk, txns != nil)
+	}
+	stopChaos := func() {}
+	if cfg.Kafka != nil {
+		stopChaos = brokerChaos(ctx, cfg, intn, tl)
+	}
 	inj.Enable()
 	crash.on.Store(true)
 	cfg.logf("round %d: %d messages, endpoint %s, topic %s", round, target, endpoint, topic)
@@ -706,6 +750,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	inj.Disable()
 	crash.on.Store(false)
 	chaosOn.Store(false)
+	stopChaos()
 	for _, h := range kafkaFaults {
 		tl.add(h.kind, h.h.Hits())
 		h.h.Remove()
