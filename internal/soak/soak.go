@@ -19,6 +19,12 @@
 // own (member restarts, failed offset commits); it must equal the committed
 // writes exactly (read_model_mismatches=0).
 //
+// With Config.Txn the relay publishes with Kafka transactions and a
+// read_committed consumer's view is checked for records of aborted
+// transactions, interleaved transactions and duplicates that are not whole
+// transactions (txn.go). With Config.Kafka it runs on a real cluster, whose
+// faults are nodes killed and started again (real.go) instead of kfake's.
+//
 // DynamoDB Local slows down as stream records pile up, so a long run is
 // split into rounds, each on a fresh instance.
 package soak
@@ -87,6 +93,9 @@ type Config struct {
 	// offset commits) are not injected; a node is killed and started again
 	// instead (kafka:broker-stopped), one at a time, while the faults are on.
 	Kafka RealCluster
+	// StallChance is the probability that a drain, after a publish, stalls
+	// past its lease so that it is taken over [0.05].
+	StallChance float64
 	// MinEachFault fails the run unless every fault kind fired at least
 	// this often (0: not checked).
 	MinEachFault int
@@ -118,6 +127,9 @@ func (c *Config) defaults() {
 	def(&c.Buckets, 8)
 	if c.FaultRate <= 0 {
 		c.FaultRate = 1
+	}
+	if c.StallChance <= 0 {
+		c.StallChance = 0.05
 	}
 	if c.Seed == 0 {
 		c.Seed = 1
@@ -522,7 +534,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	traces.mu.Lock()
 	traces.at = append(traces.at, at)
 	traces.mu.Unlock()
-	crash := &crasher{chance: chance, tl: tl, at: at}
+	crash := &crasher{chance: chance, stall: cfg.StallChance, tl: tl, at: at}
 	relayOpts := func(id string) []outbox.Option {
 		return []outbox.Option{outbox.RelayID(id), outbox.LeaseDuration(leaseDuration), outbox.LeaseRenewInterval(time.Second),
 			outbox.LeaseMargin(time.Second), outbox.MaxClockSkew(500 * time.Millisecond), outbox.ResumeWindow(2 * time.Second), outbox.GapTimeout(gapTimeout), outbox.GapPollInterval(20 * time.Millisecond),
@@ -693,6 +705,13 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	}
 	stopChaos := func() {}
 	if cfg.Kafka != nil {
+		var txnIDs []string
+		for b := range cfg.Buckets {
+			txnIDs = append(txnIDs, kafka.TransactionalID(tables.Messages, b))
+		}
+		if err := waitCoordinators(ctx, brokers, txnIDs, []string{name + "-view"}); err != nil {
+			return 0, err
+		}
 		stopChaos = brokerChaos(ctx, cfg, intn, tl)
 	}
 	inj.Enable()
@@ -851,6 +870,7 @@ func sleep(ctx context.Context, d time.Duration) {
 type crasher struct {
 	on     atomic.Bool
 	chance func(float64) bool
+	stall  float64
 	tl     *tally
 	at     *attrib.Attribution // told of every crash and stall, to explain their duplicates
 }
@@ -873,7 +893,7 @@ func (c *crasher) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 	if !c.on.Load() {
 		return nil
 	}
-	if p == seam.AfterProduce && c.chance(0.05) {
+	if p == seam.AfterProduce && c.chance(c.stall) {
 		// A stalled holder: it sleeps past its lease, then carries on.
 		c.tl.add("relay:stall", 1)
 		c.at.Stalled(bucket)
