@@ -486,7 +486,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	}()
 	var shared outbox.Publisher
 	newPub := func(who string) (outbox.Publisher, error) {
-		popts := []kafka.Opt{kafka.Topics(topic), kafka.LeaseDuration(leaseDuration)}
+		popts := []kafka.Option{kafka.Topics(topic), kafka.LeaseDuration(leaseDuration)}
 		if txns == nil {
 			if shared != nil {
 				return shared, nil
