@@ -139,6 +139,8 @@ func main() {
 	sweep := flag.Bool("sweep", false, "also run the cost sweep: the relay at each -sweep-rates for each -sweep-windows")
 	rates := flag.String("sweep-rates", "1,10,50,200", "offered rates of the sweep, msgs/s")
 	windows := flag.String("sweep-windows", "0,1s,5s", "batching windows of the sweep")
+	profiles := flag.String("profiles", "", `the steady stage's profiles to run, by name ("10,50,200,burst"; empty: all)`)
+	modes := flag.String("modes", "", `the relay modes of the steady stage ("delete,watermark"; empty: both)`)
 	flag.Parse()
 	if *render != "" {
 		if err := rerender(*render, *out); err != nil {
@@ -159,7 +161,14 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	if err := o.validate(); err != nil {
+	var err error
+	if o.steady, err = pick(o.steady, *profiles, "-profiles", func(p profile) string { return p.Name }); err == nil {
+		o.modes, err = pick(o.modes, *modes, "-modes", func(m relayMode) string { return m.Name })
+	}
+	if err == nil {
+		err = o.validate()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
@@ -202,6 +211,32 @@ func (o options) validate() error {
 		}
 	}
 	return nil
+}
+
+// pick keeps the elements of all named in the comma-separated list names
+// (empty: all of them), in all's order; a name that is none of them is an
+// error that lists the valid ones.
+func pick[T any](all []T, names, flagName string, name func(T) string) ([]T, error) {
+	if names == "" {
+		return all, nil
+	}
+	want := map[string]bool{}
+	for _, n := range brokerList(names) {
+		want[n] = true
+	}
+	var valid []string
+	var kept []T
+	for _, x := range all {
+		valid = append(valid, name(x))
+		if want[name(x)] {
+			kept = append(kept, x)
+			delete(want, name(x))
+		}
+	}
+	if len(want) > 0 || len(kept) == 0 {
+		return nil, fmt.Errorf("%s %q: choose among %v", flagName, names, valid)
+	}
+	return kept, nil
 }
 
 // parseSweep reads -sweep-rates and -sweep-windows.
