@@ -347,6 +347,22 @@ func (r *Relay) holderWait() time.Duration {
 	return r.cfg.holderWait
 }
 
+// HoldToken returns the lease token of this relay's last acquisition of
+// bucket ("" if it made none): the hold that a release by this process
+// left on the lease; it waits for a drain of the bucket in progress.
+// (*dynamo.Store).Disown takes it, so that a process
+// hands back only its own release, never that of another process sharing
+// its owner name.
+func (r *Relay) HoldToken(bucket int) string {
+	if bucket < 0 || bucket >= r.bucketCount {
+		return ""
+	}
+	loc := r.local(bucket)
+	loc.turn <- struct{}{} // after a drain of the bucket in progress
+	defer func() { <-loc.turn }()
+	return loc.token
+}
+
 // resumable reports whether this relay may drain the bucket of l without
 // acquiring it: this process released the lease last (its own hold, by
 // token: processes sharing the owner name cannot tell each other's releases

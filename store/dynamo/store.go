@@ -564,25 +564,32 @@ func (s *Store) RecordStuck(ctx context.Context, bucket int, st outbox.Stuck) er
 	return nil
 }
 
-// Disown hands back a lease that owner released: it removes the owner, so
-// that the next relay to acquire the bucket starts at once instead of
-// waiting ResumeWindow for a resume by owner (docs/design.md, "resuming":
-// an acquirer waits because the releaser may still drain the bucket without
-// a lease write). Only an owner that never resumes may call it: a relay
-// with ResumeReleased(false), or a process that ends after its drain, as
-// `outbox drain` does. A lease held, or released by another owner, is left
-// alone (nil), as is a lease already disowned (a resend).
-func (s *Store) Disown(ctx context.Context, bucket int, owner string) error {
+// Disown hands back a lease that owner released under the hold named by
+// token (outbox.Relay.HoldToken): it removes the owner, so that the next
+// relay to acquire the bucket starts at once instead of waiting for a
+// resume by owner (docs/design.md, "resuming": an acquirer waits because
+// the releaser may still drain the bucket without a lease write). Only a
+// process that never resumes may call it: a relay with
+// ResumeReleased(false), or a process that ends after its drain, as
+// `outbox drain` does. The condition is the token, not the name: several
+// processes may share an owner name, and removing the name from another
+// one's release would let an acquirer skip the wait while that process
+// resumes. A lease held, released by another hold, or already disowned (a
+// resend) is left alone (nil). An empty token is refused.
+func (s *Store) Disown(ctx context.Context, bucket int, owner, token string) error {
 	if err := checkLeaseArgs(bucket, owner, time.Second); err != nil {
 		return err
+	}
+	if token == "" {
+		return fmt.Errorf("dynamo: disown bucket %d for %s: no hold token (Relay.HoldToken is empty when the relay never acquired the bucket)", bucket, owner)
 	}
 	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 str(s.tables.Control),
 		Key:                       leaseKey(bucket),
-		ConditionExpression:       str("#o = :me AND #e = :zero"),
+		ConditionExpression:       str("#o = :me AND #tk = :tk AND #e = :zero"),
 		UpdateExpression:          str("REMOVE #o"),
-		ExpressionAttributeNames:  names(attrOwner, attrExpires),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":me": strAttr(owner), ":zero": numAttr(0)},
+		ExpressionAttributeNames:  names(attrOwner, attrToken, attrExpires),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":me": strAttr(owner), ":tk": strAttr(token), ":zero": numAttr(0)},
 	})
 	if isConditionFailed(err) {
 		return nil

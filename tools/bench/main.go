@@ -69,6 +69,10 @@ type options struct {
 	steadyWindow time.Duration
 	steadyWarmup time.Duration
 	modes        []relayMode
+	// containers, switchEvery: the relay function's containers in the
+	// steady stage (steadyRun).
+	containers  int
+	switchEvery time.Duration
 	sweep        sweepOptions
 	// prebuilt: bootstraps built before the run (tests build them before
 	// any time budget starts); empty: the footprint stage builds them.
@@ -141,6 +145,8 @@ func main() {
 	windows := flag.String("sweep-windows", "0,1s,5s", "batching windows of the sweep")
 	profiles := flag.String("profiles", "", `the steady stage's profiles to run, by name ("10,50,200,burst"; empty: all)`)
 	modes := flag.String("modes", "", `the relay modes of the steady stage ("delete,watermark"; empty: both)`)
+	containers := flag.Int("containers", 1, "the relay function's containers in the steady stage: separate processes sharing the owner id (1: one warm container)")
+	switchEvery := flag.Duration("switch-every", 0, "with -containers above 1: send invocations to one container this long, then to the next (0: every invocation to the next, the worst case)")
 	flag.Parse()
 	if *render != "" {
 		if err := rerender(*render, *out); err != nil {
@@ -154,6 +160,7 @@ func main() {
 		o = smokeOptions()
 	}
 	o.out, o.only, o.steadyWindow = *out, *only, *window
+	o.containers, o.switchEvery = *containers, *switchEvery
 	if *sweep {
 		var err error
 		if o.sweep.rates, o.sweep.windows, err = parseSweep(*rates, *windows); err != nil {
@@ -204,6 +211,9 @@ func (o options) validate() error {
 		if w < 0 || w > 300*time.Second {
 			return fmt.Errorf("batching window %v: must be 0 to 300s (Lambda's limits)", w)
 		}
+	}
+	if o.containers < 1 || o.switchEvery < 0 {
+		return fmt.Errorf("-containers %d, -switch-every %v: want at least one container and a switch interval of 0 or more", o.containers, o.switchEvery)
 	}
 	for _, r := range o.sweep.rates {
 		if !(r > 0) {
@@ -553,7 +563,8 @@ func steadyStage(ctx context.Context, e *env, g *gen, o options, res *results) e
 		}
 		return r, nil
 	}
-	base := steadyRun{window: o.steadyWindow, warmup: o.steadyWarmup, itemBytes: res.Capacity.MessageItemBytes}
+	base := steadyRun{window: o.steadyWindow, warmup: o.steadyWarmup, itemBytes: res.Capacity.MessageItemBytes,
+		containers: o.containers, switchEvery: o.switchEvery}
 	for _, p := range o.steady {
 		var runs []steadyRun
 		for _, m := range o.modes {
