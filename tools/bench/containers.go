@@ -45,7 +45,7 @@ func (l *drainLog) Drain(st outbox.DrainStats) {
 // those, the ones that waited for the previous container's resume window,
 // and how long.
 type switchStats struct {
-	Containers    int     `json:"containers"`
+	Containers    int     `json:"containers"` // 1: one warm container
 	SwitchEveryS  float64 `json:"switch_every_s"`
 	Drains        int     `json:"drains"`
 	Resumed       int     `json:"resumed"`
@@ -57,19 +57,23 @@ type switchStats struct {
 	MarkedHeld    int     `json:"resume_marks_under_own_release"`
 	FailedDrains  int     `json:"failed_drains"`
 	WaitedOnHold  int     `json:"held_by_another"` // drains that met a hold (ErrLeaseHeld or a holder wait)
+	DrainP50ms    float64 `json:"drain_p50_ms"`
+	DrainP99ms    float64 `json:"drain_p99_ms"`
+	DrainMaxms    float64 `json:"drain_max_ms"`
 	PerSwitchNote string  `json:"note"`
 }
 
 func (l *drainLog) result(run steadyRun) *switchStats {
-	if run.handler != handlerRelay || run.containers <= 1 {
+	if run.handler != handlerRelay {
 		return nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := &switchStats{Containers: run.containers, SwitchEveryS: run.switchEvery.Seconds(), Drains: len(l.drains),
 		PerSwitchNote: "an acquisition from another container's release waits until that release + ResumeWindow + MaxClockSkew, at most ResumeWindow"}
-	var waits []float64
+	var waits, durs []float64
 	for _, d := range l.drains {
+		durs = append(durs, ms(d.Duration))
 		switch {
 		case d.Resumed:
 			s.Resumed++
@@ -91,8 +95,8 @@ func (l *drainLog) result(run steadyRun) *switchStats {
 			s.WaitedOnHold++
 		}
 	}
-	slices.Sort(waits)
 	s.WaitP50ms, s.WaitMaxms = pct(waits, 0.5), pct(waits, 1)
+	s.DrainP50ms, s.DrainP99ms, s.DrainMaxms = pct(durs, 0.5), pct(durs, 0.99), pct(durs, 1)
 	return s
 }
 

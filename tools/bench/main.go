@@ -212,7 +212,7 @@ func (o options) validate() error {
 			return fmt.Errorf("batching window %v: must be 0 to 300s (Lambda's limits)", w)
 		}
 	}
-	if o.containers < 1 || o.switchEvery < 0 {
+	if o.containers < 0 || o.switchEvery < 0 {
 		return fmt.Errorf("-containers %d, -switch-every %v: want at least one container and a switch interval of 0 or more", o.containers, o.switchEvery)
 	}
 	for _, r := range o.sweep.rates {

@@ -188,8 +188,8 @@ type steadyResult struct {
 	WriterDynamo   snapshot `json:"writer_dynamodb"`
 	WriterMessages int      `json:"writer_messages"`
 	Load           string   `json:"loadavg_after"`
-	// Switches is what the drains of the relay's containers did, when the
-	// run had more than one.
+	// Switches is what the drains of the relay's containers did (one
+	// container: the drains of the warm one).
 	Switches *switchStats `json:"container_switches,omitempty"`
 
 	handlerSeconds float64 // the measured invocations' total time
@@ -317,7 +317,7 @@ func startHandler(ctx context.Context, st *stage, run steadyRun, drains *drainLo
 		}
 		relayAWS := st.awsCfg.Copy()
 		relayAWS.APIOptions = append(relayAWS.APIOptions, st.meter.register)
-		parts, err := wiring.BuildWith(ctx, cfg, relayAWS, quiet, "bench-relay", run.mode.Opts...)
+		parts, err := wiring.BuildWith(ctx, cfg, relayAWS, quiet, "bench-relay", append(slices.Clone(run.mode.Opts), outbox.WithMetrics(drains))...)
 		if err != nil {
 			return nil, nil, nil, err
 		}
