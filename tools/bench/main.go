@@ -73,7 +73,7 @@ type options struct {
 	// steady stage (steadyRun).
 	containers  int
 	switchEvery time.Duration
-	sweep        sweepOptions
+	sweep       sweepOptions
 	// prebuilt: bootstraps built before the run (tests build them before
 	// any time budget starts); empty: the footprint stage builds them.
 	prebuilt prebuilt
