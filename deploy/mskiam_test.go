@@ -209,7 +209,7 @@ func TestMskIamPolicyMatchesThePublisher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc, err := e.eval(at(tmpl, "Resources", "KafkaMskIamPolicy", "Properties", "PolicyDocument"))
+	doc, err := e.Eval(at(tmpl, "Resources", "KafkaMskIamPolicy", "Properties", "PolicyDocument"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +306,7 @@ func TestMskIamActionsAsKafkaACLs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc, err := e.eval(at(tmpl, "Resources", "KafkaMskIamPolicy", "Properties", "PolicyDocument"))
+	doc, err := e.Eval(at(tmpl, "Resources", "KafkaMskIamPolicy", "Properties", "PolicyDocument"))
 	if err != nil {
 		t.Fatal(err)
 	}
