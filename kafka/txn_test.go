@@ -194,6 +194,29 @@ func TestRealTxnFencesTheStaleHolder(t *testing.T) {
 	}
 }
 
+// lowerMaxMessageBytes sets topic's max.message.bytes to lim, as an
+// operator would behind the publisher's back, and waits until the broker
+// describes the new value.
+func lowerMaxMessageBytes(t *testing.T, k *testenv.KafkaCluster, topic, lim string) {
+	t.Helper()
+	adm := newAdmin(t, k)
+	if res, err := adm.AlterTopicConfigs(testCtx(t), []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &lim}}, topic); err != nil || res[0].Err != nil {
+		t.Fatalf("lower max.message.bytes: %v %v", err, res)
+	}
+	waitFor(t, func() bool {
+		rc, err := adm.DescribeTopicConfigs(testCtx(t), topic)
+		if err != nil || len(rc) != 1 {
+			return false
+		}
+		for _, c := range rc[0].Configs {
+			if c.Key == "max.message.bytes" && c.Value != nil && *c.Value == lim {
+				return true
+			}
+		}
+		return false
+	})
+}
+
 // TestRealTxnReferenceCase is the reference strict-order case on the real
 // broker: rows 1, 2, 3 on one key, row 1 larger than the topic's
 // max.message.bytes, which an operator lowered after the publisher checked
@@ -216,23 +239,7 @@ func TestRealTxnReferenceCase(t *testing.T) {
 			p := newTxnPublisher(t, k, testenv.Name(t, "ob"), opts...)
 			// The operator lowers the topic's limit after the publisher
 			// checked it.
-			lim := "1500"
-			adm := newAdmin(t, k)
-			if res, err := adm.AlterTopicConfigs(testCtx(t), []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &lim}}, topic); err != nil || res[0].Err != nil {
-				t.Fatalf("lower max.message.bytes: %v %v", err, res)
-			}
-			waitFor(t, func() bool {
-				rc, err := adm.DescribeTopicConfigs(testCtx(t), topic)
-				if err != nil || len(rc) != 1 {
-					return false
-				}
-				for _, c := range rc[0].Configs {
-					if c.Key == "max.message.bytes" && c.Value != nil && *c.Value == lim {
-						return true
-					}
-				}
-				return false
-			})
+			lowerMaxMessageBytes(t, k, topic, "1500")
 			rows := messages(topic, 3, sameKey("order-1"))
 			rows[1].Value, rows[2].Value = []byte("2"), []byte("3")
 			// Row 1 within MaxMessageBytes (2000) as the writers measure it,
@@ -277,23 +284,7 @@ func TestRealTxnAbortHidesAppendedRecords(t *testing.T) {
 	k := realTxnCluster(t)
 	topic := newTopic(t, k, 2, map[string]string{"max.message.bytes": "4000"})
 	p := newTxnPublisher(t, k, testenv.Name(t, "ob"), Topics(topic), MaxMessageBytes(4000), Compression(kgo.NoCompression()))
-	lim := "1500"
-	adm := newAdmin(t, k)
-	if res, err := adm.AlterTopicConfigs(testCtx(t), []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &lim}}, topic); err != nil || res[0].Err != nil {
-		t.Fatalf("lower max.message.bytes: %v %v", err, res)
-	}
-	waitFor(t, func() bool {
-		rc, err := adm.DescribeTopicConfigs(testCtx(t), topic)
-		if err != nil || len(rc) != 1 {
-			return false
-		}
-		for _, c := range rc[0].Configs {
-			if c.Key == "max.message.bytes" && c.Value != nil && *c.Value == lim {
-				return true
-			}
-		}
-		return false
-	})
+	lowerMaxMessageBytes(t, k, topic, "1500")
 	msgs := messages(topic, 2, sameKey("k"))
 	p0, p1 := int32(0), int32(1)
 	msgs[0].Partition, msgs[0].Value = &p0, []byte("small")
