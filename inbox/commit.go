@@ -248,11 +248,11 @@ func (ib *Inbox) get(ctx context.Context, pk string) (map[string]types.Attribute
 
 // Cancellation reason codes.
 const (
-	codeNone        = "None"
-	codeCondition   = "ConditionalCheckFailed"
-	codeConflict    = "TransactionConflict"
-	codeThrottling  = "ThrottlingError"
-	codeProvisioned = "ProvisionedThroughputExceeded"
+	codeNone        = dynamoerr.CodeNone
+	codeCondition   = dynamoerr.CodeCondition
+	codeConflict    = dynamoerr.CodeConflict
+	codeThrottling  = dynamoerr.CodeThrottling
+	codeProvisioned = dynamoerr.CodeProvisioned
 )
 
 // classify sorts a TransactWriteItems error; ours is how many of the items
@@ -297,15 +297,11 @@ func classifyCancellation(reasons []types.CancellationReason, ours int, token st
 		}
 	}
 	describe := func(i int) string {
-		r := reasons[i]
 		who := fmt.Sprintf("your item %d", i-ours)
 		if i < ours {
 			who = fmt.Sprintf("inbox item %d", i)
 		}
-		if m := aws.ToString(r.Message); m != "" {
-			return fmt.Sprintf("%s: %s (%s)", who, aws.ToString(r.Code), m)
-		}
-		return fmt.Sprintf("%s: %s", who, aws.ToString(r.Code))
+		return dynamoerr.DescribeReason(who, reasons[i])
 	}
 	switch {
 	case own:

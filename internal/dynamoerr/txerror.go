@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
@@ -91,4 +92,23 @@ func (e *TransactionError) CallerReasons() []types.CancellationReason {
 		return nil
 	}
 	return e.Reasons[e.CallerFrom : e.CallerFrom+e.CallerItems]
+}
+
+// Cancellation reason codes (TransactionCanceledException), as the writer
+// and the inbox read them.
+const (
+	CodeNone        = "None"
+	CodeCondition   = "ConditionalCheckFailed"
+	CodeConflict    = "TransactionConflict"
+	CodeThrottling  = "ThrottlingError"
+	CodeProvisioned = "ProvisionedThroughputExceeded"
+)
+
+// DescribeReason is a cancellation reason for an error's detail, with who
+// it concerns ("your item 2", "outbox put 0"): "who: Code (Message)".
+func DescribeReason(who string, r types.CancellationReason) string {
+	if m := aws.ToString(r.Message); m != "" {
+		return fmt.Sprintf("%s: %s (%s)", who, aws.ToString(r.Code), m)
+	}
+	return fmt.Sprintf("%s: %s", who, aws.ToString(r.Code))
 }

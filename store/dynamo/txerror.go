@@ -71,11 +71,11 @@ type classification struct {
 
 // Cancellation reason codes (TransactionCanceledException).
 const (
-	codeNone        = "None"
-	codeCondition   = "ConditionalCheckFailed"
-	codeConflict    = "TransactionConflict"
-	codeThrottling  = "ThrottlingError"
-	codeProvisioned = "ProvisionedThroughputExceeded"
+	codeNone        = dynamoerr.CodeNone
+	codeCondition   = dynamoerr.CodeCondition
+	codeConflict    = dynamoerr.CodeConflict
+	codeThrottling  = dynamoerr.CodeThrottling
+	codeProvisioned = dynamoerr.CodeProvisioned
 )
 
 // classify sorts a TransactWriteItems error. callerItems is how many of the
@@ -130,15 +130,11 @@ func classifyCancellation(reasons []types.CancellationReason, callerItems int, i
 		}
 	}
 	describe := func(i int) string {
-		r := reasons[i]
 		who := fmt.Sprintf("your item %d", i)
 		if i >= callerItems {
 			who = fmt.Sprintf("outbox put %d", i-callerItems)
 		}
-		if m := aws.ToString(r.Message); m != "" {
-			return fmt.Sprintf("%s: %s (%s)", who, aws.ToString(r.Code), m)
-		}
-		return fmt.Sprintf("%s: %s", who, aws.ToString(r.Code))
+		return dynamoerr.DescribeReason(who, reasons[i])
 	}
 	switch {
 	case callerFailed >= 0:
