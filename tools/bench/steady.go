@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -110,6 +111,8 @@ type steadyRun struct {
 	// itemBytes is the size of the message items: the AWS-rule cost of a
 	// delete (a delete request does not carry the item).
 	itemBytes int
+	// writers offer the load (0: steadyWriters of the profile).
+	writers int
 }
 
 // steadyResult is one run's figures. Per-message figures divide by
@@ -215,7 +218,7 @@ func steadyWriters(p profile) int { return max(32, int(math.Ceil(p.peak()/2))) }
 // consumed and the stream is idle); tally.
 func steady(ctx context.Context, st *stage, g *gen, run steadyRun) (steadyResult, error) {
 	res := steadyResult{Profile: run.profile, Handler: run.handler, WindowS: run.window.Seconds(), WarmupS: run.warmup.Seconds(),
-		Writers: steadyWriters(run.profile)}
+		Writers: cmp.Or(run.writers, steadyWriters(run.profile))}
 	if run.handler == handlerRelay {
 		res.Mode = run.mode.Name
 	}
