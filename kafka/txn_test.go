@@ -16,7 +16,7 @@ import (
 	"github.com/dynakafka/outbox/internal/testenv"
 )
 
-func newTxnPublisher(t *testing.T, k *testenv.KafkaCluster, prefix string, opts ...Opt) *TxnPublisher {
+func newTxnPublisher(t *testing.T, k *testenv.KafkaCluster, prefix string, opts ...Option) *TxnPublisher {
 	t.Helper()
 	p, err := NewTxnPublisher(testCtx(t), k.Brokers, prefix, opts...)
 	if err != nil {
@@ -194,29 +194,6 @@ func TestRealTxnFencesTheStaleHolder(t *testing.T) {
 	}
 }
 
-// lowerMaxMessageBytes sets topic's max.message.bytes to lim, as an
-// operator would behind the publisher's back, and waits until the broker
-// describes the new value.
-func lowerMaxMessageBytes(t *testing.T, k *testenv.KafkaCluster, topic, lim string) {
-	t.Helper()
-	adm := newAdmin(t, k)
-	if res, err := adm.AlterTopicConfigs(testCtx(t), []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &lim}}, topic); err != nil || res[0].Err != nil {
-		t.Fatalf("lower max.message.bytes: %v %v", err, res)
-	}
-	waitFor(t, func() bool {
-		rc, err := adm.DescribeTopicConfigs(testCtx(t), topic)
-		if err != nil || len(rc) != 1 {
-			return false
-		}
-		for _, c := range rc[0].Configs {
-			if c.Key == "max.message.bytes" && c.Value != nil && *c.Value == lim {
-				return true
-			}
-		}
-		return false
-	})
-}
-
 // TestRealTxnReferenceCase is the reference strict-order case on the real
 // broker: rows 1, 2, 3 on one key, row 1 larger than the topic's
 // max.message.bytes, which an operator lowered after the publisher checked
@@ -232,7 +209,7 @@ func TestRealTxnReferenceCase(t *testing.T) {
 		t.Run(fmt.Sprintf("strict=%v", strict), func(t *testing.T) {
 			topic := newTopic(t, k, 1, map[string]string{"max.message.bytes": "2000"})
 			// Uncompressed: the broker's limit applies to the batch as sent.
-			opts := []Opt{Topics(topic), MaxMessageBytes(2000), Compression(kgo.NoCompression())}
+			opts := []Option{Topics(topic), MaxMessageBytes(2000), Compression(kgo.NoCompression())}
 			if strict {
 				opts = append(opts, Strict())
 			}
@@ -300,4 +277,103 @@ func TestRealTxnAbortHidesAppendedRecords(t *testing.T) {
 	if got := read(true); len(got) != 0 {
 		t.Fatalf("read_committed read %v from an aborted transaction", got)
 	}
+}
+
+// TestRealTxnPublishAlone: TxnPublisher is an outbox.Isolator whose
+// PublishAlone is a transaction of its own under the bucket's transactional
+// id: the record a read_committed consumer sees is in a transactional
+// batch; a record the broker rejects is rejected alone (its error is its
+// own, RecordPermanent) and nothing of it is visible; and once a new holder
+// initialised the bucket's transactional id, the stale holder's
+// PublishAlone is fenced (*FencedError) and its record never visible.
+// (Publishing alone through Publisher.PublishAlone's non-transactional
+// client instead fails the first and the last check.)
+func TestRealTxnPublishAlone(t *testing.T) {
+	k := realTxnCluster(t)
+	topic := newTopic(t, k, 1, map[string]string{"max.message.bytes": "4000"})
+	prefix := testenv.Name(t, "ob")
+	ctx := testCtx(t)
+	opts := []Opt{Topics(topic), MaxMessageBytes(4000), Compression(kgo.NoCompression())}
+	stale := newTxnPublisher(t, k, prefix, opts...)
+	var iso outbox.Isolator = stale // the relay finds it by this assertion
+	// The new holder, built (its topic checked) before the limit is lowered;
+	// its producer is initialised on its first Publish.
+	newer := newTxnPublisher(t, k, prefix, opts...)
+
+	alone := messages(topic, 3, sameKey("k"))
+	alone[0].Value = []byte("alone-1")
+	if err := iso.PublishAlone(ctx, alone[0]); err != nil {
+		t.Fatalf("PublishAlone: %v", err)
+	}
+
+	// A record the broker rejects: the operator lowered the topic's limit
+	// below it after the publisher checked the topic.
+	lowerMaxMessageBytes(t, k, topic, "1500")
+	alone[1].Value = []byte("too-large-" + strings.Repeat("x", 3000))
+	err := iso.PublishAlone(ctx, alone[1])
+	if !errors.Is(err, kerr.MessageTooLarge) || outbox.Classify(err) != outbox.RecordPermanent {
+		t.Fatalf("PublishAlone of a record above the topic's limit: %v (%v), want MESSAGE_TOO_LARGE, RecordPermanent", err, outbox.Classify(err))
+	}
+
+	// The new holder of the bucket initialises its transactional id.
+	fresh := messages(topic, 1, sameKey("k"))
+	fresh[0].Value = []byte("new-holder")
+	if acked, err := newer.Publish(ctx, fresh); acked != 1 || err != nil {
+		t.Fatalf("new holder's Publish = %d, %v", acked, err)
+	}
+	alone[2].Value = []byte("stale-alone")
+	err = iso.PublishAlone(ctx, alone[2])
+	var fe *FencedError
+	if !errors.As(err, &fe) || fe.TransactionalID != TransactionalID(prefix, alone[2].Bucket) {
+		t.Fatalf("stale holder's PublishAlone: %v, want a *FencedError for %q", err, TransactionalID(prefix, alone[2].Bucket))
+	}
+
+	want := []string{"alone-1", "new-holder"}
+	if got := readValues(t, k, topic, true); !slices.Equal(got, want) {
+		t.Fatalf("read_committed read %v, want %v", got, want)
+	}
+	// alone-1 went through the fence: its batch is transactional.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for found := false; !found; {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("alone-1 not read back: %v", ctx.Err())
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if string(r.Value) == "alone-1" {
+				found = true
+				if !r.Attrs.IsTransactional() {
+					t.Errorf("alone-1 was published outside a transaction")
+				}
+			}
+		})
+	}
+}
+
+// lowerMaxMessageBytes sets topic's max.message.bytes to lim, as an operator
+// would after the publisher checked the topic, and waits until the brokers
+// report it.
+func lowerMaxMessageBytes(t *testing.T, k *testenv.KafkaCluster, topic, lim string) {
+	t.Helper()
+	adm := newAdmin(t, k)
+	if res, err := adm.AlterTopicConfigs(testCtx(t), []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &lim}}, topic); err != nil || res[0].Err != nil {
+		t.Fatalf("lower max.message.bytes: %v %v", err, res)
+	}
+	waitFor(t, func() bool {
+		rc, err := adm.DescribeTopicConfigs(testCtx(t), topic)
+		if err != nil || len(rc) != 1 {
+			return false
+		}
+		for _, c := range rc[0].Configs {
+			if c.Key == "max.message.bytes" && c.Value != nil && *c.Value == lim {
+				return true
+			}
+		}
+		return false
+	})
 }
