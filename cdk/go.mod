@@ -6,6 +6,7 @@ require (
 	github.com/aws/aws-cdk-go/awscdk/v2 v2.276.0
 	github.com/aws/constructs-go/constructs/v10 v10.8.1
 	github.com/aws/jsii-runtime-go v1.142.0
+	github.com/dynakafka/outbox v0.0.0
 )
 
 require (
@@ -26,3 +27,7 @@ require (
 	golang.org/x/tools/cmd/godoc v0.1.0-deprecated // indirect
 	golang.org/x/tools/godoc v0.1.0-deprecated // indirect
 )
+
+// The example app's tests evaluate templates with the library's
+// internal/cfneval (shared with deploy/'s tests), from this checkout.
+replace github.com/dynakafka/outbox => ../

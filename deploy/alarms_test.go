@@ -162,7 +162,7 @@ func TestDashboard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := e.eval(at(tmpl, "Resources", "Dashboard", "Properties"))
+	p, err := e.Eval(at(tmpl, "Resources", "Dashboard", "Properties"))
 	if err != nil {
 		t.Fatal(err)
 	}

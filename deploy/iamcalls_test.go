@@ -136,7 +136,7 @@ func policyGrants(t *testing.T, name string) []grant {
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc, err := e.eval(at(tmpl, "Resources", name, "Properties", "PolicyDocument"))
+	doc, err := e.Eval(at(tmpl, "Resources", name, "Properties", "PolicyDocument"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestSetupPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	granted, err := e.roleGrants("SetupRole")
+	granted, err := roleGrants(e, "SetupRole")
 	if err != nil {
 		t.Fatal(err)
 	}

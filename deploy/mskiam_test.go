@@ -254,7 +254,7 @@ func TestMskIamPolicyMatchesThePublisher(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			doc, err := e.eval(at(tmpl, "Resources", "KafkaMskIamPolicy", "Properties", "PolicyDocument"))
+			doc, err := e.Eval(at(tmpl, "Resources", "KafkaMskIamPolicy", "Properties", "PolicyDocument"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -457,7 +457,7 @@ func testMskIamActionsAsKafkaACLs(t *testing.T, txn bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc, err := e.eval(at(tmpl, "Resources", "KafkaMskIamPolicy", "Properties", "PolicyDocument"))
+	doc, err := e.Eval(at(tmpl, "Resources", "KafkaMskIamPolicy", "Properties", "PolicyDocument"))
 	if err != nil {
 		t.Fatal(err)
 	}

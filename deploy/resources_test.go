@@ -233,7 +233,7 @@ func TestRules(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := e.brokenRules()
+			got, err := brokenRules(e)
 			if err != nil {
 				t.Fatal(err)
 			}

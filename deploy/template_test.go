@@ -665,12 +665,12 @@ func TestScenarios(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if broken, err := e.brokenRules(); err != nil || len(broken) > 0 {
+			if broken, err := brokenRules(e); err != nil || len(broken) > 0 {
 				t.Fatalf("the template's Rules refuse these parameters: %v %v", broken, err)
 			}
 			for _, fn := range []string{"RelayFunction", "SweeperFunction"} {
 				t.Run(fn, func(t *testing.T) {
-					got, err := e.roleGrants(roles[fn])
+					got, err := roleGrants(e, roles[fn])
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -686,7 +686,7 @@ func TestScenarios(t *testing.T) {
 						}
 					}
 
-					props, err := e.eval(function(t, tmpl, fn))
+					props, err := e.Eval(function(t, tmpl, fn))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -712,12 +712,12 @@ func TestScenarios(t *testing.T) {
 			// The custom resource's function is the same in every scenario:
 			// no VPC, no environment, its own few permissions.
 			t.Run("SetupFunction", func(t *testing.T) {
-				got, err := e.roleGrants("SetupRole")
+				got, err := roleGrants(e, "SetupRole")
 				if err != nil {
 					t.Fatal(err)
 				}
 				diffGrants(t, got, setupGrants())
-				props, err := e.eval(function(t, tmpl, "SetupFunction"))
+				props, err := e.Eval(function(t, tmpl, "SetupFunction"))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -729,7 +729,7 @@ func TestScenarios(t *testing.T) {
 			})
 			t.Run("alarm actions", func(t *testing.T) {
 				for _, name := range resourcesOfType(tmpl, "AWS::CloudWatch::Alarm") {
-					p, err := e.eval(at(tmpl, "Resources", name, "Properties"))
+					p, err := e.Eval(at(tmpl, "Resources", name, "Properties"))
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -135,19 +132,8 @@ type classification struct {
 // Process is the one layer that retries its TransactWriteItems: each call
 // is sent with the client's retryer switched off (two layers would multiply
 // the requests on the wire), and sent again after a full-jitter exponential
-// backoff, longer for throttling so a table out of capacity can recover.
-const (
-	retryBase    = 25 * time.Millisecond
-	retryMax     = 2 * time.Second
-	throttleBase = 100 * time.Millisecond
-	throttleMax  = 5 * time.Second
-)
-
-// withoutClientRetries switches the client's retryer off for one call.
-func withoutClientRetries(o *dynamodb.Options) {
-	o.Retryer = aws.NopRetryer{}
-	o.RetryMaxAttempts = 0
-}
+// backoff, longer for throttling so a table out of capacity can recover
+// (dynamoerr.TxCeiling, the Writer's ceilings too).
 
 // commit runs the transaction, retrying within MaxAttempts, and returns the
 // status, the attempts made and, for Stale, the stored position.
@@ -157,7 +143,7 @@ func (ib *Inbox) commit(ctx context.Context, in *dynamodb.TransactWriteItemsInpu
 	// proved otherwise.
 	maybeCommitted := false
 	for attempt := 1; ; attempt++ {
-		_, err := ib.client.TransactWriteItems(ctx, in, withoutClientRetries)
+		_, err := ib.client.TransactWriteItems(ctx, in, dynamoerr.WithoutClientRetries)
 		if err == nil {
 			return Applied, attempt, 0, nil
 		}
@@ -176,7 +162,8 @@ func (ib *Inbox) commit(ctx context.Context, in *dynamodb.TransactWriteItemsInpu
 			st, old, lerr := ib.lookup(ctx, m, token)
 			switch {
 			case lerr != nil:
-				return Failed, attempt, 0, &TransactionError{Cause: errors.Join(err, lerr), Attempts: attempt, Reasons: c.reasons, Own: ours,
+				return Failed, attempt, 0, &TransactionError{Op: opProcess, Cause: errors.Join(err, lerr), Attempts: attempt, Reasons: c.reasons,
+					CallerFrom: ours, CallerItems: len(in.TransactItems) - ours,
 					Fix: "a condition on your items failed and reading the inbox's items to tell a duplicate apart failed too; process the record again"}
 			case st != Failed:
 				return st, attempt, old, nil
@@ -189,15 +176,15 @@ func (ib *Inbox) commit(ctx context.Context, in *dynamodb.TransactWriteItemsInpu
 		}
 		switch c.outcome {
 		case outConflict, outThrottled, outAmbiguous:
-			if attempt < ib.cfg.maxAttempts && ctx.Err() == nil && sleep(ctx, backoff(attempt-1, c.outcome == outThrottled)) == nil {
+			if attempt < ib.cfg.maxAttempts && ctx.Err() == nil && dynamoerr.Sleep(ctx, dynamoerr.FullJitter(dynamoerr.TxCeiling(attempt-1, c.outcome == outThrottled))) == nil {
 				continue
 			}
 		}
-		return Failed, attempt, 0, failure(ctx, c, err, attempt, ours, maybeCommitted)
+		return Failed, attempt, 0, failure(ctx, c, err, attempt, ours, len(in.TransactItems)-ours, maybeCommitted)
 	}
 }
 
-func failure(ctx context.Context, c classification, err error, attempts, ours int, maybeCommitted bool) error {
+func failure(ctx context.Context, c classification, err error, attempts, ours, theirs int, maybeCommitted bool) error {
 	o := c.outcome
 	if maybeCommitted {
 		o = outAmbiguous
@@ -205,7 +192,7 @@ func failure(ctx context.Context, c classification, err error, attempts, ours in
 	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
 		err = errors.Join(err, ctxErr)
 	}
-	te := &TransactionError{Cause: err, Attempts: attempts, Reasons: c.reasons, Own: ours}
+	te := &TransactionError{Op: opProcess, Cause: err, Attempts: attempts, Reasons: c.reasons, CallerFrom: ours, CallerItems: theirs}
 	switch o {
 	case outCallerFailed:
 		te.Err, te.Fix = outbox.ErrConditionFailed, c.detail+"; nothing was written: your item's condition decides what to do with this record"
@@ -261,11 +248,11 @@ func (ib *Inbox) get(ctx context.Context, pk string) (map[string]types.Attribute
 
 // Cancellation reason codes.
 const (
-	codeNone        = "None"
-	codeCondition   = "ConditionalCheckFailed"
-	codeConflict    = "TransactionConflict"
-	codeThrottling  = "ThrottlingError"
-	codeProvisioned = "ProvisionedThroughputExceeded"
+	codeNone        = dynamoerr.CodeNone
+	codeCondition   = dynamoerr.CodeCondition
+	codeConflict    = dynamoerr.CodeConflict
+	codeThrottling  = dynamoerr.CodeThrottling
+	codeProvisioned = dynamoerr.CodeProvisioned
 )
 
 // classify sorts a TransactWriteItems error; ours is how many of the items
@@ -310,15 +297,11 @@ func classifyCancellation(reasons []types.CancellationReason, ours int, token st
 		}
 	}
 	describe := func(i int) string {
-		r := reasons[i]
 		who := fmt.Sprintf("your item %d", i-ours)
 		if i < ours {
 			who = fmt.Sprintf("inbox item %d", i)
 		}
-		if m := aws.ToString(r.Message); m != "" {
-			return fmt.Sprintf("%s: %s (%s)", who, aws.ToString(r.Code), m)
-		}
-		return fmt.Sprintf("%s: %s", who, aws.ToString(r.Code))
+		return dynamoerr.DescribeReason(who, reasons[i])
 	}
 	switch {
 	case own:
@@ -342,58 +325,20 @@ func classifyCancellation(reasons []types.CancellationReason, ours int, token st
 }
 
 // TransactionError is a Process whose transaction did not commit, or may not
-// have. errors.Is matches it against Err (an outbox sentinel) and errors.As
+// have. It is store/dynamo's TransactionError too (one type, so errors.As
+// with either package's name matches both). errors.Is matches it against
+// Err (outbox.ErrConditionFailed, ErrConflict, ErrThrottled or
+// ErrOutcomeUnknown; nil when DynamoDB refused the request) and errors.As
 // reaches the SDK's error through Cause.
-type TransactionError struct {
-	// Err is outbox.ErrConditionFailed, ErrConflict, ErrThrottled or
-	// ErrOutcomeUnknown; nil when DynamoDB refused the request.
-	Err error
-	// Cause is the last error from DynamoDB.
-	Cause error
-	// Attempts is how many TransactWriteItems calls Process made.
-	Attempts int
-	// Reasons are the last cancellation's reasons, one per item: the
-	// inbox's Own items first, then yours.
-	Reasons []types.CancellationReason
-	Own     int
-	// Fix says what to do about it.
-	Fix string
-}
+//
+// Process's Op is "inbox: transaction"; its Reasons hold the inbox's own
+// items first (CallerFrom of them), then your CallerItems items, so
+// CallerReasons()[i] is the reason for the i-th item you added. Fix says
+// what to do.
+type TransactionError = dynamoerr.TransactionError
 
-func (e *TransactionError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "inbox: transaction failed after %d attempt(s)", e.Attempts)
-	if e.Err != nil {
-		fmt.Fprintf(&b, ": %v", e.Err)
-	}
-	if e.Cause != nil {
-		fmt.Fprintf(&b, ": %v", e.Cause)
-	}
-	if e.Fix != "" {
-		fmt.Fprintf(&b, "; %s", e.Fix)
-	}
-	return b.String()
-}
-
-// Unwrap returns Err and Cause.
-func (e *TransactionError) Unwrap() []error {
-	var errs []error
-	for _, err := range []error{e.Err, e.Cause} {
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errs
-}
-
-// CallerReasons returns the cancellation reasons of your items, in the order
-// you added them (nil when the last attempt was not cancelled).
-func (e *TransactionError) CallerReasons() []types.CancellationReason {
-	if len(e.Reasons) < e.Own {
-		return nil
-	}
-	return e.Reasons[e.Own:]
-}
+// opProcess is Process's TransactionError.Op.
+const opProcess = "inbox: transaction"
 
 func stringOf(av types.AttributeValue) string {
 	if s, ok := av.(*types.AttributeValueMemberS); ok {
@@ -408,25 +353,4 @@ func intOf(av types.AttributeValue) int64 {
 		return v
 	}
 	return 0
-}
-
-// backoff is a full-jitter exponential delay for retry attempt (0-based).
-func backoff(attempt int, throttled bool) time.Duration {
-	base, most := retryBase, retryMax
-	if throttled {
-		base, most = throttleBase, throttleMax
-	}
-	return rand.N(min(most, base<<min(attempt, 20)))
-}
-
-// sleep waits d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

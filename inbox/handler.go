@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/dynamoerr"
 )
 
 // Handler processes one record at a time as a Consumer does: Inbox.Process,
@@ -107,7 +107,7 @@ func (h *Handler) Handle(ctx context.Context, r *kgo.Record) (Status, error) {
 		if permanent(err) || attempts > h.cfg.retries {
 			break
 		}
-		if serr := sleep(ctx, h.backoff(attempts-1)); serr != nil {
+		if serr := dynamoerr.Sleep(ctx, h.backoff(attempts-1)); serr != nil {
 			return Failed, errors.Join(err, serr)
 		}
 	}
@@ -115,7 +115,7 @@ func (h *Handler) Handle(ctx context.Context, r *kgo.Record) (Status, error) {
 }
 
 func (h *Handler) backoff(attempt int) time.Duration {
-	return 1 + rand.N(min(maxRecordBackoff, h.cfg.retryBase<<min(attempt, 20)))
+	return 1 + dynamoerr.Backoff(attempt, h.cfg.retryBase, maxRecordBackoff)
 }
 
 // poison applies the policy to r, which failed with err after attempts.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/faults"
 	"github.com/dynakafka/outbox/local/dynamolocal"
+	"github.com/dynakafka/outbox/store/dynamo"
 )
 
 // step is one delivery: the record of message id (on key k, sequence seq)
@@ -254,6 +256,13 @@ func TestBusinessConditionFailure(t *testing.T) {
 	if res.Status != Failed || !errors.Is(err, outbox.ErrConditionFailed) || !errors.As(err, &te) ||
 		len(te.CallerReasons()) != 1 || aws.ToString(te.CallerReasons()[0].Code) != "ConditionalCheckFailed" {
 		t.Fatalf("Process = %v, %v; want ErrConditionFailed with the caller's reason", res.Status, err)
+	}
+	// One TransactionError shape: the Writer's name matches the inbox's
+	// error, and the caller's item follows the inbox's own.
+	var dte *dynamo.TransactionError
+	if !errors.As(err, &dte) || dte.Op != "inbox: transaction" || dte.CallerFrom < 1 || dte.CallerItems != 1 ||
+		len(dte.Reasons) != dte.CallerFrom+1 || !strings.HasPrefix(err.Error(), "inbox: transaction failed after 1 attempt(s)") {
+		t.Fatalf("errors.As(*dynamo.TransactionError) = %+v (%v); want the inbox's error, its own items first", dte, err)
 	}
 	// Nothing was written for m2: it is processed as new next time.
 	if res, err := ib.Process(ctxT(t), rec("orders", 0, 2, "other", "m2", 0, 2), create); err != nil || res.Status != Applied {

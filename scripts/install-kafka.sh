@@ -26,39 +26,11 @@ readonly SCALA=2.13
 readonly LOG4J_VERSION=2.25.5
 readonly MIN_JAVA=17
 
-die() {
-	printf 'install-kafka: %s\n' "$*" >&2
-	exit 1
-}
-
-# java_major prints the major version of the java on PATH ("17.0.15" -> 17).
-java_major() {
-	local line version
-	line=$(java -version 2>&1 | grep -m1 -i 'version' || true)
-	version=$(printf '%s\n' "$line" | sed -n 's/.*version "\([^"]*\)".*/\1/p')
-	[[ -n $version ]] || return 1
-	if [[ $version == 1.* ]]; then
-		version=${version#1.}
-	fi
-	version=${version%%[!0-9]*}
-	[[ -n $version ]] || return 1
-	printf '%s\n' "$version"
-}
-
-check_java() {
-	local hint="install a Java ${MIN_JAVA}+ runtime, e.g. 'apt-get install openjdk-17-jre-headless' (Debian/Ubuntu) or 'brew install openjdk@17' (macOS), and put its java on PATH"
-	command -v java >/dev/null 2>&1 ||
-		die "java not found on PATH: Apache Kafka ${KAFKA_VERSION} needs Java ${MIN_JAVA} or newer; ${hint}"
-	local major
-	major=$(java_major) ||
-		die "could not read the version of $(command -v java) ('java -version' printed no version); ${hint}"
-	((major >= MIN_JAVA)) ||
-		die "java on PATH ($(command -v java)) is version ${major}, older than ${MIN_JAVA}: Apache Kafka ${KAFKA_VERSION} needs Java ${MIN_JAVA} or newer; ${hint}"
-}
-
-repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cache_root=${OUTBOX_CACHE_DIR:-$repo_root/.cache}
-base=$cache_root/kafka
+INSTALLER=install-kafka
+PRODUCT="Apache Kafka ${KAFKA_VERSION}"
+CACHE_SUBDIR=kafka
+# shellcheck source=lib/install.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/install.sh"
 dest=$base/$KAFKA_VERSION
 
 check_java
@@ -73,9 +45,7 @@ fi
 command -v mvn >/dev/null 2>&1 ||
 	die "mvn not found on PATH: it downloads Apache Kafka ${KAFKA_VERSION} from Maven Central; install Apache Maven, e.g. 'apt-get install maven' (Debian/Ubuntu) or 'brew install maven' (macOS)"
 
-mkdir -p "$base" || die "cannot create cache directory $base (set OUTBOX_CACHE_DIR to a writable directory)"
-tmp=$(mktemp -d "$base/.install.XXXXXX") || die "cannot create a temporary directory in $base"
-trap 'rm -rf "$tmp"' EXIT
+make_tmp
 
 printf 'install-kafka: installing Apache Kafka %s (org.apache.kafka:kafka_%s from Maven Central) into %s\n' \
 	"$KAFKA_VERSION" "$SCALA" "$dest" >&2
@@ -118,14 +88,5 @@ fi
 (cd "$tmp/engine/libs" && sha256sum -- *.jar >../SHA256SUMS)
 printf '%s\n' "$KAFKA_VERSION" >"$tmp/engine/VERSION"
 
-# rename(2) makes the install appear whole. Another run may have finished
-# first; its copy is as good as ours.
-no_target=()
-if mv --version 2>/dev/null | grep -q GNU; then
-	no_target=(-T)
-fi
-if [[ ! -e $dest ]]; then
-	mv "${no_target[@]}" "$tmp/engine" "$dest" 2>/dev/null || true
-fi
-[[ -f $dest/VERSION ]] || die "cannot move the broker into $dest"
+move_into_place "$tmp/engine" "$dest" VERSION broker
 printf '%s\n' "$dest"

@@ -134,22 +134,22 @@ func TestEquivalence(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Run("resources", func(t *testing.T) {
-				want, err := sam.resources()
+				want, err := resources(sam)
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, err := cdk.resources()
+				got, err := resources(cdk)
 				if err != nil {
 					t.Fatal(err)
 				}
 				compareResources(t, stack, want, got)
 			})
 			t.Run("outputs", func(t *testing.T) {
-				want, err := sam.outputs()
+				want, err := outputs(sam)
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, err := cdk.outputs()
+				got, err := outputs(cdk)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -14,7 +14,7 @@ func TestGrantEnqueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := sam.resources()
+	want, err := resources(sam)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestGrantEnqueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := e.resources()
+	res, err := resources(e)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -155,7 +155,7 @@ func TestPropsMirrorRules(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					refusals, err := e.refusals()
+					refusals, err := e.Refusals()
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -171,14 +171,14 @@ func TestPropsMirrorRules(t *testing.T) {
 					case len(refusals) == 0 && err != nil:
 						t.Errorf("%v: CloudFormation accepts it, Validate: %v", values, err)
 					case len(refusals) > 0 && err == nil:
-						t.Errorf("%v: accepted, CloudFormation refuses it: %s", values, refusals[0].description)
+						t.Errorf("%v: accepted, CloudFormation refuses it: %s", values, refusals[0].Description)
 					case len(refusals) > 0 && !errors.As(err, &perr):
 						t.Errorf("%v: %T %v, want a *PropError", values, err, err)
 					case len(refusals) > 0:
 						refused++
 						named := false
 						for _, r := range refusals {
-							for _, p := range r.params {
+							for _, p := range r.Params {
 								named = named || p == perr.Field
 							}
 						}

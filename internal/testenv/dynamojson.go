@@ -6,51 +6,18 @@ import (
 	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/dynakafka/outbox/internal/dynamojson"
 )
 
 // DynamoJSON is item in DynamoDB JSON, as the AWS CLI and DynamoDB Streams
 // show it and as schema/ describes it: {"b": {"N": "3"}, "k": {"B":
-// "<base64>"}, ...}.
+// "<base64>"}, ...}; {} for a nil item.
 func DynamoJSON(item map[string]types.AttributeValue) map[string]any {
-	out := make(map[string]any, len(item))
-	for k, v := range item {
-		out[k] = attrJSON(v)
+	if item == nil {
+		return map[string]any{}
 	}
-	return out
-}
-
-func attrJSON(av types.AttributeValue) any {
-	switch v := av.(type) {
-	case *types.AttributeValueMemberS:
-		return map[string]any{"S": v.Value}
-	case *types.AttributeValueMemberN:
-		return map[string]any{"N": v.Value}
-	case *types.AttributeValueMemberB:
-		return map[string]any{"B": base64.StdEncoding.EncodeToString(v.Value)}
-	case *types.AttributeValueMemberBOOL:
-		return map[string]any{"BOOL": v.Value}
-	case *types.AttributeValueMemberNULL:
-		return map[string]any{"NULL": v.Value}
-	case *types.AttributeValueMemberSS:
-		return map[string]any{"SS": v.Value}
-	case *types.AttributeValueMemberNS:
-		return map[string]any{"NS": v.Value}
-	case *types.AttributeValueMemberBS:
-		bs := make([]string, len(v.Value))
-		for i, b := range v.Value {
-			bs[i] = base64.StdEncoding.EncodeToString(b)
-		}
-		return map[string]any{"BS": bs}
-	case *types.AttributeValueMemberL:
-		l := make([]any, len(v.Value))
-		for i, x := range v.Value {
-			l[i] = attrJSON(x)
-		}
-		return map[string]any{"L": l}
-	case *types.AttributeValueMemberM:
-		return map[string]any{"M": DynamoJSON(v.Value)}
-	}
-	return map[string]any{"?": fmt.Sprintf("%T", av)}
+	return dynamojson.Item(item)
 }
 
 // ParseDynamoJSON is the inverse of DynamoJSON for the scalar, binary,

@@ -18,7 +18,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,6 +27,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/dynakafka/outbox/internal/proc"
 )
 
 // RealKafkaEnv, set to "real", routes Kafka to a real Apache Kafka broker
@@ -64,11 +65,10 @@ type RealCluster struct {
 	procs []*brokerProc
 }
 
-type brokerProc struct {
-	cmd    *exec.Cmd
-	exited chan struct{}
-	err    error
-}
+// brokerProc is a started broker (internal/proc, shared with
+// local/dynamolocal: its own process group, killed whole; on Linux a parent
+// death signal, so no broker outlives a test binary that dies without Main).
+type brokerProc = proc.Process
 
 var (
 	realMu       sync.Mutex
@@ -159,7 +159,7 @@ func (c *RealCluster) StopBroker(i int) {
 	c.procs[i] = nil
 	c.mu.Unlock()
 	if p != nil {
-		p.kill()
+		p.Kill()
 	}
 }
 
@@ -189,15 +189,10 @@ func (c *RealCluster) stop() {
 	c.mu.Unlock()
 	for _, p := range procs {
 		if p != nil {
-			p.kill()
+			p.Kill()
 		}
 	}
 	_ = os.RemoveAll(c.dir)
-}
-
-func (p *brokerProc) kill() {
-	killBrokerGroup(p.cmd.Process)
-	<-p.exited
 }
 
 func startRealKafka(ctx context.Context, nodes int) (*RealCluster, error) {
@@ -316,28 +311,15 @@ func (c *RealCluster) launch(i int) (*brokerProc, error) {
 	cmd := exec.Command(c.Java, append(c.jvmArgs(filepath.Join(c.dir, "log4j2.properties"), "320m"),
 		"kafka.Kafka", filepath.Join(nodeDir, "server.properties"))...)
 	cmd.Stdout, cmd.Stderr = out, out
-	// Its own process group, killed with it; Pdeathsig: the kernel kills
-	// the broker if the test binary dies without Main (a panic, a timeout).
-	cmd.SysProcAttr = brokerProcAttr()
-	p := &brokerProc{cmd: cmd, exited: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		// Linux sends the parent death signal when the forking thread exits:
-		// keep it until the broker has been reaped (golang/go#27505).
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		p.err = cmd.Wait()
-		out.Close()
-		close(p.exited)
-	}()
-	if err := <-started; err != nil {
+	p, err := proc.Launch(cmd)
+	if err != nil {
 		out.Close()
 		return nil, fmt.Errorf("start node %d: %w", i+1, err)
 	}
+	go func() {
+		<-p.Exited
+		out.Close()
+	}()
 	return p, nil
 }
 
@@ -367,8 +349,8 @@ func (c *RealCluster) waitReady(ctx context.Context) error {
 		}
 		for i, p := range procs {
 			select {
-			case <-p.exited:
-				return fmt.Errorf("a Kafka node exited before the cluster was ready: %v\n--- output ---\n%s", p.err, c.consoleTail(i))
+			case <-p.Exited:
+				return fmt.Errorf("a Kafka node exited before the cluster was ready: %v\n--- output ---\n%s", p.Err, c.consoleTail(i))
 			default:
 			}
 		}
@@ -431,29 +413,14 @@ func installKafka(ctx context.Context) (string, error) {
 	return strings.TrimSpace(lines[len(lines)-1]), nil
 }
 
-// findUp looks for rel above the working directory, then above this file.
+// findUp looks for rel above the working directory, then above this
+// checkout's source (proc.FindUp).
 func findUp(rel string) (string, error) {
-	var starts []string
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
+	p, err := proc.FindUp(rel)
+	if err != nil {
+		return "", errors.New("cannot find " + rel + " above the working directory; run the tests from the repository")
 	}
-	if _, file, _, ok := runtime.Caller(0); ok {
-		starts = append(starts, filepath.Dir(file))
-	}
-	for _, dir := range starts {
-		for {
-			p := filepath.Join(dir, filepath.FromSlash(rel))
-			if _, err := os.Stat(p); err == nil {
-				return p, nil
-			}
-			parent := filepath.Dir(dir)
-			if parent == dir {
-				break
-			}
-			dir = parent
-		}
-	}
-	return "", errors.New("cannot find " + rel + " above the working directory; run the tests from the repository")
+	return p, nil
 }
 
 // oneLine is the last lines of a tool's output on one line (make test keeps

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/dynamojson"
 )
 
 // EnqueueRequest is one request to the enqueue function: the caller's own
@@ -447,52 +448,11 @@ func DecodeAttributeValue(path string, raw json.RawMessage) (types.AttributeValu
 }
 
 // EncodeAttributeValue is the inverse of DecodeAttributeValue, for the old
-// images in cancellation reasons.
-func EncodeAttributeValue(av types.AttributeValue) any {
-	switch v := av.(type) {
-	case *types.AttributeValueMemberS:
-		return map[string]any{"S": v.Value}
-	case *types.AttributeValueMemberN:
-		return map[string]any{"N": v.Value}
-	case *types.AttributeValueMemberB:
-		return map[string]any{"B": base64.StdEncoding.EncodeToString(v.Value)}
-	case *types.AttributeValueMemberSS:
-		return map[string]any{"SS": v.Value}
-	case *types.AttributeValueMemberNS:
-		return map[string]any{"NS": v.Value}
-	case *types.AttributeValueMemberBS:
-		bs := make([]string, len(v.Value))
-		for i, b := range v.Value {
-			bs[i] = base64.StdEncoding.EncodeToString(b)
-		}
-		return map[string]any{"BS": bs}
-	case *types.AttributeValueMemberM:
-		return map[string]any{"M": EncodeItem(v.Value)}
-	case *types.AttributeValueMemberL:
-		l := make([]any, len(v.Value))
-		for i, e := range v.Value {
-			l[i] = EncodeAttributeValue(e)
-		}
-		return map[string]any{"L": l}
-	case *types.AttributeValueMemberNULL:
-		return map[string]any{"NULL": true}
-	case *types.AttributeValueMemberBOOL:
-		return map[string]any{"BOOL": v.Value}
-	}
-	return nil
-}
+// images in cancellation reasons; nil for a type the SDK does not define.
+func EncodeAttributeValue(av types.AttributeValue) any { return dynamojson.Value(av) }
 
 // EncodeItem is an item in DynamoDB JSON; nil for none.
-func EncodeItem(item map[string]types.AttributeValue) map[string]any {
-	if item == nil {
-		return nil
-	}
-	out := make(map[string]any, len(item))
-	for k, v := range item {
-		out[k] = EncodeAttributeValue(v)
-	}
-	return out
-}
+func EncodeItem(item map[string]types.AttributeValue) map[string]any { return dynamojson.Item(item) }
 
 func abbreviate(raw []byte) string {
 	s := string(bytes.TrimSpace(raw))

@@ -246,8 +246,8 @@ func (i *Instance) waitReady(ctx context.Context, timeout time.Duration) error {
 			return nil
 		}
 		select {
-		case <-i.proc.exited:
-			return fmt.Errorf("java exited before the engine answered: %v", i.proc.waitErr)
+		case <-i.proc.Exited:
+			return fmt.Errorf("java exited before the engine answered: %v", i.proc.Err)
 		case <-ctx.Done():
 			return fmt.Errorf("no answer to ListTables at %s (%v, StartTimeout %v; last error: %v)", i.Endpoint, ctx.Err(), timeout, err)
 		case <-tick.C:
@@ -262,9 +262,9 @@ func (i *Instance) waitReady(ctx context.Context, timeout time.Duration) error {
 func (i *Instance) Stop() error {
 	i.stopOnce.Do(func() {
 		select {
-		case <-i.proc.exited:
+		case <-i.proc.Exited:
 			i.stopErr = fmt.Errorf("dynamolocal: DynamoDB Local at %s had exited before Stop: %v\n--- output ---\n%s",
-				i.Endpoint, i.proc.waitErr, strings.TrimSpace(i.output.String()))
+				i.Endpoint, i.proc.Err, strings.TrimSpace(i.output.String()))
 		default:
 		}
 		i.kill()
@@ -276,12 +276,9 @@ func (i *Instance) Stop() error {
 func (i *Instance) Output() string { return i.output.String() }
 
 // PID returns the process id of the java process.
-func (i *Instance) PID() int { return i.proc.cmd.Process.Pid }
+func (i *Instance) PID() int { return i.proc.Cmd.Process.Pid }
 
-func (i *Instance) kill() {
-	killGroup(i.proc.cmd.Process)
-	<-i.proc.exited
-}
+func (i *Instance) kill() { i.proc.Kill() }
 
 // freePort asks the kernel for a port that is free right now on all
 // interfaces (DynamoDB Local listens on all of them).

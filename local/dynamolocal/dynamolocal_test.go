@@ -123,7 +123,7 @@ func TestStartStreamStop(t *testing.T) {
 	}
 	stopped = true
 	select {
-	case <-inst.proc.exited:
+	case <-inst.proc.Exited:
 	default:
 		t.Error("java has not exited after Stop returned")
 	}

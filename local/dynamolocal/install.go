@@ -4,12 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
+
+	"github.com/dynakafka/outbox/internal/proc"
 )
 
 // installerPath is the installer's path relative to the repository root.
@@ -39,29 +38,11 @@ func install(ctx context.Context, script string) (string, error) {
 	return dir, nil
 }
 
-// findInstaller looks for the script above the working directory (go test
-// runs in the package directory; the demo in the repository), then relative
-// to this source file (a binary built from this checkout, run elsewhere).
+// findInstaller looks for the script above the working directory, then
+// above this checkout's source (proc.FindUp).
 func findInstaller() (string, error) {
-	var starts []string
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
-	}
-	if _, file, _, ok := runtime.Caller(0); ok {
-		starts = append(starts, filepath.Dir(file))
-	}
-	for _, dir := range starts {
-		for {
-			p := filepath.Join(dir, filepath.FromSlash(installerPath))
-			if _, err := os.Stat(p); err == nil {
-				return p, nil
-			}
-			parent := filepath.Dir(dir)
-			if parent == dir {
-				break
-			}
-			dir = parent
-		}
+	if p, err := proc.FindUp(installerPath); err == nil {
+		return p, nil
 	}
 	return "", &OptionError{Field: "Installer", Reason: fmt.Sprintf(
 		"cannot find %s above the working directory; run from the repository, or set Options.Dir or %s to the directory holding %s",

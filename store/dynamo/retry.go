@@ -4,10 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/dynakafka/outbox/internal/dynamoerr"
 )
 
 // The Writer is the one layer that retries its calls (TransactWriteItems,
@@ -15,35 +14,12 @@ import (
 // retryer switched off, and the Writer's loop sends it again, at most
 // MaxAttempts times in all, after a full-jitter exponential backoff. Two
 // layers would multiply: the requests on the wire were MaxAttempts times the
-// client's own attempts.
-//
-// Backoff ceilings, doubling from the base per failed attempt: a throttled
-// call (a throttling error, or a transaction cancelled for throttling) waits
-// up to throttleBase·2^n, at most throttleMax, so a table out of capacity
-// gets time to recover; any other retried failure (server error, lost
-// response, transaction conflict) up to retryBase·2^n, at most retryMax.
-const (
-	retryBase    = 25 * time.Millisecond
-	retryMax     = 2 * time.Second
-	throttleBase = 100 * time.Millisecond
-	throttleMax  = 5 * time.Second
-)
-
-// withoutClientRetries is the per-call option that switches the client's
-// retryer off for one call. It replaces the retryer whatever the client was
-// configured with (RetryMaxAttempts, RetryMode, a custom Retryer).
-func withoutClientRetries(o *dynamodb.Options) {
-	o.Retryer = aws.NopRetryer{}
-	o.RetryMaxAttempts = 0
-}
+// client's own attempts. The backoff ceilings are dynamoerr's (RetryBase,
+// ThrottleBase, ...), shared with the inbox.
 
 // pause waits before the attempt that follows failed attempt n (1-based).
 func (w *Writer) pause(ctx context.Context, n int, throttled bool) error {
-	base, most := retryBase, retryMax
-	if throttled {
-		base, most = throttleBase, throttleMax
-	}
-	return sleep(ctx, w.cfg.jitter(ceiling(n-1, base, most)))
+	return sleep(ctx, w.cfg.jitter(dynamoerr.TxCeiling(n-1, throttled)))
 }
 
 // logRetry reports failed attempt n of call, about to be retried (see

@@ -3,7 +3,6 @@ package dynamo
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -13,72 +12,23 @@ import (
 )
 
 // TransactionError is what Writer.Write returns when its transaction did not
-// commit, or may not have. errors.Is matches it against Err (an outbox
-// sentinel) and errors.As reaches the SDK's error through Cause (for example
-// *types.TransactionCanceledException).
-type TransactionError struct {
-	// Err is the outbox sentinel: outbox.ErrConditionFailed, ErrConflict,
-	// ErrThrottled, ErrSequenceFenced or ErrOutcomeUnknown; nil for other
-	// failures that wrote nothing (DynamoDB refused the request, a sequence
-	// counter could not be updated, the context ended before sending);
-	// Cause and Fix say why.
-	Err error
-	// Cause is the last error from DynamoDB.
-	Cause error
-	// Attempts is how many TransactWriteItems calls Write made.
-	Attempts int
-	// Reasons are the cancellation reasons of the last attempt, when it was
-	// cancelled: one per submitted item, the caller's CallerItems items
-	// first, then the outbox's puts.
-	Reasons     []types.CancellationReason
-	CallerItems int
-	// ReleaseErr is set when the reserved sequence numbers could not all be
-	// released (fenced) after a failure. Relays then fence them after their
-	// gap timeout; nothing is lost, the bucket is only delayed.
-	ReleaseErr error
-	// Fix says what to do about it.
-	Fix string
-}
+// commit, or may not have. It is the inbox's TransactionError too (one type,
+// so errors.As with either package's name matches both). errors.Is matches
+// it against Err (an outbox sentinel: outbox.ErrConditionFailed,
+// ErrConflict, ErrThrottled, ErrSequenceFenced or ErrOutcomeUnknown; nil for
+// other failures that wrote nothing) and errors.As reaches the SDK's error
+// through Cause (for example *types.TransactionCanceledException).
+//
+// Writer.Write's Op is "dynamo: outbox write"; its Reasons hold the
+// caller's CallerItems items first (CallerFrom 0), then the outbox's puts,
+// so CallerReasons()[i] is the reason for the i-th item passed to Write.
+// ReleaseErr is set when the reserved sequence numbers could not all be
+// released (fenced) after a failure: relays then fence them after their gap
+// timeout; nothing is lost, the bucket is only delayed. Fix says what to do.
+type TransactionError = dynamoerr.TransactionError
 
-func (e *TransactionError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "dynamo: outbox write failed after %d attempt(s)", e.Attempts)
-	if e.Err != nil {
-		fmt.Fprintf(&b, ": %v", e.Err)
-	}
-	if e.Cause != nil {
-		fmt.Fprintf(&b, ": %v", e.Cause)
-	}
-	if e.Fix != "" {
-		fmt.Fprintf(&b, "; %s", e.Fix)
-	}
-	if e.ReleaseErr != nil {
-		fmt.Fprintf(&b, " (releasing the reserved sequence numbers failed: %v)", e.ReleaseErr)
-	}
-	return b.String()
-}
-
-// Unwrap returns Err and Cause.
-func (e *TransactionError) Unwrap() []error {
-	var errs []error
-	if e.Err != nil {
-		errs = append(errs, e.Err)
-	}
-	if e.Cause != nil {
-		errs = append(errs, e.Cause)
-	}
-	return errs
-}
-
-// CallerReasons returns the cancellation reasons of the caller's own items,
-// index-aligned with the items passed to Write (nil when the last attempt
-// was not cancelled).
-func (e *TransactionError) CallerReasons() []types.CancellationReason {
-	if len(e.Reasons) < e.CallerItems {
-		return nil
-	}
-	return e.Reasons[:e.CallerItems]
-}
+// opWrite is Writer.Write's TransactionError.Op.
+const opWrite = "dynamo: outbox write"
 
 // outcome is the classification of one failed TransactWriteItems call.
 type outcome int
@@ -121,11 +71,11 @@ type classification struct {
 
 // Cancellation reason codes (TransactionCanceledException).
 const (
-	codeNone        = "None"
-	codeCondition   = "ConditionalCheckFailed"
-	codeConflict    = "TransactionConflict"
-	codeThrottling  = "ThrottlingError"
-	codeProvisioned = "ProvisionedThroughputExceeded"
+	codeNone        = dynamoerr.CodeNone
+	codeCondition   = dynamoerr.CodeCondition
+	codeConflict    = dynamoerr.CodeConflict
+	codeThrottling  = dynamoerr.CodeThrottling
+	codeProvisioned = dynamoerr.CodeProvisioned
 )
 
 // classify sorts a TransactWriteItems error. callerItems is how many of the
@@ -180,15 +130,11 @@ func classifyCancellation(reasons []types.CancellationReason, callerItems int, i
 		}
 	}
 	describe := func(i int) string {
-		r := reasons[i]
 		who := fmt.Sprintf("your item %d", i)
 		if i >= callerItems {
 			who = fmt.Sprintf("outbox put %d", i-callerItems)
 		}
-		if m := aws.ToString(r.Message); m != "" {
-			return fmt.Sprintf("%s: %s (%s)", who, aws.ToString(r.Code), m)
-		}
-		return fmt.Sprintf("%s: %s", who, aws.ToString(r.Code))
+		return dynamoerr.DescribeReason(who, reasons[i])
 	}
 	switch {
 	case callerFailed >= 0:

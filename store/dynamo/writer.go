@@ -399,7 +399,7 @@ func (t *txn) run(ctx context.Context) (Result, error) {
 	for attempt := 1; ; attempt++ {
 		if attempt == 1 && ctx.Err() != nil {
 			// Nothing was sent.
-			return Result{}, &TransactionError{Cause: ctx.Err(), CallerItems: len(t.items), ReleaseErr: t.release(ctx),
+			return Result{}, &TransactionError{Op: opWrite, Cause: ctx.Err(), CallerItems: len(t.items), ReleaseErr: t.release(ctx),
 				Fix: "the context ended before the transaction was sent; nothing was written"}
 		}
 		_, err := t.w.client.TransactWriteItems(ctx, in, withoutClientRetries)
@@ -466,7 +466,7 @@ func (t *txn) fail(ctx context.Context, attempts int, c classification, err erro
 	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
 		err = errors.Join(err, ctxErr)
 	}
-	te := &TransactionError{Err: sentinel, Cause: err, Attempts: attempts, Reasons: c.reasons, CallerItems: len(t.items), Fix: fix}
+	te := &TransactionError{Op: opWrite, Err: sentinel, Cause: err, Attempts: attempts, Reasons: c.reasons, CallerItems: len(t.items), Fix: fix}
 	if o != outAmbiguous {
 		te.ReleaseErr = t.release(ctx)
 	}
@@ -494,7 +494,7 @@ func (t *txn) reserve(ctx context.Context) error {
 			if c := classify(err, 0, nil); c.outcome == outThrottled {
 				sentinel = outbox.ErrThrottled
 			}
-			return &TransactionError{Err: sentinel, Cause: err, ReleaseErr: releaseErr,
+			return &TransactionError{Op: opWrite, Err: sentinel, Cause: err, ReleaseErr: releaseErr,
 				Fix: "reserving sequence numbers failed before the transaction was sent; nothing was written"}
 		}
 		t.reserved = append(t.reserved, reservation{bucket: b, first: first, n: counts[b]})

@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/inbox"
 	"github.com/dynakafka/outbox/internal/testenv"
 	"github.com/dynakafka/outbox/sequence"
 )
@@ -495,6 +496,13 @@ func TestWriteBusinessConditionFailedFencesReservations(t *testing.T) {
 	}
 	if rs := te.CallerReasons(); len(rs) != 1 || aws.ToString(rs[0].Code) != codeCondition {
 		t.Errorf("CallerReasons = %+v", rs)
+	}
+	// One TransactionError shape: the inbox's name matches the Writer's
+	// error, and the caller's item comes before the outbox's three puts.
+	var ite *inbox.TransactionError
+	if !errors.As(err, &ite) || ite.Op != "dynamo: outbox write" || ite.CallerFrom != 0 || ite.CallerItems != 1 ||
+		len(ite.Reasons) != 4 || !strings.HasPrefix(err.Error(), "dynamo: outbox write failed after 1 attempt(s)") {
+		t.Errorf("errors.As(*inbox.TransactionError) = %+v (%v); want the Writer's error, the caller's items first", ite, err)
 	}
 	var tc *types.TransactionCanceledException
 	if !errors.As(err, &tc) {

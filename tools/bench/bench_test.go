@@ -67,6 +67,7 @@ func TestSmoke(t *testing.T) {
 		{"capacity: transaction sizes", len(res.Capacity.Writer), 3},
 		{"steady: runs", len(res.Steady), len(o.steady)*(len(o.modes)+1) + 1}, // + the transactional mode at txnProfile
 		{"sweep: runs", len(res.Sweep), len(o.sweep.rates) * len(o.sweep.windows) * len(o.modes)},
+		{"scale: bucket counts", len(res.Scale), len(o.scale.buckets)},
 		{"footprint: drained", res.Footprint.Messages, o.footprintMsgs},
 		{"footprint: binaries", len(res.Footprint.Binaries), len(o.arches)},
 	}

@@ -67,7 +67,9 @@ func (e *env) open(ctx context.Context, name string, buckets int, opts ...dynamo
 		}
 	}()
 	if st.endpoint == "" {
-		inst, err := dynamolocal.Start(ctx, dynamolocal.Options{})
+		// A JVM on a loaded 2-core machine can take longer than the
+		// default 30 s to answer; the bench times stages, not starts.
+		inst, err := dynamolocal.Start(ctx, dynamolocal.Options{StartTimeout: 3 * time.Minute})
 		if err != nil {
 			return nil, err
 		}

@@ -17,6 +17,7 @@
 //	make bench                    # writes docs/benchmarks.{json,md,png}
 //	cd tools && go run ./bench -smoke -out /tmp/bench
 //	cd tools && go run ./bench -only steady              # the steady lines alone
+//	cd tools && go run ./bench -only scale               # the scale lines alone
 //	cd tools && go run ./bench -only steady -sweep -out /tmp/s   # + cost by rate and window
 //	cd tools && go run ./bench -only txn                 # the transactional mode beside the default
 //
@@ -28,6 +29,8 @@
 //	steady: rate=50 …
 //	steady: rate=200 …
 //	steady: rate=burst …
+//	scale: buckets=8 offered_msgs_per_s=2000 … limit=dynamodb-local|none …
+//	scale: buckets=16 …, 32, 64
 //
 // and, with -sweep, one sweep: line per rate, batching window and relay mode.
 package main
@@ -76,6 +79,7 @@ type options struct {
 	containers  int
 	switchEvery time.Duration
 	sweep       sweepOptions
+	scale       scaleOptions
 	// prebuilt: bootstraps built before the run (tests build them before
 	// any time budget starts); empty: the footprint stage builds them.
 	prebuilt prebuilt
@@ -117,6 +121,9 @@ func fullOptions() options {
 		// Off unless -sweep: at least a minute per rate and window.
 		sweep: sweepOptions{rates: nil, windows: []time.Duration{0, time.Second, 5 * time.Second},
 			seconds: func(rate float64) float64 { return min(120, max(20, 600/rate)) }},
+		// Ten times the steady stage's 200 msgs/s; 128 writers commit
+		// 2,000 msgs/s while a commit takes under 64 ms.
+		scale: scaleOptions{buckets: []int{8, 16, 32, 64}, rate: 2000, seconds: 5, warmup: time.Second, writers: 128},
 	}
 }
 
@@ -133,6 +140,7 @@ func smokeOptions() options {
 		steadyWarmup: 300 * time.Millisecond, modes: []relayMode{modeDelete, modeWatermark},
 		sweep: sweepOptions{rates: []float64{50}, windows: []time.Duration{time.Second},
 			seconds: func(float64) float64 { return 1.5 }},
+		scale: scaleOptions{buckets: []int{64}, rate: 200, seconds: 0.5, warmup: 200 * time.Millisecond, writers: 16},
 	}
 }
 
@@ -140,7 +148,12 @@ func main() {
 	smoke := flag.Bool("smoke", false, "tiny volumes: check that every stage runs (seconds, not minutes)")
 	out := flag.String("out", "docs", "directory for benchmarks.json, benchmarks.md and benchmarks.png (empty: write nothing); with -only, for steady.json or txn.json")
 	render := flag.String("render", "", "write benchmarks.md and benchmarks.png again from this benchmarks.json, running nothing")
-	only := flag.String("only", "", `"steady": run only the capacity and steady stages (and -sweep) and print their lines; "txn": only the transactional mode beside the default (their backlog drains in turns, the steady stage at 50 msgs/s) and the txn: line`)
+	only := flag.String("only", "", `"steady": run only the capacity and steady stages (and -sweep); "txn": only the transactional mode beside the default (their backlog drains in turns, the steady stage at 50 msgs/s) and the txn: line; "scale": only the capacity and scale stages; "footprint": only the capacity and footprint stages; and print their lines`)
+	scaleBuckets := flag.String("scale-buckets", "", "bucket counts of the scale stage (default 8,16,32,64)")
+	scaleRate := flag.Float64("scale-rate", 0, "offered rate of the scale stage, msgs/s (default 2000)")
+	scaleSeconds := flag.Float64("scale-seconds", 0, "measured seconds of each scale run (default 5, after a 1 s warm-up)")
+	scaleWarmup := flag.Duration("scale-warmup", 0, "warm-up of each scale run, at its rate (default 1s)")
+	scaleWriters := flag.Int("scale-writers", 0, "writers of the scale stage (default 128)")
 	window := flag.Duration("window", 0, "the event-source mapping's MaximumBatchingWindow for the steady stage (0 to 300s)")
 	sweep := flag.Bool("sweep", false, "also run the cost sweep: the relay at each -sweep-rates for each -sweep-windows")
 	rates := flag.String("sweep-rates", "1,10,50,200", "offered rates of the sweep, msgs/s")
@@ -163,6 +176,21 @@ func main() {
 	}
 	o.out, o.only, o.steadyWindow = *out, *only, *window
 	o.containers, o.switchEvery = *containers, *switchEvery
+	if *scaleBuckets != "" {
+		o.scale.buckets = nil
+		for _, f := range brokerList(*scaleBuckets) {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 || n > 1000 {
+				fmt.Fprintf(os.Stderr, "bench: -scale-buckets %q: want bucket counts 1 to 1000\n", *scaleBuckets)
+				os.Exit(2)
+			}
+			o.scale.buckets = append(o.scale.buckets, n)
+		}
+	}
+	o.scale.rate = cmp.Or(*scaleRate, o.scale.rate)
+	o.scale.seconds = cmp.Or(*scaleSeconds, o.scale.seconds)
+	o.scale.writers = cmp.Or(*scaleWriters, o.scale.writers)
+	o.scale.warmup = cmp.Or(*scaleWarmup, o.scale.warmup)
 	if *sweep {
 		var err error
 		if o.sweep.rates, o.sweep.windows, err = parseSweep(*rates, *windows); err != nil {
@@ -204,9 +232,12 @@ func main() {
 // validate refuses options the stages cannot run with.
 func (o options) validate() error {
 	switch o.only {
-	case "", "steady", "txn":
+	case "", "steady", "txn", "scale", "footprint":
 	default:
-		return fmt.Errorf(`-only %q: the partial runs are "steady" and "txn"`, o.only)
+		return fmt.Errorf(`-only %q: the partial runs are "steady", "txn", "scale" and "footprint"`, o.only)
+	}
+	if len(o.scale.buckets) > 0 && (!(o.scale.rate > 0) || !(o.scale.seconds > 0) || o.scale.writers < 1) {
+		return fmt.Errorf("scale stage: rate %v, seconds %v and writers %d must be positive", o.scale.rate, o.scale.seconds, o.scale.writers)
 	}
 	windows := append([]time.Duration{o.steadyWindow}, o.sweep.windows...)
 	for _, w := range windows {
@@ -329,11 +360,18 @@ func run(ctx context.Context, o options) (*results, error) {
 		o.modes = []relayMode{modeDelete}
 	}
 
-	if err := steadyStage(ctx, e, g, o, res); err != nil {
-		return nil, err
+	if o.only == "" || o.only == "steady" || o.only == "txn" {
+		if err := steadyStage(ctx, e, g, o, res); err != nil {
+			return nil, err
+		}
+	}
+	if o.only == "" || o.only == "scale" {
+		if err := scaleStage(ctx, e, o, res); err != nil {
+			return nil, err
+		}
 	}
 
-	if o.only == "" {
+	if o.only == "" || o.only == "footprint" {
 		o.progress("footprint: building the relay bootstrap for %v", o.arches)
 		if err := footprintStage(ctx, e, g, tmpl, o, res); err != nil {
 			return nil, fmt.Errorf("footprint: %w", err)

@@ -38,6 +38,9 @@ type results struct {
 	Watermark *watermark      `json:"watermark,omitempty"`
 	Txn       *txnResult      `json:"transactional,omitempty"`
 	Footprint footprintResult `json:"footprint"`
+	// Scale has, per bucket count, the relay and the floor at ten times
+	// the steady stage's top rate (scale.go).
+	Scale []scaleResult `json:"scale,omitempty"`
 }
 
 // watermark compares the relay's watermark mode with its default (issue
@@ -341,6 +344,14 @@ func (r *results) lines() []string {
 	}
 	for _, s := range r.Sweep {
 		out = append(out, s.sweepLine())
+	}
+	for _, s := range r.Scale {
+		out = append(out, s.scaleLine(r.Scale[0]))
+	}
+	if f := r.Footprint; f.Messages > 0 {
+		// Issue 21's goals: init <= 50 ms, peak RSS <= 64 MiB.
+		out = append(out, fmt.Sprintf("footprint: messages=%d init_ms=%.1f peak_rss_mib=%.1f rss_after_mib=%.1f drain_msgs_per_s=%.0f invocations=%d",
+			f.Messages, f.InitMs, float64(f.PeakRSSBytes)/(1<<20), float64(f.RSSAfterBytes)/(1<<20), float64(f.Messages)/max(f.DrainSeconds, 1e-9), f.Invocations))
 	}
 	if w := r.Watermark; w != nil {
 		out = append(out, fmt.Sprintf("watermark: relay_msgs_per_s=%.0f delete_mode_msgs_per_s=%.0f wcu_per_msg=%.3f",

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -122,6 +123,8 @@ type steadyRun struct {
 	// invocation to the next container, the worst case).
 	containers  int
 	switchEvery time.Duration
+	// writers offer the load (0: steadyWriters of the profile).
+	writers int
 }
 
 // steadyResult is one run's figures. Per-message figures divide by
@@ -230,7 +233,7 @@ func steadyWriters(p profile) int { return max(32, int(math.Ceil(p.peak()/2))) }
 // consumed and the stream is idle); tally.
 func steady(ctx context.Context, st *stage, g *gen, run steadyRun) (steadyResult, error) {
 	res := steadyResult{Profile: run.profile, Handler: run.handler, WindowS: run.window.Seconds(), WarmupS: run.warmup.Seconds(),
-		Writers: steadyWriters(run.profile)}
+		Writers: cmp.Or(run.writers, steadyWriters(run.profile))}
 	if run.handler == handlerRelay {
 		res.Mode = run.mode.Name
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -161,5 +162,28 @@ func TestSteadyLine(t *testing.T) {
 	r.Watermark = &watermark{RelayMsgsPerS: 2600, DeleteModeMsgsPerS: 2100, WCUPerMsg: 3.0021}
 	if got := r.lines(); got[len(got)-1] != "watermark: relay_msgs_per_s=2600 delete_mode_msgs_per_s=2100 wcu_per_msg=3.002" {
 		t.Errorf("lines end with %q", got[len(got)-1])
+	}
+}
+
+// A scale: line says whether the writers reached the offered rate and
+// compares each bucket count with the first.
+func TestScaleLine(t *testing.T) {
+	run := func(committed, p99, wcu, control float64) steadyResult {
+		return steadyResult{Profile: profile{Rate: 2000, Seconds: 1}, Writers: 128, Offered: 2000, AchievedPerS: committed,
+			Messages: 1000, MeasuredSeconds: 2, P50ms: 40, P99ms: p99, WCU: wcu, ControlWritesPerMsg: control, MsgsPerInvocation: 50, CommitP50ms: 30}
+	}
+	b8 := scaleResult{Buckets: 8, Relay: run(2000, 200, 4, 0.1), Floor: run(1990, 100, 3, 0)}
+	b64 := scaleResult{Buckets: 64, Relay: run(1000, 600, 4.2, 0.4), Floor: run(1990, 100, 3, 0)}
+	r := &results{Scale: []scaleResult{b8, b64}}
+	want := []string{
+		"scale: buckets=8 offered_msgs_per_s=2000 writers=128 committed_msgs_per_s=2000 relayed_msgs_per_s=500 p50_ms=40.0 p99_ms=200.0 " +
+			"floor_committed_msgs_per_s=1990 floor_p50_ms=40.0 floor_p99_ms=100.0 vs_floor_p99=2.00 wcu_per_msg=4.000 control_writes_per_msg=0.100 " +
+			"msgs_per_invocation=50.0 floor_msgs_per_invocation=50.0 commit_p50_ms=30.0 limit=none p99_vs_b8=1.00 wcu_vs_b8=1.00 control_vs_b8=1.00",
+		"scale: buckets=64 offered_msgs_per_s=2000 writers=128 committed_msgs_per_s=1000 relayed_msgs_per_s=500 p50_ms=40.0 p99_ms=600.0 " +
+			"floor_committed_msgs_per_s=1990 floor_p50_ms=40.0 floor_p99_ms=100.0 vs_floor_p99=6.00 wcu_per_msg=4.200 control_writes_per_msg=0.400 " +
+			"msgs_per_invocation=50.0 floor_msgs_per_invocation=50.0 commit_p50_ms=30.0 limit=dynamodb-local p99_vs_b8=3.00 wcu_vs_b8=1.05 control_vs_b8=4.00",
+	}
+	if got := r.lines(); !slices.Equal(got, want) {
+		t.Errorf("lines\n got %q\nwant %q", got, want)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package dynamolocal
+package proc
 
 import (
 	"os"
@@ -9,4 +9,4 @@ import (
 
 func sysProcAttr() *syscall.SysProcAttr { return nil }
 
-func killGroup(p *os.Process) { _ = p.Kill() }
+func KillGroup(p *os.Process) { _ = p.Kill() }

@@ -1,4 +1,4 @@
-package dynamolocal
+package proc
 
 import (
 	"os"
@@ -6,13 +6,13 @@ import (
 )
 
 func sysProcAttr() *syscall.SysProcAttr {
-	// Pdeathsig: the kernel kills java if its parent dies without Stop (a
+	// Pdeathsig: the kernel kills the child if its parent dies without killing it (a
 	// panic, a test timeout, SIGKILL), so no engine is orphaned.
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 
-func killGroup(p *os.Process) {
+func KillGroup(p *os.Process) {
 	// The group id is the pid (Setpgid); kill the group so that anything
-	// java started goes too. An error means it is already gone.
+	// the child started goes too. An error means it is already gone.
 	_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
 }

@@ -1,4 +1,4 @@
-package dynamolocal
+package proc
 
 import (
 	"bufio"
@@ -42,35 +42,37 @@ func waitDead(t *testing.T, pid int, what string) {
 // TestKillGroupTakesChildren checks that stopping kills what the engine
 // started too, not just the process itself.
 func TestKillGroupTakesChildren(t *testing.T) {
-	out := &tailBuffer{limit: 1024}
-	cmd := exec.Command("sh", "-c", "sleep 60 & echo $!; wait")
-	cmd.Stdout = out
-	p, err := launch(cmd)
+	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var child int
-	for deadline := time.Now().Add(5 * time.Second); child == 0; {
-		if line, ok := strings.CutSuffix(out.String(), "\n"); ok {
-			if child, err = strconv.Atoi(line); err != nil {
-				t.Fatalf("child pid %q: %v", line, err)
-			}
-		} else if time.Now().After(deadline) {
-			t.Fatal("no child pid printed")
-		} else {
-			time.Sleep(10 * time.Millisecond)
-		}
+	defer r.Close()
+	cmd := exec.Command("sh", "-c", "sleep 60 & echo $!; wait")
+	cmd.Stdout = w
+	p, err := Launch(cmd)
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
 	}
-	killGroup(cmd.Process)
+	_ = r.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no child pid printed: %v", err)
+	}
+	child, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatalf("child pid %q: %v", line, err)
+	}
+	KillGroup(cmd.Process)
 	select {
-	case <-p.exited:
+	case <-p.Exited:
 	case <-time.After(5 * time.Second):
-		t.Fatal("process not reaped after killGroup")
+		t.Fatal("process not reaped after KillGroup")
 	}
 	waitDead(t, child, "grandchild")
 }
 
-const helperEnv = "DYNAMOLOCAL_TEST_HELPER"
+const helperEnv = "PROC_TEST_HELPER"
 
 // TestHelperLaunchAndHang is not a test: TestParentDeathKillsChild runs the
 // test binary as a parent that launches a child, churns OS threads, reports
@@ -79,7 +81,7 @@ func TestHelperLaunchAndHang(t *testing.T) {
 	if os.Getenv(helperEnv) != "1" {
 		t.Skip("helper process for TestParentDeathKillsChild")
 	}
-	p, err := launch(exec.Command("sleep", "60"))
+	p, err := Launch(exec.Command("sleep", "60"))
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)
@@ -98,13 +100,13 @@ func TestHelperLaunchAndHang(t *testing.T) {
 	}
 	wg.Wait()
 	time.Sleep(50 * time.Millisecond)
-	fmt.Println("pid", p.cmd.Process.Pid)
+	fmt.Println("pid", p.Cmd.Process.Pid)
 	time.Sleep(time.Minute)
 	os.Exit(0)
 }
 
 // TestParentDeathKillsChild checks that a launched process dies with its
-// parent when the parent dies without Stop (SIGKILL here; a panic or a test
+// parent when the parent dies without killing it (SIGKILL here; a panic or a test
 // timeout alike), and not before.
 func TestParentDeathKillsChild(t *testing.T) {
 	parent := exec.Command(os.Args[0], "-test.run=^TestHelperLaunchAndHang$", "-test.timeout=2m")

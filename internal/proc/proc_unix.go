@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package dynamolocal
+package proc
 
 import (
 	"os"
@@ -8,10 +8,10 @@ import (
 )
 
 func sysProcAttr() *syscall.SysProcAttr {
-	// No parent death signal outside Linux: call Stop (testenv.Main does).
+	// No parent death signal outside Linux: kill the group (KillGroup).
 	return &syscall.SysProcAttr{Setpgid: true}
 }
 
-func killGroup(p *os.Process) {
+func KillGroup(p *os.Process) {
 	_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
 }
