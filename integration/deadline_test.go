@@ -51,8 +51,8 @@ func buildBootstraps(t *testing.T, root, dir string) map[string]string {
 func buildBootstrap(t *testing.T, root, dir, fn string) string {
 	t.Helper()
 	out := filepath.Join(dir, fn, "bootstrap")
-	build := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", out, "./lambda/"+fn)
-	build.Dir = root
+	build := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", out, "./"+fn)
+	build.Dir = filepath.Join(root, "lambda") // the Lambda functions' module
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build %s: %v\n%s", fn, err, b)

@@ -4,7 +4,7 @@
 //	soak: mode=delete messages=N lost=0 phantom=0 read_model_mismatches=0 duplicates=D unexplained=0 overlaps=O overlaps_admitted=A reorders=R parked=P faults=F duplicates_by_cause=cause:n,...
 //
 //	make soak N=100000
-//	go run ./cmd/soak -n 20000 -mode watermark
+//	cd cmd && go run ./soak -n 20000 -mode watermark
 //
 // A long run is split into rounds of -per-round messages, each on a fresh
 // DynamoDB Local instance (the emulator slows down as stream records pile
