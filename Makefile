@@ -41,7 +41,7 @@ ARCHES      := arm64 amd64
 # that hold what only the Lambda functions, the local tools and the tests
 # need (so that a service importing the library does not get aws-lambda-go,
 # Secrets Manager, kfake or kadm in its module graph), then the tools.
-LIBRARY_MODULES := . lambda local/esm local/schedule cmd deploy integration internal/soak \
+LIBRARY_MODULES := . lambda local/esm local/schedule cmd deploy integration internal/soak internal/kfakeenv kafka/brokertest \
 	examples/orderviewfn inbox/lambdakafka outboxtest
 TOOL_MODULES    := tools otel cdk
 MODULES         := $(LIBRARY_MODULES) $(TOOL_MODULES)
@@ -90,7 +90,7 @@ test: deps
 	( $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v $(LIBRARY_PKGS) 2>&1 | grep -E $(TEST_FILTER) ) > $(TEST_LOGS)/library.log 2>&1 & lib=$$!; \
 	( export OUTBOX_TEST_KAFKA=real; \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run TestRealKafka ./internal/testenv 2>&1 | grep -E $(TEST_FILTER) && \
-	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./kafka 2>&1 | grep -E $(TEST_FILTER) && \
+	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./kafka ./kafka/brokertest 2>&1 | grep -E $(TEST_FILTER) && \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run $(REAL_KAFKA_INBOX) ./inbox 2>&1 | grep -E $(TEST_FILTER) && \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run 'TestRealEndToEnd|TestOrderAfterPartialFailure' github.com/dynakafka/outbox/integration 2>&1 | grep -E $(TEST_FILTER) \
 	) > $(TEST_LOGS)/real-kafka.log 2>&1 & real=$$!; \

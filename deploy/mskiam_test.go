@@ -3,6 +3,7 @@ package deploy
 import (
 	"context"
 	"fmt"
+	"github.com/dynakafka/outbox/internal/kfakeenv"
 	"io"
 	"log/slog"
 	"sort"
@@ -156,12 +157,12 @@ func record(c *kfake.Cluster) *recorder {
 // template's KafkaMskIamPolicy grants exactly those, each on the right kind
 // of resource.
 func TestMskIamPolicyMatchesThePublisher(t *testing.T) {
-	k := testenv.Kafka(t, kfake.NumBrokers(3))
-	testenv.RequireKfake(t, k)
+	k := kfakeenv.Kafka(t, kfake.NumBrokers(3))
+	kfakeenv.RequireKfake(t, k)
 	rec := record(k.Cluster)
 	listed, unlisted := testenv.Name(t, "listed"), testenv.Name(t, "unlisted")
-	testenv.CreateTopic(t, k, listed, 3)
-	testenv.CreateTopic(t, k, unlisted, 3)
+	testenv.CreateTopic(t, k.KafkaCluster, listed, 3)
+	testenv.CreateTopic(t, k.KafkaCluster, unlisted, 3)
 	rec.mu.Lock()
 	rec.reqs = nil // CreateTopic's own requests are not the publisher's
 	rec.mu.Unlock()
@@ -338,10 +339,10 @@ func TestMskIamActionsAsKafkaACLs(t *testing.T) {
 		return out
 	}
 	run := func(t *testing.T, without mskAction) error {
-		k := testenv.Kafka(t, kfake.EnableSASL(), kfake.EnableACLs(),
+		k := kfakeenv.Kafka(t, kfake.EnableSASL(), kfake.EnableACLs(),
 			kfake.Superuser("SCRAM-SHA-256", "admin", "admin"),
 			kfake.User("SCRAM-SHA-256", "relay", "relay", acls(without)...))
-		testenv.RequireKfake(t, k)
+		kfakeenv.RequireKfake(t, k)
 		admin, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.SASL(scram.Auth{User: "admin", Pass: "admin"}.AsSha256Mechanism()))
 		if err != nil {
 			t.Fatal(err)

@@ -15,7 +15,6 @@ require (
 	github.com/aws/smithy-go v1.28.9
 	github.com/google/uuid v1.6.0
 	github.com/twmb/franz-go v1.22.3
-	github.com/twmb/franz-go/pkg/kadm v1.20.0 // indirect
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 )
@@ -36,6 +35,12 @@ require (
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 )
 
-require github.com/dynakafka/outbox v0.0.0-00010101000000-000000000000
+require (
+	github.com/dynakafka/outbox v0.0.0-00010101000000-000000000000
+	github.com/dynakafka/outbox/internal/kfakeenv v0.0.0-00010101000000-000000000000
+)
 
-replace github.com/dynakafka/outbox => ..
+replace (
+	github.com/dynakafka/outbox => ..
+	github.com/dynakafka/outbox/internal/kfakeenv => ../internal/kfakeenv
+)

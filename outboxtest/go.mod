@@ -28,3 +28,5 @@ require (
 require github.com/dynakafka/outbox v0.0.0-00010101000000-000000000000
 
 replace github.com/dynakafka/outbox => ..
+
+replace github.com/dynakafka/outbox/internal/kfakeenv => ../internal/kfakeenv

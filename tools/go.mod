@@ -70,3 +70,5 @@ replace github.com/dynakafka/outbox/examples/orderviewfn => ../examples/ordervie
 replace github.com/dynakafka/outbox/inbox/lambdakafka => ../inbox/lambdakafka
 
 replace github.com/dynakafka/outbox/outboxtest => ../outboxtest
+
+replace github.com/dynakafka/outbox/internal/kfakeenv => ../internal/kfakeenv

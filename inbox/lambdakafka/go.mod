@@ -14,8 +14,6 @@ require (
 	github.com/aws/smithy-go v1.28.9 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/twmb/franz-go v1.22.3
-	github.com/twmb/franz-go/pkg/kadm v1.20.0 // indirect
-	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
 )
 

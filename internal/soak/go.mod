@@ -36,6 +36,7 @@ require (
 
 replace (
 	github.com/dynakafka/outbox => ../..
+	github.com/dynakafka/outbox/internal/kfakeenv => ../kfakeenv
 	github.com/dynakafka/outbox/lambda => ../../lambda
 	github.com/dynakafka/outbox/local/esm => ../../local/esm
 	github.com/dynakafka/outbox/local/schedule => ../../local/schedule

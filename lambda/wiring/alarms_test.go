@@ -3,6 +3,7 @@ package wiring
 import (
 	"bytes"
 	"context"
+	"github.com/dynakafka/outbox/internal/kfakeenv"
 	"io"
 	"log/slog"
 	"os"
@@ -153,7 +154,7 @@ func (o observation) alarms(missingBreaches map[string]bool) []string {
 type faultRig struct {
 	t       *testing.T
 	d       *testenv.Dynamo
-	k       *testenv.KafkaCluster
+	k       *kfakeenv.Cluster
 	tables  dynamo.Tables
 	topic   string
 	env     map[string]string
@@ -240,12 +241,12 @@ func (r *faultRig) run(ctx context.Context, sweeps int) observation {
 	return o
 }
 
-func newFaultRig(t *testing.T, ctx context.Context, d *testenv.Dynamo, k *testenv.KafkaCluster, opts ...dynamo.TablesOption) *faultRig {
+func newFaultRig(t *testing.T, ctx context.Context, d *testenv.Dynamo, k *kfakeenv.Cluster, opts ...dynamo.TablesOption) *faultRig {
 	r := &faultRig{t: t, d: d, k: k, tables: dynamo.Tables{Messages: testenv.Name(t, "m"), Control: testenv.Name(t, "c")}, topic: testenv.Name(t, "t")}
 	if err := dynamo.CreateTables(ctx, d.Client, r.tables, append([]dynamo.TablesOption{dynamo.BucketCount(4)}, opts...)...); err != nil {
 		t.Fatal(err)
 	}
-	testenv.CreateTopic(t, k, r.topic, 2)
+	testenv.CreateTopic(t, k.KafkaCluster, r.topic, 2)
 	r.env = map[string]string{
 		"OUTBOX_MESSAGES_TABLE": r.tables.Messages, "OUTBOX_CONTROL_TABLE": r.tables.Control,
 		"OUTBOX_TOPICS": r.topic, "KAFKA_BOOTSTRAP_SERVERS": strings.Join(k.Brokers, ","),
@@ -288,8 +289,8 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 // driven here nor listed in notDriven with its reason fails.
 func TestFailuresRaiseTheirAlarms(t *testing.T) {
 	d := testenv.DynamoDB(t)
-	k := testenv.Kafka(t, kfake.NumBrokers(1))
-	testenv.RequireKfake(t, k)
+	k := kfakeenv.Kafka(t, kfake.NumBrokers(1))
+	kfakeenv.RequireKfake(t, k)
 	claims := alarmClaims(t)
 	const ttlRow = "Watermark mode: a message is still pending when its TTL"
 	breaching := missingBreaches(t)
