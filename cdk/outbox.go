@@ -179,20 +179,21 @@ func newTable(scope constructs.Construct, id, hash, sort string, typ awsdynamodb
 func (o *Outbox) environment() map[string]*string {
 	c := o.cfg
 	env := map[string]*string{
-		"OUTBOX_MESSAGES_TABLE":    o.MessagesTable.TableName(),
-		"OUTBOX_CONTROL_TABLE":     o.ControlTable.TableName(),
-		"OUTBOX_BUCKET_COUNT":      num(c.n["BucketCount"]),
-		"OUTBOX_BATCH_SIZE":        num(c.n["OutboxBatchSize"]),
-		"OUTBOX_TOPICS":            jsii.String(c.topics),
-		"OUTBOX_LEASE_DURATION":    jsii.String(strconv.Itoa(c.n["LeaseDurationSeconds"]) + "s"),
-		"OUTBOX_GAP_TIMEOUT":       jsii.String(strconv.Itoa(c.n["GapTimeoutSeconds"]) + "s"),
-		"OUTBOX_SWEEP_MIN_AGE":     jsii.String(strconv.Itoa(c.n["SweepMinAgeSeconds"]) + "s"),
-		"OUTBOX_PARK_STUCK_AFTER":  jsii.String(strconv.Itoa(c.n["ParkStuckAfterSeconds"]) + "s"),
-		"OUTBOX_MODE":              jsii.String(c.mode),
-		"OUTBOX_MAX_MESSAGE_BYTES": num(c.n["MaxMessageBytes"]),
-		"OUTBOX_CONCURRENCY":       num(c.n["RelayConcurrency"]),
-		"KAFKA_BOOTSTRAP_SERVERS":  jsii.String(c.bootstrap),
-		"KAFKA_AUTH":               jsii.String(c.auth),
+		"OUTBOX_MESSAGES_TABLE":      o.MessagesTable.TableName(),
+		"OUTBOX_CONTROL_TABLE":       o.ControlTable.TableName(),
+		"OUTBOX_BUCKET_COUNT":        num(c.n["BucketCount"]),
+		"OUTBOX_BATCH_SIZE":          num(c.n["OutboxBatchSize"]),
+		"OUTBOX_TOPICS":              jsii.String(c.topics),
+		"OUTBOX_LEASE_DURATION":      jsii.String(strconv.Itoa(c.n["LeaseDurationSeconds"]) + "s"),
+		"OUTBOX_GAP_TIMEOUT":         jsii.String(strconv.Itoa(c.n["GapTimeoutSeconds"]) + "s"),
+		"OUTBOX_SWEEP_MIN_AGE":       jsii.String(strconv.Itoa(c.n["SweepMinAgeSeconds"]) + "s"),
+		"OUTBOX_PARK_STUCK_AFTER":    jsii.String(strconv.Itoa(c.n["ParkStuckAfterSeconds"]) + "s"),
+		"OUTBOX_MODE":                jsii.String(c.mode),
+		"OUTBOX_MAX_MESSAGE_BYTES":   num(c.n["MaxMessageBytes"]),
+		"OUTBOX_CONCURRENCY":         num(c.n["RelayConcurrency"]),
+		"OUTBOX_KAFKA_TRANSACTIONAL": jsii.String(strconv.FormatBool(c.transactional)),
+		"KAFKA_BOOTSTRAP_SERVERS":    jsii.String(c.bootstrap),
+		"KAFKA_AUTH":                 jsii.String(c.auth),
 	}
 	for name, v := range map[string]string{
 		"KAFKA_SASL_SECRET_ARN":            c.saslSecret,
@@ -296,6 +297,9 @@ func (o *Outbox) newConfig(setup awslambda.CfnFunction, logs []constructs.IConst
 			"Mode":           o.cfg.mode,
 			"RetentionHours": o.cfg.n["OutboxRetentionHours"],
 			"Topics":         jsii.String(o.cfg.topics),
+			// A shared setting: the functions' OUTBOX_MAX_MESSAGE_BYTES
+			// agrees with the config item.
+			"MaxMessageBytes": o.cfg.n["MaxMessageBytes"],
 		},
 	})
 	for _, l := range logs {

@@ -7,7 +7,7 @@ import (
 
 func TestTLSNilMeansSystemRoots(t *testing.T) {
 	c := defaultCfg()
-	TLS(nil).apply(&c)
+	TLS(nil)(&c)
 	if err := c.validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func BenchmarkPublish(b *testing.B) {
 			defer cancel()
 			topic := testenv.Name(b, "bench")
 			testenv.CreateTopic(b, k, topic, 16)
-			opts := []Opt{Topics(topic)}
+			opts := []Option{Topics(topic)}
 			if mode != "default" {
 				opts = append(opts, Strict())
 			}

@@ -27,7 +27,7 @@ var (
 	recordID     = kafkatest.RecordID
 )
 
-func newPublisher(t *testing.T, k *testenv.KafkaCluster, opts ...Opt) *Publisher {
+func newPublisher(t *testing.T, k *testenv.KafkaCluster, opts ...Option) *Publisher {
 	t.Helper()
 	p, err := NewPublisher(testCtx(t), k.Brokers, opts...)
 	if err != nil {

@@ -46,7 +46,10 @@ type txnBucket struct {
 	cl *kgo.Client // nil until the first Publish, and after a fence
 }
 
-var _ outbox.Publisher = (*TxnPublisher)(nil)
+var (
+	_ outbox.Publisher = (*TxnPublisher)(nil)
+	_ outbox.Isolator  = (*TxnPublisher)(nil)
+)
 
 // TransactionalID is the transactional id of bucket's producer: prefix (one
 // per outbox, e.g. its messages table's name) and the bucket number.
@@ -77,7 +80,7 @@ func (e *FencedError) OutboxErrorClass() outbox.ErrorClass { return outbox.Retri
 // NewPublisher applies, and prefix names the outbox in the transactional ids
 // (TransactionalID). The transaction timeout is LeaseDuration: the broker
 // aborts a transaction its holder left open longer than a lease.
-func NewTxnPublisher(ctx context.Context, seeds []string, prefix string, opts ...Opt) (*TxnPublisher, error) {
+func NewTxnPublisher(ctx context.Context, seeds []string, prefix string, opts ...Option) (*TxnPublisher, error) {
 	if prefix == "" {
 		return nil, &outbox.OptionError{Option: "prefix", Value: prefix, Reason: "name the outbox (e.g. its messages table) so that each bucket has its own transactional id"}
 	}
@@ -175,17 +178,42 @@ func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acke
 	}
 	if err := cl.EndTransaction(rctx, kgo.TryCommit); err != nil {
 		t.drop(b)
+		// Not known committed (a fence answering a resent commit whose
+		// first answer was lost may follow a commit that applied): report
+		// nothing acknowledged. If the commit did apply, the next publish
+		// duplicates the whole transaction.
 		if fenced(err) {
-			return 0, wrapMessage(msgs[0], &FencedError{TransactionalID: id, Err: err})
+			return 0, wrapMessage(msgs[0], &FencedError{TransactionalID: id, Err: errors.Join(ErrCommitUnknown, err)})
 		}
-		// Not known committed: report nothing acknowledged. If the commit did
-		// apply, the next publish duplicates the whole transaction.
-		return 0, wrapMessage(msgs[0], fmt.Errorf("kafka: commit transaction %q: %w", id, err))
+		return 0, wrapMessage(msgs[0], fmt.Errorf("kafka: commit transaction %q: %w: %w", id, ErrCommitUnknown, err))
 	}
 	if stopErr != nil {
 		return n, wrapMessage(msgs[n], stopErr)
 	}
 	return n, nil
+}
+
+// ErrCommitUnknown is in the chain of a TxnPublisher.Publish error when the
+// transaction's commit was sent and not answered as applied: a
+// read_committed consumer may or may not see its records. Every other
+// Publish error means the transaction was aborted (or never began): none of
+// its records is ever visible to a read_committed consumer.
+var ErrCommitUnknown = errors.New("kafka: the transaction's commit was sent but not confirmed; it may have applied")
+
+// PublishAlone publishes msg alone (outbox.Isolator) as a transaction of its
+// own under its bucket's transactional id, fenced like every other: a stale
+// holder gets a *FencedError and its record is never visible to
+// read_committed consumers. It is alone in its produce request because the
+// bucket's client holds nothing else: its transactions take turns, and
+// each one ends only when every record it produced has its answer (and, on
+// failure, the abort is done). So a record-level rejection
+// (MESSAGE_TOO_LARGE, INVALID_RECORD) is msg's own. Publisher.PublishAlone
+// uses a separate non-transactional client instead; here that would
+// publish outside the fence and be visible to read_committed consumers at
+// once.
+func (t *TxnPublisher) PublishAlone(ctx context.Context, msg outbox.Message) error {
+	_, err := t.Publish(ctx, []outbox.Message{msg})
+	return err
 }
 
 func fenced(err error) bool {

@@ -28,12 +28,12 @@ func releaseOnce(t *testing.T) (<-chan struct{}, func()) {
 // heldProduce returns a kfake cluster, a one-partition topic and a Publisher
 // (Topics(topic) and opts) whose first produce request the cluster holds
 // until release is called or the test ends; held is closed once it holds it.
-func heldProduce(t *testing.T, opts ...kafka.Opt) (k *kfakeenv.Cluster, topic string, p *kafka.Publisher, held <-chan struct{}, release func()) {
+func heldProduce(t *testing.T, opts ...kafka.Option) (k *kfakeenv.Cluster, topic string, p *kafka.Publisher, held <-chan struct{}, release func()) {
 	t.Helper()
 	k = kfakeenv.Kafka(t)
 	kfakeenv.RequireKfake(t, k)
 	topic = newTopic(t, k.KafkaCluster, 1, nil)
-	p = newPublisher(t, k.KafkaCluster, append([]kafka.Opt{kafka.Topics(topic)}, opts...)...)
+	p = newPublisher(t, k.KafkaCluster, append([]kafka.Option{kafka.Topics(topic)}, opts...)...)
 	ch, release := releaseOnce(t)
 	return k, topic, p, holdFirst(k.Cluster, kmsg.Produce, ch), release
 }
@@ -57,13 +57,13 @@ func awaitClosed(t *testing.T, ch <-chan struct{}, what string) {
 func TestPublishAbandonsUnansweredRecords(t *testing.T) {
 	tests := []struct {
 		name string
-		opts []kafka.Opt
+		opts []kafka.Option
 		// careful: make the bucket go one record at a time first (Strict
 		// mode after a failed publish).
 		careful bool
 	}{
 		{name: "default"},
-		{name: "strict, one record at a time", opts: []kafka.Opt{kafka.Strict()}, careful: true},
+		{name: "strict, one record at a time", opts: []kafka.Option{kafka.Strict()}, careful: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -35,7 +35,7 @@ func TestPublishPartialFailure(t *testing.T) {
 	tests := []struct {
 		name      string
 		fault     kfake.Fault
-		opts      []kafka.Opt
+		opts      []kafka.Option
 		wantAcked int
 		wantErr   error // errors.Is target for the first error
 		retriable bool
@@ -71,7 +71,7 @@ func TestPublishPartialFailure(t *testing.T) {
 		{
 			name:      "retriable error past the delivery timeout",
 			fault:     kfake.Fault{Partitions: []int32{1}, Err: kerr.NotEnoughReplicas, Count: -1},
-			opts:      []kafka.Opt{kafka.LeaseDuration(3 * time.Second), kafka.DeliveryTimeout(time.Second)},
+			opts:      []kafka.Option{kafka.LeaseDuration(3 * time.Second), kafka.DeliveryTimeout(time.Second)},
 			wantAcked: 2, wantErr: kgo.ErrRecordTimeout, retriable: true,
 			want: map[int32][]int{0: {1, 2, 4}, 2: {5}},
 		},
@@ -81,7 +81,7 @@ func TestPublishPartialFailure(t *testing.T) {
 			k := kfakeenv.Kafka(t)
 			kfakeenv.RequireKfake(t, k)
 			topic := newTopic(t, k.KafkaCluster, 3, nil)
-			p := newPublisher(t, k.KafkaCluster, append([]kafka.Opt{kafka.Topics(topic)}, tt.opts...)...)
+			p := newPublisher(t, k.KafkaCluster, append([]kafka.Option{kafka.Topics(topic)}, tt.opts...)...)
 			msgs := messages(topic, len(pins), sameKey("k"))
 			for i, pin := range pins {
 				msgs[i].Partition = outbox.PartitionOf(pin)

@@ -29,7 +29,7 @@ var (
 
 // newPublisher is a Publisher on k with opts, closed when the test ends,
 // whose client counts the records it buffers (awaitBuffered).
-func newPublisher(t *testing.T, k *testenv.KafkaCluster, opts ...kafka.Opt) *kafka.Publisher {
+func newPublisher(t *testing.T, k *testenv.KafkaCluster, opts ...kafka.Option) *kafka.Publisher {
 	t.Helper()
 	c := &bufferedCounter{}
 	p, err := kafka.NewPublisher(testCtx(t), k.Brokers, append(opts, kafka.ClientOptions(kgo.WithHooks(c)))...)

@@ -229,7 +229,9 @@ func TestRealAuthorizationFailures(t *testing.T) {
 		return err == nil && len(d) == 1 && len(d[0].Described) > 0
 	})
 
-	mech := func(u string) kafka.Opt { return kafka.SASL(scram.Auth{User: u, Pass: u + "-pw"}.AsSha512Mechanism()) }
+	mech := func(u string) kafka.Option {
+		return kafka.SASL(scram.Auth{User: u, Pass: u + "-pw"}.AsSha512Mechanism())
+	}
 
 	t.Run("write denied", func(t *testing.T) {
 		p := newPublisher(t, &testenv.KafkaCluster{Brokers: c.SASL}, mech("reader"), kafka.Topics(topic))
