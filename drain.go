@@ -74,7 +74,7 @@ func (d *drain) acquire(ctx context.Context) error {
 	}
 	d.setLease(l)
 	own := l.PrevToken != "" && l.PrevToken == d.loc.token
-	d.loc.token = l.Token
+	d.loc.token, d.loc.releasedAt = l.Token, time.Time{}
 	d.held = true
 	d.st.Acquired = true
 	d.st.TakenOver = d.st.TakenOver || l.TakenOver
@@ -84,9 +84,16 @@ func (d *drain) acquire(ctx context.Context) error {
 		// ResumeWindow of its last look at the lease, which came before
 		// this acquisition: publish nothing before that window is over.
 		// A release of this process's own hold owes nothing: its drains
-		// of the bucket take turns (Relay.takeTurn).
-		nb := d.r.sched.Now().Add(d.r.cfg.resumeWindow)
-		if nb.After(d.loc.notBefore) {
+		// of the bucket take turns (Relay.takeTurn). And a releaser
+		// resumes only until ResumeWindow after its release, by its clock
+		// (the one it recorded): past that + MaxClockSkew by this
+		// process's clock it publishes nothing, so a long-released lease
+		// owes no wait.
+		wait := cfg.resumeWindow
+		if !l.PrevReleasedAt.IsZero() {
+			wait = min(wait, l.PrevReleasedAt.Add(cfg.resumeWindow+cfg.maxSkew).Sub(cfg.clock.Now()))
+		}
+		if nb := d.r.sched.Now().Add(wait); wait > 0 && nb.After(d.loc.notBefore) {
 			d.loc.notBefore = nb
 		}
 	}
@@ -400,11 +407,21 @@ func (d *drain) markInWindow(ctx context.Context, seqs []int64) error {
 		return d.mark(ctx, seqs)
 	}
 	_, expired, err := d.underWindow(ctx, func(ctx context.Context) (int, error) { return 0, d.mark(ctx, seqs) })
-	if expired {
-		return fmt.Errorf("outbox: marking %d messages of bucket %d outlasted a resumed drain's window (another relay may hold the bucket and publish them again): %w",
-			len(seqs), d.b, errors.Join(errResumeWindow, err))
+	if !expired {
+		return err
 	}
-	return err
+	// The window ended first. Take the lease: if nobody acquired it since,
+	// it is this process's own release (no wait), and the tombstones are
+	// written under the hold — not left to this process's next drain or to
+	// an acquirer, which would publish them again. Marking messages Kafka
+	// acknowledged is safe under any hold (I1); only if another process
+	// holds the bucket are they left to it.
+	if herr := d.acquire(ctx); herr != nil {
+		return fmt.Errorf("outbox: marking %d messages of bucket %d outlasted a resumed drain's window and another relay holds the bucket (it publishes them again): %w",
+			len(seqs), d.b, errors.Join(errResumeWindow, err, herr))
+	}
+	d.st.ResumeMarkHeld = true
+	return d.mark(ctx, seqs)
 }
 
 // mark replaces acknowledged messages (and leftovers) by tombstones
@@ -611,6 +628,7 @@ func (d *drain) waitForResumer(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl)-d.r.cfg.deadlineMargin < wait {
 		return fmt.Errorf("outbox: bucket %d may not be published for %v more (a relay that released it may still resume it): %w", d.b, wait, ErrDeadline)
 	}
+	d.st.ResumeWait += wait
 	if !d.r.sched.Sleep(ctx.Done(), wait) {
 		return ErrDeadline
 	}
@@ -685,6 +703,7 @@ func (d *drain) finish(ctx context.Context) error {
 	if d.held {
 		l := d.getLease()
 		l.Wake = d.wakeBase
+		d.releasing(&l)
 		nl, err := d.r.store.Release(cctx, l, d.head, min(d.cleaned, d.head))
 		if errors.Is(err, ErrWoken) {
 			d.setLease(nl)
@@ -699,6 +718,15 @@ func (d *drain) finish(ctx context.Context) error {
 	}
 	d.flushResumed(ctx, cctx, false)
 	return nil
+}
+
+// releasing stamps l, about to be released or abandoned, with the release
+// time (lease clock), and notes it (scheduler clock) for this process's
+// resumes of the hold: taken before the write, so that the window it
+// bounds starts no later than the write lands.
+func (d *drain) releasing(l *Lease) {
+	d.loc.releasedAt = d.r.sched.Now()
+	l.ReleasedAt = d.r.cfg.clock.Now()
 }
 
 // flushResumed writes the head of a resumed drain: always in WatermarkMode
@@ -755,7 +783,9 @@ func (d *drain) stop(ctx context.Context, err error) {
 		d.flushResumed(ctx, cctx, true)
 		return
 	}
-	if aerr := d.r.store.Abandon(cctx, d.getLease(), d.head, min(d.cleaned, d.head)); aerr != nil {
+	l := d.getLease()
+	d.releasing(&l)
+	if aerr := d.r.store.Abandon(cctx, l, d.head, min(d.cleaned, d.head)); aerr != nil {
 		d.r.cfg.logger.WarnContext(ctx, "outbox: could not give the lease up after a failed drain; it expires by itself", "bucket", d.b, "err", aerr)
 	}
 }

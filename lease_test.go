@@ -522,3 +522,122 @@ func TestWatermarkResumedDrainKeepsProgress(t *testing.T) {
 		})
 	}
 }
+
+// TestReleaseTimeBoundsResumeAndWait (issue 16, the steady state's
+// container switches): a releaser resumes only until LeaseMargin before
+// ResumeWindow after its release, and records the release time on the
+// lease, so an acquirer from another process (here a container sharing the
+// owner name) waits only until that time + ResumeWindow + MaxClockSkew —
+// nothing for a long-released lease. Before, every such acquisition waited
+// the full ResumeWindow from now: each switch between the relay function's
+// containers stalled the bucket 10 s.
+func TestReleaseTimeBoundsResumeAndWait(t *testing.T) {
+	const window, margin, skew = 10 * time.Second, 5 * time.Second, 5 * time.Second // the defaults
+	type step struct {
+		after      time.Duration // since a's release, on both clocks
+		drainer    string        // "a" (the releaser) or "b" (another container)
+		resumed    bool
+		resumeWait time.Duration
+	}
+	for _, tc := range []struct {
+		name string
+		step step
+	}{
+		{"releaser resumes early in its window", step{after: (window - margin) / 2, drainer: "a", resumed: true}},
+		{"releaser past half its window acquires its own release, no wait", step{after: (window-margin)/2 + time.Millisecond, drainer: "a"}},
+		{"releaser past its window acquires its own release, no wait", step{after: window, drainer: "a"}},
+		{"another container right after the release waits ResumeWindow", step{after: 0, drainer: "b", resumeWait: window}},
+		{"another container later waits until release + window + skew", step{after: 12 * time.Second, drainer: "b", resumeWait: window + skew - 12*time.Second}},
+		{"another container after release + window + skew waits nothing", step{after: window + skew, drainer: "b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxFor(t, time.Minute)
+			s := memory.New(1)
+			sched, pub, clk := newManualSched(), newOverlapPublisher(), &fakeClock{}
+			opts := []outbox.Option{sched.option(), outbox.WithClock(clk), outbox.RelayID("relay/fn"), outbox.HolderWait(0)}
+			relays := map[string]*outbox.Relay{"a": newRelay(t, s, pub, opts...), "b": newRelay(t, s, pub, opts...)}
+			fill(t, s, 0, 1, 2, 3)
+			if st, err := relays["a"].DrainBucket(ctx, 0); err != nil || !st.Acquired {
+				t.Fatalf("a's first drain: acquired %v, err %v", st.Acquired, err)
+			}
+			fill(t, s, 0, 4, 5)
+			sched.Advance(tc.step.after)
+			clk.Advance(tc.step.after)
+			done := drainAsync(ctx, relays[tc.step.drainer])
+			if tc.step.resumeWait > 0 {
+				if !eventually(func() bool { return sched.sleepers(tc.step.resumeWait) == 1 }) {
+					t.Fatalf("%s does not wait %v before reading", tc.step.drainer, tc.step.resumeWait)
+				}
+				sched.Advance(tc.step.resumeWait)
+			}
+			r := <-done
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if r.st.Resumed != tc.step.resumed || r.st.Acquired == tc.step.resumed || r.st.ResumeWait != tc.step.resumeWait {
+				t.Errorf("%s's drain %v after the release: resumed %v, acquired %v, waited %v; want resumed %v, waited %v",
+					tc.step.drainer, tc.step.after, r.st.Resumed, r.st.Acquired, r.st.ResumeWait, tc.step.resumed, tc.step.resumeWait)
+			}
+			pub.checkOnce(t, []int64{1, 2, 3, 4, 5})
+		})
+	}
+}
+
+// markOnce is a store whose first MarkPublished of hold blocks until its
+// context ends (a slow BatchWriteItem that the SDK keeps retrying); later
+// ones go through.
+type markOnce struct {
+	outbox.Store
+	hold    int64
+	entered chan struct{}
+	once    sync.Once
+}
+
+func (g *markOnce) MarkPublished(ctx context.Context, bucket int, seqs []int64, now time.Time) error {
+	first := false
+	if slices.Contains(seqs, g.hold) {
+		g.once.Do(func() { first = true })
+	}
+	if !first {
+		return g.Store.MarkPublished(ctx, bucket, seqs, now)
+	}
+	close(g.entered)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestResumerFinishesMarkingUnderItsOwnRelease (issue 16): a resumed drain
+// whose window ends while its tombstone write is still pending, with
+// nobody else on the bucket. The process acquires its own release (no
+// wait: the released hold is its own) and writes the tombstones under the
+// lease: the drain succeeds and nothing is published twice. Before, the
+// drain failed with "outlasted a resumed drain's window" and left the
+// acknowledged messages unmarked.
+func TestResumerFinishesMarkingUnderItsOwnRelease(t *testing.T) {
+	const window, margin = 10 * time.Second, 5 * time.Second
+	ctx := ctxFor(t, time.Minute)
+	s := memory.New(1)
+	sched, pub, clk := newManualSched(), newOverlapPublisher(), &fakeClock{}
+	g := &markOnce{Store: s, hold: 4, entered: make(chan struct{})}
+	a := newRelay(t, g, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("a"), outbox.HolderWait(0))
+	fill(t, s, 0, 1, 2, 3)
+	if _, err := a.DrainBucket(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	fill(t, s, 0, 4, 5, 6)
+	done := drainAsync(ctx, a) // resumes; Kafka acknowledges at once; the marking hangs
+	<-g.entered
+	sched.Advance(window - margin) // the window's end cancels the marking
+	r := <-done
+	if r.err != nil || !r.st.Resumed || !r.st.ResumeMarkHeld || r.st.ResumeWait != 0 {
+		t.Fatalf("resumed %v, marked under its own release %v, waited %v, err %v; want the marking finished under the lease, no wait",
+			r.st.Resumed, r.st.ResumeMarkHeld, r.st.ResumeWait, r.err)
+	}
+	if n := s.Count(0); n != 0 {
+		t.Errorf("%d messages are not tombstones after the drain", n)
+	}
+	if _, err := a.DrainBucket(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	pub.checkOnce(t, []int64{1, 2, 3, 4, 5, 6})
+}

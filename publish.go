@@ -134,7 +134,7 @@ func (d *drain) publishResumed(ctx context.Context, msgs []Message, call func(co
 func (d *drain) underWindow(ctx context.Context, f func(context.Context) (int, error)) (n int, expired bool, err error) {
 	cfg := &d.r.cfg
 	bound := cfg.resumeWindow - cfg.leaseMargin
-	left := d.checkedAt.Add(bound).Sub(d.r.sched.Now())
+	left := d.windowEnd().Sub(d.r.sched.Now())
 	if left <= 0 {
 		return 0, true, errResumeWindow
 	}
@@ -153,7 +153,7 @@ func (d *drain) underWindow(ctx context.Context, f func(context.Context) (int, e
 				return
 			}
 			checked := d.r.sched.Now()
-			rctx, rcancel := context.WithTimeout(ctx, max(d.checkedAt.Add(bound).Sub(checked), time.Millisecond))
+			rctx, rcancel := context.WithTimeout(ctx, max(d.windowEnd().Sub(checked), time.Millisecond))
 			l, err := d.r.store.ReadLease(rctx, d.b)
 			rcancel()
 			if err != nil || !d.r.resumable(l, d.loc) || l.Epoch != d.getLease().Epoch {
@@ -166,7 +166,7 @@ func (d *drain) underWindow(ctx context.Context, f func(context.Context) (int, e
 			if pctx.Err() != nil {
 				return
 			}
-			deadline.Reset(d.checkedAt.Add(bound).Sub(d.r.sched.Now()))
+			deadline.Reset(d.windowEnd().Sub(d.r.sched.Now()))
 		}
 	})
 	n, err = f(pctx)
@@ -174,6 +174,20 @@ func (d *drain) underWindow(ctx context.Context, f func(context.Context) (int, e
 	wait()
 	deadline.Stop()
 	return n, over.Load() && ctx.Err() == nil, err
+}
+
+// windowEnd is when a resumed drain's publishes and marks must be over:
+// LeaseMargin before ResumeWindow after the earlier of its last look at the
+// lease that found it still released by this process and the release
+// itself (an acquirer that read the release time waits only until it +
+// ResumeWindow + MaxClockSkew; docs/design.md §4.3).
+func (d *drain) windowEnd() time.Time {
+	cfg := &d.r.cfg
+	from := d.checkedAt
+	if rel := d.loc.releasedAt; !rel.IsZero() && rel.Before(from) {
+		from = rel
+	}
+	return from.Add(cfg.resumeWindow - cfg.leaseMargin)
 }
 
 // checkAcked validates a publisher's answer for n messages.

@@ -51,6 +51,12 @@ type local struct {
 	// bucket. Only a release of that hold may be resumed without a write:
 	// the owner name may be shared by other processes (docs/design.md §4.3).
 	token string
+	// releasedAt: when this process began to give up that hold (Release
+	// or Abandon; scheduler clock), recorded in the lease as ReleasedAt by
+	// the lease clock. It resumes the hold only until LeaseMargin before
+	// ResumeWindow after it, so that an acquirer waits at most until the
+	// recorded time + ResumeWindow + MaxClockSkew (docs/design.md §4.3).
+	releasedAt time.Time
 	// stuck: what this process last saw stop the bucket (lease clock);
 	// recordedAt and loggedAt: when it last recorded it in the store and
 	// logged it, unlogged: the failures since that log line.
@@ -150,8 +156,17 @@ type DrainStats struct {
 	TakenOver bool          // acquired it from a holder whose lease had expired unreleased
 	LeaseLost bool          // lost the lease (expired or taken over) while draining
 	Waited    time.Duration // waited for another holder to release the bucket
-	GapWait   time.Duration // waited on missing sequence numbers
-	Duration  time.Duration
+	// ResumeWait: waited before reading, after acquiring a lease that
+	// another process released and might still be resuming (at most
+	// ResumeWindow; nothing when its release is older than ResumeWindow +
+	// MaxClockSkew).
+	ResumeWait time.Duration
+	// ResumeMarkHeld: a resumed drain's window ended before its
+	// tombstones landed, and it acquired its own release to write them
+	// under the lease.
+	ResumeMarkHeld bool
+	GapWait        time.Duration // waited on missing sequence numbers
+	Duration       time.Duration
 	// Err is the error DrainBucket returned (nil when drained), and Class
 	// its class.
 	Err   error
@@ -310,7 +325,7 @@ func (r *Relay) begin(ctx context.Context, bucket int, target int64, wait bool, 
 	if err != nil {
 		return nil, fmt.Errorf("outbox: read lease of bucket %d: %w", bucket, err)
 	}
-	if r.resumable(l, d.loc) {
+	if r.resumable(l, d.loc) && r.resumeLeft(d.loc) >= (r.cfg.resumeWindow-r.cfg.leaseMargin)/2 {
 		// Released by this process and acquired by nobody since: drain it
 		// again without a write (docs/design.md, "resuming").
 		d.lease, d.head, d.cleaned, d.checkedAt = l, l.Head, l.Cleaned, checked
@@ -336,12 +351,41 @@ func (r *Relay) holderWait() time.Duration {
 	return r.cfg.holderWait
 }
 
+// HoldToken returns the lease token of this relay's last acquisition of
+// bucket ("" if it made none): the hold that a release by this process
+// left on the lease; it waits for a drain of the bucket in progress.
+// (*dynamo.Store).Disown takes it, so that a process
+// hands back only its own release, never that of another process sharing
+// its owner name.
+func (r *Relay) HoldToken(bucket int) string {
+	if bucket < 0 || bucket >= r.bucketCount {
+		return ""
+	}
+	loc := r.local(bucket)
+	loc.turn <- struct{}{} // after a drain of the bucket in progress
+	defer func() { <-loc.turn }()
+	return loc.token
+}
+
 // resumable reports whether this relay may drain the bucket of l without
 // acquiring it: this process released the lease last (its own hold, by
 // token: processes sharing the owner name cannot tell each other's releases
 // from their own) and no wake-up is pending.
 func (r *Relay) resumable(l Lease, loc *local) bool {
-	return r.cfg.resume && l.Released() && l.Owner == r.cfg.relayID && l.Token != "" && l.Token == loc.token && l.Wake == 0
+	return r.cfg.resume && l.Released() && l.Owner == r.cfg.relayID && l.Token != "" && l.Token == loc.token && l.Wake == 0 &&
+		r.resumeLeft(loc) > 0
+}
+
+// resumeLeft is how long this process may still publish and mark under its
+// last released hold of the bucket: until LeaseMargin before ResumeWindow
+// after it began to release it. A drain does not start resuming with less
+// than half of that left: it acquires its own release instead (one write,
+// no wait), and its next release opens a new window.
+func (r *Relay) resumeLeft(loc *local) time.Duration {
+	if loc.releasedAt.IsZero() {
+		return 0
+	}
+	return loc.releasedAt.Add(r.cfg.resumeWindow - r.cfg.leaseMargin).Sub(r.sched.Now())
 }
 
 // waitForHolder polls the bucket's lease until nobody holds it, HolderWait

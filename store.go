@@ -136,6 +136,18 @@ type Lease struct {
 	// process released itself.
 	PrevReleasedBy string
 	PrevToken      string
+	// ReleasedAt is when the hold that released the lease decided to
+	// release it, by its own clock: Release and Abandon write the value the
+	// caller sets on the Lease it passes (zero: none), tied to the hold's
+	// token; the next acquisition keeps it as PrevReleasedAt. A releaser
+	// resumes only within ResumeWindow of that moment (docs/design.md §4.3).
+	ReleasedAt time.Time
+	// PrevReleasedAt is set by Acquire only, with PrevReleasedBy: the
+	// ReleasedAt the released hold recorded (zero when it recorded none).
+	// Its resume is over by PrevReleasedAt + ResumeWindow, by its clock,
+	// so an acquirer waits at most until PrevReleasedAt + ResumeWindow +
+	// MaxClockSkew by its own.
+	PrevReleasedAt time.Time
 	// Stuck is why the bucket last stopped, as a relay recorded it (a
 	// StuckRecorder store): current while Stuck.Sequence > Head, stale
 	// once the head passed it. Zero when nothing was recorded.
@@ -229,12 +241,13 @@ type Store interface {
 	// head and cleaned (neither moves backwards). If a wake-up arrived it
 	// returns ErrWoken with the lease, still held, carrying the current
 	// Wake. ErrLeaseLost if l's hold is no longer the lease's. A release
-	// that already applied returns nil.
+	// that already applied returns nil. It records l.ReleasedAt with l's
+	// token (see Lease.ReleasedAt).
 	Release(ctx context.Context, l Lease, head, cleaned int64) (Lease, error)
 	// Abandon ends l.Owner's hold after a failed drain without honouring
 	// wake-ups: they stay on the lease, so whoever acquires it next drains
-	// the bucket to its end. It writes head and cleaned like Release. Nil if
-	// l's hold is no longer the lease's.
+	// the bucket to its end. It writes head, cleaned and l.ReleasedAt like
+	// Release. Nil if l's hold is no longer the lease's.
 	Abandon(ctx context.Context, l Lease, head, cleaned int64) error
 	// Advance moves head and cleaned (and clears a gap they pass) on the
 	// lease of a bucket nobody holds at now — free, released or expired —

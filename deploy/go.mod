@@ -47,4 +47,5 @@ replace (
 	github.com/dynakafka/outbox => ..
 	github.com/dynakafka/outbox/internal/kfakeenv => ../internal/kfakeenv
 	github.com/dynakafka/outbox/lambda => ../lambda
+	github.com/dynakafka/outbox/local/esm => ../local/esm
 )

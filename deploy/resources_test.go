@@ -102,6 +102,7 @@ ControlTable: !Ref ControlTable
 BucketCount: !Ref BucketCount
 Mode: !Ref OutboxMode
 RetentionHours: !Ref OutboxRetentionHours
+MaxMessageBytes: !Ref MaxMessageBytes
 Topics: !Ref Topics`)
 	if got := at(r, "Properties"); !reflect.DeepEqual(got, want) {
 		t.Errorf("OutboxConfig.Properties = %s, want %s", canon(got), canon(want))

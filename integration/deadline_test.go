@@ -30,11 +30,12 @@ import (
 	"github.com/dynakafka/outbox/local/esm"
 )
 
-// rieTimeout is the function timeout of the deadline tests: a few seconds,
-// enough for the relay to start a drain (it claims buckets until
+// rieTimeouts are the functions' timeouts in the deadline tests: a few
+// seconds, enough for a drain to start (the relay claims buckets until
 // DeadlineMargin, 5 s, before the handler's deadline, which is
-// handler.ResponseMargin before this one).
-const rieTimeout = 8 * time.Second
+// handler.ResponseMargin before this one; the sweeper's sweep ends
+// handler.ProgressReserve earlier still).
+var rieTimeouts = map[string]time.Duration{"relay": 8 * time.Second, "sweeper": 8*time.Second + handler.ProgressReserve}
 
 // buildBootstraps builds the relay and sweeper functions (lambda/relay,
 // lambda/sweeper) into dir, before anything is timed.
@@ -229,6 +230,7 @@ func TestBootstrapsAnswerBeforeTheDeadlineUnderRIE(t *testing.T) {
 			}()
 			env := e.functionEnv(proxy.URL, "deadline")
 			env["OUTBOX_SWEEP_MIN_AGE"] = "0s" // sweep the message at once
+			rieTimeout := rieTimeouts[tt.function]
 			proc, err := esm.StartRIE(ctx, esm.RIEOptions{
 				RIEPath: rie, BootstrapPath: bins[tt.function], Timeout: rieTimeout,
 				Output: writerFunc(func(p []byte) (int, error) { logsMu.Lock(); defer logsMu.Unlock(); return logs.Write(p) }),

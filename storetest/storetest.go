@@ -52,6 +52,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("WakeOnRelease", func(t *testing.T) { testWake(t, h) })
 	t.Run("ReleaseKeepsOwner", func(t *testing.T) { testReleaseKeepsOwner(t, h) })
 	t.Run("ReleaseIsIdempotent", func(t *testing.T) { testReleaseIdempotent(t, h) })
+	t.Run("ReleaseTimeByToken", func(t *testing.T) { testReleaseTime(t, h) })
 	t.Run("AbandonKeepsWakeUps", func(t *testing.T) { testAbandon(t, h) })
 	t.Run("AdvanceIdle", func(t *testing.T) { testAdvance(t, h) })
 	t.Run("PendingOrderAndLimit", func(t *testing.T) { testPending(t, h) })
@@ -856,4 +857,56 @@ func sameStuck(a, b outbox.Stuck) bool {
 	ta, tb := a, b
 	ta.Since, ta.Last, tb.Since, tb.Last = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 	return ta == tb && a.Since.Equal(b.Since) && a.Last.Equal(b.Last)
+}
+
+// testReleaseTime: Release and Abandon record the ReleasedAt they are given
+// with the releasing hold's token, and the next Acquire reports it as
+// PrevReleasedAt — only if the hold that released wrote it (a release that
+// records none, as a version before release times did, leaves an older
+// one, which must not count: its acquirer waits the full window).
+func testReleaseTime(t *testing.T, h Harness) {
+	ctx, s := ctxT(t), h.New(t, 1)
+	rel := t0.Add(3 * time.Second)
+	a, err := s.Acquire(ctx, 0, "a", t0, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.ReleasedAt = rel
+	if _, err := s.Release(ctx, a, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := s.ReadLease(ctx, 0); err != nil || !l.ReleasedAt.Equal(rel) {
+		t.Fatalf("after a release at %v: ReadLease ReleasedAt = %v, err %v", rel, l.ReleasedAt, err)
+	}
+	b, err := s.Acquire(ctx, 0, "a", t0.Add(4*time.Second), lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.PrevReleasedAt.Equal(rel) || b.PrevToken != a.Token {
+		t.Fatalf("Acquire after a release at %v: PrevReleasedAt = %v, PrevToken %q (want %q)", rel, b.PrevReleasedAt, b.PrevToken, a.Token)
+	}
+	// Abandon records it too.
+	abandoned := t0.Add(5 * time.Second)
+	b.ReleasedAt = abandoned
+	if err := s.Abandon(ctx, b, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Acquire(ctx, 0, "c", t0.Add(6*time.Second), lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.PrevReleasedAt.Equal(abandoned) {
+		t.Fatalf("Acquire after an abandon at %v: PrevReleasedAt = %v", abandoned, c.PrevReleasedAt)
+	}
+	// c releases without a time: the older one is not c's.
+	if _, err := s.Release(ctx, c, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Acquire(ctx, 0, "d", t0.Add(7*time.Second), lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.PrevReleasedAt.IsZero() || d.PrevToken != c.Token {
+		t.Fatalf("Acquire after a release that recorded no time: PrevReleasedAt = %v (an older hold's), want zero", d.PrevReleasedAt)
+	}
 }

@@ -168,7 +168,11 @@ func drain(ctx context.Context, a *app, s *session, cfg config.Config, logger *s
 	}
 	defer parts.Close()
 	defer func() {
-		if derr := parts.Store.Disown(context.WithoutCancel(ctx), bucket, parts.Relay.ID()); derr != nil {
+		tk := parts.Relay.HoldToken(bucket)
+		if tk == "" {
+			return // never acquired it: nothing of ours to hand back
+		}
+		if derr := parts.Store.Disown(context.WithoutCancel(ctx), bucket, parts.Relay.ID(), tk); derr != nil {
 			logger.Warn("outbox drain: lease not handed back; the relay's next drain waits ResumeWindow", "bucket", bucket, "err", derr)
 		}
 	}()

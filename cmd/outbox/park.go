@@ -86,9 +86,12 @@ func park(ctx context.Context, a *app, s *session, bucket int, seq int64, reason
 	}
 	p, err := r.Park(ctx, bucket, seq, reason)
 	// This process never resumes the bucket: hand the lease back, so that
-	// the relay's next drain need not wait ResumeWindow for it.
-	if derr := st.Disown(context.WithoutCancel(ctx), bucket, a.relayID()); derr != nil {
-		fmt.Fprintf(a.stderr, "outbox park: the lease of bucket %d was not handed back; the relay's next drain waits ResumeWindow: %v\n", bucket, derr)
+	// the relay's next drain need not wait ResumeWindow for it (an empty
+	// token: it never acquired it, and there is nothing of ours to hand back).
+	if tk := r.HoldToken(bucket); tk != "" {
+		if derr := st.Disown(context.WithoutCancel(ctx), bucket, a.relayID(), tk); derr != nil {
+			fmt.Fprintf(a.stderr, "outbox park: the lease of bucket %d was not handed back; the relay's next drain waits ResumeWindow: %v\n", bucket, derr)
+		}
 	}
 	var pe *outbox.ParkError
 	switch {

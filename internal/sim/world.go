@@ -53,6 +53,11 @@ type Config struct {
 	// ReadFaultRate: the share of reads of a bucket that fail, so drains
 	// (watermark drains too) stop mid-way.
 	ReadFaultRate float64
+	// Pauses: writers sometimes pause 4–20 s between messages, so that
+	// buckets go idle for longer than ResumeWindow + MaxClockSkew: an
+	// acquirer then owes a shorter wait or none (the release time on the
+	// lease), and a releaser must have stopped resuming by then.
+	Pauses bool
 	// Txn: every process publishes through a transactional publisher
 	// (txn.go), drawn from a third random source of the seed.
 	Txn bool
@@ -68,6 +73,7 @@ func drawDeployed(c *Config, r *rand.Rand) {
 	if r.IntN(3) == 0 {
 		c.ReadFaultRate = 0.05
 	}
+	c.Pauses = r.IntN(3) == 0
 }
 
 // Draw picks a schedule's shape.
@@ -394,6 +400,9 @@ func (w *world) write(n int) {
 			break
 		}
 		w.s.Sleep(nil, time.Duration(r.Int64N(int64(200*time.Millisecond))))
+		if w.cfg.Pauses && r.Float64() < 0.15 {
+			w.s.Sleep(nil, 4*time.Second+time.Duration(r.Int64N(int64(16*time.Second))))
+		}
 	}
 }
 

@@ -56,16 +56,20 @@ func (s *stuck) Sweep(ctx context.Context) (outbox.SweepReport, error) {
 	return outbox.SweepReport{}, s.block(ctx)
 }
 
-// The handlers work on the invocation's deadline minus ResponseMargin, so a
-// drain that never finishes on its own still ends in time for the response,
-// which reports the bucket for redelivery.
+// The handlers work on the invocation's deadline minus ResponseMargin (the
+// sweeper's sweep, minus ProgressReserve too), so a drain that never
+// finishes on its own still ends in time for the response, which reports
+// the bucket for redelivery.
 func TestHandlersEndTheirWorkResponseMarginBeforeTheDeadline(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	tests := []struct {
 		name string
 		// left: the invocation's time left when it starts; the work gets
 		// left-ResponseMargin (nothing when that is negative).
-		left   time.Duration
+		left time.Duration
+		// margin: how long before the invocation's deadline the work's
+		// ends (0: ResponseMargin).
+		margin time.Duration
 		handle func(context.Context, *stuck) error
 	}{
 		{name: "relay", left: ResponseMargin + 20*time.Millisecond, handle: func(ctx context.Context, s *stuck) error {
@@ -86,7 +90,7 @@ func TestHandlersEndTheirWorkResponseMarginBeforeTheDeadline(t *testing.T) {
 			}
 			return err
 		}},
-		{name: "sweeper", left: ResponseMargin + 20*time.Millisecond, handle: func(ctx context.Context, s *stuck) error {
+		{name: "sweeper", left: ResponseMargin + ProgressReserve + 20*time.Millisecond, margin: ResponseMargin + ProgressReserve, handle: func(ctx context.Context, s *stuck) error {
 			h, err := NewSweeper(s, quiet)
 			if err != nil {
 				return err
@@ -117,9 +121,13 @@ func TestHandlersEndTheirWorkResponseMarginBeforeTheDeadline(t *testing.T) {
 			if s.hasNone || len(s.deadlines) == 0 {
 				t.Fatalf("the work got no deadline")
 			}
+			margin := tt.margin
+			if margin == 0 {
+				margin = ResponseMargin
+			}
 			for _, dl := range s.deadlines {
-				if want := deadline.Add(-ResponseMargin); !dl.Equal(want) {
-					t.Fatalf("the work's deadline is %v before the invocation's, want ResponseMargin=%v", deadline.Sub(dl), ResponseMargin)
+				if want := deadline.Add(-margin); !dl.Equal(want) {
+					t.Fatalf("the work's deadline is %v before the invocation's, want %v", deadline.Sub(dl), margin)
 				}
 			}
 		})

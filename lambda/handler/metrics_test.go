@@ -443,3 +443,57 @@ func TestRelayEmitsOneLinePerInvocation(t *testing.T) {
 		t.Fatalf("second invocation: %v", got)
 	}
 }
+
+// retryingSweep is a sweep whose drain of bucket 2 fails retriably and
+// retries until its context ends, as under a Kafka leader change or a
+// broker that never answers that lasts.
+type retryingSweep struct{}
+
+func (retryingSweep) Sweep(ctx context.Context) (outbox.SweepReport, error) {
+	<-ctx.Done()
+	return outbox.SweepReport{Live: 1, Buckets: []outbox.BucketReport{bucket(0, 0, 0, 0, 0, time.Time{}), bucket(2, 4, 7, 3, 0, time.Now().Add(-time.Minute))},
+		Ready: []int{2}, Errors: map[int]error{2: fmt.Errorf("publish: %w", outbox.ErrDeadline)}}, nil
+}
+
+// ctxProgress is a MemoryProgress that, like a store over the network,
+// cannot be read or written on a context that has ended.
+type ctxProgress struct{ MemoryProgress }
+
+func (p *ctxProgress) LoadProgress(ctx context.Context) (Progress, error) {
+	if err := ctx.Err(); err != nil {
+		return Progress{}, err
+	}
+	return p.MemoryProgress.LoadProgress(ctx)
+}
+
+func (p *ctxProgress) SaveProgress(ctx context.Context, pr Progress) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return p.MemoryProgress.SaveProgress(ctx, pr)
+}
+
+// A bucket whose drain retries until the deadline in every sweep is still
+// counted stuck: the sweep ends ProgressReserve before the work does, and
+// the progress is read before it (it was read and saved after a sweep that
+// had used the whole invocation, so never).
+func TestSweepThatRunsToItsDeadlineStillCountsStuckBuckets(t *testing.T) {
+	var buf bytes.Buffer
+	h, err := NewSweeper(retryingSweep{}, quiet, SweeperEMF(testEmitter(t, &buf)), StuckAfter(2), SweepProgress(&ctxProgress{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 2; i++ {
+		// The sweep's own share of the invocation is 100 ms.
+		ctx, cancel := context.WithTimeout(context.Background(), ResponseMargin+ProgressReserve+100*time.Millisecond)
+		sum, err := h.Handle(ctx, scheduled(t))
+		cancel()
+		if err != nil {
+			t.Fatalf("sweep %d: %v (a retriable failure is left to the next sweep)", i, err)
+		}
+		m := metricsOf(t, lines(&buf)[i-1], SweeperMetricSet)
+		if want := float64(i - 1); m["StuckBuckets"] != want {
+			t.Fatalf("sweep %d: StuckBuckets %v, want %v (summary %+v)", i, m["StuckBuckets"], want, sum)
+		}
+	}
+}

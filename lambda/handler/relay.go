@@ -36,12 +36,16 @@ import (
 // kafka.AbandonGrace).
 const ResponseMargin = time.Second
 
-// workContext returns ctx with its deadline moved ResponseMargin earlier (a
-// deadline already within the margin makes it done at once); without a
-// deadline it is ctx.
+// workContext returns ctx with its deadline moved ResponseMargin earlier.
 func workContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return reserve(ctx, ResponseMargin)
+}
+
+// reserve returns ctx with its deadline moved d earlier (a deadline already
+// within d makes it done at once); without a deadline it is ctx.
+func reserve(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	if dl, ok := ctx.Deadline(); ok {
-		return context.WithDeadline(ctx, dl.Add(-ResponseMargin))
+		return context.WithDeadline(ctx, dl.Add(-d))
 	}
 	return context.WithCancel(ctx)
 }

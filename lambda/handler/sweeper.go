@@ -115,8 +115,16 @@ func (e *StoppedError) Unwrap() []error {
 	return out
 }
 
-// Handle runs one sweep, which ends ResponseMargin before the invocation's
-// deadline, and writes its EMF line. The invocation fails, so that the
+// ProgressReserve is how long before the end of the sweeper's work (the
+// invocation's deadline minus ResponseMargin) the sweep itself ends, so that
+// its progress is saved however long a drain in the sweep retried: a sweep
+// whose drain of a bucket failing retriably ran to the deadline otherwise
+// had no time left to record that the bucket's head did not move, and such
+// a bucket was never counted stuck. The progress is read before the sweep.
+const ProgressReserve = 2 * time.Second
+
+// Handle runs one sweep, which ends ResponseMargin + ProgressReserve before
+// the invocation's deadline, and writes its EMF line. The invocation fails, so that the
 // function's Errors alarm fires, on a misconfiguration (messages in buckets
 // outside the range: a *outbox.BucketRangeError), on a bucket that cannot be
 // drained until its cause is fixed (a *StoppedError), or when the sweep could
@@ -126,7 +134,13 @@ func (h *Sweeper) Handle(ctx context.Context, ev events.CloudWatchEvent) (Summar
 	wctx, cancel := workContext(ctx)
 	defer cancel()
 	start := h.now()
-	rep, err := h.relay.Sweep(wctx)
+	// The progress is read on the sweep's context (a store that hangs
+	// cannot eat the reserve) and saved on the work context: neither may
+	// make the response late.
+	sctx, scancel := reserve(wctx, ProgressReserve)
+	prog, perr := h.progress.LoadProgress(sctx)
+	rep, err := h.relay.Sweep(sctx)
+	scancel()
 	var re *outbox.BucketRangeError
 	looked := err == nil || errors.As(err, &re) // the sweep looked at every bucket
 	s := Summary{Pending: rep.Pending, PendingTruncated: rep.Truncated, Live: rep.Live, Share: rep.Share,
@@ -152,9 +166,7 @@ func (h *Sweeper) Handle(ctx context.Context, ev events.CloudWatchEvent) (Summar
 	slices.Sort(s.OutOfRange)
 	stuckKnown := false
 	if looked {
-		// On the work context too: the progress's read and write must not
-		// make the response late.
-		s.Stuck, stuckKnown = h.track(wctx, rep.Buckets, rep.Drained)
+		s.Stuck, stuckKnown = h.track(wctx, prog, perr, rep.Buckets, rep.Drained)
 	}
 	if h.emitter != nil {
 		if eerr := h.emitter.Emit(sweeperLine(rep, looked, start, s.Stuck, stuckKnown)); eerr != nil {
@@ -176,11 +188,11 @@ func (h *Sweeper) Handle(ctx context.Context, ev events.CloudWatchEvent) (Summar
 	return s, err
 }
 
-// track loads the progress, applies this sweep's look at the buckets and
-// saves it. It returns the stuck buckets, and false when they cannot be
-// told (the progress could not be loaded).
-func (h *Sweeper) track(ctx context.Context, buckets []outbox.BucketReport, drained []int) ([]int, bool) {
-	p, err := h.progress.LoadProgress(ctx)
+// track applies this sweep's look at the buckets to p, the progress loaded
+// before the sweep (err: it could not be), and saves it. It returns the
+// stuck buckets, and false when they cannot be told (the progress could not
+// be loaded).
+func (h *Sweeper) track(ctx context.Context, p Progress, err error, buckets []outbox.BucketReport, drained []int) ([]int, bool) {
 	if err != nil {
 		h.log.WarnContext(ctx, "outbox sweeper: sweep progress not loaded; stuck buckets are not reported this time", "err", err)
 		return nil, false

@@ -17,6 +17,7 @@ type freezer struct {
 	ln     net.Listener
 	target string
 	frozen atomic.Bool
+	held   atomic.Int64 // reads held back while frozen: a caller met the fault
 	done   chan struct{}
 	mu     sync.Mutex
 	conns  []net.Conn
@@ -63,6 +64,9 @@ func (f *freezer) pipe(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if f.frozen.Load() && n > 0 {
+			f.held.Add(1)
+		}
 		for f.frozen.Load() {
 			select {
 			case <-f.done:

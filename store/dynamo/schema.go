@@ -56,7 +56,14 @@ const (
 	attrPrevOwner   = "po"
 	attrPrevExpires = "pe"
 	attrPrevToken   = "ptk"
-	attrSeen        = "seen"
+	// When the hold that released the lease decided to (ms, its clock) and
+	// that hold's token, written by Release and Abandon; an acquisition
+	// keeps both as prt, prtk (outbox.Lease.ReleasedAt, PrevReleasedAt).
+	attrReleasedAt      = "rt"
+	attrReleasedToken   = "rtk"
+	attrPrevReleasedAt  = "prt"
+	attrPrevReleasedTok = "prtk"
+	attrSeen            = "seen"
 	// Why a bucket stopped, on its lease item (outbox.Stuck): ks sequence,
 	// ki message id, kt topic, kc class, km reason, kf since (ms), kl last
 	// (ms), kn count.

@@ -138,10 +138,11 @@ func (s *Store) Acquire(ctx context.Context, bucket int, owner string, now time.
 			// owner's name is another holder.
 			ConditionExpression: str("attribute_not_exists(#o) OR #e <= :now"),
 			UpdateExpression: str("SET #o = :me, #e = :exp, #tk = :tk, #po = if_not_exists(#o, :none), #pe = if_not_exists(#e, :zero), " +
-				"#ptk = if_not_exists(#tk, :none), #v = :v, #hd = if_not_exists(#hd, :zero), " +
+				"#ptk = if_not_exists(#tk, :none), #prt = if_not_exists(#rt, :zero), #prtk = if_not_exists(#rtk, :none), " +
+				"#v = :v, #hd = if_not_exists(#hd, :zero), " +
 				"#cl = if_not_exists(#cl, :zero), #w = if_not_exists(#w, :zero) ADD #ep :one"),
 			ExpressionAttributeNames: names(attrOwner, attrExpires, attrToken, attrPrevOwner, attrPrevExpires, attrPrevToken,
-				attrVersion, attrHead, attrCleaned, attrWake, attrEpoch),
+				attrReleasedAt, attrReleasedToken, attrPrevReleasedAt, attrPrevReleasedTok, attrVersion, attrHead, attrCleaned, attrWake, attrEpoch),
 			ExpressionAttributeValues: map[string]types.AttributeValue{
 				":now": numAttr(millis(now)), ":me": strAttr(owner), ":exp": numAttr(exp), ":tk": strAttr(token),
 				":none": strAttr(""), ":v": numAttr(outbox.FormatVersion), ":zero": numAttr(0), ":one": numAttr(1),
@@ -195,6 +196,11 @@ func acquired(bucket int, item map[string]types.AttributeValue) (outbox.Lease, e
 	l.TakenOver = prevOwner != "" && prevExp != 0
 	if prevOwner != "" && prevExp == 0 {
 		l.PrevReleasedBy, l.PrevToken = prevOwner, strField(item, attrPrevToken)
+		// A release time counts only if the hold that released wrote it:
+		// a release by a version that writes none leaves an older one.
+		if at, _ := intAttr(item, attrPrevReleasedAt, false); at > 0 && l.PrevToken != "" && strField(item, attrPrevReleasedTok) == l.PrevToken {
+			l.PrevReleasedAt = fromMillis(at)
+		}
 	}
 	return l, nil
 }
@@ -295,8 +301,20 @@ func endHold(l outbox.Lease, head, cleaned int64) (cond, update string, attrs ma
 		attrs["#g"], attrs["#gs"] = attrGap, attrGapSince
 	}
 	values = map[string]types.AttributeValue{":zero": numAttr(0), ":hd": numAttr(head), ":cl": numAttr(cleaned)}
+	update += releasedAt(l, attrs, values)
 	cond = mine(l, attrs, values) + " AND (attribute_not_exists(#hd) OR #hd <= :hd) AND (attribute_not_exists(#cl) OR #cl <= :cl)"
 	return cond, update, attrs, values
+}
+
+// releasedAt is the part of an update that ends l's hold recording
+// l.ReleasedAt with l's token ("" when either is unset).
+func releasedAt(l outbox.Lease, attrs map[string]string, values map[string]types.AttributeValue) string {
+	if l.ReleasedAt.IsZero() || l.Token == "" {
+		return ""
+	}
+	attrs["#rt"], attrs["#rtk"] = attrReleasedAt, attrReleasedToken
+	values[":rt"], values[":rtk"] = numAttr(millis(l.ReleasedAt)), strAttr(l.Token)
+	return ", #rt = :rt, #rtk = :rtk"
 }
 
 // Release implements outbox.Store: one conditional UpdateItem (condition:
@@ -354,9 +372,10 @@ func (s *Store) Abandon(ctx context.Context, l outbox.Lease, head, cleaned int64
 	}
 	// Ours, but a mark would move backwards: give the hold up, marks as they are.
 	attrs, values = names(attrExpires), map[string]types.AttributeValue{":zero": numAttr(0)}
+	update = "SET #e = :zero" + releasedAt(l, attrs, values)
 	_, _, err = s.updateLease(ctx, l.Bucket, &dynamodb.UpdateItemInput{
 		ConditionExpression:       str(mine(l, attrs, values)),
-		UpdateExpression:          str("SET #e = :zero"),
+		UpdateExpression:          str(update),
 		ExpressionAttributeNames:  attrs,
 		ExpressionAttributeValues: values,
 	})
@@ -472,6 +491,9 @@ func decodeLease(bucket int, item map[string]types.AttributeValue) (outbox.Lease
 	l.GapSince = fromMillis(num(attrGapSince))
 	l.Wake = num(attrWake)
 	l.Epoch = num(attrEpoch)
+	if l.Token != "" && strField(item, attrReleasedToken) == l.Token {
+		l.ReleasedAt = fromMillis(num(attrReleasedAt))
+	}
 	if seq := num(attrStuckSeq); seq > 0 {
 		l.Stuck = outbox.Stuck{Sequence: seq, MessageID: stringOf(item[attrStuckID]), Topic: stringOf(item[attrStuckTopic]),
 			Class: outbox.ErrorClass(num(attrStuckClass)), Reason: stringOf(item[attrStuckReason]),
@@ -543,25 +565,32 @@ func (s *Store) RecordStuck(ctx context.Context, bucket int, st outbox.Stuck) er
 	return nil
 }
 
-// Disown hands back a lease that owner released: it removes the owner, so
-// that the next relay to acquire the bucket starts at once instead of
-// waiting ResumeWindow for a resume by owner (docs/design.md, "resuming":
-// an acquirer waits because the releaser may still drain the bucket without
-// a lease write). Only an owner that never resumes may call it: a relay
-// with ResumeReleased(false), or a process that ends after its drain, as
-// `outbox drain` does. A lease held, or released by another owner, is left
-// alone (nil), as is a lease already disowned (a resend).
-func (s *Store) Disown(ctx context.Context, bucket int, owner string) error {
+// Disown hands back a lease that owner released under the hold named by
+// token (outbox.Relay.HoldToken): it removes the owner, so that the next
+// relay to acquire the bucket starts at once instead of waiting for a
+// resume by owner (docs/design.md, "resuming": an acquirer waits because
+// the releaser may still drain the bucket without a lease write). Only a
+// process that never resumes may call it: a relay with
+// ResumeReleased(false), or a process that ends after its drain, as
+// `outbox drain` does. The condition is the token, not the name: several
+// processes may share an owner name, and removing the name from another
+// one's release would let an acquirer skip the wait while that process
+// resumes. A lease held, released by another hold, or already disowned (a
+// resend) is left alone (nil). An empty token is refused.
+func (s *Store) Disown(ctx context.Context, bucket int, owner, token string) error {
 	if err := checkLeaseArgs(bucket, owner, time.Second); err != nil {
 		return err
+	}
+	if token == "" {
+		return fmt.Errorf("dynamo: disown bucket %d for %s: no hold token (Relay.HoldToken is empty when the relay never acquired the bucket)", bucket, owner)
 	}
 	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 str(s.tables.Control),
 		Key:                       leaseKey(bucket),
-		ConditionExpression:       str("#o = :me AND #e = :zero"),
+		ConditionExpression:       str("#o = :me AND #tk = :tk AND #e = :zero"),
 		UpdateExpression:          str("REMOVE #o"),
-		ExpressionAttributeNames:  names(attrOwner, attrExpires),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":me": strAttr(owner), ":zero": numAttr(0)},
+		ExpressionAttributeNames:  names(attrOwner, attrToken, attrExpires),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":me": strAttr(owner), ":tk": strAttr(token), ":zero": numAttr(0)},
 	})
 	if isConditionFailed(err) {
 		return nil

@@ -24,7 +24,8 @@ type Store struct {
 	leases      map[int]*outbox.Lease
 	relays      map[string]time.Time
 	parked      map[int][]outbox.Parked
-	tokens      int64 // acquisitions so far: each gets a fresh token
+	releasedBy  map[int]string // the token whose release recorded the lease's ReleasedAt
+	tokens      int64          // acquisitions so far: each gets a fresh token
 	shared      outbox.Config
 
 	// Hook, when set, is called at the start of every Store method with the
@@ -50,6 +51,7 @@ func New(bucketCount int) *Store {
 		leases:      make(map[int]*outbox.Lease),
 		relays:      make(map[string]time.Time),
 		parked:      make(map[int][]outbox.Parked),
+		releasedBy:  make(map[int]string),
 	}
 }
 
@@ -174,6 +176,9 @@ func (s *Store) Acquire(ctx context.Context, bucket int, owner string, now time.
 		out.TakenOver = !l.Expires.IsZero()
 		if l.Expires.IsZero() {
 			out.PrevReleasedBy, out.PrevToken = l.Owner, l.Token
+			if s.releasedBy[bucket] == l.Token {
+				out.PrevReleasedAt = l.ReleasedAt
+			}
 		}
 	}
 	s.tokens++
@@ -253,7 +258,7 @@ func (s *Store) Release(ctx context.Context, l outbox.Lease, head, cleaned int64
 	case head < cur.Head || min(cleaned, head) < cur.Cleaned:
 		return outbox.Lease{}, fmt.Errorf("memory: release bucket %d: marks would move backwards: %w", l.Bucket, outbox.ErrLeaseLost)
 	}
-	s.giveUp(cur, head, cleaned)
+	s.giveUp(cur, l, head, cleaned)
 	cur.Wake = 0
 	return *cur, ctx.Err()
 }
@@ -266,14 +271,17 @@ func (s *Store) Abandon(ctx context.Context, l outbox.Lease, head, cleaned int64
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if cur := s.lease(l.Bucket); ours(cur, l) {
-		s.giveUp(cur, head, cleaned)
+		s.giveUp(cur, l, head, cleaned)
 	}
 	return ctx.Err()
 }
 
-// giveUp ends a hold: owner kept, expiry cleared, marks moved forward.
-func (s *Store) giveUp(cur *outbox.Lease, head, cleaned int64) {
+// giveUp ends l's hold: owner kept, expiry cleared, marks moved forward,
+// the release time recorded with the hold's token.
+func (s *Store) giveUp(cur *outbox.Lease, l outbox.Lease, head, cleaned int64) {
 	cur.Expires = time.Time{}
+	cur.ReleasedAt = l.ReleasedAt
+	s.releasedBy[cur.Bucket] = cur.Token
 	if head > cur.Head {
 		cur.Head = head
 		if cur.Gap != 0 && cur.Gap <= head {

@@ -71,7 +71,11 @@ type options struct {
 	steadyWindow time.Duration
 	steadyWarmup time.Duration
 	modes        []relayMode
-	sweep        sweepOptions
+	// containers, switchEvery: the relay function's containers in the
+	// steady stage (steadyRun).
+	containers  int
+	switchEvery time.Duration
+	sweep       sweepOptions
 	// prebuilt: bootstraps built before the run (tests build them before
 	// any time budget starts); empty: the footprint stage builds them.
 	prebuilt prebuilt
@@ -141,6 +145,10 @@ func main() {
 	sweep := flag.Bool("sweep", false, "also run the cost sweep: the relay at each -sweep-rates for each -sweep-windows")
 	rates := flag.String("sweep-rates", "1,10,50,200", "offered rates of the sweep, msgs/s")
 	windows := flag.String("sweep-windows", "0,1s,5s", "batching windows of the sweep")
+	profiles := flag.String("profiles", "", `the steady stage's profiles to run, by name ("10,50,200,burst"; empty: all)`)
+	modes := flag.String("modes", "", `the relay modes of the steady stage ("delete,watermark"; empty: both)`)
+	containers := flag.Int("containers", 1, "the relay function's containers in the steady stage: separate processes sharing the owner id (1: one warm container)")
+	switchEvery := flag.Duration("switch-every", 0, "with -containers above 1: send invocations to one container this long, then to the next (0: every invocation to the next, the worst case)")
 	flag.Parse()
 	if *render != "" {
 		if err := rerender(*render, *out); err != nil {
@@ -154,6 +162,7 @@ func main() {
 		o = smokeOptions()
 	}
 	o.out, o.only, o.steadyWindow = *out, *only, *window
+	o.containers, o.switchEvery = *containers, *switchEvery
 	if *sweep {
 		var err error
 		if o.sweep.rates, o.sweep.windows, err = parseSweep(*rates, *windows); err != nil {
@@ -161,7 +170,14 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	if err := o.validate(); err != nil {
+	var err error
+	if o.steady, err = pick(o.steady, *profiles, "-profiles", func(p profile) string { return p.Name }); err == nil {
+		o.modes, err = pick(o.modes, *modes, "-modes", func(m relayMode) string { return m.Name })
+	}
+	if err == nil {
+		err = o.validate()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
@@ -198,12 +214,41 @@ func (o options) validate() error {
 			return fmt.Errorf("batching window %v: must be 0 to 300s (Lambda's limits)", w)
 		}
 	}
+	if o.containers < 0 || o.switchEvery < 0 {
+		return fmt.Errorf("-containers %d, -switch-every %v: want at least one container and a switch interval of 0 or more", o.containers, o.switchEvery)
+	}
 	for _, r := range o.sweep.rates {
 		if !(r > 0) {
 			return fmt.Errorf("sweep rate %v: must be positive", r)
 		}
 	}
 	return nil
+}
+
+// pick keeps the elements of all named in the comma-separated list names
+// (empty: all of them), in all's order; a name that is none of them is an
+// error that lists the valid ones.
+func pick[T any](all []T, names, flagName string, name func(T) string) ([]T, error) {
+	if names == "" {
+		return all, nil
+	}
+	want := map[string]bool{}
+	for _, n := range brokerList(names) {
+		want[n] = true
+	}
+	var valid []string
+	var kept []T
+	for _, x := range all {
+		valid = append(valid, name(x))
+		if want[name(x)] {
+			kept = append(kept, x)
+			delete(want, name(x))
+		}
+	}
+	if len(want) > 0 || len(kept) == 0 {
+		return nil, fmt.Errorf("%s %q: choose among %v", flagName, names, valid)
+	}
+	return kept, nil
 }
 
 // parseSweep reads -sweep-rates and -sweep-windows.
@@ -534,7 +579,8 @@ func steadyStage(ctx context.Context, e *env, g *gen, o options, res *results) e
 		}
 		return r, nil
 	}
-	base := steadyRun{window: o.steadyWindow, warmup: o.steadyWarmup, itemBytes: res.Capacity.MessageItemBytes}
+	base := steadyRun{window: o.steadyWindow, warmup: o.steadyWarmup, itemBytes: res.Capacity.MessageItemBytes,
+		containers: o.containers, switchEvery: o.switchEvery}
 	for _, p := range o.steady {
 		var runs []steadyRun
 		modes := o.modes

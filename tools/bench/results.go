@@ -332,6 +332,11 @@ func (r *results) lines() []string {
 	for _, s := range r.Steady {
 		if s.Handler == handlerRelay {
 			out = append(out, s.steadyLine())
+			if w := s.Switches; w != nil {
+				out = append(out, fmt.Sprintf("container-switch: containers=%d switch_every_s=%g drains=%d resumed=%d acquired=%d waited=%d wait_p50_ms=%.0f wait_max_ms=%.0f wait_total_s=%.1f marks_under_own_release=%d failed_drains=%d drain_p50_ms=%.0f drain_p99_ms=%.0f drain_max_ms=%.0f control_writes_per_msg=%.3f p99_ms=%.1f",
+					w.Containers, w.SwitchEveryS, w.Drains, w.Resumed, w.Acquired, w.Waited, w.WaitP50ms, w.WaitMaxms, w.WaitTotalS, w.MarkedHeld, w.FailedDrains,
+					w.DrainP50ms, w.DrainP99ms, w.DrainMaxms, s.ControlWritesPerMsg, s.P99ms))
+			}
 		}
 	}
 	for _, s := range r.Sweep {

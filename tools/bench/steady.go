@@ -113,6 +113,15 @@ type steadyRun struct {
 	// itemBytes is the size of the message items: the AWS-rule cost of a
 	// delete (a delete request does not carry the item).
 	itemBytes int
+	// containers: how many containers of the relay function run the
+	// relay's invocations (0 or 1: one warm container, as consecutive
+	// invocations of a shard usually find). Each is its own process — its
+	// own relay, clients and memory — with the owner id the function's
+	// containers share. switchEvery: the invocations go to one container
+	// until this much time has passed, then to the next (0: every
+	// invocation to the next container, the worst case).
+	containers  int
+	switchEvery time.Duration
 }
 
 // steadyResult is one run's figures. Per-message figures divide by
@@ -182,6 +191,9 @@ type steadyResult struct {
 	WriterDynamo   snapshot `json:"writer_dynamodb"`
 	WriterMessages int      `json:"writer_messages"`
 	Load           string   `json:"loadavg_after"`
+	// Switches is what the drains of the relay's containers did (one
+	// container: the drains of the warm one).
+	Switches *switchStats `json:"container_switches,omitempty"`
 
 	handlerSeconds float64 // the measured invocations' total time
 }
@@ -228,7 +240,8 @@ func steady(ctx context.Context, st *stage, g *gen, run steadyRun) (steadyResult
 	}
 	arn := aws.ToString(desc.Table.LatestStreamArn)
 	st.meter.deletedBytes = run.itemBytes
-	handle, published, closeHandler, err := startHandler(ctx, st, run)
+	switches := &drainLog{}
+	handle, published, closeHandler, err := startHandler(ctx, st, run, switches)
 	if err != nil {
 		return res, err
 	}
@@ -274,6 +287,7 @@ func steady(ctx context.Context, st *stage, g *gen, run steadyRun) (steadyResult
 		res.ESM.Shards = len(out.StreamDescription.Shards)
 	}
 	res.Load = loadavg()
+	res.Switches = switches.result(run)
 	consumed, dups := cons.result()
 	missing := res.tally(load, consumed, dups)
 	switch {
@@ -292,9 +306,12 @@ func steady(ctx context.Context, st *stage, g *gen, run steadyRun) (steadyResult
 // call of the relay is counted), or the floor on the stage's metered
 // client. It returns the handler, its running count of messages published
 // and what closes it.
-func startHandler(ctx context.Context, st *stage, run steadyRun) (esm.Handler, func() int64, func(), error) {
+func startHandler(ctx context.Context, st *stage, run steadyRun, drains *drainLog) (esm.Handler, func() int64, func(), error) {
 	switch run.handler {
 	case handlerRelay:
+		if run.containers > 1 {
+			return startContainers(ctx, st, run, drains)
+		}
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 		cfg := config.Config{
 			MessagesTable: st.tables.Messages, ControlTable: st.tables.Control, BatchSize: relayBatch, Topics: []string{st.topic},
@@ -304,7 +321,7 @@ func startHandler(ctx context.Context, st *stage, run steadyRun) (esm.Handler, f
 		}
 		relayAWS := st.awsCfg.Copy()
 		relayAWS.APIOptions = append(relayAWS.APIOptions, st.meter.register)
-		parts, err := wiring.BuildWith(ctx, cfg, relayAWS, quiet, "bench-relay", run.mode.Opts...)
+		parts, err := wiring.BuildWith(ctx, cfg, relayAWS, quiet, "bench-relay", append(slices.Clone(run.mode.Opts), outbox.WithMetrics(drains))...)
 		if err != nil {
 			return nil, nil, nil, err
 		}
