@@ -37,8 +37,21 @@ BENCH_FLAGS ?= -sweep
 STATICCHECK_VERSION := v0.8.2
 LAMBDAS     := relay sweeper setup enqueue
 ARCHES      := arm64 amd64
-# Every Go module of the repository: the library first, then the tools.
-MODULES     := . tools otel cdk
+# Every Go module of the repository: the library and the modules beside it
+# that hold what only the Lambda functions, the local tools and the tests
+# need (so that a service importing the library does not get aws-lambda-go,
+# Secrets Manager, kfake or kadm in its module graph), then the tools.
+LIBRARY_MODULES := . lambda local/esm local/schedule cmd deploy integration internal/soak internal/kfakeenv kafka/brokertest \
+	examples/orderviewfn inbox/lambdakafka outboxtest
+TOOL_MODULES    := tools otel cdk
+MODULES         := $(LIBRARY_MODULES) $(TOOL_MODULES)
+# make test runs the library's modules as one Go workspace (generated, not
+# committed: each module's own go.mod and replace directives are what its
+# users and `go mod tidy` see), so that go test runs their packages in
+# parallel as it did when they were one module.
+LIBRARY_WORK    := $(CACHE)/library.work
+LIBRARY_PKGS    := github.com/dynakafka/outbox/...
+MKWORK          = rm -f $(LIBRARY_WORK) && GOWORK=$(LIBRARY_WORK) $(GO) work init $(addprefix $(CURDIR)/,$(LIBRARY_MODULES))
 
 .PHONY: all deps test test-short build lint tidy demo bench soak sim clean
 
@@ -73,16 +86,17 @@ TEST_LOGS := $(CACHE)/test-logs
 REAL_KAFKA_INBOX := 'TestCrashBetweenTransactionAndOffsetCommit|TestRebalanceInTheMiddleOfABatch|TestConsumerStopsAtAFailedRecord|TestRunAgainAfterItsContextEnded|TestConsumerReadsCommittedOnly'
 test: deps
 	@mkdir -p $(TEST_LOGS)
-	@set -o pipefail; \
-	( $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./... 2>&1 | grep -E $(TEST_FILTER) ) > $(TEST_LOGS)/library.log 2>&1 & lib=$$!; \
+	@$(MKWORK)
+	@set -o pipefail; export GOWORK=$(LIBRARY_WORK); \
+	( $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v $(LIBRARY_PKGS) 2>&1 | grep -E $(TEST_FILTER) ) > $(TEST_LOGS)/library.log 2>&1 & lib=$$!; \
 	( export OUTBOX_TEST_KAFKA=real; \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run TestRealKafka ./internal/testenv 2>&1 | grep -E $(TEST_FILTER) && \
-	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./kafka 2>&1 | grep -E $(TEST_FILTER) && \
+	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./kafka ./kafka/brokertest 2>&1 | grep -E $(TEST_FILTER) && \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run $(REAL_KAFKA_INBOX) ./inbox 2>&1 | grep -E $(TEST_FILTER) && \
-	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run 'TestRealEndToEnd|TestOrderAfterPartialFailure|TestRealKafkaSoak' ./integration 2>&1 | grep -E $(TEST_FILTER) \
+	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run 'TestRealEndToEnd|TestOrderAfterPartialFailure|TestRealKafkaSoak' github.com/dynakafka/outbox/integration 2>&1 | grep -E $(TEST_FILTER) \
 	) > $(TEST_LOGS)/real-kafka.log 2>&1 & real=$$!; \
-	( for m in $(filter-out .,$(MODULES)); do \
-		(cd $$m && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./... 2>&1 | grep -E $(TEST_FILTER)) || exit 1; \
+	( for m in $(TOOL_MODULES); do \
+		(cd $$m && GOWORK=off $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./... 2>&1 | grep -E $(TEST_FILTER)) || exit 1; \
 	done ) > $(TEST_LOGS)/tools.log 2>&1 & tools=$$!; \
 	wait $$lib; lr=$$?; wait $$tools; tr=$$?; wait $$real; rr=$$?; \
 	cat $(TEST_LOGS)/library.log $(TEST_LOGS)/real-kafka.log $(TEST_LOGS)/tools.log; \
@@ -92,13 +106,13 @@ test: deps
 	[ $$lr = 0 ] && [ $$tr = 0 ] && [ $$rr = 0 ]
 
 test-short:
-	for m in $(MODULES); do (cd $$m && $(GO) test -count=1 -short -timeout 5m ./...) || exit 1; done
+	for m in $(MODULES); do (cd $$m && GOWORK=off $(GO) test -count=1 -short -timeout 5m ./...) || exit 1; done
 
 build:
 	@for fn in $(LAMBDAS); do for arch in $(ARCHES); do \
 		echo "build bin/$$fn/$$arch/bootstrap"; \
-		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -tags lambda.norpc -ldflags='-s -w' \
-			-o bin/$$fn/$$arch/bootstrap ./lambda/$$fn || exit 1; \
+		(cd lambda && CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -tags lambda.norpc -ldflags='-s -w' \
+			-o ../bin/$$fn/$$arch/bootstrap ./$$fn) || exit 1; \
 	done; done
 
 # tidy: every module's go.mod and go.sum are what go mod tidy would write
@@ -114,7 +128,7 @@ lint: tidy
 	done
 
 demo: deps
-	$(GO) run ./cmd/demo -orders $(ORDERS)
+	cd cmd && $(GO) run ./demo -orders $(ORDERS)
 
 bench: deps
 	cd tools && $(GO) run ./bench -out ../docs $(BENCH_FLAGS)
@@ -123,7 +137,7 @@ bench: deps
 # by a read_committed consumer (stale_visible=0 interleavings=0, duplicates
 # only as whole transactions).
 soak: deps
-	$(GO) run ./cmd/soak -n $(or $(N),100000) $(if $(TXN),-txn)
+	cd cmd && $(GO) run ./soak -n $(or $(N),100000) $(if $(TXN),-txn)
 
 # make sim: the deterministic scheduler over the memory store (internal/sim),
 # SCHEDULES seeded schedules (make test runs 3000). A failure prints its seed;
@@ -139,7 +153,8 @@ FUZZTIME     ?= 30s
 FUZZPARALLEL ?= 2
 .PHONY: fuzz
 fuzz:
-	@set -e; for f in $$(grep -rl --include='*_test.go' --exclude-dir='.?*' --exclude-dir=node_modules '^func Fuzz' .); do \
+	@$(MKWORK)
+	@set -e; export GOWORK=$(LIBRARY_WORK); for f in $$(grep -rl --include='*_test.go' --exclude-dir='.?*' --exclude-dir=node_modules '^func Fuzz' .); do \
 		for fn in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
 			echo "fuzz: $$(dirname $$f) $$fn for $(FUZZTIME)"; \
 			$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -parallel $(FUZZPARALLEL) -timeout 6h $$(dirname $$f); \

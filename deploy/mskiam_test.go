@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dynakafka/outbox/internal/kfakeenv"
 	"io"
 	"log/slog"
 	"path"
@@ -185,12 +186,12 @@ func record(c *kfake.Cluster) *recorder {
 func TestMskIamPolicyMatchesThePublisher(t *testing.T) {
 	for _, txn := range []bool{false, true} {
 		t.Run(fmt.Sprintf("transactional=%v", txn), func(t *testing.T) {
-			k := testenv.Kafka(t, kfake.NumBrokers(3))
-			testenv.RequireKfake(t, k)
+			k := kfakeenv.Kafka(t, kfake.NumBrokers(3))
+			kfakeenv.RequireKfake(t, k)
 			rec := record(k.Cluster)
 			listed, unlisted := testenv.Name(t, "listed"), testenv.Name(t, "unlisted")
-			testenv.CreateTopic(t, k, listed, 3)
-			testenv.CreateTopic(t, k, unlisted, 3)
+			testenv.CreateTopic(t, k.KafkaCluster, listed, 3)
+			testenv.CreateTopic(t, k.KafkaCluster, unlisted, 3)
 			rec.mu.Lock()
 			rec.reqs = nil // CreateTopic's own requests are not the publisher's
 			rec.mu.Unlock()
@@ -497,10 +498,10 @@ func testMskIamActionsAsKafkaACLs(t *testing.T, txn bool) {
 		publish = publishTransactionallyLikeTheFunctions
 	}
 	run := func(t *testing.T, without mskAction) error {
-		k := testenv.Kafka(t, kfake.EnableSASL(), kfake.EnableACLs(),
+		k := kfakeenv.Kafka(t, kfake.EnableSASL(), kfake.EnableACLs(),
 			kfake.Superuser("SCRAM-SHA-256", "admin", "admin"),
 			kfake.User("SCRAM-SHA-256", "relay", "relay", acls(without)...))
-		testenv.RequireKfake(t, k)
+		kfakeenv.RequireKfake(t, k)
 		admin, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.SASL(scram.Auth{User: "admin", Pass: "admin"}.AsSha256Mechanism()))
 		if err != nil {
 			t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/dynakafka/outbox/internal/kfakeenv"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -25,7 +26,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/dynakafka/outbox"
-	"github.com/dynakafka/outbox/internal/testenv"
 	"github.com/dynakafka/outbox/lambda/handler"
 	"github.com/dynakafka/outbox/local/esm"
 )
@@ -52,8 +52,8 @@ func buildBootstraps(t *testing.T, root, dir string) map[string]string {
 func buildBootstrap(t *testing.T, root, dir, fn string) string {
 	t.Helper()
 	out := filepath.Join(dir, fn, "bootstrap")
-	build := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", out, "./lambda/"+fn)
-	build.Dir = root
+	build := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", out, "./"+fn)
+	build.Dir = filepath.Join(root, "lambda") // the Lambda functions' module
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build %s: %v\n%s", fn, err, b)
@@ -126,9 +126,12 @@ func (p *stallingProxy) stall(ops ...string) {
 // silenceProduce makes the kfake cluster accept every produce request and
 // never answer it: a broker that takes connections, serves metadata and
 // producer ids, and stalls on writes.
-func silenceProduce(t *testing.T, k *testenv.KafkaCluster) *atomic.Int64 {
+func silenceProduce(t *testing.T, k *kfakeenv.Cluster) *atomic.Int64 {
 	t.Helper()
-	testenv.RequireKfake(t, k)
+	if k == nil {
+		t.Fatal("silenceProduce: the env was not made by newEnv (kfakeenv.Kafka)")
+	}
+	kfakeenv.RequireKfake(t, k)
 	var held atomic.Int64
 	k.Cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
 		k.Cluster.KeepControl()
@@ -256,7 +259,7 @@ func TestBootstrapsAnswerBeforeTheDeadlineUnderRIE(t *testing.T) {
 			var stalled *atomic.Int64
 			switch tt.fault {
 			case kafkaSilent:
-				stalled = silenceProduce(t, e.kafka)
+				stalled = silenceProduce(t, e.kfake)
 			case dynamoQueries:
 				proxy.stall("Query")
 				stalled = &proxy.held

@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"fmt"
+	"github.com/dynakafka/outbox/internal/kfakeenv"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ import (
 type env struct {
 	dynamo   *testenv.Dynamo
 	kafka    *testenv.KafkaCluster
+	kfake    *kfakeenv.Cluster // set by newEnv: kafka, in process when it is kfake
 	tables   dynamo.Tables
 	business string
 	topic    string
@@ -39,7 +41,10 @@ type env struct {
 
 func newEnv(t *testing.T, bucketCount int, opts ...dynamo.Option) *env {
 	t.Helper()
-	return newEnvOn(t, testenv.Kafka(t), bucketCount, opts...)
+	k := kfakeenv.Kafka(t)
+	e := newEnvOn(t, k.KafkaCluster, bucketCount, opts...)
+	e.kfake = k
+	return e
 }
 
 // newEnvOn is newEnv on the Kafka cluster k.

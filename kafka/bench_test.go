@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/testenv"
 )
@@ -29,14 +26,7 @@ func BenchmarkPublish(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			topic := testenv.Name(b, "bench")
-			cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := kadm.NewClient(cl).CreateTopic(ctx, 16, -1, nil, topic); err != nil {
-				b.Fatal(err)
-			}
-			cl.Close()
+			testenv.CreateTopic(b, k, topic, 16)
 			opts := []Option{Topics(topic)}
 			if mode != "default" {
 				opts = append(opts, Strict())

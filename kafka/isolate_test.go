@@ -13,7 +13,6 @@ import (
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/testenv"
 	"github.com/dynakafka/outbox/store/memory"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -31,14 +30,7 @@ const (
 // MaxMessageBytes, as an operator might after the relay started.
 func lowerTopicLimit(t *testing.T, k *testenv.KafkaCluster, topic string) {
 	t.Helper()
-	v := strconv.Itoa(loweredLimit)
-	resps, err := newAdmin(t, k).AlterTopicConfigs(testCtx(t), []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &v}}, topic)
-	if err == nil {
-		err = resps[0].Err
-	}
-	if err != nil {
-		t.Fatalf("lower max.message.bytes of %s: %v", topic, err)
-	}
+	testenv.AlterTopicConfig(t, k, topic, "max.message.bytes", strconv.Itoa(loweredLimit))
 }
 
 // sharedBatchSetup returns a one-partition topic whose limit was lowered after
@@ -94,8 +86,8 @@ func TestPublishAloneIsAlone(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, r := range []publishResult{await(t, rc), await(t, rh)} {
-			if r.acked != 0 || !errors.Is(r.err, kerr.MessageTooLarge) || Class(r.err) != outbox.RecordPermanent {
-				t.Fatalf("Publish = %d, %v; want both rejected with MESSAGE_TOO_LARGE", r.acked, r.err)
+			if r.Acked != 0 || !errors.Is(r.Err, kerr.MessageTooLarge) || Class(r.Err) != outbox.RecordPermanent {
+				t.Fatalf("Publish = %d, %v; want both rejected with MESSAGE_TOO_LARGE", r.Acked, r.Err)
 			}
 		}
 		if got := consumeAll(t, k, topic); len(got) != 0 {
@@ -115,8 +107,8 @@ func TestPublishAloneIsAlone(t *testing.T) {
 		if err := p.cl.Flush(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
-		if r := await(t, rc); r.acked != 0 || !errors.Is(r.err, kerr.MessageTooLarge) {
-			t.Fatalf("Publish(culprit) = %d, %v; want MESSAGE_TOO_LARGE", r.acked, r.err)
+		if r := await(t, rc); r.Acked != 0 || !errors.Is(r.Err, kerr.MessageTooLarge) {
+			t.Fatalf("Publish(culprit) = %d, %v; want MESSAGE_TOO_LARGE", r.Acked, r.Err)
 		}
 		err := p.PublishAlone(testCtx(t), culprit)
 		if !errors.Is(err, kerr.MessageTooLarge) || Class(err) != outbox.RecordPermanent {

@@ -14,9 +14,7 @@ import (
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/testenv"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 func TestPublishKeepsOrderWithinPartition(t *testing.T) {
@@ -380,23 +378,4 @@ func TestPublishConcurrentBuckets(t *testing.T) {
 	if len(pos) != buckets*perBucket {
 		t.Fatalf("topic holds %d records, want %d", len(pos), buckets*perBucket)
 	}
-}
-
-// Publish starts every record before waiting, so kgo batches them: a run
-// costs a few produce requests, not one round trip per message.
-func TestPublishBatchesRecords(t *testing.T) {
-	k := testenv.Kafka(t)
-	testenv.RequireKfake(t, k)
-	topic := newTopic(t, k, 1, nil)
-	p := newPublisher(t, k, Topics(topic))
-	requests := k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Count: -1, Observe: true})
-
-	msgs := messages(topic, 500, sameKey("k"))
-	if acked, err := p.Publish(testCtx(t), msgs); acked != len(msgs) || err != nil {
-		t.Fatalf("Publish = %d, %v", acked, err)
-	}
-	if n := requests.Hits(); n < 1 || n > 20 {
-		t.Fatalf("%d produce requests for %d messages; want a handful", n, len(msgs))
-	}
-	t.Logf("%d messages in %d produce requests", len(msgs), requests.Hits())
 }

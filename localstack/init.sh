@@ -82,7 +82,7 @@ log "creating topic $topic"
 	--create --if-not-exists --topic "$topic" --partitions 3 --replication-factor 1 >/dev/null
 
 # Stage the template with the binaries where its CodeUri folders point
-# (lambda/relay, lambda/sweeper, lambda/setup), as `sam build` would, so that
+# (lambda/relay, lambda/sweeper, lambda/setup; the lambda/ module), as `sam build` would, so that
 # `cloudformation package` zips binaries rather than sources.
 staging=$(mktemp -d)
 trap 'rm -rf "$staging"' EXIT
@@ -90,8 +90,8 @@ cp "$root/template.yaml" "$staging/template.yaml"
 for fn in relay sweeper setup; do
 	log "building lambda/$fn for linux/$goarch"
 	mkdir -p "$staging/lambda/$fn"
-	(cd "$root" && CGO_ENABLED=0 GOOS=linux GOARCH=$goarch go build -trimpath -tags lambda.norpc \
-		-ldflags='-s -w' -o "$staging/lambda/$fn/bootstrap" "./lambda/$fn")
+	(cd "$root/lambda" && CGO_ENABLED=0 GOOS=linux GOARCH=$goarch go build -trimpath -tags lambda.norpc \
+		-ldflags='-s -w' -o "$staging/lambda/$fn/bootstrap" "./$fn")
 done
 
 if ! "${aws[@]}" s3api head-bucket --bucket "$artifacts" >/dev/null 2>&1; then

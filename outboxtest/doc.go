@@ -22,4 +22,10 @@
 // that checks writes as dynamo.Writer does, records them and fails on demand
 // (FailNext). For a consumer callback, inbox.NewTestTx gives it the Tx it
 // would get, without DynamoDB.
+//
+// outboxtest is a Go module of its own (github.com/dynakafka/outbox/outboxtest,
+// beside the library's), because it needs kfake: a service that imports it
+// from its tests gets kfake in its module graph (test dependencies only:
+// its production code, which imports only the library, does not). Require
+// it next to the library, at the same version.
 package outboxtest

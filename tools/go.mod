@@ -10,6 +10,8 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/dynamodbstreams v1.47.0
 	github.com/aws/smithy-go v1.28.9
 	github.com/dynakafka/outbox v0.0.0
+	github.com/dynakafka/outbox/lambda v0.0.0-00010101000000-000000000000
+	github.com/dynakafka/outbox/local/esm v0.0.0-00010101000000-000000000000
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
@@ -48,3 +50,25 @@ require (
 
 // The tools are developed with the library in this repository.
 replace github.com/dynakafka/outbox => ../
+
+replace github.com/dynakafka/outbox/lambda => ../lambda
+
+replace github.com/dynakafka/outbox/local/esm => ../local/esm
+
+replace github.com/dynakafka/outbox/local/schedule => ../local/schedule
+
+replace github.com/dynakafka/outbox/cmd => ../cmd
+
+replace github.com/dynakafka/outbox/deploy => ../deploy
+
+replace github.com/dynakafka/outbox/integration => ../integration
+
+replace github.com/dynakafka/outbox/internal/soak => ../internal/soak
+
+replace github.com/dynakafka/outbox/examples/orderviewfn => ../examples/orderviewfn
+
+replace github.com/dynakafka/outbox/inbox/lambdakafka => ../inbox/lambdakafka
+
+replace github.com/dynakafka/outbox/outboxtest => ../outboxtest
+
+replace github.com/dynakafka/outbox/internal/kfakeenv => ../internal/kfakeenv

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/dynakafka/outbox/internal/kfakeenv"
 	"regexp"
 	"strings"
 	"sync"
@@ -35,8 +36,8 @@ func client(t *testing.T, k *testenv.KafkaCluster) *kgo.Client {
 // ensureTopic on a broker that already has the topic: before, the demo took
 // kadm.CreateTopic's TOPIC_ALREADY_EXISTS for a failure and stopped.
 func TestEnsureTopic(t *testing.T) {
-	k := testenv.Kafka(t, kfake.NumBrokers(1))
-	cl := client(t, k)
+	k := kfakeenv.Kafka(t, kfake.NumBrokers(1))
+	cl := client(t, k.KafkaCluster)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, tc := range []struct {
@@ -52,7 +53,7 @@ func TestEnsureTopic(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			topic := testenv.Name(t, "orders")
 			if tc.existing > 0 {
-				testenv.CreateTopic(t, k, topic, tc.existing)
+				testenv.CreateTopic(t, k.KafkaCluster, topic, tc.existing)
 			}
 			created, err := ensureTopic(ctx, cl, topic, 4)
 			if created != tc.wantCreated {
@@ -122,10 +123,10 @@ func (s *syncBuffer) String() string {
 // each logged "drain stopped" at ERROR).
 func TestDemoWithExistingTopic(t *testing.T) {
 	d := testenv.DynamoDB(t)
-	k := testenv.Kafka(t, kfake.NumBrokers(1))
+	k := kfakeenv.Kafka(t, kfake.NumBrokers(1))
 	topic := testenv.Name(t, "orders")
 	const buckets = 4
-	testenv.CreateTopic(t, k, topic, buckets)
+	testenv.CreateTopic(t, k.KafkaCluster, topic, buckets)
 
 	// An earlier run's records, which this run must not count.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.DefaultProduceTopic(topic))

@@ -4,7 +4,7 @@
 //	soak: mode=delete messages=N lost=0 phantom=0 read_model_mismatches=0 duplicates=D unexplained=0 overlaps=O overlaps_admitted=A reorders=R parked=P faults=F duplicates_by_cause=cause:n,...
 //
 //	make soak N=100000
-//	go run ./cmd/soak -n 20000 -mode watermark
+//	cd cmd && go run ./soak -n 20000 -mode watermark
 //	make soak TXN=1     (-txn: Kafka transactions, a read_committed consumer;
 //	                     the line adds stale_visible=0 interleavings=0 txns=... dup_txns=...)
 //

@@ -71,8 +71,8 @@ func TestExampleFunctionUnderRIE(t *testing.T) {
 		t.Fatalf("install the Lambda RIE (scripts/install-rie.sh): %v\n%s", err, rieOut.String())
 	}
 	bootstrap := filepath.Join(t.TempDir(), "bootstrap")
-	build := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", bootstrap, "./examples/orderviewfn")
-	build.Dir = root
+	build := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", bootstrap, ".")
+	build.Dir = filepath.Join(root, "examples", "orderviewfn") // its own module
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the bootstrap: %v\n%s", err, out)

@@ -13,8 +13,8 @@ import (
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/attrib"
 	"github.com/dynakafka/outbox/internal/checker"
+	"github.com/dynakafka/outbox/internal/ownerid"
 	"github.com/dynakafka/outbox/internal/seam"
-	"github.com/dynakafka/outbox/lambda/wiring"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -263,7 +263,7 @@ func (w *world) startRelay(id string) error {
 	switch {
 	case w.cfg.Function:
 		// Each relay is a container of the relay function: its owner id is
-		// what lambda/wiring gives that container, as deployed.
+		// what lambda/wiring (internal/ownerid) gives that container, as deployed.
 		id = functionOwnerID(len(w.relays))
 	case w.cfg.SharedID && len(w.relays) == 1:
 		id = w.relays[0].id // two polling relays configured with one id
@@ -314,7 +314,7 @@ func functionOwnerID(n int) string {
 			}
 		}
 	}()
-	return wiring.StreamOwnerID()
+	return ownerid.Stream()
 }
 
 // startSweeper starts the sweeper: a relay with its own owner id that, every

@@ -6,7 +6,7 @@
 //
 //	func TestX(t *testing.T) {
 //		d := testenv.DynamoDB(t)           // DynamoDB Local, started once per test binary
-//		k := testenv.Kafka(t)              // a new in-process kfake cluster
+//		k := testenv.Kafka(t)              // a new kfake cluster, in a process of its own
 //		table := testenv.Name(t, "orders") // unique: endpoints may be shared
 //		...
 //	}
@@ -20,7 +20,7 @@
 //	                               loopback hosts, the default credential chain
 //	                               otherwise
 //	OUTBOX_TEST_KAFKA_BROKERS      comma-separated brokers to use instead of
-//	                               kfake (kfake options are then ignored)
+//	                               kfake
 //	OUTBOX_TEST_KAFKA=real         Kafka returns a real Apache Kafka broker
 //	                               (RealKafka, one node) instead of kfake
 //
@@ -32,4 +32,10 @@
 // scripts/install-dynamodb-local.sh). When it cannot start, DynamoDB fails
 // the test with the installer's message instead of skipping: a missing engine
 // must not look like a passing suite.
+// The library's go.mod may not require kfake or kadm (with module graph
+// pruning a service that imports the library would get them), so Kafka runs
+// kfake in a process of its own (internal/kfakeenv/server, built on first
+// use), and the topic helpers speak kmsg. Tests that need kfake in process,
+// for its options or fault injection, live in modules beside the library
+// and use internal/kfakeenv.
 package testenv

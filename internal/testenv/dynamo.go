@@ -61,6 +61,7 @@ func Main(m *testing.M) {
 	mainEntered.Store(true)
 	code := m.Run()
 	stopRealKafka()
+	removeKfakeServer()
 	instanceMu.Lock()
 	inst := instance
 	instance = nil

@@ -8,54 +8,54 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// KafkaCluster is what Kafka returns: the brokers to dial, and Cluster, the
-// in-process kfake cluster, or nil when the tests run against real brokers
-// (OUTBOX_TEST_KAFKA_BROKERS). (Go allows no type named like the function.)
+// KafkaCluster is what Kafka returns: the brokers to dial; and Real, the
+// Apache Kafka cluster RealKafka started, if these are its brokers
+// (OUTBOX_TEST_KAFKA=real). (Go allows no type named like the function.)
 type KafkaCluster struct {
 	Brokers []string
-	Cluster *kfake.Cluster
 	// Real is the Apache Kafka cluster RealKafka started, if these are its
 	// brokers (OUTBOX_TEST_KAFKA=real).
 	Real *RealCluster
 }
 
-// Kafka returns a new in-process kfake cluster built with opts (kfake's
-// defaults: 3 brokers, no topics, no auto-creation), closed when the test
-// ends; or, when OUTBOX_TEST_KAFKA_BROKERS is set, those brokers, shared by
-// all tests, with opts ignored; or, when OUTBOX_TEST_KAFKA=real, the test
-// binary's one-node Apache Kafka cluster (RealKafka), opts ignored. Tests
-// that rely on opts or on kfake-only features call RequireKfake;
-// CreateTopic works on all three.
-func Kafka(t testing.TB, opts ...kfake.Opt) *KafkaCluster {
+// Kafka returns a new kfake cluster of three brokers, no topics and no
+// auto-creation, in a process of its own (KfakeServer), stopped when the
+// test ends; or, when OUTBOX_TEST_KAFKA_BROKERS is set, those brokers,
+// shared by all tests; or, when OUTBOX_TEST_KAFKA=real, the test binary's
+// one-node Apache Kafka cluster (RealKafka). The library's module may not
+// require kfake (a service that imports the library would get it in its
+// module graph), so tests that need kfake in process, for its options or
+// for fault injection, live in modules beside the library and call
+// internal/kfakeenv.Kafka. CreateTopic works on all of them.
+func Kafka(t testing.TB) *KafkaCluster {
+	t.Helper()
+	if k := KafkaFromEnv(t); k != nil {
+		return k
+	}
+	return &KafkaCluster{Brokers: startKfakeServer(t)}
+}
+
+// KafkaFromEnv returns the brokers OUTBOX_TEST_KAFKA_BROKERS or
+// OUTBOX_TEST_KAFKA=real ask for, or nil when neither is set (kfake).
+func KafkaFromEnv(t testing.TB) *KafkaCluster {
 	t.Helper()
 	if brokers := os.Getenv(KafkaBrokersEnv); brokers != "" {
-		if len(opts) > 0 {
-			t.Logf("testenv.Kafka: %s is set; %d kfake option(s) ignored", KafkaBrokersEnv, len(opts))
-		}
 		return &KafkaCluster{Brokers: splitBrokers(brokers)}
 	}
 	switch v := os.Getenv(RealKafkaEnv); v {
 	case "":
+		return nil
 	case "real":
-		if len(opts) > 0 {
-			t.Logf("testenv.Kafka: %s=real; %d kfake option(s) ignored", RealKafkaEnv, len(opts))
-		}
 		return RealKafka(t, 1).Kafka()
 	default:
 		t.Fatalf("testenv.Kafka: %s=%q; use \"real\" (a real Apache Kafka broker) or leave it unset (kfake)", RealKafkaEnv, v)
+		return nil
 	}
-	c, err := kfake.NewCluster(opts...)
-	if err != nil {
-		t.Fatalf("testenv.Kafka: start kfake: %v", err)
-	}
-	t.Cleanup(c.Close)
-	return &KafkaCluster{Brokers: c.ListenAddrs(), Cluster: c}
 }
 
 // RealKafkaMode reports the value of OUTBOX_TEST_KAFKA and whether it asks
@@ -77,20 +77,17 @@ func splitBrokers(s string) []string {
 	return out
 }
 
-// RequireKfake skips the test unless k is an in-process kfake cluster (for
-// tests that inject faults with ControlKey or depend on kfake options).
-func RequireKfake(t testing.TB, k *KafkaCluster) {
-	t.Helper()
-	if k.Cluster == nil {
-		t.Skipf("needs the in-process kfake cluster (fault injection or kfake options), not real brokers %s (unset %s and %s to run it)",
-			strings.Join(k.Brokers, ","), KafkaBrokersEnv, RealKafkaEnv)
-	}
-}
-
 // CreateTopic creates topic with the given number of partitions and the
 // broker's default replication factor, on kfake or real brokers alike, and
 // fails the test if it cannot.
 func CreateTopic(t testing.TB, k *KafkaCluster, topic string, partitions int32) {
+	t.Helper()
+	CreateTopicConfigs(t, k, topic, partitions, nil)
+}
+
+// CreateTopicConfigs is CreateTopic with topic configs (nil for the
+// broker's defaults). It waits until every broker lists the topic.
+func CreateTopicConfigs(t testing.TB, k *KafkaCluster, topic string, partitions int32, configs map[string]string) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
 	if err != nil {
@@ -99,7 +96,27 @@ func CreateTopic(t testing.TB, k *KafkaCluster, topic string, partitions int32) 
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := kadm.NewClient(cl).CreateTopic(ctx, partitions, -1, nil, topic); err != nil {
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.TimeoutMillis = 30_000
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, partitions, -1
+	for name, v := range configs {
+		c := kmsg.NewCreateTopicsRequestTopicConfig()
+		c.Name, c.Value = name, kmsg.StringPtr(v)
+		rt.Configs = append(rt.Configs, c)
+	}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err == nil && len(resp.Topics) != 1 {
+		err = fmt.Errorf("%d topics in the answer", len(resp.Topics))
+	}
+	if err == nil {
+		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+		if msg := resp.Topics[0].ErrorMessage; err != nil && msg != nil {
+			err = fmt.Errorf("%w: %s", err, *msg)
+		}
+	}
+	if err != nil {
 		t.Fatalf("testenv.CreateTopic %q: %v", topic, err)
 	}
 	WaitTopic(t, k, topic, partitions)
@@ -148,5 +165,46 @@ func WaitTopic(t testing.TB, k *KafkaCluster, topic string, partitions int32) {
 			}
 		}
 		cl.Close()
+	}
+}
+
+// RequireKfake skips the test unless k is a kfake cluster of Kafka's (for
+// tests whose timing or settings only kfake gives; those that need kfake in
+// process, for fault injection or kfake options, use internal/kfakeenv).
+func RequireKfake(t testing.TB, k *KafkaCluster) {
+	t.Helper()
+	if k.Real != nil || os.Getenv(KafkaBrokersEnv) != "" {
+		t.Skipf("needs kfake, not real brokers %s (unset %s and %s to run it)",
+			strings.Join(k.Brokers, ","), KafkaBrokersEnv, RealKafkaEnv)
+	}
+}
+
+// AlterTopicConfig sets the topic config name to value
+// (IncrementalAlterConfigs) and fails the test if the broker refuses.
+func AlterTopicConfig(t testing.TB, k *KafkaCluster, topic, name, value string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
+	if err != nil {
+		t.Fatalf("testenv.AlterTopicConfig: client: %v", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	r := kmsg.NewIncrementalAlterConfigsRequestResource()
+	r.ResourceType, r.ResourceName = kmsg.ConfigResourceTypeTopic, topic
+	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	c.Name, c.Op, c.Value = name, kmsg.IncrementalAlterConfigOpSet, kmsg.StringPtr(value)
+	r.Configs = append(r.Configs, c)
+	req.Resources = append(req.Resources, r)
+	resp, err := req.RequestWith(ctx, cl)
+	if err == nil && len(resp.Resources) != 1 {
+		err = fmt.Errorf("%d resources in the answer", len(resp.Resources))
+	}
+	if err == nil {
+		err = kerr.ErrorForCode(resp.Resources[0].ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("testenv.AlterTopicConfig %s %s=%s: %v", topic, name, value, err)
 	}
 }

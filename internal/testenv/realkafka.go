@@ -5,7 +5,10 @@ import (
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
+	"crypto/pbkdf2"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/sha512"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -13,6 +16,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"hash"
 	"math/big"
 	"net"
 	"os"
@@ -24,7 +28,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -138,14 +142,31 @@ func (c *RealCluster) AddSCRAMUser(ctx context.Context, user, password string) e
 	}
 	defer cl.Close()
 	// One user per request: the broker refuses a request naming it twice.
-	for _, m := range []kadm.ScramMechanism{kadm.ScramSha256, kadm.ScramSha512} {
-		up := kadm.UpsertSCRAM{User: user, Mechanism: m, Iterations: 4096, Password: password}
-		res, err := kadm.NewClient(cl).AlterUserSCRAMs(ctx, nil, []kadm.UpsertSCRAM{up})
+	for _, m := range []struct {
+		mech int8 // 1 SCRAM-SHA-256, 2 SCRAM-SHA-512 (KIP-554)
+		hash func() hash.Hash
+		size int
+	}{{1, sha256.New, sha256.Size}, {2, sha512.New, sha512.Size}} {
+		salt := make([]byte, 24)
+		rand.Read(salt)
+		salted, err := pbkdf2.Key(m.hash, password, salt, 4096, m.size)
+		if err != nil {
+			return err
+		}
+		req := kmsg.NewPtrAlterUserSCRAMCredentialsRequest()
+		up := kmsg.NewAlterUserSCRAMCredentialsRequestUpsertion()
+		up.Name, up.Mechanism, up.Iterations, up.Salt, up.SaltedPassword = user, m.mech, 4096, salt, salted
+		req.Upsertions = append(req.Upsertions, up)
+		resp, err := req.RequestWith(ctx, cl)
 		if err == nil {
-			err = res.Error()
+			for _, r := range resp.Results {
+				if err = kerr.ErrorForCode(r.ErrorCode); err != nil {
+					break
+				}
+			}
 		}
 		if err != nil {
-			return fmt.Errorf("add SCRAM user %s (%v): %w", user, m, err)
+			return fmt.Errorf("add SCRAM user %s (mechanism %d): %w", user, m.mech, err)
 		}
 	}
 	return nil

@@ -11,7 +11,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dynakafka/outbox/internal/testenv"
@@ -68,7 +67,7 @@ func TestDynamoDB(t *testing.T) {
 func TestKafka(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	k := testenv.Kafka(t, kfake.NumBrokers(1))
+	k := testenv.Kafka(t)
 	topic := testenv.Name(t, "events")
 	testenv.CreateTopic(t, k, topic, 2)
 
@@ -106,21 +105,12 @@ func TestKafka(t *testing.T) {
 }
 
 func TestKafkaClusterIsFreshPerCall(t *testing.T) {
-	testenv.RequireKfake(t, testenv.Kafka(t))
-	a, b := testenv.Kafka(t), testenv.Kafka(t)
-	if a.Cluster == b.Cluster || a.Brokers[0] == b.Brokers[0] {
-		t.Errorf("two calls share a cluster: %v and %v", a.Brokers, b.Brokers)
+	if k := testenv.KafkaFromEnv(t); k != nil {
+		t.Skipf("the environment names the brokers (%v): every call returns them", k.Brokers)
 	}
-}
-
-func TestRequireKfakeSkipsOnRealBrokers(t *testing.T) {
-	var ran bool
-	t.Run("real", func(t *testing.T) {
-		testenv.RequireKfake(t, &testenv.KafkaCluster{Brokers: []string{"broker:9092"}})
-		ran = true
-	})
-	if ran {
-		t.Error("RequireKfake did not skip without a kfake cluster")
+	a, b := testenv.Kafka(t), testenv.Kafka(t)
+	if a.Brokers[0] == b.Brokers[0] {
+		t.Errorf("two calls share a cluster: %v and %v", a.Brokers, b.Brokers)
 	}
 }
 

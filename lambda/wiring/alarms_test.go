@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/dynakafka/outbox/internal/kfakeenv"
 	"io"
 	"log/slog"
 	"os"
@@ -210,7 +211,7 @@ func (o observation) alarms(missingBreaches map[string]bool) []string {
 type faultRig struct {
 	t       *testing.T
 	d       *testenv.Dynamo
-	k       *testenv.KafkaCluster
+	k       *kfakeenv.Cluster
 	tables  dynamo.Tables
 	topic   string
 	env     map[string]string
@@ -423,7 +424,7 @@ func (r *faultRig) viaStream(ctx context.Context, h *handler.Relay) (err error, 
 // newFaultRig creates the rig's outbox (tables in the mode opts give, and a
 // topic) and writes its message. It may run beside other rigs' creation:
 // it returns its failure.
-func newFaultRig(t *testing.T, ctx context.Context, d *testenv.Dynamo, k *testenv.KafkaCluster, opts ...dynamo.Option) (*faultRig, error) {
+func newFaultRig(t *testing.T, ctx context.Context, d *testenv.Dynamo, k *kfakeenv.Cluster, opts ...dynamo.Option) (*faultRig, error) {
 	r := &faultRig{t: t, d: d, k: k, tables: dynamo.Tables{Messages: testenv.Name(t, "m"), Control: testenv.Name(t, "c")}, topic: testenv.Name(t, "t")}
 	if err := dynamo.CreateTables(ctx, d.Client, r.tables, append([]dynamo.Option{dynamo.BucketCount(4)}, opts...)...); err != nil {
 		return nil, err
@@ -531,11 +532,11 @@ func (c *crashAfterAcquire) install(cfg aws.Config) aws.Config {
 // listed in notDriven with its reason fails.
 func TestFailuresRaiseTheirAlarms(t *testing.T) {
 	d := testenv.DynamoDB(t)
-	k := testenv.Kafka(t, kfake.NumBrokers(1))
-	testenv.RequireKfake(t, k)
+	k := kfakeenv.Kafka(t, kfake.NumBrokers(1))
+	kfakeenv.RequireKfake(t, k)
 	// A cluster of its own for the broker that never answers: it holds
 	// every produce request it gets.
-	hung := testenv.Kafka(t, kfake.NumBrokers(1))
+	hung := kfakeenv.Kafka(t, kfake.NumBrokers(1))
 	claims := alarmClaims(t)
 	breaching := missingBreaches(t)
 	defaults, least := budgets(t)
@@ -567,7 +568,7 @@ func TestFailuresRaiseTheirAlarms(t *testing.T) {
 		setup  func(*faultRig, context.Context)
 		extra  []outbox.Option
 		tables []dynamo.Option
-		kafka  *testenv.KafkaCluster // default k
+		kafka  *kfakeenv.Cluster // default k
 		// lasting: the fault fails every call of the functions at the
 		// bucket until the invocation's deadline; they get the smallest
 		// budget, and the relay's invocation overlaps the sweeps.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/dynakafka/outbox/internal/kfakeenv"
 	"io"
 	"log/slog"
 	"strconv"
@@ -160,8 +161,8 @@ func lastLine(t *testing.T, buf *bytes.Buffer) map[string]any {
 func TestStuckBucketOnTopicAuthorizationFailure(t *testing.T) {
 	const stuckAfter = 3
 	d := testenv.DynamoDB(t)
-	k := testenv.Kafka(t, kfake.NumBrokers(1))
-	testenv.RequireKfake(t, k)
+	k := kfakeenv.Kafka(t, kfake.NumBrokers(1))
+	kfakeenv.RequireKfake(t, k)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	tables := dynamo.Tables{Messages: testenv.Name(t, "m"), Control: testenv.Name(t, "c")}
@@ -169,7 +170,7 @@ func TestStuckBucketOnTopicAuthorizationFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	topic := testenv.Name(t, "t")
-	testenv.CreateTopic(t, k, topic, 2)
+	testenv.CreateTopic(t, k.KafkaCluster, topic, 2)
 	env := map[string]string{
 		"OUTBOX_MESSAGES_TABLE": tables.Messages, "OUTBOX_CONTROL_TABLE": tables.Control,
 		"OUTBOX_TOPICS": topic, "KAFKA_BOOTSTRAP_SERVERS": strings.Join(k.Brokers, ","),

@@ -8,9 +8,9 @@ package wiring
 import (
 	"context"
 	"fmt"
+	"github.com/dynakafka/outbox/internal/ownerid"
 	"log/slog"
 	"net/http"
-	"os"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -192,37 +192,9 @@ func DynamoClient(awsCfg aws.Config, endpoint string) *dynamodb.Client {
 	})
 }
 
-// StreamOwnerID is the lease owner id of the relay function: one name for
-// all of its execution environments, "relay/<function name>", so that
-// metrics and heartbeats name the function. The name does not make them one
-// holder: the event-source mapping does not serialise a bucket (AWS orders
-// stream records per item, so two hints of one bucket can reach concurrent
-// invocations), and each acquisition is its own hold, told apart by the
-// token in the lease item. A container resumes without a write only a
-// bucket it released itself; one that takes a bucket from another
-// container's release waits ResumeWindow (docs/design.md §4.3). Outside
-// Lambda it is ContainerID("relay").
-func StreamOwnerID() string {
-	if fn := os.Getenv("AWS_LAMBDA_FUNCTION_NAME"); fn != "" {
-		id := "relay/" + fn
-		if len(id) > 128 {
-			id = id[:128]
-		}
-		return id
-	}
-	return ContainerID("relay")
-}
+// StreamOwnerID is the lease owner id of the relay function (ownerid.Stream
+// says why it is one name for all of its containers).
+func StreamOwnerID() string { return ownerid.Stream() }
 
-// ContainerID names this execution environment: the log stream is unique per
-// Lambda container; elsewhere the host name and pid.
-func ContainerID(function string) string {
-	if s := os.Getenv("AWS_LAMBDA_LOG_STREAM_NAME"); s != "" {
-		id := function + "/" + s
-		if len(id) > 128 {
-			id = id[len(id)-128:]
-		}
-		return id
-	}
-	host, _ := os.Hostname()
-	return fmt.Sprintf("%s/%s-%d", function, host, os.Getpid())
-}
+// ContainerID names this execution environment (ownerid.Container).
+func ContainerID(function string) string { return ownerid.Container(function) }

@@ -6,8 +6,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/dynakafka/outbox/inbox"
 	"github.com/dynakafka/outbox/store/dynamo"
@@ -34,7 +35,15 @@ func Example_quickstartSetup() {
 		log.Fatal(err)
 	}
 	defer cl.Close()
-	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 12, -1, nil, "order-events"); err != nil {
+	req := kmsg.NewPtrCreateTopicsRequest() // or your Kafka tooling, or kadm
+	topic := kmsg.NewCreateTopicsRequestTopic()
+	topic.Topic, topic.NumPartitions, topic.ReplicationFactor = "order-events", 12, -1
+	req.Topics = append(req.Topics, topic)
+	resp, err := req.RequestWith(ctx, cl)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+	}
+	if err != nil {
 		log.Fatal(err)
 	}
 }

@@ -61,9 +61,9 @@ func buildBootstraps(ctx context.Context, root, dir string, arches []string) ([]
 	for _, arch := range arches {
 		out := filepath.Join(dir, arch, "bootstrap")
 		args := append([]string{"build"}, buildFlags...)
-		args = append(args, "-o", out, "./lambda/relay")
+		args = append(args, "-o", out, "./relay")
 		cmd := exec.CommandContext(ctx, "go", args...)
-		cmd.Dir = root
+		cmd.Dir = filepath.Join(root, "lambda") // the Lambda functions' module
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			return nil, "", fmt.Errorf("go build ./lambda/relay for %s: %v\n%s", arch, err, b)

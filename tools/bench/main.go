@@ -675,7 +675,7 @@ func footprintStage(ctx context.Context, e *env, g *gen, tmpl *template, o optio
 			return err
 		}
 	}
-	f.BuildFlags = "CGO_ENABLED=0 GOOS=linux go build -trimpath -tags lambda.norpc -ldflags='-s -w' ./lambda/relay"
+	f.BuildFlags = "CGO_ENABLED=0 GOOS=linux go -C lambda build -trimpath -tags lambda.norpc -ldflags='-s -w' ./relay"
 	rie, err := installRIE(ctx, root)
 	if err != nil {
 		return err

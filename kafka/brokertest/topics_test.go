@@ -1,7 +1,9 @@
-package kafka
+package brokertest
 
 import (
 	"errors"
+	"github.com/dynakafka/outbox/internal/kfakeenv"
+	"github.com/dynakafka/outbox/kafka"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,14 +46,14 @@ func TestNewPublisherChecksTopics(t *testing.T) {
 		max         int
 		strip       bool // the topic reports no max.message.bytes
 		missing     bool
-		wantLimit   int    // TopicLimitError.TopicMaxMessageBytes; 0 for no error
-		wantSource  string // in TopicLimitError.Source
+		wantLimit   int    // kafka.TopicLimitError.TopicMaxMessageBytes; 0 for no error
+		wantSource  string // in kafka.TopicLimitError.Source
 	}{
 		{name: "defaults pass", max: outbox.DefaultMaxMessageBytes},
 		{name: "missing topic", missing: true, max: outbox.DefaultMaxMessageBytes},
-		{name: "topic limit below MaxMessageBytes", topicConfig: map[string]string{"max.message.bytes": "100000"},
+		{name: "topic limit below kafka.MaxMessageBytes", topicConfig: map[string]string{"max.message.bytes": "100000"},
 			max: 100001, wantLimit: 100000, wantSource: "max.message.bytes"},
-		{name: "topic limit equal to MaxMessageBytes", topicConfig: map[string]string{"max.message.bytes": "100000"}, max: 100000},
+		{name: "topic limit equal to kafka.MaxMessageBytes", topicConfig: map[string]string{"max.message.bytes": "100000"}, max: 100000},
 		{name: "topic limit raised above the default", topicConfig: map[string]string{"max.message.bytes": "5000000"}, max: 4 << 20},
 		{name: "broker limit inherited", cluster: []kfake.Opt{kfake.BrokerConfigs(map[string]string{"message.max.bytes": "600000"})},
 			max: outbox.DefaultMaxMessageBytes, wantLimit: 600000, wantSource: "message.max.bytes"},
@@ -64,44 +66,44 @@ func TestNewPublisherChecksTopics(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			k := testenv.Kafka(t, tt.cluster...)
+			k := kfakeenv.Kafka(t, tt.cluster...)
 			if tt.cluster != nil || tt.strip {
-				testenv.RequireKfake(t, k)
+				kfakeenv.RequireKfake(t, k)
 			}
 			topic := testenv.Name(t, "missing")
 			if !tt.missing {
-				topic = newTopic(t, k, 2, tt.topicConfig)
+				topic = newTopic(t, k.KafkaCluster, 2, tt.topicConfig)
 			}
 			if tt.strip {
 				stripTopicLimits(k.Cluster)
 			}
-			p, err := NewPublisher(testCtx(t), k.Brokers, Topics(topic), MaxMessageBytes(tt.max))
+			p, err := kafka.NewPublisher(testCtx(t), k.Brokers, kafka.Topics(topic), kafka.MaxMessageBytes(tt.max))
 			if p != nil {
 				defer p.Close()
 			}
 			switch {
 			case tt.missing:
-				te, ok := errors.AsType[*TopicError](err)
+				te, ok := errors.AsType[*kafka.TopicError](err)
 				if !ok || te.Topic != topic || !errors.Is(err, kerr.UnknownTopicOrPartition) {
-					t.Fatalf("error %v (%T): want a *TopicError for %q matching kerr.UnknownTopicOrPartition", err, err, topic)
+					t.Fatalf("error %v (%T): want a *kafka.TopicError for %q matching kerr.UnknownTopicOrPartition", err, err, topic)
 				}
 				if !strings.Contains(err.Error(), topic) {
 					t.Errorf("error %q does not name the topic", err)
 				}
 			case tt.wantLimit != 0:
-				le, ok := errors.AsType[*TopicLimitError](err)
+				le, ok := errors.AsType[*kafka.TopicLimitError](err)
 				if !ok {
-					t.Fatalf("error %v (%T): want a *TopicLimitError", err, err)
+					t.Fatalf("error %v (%T): want a *kafka.TopicLimitError", err, err)
 				}
 				if le.Topic != topic || le.TopicMaxMessageBytes != tt.wantLimit || le.MaxMessageBytes != tt.max || !strings.Contains(le.Source, tt.wantSource) {
-					t.Fatalf("got %+v, want topic %q, limit %d from %q, MaxMessageBytes %d", le, topic, tt.wantLimit, tt.wantSource, tt.max)
+					t.Fatalf("got %+v, want topic %q, limit %d from %q, kafka.MaxMessageBytes %d", le, topic, tt.wantLimit, tt.wantSource, tt.max)
 				}
 				for _, s := range []string{topic, strconv.Itoa(tt.wantLimit), strconv.Itoa(tt.max)} {
 					if !strings.Contains(err.Error(), s) {
 						t.Errorf("error %q does not name %s", err, s)
 					}
 				}
-				if IsRetriable(err) {
+				if kafka.IsRetriable(err) {
 					t.Errorf("IsRetriable(%v) = true", err)
 				}
 			case err != nil:
@@ -114,19 +116,19 @@ func TestNewPublisherChecksTopics(t *testing.T) {
 // A topic not listed in Topics is checked when first published to; a topic
 // that passed is not checked again, one that failed is.
 func TestPublishChecksUnlistedTopics(t *testing.T) {
-	k := testenv.Kafka(t)
-	testenv.RequireKfake(t, k)
+	k := kfakeenv.Kafka(t)
+	kfakeenv.RequireKfake(t, k)
 	var describes atomic.Int32
 	k.Cluster.ControlKey(int16(kmsg.DescribeConfigs), func(kmsg.Request) (kmsg.Response, error, bool) {
 		describes.Add(1)
 		return nil, nil, false // observe only
 	})
-	good := newTopic(t, k, 1, nil)
-	small := newTopic(t, k, 1, map[string]string{"max.message.bytes": "50000"})
+	good := newTopic(t, k.KafkaCluster, 1, nil)
+	small := newTopic(t, k.KafkaCluster, 1, map[string]string{"max.message.bytes": "50000"})
 	missing := testenv.Name(t, "later")
-	p := newPublisher(t, k, MaxMessageBytes(60000))
+	p := newPublisher(t, k.KafkaCluster, kafka.MaxMessageBytes(60000))
 	if n := describes.Load(); n != 0 {
-		t.Fatalf("NewPublisher without Topics described %d topics", n)
+		t.Fatalf("NewPublisher without kafka.Topics described %d topics", n)
 	}
 
 	msgs := messages(good, 4, sameKey("k"))
@@ -136,10 +138,10 @@ func TestPublishChecksUnlistedTopics(t *testing.T) {
 		t.Fatalf("acked %d, want 2 (err %v)", acked, err)
 	}
 	publishErr(t, err, msgs[2])
-	if te, ok := errors.AsType[*TopicError](err); !ok || te.Topic != missing || !errors.Is(err, kerr.UnknownTopicOrPartition) {
-		t.Fatalf("error %v: want a *TopicError for %q", err, missing)
+	if te, ok := errors.AsType[*kafka.TopicError](err); !ok || te.Topic != missing || !errors.Is(err, kerr.UnknownTopicOrPartition) {
+		t.Fatalf("error %v: want a *kafka.TopicError for %q", err, missing)
 	}
-	if got, want := ids(t, consumeAll(t, k, good)), msgIDs(msgs[:2]); !slices.Equal(got, want) {
+	if got, want := ids(t, consumeAll(t, k.KafkaCluster, good)), msgIDs(msgs[:2]); !slices.Equal(got, want) {
 		t.Fatalf("%s holds %v, want %v (the message after the failed one must not be produced)", good, got, want)
 	}
 
@@ -156,14 +158,14 @@ func TestPublishChecksUnlistedTopics(t *testing.T) {
 	for range 2 {
 		m := messages(small, 1, sameKey("k"))
 		acked, err := p.Publish(testCtx(t), m)
-		le, ok := errors.AsType[*TopicLimitError](err)
+		le, ok := errors.AsType[*kafka.TopicLimitError](err)
 		if acked != 0 || !ok || le.TopicMaxMessageBytes != 50000 || le.MaxMessageBytes != 60000 {
-			t.Fatalf("Publish = %d, %v; want 0 and a *TopicLimitError 50000 < 60000", acked, err)
+			t.Fatalf("Publish = %d, %v; want 0 and a *kafka.TopicLimitError 50000 < 60000", acked, err)
 		}
 	}
 
 	// The missing topic is checked again once it exists.
-	if _, err := newAdmin(t, k).CreateTopic(testCtx(t), 1, -1, nil, missing); err != nil {
+	if _, err := newAdmin(t, k.KafkaCluster).CreateTopic(testCtx(t), 1, -1, nil, missing); err != nil {
 		t.Fatal(err)
 	}
 	m := messages(missing, 1, sameKey("k"))
@@ -173,19 +175,19 @@ func TestPublishChecksUnlistedTopics(t *testing.T) {
 }
 
 func TestTopicCheckAuthorization(t *testing.T) {
-	k := testenv.Kafka(t)
-	testenv.RequireKfake(t, k)
-	topic := newTopic(t, k, 1, nil)
+	k := kfakeenv.Kafka(t)
+	kfakeenv.RequireKfake(t, k)
+	topic := newTopic(t, k.KafkaCluster, 1, nil)
 	k.Cluster.Fault(kfake.Fault{
 		Keys:     []kmsg.Key{kmsg.DescribeConfigs},
 		Resource: topic,
 		Err:      kerr.TopicAuthorizationFailed,
 		Count:    -1,
 	})
-	_, err := NewPublisher(testCtx(t), k.Brokers, Topics(topic))
-	te, ok := errors.AsType[*TopicError](err)
+	_, err := kafka.NewPublisher(testCtx(t), k.Brokers, kafka.Topics(topic))
+	te, ok := errors.AsType[*kafka.TopicError](err)
 	if !ok || te.Topic != topic || !errors.Is(err, kerr.TopicAuthorizationFailed) {
-		t.Fatalf("error %v (%T): want a *TopicError for %q matching kerr.TopicAuthorizationFailed", err, err, topic)
+		t.Fatalf("error %v (%T): want a *kafka.TopicError for %q matching kerr.TopicAuthorizationFailed", err, err, topic)
 	}
 	if !strings.Contains(err.Error(), "DescribeConfigs") {
 		t.Errorf("error %q does not say which permission is missing", err)

@@ -1,8 +1,9 @@
-package kafka
+package brokertest
 
 import (
 	"errors"
 	"fmt"
+	"github.com/dynakafka/outbox/kafka"
 	"slices"
 	"strings"
 	"testing"
@@ -16,9 +17,9 @@ import (
 	"github.com/dynakafka/outbox/internal/testenv"
 )
 
-func newTxnPublisher(t *testing.T, k *testenv.KafkaCluster, prefix string, opts ...Option) *TxnPublisher {
+func newTxnPublisher(t *testing.T, k *testenv.KafkaCluster, prefix string, opts ...kafka.Option) *kafka.TxnPublisher {
 	t.Helper()
-	p, err := NewTxnPublisher(testCtx(t), k.Brokers, prefix, opts...)
+	p, err := kafka.NewTxnPublisher(testCtx(t), k.Brokers, prefix, opts...)
 	if err != nil {
 		t.Fatalf("NewTxnPublisher: %v", err)
 	}
@@ -100,7 +101,7 @@ func realTxnCluster(t *testing.T) *testenv.KafkaCluster {
 func TestRealTxnCommits(t *testing.T) {
 	k := realTxnCluster(t)
 	topic := newTopic(t, k, 1, nil)
-	p := newTxnPublisher(t, k, testenv.Name(t, "ob"), Topics(topic))
+	p := newTxnPublisher(t, k, testenv.Name(t, "ob"), kafka.Topics(topic))
 	for round := range 2 {
 		msgs := messages(topic, 5, sameKey("k"))
 		for i := range msgs {
@@ -134,7 +135,7 @@ func TestRealTxnFencesTheStaleHolder(t *testing.T) {
 	const bucket = 3 // messages() puts every message in bucket 3
 	ctx := testCtx(t)
 
-	stalePub := newTxnPublisher(t, k, prefix, Topics(topic))
+	stalePub := newTxnPublisher(t, k, prefix, kafka.Topics(topic))
 	first := messages(topic, 1, sameKey("k"))
 	first[0].Value = []byte("old-holder-committed")
 	if acked, err := stalePub.Publish(ctx, first); acked != 1 || err != nil {
@@ -143,7 +144,7 @@ func TestRealTxnFencesTheStaleHolder(t *testing.T) {
 
 	// A stalled holder mid-transaction: the same transactional id, records
 	// appended, no commit yet.
-	stalled, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.TransactionalID(TransactionalID(prefix, bucket)),
+	stalled, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.TransactionalID(kafka.TransactionalID(prefix, bucket)),
 		kgo.TransactionTimeout(30*time.Second), kgo.DefaultProduceTopic(topic))
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +160,7 @@ func TestRealTxnFencesTheStaleHolder(t *testing.T) {
 	}
 
 	// The new holder takes the bucket over and publishes.
-	newPub := newTxnPublisher(t, k, prefix, Topics(topic))
+	newPub := newTxnPublisher(t, k, prefix, kafka.Topics(topic))
 	fresh := messages(topic, 2, sameKey("k"))
 	fresh[0].Value, fresh[1].Value = []byte("new-1"), []byte("new-2")
 	if acked, err := newPub.Publish(ctx, fresh); acked != 2 || err != nil {
@@ -169,16 +170,16 @@ func TestRealTxnFencesTheStaleHolder(t *testing.T) {
 	// The stalled holder wakes up and commits: refused.
 	if err := stalled.EndTransaction(ctx, kgo.TryCommit); err == nil {
 		t.Fatal("the fenced holder committed its transaction")
-	} else if !fenced(err) {
+	} else if !(errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch)) {
 		t.Logf("fenced holder's commit: %v", err)
 	}
 	// The stale TxnPublisher publishes again: fenced, nothing acknowledged.
 	again := messages(topic, 2, sameKey("k"))
 	again[0].Value, again[1].Value = []byte("stale-again-1"), []byte("stale-again-2")
 	acked, err := stalePub.Publish(ctx, again)
-	var fe *FencedError
-	if acked != 0 || !errors.As(err, &fe) || fe.TransactionalID != TransactionalID(prefix, bucket) {
-		t.Fatalf("stale holder's Publish = %d, %v; want 0 and a *FencedError for %q", acked, err, TransactionalID(prefix, bucket))
+	var fe *kafka.FencedError
+	if acked != 0 || !errors.As(err, &fe) || fe.TransactionalID != kafka.TransactionalID(prefix, bucket) {
+		t.Fatalf("stale holder's Publish = %d, %v; want 0 and a *kafka.FencedError for %q", acked, err, kafka.TransactionalID(prefix, bucket))
 	}
 	if !errors.Is(err, kerr.ProducerFenced) && !errors.Is(err, kerr.InvalidProducerEpoch) {
 		t.Errorf("error %v matches neither PRODUCER_FENCED nor INVALID_PRODUCER_EPOCH", err)
@@ -209,9 +210,9 @@ func TestRealTxnReferenceCase(t *testing.T) {
 		t.Run(fmt.Sprintf("strict=%v", strict), func(t *testing.T) {
 			topic := newTopic(t, k, 1, map[string]string{"max.message.bytes": "2000"})
 			// Uncompressed: the broker's limit applies to the batch as sent.
-			opts := []Option{Topics(topic), MaxMessageBytes(2000), Compression(kgo.NoCompression())}
+			opts := []kafka.Option{kafka.Topics(topic), kafka.MaxMessageBytes(2000), kafka.Compression(kgo.NoCompression())}
 			if strict {
-				opts = append(opts, Strict())
+				opts = append(opts, kafka.Strict())
 			}
 			p := newTxnPublisher(t, k, testenv.Name(t, "ob"), opts...)
 			// The operator lowers the topic's limit after the publisher
@@ -222,9 +223,9 @@ func TestRealTxnReferenceCase(t *testing.T) {
 			// Row 1 within MaxMessageBytes (2000) as the writers measure it,
 			// above the topic's new limit (1500).
 			rows[0].Value = []byte("1")
-			size := p.p.cfg.headers.RecordSize(rows[0])
+			size := outbox.HeaderNames{}.RecordSize(rows[0]) // p uses the default header names
 			rows[0].Value = []byte("1" + strings.Repeat("x", 2000-size-1))
-			if got := p.p.cfg.headers.RecordSize(rows[0]); got != 1999 {
+			if got := (outbox.HeaderNames{}).RecordSize(rows[0]); got != 1999 {
 				t.Fatalf("row 1 is %d bytes, want 1999", got)
 			}
 			acked, err := p.Publish(testCtx(t), rows)
@@ -260,7 +261,7 @@ func TestRealTxnReferenceCase(t *testing.T) {
 func TestRealTxnAbortHidesAppendedRecords(t *testing.T) {
 	k := realTxnCluster(t)
 	topic := newTopic(t, k, 2, map[string]string{"max.message.bytes": "4000"})
-	p := newTxnPublisher(t, k, testenv.Name(t, "ob"), Topics(topic), MaxMessageBytes(4000), Compression(kgo.NoCompression()))
+	p := newTxnPublisher(t, k, testenv.Name(t, "ob"), kafka.Topics(topic), kafka.MaxMessageBytes(4000), kafka.Compression(kgo.NoCompression()))
 	lowerMaxMessageBytes(t, k, topic, "1500")
 	msgs := messages(topic, 2, sameKey("k"))
 	p0, p1 := int32(0), int32(1)
@@ -293,7 +294,7 @@ func TestRealTxnPublishAlone(t *testing.T) {
 	topic := newTopic(t, k, 1, map[string]string{"max.message.bytes": "4000"})
 	prefix := testenv.Name(t, "ob")
 	ctx := testCtx(t)
-	opts := []Opt{Topics(topic), MaxMessageBytes(4000), Compression(kgo.NoCompression())}
+	opts := []kafka.Option{kafka.Topics(topic), kafka.MaxMessageBytes(4000), kafka.Compression(kgo.NoCompression())}
 	stale := newTxnPublisher(t, k, prefix, opts...)
 	var iso outbox.Isolator = stale // the relay finds it by this assertion
 	// The new holder, built (its topic checked) before the limit is lowered;
@@ -323,9 +324,9 @@ func TestRealTxnPublishAlone(t *testing.T) {
 	}
 	alone[2].Value = []byte("stale-alone")
 	err = iso.PublishAlone(ctx, alone[2])
-	var fe *FencedError
-	if !errors.As(err, &fe) || fe.TransactionalID != TransactionalID(prefix, alone[2].Bucket) {
-		t.Fatalf("stale holder's PublishAlone: %v, want a *FencedError for %q", err, TransactionalID(prefix, alone[2].Bucket))
+	var fe *kafka.FencedError
+	if !errors.As(err, &fe) || fe.TransactionalID != kafka.TransactionalID(prefix, alone[2].Bucket) {
+		t.Fatalf("stale holder's PublishAlone: %v, want a *kafka.FencedError for %q", err, kafka.TransactionalID(prefix, alone[2].Bucket))
 	}
 
 	want := []string{"alone-1", "new-holder"}

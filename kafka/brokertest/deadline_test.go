@@ -1,14 +1,15 @@
-package kafka
+package brokertest
 
 import (
 	"context"
 	"errors"
+	"github.com/dynakafka/outbox/internal/kfakeenv"
+	"github.com/dynakafka/outbox/kafka"
 	"slices"
 	"sync"
 	"testing"
 
 	"github.com/dynakafka/outbox"
-	"github.com/dynakafka/outbox/internal/testenv"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -27,12 +28,12 @@ func releaseOnce(t *testing.T) (<-chan struct{}, func()) {
 // heldProduce returns a kfake cluster, a one-partition topic and a Publisher
 // (Topics(topic) and opts) whose first produce request the cluster holds
 // until release is called or the test ends; held is closed once it holds it.
-func heldProduce(t *testing.T, opts ...Option) (k *testenv.KafkaCluster, topic string, p *Publisher, held <-chan struct{}, release func()) {
+func heldProduce(t *testing.T, opts ...kafka.Option) (k *kfakeenv.Cluster, topic string, p *kafka.Publisher, held <-chan struct{}, release func()) {
 	t.Helper()
-	k = testenv.Kafka(t)
-	testenv.RequireKfake(t, k)
-	topic = newTopic(t, k, 1, nil)
-	p = newPublisher(t, k, append([]Option{Topics(topic)}, opts...)...)
+	k = kfakeenv.Kafka(t)
+	kfakeenv.RequireKfake(t, k)
+	topic = newTopic(t, k.KafkaCluster, 1, nil)
+	p = newPublisher(t, k.KafkaCluster, append([]kafka.Option{kafka.Topics(topic)}, opts...)...)
 	ch, release := releaseOnce(t)
 	return k, topic, p, holdFirst(k.Cluster, kmsg.Produce, ch), release
 }
@@ -56,13 +57,13 @@ func awaitClosed(t *testing.T, ch <-chan struct{}, what string) {
 func TestPublishAbandonsUnansweredRecords(t *testing.T) {
 	tests := []struct {
 		name string
-		opts []Option
+		opts []kafka.Option
 		// careful: make the bucket go one record at a time first (Strict
 		// mode after a failed publish).
 		careful bool
 	}{
 		{name: "default"},
-		{name: "strict, one record at a time", opts: []Option{Strict()}, careful: true},
+		{name: "strict, one record at a time", opts: []kafka.Option{kafka.Strict()}, careful: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -81,21 +82,21 @@ func TestPublishAbandonsUnansweredRecords(t *testing.T) {
 			awaitClosed(t, held, "the produce request was never sent")
 			cancel()
 			r := await(t, result) // while the request is still held
-			if r.acked != 0 || !errors.Is(r.err, ErrAbandoned) || !errors.Is(r.err, context.Canceled) {
-				t.Fatalf("Publish = %d, %v; want 0 and ErrAbandoned with context.Canceled", r.acked, r.err)
+			if r.Acked != 0 || !errors.Is(r.Err, kafka.ErrAbandoned) || !errors.Is(r.Err, context.Canceled) {
+				t.Fatalf("Publish = %d, %v; want 0 and kafka.ErrAbandoned with context.Canceled", r.Acked, r.Err)
 			}
-			publishErr(t, r.err, msgs[0])
-			if !IsRetriable(r.err) || Class(r.err) != outbox.Retriable {
-				t.Errorf("IsRetriable = %v, Class = %v for %v; want a retriable error", IsRetriable(r.err), Class(r.err), r.err)
+			publishErr(t, r.Err, msgs[0])
+			if !kafka.IsRetriable(r.Err) || kafka.Class(r.Err) != outbox.Retriable {
+				t.Errorf("IsRetriable = %v, kafka.Class = %v for %v; want a retriable error", kafka.IsRetriable(r.Err), kafka.Class(r.Err), r.Err)
 			}
 
 			again := publishAsync(testCtx(t), p, msgs)
 			releaseNow()
-			if r := await(t, again); r.acked != len(msgs) || r.err != nil {
-				t.Fatalf("Publish after the abandoned one = %d, %v; want %d acknowledged", r.acked, r.err, len(msgs))
+			if r := await(t, again); r.Acked != len(msgs) || r.Err != nil {
+				t.Fatalf("Publish after the abandoned one = %d, %v; want %d acknowledged", r.Acked, r.Err, len(msgs))
 			}
 			want := append([]string{msgs[0].ID}, msgIDs(msgs)...)
-			if got := ids(t, consumeAll(t, k, topic)); !slices.Equal(got, want) {
+			if got := ids(t, consumeAll(t, k.KafkaCluster, topic)); !slices.Equal(got, want) {
 				t.Fatalf("topic holds %v, want the abandoned copy then the run %v", got, want)
 			}
 		})
@@ -121,15 +122,15 @@ func TestPublishAloneAfterAnAbandonedRecord(t *testing.T) {
 	case <-testCtx(t).Done():
 		t.Fatal("PublishAlone did not return after its context was cancelled")
 	}
-	if !errors.Is(err, ErrAbandoned) || !errors.Is(err, context.Canceled) {
-		t.Fatalf("PublishAlone = %v; want ErrAbandoned with context.Canceled", err)
+	if !errors.Is(err, kafka.ErrAbandoned) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("PublishAlone = %v; want kafka.ErrAbandoned with context.Canceled", err)
 	}
 	publishErr(t, err, msgs[0])
 
 	if err := p.PublishAlone(testCtx(t), msgs[1]); err != nil {
 		t.Fatalf("PublishAlone after an abandoned record = %v", err)
 	}
-	got := ids(t, consumeAll(t, k, topic))
+	got := ids(t, consumeAll(t, k.KafkaCluster, topic))
 	if !slices.Contains(got, msgs[1].ID) || slices.ContainsFunc(got, func(id string) bool { return id != msgs[0].ID && id != msgs[1].ID }) {
 		t.Fatalf("topic holds %v; want %s (and perhaps the abandoned %s)", got, msgs[1].ID, msgs[0].ID)
 	}
@@ -154,17 +155,17 @@ func TestCancelledRecordBehindAnotherBucketIsStillWritten(t *testing.T) {
 	rx := publishAsync(xctx, p, x) // appended to y2's batch
 	awaitBuffered(t, p, 3)
 	cancelX()
-	if r := await(t, rx); r.acked != 0 || !errors.Is(r.err, ErrAbandoned) {
-		t.Fatalf("cancelled Publish = %d, %v; want 0, ErrAbandoned", r.acked, r.err)
+	if r := await(t, rx); r.Acked != 0 || !errors.Is(r.Err, kafka.ErrAbandoned) {
+		t.Fatalf("cancelled Publish = %d, %v; want 0, kafka.ErrAbandoned", r.Acked, r.Err)
 	}
 	releaseNow()
 	for _, r := range []publishResult{await(t, y1), await(t, y2)} {
-		if r.acked != 1 || r.err != nil {
-			t.Fatalf("live Publish = %d, %v", r.acked, r.err)
+		if r.Acked != 1 || r.Err != nil {
+			t.Fatalf("live Publish = %d, %v", r.Acked, r.Err)
 		}
 	}
 	want := []string{y[0].ID, y[1].ID, x[0].ID}
-	if got := ids(t, consumeAll(t, k, topic)); !slices.Equal(got, want) {
+	if got := ids(t, consumeAll(t, k.KafkaCluster, topic)); !slices.Equal(got, want) {
 		t.Fatalf("topic holds %v, want %v: the cancelled record written behind its batch mate", got, want)
 	}
 }

@@ -1,4 +1,4 @@
-package kafka
+package brokertest
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/dynakafka/outbox/kafka"
 	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
@@ -49,7 +50,7 @@ func TestRealPlacementMatchesJavaPartitioner(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	const partitions = 12
 	topic := newTopic(t, k, partitions, nil)
-	p := newPublisher(t, k, Topics(topic))
+	p := newPublisher(t, k, kafka.Topics(topic))
 	msgs := messages(topic, 600, func(i int) []byte {
 		key := make([]byte, i%41) // 0..40 bytes, the empty key included
 		for j := range key {
@@ -144,11 +145,11 @@ func TestRealSASLScram(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			a := scram.Auth{User: "relay", Pass: tt.pass}
-			opt := SASL(a.AsSha512Mechanism())
+			opt := kafka.SASL(a.AsSha512Mechanism())
 			if tt.sha256 {
-				opt = SASL(a.AsSha256Mechanism())
+				opt = kafka.SASL(a.AsSha256Mechanism())
 			}
-			p, err := NewPublisher(ctx, c.SASL, opt, Topics(topic))
+			p, err := kafka.NewPublisher(ctx, c.SASL, opt, kafka.Topics(topic))
 			if tt.wantErr {
 				if err == nil {
 					p.Close()
@@ -179,7 +180,7 @@ func TestRealTLS(t *testing.T) {
 	c := realCluster(t)
 	k := c.Kafka()
 	topic := newTopic(t, k, 1, nil)
-	p := newPublisher(t, &testenv.KafkaCluster{Brokers: c.TLS}, TLS(c.TLSConfig()), Topics(topic))
+	p := newPublisher(t, &testenv.KafkaCluster{Brokers: c.TLS}, kafka.TLS(c.TLSConfig()), kafka.Topics(topic))
 	if acked, err := p.Publish(testCtx(t), messages(topic, 3, sameKey("k"))); acked != 3 || err != nil {
 		t.Fatalf("Publish = %d, %v", acked, err)
 	}
@@ -189,7 +190,7 @@ func TestRealTLS(t *testing.T) {
 	// Without the CA (system roots), the handshake fails.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if p, err := NewPublisher(ctx, c.TLS, TLS(nil), Topics(topic)); err == nil {
+	if p, err := kafka.NewPublisher(ctx, c.TLS, kafka.TLS(nil), kafka.Topics(topic)); err == nil {
 		p.Close()
 		t.Fatal("NewPublisher trusted a broker certificate signed by an unknown CA")
 	}
@@ -228,18 +229,20 @@ func TestRealAuthorizationFailures(t *testing.T) {
 		return err == nil && len(d) == 1 && len(d[0].Described) > 0
 	})
 
-	mech := func(u string) Option { return SASL(scram.Auth{User: u, Pass: u + "-pw"}.AsSha512Mechanism()) }
+	mech := func(u string) kafka.Option {
+		return kafka.SASL(scram.Auth{User: u, Pass: u + "-pw"}.AsSha512Mechanism())
+	}
 
 	t.Run("write denied", func(t *testing.T) {
-		p := newPublisher(t, &testenv.KafkaCluster{Brokers: c.SASL}, mech("reader"), Topics(topic))
+		p := newPublisher(t, &testenv.KafkaCluster{Brokers: c.SASL}, mech("reader"), kafka.Topics(topic))
 		acked, err := p.Publish(testCtx(t), messages(topic, 3, sameKey("k")))
 		if acked != 0 || !errors.Is(err, kerr.TopicAuthorizationFailed) {
 			t.Fatalf("Publish = %d, %v; want 0 and TOPIC_AUTHORIZATION_FAILED", acked, err)
 		}
-		if cl := Class(err); cl != outbox.Fatal {
+		if cl := kafka.Class(err); cl != outbox.Fatal {
 			t.Errorf("Class(%v) = %v, want Fatal", err, cl)
 		}
-		if IsRetriable(err) {
+		if kafka.IsRetriable(err) {
 			t.Errorf("IsRetriable(%v) = true", err)
 		}
 		if !strings.Contains(err.Error(), "grant Write") {
@@ -247,10 +250,10 @@ func TestRealAuthorizationFailures(t *testing.T) {
 		}
 	})
 	t.Run("describe denied", func(t *testing.T) {
-		_, err := NewPublisher(testCtx(t), c.SASL, mech("stranger"), Topics(topic))
-		te, ok := errors.AsType[*TopicError](err)
+		_, err := kafka.NewPublisher(testCtx(t), c.SASL, mech("stranger"), kafka.Topics(topic))
+		te, ok := errors.AsType[*kafka.TopicError](err)
 		if !ok || te.Topic != topic || !errors.Is(err, kerr.TopicAuthorizationFailed) {
-			t.Fatalf("NewPublisher: %v (%T); want a *TopicError for %q matching TOPIC_AUTHORIZATION_FAILED", err, err, topic)
+			t.Fatalf("NewPublisher: %v (%T); want a *kafka.TopicError for %q matching TOPIC_AUTHORIZATION_FAILED", err, err, topic)
 		}
 	})
 	if n := len(consumeAll(t, k, topic)); n != 0 {
@@ -272,7 +275,7 @@ func TestRealCompression(t *testing.T) {
 	} {
 		t.Run(codec.name, func(t *testing.T) {
 			topic := newTopic(t, k, 1, nil)
-			p := newPublisher(t, k, Topics(topic), Compression(codec.codec))
+			p := newPublisher(t, k, kafka.Topics(topic), kafka.Compression(codec.codec))
 			msgs := messages(topic, 50, sameKey("k"))
 			if acked, err := p.Publish(testCtx(t), msgs); acked != len(msgs) || err != nil {
 				t.Fatalf("Publish = %d, %v", acked, err)

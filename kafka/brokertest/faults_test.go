@@ -1,8 +1,10 @@
-package kafka
+package brokertest
 
 import (
 	"context"
 	"errors"
+	"github.com/dynakafka/outbox/internal/kfakeenv"
+	"github.com/dynakafka/outbox/kafka"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -33,7 +35,7 @@ func TestPublishPartialFailure(t *testing.T) {
 	tests := []struct {
 		name      string
 		fault     kfake.Fault
-		opts      []Option
+		opts      []kafka.Option
 		wantAcked int
 		wantErr   error // errors.Is target for the first error
 		retriable bool
@@ -69,17 +71,17 @@ func TestPublishPartialFailure(t *testing.T) {
 		{
 			name:      "retriable error past the delivery timeout",
 			fault:     kfake.Fault{Partitions: []int32{1}, Err: kerr.NotEnoughReplicas, Count: -1},
-			opts:      []Option{LeaseDuration(3 * time.Second), DeliveryTimeout(time.Second)},
+			opts:      []kafka.Option{kafka.LeaseDuration(3 * time.Second), kafka.DeliveryTimeout(time.Second)},
 			wantAcked: 2, wantErr: kgo.ErrRecordTimeout, retriable: true,
 			want: map[int32][]int{0: {1, 2, 4}, 2: {5}},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			k := testenv.Kafka(t)
-			testenv.RequireKfake(t, k)
-			topic := newTopic(t, k, 3, nil)
-			p := newPublisher(t, k, append([]Option{Topics(topic)}, tt.opts...)...)
+			k := kfakeenv.Kafka(t)
+			kfakeenv.RequireKfake(t, k)
+			topic := newTopic(t, k.KafkaCluster, 3, nil)
+			p := newPublisher(t, k.KafkaCluster, append([]kafka.Option{kafka.Topics(topic)}, tt.opts...)...)
 			msgs := messages(topic, len(pins), sameKey("k"))
 			for i, pin := range pins {
 				msgs[i].Partition = outbox.PartitionOf(pin)
@@ -102,15 +104,15 @@ func TestPublishPartialFailure(t *testing.T) {
 				if !errors.Is(err, tt.wantErr) {
 					t.Fatalf("err %v, want one matching %v", err, tt.wantErr)
 				}
-				pe, ok := errors.AsType[*ProduceError](err)
+				pe, ok := errors.AsType[*kafka.ProduceError](err)
 				if !ok || pe.Topic != topic || pe.Partition != pins[acked] {
-					t.Fatalf("err %v: want a *ProduceError for %s partition %d", err, topic, pins[acked])
+					t.Fatalf("err %v: want a *kafka.ProduceError for %s partition %d", err, topic, pins[acked])
 				}
-				if IsRetriable(err) != tt.retriable {
+				if kafka.IsRetriable(err) != tt.retriable {
 					t.Errorf("IsRetriable(%v) = %v, want %v", err, !tt.retriable, tt.retriable)
 				}
 			}
-			got := byPartition(t, k, topic)
+			got := byPartition(t, k.KafkaCluster, topic)
 			for part := range int32(3) {
 				var want []string
 				for _, n := range tt.want[part] {
@@ -121,31 +123,6 @@ func TestPublishPartialFailure(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-type publishResult struct {
-	acked int
-	err   error
-}
-
-func publishAsync(ctx context.Context, p *Publisher, msgs []outbox.Message) <-chan publishResult {
-	ch := make(chan publishResult, 1)
-	go func() {
-		acked, err := p.Publish(ctx, msgs)
-		ch <- publishResult{acked, err}
-	}()
-	return ch
-}
-
-func await(t *testing.T, ch <-chan publishResult) publishResult {
-	t.Helper()
-	select {
-	case r := <-ch:
-		return r
-	case <-time.After(testTimeout):
-		t.Fatal("Publish did not return")
-		return publishResult{}
 	}
 }
 
@@ -167,20 +144,20 @@ func holdFirst(c *kfake.Cluster, key kmsg.Key, release <-chan struct{}) <-chan s
 // heldProducerID returns a topic and a Publisher whose first InitProducerID
 // request the cluster holds until the test ends, so that its records wait in
 // the client; held is closed once the request is held.
-func heldProducerID(t *testing.T) (topic string, p *Publisher, held <-chan struct{}) {
+func heldProducerID(t *testing.T) (topic string, p *kafka.Publisher, held <-chan struct{}) {
 	t.Helper()
-	k := testenv.Kafka(t)
-	testenv.RequireKfake(t, k)
-	topic = newTopic(t, k, 1, nil)
+	k := kfakeenv.Kafka(t)
+	kfakeenv.RequireKfake(t, k)
+	topic = newTopic(t, k.KafkaCluster, 1, nil)
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	held = holdFirst(k.Cluster, kmsg.InitProducerID, release)
-	return topic, newPublisher(t, k, Topics(topic)), held
+	return topic, newPublisher(t, k.KafkaCluster, kafka.Topics(topic)), held
 }
 
 // publishMarker publishes one message after the others and returns its id:
 // anything a cancelled Publish left in the client would be written before it.
-func publishMarker(t *testing.T, p *Publisher, topic string) string {
+func publishMarker(t *testing.T, p *kafka.Publisher, topic string) string {
 	t.Helper()
 	m := messages(topic, 1, sameKey("k"))
 	if acked, err := p.Publish(testCtx(t), m); acked != 1 || err != nil {
@@ -193,10 +170,10 @@ func publishMarker(t *testing.T, p *Publisher, topic string) string {
 // client; cancelling the Publish fails them at the next retry, long before the
 // delivery timeout, and none of them is written later.
 func TestPublishCancelWhileRetrying(t *testing.T) {
-	k := testenv.Kafka(t)
-	testenv.RequireKfake(t, k)
-	topic := newTopic(t, k, 1, nil)
-	p := newPublisher(t, k, Topics(topic)) // DeliveryTimeout 20s
+	k := kfakeenv.Kafka(t)
+	kfakeenv.RequireKfake(t, k)
+	topic := newTopic(t, k.KafkaCluster, 1, nil)
+	p := newPublisher(t, k.KafkaCluster, kafka.Topics(topic)) // kafka.DeliveryTimeout 20s
 	faults := k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.NotEnoughReplicas, Count: -1})
 
 	ctx, cancel := context.WithCancel(testCtx(t))
@@ -207,17 +184,17 @@ func TestPublishCancelWhileRetrying(t *testing.T) {
 	}
 	cancel()
 	r := await(t, result)
-	if r.acked != 0 || !errors.Is(r.err, context.Canceled) {
-		t.Fatalf("Publish = %d, %v; want 0 and context.Canceled", r.acked, r.err)
+	if r.Acked != 0 || !errors.Is(r.Err, context.Canceled) {
+		t.Fatalf("Publish = %d, %v; want 0 and context.Canceled", r.Acked, r.Err)
 	}
-	publishErr(t, r.err, msgs[0])
-	if !IsRetriable(r.err) {
-		t.Errorf("IsRetriable(%v) = false", r.err)
+	publishErr(t, r.Err, msgs[0])
+	if !kafka.IsRetriable(r.Err) {
+		t.Errorf("IsRetriable(%v) = false", r.Err)
 	}
 
 	faults.Remove()
 	marker := publishMarker(t, p, topic)
-	if got := ids(t, consumeAll(t, k, topic)); !slices.Equal(got, []string{marker}) {
+	if got := ids(t, consumeAll(t, k.KafkaCluster, topic)); !slices.Equal(got, []string{marker}) {
 		t.Fatalf("topic holds %v, want only the marker %s", got, marker)
 	}
 }
@@ -233,16 +210,16 @@ func TestPublishCancelBeforeSending(t *testing.T) {
 	<-held
 	cancel()
 	r := await(t, result) // without releasing the held request
-	if r.acked != 0 || !errors.Is(r.err, context.Canceled) {
-		t.Fatalf("Publish = %d, %v; want 0 and context.Canceled", r.acked, r.err)
+	if r.Acked != 0 || !errors.Is(r.Err, context.Canceled) {
+		t.Fatalf("Publish = %d, %v; want 0 and context.Canceled", r.Acked, r.Err)
 	}
-	publishErr(t, r.err, msgs[0])
+	publishErr(t, r.Err, msgs[0])
 }
 
 func TestPublishCancelledBeforeStart(t *testing.T) {
-	k := testenv.Kafka(t)
-	topic := newTopic(t, k, 1, nil)
-	p := newPublisher(t, k, Topics(topic))
+	k := kfakeenv.Kafka(t)
+	topic := newTopic(t, k.KafkaCluster, 1, nil)
+	p := newPublisher(t, k.KafkaCluster, kafka.Topics(topic))
 	ctx, cancel := context.WithCancel(testCtx(t))
 	cancel()
 	msgs := messages(topic, 3, sameKey("k"))
@@ -252,7 +229,7 @@ func TestPublishCancelledBeforeStart(t *testing.T) {
 	}
 	publishErr(t, err, msgs[0])
 	marker := publishMarker(t, p, topic)
-	if got := ids(t, consumeAll(t, k, topic)); !slices.Equal(got, []string{marker}) {
+	if got := ids(t, consumeAll(t, k.KafkaCluster, topic)); !slices.Equal(got, []string{marker}) {
 		t.Fatalf("topic holds %v, want only the marker", got)
 	}
 }
@@ -267,28 +244,24 @@ func TestPublishSharedBatchCancelled(t *testing.T) {
 	a := messages(topic, 2, sameKey("a"))
 	resultA := publishAsync(ctxA, p, a)
 	<-held
-	for p.cl.BufferedProduceRecords() < int64(len(a)) {
-		time.Sleep(time.Millisecond)
-	}
+	awaitBuffered(t, p, int64(len(a)))
 	b := messages(topic, 2, sameKey("b"))
 	for i := range b {
 		b[i].Bucket = 5
 	}
 	resultB := publishAsync(testCtx(t), p, b)
-	for p.cl.BufferedProduceRecords() < int64(len(a)+len(b)) {
-		time.Sleep(time.Millisecond)
-	}
+	awaitBuffered(t, p, int64(len(a)+len(b)))
 	cancelA()
 
 	ra, rb := await(t, resultA), await(t, resultB)
-	if ra.acked != 0 || !errors.Is(ra.err, context.Canceled) {
-		t.Fatalf("cancelled Publish = %d, %v; want 0, context.Canceled", ra.acked, ra.err)
+	if ra.Acked != 0 || !errors.Is(ra.Err, context.Canceled) {
+		t.Fatalf("cancelled Publish = %d, %v; want 0, context.Canceled", ra.Acked, ra.Err)
 	}
-	if rb.acked != 0 || !errors.Is(rb.err, ErrSharedBatchCancelled) || errors.Is(rb.err, context.Canceled) {
-		t.Fatalf("other Publish = %d, %v; want 0, ErrSharedBatchCancelled (not context.Canceled)", rb.acked, rb.err)
+	if rb.Acked != 0 || !errors.Is(rb.Err, kafka.ErrSharedBatchCancelled) || errors.Is(rb.Err, context.Canceled) {
+		t.Fatalf("other Publish = %d, %v; want 0, kafka.ErrSharedBatchCancelled (not context.Canceled)", rb.Acked, rb.Err)
 	}
-	publishErr(t, rb.err, b[0])
-	if !IsRetriable(rb.err) {
-		t.Errorf("IsRetriable(%v) = false", rb.err)
+	publishErr(t, rb.Err, b[0])
+	if !kafka.IsRetriable(rb.Err) {
+		t.Errorf("IsRetriable(%v) = false", rb.Err)
 	}
 }
