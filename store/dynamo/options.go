@@ -21,6 +21,8 @@ type settings struct {
 	maxAttempts       int
 	clock             outbox.Clock
 	logger            *slog.Logger
+	notifier          *outbox.Notifier
+	notifierSet       bool
 	// jitter draws a backoff delay below its argument (tests fix it).
 	jitter func(time.Duration) time.Duration
 	// mode: the mode CreateTables creates, or the one NewStore and
@@ -279,6 +281,17 @@ func WithLogger(l *slog.Logger) WriterOption {
 	return writerOption(func(s *settings) { s.logger = l })
 }
 
+// WithNotifier notifies n of the buckets of every transaction the Writer
+// committed, right after the commit, so that the relay running in this
+// process with the same Notifier (outbox.WithNotifier) publishes them at
+// once rather than at its next poll. Notifying never blocks the Write and
+// never fails it; a Write that failed, or whose outcome is unknown
+// (outbox.ErrOutcomeUnknown), notifies nothing: its messages, if stored,
+// are found by the relay's polls. Default: none.
+func WithNotifier(n *outbox.Notifier) WriterOption {
+	return writerOption(func(s *settings) { s.notifier, s.notifierSet = n, true })
+}
+
 func (s *settings) validate() error {
 	bad := func(opt string, v any, why string) error {
 		return &outbox.OptionError{Option: opt, Value: v, Reason: why}
@@ -294,6 +307,8 @@ func (s *settings) validate() error {
 		return bad("DeleteConcurrency", s.deleteConcurrency, "must be 1..32")
 	case s.maxMessageBytes < outbox.RecordOverhead:
 		return bad("MaxMessageBytes", s.maxMessageBytes, fmt.Sprintf("must be at least %d", outbox.RecordOverhead))
+	case s.notifierSet && s.notifier == nil:
+		return bad("WithNotifier", nil, "must not be nil (use outbox.NewNotifier)")
 	case s.headers.MessageID == "":
 		return bad("MessageIDHeader", s.headers.MessageID, "must not be empty")
 	case s.headers.Bucket == "":
