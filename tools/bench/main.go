@@ -17,6 +17,7 @@
 //	make bench                    # writes docs/benchmarks.{json,md,png}
 //	cd tools && go run ./bench -smoke -out /tmp/bench
 //	cd tools && go run ./bench -only steady              # the steady lines alone
+//	cd tools && go run ./bench -only runrelay            # the runrelay lines alone
 //	cd tools && go run ./bench -only steady -sweep -out /tmp/s   # + cost by rate and window
 //
 // It ends with the lines:
@@ -26,6 +27,8 @@
 //	steady: rate=50 …
 //	steady: rate=200 …
 //	steady: rate=burst …
+//	runrelay: p50_ms=… p99_ms=… poll_ms=200 …
+//	runrelay: p50_ms=… p99_ms=… poll_ms=200 … notifier=true
 //
 // and, with -sweep, one sweep: line per rate, batching window and relay mode.
 package main
@@ -59,6 +62,7 @@ type options struct {
 	naiveMsgs     int
 	bucketCounts  []int // per-bucket overhead stages besides the relay stage's 8
 	footprintMsgs int
+	runRelayMsgs  int         // the long-running relay stage: messages per variant
 	rounds        int         // turns of raw DynamoDB, raw pipeline and relay
 	txns          map[int]int // capacity: transactions per messages-per-transaction
 	arches        []string
@@ -106,7 +110,7 @@ func fullProfiles() []profile {
 func fullOptions() options {
 	return options{
 		relayMsgs: 20_000, naiveMsgs: 1_000, rounds: 3, bucketCounts: []int{32, 64},
-		footprintMsgs: 100_000, txns: map[int]int{1: 300, 10: 60, 100: 12}, arches: []string{"amd64", "arm64"},
+		footprintMsgs: 100_000, runRelayMsgs: 200, txns: map[int]int{1: 300, 10: 60, 100: 12}, arches: []string{"amd64", "arm64"},
 		steady: fullProfiles(), steadyWarmup: 3 * time.Second, modes: []relayMode{modeDelete, modeWatermark},
 		// Off unless -sweep: at least a minute per rate and window.
 		sweep: sweepOptions{rates: nil, windows: []time.Duration{0, time.Second, 5 * time.Second},
@@ -117,7 +121,7 @@ func fullOptions() options {
 func smokeOptions() options {
 	return options{
 		smoke: true, relayMsgs: 400, naiveMsgs: 40, rounds: 1, bucketCounts: []int{32, 64},
-		footprintMsgs: 400, txns: map[int]int{1: 4, 10: 2, 100: 1}, arches: []string{runtime.GOARCH},
+		footprintMsgs: 400, runRelayMsgs: 5, txns: map[int]int{1: 4, 10: 2, 100: 1}, arches: []string{runtime.GOARCH},
 		steady: []profile{
 			{Name: "10", Rate: 10, Seconds: 1},
 			{Name: "50", Rate: 50, Seconds: 0.6},
@@ -134,7 +138,7 @@ func main() {
 	smoke := flag.Bool("smoke", false, "tiny volumes: check that every stage runs (seconds, not minutes)")
 	out := flag.String("out", "docs", "directory for benchmarks.json, benchmarks.md and benchmarks.png (empty: write nothing); with -only, for steady.json")
 	render := flag.String("render", "", "write benchmarks.md and benchmarks.png again from this benchmarks.json, running nothing")
-	only := flag.String("only", "", `"steady": run only the capacity and steady stages (and -sweep) and print their lines`)
+	only := flag.String("only", "", `"steady": run only the capacity and steady stages (and -sweep) and print their lines; "runrelay": only the long-running relay's latency`)
 	window := flag.Duration("window", 0, "the event-source mapping's MaximumBatchingWindow for the steady stage (0 to 300s)")
 	sweep := flag.Bool("sweep", false, "also run the cost sweep: the relay at each -sweep-rates for each -sweep-windows")
 	rates := flag.String("sweep-rates", "1,10,50,200", "offered rates of the sweep, msgs/s")
@@ -186,9 +190,9 @@ func main() {
 // validate refuses options the stages cannot run with.
 func (o options) validate() error {
 	switch o.only {
-	case "", "steady":
+	case "", "steady", "runrelay":
 	default:
-		return fmt.Errorf(`-only %q: the only partial run is "steady"`, o.only)
+		return fmt.Errorf(`-only %q: the partial runs are "steady" and "runrelay"`, o.only)
 	}
 	windows := append([]time.Duration{o.steadyWindow}, o.sweep.windows...)
 	for _, w := range windows {
@@ -262,6 +266,14 @@ func run(ctx context.Context, o options) (*results, error) {
 	res.Settings = settingsOf(o)
 	g := newGen(8, uint64(time.Now().UnixNano()))
 
+	if o.only == "runrelay" {
+		if err := runRelayStage(ctx, e, o, res); err != nil {
+			return nil, err
+		}
+		res.finish(e)
+		return res, nil // a partial run writes nothing
+	}
+
 	// Capacity first: it also makes the item template every backlog uses.
 	o.progress("capacity: writer at 1, 10 and 100 messages per transaction")
 	tmpl, err := capacityStage(ctx, e, g, o, res)
@@ -280,6 +292,9 @@ func run(ctx context.Context, o options) (*results, error) {
 	}
 
 	if o.only == "" {
+		if err := runRelayStage(ctx, e, o, res); err != nil {
+			return nil, err
+		}
 		o.progress("footprint: building the relay bootstrap for %v", o.arches)
 		if err := footprintStage(ctx, e, g, tmpl, o, res); err != nil {
 			return nil, fmt.Errorf("footprint: %w", err)

@@ -37,6 +37,9 @@ type results struct {
 	Sweep     []steadyResult  `json:"sweep,omitempty"`
 	Watermark *watermark      `json:"watermark,omitempty"`
 	Footprint footprintResult `json:"footprint"`
+	// RunRelay is the long-running relay's commit → Kafka latency on an
+	// idle outbox, polling alone and with the writer's notifier.
+	RunRelay []runRelayResult `json:"runrelay,omitempty"`
 }
 
 // watermark compares the relay's watermark mode with its default (issue
@@ -236,6 +239,14 @@ func (r *results) finish(e *env) {
 		{Name: "dynamodb_round_trips_per_relayed_msg", Target: "<= 0.05 at BatchSize 500", Value: s.RoundTripsPerMsg, Met: s.RoundTripsPerMsg > 0 && s.RoundTripsPerMsg <= 0.05},
 	}
 	r.Goals = append(r.Goals, r.steadyGoals()...)
+	for _, rr := range r.RunRelay {
+		name := "runrelay_p99_ms"
+		if rr.Notifier {
+			name += "_notifier"
+		}
+		r.Goals = append(r.Goals, goal{Name: name, Target: fmt.Sprintf("<= PollInterval + 100 ms = %.0f", rr.GoalMs), Value: rr.P99ms,
+			Met: rr.P99ms > 0 && rr.P99ms <= rr.GoalMs, Note: fmt.Sprintf("Relay.Run on an idle outbox, commit → consumer, %d messages", rr.Messages)})
+	}
 	for _, t := range c.Total {
 		excess := t.AWSRuleWCU - t.MinWCU
 		r.Goals = append(r.Goals, goal{
@@ -325,6 +336,9 @@ func (r *results) lines() []string {
 	}
 	for _, s := range r.Sweep {
 		out = append(out, s.sweepLine())
+	}
+	for _, rr := range r.RunRelay {
+		out = append(out, rr.line())
 	}
 	if w := r.Watermark; w != nil {
 		out = append(out, fmt.Sprintf("watermark: relay_msgs_per_s=%.0f delete_mode_msgs_per_s=%.0f wcu_per_msg=%.3f",
