@@ -22,7 +22,9 @@
 # library never downloads them; each that requires the library does so
 # through a replace directive to this checkout. cdk/'s tests synthesize its
 # example app with Node (jsii) and check it with cfn-lint and the SAM
-# translator.
+# translator. examples/orders is a module outside the library, as a
+# service's would be: it places and pays an order and tests its read model
+# with outboxtest.
 
 SHELL       := /bin/bash
 GO          ?= go
@@ -37,8 +39,10 @@ BENCH_FLAGS ?= -sweep
 STATICCHECK_VERSION := v0.8.2
 LAMBDAS     := relay sweeper setup enqueue
 ARCHES      := arm64 amd64
-# Every Go module of the repository: the library first, then the tools.
-MODULES     := . tools otel cdk
+# Every Go module of the repository: the library first, then the tools,
+# then examples/orders (a service as a user writes it, from the README and
+# go doc ./outboxtest, with its own go.mod).
+MODULES     := . tools otel cdk examples/orders
 
 .PHONY: all deps test test-short build lint tidy demo bench soak sim clean
 
