@@ -197,14 +197,6 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 		}
 	}
 	rep.Buckets = looks[:min(n, len(looks))]
-	for _, lk := range rep.Buckets {
-		if lk.Err == nil && lk.Messages == 0 {
-			if nl, ok := r.catchUp(ctx, lk, now); ok {
-				rep.Buckets[lk.Bucket].Lease = nl
-				rep.CaughtUp = append(rep.CaughtUp, lk.Bucket)
-			}
-		}
-	}
 
 	// Prefer this relay's range, in its order.
 	sort.SliceStable(ready, func(i, j int) bool { return pos(ready[i]) < pos(ready[j]) })
@@ -218,6 +210,18 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 	for _, b := range ready {
 		if _, failed := rep.Errors[b]; !failed && !contains(rep.Held, b) {
 			rep.Drained = append(rep.Drained, b)
+		}
+	}
+	// Catching quiet buckets up comes after the drains: its reads and
+	// writes, one bucket after another, would otherwise delay the
+	// messages found. Each is conditional on the lease the probe read, so
+	// what happened to a bucket since fails it harmlessly (§7.14).
+	for _, lk := range rep.Buckets {
+		if lk.Err == nil && lk.Messages == 0 {
+			if nl, ok := r.catchUp(ctx, lk, now); ok {
+				rep.Buckets[lk.Bucket].Lease = nl
+				rep.CaughtUp = append(rep.CaughtUp, lk.Bucket)
+			}
 		}
 	}
 	sort.Ints(rep.Drained)
