@@ -105,8 +105,9 @@ func (r *Relay) Sweep(ctx context.Context) (SweepReport, error) {
 }
 
 // sweep is Sweep; a partial one (full false, Run's sweeps between the
-// minutely full ones) neither looks above the bucket range nor counts the
-// dead letters, which only the report shows.
+// minutely full ones) neither looks above the bucket range, nor counts the
+// dead letters, nor reads the counters of buckets with messages: only the
+// report shows them (Last and Parked are -1 there).
 func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 	rep := SweepReport{OutOfRange: map[int]int{}, Errors: map[int]error{}}
 	probe, ok := r.store.(BucketProbe)
@@ -254,7 +255,9 @@ func (r *Relay) look(ctx context.Context, probe BucketProbe, b int, inRange, ful
 	if lk.Messages, lk.Oldest, lk.Err = probe.Peek(ctx, b, after, probeLimit); lk.Err != nil || !inRange {
 		return lk
 	}
-	if cp, ok := r.store.(CounterProbe); ok {
+	// A partial sweep reads the counter only where catchUp needs it: for a
+	// bucket with messages it would only delay their drain.
+	if cp, ok := r.store.(CounterProbe); ok && (full || lk.Messages == 0) {
 		if last, err := cp.LastSequence(ctx, b); err == nil {
 			lk.Last = last
 		}

@@ -121,7 +121,7 @@ func fullOptions() options {
 func smokeOptions() options {
 	return options{
 		smoke: true, relayMsgs: 400, naiveMsgs: 40, rounds: 1, bucketCounts: []int{32, 64},
-		footprintMsgs: 400, runRelayMsgs: 5, txns: map[int]int{1: 4, 10: 2, 100: 1}, arches: []string{runtime.GOARCH},
+		footprintMsgs: 400, runRelayMsgs: 2, txns: map[int]int{1: 4, 10: 2, 100: 1}, arches: []string{runtime.GOARCH},
 		steady: []profile{
 			{Name: "10", Rate: 10, Seconds: 1},
 			{Name: "50", Rate: 50, Seconds: 0.6},
