@@ -64,9 +64,10 @@ func (n *Notifier) Notify(buckets ...int) {
 	}
 }
 
-// Ready is closed-for-reading when notifications are pending: a receive
-// from it succeeds once after one or more Notify calls. Take the buckets
-// with Take after it fires.
+// Ready returns the channel a relay waits on: a receive from it succeeds
+// once after one or more Notify calls (it is never closed). Take the
+// buckets with Take after it fires. Run does this; call it only in a relay
+// loop of your own.
 func (n *Notifier) Ready() <-chan struct{} { return n.wake }
 
 // Take returns the pending buckets in increasing order and clears them
