@@ -109,9 +109,14 @@ func (o *Outbox) secretsPolicy() awsiam.ManagedPolicy {
 // mskIAMPolicy is exactly the MSK IAM actions of the Kafka requests the
 // publisher makes: connect; produce idempotently (InitProducerId, Produce);
 // topic metadata; the topics' max.message.bytes and, when a topic inherits
-// it, the brokers' message.max.bytes (DescribeConfigs). No ReadData, no
-// consumer groups, nothing that creates, alters or deletes. Topic ARNs are
-// topic/<cluster name>/<cluster uuid>/<topic>. nil unless msk-iam.
+// it, the brokers' message.max.bytes (DescribeConfigs). With
+// KafkaTransactional the producers are transactional instead of idempotent:
+// no WriteDataIdempotently, and the outbox's own transactional ids
+// (<messages table>-bucket-<n>: FindCoordinator, InitProducerId,
+// AddPartitionsToTxn, Produce, EndTxn). No ReadData, no consumer groups,
+// nothing that creates or deletes. Topic ARNs are topic/<cluster
+// name>/<cluster uuid>/<topic>, transactional-id ARNs
+// transactional-id/<cluster name>/<cluster uuid>/<id>. nil unless msk-iam.
 func (o *Outbox) mskIAMPolicy() awsiam.ManagedPolicy {
 	c := o.cfg
 	if !c.useMSKIAM() {
@@ -119,6 +124,8 @@ func (o *Outbox) mskIAMPolicy() awsiam.ManagedPolicy {
 	}
 	cluster := awscdk.Fn_Sub(jsii.String("arn:${AWS::Partition}:kafka:${AWS::Region}:${AWS::AccountId}:cluster/*/*"), nil)
 	topics := awscdk.Fn_Sub(jsii.String("arn:${AWS::Partition}:kafka:${AWS::Region}:${AWS::AccountId}:topic/*/*/*"), nil)
+	txnIDs := awscdk.Fn_Sub(jsii.String("arn:${AWS::Partition}:kafka:${AWS::Region}:${AWS::AccountId}:transactional-id/*/*/${MessagesTable}-bucket-*"),
+		&map[string]*string{"MessagesTable": o.MessagesTable.TableName()})
 	if c.msk != "" {
 		parts := awscdk.Fn_Split(jsii.String("/"), jsii.String(c.msk), nil)
 		cluster = jsii.String(c.msk)
@@ -126,11 +133,24 @@ func (o *Outbox) mskIAMPolicy() awsiam.ManagedPolicy {
 			"ClusterName": awscdk.Fn_Select(jsii.Number(1), parts),
 			"ClusterUuid": awscdk.Fn_Select(jsii.Number(2), parts),
 		})
+		txnIDs = awscdk.Fn_Sub(jsii.String("arn:${AWS::Partition}:kafka:${AWS::Region}:${AWS::AccountId}:transactional-id/${ClusterName}/${ClusterUuid}/${MessagesTable}-bucket-*"), &map[string]*string{
+			"ClusterName":   awscdk.Fn_Select(jsii.Number(1), parts),
+			"ClusterUuid":   awscdk.Fn_Select(jsii.Number(2), parts),
+			"MessagesTable": o.MessagesTable.TableName(),
+		})
 	}
-	return managedPolicy(o, "KafkaMskIamPolicy", "Produce to MSK with IAM access control.",
-		statement("MskCluster", []string{"kafka-cluster:Connect", "kafka-cluster:WriteDataIdempotently", "kafka-cluster:DescribeClusterDynamicConfiguration"}, cluster),
+	clusterActions := []string{"kafka-cluster:Connect", "kafka-cluster:WriteDataIdempotently", "kafka-cluster:DescribeClusterDynamicConfiguration"}
+	if c.transactional {
+		clusterActions = []string{"kafka-cluster:Connect", "kafka-cluster:DescribeClusterDynamicConfiguration"}
+	}
+	statements := []awsiam.PolicyStatement{
+		statement("MskCluster", clusterActions, cluster),
 		statement("MskTopics", []string{"kafka-cluster:DescribeTopic", "kafka-cluster:WriteData", "kafka-cluster:DescribeTopicDynamicConfiguration"}, topics),
-	)
+	}
+	if c.transactional {
+		statements = append(statements, statement("MskTransactionalIds", []string{"kafka-cluster:DescribeTransactionalId", "kafka-cluster:AlterTransactionalId"}, txnIDs))
+	}
+	return managedPolicy(o, "KafkaMskIamPolicy", "Produce to MSK with IAM access control.", statements...)
 }
 
 // vpcPolicy is what Lambda needs to attach a function to the VPC; these EC2

@@ -52,6 +52,13 @@ type Props struct {
 	// topics; ignored by the other modes. Default: any MSK cluster in the
 	// stack's account and region.
 	MskClusterArn *string
+	// KafkaTransactional "true" publishes each drained batch as one Kafka
+	// transaction under a transactional id per bucket (<messages
+	// table>-bucket-<n>), so a new holder fences a stale one at the broker
+	// (OUTBOX_KAFKA_TRANSACTIONAL); consumers must read read_committed. With
+	// msk-iam the roles get DescribeTransactionalId and AlterTransactionalId
+	// on those ids instead of WriteDataIdempotently. Default "false".
+	KafkaTransactional *string
 	// VpcSubnetIds and VpcSecurityGroupIds put the relay and the sweeper in
 	// a VPC; give both or neither. Default: no VPC. In a VPC the functions
 	// need a DynamoDB gateway endpoint, a route to the brokers and, for
@@ -266,6 +273,7 @@ type config struct {
 	topics, alarmTopic, binDir       string
 	n                                map[string]int // numeric fields by name
 	enqueue                          bool
+	transactional                    bool     // KafkaTransactional
 	businessTables                   []string // the enqueue function's callers' tables
 }
 
@@ -382,6 +390,15 @@ func (p *Props) config() (*config, error) {
 			c.enqueue = true
 		default:
 			return nil, &PropError{"EnableEnqueueFunction", quote(p.EnableEnqueueFunction), `"true" or "false"`}
+		}
+	}
+	if p.KafkaTransactional != nil {
+		switch *p.KafkaTransactional {
+		case "false":
+		case "true":
+			c.transactional = true
+		default:
+			return nil, &PropError{"KafkaTransactional", quote(p.KafkaTransactional), `"true" or "false"`}
 		}
 	}
 	if c.businessTables, err = list("EnqueueBusinessTableArns", p.EnqueueBusinessTableArns); err != nil {

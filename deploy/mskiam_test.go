@@ -2,11 +2,14 @@ package deploy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"path"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,7 +31,7 @@ import (
 // mskAction is an MSK IAM action and the kind of resource it is granted on.
 type mskAction struct {
 	Action   string // kafka-cluster:...
-	Resource string // "cluster" or "topic"
+	Resource string // "cluster", "topic" or "transactional-id"
 }
 
 func (a mskAction) String() string { return a.Action + " on " + a.Resource }
@@ -43,19 +46,25 @@ var (
 	topicConfigs        = mskAction{"kafka-cluster:DescribeTopicDynamicConfiguration", "topic"}
 	createTopic         = mskAction{"kafka-cluster:CreateTopic", "topic"}
 	describeTransaction = mskAction{"kafka-cluster:DescribeTransactionalId", "transactional-id"}
+	alterTransaction    = mskAction{"kafka-cluster:AlterTransactionalId", "transactional-id"}
 )
 
 // mskRequired is the "Required actions" column of AWS's table: granting an
 // action is useless without these.
 // https://docs.aws.amazon.com/msk/latest/developerguide/kafka-actions.html
+// (AlterTransactionalId's "Dependent actions" in the Service Authorization
+// Reference, list_apachekafkaapisforamazonmskclusters: Connect,
+// DescribeTransactionalId, WriteData.)
 var mskRequired = map[mskAction][]mskAction{
-	describeCluster:   {connect},
-	clusterConfigs:    {connect},
-	writeIdempotently: {connect, writeData},
-	describeTopic:     {connect},
-	writeData:         {connect, describeTopic},
-	topicConfigs:      {connect},
-	createTopic:       {connect},
+	describeCluster:     {connect},
+	clusterConfigs:      {connect},
+	writeIdempotently:   {connect, writeData},
+	describeTopic:       {connect},
+	writeData:           {connect, describeTopic},
+	topicConfigs:        {connect},
+	createTopic:         {connect},
+	describeTransaction: {connect},
+	alterTransaction:    {connect, describeTransaction, writeData},
 }
 
 // mskActionsFor maps one Kafka request to the MSK IAM actions it needs.
@@ -64,7 +73,8 @@ var mskRequired = map[mskAction][]mskAction{
 // table names, for each kafka-cluster action, the Kafka ACL it is
 // "equivalent to" (DESCRIBE CLUSTER, DESCRIBE_CONFIGS CLUSTER,
 // IDEMPOTENT_WRITE CLUSTER, DESCRIBE TOPIC, WRITE TOPIC, DESCRIBE_CONFIGS
-// TOPIC, CREATE TOPIC...). Every connection also needs Connect. A request
+// TOPIC, CREATE TOPIC, DESCRIBE and WRITE TRANSACTIONAL_ID...). Every
+// connection also needs Connect. A request
 // without a mapping here is an error, so a new call in the publisher cannot
 // go unnoticed.
 func mskActionsFor(req kmsg.Request) ([]mskAction, error) {
@@ -92,13 +102,13 @@ func mskActionsFor(req kmsg.Request) ([]mskAction, error) {
 		return out, nil
 	case *kmsg.InitProducerIDRequest:
 		if r.TransactionalID != nil {
-			return []mskAction{describeTransaction}, nil // a transactional producer: not what the relay is
+			return []mskAction{alterTransaction}, nil // a transactional producer: WRITE TRANSACTIONAL_ID
 		}
 		return []mskAction{writeIdempotently}, nil // IDEMPOTENT_WRITE CLUSTER
 	case *kmsg.ProduceRequest:
 		out := []mskAction{writeData} // WRITE TOPIC
 		if r.TransactionID != nil {
-			out = append(out, describeTransaction)
+			out = append(out, alterTransaction) // WRITE TRANSACTIONAL_ID
 		}
 		for _, t := range r.Topics {
 			for _, p := range t.Partitions {
@@ -106,12 +116,27 @@ func mskActionsFor(req kmsg.Request) ([]mskAction, error) {
 				if err := b.ReadFrom(p.Records); err != nil {
 					return nil, fmt.Errorf("produce to %s/%d: record batch: %w", t.Topic, p.Partition, err)
 				}
-				if b.ProducerID >= 0 {
-					out = append(out, writeIdempotently) // an idempotent produce: IDEMPOTENT_WRITE CLUSTER
+				// An idempotent produce needs IDEMPOTENT_WRITE CLUSTER; a
+				// transactional one (attribute bit 4) is authorised by its
+				// transactional id instead: AWS's "Produce data
+				// transactionally" use case lists no WriteDataIdempotently.
+				if b.ProducerID >= 0 && b.Attributes&0x10 == 0 {
+					out = append(out, writeIdempotently)
 				}
 			}
 		}
 		return out, nil
+	case *kmsg.FindCoordinatorRequest:
+		if r.CoordinatorType != 1 {
+			return nil, fmt.Errorf("FindCoordinator of coordinator type %d (a group?) has no mapping here", r.CoordinatorType)
+		}
+		return []mskAction{describeTransaction}, nil // the transaction coordinator: DESCRIBE TRANSACTIONAL_ID
+	case *kmsg.AddPartitionsToTxnRequest:
+		// Before KIP-890's transaction version 2 the client adds each
+		// partition: WRITE TRANSACTIONAL_ID and WRITE TOPIC.
+		return []mskAction{alterTransaction, writeData}, nil
+	case *kmsg.EndTxnRequest:
+		return []mskAction{alterTransaction}, nil // commit or abort: WRITE TRANSACTIONAL_ID
 	case *kmsg.DescribeConfigsRequest:
 		var out []mskAction
 		for _, res := range r.Resources {
@@ -150,99 +175,163 @@ func record(c *kfake.Cluster) *recorder {
 }
 
 // TestMskIamPolicyMatchesThePublisher runs the Kafka publisher as the
-// functions build it (wiring.NewPublisher: its start-up checks, with and
-// without OUTBOX_TOPICS) and publishes with it, against kfake, recording
-// every request; maps the requests to MSK IAM actions; and checks that the
-// template's KafkaMskIamPolicy grants exactly those, each on the right kind
-// of resource.
+// functions build it (wiring.NewPublisher, or wiring.NewTxnPublisher with
+// KafkaTransactional: its start-up checks, with and without OUTBOX_TOPICS)
+// and publishes with it, against kfake, recording every request; maps the
+// requests to MSK IAM actions; and checks that the template's
+// KafkaMskIamPolicy grants exactly those, each on the right kind of
+// resource, and, in the transactional mode, that every transactional id the
+// publisher used is within the granted transactional-id ARN.
 func TestMskIamPolicyMatchesThePublisher(t *testing.T) {
-	k := testenv.Kafka(t, kfake.NumBrokers(3))
-	testenv.RequireKfake(t, k)
-	rec := record(k.Cluster)
-	listed, unlisted := testenv.Name(t, "listed"), testenv.Name(t, "unlisted")
-	testenv.CreateTopic(t, k, listed, 3)
-	testenv.CreateTopic(t, k, unlisted, 3)
-	rec.mu.Lock()
-	rec.reqs = nil // CreateTopic's own requests are not the publisher's
-	rec.mu.Unlock()
+	for _, txn := range []bool{false, true} {
+		t.Run(fmt.Sprintf("transactional=%v", txn), func(t *testing.T) {
+			k := testenv.Kafka(t, kfake.NumBrokers(3))
+			testenv.RequireKfake(t, k)
+			rec := record(k.Cluster)
+			listed, unlisted := testenv.Name(t, "listed"), testenv.Name(t, "unlisted")
+			testenv.CreateTopic(t, k, listed, 3)
+			testenv.CreateTopic(t, k, unlisted, 3)
+			rec.mu.Lock()
+			rec.reqs = nil // CreateTopic's own requests are not the publisher's
+			rec.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := publishLikeTheFunctions(ctx, k.Brokers, listed, unlisted); err != nil {
-		t.Fatal(err)
-	}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			publish := publishLikeTheFunctions
+			if txn {
+				publish = publishTransactionallyLikeTheFunctions
+			}
+			if err := publish(ctx, k.Brokers, listed, unlisted); err != nil {
+				t.Fatal(err)
+			}
 
-	needed := map[mskAction]bool{connect: true}
-	keys := map[string]bool{}
-	rec.mu.Lock()
-	for _, req := range rec.reqs {
-		keys[kmsg.NameForKey(req.Key())] = true
-		acts, err := mskActionsFor(req)
-		if err != nil {
-			t.Error(err)
-		}
-		for _, a := range acts {
-			needed[a] = true
-		}
-	}
-	rec.mu.Unlock()
-	t.Logf("requests the publisher made: %v", sortedKeys(keys))
-	for _, must := range []string{"Metadata", "DescribeConfigs", "InitProducerID", "Produce"} {
-		if !keys[must] {
-			t.Errorf("the publisher sent no %s request; the recording is incomplete", must)
-		}
-	}
-	// Granting an action is useless without the actions it requires.
-	for changed := true; changed; {
-		changed = false
-		for a := range needed {
-			for _, r := range mskRequired[a] {
-				if !needed[r] {
-					needed[r], changed = true, true
+			needed := map[mskAction]bool{connect: true}
+			keys := map[string]bool{}
+			txnIDs := map[string]bool{}
+			rec.mu.Lock()
+			for _, req := range rec.reqs {
+				keys[kmsg.NameForKey(req.Key())] = true
+				acts, err := mskActionsFor(req)
+				if err != nil {
+					t.Error(err)
+				}
+				for _, a := range acts {
+					needed[a] = true
+				}
+				if id := transactionalIDOf(req); id != "" {
+					txnIDs[id] = true
 				}
 			}
-		}
-	}
+			rec.mu.Unlock()
+			t.Logf("requests the publisher made: %v", sortedKeys(keys))
+			must := []string{"Metadata", "DescribeConfigs", "InitProducerID", "Produce"}
+			if txn {
+				must = append(must, "FindCoordinator", "EndTxn")
+			}
+			for _, m := range must {
+				if !keys[m] {
+					t.Errorf("the publisher sent no %s request; the recording is incomplete", m)
+				}
+			}
+			if txn != (len(txnIDs) > 0) {
+				t.Errorf("transactional=%v, but the publisher used transactional ids %v", txn, sortedKeys(txnIDs))
+			}
+			// Granting an action is useless without the actions it requires.
+			for changed := true; changed; {
+				changed = false
+				for a := range needed {
+					for _, r := range mskRequired[a] {
+						if !needed[r] {
+							needed[r], changed = true, true
+						}
+					}
+				}
+			}
 
-	tmpl := loadTemplate(t)
-	e, err := newEvaluator(tmpl, map[string]string{"KafkaBootstrapServers": "b:9098", "KafkaAuthMode": "msk-iam", "MskClusterArn": clusterARN})
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, err := e.eval(at(tmpl, "Resources", "KafkaMskIamPolicy", "Properties", "PolicyDocument"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	granted := map[mskAction]bool{}
-	for _, s := range at(doc, "Statement").([]any) {
-		kind := map[string]string{clusterARN: "cluster", topicARNs: "topic"}[fmt.Sprint(at(s, "Resource"))]
-		if kind == "" {
-			t.Errorf("statement %s: resource is neither the cluster nor its topics", canon(s))
-		}
-		for _, a := range stringList(at(s, "Action")) {
-			granted[mskAction{a, kind}] = true
-		}
-	}
-	var missing, extra []string
-	for a := range needed {
-		if !granted[a] {
-			missing = append(missing, a.String())
-		}
-	}
-	for a := range granted {
-		if !needed[a] {
-			extra = append(extra, a.String())
-		}
-	}
-	sort.Strings(missing)
-	sort.Strings(extra)
-	for _, a := range missing {
-		t.Errorf("the publisher needs %s; KafkaMskIamPolicy does not grant it", a)
-	}
-	for _, a := range extra {
-		t.Errorf("KafkaMskIamPolicy grants %s; nothing the publisher sends needs it", a)
+			tmpl := loadTemplate(t)
+			e, err := newEvaluator(tmpl, map[string]string{"KafkaBootstrapServers": "b:9098", "KafkaAuthMode": "msk-iam", "MskClusterArn": clusterARN,
+				"KafkaTransactional": fmt.Sprint(txn)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			doc, err := e.eval(at(tmpl, "Resources", "KafkaMskIamPolicy", "Properties", "PolicyDocument"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			granted := map[mskAction]bool{}
+			for _, s := range at(doc, "Statement").([]any) {
+				res := fmt.Sprint(at(s, "Resource"))
+				kind := map[string]string{clusterARN: "cluster", topicARNs: "topic", txnIDARNs: "transactional-id"}[res]
+				if kind == "" {
+					t.Errorf("statement %s: resource is neither the cluster, its topics nor the outbox's transactional ids", canon(s))
+				}
+				if kind == "transactional-id" {
+					// The template's messages table is <MessagesTable> here;
+					// the publisher's prefix is the table's name.
+					pattern := strings.TrimPrefix(res, "arn:aws:kafka:us-east-1:123456789012:transactional-id/orders/0b1c2d3e-1111-2222-3333-444455556666-7/")
+					pattern = strings.ReplaceAll(pattern, "<MessagesTable>", txnMessagesTable)
+					for id := range txnIDs {
+						if ok, _ := path.Match(pattern, id); !ok {
+							t.Errorf("the publisher used transactional id %q; the policy grants %s", id, res)
+						}
+					}
+				}
+				for _, a := range stringList(at(s, "Action")) {
+					granted[mskAction{a, kind}] = true
+				}
+			}
+			var missing, extra []string
+			for a := range needed {
+				if !granted[a] {
+					missing = append(missing, a.String())
+				}
+			}
+			for a := range granted {
+				if !needed[a] {
+					extra = append(extra, a.String())
+				}
+			}
+			sort.Strings(missing)
+			sort.Strings(extra)
+			for _, a := range missing {
+				t.Errorf("the publisher needs %s; KafkaMskIamPolicy does not grant it", a)
+			}
+			for _, a := range extra {
+				t.Errorf("KafkaMskIamPolicy grants %s; nothing the publisher sends needs it", a)
+			}
+		})
 	}
 }
+
+// transactionalIDOf is the transactional id a request names, if any.
+func transactionalIDOf(req kmsg.Request) string {
+	switch r := req.(type) {
+	case *kmsg.InitProducerIDRequest:
+		if r.TransactionalID != nil {
+			return *r.TransactionalID
+		}
+	case *kmsg.ProduceRequest:
+		if r.TransactionID != nil {
+			return *r.TransactionID
+		}
+	case *kmsg.FindCoordinatorRequest:
+		if r.CoordinatorType == 1 {
+			if len(r.CoordinatorKeys) > 0 {
+				return r.CoordinatorKeys[0]
+			}
+			return r.CoordinatorKey
+		}
+	case *kmsg.AddPartitionsToTxnRequest:
+		return r.TransactionalID
+	case *kmsg.EndTxnRequest:
+		return r.TransactionalID
+	}
+	return ""
+}
+
+// txnMessagesTable is the messages table the transactional publisher is
+// built for: its transactional ids are <table>-bucket-<n>.
+const txnMessagesTable = "orders-outbox"
 
 // publishLikeTheFunctions builds the publisher as the functions do
 // (wiring.NewPublisher), once without OUTBOX_TOPICS (init asks a broker) and
@@ -262,10 +351,16 @@ func publishLikeTheFunctions(ctx context.Context, brokers []string, listed, unli
 		return fmt.Errorf("init with OUTBOX_TOPICS=%s: %w", listed, err)
 	}
 	defer p.Close()
+	return publishRounds(ctx, p, 1, listed, unlisted)
+}
+
+// publishRounds publishes 20 keyed messages of bucket to listed, unlisted
+// and listed again.
+func publishRounds(ctx context.Context, p outbox.Publisher, bucket int, listed, unlisted string) error {
 	for i, topic := range []string{listed, unlisted, listed} {
 		msgs := make([]outbox.Message, 20)
 		for j := range msgs {
-			msgs[j] = outbox.Message{ID: outbox.NewID(), Bucket: 1, Sequence: int64(i*20 + j + 1), Topic: topic,
+			msgs[j] = outbox.Message{ID: outbox.NewID(), Bucket: bucket, Sequence: int64(i*20 + j + 1), Topic: topic,
 				Key: []byte("key-" + strconv.Itoa(j)), Value: []byte("v"), CreatedAt: time.Now()}
 		}
 		if n, err := p.Publish(ctx, msgs); err != nil || n != len(msgs) {
@@ -275,19 +370,63 @@ func publishLikeTheFunctions(ctx context.Context, brokers []string, listed, unli
 	return nil
 }
 
+// publishTransactionallyLikeTheFunctions is publishLikeTheFunctions with
+// OUTBOX_KAFKA_TRANSACTIONAL=true (wiring.NewTxnPublisher): it also
+// publishes a record alone (PublishAlone, a transaction of its own), and a
+// second holder of the bucket fences the first, whose next publish fails
+// fenced and whose one after that starts a new producer (what a relay does
+// after losing and regaining a bucket).
+func publishTransactionallyLikeTheFunctions(ctx context.Context, brokers []string, listed, unlisted string, extra ...kafka.Opt) error {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := config.Config{Brokers: brokers, Auth: config.AuthNone, MaxMessageBytes: outbox.DefaultMaxMessageBytes, LeaseDuration: 30 * time.Second,
+		MessagesTable: txnMessagesTable, Transactional: true}
+	p, err := wiring.NewTxnPublisher(ctx, cfg, aws.Config{}, log, extra...)
+	if err != nil {
+		return fmt.Errorf("init without topics: %w", err)
+	}
+	p.Close()
+	cfg.Topics = []string{listed}
+	if p, err = wiring.NewTxnPublisher(ctx, cfg, aws.Config{}, log, extra...); err != nil {
+		return fmt.Errorf("init with OUTBOX_TOPICS=%s: %w", listed, err)
+	}
+	defer p.Close()
+	if err := publishRounds(ctx, p, 1, listed, unlisted); err != nil {
+		return err
+	}
+	alone := outbox.Message{ID: outbox.NewID(), Bucket: 2, Sequence: 1, Topic: listed, Key: []byte("k"), Value: []byte("v"), CreatedAt: time.Now()}
+	if err := p.PublishAlone(ctx, alone); err != nil {
+		return fmt.Errorf("publish alone: %w", err)
+	}
+	newer, err := wiring.NewTxnPublisher(ctx, cfg, aws.Config{}, log, extra...)
+	if err != nil {
+		return fmt.Errorf("second holder's init: %w", err)
+	}
+	defer newer.Close()
+	if err := publishRounds(ctx, newer, 1, listed, unlisted); err != nil {
+		return fmt.Errorf("second holder: %w", err)
+	}
+	var fe *kafka.FencedError
+	if err := publishRounds(ctx, p, 1, listed, unlisted); !errors.As(err, &fe) {
+		return fmt.Errorf("the first holder after the second one's init: %v, want a *kafka.FencedError", err)
+	}
+	return publishRounds(ctx, p, 1, listed, unlisted)
+}
+
 // kafkaACL is the Kafka ACL each MSK IAM action is "equivalent to" in AWS's
 // table (Connect is authentication itself).
 var kafkaACL = map[mskAction]struct {
 	resource  kmsg.ACLResourceType
 	operation kmsg.ACLOperation
 }{
-	writeIdempotently: {kmsg.ACLResourceTypeCluster, kmsg.ACLOperationIdempotentWrite},
-	clusterConfigs:    {kmsg.ACLResourceTypeCluster, kmsg.ACLOperationDescribeConfigs},
-	describeCluster:   {kmsg.ACLResourceTypeCluster, kmsg.ACLOperationDescribe},
-	describeTopic:     {kmsg.ACLResourceTypeTopic, kmsg.ACLOperationDescribe},
-	writeData:         {kmsg.ACLResourceTypeTopic, kmsg.ACLOperationWrite},
-	topicConfigs:      {kmsg.ACLResourceTypeTopic, kmsg.ACLOperationDescribeConfigs},
-	createTopic:       {kmsg.ACLResourceTypeTopic, kmsg.ACLOperationCreate},
+	writeIdempotently:   {kmsg.ACLResourceTypeCluster, kmsg.ACLOperationIdempotentWrite},
+	clusterConfigs:      {kmsg.ACLResourceTypeCluster, kmsg.ACLOperationDescribeConfigs},
+	describeCluster:     {kmsg.ACLResourceTypeCluster, kmsg.ACLOperationDescribe},
+	describeTopic:       {kmsg.ACLResourceTypeTopic, kmsg.ACLOperationDescribe},
+	writeData:           {kmsg.ACLResourceTypeTopic, kmsg.ACLOperationWrite},
+	topicConfigs:        {kmsg.ACLResourceTypeTopic, kmsg.ACLOperationDescribeConfigs},
+	createTopic:         {kmsg.ACLResourceTypeTopic, kmsg.ACLOperationCreate},
+	describeTransaction: {kmsg.ACLResourceTypeTransactionalId, kmsg.ACLOperationDescribe},
+	alterTransaction:    {kmsg.ACLResourceTypeTransactionalId, kmsg.ACLOperationWrite},
 }
 
 // TestMskIamActionsAsKafkaACLs checks the same policy from the other side:
@@ -301,8 +440,20 @@ var kafkaACL = map[mskAction]struct {
 // DescribeTopic as required for WriteData, and its "produce data
 // idempotently" use case needs WriteDataIdempotently.
 func TestMskIamActionsAsKafkaACLs(t *testing.T) {
+	for _, txn := range []bool{false, true} {
+		t.Run(fmt.Sprintf("transactional=%v", txn), func(t *testing.T) { testMskIamActionsAsKafkaACLs(t, txn) })
+	}
+}
+
+// testMskIamActionsAsKafkaACLs is TestMskIamActionsAsKafkaACLs for one mode.
+// In the transactional mode WRITE on a transactional id implies DESCRIBE on
+// it (Kafka's ACL implication rules), so dropping DescribeTransactionalId
+// alone changes nothing in kfake either; AWS's table lists it as required
+// for AlterTransactionalId.
+func testMskIamActionsAsKafkaACLs(t *testing.T, txn bool) {
 	tmpl := loadTemplate(t)
-	e, err := newEvaluator(tmpl, map[string]string{"KafkaBootstrapServers": "b:9098", "KafkaAuthMode": "msk-iam", "MskClusterArn": clusterARN})
+	e, err := newEvaluator(tmpl, map[string]string{"KafkaBootstrapServers": "b:9098", "KafkaAuthMode": "msk-iam", "MskClusterArn": clusterARN,
+		"KafkaTransactional": fmt.Sprint(txn)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +463,7 @@ func TestMskIamActionsAsKafkaACLs(t *testing.T) {
 	}
 	var granted []mskAction
 	for _, s := range at(doc, "Statement").([]any) {
-		kind := map[string]string{clusterARN: "cluster", topicARNs: "topic"}[fmt.Sprint(at(s, "Resource"))]
+		kind := map[string]string{clusterARN: "cluster", topicARNs: "topic", txnIDARNs: "transactional-id"}[fmt.Sprint(at(s, "Resource"))]
 		for _, a := range stringList(at(s, "Action")) {
 			if a != connect.Action {
 				granted = append(granted, mskAction{a, kind})
@@ -329,13 +480,21 @@ func TestMskIamActionsAsKafkaACLs(t *testing.T) {
 			if !ok {
 				t.Fatalf("no Kafka ACL for %s", a)
 			}
-			name := "*" // every topic of the cluster, as topic/<cluster>/<uuid>/*
-			if acl.resource == kmsg.ACLResourceTypeCluster {
+			name, pattern := "*", kmsg.ACLResourcePatternTypeLiteral // every topic of the cluster, as topic/<cluster>/<uuid>/*
+			switch acl.resource {
+			case kmsg.ACLResourceTypeCluster:
 				name = "kafka-cluster"
+			case kmsg.ACLResourceTypeTransactionalId:
+				// transactional-id/<cluster>/<uuid>/<messages table>-bucket-*
+				name, pattern = txnMessagesTable+"-bucket-", kmsg.ACLResourcePatternTypePrefixed
 			}
-			out = append(out, kfake.ACL{Resource: acl.resource, Name: name, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: acl.operation, Allow: true})
+			out = append(out, kfake.ACL{Resource: acl.resource, Name: name, Pattern: pattern, Operation: acl.operation, Allow: true})
 		}
 		return out
+	}
+	publish := publishLikeTheFunctions
+	if txn {
+		publish = publishTransactionallyLikeTheFunctions
 	}
 	run := func(t *testing.T, without mskAction) error {
 		k := testenv.Kafka(t, kfake.EnableSASL(), kfake.EnableACLs(),
@@ -354,7 +513,7 @@ func TestMskIamActionsAsKafkaACLs(t *testing.T) {
 		}
 		// A failure ends quickly (an authorization error is final); the
 		// deadline only turns a hang into a failure of the test.
-		return publishLikeTheFunctions(ctx, k.Brokers, "listed", "unlisted",
+		return publish(ctx, k.Brokers, "listed", "unlisted",
 			kafka.SASL(scram.Auth{User: "relay", Pass: "relay"}.AsSha256Mechanism()))
 	}
 	t.Run("with every ACL", func(t *testing.T) {
@@ -363,7 +522,7 @@ func TestMskIamActionsAsKafkaACLs(t *testing.T) {
 		}
 	})
 	for _, a := range granted {
-		if a == writeIdempotently || a == describeTopic {
+		if a == writeIdempotently || a == describeTopic || a == describeTransaction {
 			continue
 		}
 		t.Run("without "+a.String(), func(t *testing.T) {
@@ -402,9 +561,31 @@ func TestMskActionMapping(t *testing.T) {
 		}
 		return r
 	}
+	findTxn := kmsg.NewPtrFindCoordinatorRequest()
+	findTxn.CoordinatorType = 1
+	findGroup := kmsg.NewPtrFindCoordinatorRequest()
 	init := kmsg.NewPtrInitProducerIDRequest()
 	txn := kmsg.NewPtrInitProducerIDRequest()
 	txn.TransactionalID = kmsg.StringPtr("tx")
+	produce := func(transactional bool) kmsg.Request {
+		b := kmsg.NewRecordBatch()
+		b.Magic, b.ProducerID = 2, 7
+		if transactional {
+			b.Attributes = 0x10
+		}
+		tp := kmsg.NewProduceRequestTopicPartition()
+		b.Length = int32(len(b.AppendTo(nil)) - 12) // the bytes after BaseOffset and Length
+		tp.Records = b.AppendTo(nil)
+		top := kmsg.NewProduceRequestTopic()
+		top.Partitions = append(top.Partitions, tp)
+		r := kmsg.NewPtrProduceRequest()
+		r.Topics = append(r.Topics, top)
+		if transactional {
+			r.TransactionID = kmsg.StringPtr("tx")
+		}
+		return r
+	}
+	txnProduce, idemProduce := produce(true), produce(false)
 	cases := []struct {
 		name string
 		req  kmsg.Request
@@ -418,7 +599,12 @@ func TestMskActionMapping(t *testing.T) {
 		{"topic configs", describe(kmsg.ConfigResourceTypeTopic), []mskAction{topicConfigs}},
 		{"broker configs", describe(kmsg.ConfigResourceTypeBroker), []mskAction{clusterConfigs}},
 		{"idempotent producer id", init, []mskAction{writeIdempotently}},
-		{"transactional producer id", txn, []mskAction{describeTransaction}},
+		{"transactional producer id", txn, []mskAction{alterTransaction}},
+		{"transaction coordinator", findTxn, []mskAction{describeTransaction}},
+		{"add partitions to a transaction", kmsg.NewPtrAddPartitionsToTxnRequest(), []mskAction{alterTransaction, writeData}},
+		{"end a transaction", kmsg.NewPtrEndTxnRequest(), []mskAction{alterTransaction}},
+		{"transactional produce", txnProduce, []mskAction{writeData, alterTransaction}},
+		{"idempotent produce", idemProduce, []mskAction{writeData, writeIdempotently}},
 		{"describe cluster", kmsg.NewPtrDescribeClusterRequest(), []mskAction{describeCluster}},
 	}
 	for _, c := range cases {
@@ -429,5 +615,8 @@ func TestMskActionMapping(t *testing.T) {
 	}
 	if _, err := mskActionsFor(kmsg.NewPtrFetchRequest()); err == nil {
 		t.Error("Fetch mapped without an entry")
+	}
+	if _, err := mskActionsFor(findGroup); err == nil {
+		t.Error("FindCoordinator of a group mapped without an entry")
 	}
 }

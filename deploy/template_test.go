@@ -384,6 +384,9 @@ func TestParameters(t *testing.T) {
 		// store/dynamo.
 		{"EnableEnqueueFunction", `{Type: String, Default: "false", AllowedValues: ["true", "false"]}`},
 		{"EnqueueBusinessTableArns", `{Type: CommaDelimitedList, Default: ""}`},
+		// Off by default: consumers must read read_committed, and MSK IAM
+		// needs Kafka 3.8 or later.
+		{"KafkaTransactional", `{Type: String, Default: "false", AllowedValues: ["true", "false"]}`},
 	}
 	params, _ := tmpl["Parameters"].(map[string]any)
 	seen := map[string]bool{}
@@ -436,7 +439,10 @@ const (
 	kmsKeyARN  = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
 	clusterARN = "arn:aws:kafka:us-east-1:123456789012:cluster/orders/0b1c2d3e-1111-2222-3333-444455556666-7"
 	topicARNs  = "arn:aws:kafka:us-east-1:123456789012:topic/orders/0b1c2d3e-1111-2222-3333-444455556666-7/*"
-	alarmARN   = "arn:aws:sns:us-east-1:123456789012:outbox-alarms"
+	// txnIDARNs: the outbox's transactional ids (<messages table>-bucket-<n>)
+	// on that cluster.
+	txnIDARNs = "arn:aws:kafka:us-east-1:123456789012:transactional-id/orders/0b1c2d3e-1111-2222-3333-444455556666-7/<MessagesTable>-bucket-*"
+	alarmARN  = "arn:aws:sns:us-east-1:123456789012:outbox-alarms"
 )
 
 func grants(actions []string, resource, condition string) []grant {
@@ -487,6 +493,16 @@ func mskGrants(cluster, topics string) []grant {
 	return join(
 		grants([]string{"kafka-cluster:Connect", "kafka-cluster:WriteDataIdempotently", "kafka-cluster:DescribeClusterDynamicConfiguration"}, cluster, ""),
 		grants([]string{"kafka-cluster:DescribeTopic", "kafka-cluster:WriteData", "kafka-cluster:DescribeTopicDynamicConfiguration"}, topics, ""),
+	)
+}
+
+// mskTxnGrants is the MSK IAM policy of the transactional mode: no
+// idempotent producer, and the outbox's transactional ids (txnIDs).
+func mskTxnGrants(cluster, topics, txnIDs string) []grant {
+	return join(
+		grants([]string{"kafka-cluster:Connect", "kafka-cluster:DescribeClusterDynamicConfiguration"}, cluster, ""),
+		grants([]string{"kafka-cluster:DescribeTopic", "kafka-cluster:WriteData", "kafka-cluster:DescribeTopicDynamicConfiguration"}, topics, ""),
+		grants([]string{"kafka-cluster:DescribeTransactionalId", "kafka-cluster:AlterTransactionalId"}, txnIDs, ""),
 	)
 }
 
@@ -556,6 +572,26 @@ func scenarios() []scenario {
 			env:    map[string]any{"KAFKA_AUTH": "msk-iam"},
 		},
 		{
+			name:   "msk-iam, transactional, on a named cluster",
+			params: map[string]string{"KafkaAuthMode": "msk-iam", "MskClusterArn": clusterARN, "KafkaTransactional": "true"},
+			extra:  mskTxnGrants(clusterARN, topicARNs, txnIDARNs),
+			env:    map[string]any{"KAFKA_AUTH": "msk-iam", "OUTBOX_KAFKA_TRANSACTIONAL": "true"},
+		},
+		{
+			name:   "msk-iam, transactional, without a cluster",
+			params: map[string]string{"KafkaAuthMode": "msk-iam", "KafkaTransactional": "true"},
+			extra: mskTxnGrants("arn:aws:kafka:us-east-1:123456789012:cluster/*/*", "arn:aws:kafka:us-east-1:123456789012:topic/*/*/*",
+				"arn:aws:kafka:us-east-1:123456789012:transactional-id/*/*/<MessagesTable>-bucket-*"),
+			env: map[string]any{"KAFKA_AUTH": "msk-iam", "OUTBOX_KAFKA_TRANSACTIONAL": "true"},
+		},
+		{
+			// Transactions without msk-iam grant nothing more (ACLs are the
+			// cluster's business).
+			name:   "transactional, no auth",
+			params: map[string]string{"KafkaAuthMode": "none", "KafkaTransactional": "true"},
+			env:    map[string]any{"OUTBOX_KAFKA_TRANSACTIONAL": "true"},
+		},
+		{
 			name:   "vpc",
 			params: map[string]string{"KafkaAuthMode": "none", "VpcSubnetIds": "subnet-1,subnet-2", "VpcSecurityGroupIds": "sg-1"},
 			extra:  grants(vpcActions, "*", ""),
@@ -595,20 +631,21 @@ func setupGrants() []grant {
 
 func baseEnv() map[string]any {
 	return map[string]any{
-		"OUTBOX_MESSAGES_TABLE":    "<MessagesTable>",
-		"OUTBOX_CONTROL_TABLE":     "<ControlTable>",
-		"OUTBOX_BUCKET_COUNT":      "8",
-		"OUTBOX_BATCH_SIZE":        "500",
-		"OUTBOX_TOPICS":            "",
-		"OUTBOX_LEASE_DURATION":    "30s",
-		"OUTBOX_GAP_TIMEOUT":       "10s",
-		"OUTBOX_SWEEP_MIN_AGE":     "10s",
-		"OUTBOX_PARK_STUCK_AFTER":  "0s",
-		"OUTBOX_MODE":              "delete",
-		"OUTBOX_MAX_MESSAGE_BYTES": "1048576",
-		"OUTBOX_CONCURRENCY":       "8",
-		"KAFKA_BOOTSTRAP_SERVERS":  "b-1.example:9092,b-2.example:9092",
-		"KAFKA_AUTH":               "none",
+		"OUTBOX_MESSAGES_TABLE":      "<MessagesTable>",
+		"OUTBOX_CONTROL_TABLE":       "<ControlTable>",
+		"OUTBOX_BUCKET_COUNT":        "8",
+		"OUTBOX_BATCH_SIZE":          "500",
+		"OUTBOX_TOPICS":              "",
+		"OUTBOX_LEASE_DURATION":      "30s",
+		"OUTBOX_GAP_TIMEOUT":         "10s",
+		"OUTBOX_SWEEP_MIN_AGE":       "10s",
+		"OUTBOX_PARK_STUCK_AFTER":    "0s",
+		"OUTBOX_MODE":                "delete",
+		"OUTBOX_MAX_MESSAGE_BYTES":   "1048576",
+		"OUTBOX_CONCURRENCY":         "8",
+		"OUTBOX_KAFKA_TRANSACTIONAL": "false",
+		"KAFKA_BOOTSTRAP_SERVERS":    "b-1.example:9092,b-2.example:9092",
+		"KAFKA_AUTH":                 "none",
 	}
 }
 

@@ -46,7 +46,10 @@ type txnBucket struct {
 	cl *kgo.Client // nil until the first Publish, and after a fence
 }
 
-var _ outbox.Publisher = (*TxnPublisher)(nil)
+var (
+	_ outbox.Publisher = (*TxnPublisher)(nil)
+	_ outbox.Isolator  = (*TxnPublisher)(nil)
+)
 
 // TransactionalID is the transactional id of bucket's producer: prefix (one
 // per outbox, e.g. its messages table's name) and the bucket number.
@@ -186,6 +189,22 @@ func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acke
 		return n, wrapMessage(msgs[n], stopErr)
 	}
 	return n, nil
+}
+
+// PublishAlone publishes msg alone (outbox.Isolator) as a transaction of its
+// own under its bucket's transactional id, fenced like every other: a stale
+// holder gets a *FencedError and its record is never visible to
+// read_committed consumers. It is alone in its produce request because the
+// bucket's client holds nothing else: its transactions take turns, and
+// each one ends only when every record it produced has its answer (and, on
+// failure, the abort is done). So a record-level rejection
+// (MESSAGE_TOO_LARGE, INVALID_RECORD) is msg's own. Publisher.PublishAlone
+// uses a separate non-transactional client instead; here that would
+// publish outside the fence and be visible to read_committed consumers at
+// once.
+func (t *TxnPublisher) PublishAlone(ctx context.Context, msg outbox.Message) error {
+	_, err := t.Publish(ctx, []outbox.Message{msg})
+	return err
 }
 
 func fenced(err error) bool {

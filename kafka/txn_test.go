@@ -216,23 +216,7 @@ func TestRealTxnReferenceCase(t *testing.T) {
 			p := newTxnPublisher(t, k, testenv.Name(t, "ob"), opts...)
 			// The operator lowers the topic's limit after the publisher
 			// checked it.
-			lim := "1500"
-			adm := newAdmin(t, k)
-			if res, err := adm.AlterTopicConfigs(testCtx(t), []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &lim}}, topic); err != nil || res[0].Err != nil {
-				t.Fatalf("lower max.message.bytes: %v %v", err, res)
-			}
-			waitFor(t, func() bool {
-				rc, err := adm.DescribeTopicConfigs(testCtx(t), topic)
-				if err != nil || len(rc) != 1 {
-					return false
-				}
-				for _, c := range rc[0].Configs {
-					if c.Key == "max.message.bytes" && c.Value != nil && *c.Value == lim {
-						return true
-					}
-				}
-				return false
-			})
+			lowerMaxMessageBytes(t, k, topic, "1500")
 			rows := messages(topic, 3, sameKey("order-1"))
 			rows[1].Value, rows[2].Value = []byte("2"), []byte("3")
 			// Row 1 within MaxMessageBytes (2000) as the writers measure it,
@@ -277,7 +261,105 @@ func TestRealTxnAbortHidesAppendedRecords(t *testing.T) {
 	k := realTxnCluster(t)
 	topic := newTopic(t, k, 2, map[string]string{"max.message.bytes": "4000"})
 	p := newTxnPublisher(t, k, testenv.Name(t, "ob"), Topics(topic), MaxMessageBytes(4000), Compression(kgo.NoCompression()))
-	lim := "1500"
+	lowerMaxMessageBytes(t, k, topic, "1500")
+	msgs := messages(topic, 2, sameKey("k"))
+	p0, p1 := int32(0), int32(1)
+	msgs[0].Partition, msgs[0].Value = &p0, []byte("small")
+	msgs[1].Partition, msgs[1].Value = &p1, []byte(strings.Repeat("x", 3000))
+	acked, err := p.Publish(testCtx(t), msgs)
+	if acked != 0 || !errors.Is(err, kerr.MessageTooLarge) {
+		t.Fatalf("Publish = %d, %v; want 0 and MESSAGE_TOO_LARGE", acked, err)
+	}
+	read := func(committed bool) []string { return readPartition(t, k, topic, 0, committed) }
+	if got := read(false); !slices.Contains(got, "small") {
+		t.Fatalf("read_uncommitted read %v: the small record was never appended, the abort was not tested", got)
+	}
+	if got := read(true); len(got) != 0 {
+		t.Fatalf("read_committed read %v from an aborted transaction", got)
+	}
+}
+
+// TestRealTxnPublishAlone: TxnPublisher is an outbox.Isolator whose
+// PublishAlone is a transaction of its own under the bucket's transactional
+// id: the record a read_committed consumer sees is in a transactional
+// batch; a record the broker rejects is rejected alone (its error is its
+// own, RecordPermanent) and nothing of it is visible; and once a new holder
+// initialised the bucket's transactional id, the stale holder's
+// PublishAlone is fenced (*FencedError) and its record never visible.
+// (Publishing alone through Publisher.PublishAlone's non-transactional
+// client instead fails the first and the last check.)
+func TestRealTxnPublishAlone(t *testing.T) {
+	k := realTxnCluster(t)
+	topic := newTopic(t, k, 1, map[string]string{"max.message.bytes": "4000"})
+	prefix := testenv.Name(t, "ob")
+	ctx := testCtx(t)
+	opts := []Opt{Topics(topic), MaxMessageBytes(4000), Compression(kgo.NoCompression())}
+	stale := newTxnPublisher(t, k, prefix, opts...)
+	var iso outbox.Isolator = stale // the relay finds it by this assertion
+	// The new holder, built (its topic checked) before the limit is lowered;
+	// its producer is initialised on its first Publish.
+	newer := newTxnPublisher(t, k, prefix, opts...)
+
+	alone := messages(topic, 3, sameKey("k"))
+	alone[0].Value = []byte("alone-1")
+	if err := iso.PublishAlone(ctx, alone[0]); err != nil {
+		t.Fatalf("PublishAlone: %v", err)
+	}
+
+	// A record the broker rejects: the operator lowered the topic's limit
+	// below it after the publisher checked the topic.
+	lowerMaxMessageBytes(t, k, topic, "1500")
+	alone[1].Value = []byte("too-large-" + strings.Repeat("x", 3000))
+	err := iso.PublishAlone(ctx, alone[1])
+	if !errors.Is(err, kerr.MessageTooLarge) || outbox.Classify(err) != outbox.RecordPermanent {
+		t.Fatalf("PublishAlone of a record above the topic's limit: %v (%v), want MESSAGE_TOO_LARGE, RecordPermanent", err, outbox.Classify(err))
+	}
+
+	// The new holder of the bucket initialises its transactional id.
+	fresh := messages(topic, 1, sameKey("k"))
+	fresh[0].Value = []byte("new-holder")
+	if acked, err := newer.Publish(ctx, fresh); acked != 1 || err != nil {
+		t.Fatalf("new holder's Publish = %d, %v", acked, err)
+	}
+	alone[2].Value = []byte("stale-alone")
+	err = iso.PublishAlone(ctx, alone[2])
+	var fe *FencedError
+	if !errors.As(err, &fe) || fe.TransactionalID != TransactionalID(prefix, alone[2].Bucket) {
+		t.Fatalf("stale holder's PublishAlone: %v, want a *FencedError for %q", err, TransactionalID(prefix, alone[2].Bucket))
+	}
+
+	want := []string{"alone-1", "new-holder"}
+	if got := readValues(t, k, topic, true); !slices.Equal(got, want) {
+		t.Fatalf("read_committed read %v, want %v", got, want)
+	}
+	// alone-1 went through the fence: its batch is transactional.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for found := false; !found; {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("alone-1 not read back: %v", ctx.Err())
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if string(r.Value) == "alone-1" {
+				found = true
+				if !r.Attrs.IsTransactional() {
+					t.Errorf("alone-1 was published outside a transaction")
+				}
+			}
+		})
+	}
+}
+
+// lowerMaxMessageBytes sets topic's max.message.bytes to lim, as an operator
+// would after the publisher checked the topic, and waits until the brokers
+// report it.
+func lowerMaxMessageBytes(t *testing.T, k *testenv.KafkaCluster, topic, lim string) {
+	t.Helper()
 	adm := newAdmin(t, k)
 	if res, err := adm.AlterTopicConfigs(testCtx(t), []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &lim}}, topic); err != nil || res[0].Err != nil {
 		t.Fatalf("lower max.message.bytes: %v %v", err, res)
@@ -294,19 +376,4 @@ func TestRealTxnAbortHidesAppendedRecords(t *testing.T) {
 		}
 		return false
 	})
-	msgs := messages(topic, 2, sameKey("k"))
-	p0, p1 := int32(0), int32(1)
-	msgs[0].Partition, msgs[0].Value = &p0, []byte("small")
-	msgs[1].Partition, msgs[1].Value = &p1, []byte(strings.Repeat("x", 3000))
-	acked, err := p.Publish(testCtx(t), msgs)
-	if acked != 0 || !errors.Is(err, kerr.MessageTooLarge) {
-		t.Fatalf("Publish = %d, %v; want 0 and MESSAGE_TOO_LARGE", acked, err)
-	}
-	read := func(committed bool) []string { return readPartition(t, k, topic, 0, committed) }
-	if got := read(false); !slices.Contains(got, "small") {
-		t.Fatalf("read_uncommitted read %v: the small record was never appended, the abort was not tested", got)
-	}
-	if got := read(true); len(got) != 0 {
-		t.Fatalf("read_committed read %v from an aborted transaction", got)
-	}
 }

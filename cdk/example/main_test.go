@@ -66,6 +66,11 @@ var scenarios = []scenario{
 		"KafkaTlsClientCertSecretArn": certARN, "KafkaTlsCaSecretArn": caARN, "KafkaSecretsKmsKeyArn": kmsKeyARN}},
 	{stack: "MskIamCluster", params: map[string]string{"KafkaBootstrapServers": "b-1.example:9098", "KafkaAuthMode": "msk-iam", "MskClusterArn": clusterARN}},
 	{stack: "MskIamAnyCluster", params: map[string]string{"KafkaBootstrapServers": "b-1.example:9098", "KafkaAuthMode": "msk-iam"}},
+	// Transactional producers: the transactional-id statement, no
+	// WriteDataIdempotently, on one cluster and on any.
+	{stack: "MskIamTxnCluster", params: map[string]string{"KafkaBootstrapServers": "b-1.example:9098", "KafkaAuthMode": "msk-iam", "MskClusterArn": clusterARN,
+		"KafkaTransactional": "true"}},
+	{stack: "MskIamTxnAnyCluster", params: map[string]string{"KafkaBootstrapServers": "b-1.example:9098", "KafkaAuthMode": "msk-iam", "KafkaTransactional": "true"}},
 	// Settings that only apply to other modes, and that the template's
 	// Rules do not refuse, are ignored, as the template ignores them.
 	{stack: "Plaintext", params: map[string]string{"KafkaBootstrapServers": "localhost:9092", "KafkaAuthMode": "none",

@@ -66,7 +66,7 @@ func TestSmoke(t *testing.T) {
 		{"naive, 8 loops", res.NaiveParallel.Messages, o.naiveMsgs},
 		{"per-bucket stages", len(res.Buckets), 1 + len(o.bucketCounts)},
 		{"capacity: transaction sizes", len(res.Capacity.Writer), 3},
-		{"steady: runs", len(res.Steady), len(o.steady) * (len(o.modes) + 1)},
+		{"steady: runs", len(res.Steady), len(o.steady)*(len(o.modes)+1) + 1}, // + the transactional mode at txnProfile
 		{"sweep: runs", len(res.Sweep), len(o.sweep.rates) * len(o.sweep.windows) * len(o.modes)},
 		{"footprint: drained", res.Footprint.Messages, o.footprintMsgs},
 		{"runrelay: variants (polling, notifier)", len(res.RunRelay), 2},
@@ -144,6 +144,7 @@ func TestSmoke(t *testing.T) {
 
 	checkSteady(t, o, res)
 	checkWatermark(t, res)
+	checkTxn(t, res)
 
 	lines := res.lines()
 	if len(lines) == 0 || !strings.HasPrefix(lines[0], "bench: relay_msgs_per_s=") || !strings.Contains(lines[0], "relay_vs_naive=") {
@@ -153,6 +154,38 @@ func TestSmoke(t *testing.T) {
 		if fi, err := os.Stat(filepath.Join(o.out, f)); err != nil || fi.Size() == 0 {
 			t.Errorf("%s not written: %v", f, err)
 		}
+	}
+}
+
+// txnLine is the line issue 20 asks make bench to print for the
+// transactional mode, beside the default's bench: line.
+var txnLine = regexp.MustCompile(`^txn: relay_msgs_per_s=(\S+) default_msgs_per_s=(\S+) p50_ms=(\S+) p99_ms=(\S+) default_p50_ms=(\S+) default_p99_ms=(\S+) rate=50 kafka_requests_per_batch=(\S+) default_kafka_requests_per_batch=(\S+) kafka=(kfake|given-brokers)$`)
+
+// checkTxn: one txn: line, right after the bench: line, of positive
+// figures; the transactional drain moved every message, committed its
+// batches (EndTxn requests) and the default sent none.
+func checkTxn(t *testing.T, res *results) {
+	lines := res.lines()
+	if len(lines) < 2 || !txnLine.MatchString(lines[1]) {
+		t.Fatalf("line 2 of %q is not a txn: line of the form %s", lines, txnLine)
+	}
+	for _, f := range txnLine.FindStringSubmatch(lines[1])[1:9] {
+		if v, err := strconv.ParseFloat(f, 64); err != nil || !(v > 0) {
+			t.Errorf("txn line %q: %q is not a positive number", lines[1], f)
+		}
+	}
+	// A committed transaction also appends a commit marker to each
+	// partition it wrote; each batch is one bucket's, on one partition.
+	tx := median(res.Rounds.Txn)
+	if tx.Messages != res.Relay.Messages || tx.Produced != int64(tx.Messages)+tx.Batches {
+		t.Errorf("transactional drain moved %d messages in %d batches, %d offsets in the topic (want messages + one commit marker per batch); the default moved %d",
+			tx.Messages, tx.Batches, tx.Produced, res.Relay.Messages)
+	}
+	if tx.KafkaRequests["EndTxn"] < tx.Batches {
+		t.Errorf("transactional drain: %d EndTxn requests for %d batches (%v)", tx.KafkaRequests["EndTxn"], tx.Batches, tx.KafkaRequests)
+	}
+	if n := res.Relay.KafkaRequests["EndTxn"]; n != 0 {
+		t.Errorf("the default publisher sent %d EndTxn requests", n)
 	}
 }
 
@@ -300,8 +333,10 @@ func checkSteady(t *testing.T, o options, res *results) {
 			continue
 		}
 		mode := modeDelete.Name
-		if rest, ok := strings.CutSuffix(l, " mode="+modeWatermark.Name); ok {
-			l, mode = rest, modeWatermark.Name
+		for _, other := range []relayMode{modeWatermark, modeTxn} {
+			if rest, ok := strings.CutSuffix(l, " mode="+other.Name); ok {
+				l, mode = rest, other.Name
+			}
 		}
 		m := steadyLine.FindStringSubmatch(l)
 		if m == nil {
@@ -324,6 +359,9 @@ func checkSteady(t *testing.T, o options, res *results) {
 		if strings.Join(names[m.Name], ",") != strings.Join(want, ",") {
 			t.Errorf("steady lines in %s mode for loads %v, want %v", m.Name, names[m.Name], want)
 		}
+	}
+	if got := strings.Join(names[modeTxn.Name], ","); got != txnProfile {
+		t.Errorf("steady lines in txn mode for loads %q, want %s", got, txnProfile)
 	}
 	goals := 0
 	for _, g := range res.Goals {

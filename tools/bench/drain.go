@@ -42,10 +42,13 @@ type drainResult struct {
 	Produced   int64    `json:"records_in_topic,omitempty"`
 	Concurrent int      `json:"concurrency"`
 	Load       string   `json:"loadavg_after"` // the machine's load average when the drain ended
-	// Relay drains only: batches and the time their publishes took.
-	Batches        int64   `json:"batches,omitempty"`
-	PublishSeconds float64 `json:"publish_seconds,omitempty"`
-	Note           string  `json:"note,omitempty"`
+	// Relay drains only: batches and the time their publishes took, and
+	// the Kafka requests the publisher's clients sent during the drain.
+	Batches               int64            `json:"batches,omitempty"`
+	PublishSeconds        float64          `json:"publish_seconds,omitempty"`
+	KafkaRequests         map[string]int64 `json:"kafka_requests,omitempty"`
+	KafkaRequestsPerBatch float64          `json:"kafka_requests_per_batch,omitempty"`
+	Note                  string           `json:"note,omitempty"`
 }
 
 func (r *drainResult) finish(elapsed time.Duration, st *stage) {
@@ -268,19 +271,31 @@ func cmpErr(a, b error) error {
 }
 
 // relayDrain drains the backlog with the relay engine on store/dynamo and
-// kafka.Publisher, all options at their defaults but for opts (a relay
-// mode's).
-func relayDrain(ctx context.Context, st *stage, bl backlog, name string, opts ...outbox.Option) (drainResult, error) {
+// kafka.Publisher (kafka.TxnPublisher when mode is transactional, under
+// the messages table's name, as the functions build it), all options at
+// their defaults but for the mode's.
+func relayDrain(ctx context.Context, st *stage, bl backlog, name string, mode relayMode) (drainResult, error) {
 	r := drainResult{Name: name, Backlog: bl, Concurrent: relayConcurrency}
 	store, err := dynamo.NewStore(ctx, st.metered, st.tables)
 	if err != nil {
 		return r, err
 	}
-	pub, err := kafka.NewPublisher(ctx, st.brokers, kafka.Topics(st.topic))
+	reqs := newRequestCounter()
+	kopts := []kafka.Opt{kafka.Topics(st.topic), kafka.ClientOptions(kgo.WithHooks(reqs))}
+	var pub interface {
+		outbox.Publisher
+		Close()
+	}
+	if mode.Transactional {
+		pub, err = kafka.NewTxnPublisher(ctx, st.brokers, st.tables.Messages, kopts...)
+	} else {
+		pub, err = kafka.NewPublisher(ctx, st.brokers, kopts...)
+	}
 	if err != nil {
 		return r, err
 	}
 	defer pub.Close()
+	opts := mode.Opts
 	var acked, batches, publishNanos atomic.Int64
 	relay, err := outbox.NewRelay(ctx, store, pub, append([]outbox.Option{outbox.WithMetrics(metricsFunc(func(s outbox.BatchStats) {
 		acked.Add(int64(s.Acked))
@@ -295,11 +310,17 @@ func relayDrain(ctx context.Context, st *stage, bl backlog, name string, opts ..
 		buckets[i] = i
 	}
 	st.meter.reset() // count the drain only, not the set-up reads
+	reqs.reset()     // nor the publisher's topic checks
 	start := time.Now()
 	errs := relay.DrainBuckets(ctx, buckets)
 	elapsed := time.Since(start)
 	r.Messages = int(acked.Load())
 	r.Batches, r.PublishSeconds = batches.Load(), time.Duration(publishNanos.Load()).Seconds()
+	var total int64
+	r.KafkaRequests, total = reqs.byName()
+	if r.Batches > 0 {
+		r.KafkaRequestsPerBatch = float64(total) / float64(r.Batches)
+	}
 	r.finish(elapsed, st)
 	if len(errs) > 0 {
 		var all []error

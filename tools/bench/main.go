@@ -19,10 +19,12 @@
 //	cd tools && go run ./bench -only steady              # the steady lines alone
 //	cd tools && go run ./bench -only runrelay            # the runrelay lines alone
 //	cd tools && go run ./bench -only steady -sweep -out /tmp/s   # + cost by rate and window
+//	cd tools && go run ./bench -only txn                 # the transactional mode beside the default
 //
 // It ends with the lines:
 //
 //	bench: relay_msgs_per_s=… raw_msgs_per_s=… naive_msgs_per_s=… relay_vs_raw=… relay_vs_naive=…
+//	txn: relay_msgs_per_s=… default_msgs_per_s=… p50_ms=… p99_ms=… default_p50_ms=… default_p99_ms=… rate=50 kafka_requests_per_batch=… …
 //	steady: rate=10 control_writes_per_msg=… wcu_per_msg=… p99_ms=… floor_p99_ms=… steady_vs_floor_p99=…
 //	steady: rate=50 …
 //	steady: rate=200 …
@@ -136,9 +138,9 @@ func smokeOptions() options {
 
 func main() {
 	smoke := flag.Bool("smoke", false, "tiny volumes: check that every stage runs (seconds, not minutes)")
-	out := flag.String("out", "docs", "directory for benchmarks.json, benchmarks.md and benchmarks.png (empty: write nothing); with -only, for steady.json")
+	out := flag.String("out", "docs", "directory for benchmarks.json, benchmarks.md and benchmarks.png (empty: write nothing); with -only, for steady.json or txn.json")
 	render := flag.String("render", "", "write benchmarks.md and benchmarks.png again from this benchmarks.json, running nothing")
-	only := flag.String("only", "", `"steady": run only the capacity and steady stages (and -sweep) and print their lines; "runrelay": only the long-running relay's latency`)
+	only := flag.String("only", "", `"steady": run only the capacity and steady stages (and -sweep) and print their lines; "txn": only the transactional mode beside the default (their backlog drains in turns, the steady stage at 50 msgs/s) and the txn: line; "runrelay": only the long-running relay's latency`)
 	window := flag.Duration("window", 0, "the event-source mapping's MaximumBatchingWindow for the steady stage (0 to 300s)")
 	sweep := flag.Bool("sweep", false, "also run the cost sweep: the relay at each -sweep-rates for each -sweep-windows")
 	rates := flag.String("sweep-rates", "1,10,50,200", "offered rates of the sweep, msgs/s")
@@ -190,9 +192,9 @@ func main() {
 // validate refuses options the stages cannot run with.
 func (o options) validate() error {
 	switch o.only {
-	case "", "steady", "runrelay":
+	case "", "steady", "txn", "runrelay":
 	default:
-		return fmt.Errorf(`-only %q: the partial runs are "steady" and "runrelay"`, o.only)
+		return fmt.Errorf(`-only %q: the partial runs are "steady", "txn" and "runrelay"`, o.only)
 	}
 	windows := append([]time.Duration{o.steadyWindow}, o.sweep.windows...)
 	for _, w := range windows {
@@ -281,10 +283,17 @@ func run(ctx context.Context, o options) (*results, error) {
 		return nil, fmt.Errorf("capacity: %w", err)
 	}
 
-	if o.only == "" {
+	switch o.only {
+	case "":
 		if err := drainStages(ctx, e, g, tmpl, o, res); err != nil {
 			return nil, err
 		}
+	case "txn":
+		if err := txnDrains(ctx, e, g, tmpl, o, res); err != nil {
+			return nil, err
+		}
+		o.steady = slices.DeleteFunc(slices.Clone(o.steady), func(p profile) bool { return p.Name != txnProfile })
+		o.modes = []relayMode{modeDelete}
 	}
 
 	if err := steadyStage(ctx, e, g, o, res); err != nil {
@@ -306,10 +315,10 @@ func run(ctx context.Context, o options) (*results, error) {
 	case o.out == "":
 	case o.only != "":
 		// A partial run: its numbers only, never the pages of a full one.
-		if err := res.writeJSON(filepath.Join(o.out, "steady.json")); err != nil {
+		if err := res.writeJSON(filepath.Join(o.out, o.only+".json")); err != nil {
 			return nil, err
 		}
-		o.progress("wrote %s", filepath.Join(o.out, "steady.json"))
+		o.progress("wrote %s", filepath.Join(o.out, o.only+".json"))
 	default:
 		if err := res.write(o.out); err != nil {
 			return nil, err
@@ -347,7 +356,7 @@ func drainStages(ctx context.Context, e *env, g *gen, tmpl *template, o options,
 	}
 	relayStage := func(n int) func(context.Context, *stage, backlog) (drainResult, error) {
 		return func(ctx context.Context, st *stage, bl backlog) (drainResult, error) {
-			return relayDrain(ctx, st, bl, fmt.Sprintf("relay engine (defaults: 8 buckets at once, BatchSize 500), %d buckets", n))
+			return relayDrain(ctx, st, bl, fmt.Sprintf("relay engine (defaults: 8 buckets at once, BatchSize 500), %d buckets", n), modeDelete)
 		}
 	}
 	// The watermark mode's message items carry a TTL: its own template and
@@ -363,7 +372,11 @@ func drainStages(ctx context.Context, e *env, g *gen, tmpl *template, o options,
 		{name: "relay: the engine with default options", buckets: 8, out: &res.Rounds.Relay, run: relayStage(8)},
 		{name: "relay, watermark mode: nothing written per message", buckets: 8, out: &res.Rounds.Watermark, tables: modeWatermark.Tables, tmpl: wm.tmpl,
 			run: func(ctx context.Context, st *stage, bl backlog) (drainResult, error) {
-				return relayDrain(ctx, st, bl, "relay engine in watermark mode (defaults otherwise), 8 buckets", modeWatermark.Opts...)
+				return relayDrain(ctx, st, bl, "relay engine in watermark mode (defaults otherwise), 8 buckets", modeWatermark)
+			}},
+		{name: "relay, transactional: one Kafka transaction per batch", buckets: 8, out: &res.Rounds.Txn,
+			run: func(ctx context.Context, st *stage, bl backlog) (drainResult, error) {
+				return relayDrain(ctx, st, bl, "relay engine publishing through kafka.TxnPublisher (defaults otherwise), 8 buckets", modeTxn)
 			}},
 	}
 	res.Rounds.Buckets = make([][]drainResult, len(o.bucketCounts))
@@ -386,6 +399,9 @@ func drainStages(ctx context.Context, e *env, g *gen, tmpl *template, o options,
 				d, err := sg.run(ctx, st, bl)
 				*sg.out = append(*sg.out, d)
 				o.progress("  %.0f msgs/s, %.4f DynamoDB calls per message (load average %s)", d.MsgsPerS, d.CallsPerM, d.Load)
+				if d.Batches > 0 {
+					o.progress("  %d batches, %.2f Kafka requests per batch: %s", d.Batches, d.KafkaRequestsPerBatch, requestSummary(d.KafkaRequests))
+				}
 				if err != nil || res.Capacity.LeaseItemBytes > 0 || i != 2 {
 					return err
 				}
@@ -536,7 +552,11 @@ func steadyStage(ctx context.Context, e *env, g *gen, o options, res *results) e
 	base := steadyRun{window: o.steadyWindow, warmup: o.steadyWarmup, itemBytes: res.Capacity.MessageItemBytes}
 	for _, p := range o.steady {
 		var runs []steadyRun
-		for _, m := range o.modes {
+		modes := o.modes
+		if p.Name == txnProfile {
+			modes = append(slices.Clone(modes), modeTxn) // the transactional mode beside the default
+		}
+		for _, m := range modes {
 			run := base
 			run.profile, run.handler, run.mode = p, handlerRelay, m
 			runs = append(runs, run)

@@ -153,6 +153,7 @@ func (r *results) markdown() string {
 	p("\n")
 
 	r.watermarkMarkdown(p)
+	r.txnMarkdown(p)
 	r.steadyMarkdown(p)
 
 	r.runRelayMarkdown(p)
@@ -241,6 +242,24 @@ func (r *results) watermarkMarkdown(p func(format string, args ...any)) {
 	p("| watermark | %.0f | %.4f | %.4f | %.4f | %.4f |\n\n", w.RelayMsgsPerS, w.WriterWCUPerMsg, w.Relay.AWSRuleWCU, w.Relay.AWSRuleRCU, w.WCUPerMsg)
 	p("WCU by AWS's rules on the calls counted. Storage is the price: each message stays for the retention (24 h by\n")
 	p("default) instead of until it is published.\n\n")
+}
+
+// txnMarkdown compares the transactional publisher with the default on the
+// same run.
+func (r *results) txnMarkdown(p func(format string, args ...any)) {
+	t := r.Txn
+	if t == nil {
+		return
+	}
+	p("## Transactional mode\n\n")
+	p("The same backlog drained by the relay publishing through `kafka.TxnPublisher` (one Kafka transaction per batch under\n")
+	p("the bucket's transactional id), in turns with the other drains of each round (median round of %d), and the steady\n", len(r.Rounds.Txn))
+	p("stage at %s msgs/s in both modes (commit to visible to a read_committed consumer). Kafka: %s. Kafka requests are\n", t.Rate, r.Machine.Kafka)
+	p("every request the publisher's clients wrote during the drain, counted by a kgo hook.\n\n")
+	p("```\n%s\n```\n\n", t.line())
+	p("| publisher | drain msgs/s | batches | Kafka requests per batch | requests | p50 ms at %s/s | p99 ms at %s/s |\n|---|---:|---:|---:|---|---:|---:|\n", t.Rate, t.Rate)
+	p("| default (idempotent) | %.0f | %d | %.2f | %s | %.1f | %.1f |\n", t.DefaultMsgsPerS, t.DefaultBatches, t.DefaultRoundTripsPerBatch, requestSummary(t.DefaultRequests), t.DefaultP50ms, t.DefaultP99ms)
+	p("| transactional | %.0f | %d | %.2f | %s | %.1f | %.1f |\n\n", t.RelayMsgsPerS, t.Batches, t.RoundTripsPerBatch, requestSummary(t.Requests), t.P50ms, t.P99ms)
 }
 
 func (r *results) steadyMarkdown(p func(format string, args ...any)) {

@@ -36,6 +36,7 @@ type results struct {
 	Steady    []steadyResult  `json:"steady"`
 	Sweep     []steadyResult  `json:"sweep,omitempty"`
 	Watermark *watermark      `json:"watermark,omitempty"`
+	Txn       *txnResult      `json:"transactional,omitempty"`
 	Footprint footprintResult `json:"footprint"`
 	// RunRelay is the long-running relay's commit → Kafka latency on an
 	// idle outbox, polling alone and with the writer's notifier.
@@ -69,6 +70,8 @@ type rounds struct {
 	Relay    []drainResult `json:"relay"`
 	// Watermark has the rounds of the relay in watermark mode.
 	Watermark []drainResult `json:"relay_watermark,omitempty"`
+	// Txn has the rounds of the relay publishing transactionally.
+	Txn []drainResult `json:"relay_transactional,omitempty"`
 	// Buckets has the rounds of the relay with each of the per-bucket
 	// overhead stages' bucket counts (32 and 64).
 	Buckets [][]drainResult `json:"relay_by_buckets"`
@@ -198,6 +201,11 @@ func (r *results) finish(e *env) {
 		r.Machine.Kafka = "given brokers " + strings.Join(e.brokers, ",")
 	}
 	r.Raw.MsgsPerS = min(r.Raw.DynamoDB.MsgsPerS, r.Raw.Kafka.MsgsPerS)
+	kafkaName := "kfake"
+	if len(e.brokers) > 0 {
+		kafkaName = "given-brokers"
+	}
+	r.Txn = txnOf(r, kafkaName)
 	s := &r.Summary
 	s.RelayMsgsPerS, s.RawMsgsPerS, s.NaiveMsgsPerS = r.Relay.MsgsPerS, r.Raw.MsgsPerS, r.Naive.MsgsPerS
 	if s.RawMsgsPerS > 0 {
@@ -328,6 +336,9 @@ func (r *results) lines() []string {
 	var out []string
 	if r.Relay.Messages > 0 {
 		out = append(out, r.line())
+	}
+	if r.Txn != nil {
+		out = append(out, r.Txn.line())
 	}
 	for _, s := range r.Steady {
 		if s.Handler == handlerRelay {

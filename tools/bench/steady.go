@@ -46,6 +46,9 @@ type relayMode struct {
 	Name   string
 	Opts   []outbox.Option
 	Tables []dynamo.TablesOption
+	// Transactional publishes through kafka.TxnPublisher
+	// (OUTBOX_KAFKA_TRANSACTIONAL=true).
+	Transactional bool
 }
 
 var (
@@ -297,6 +300,7 @@ func startHandler(ctx context.Context, st *stage, run steadyRun) (esm.Handler, f
 			MessagesTable: st.tables.Messages, ControlTable: st.tables.Control, BatchSize: relayBatch, Topics: []string{st.topic},
 			LeaseDuration: 30 * time.Second, GapTimeout: 10 * time.Second, MaxMessageBytes: outbox.DefaultMaxMessageBytes,
 			Concurrency: relayConcurrency, Brokers: st.brokers, Auth: config.AuthNone, Region: st.awsCfg.Region, DynamoEndpoint: st.endpoint,
+			Transactional: run.mode.Transactional,
 		}
 		relayAWS := st.awsCfg.Copy()
 		relayAWS.APIOptions = append(relayAWS.APIOptions, st.meter.register)
@@ -580,8 +584,13 @@ type consumer struct {
 }
 
 func newConsumer(ctx context.Context, st *stage) (*consumer, error) {
+	// read_committed, as consumers of the transactional mode must read (the
+	// inbox's default): a record counts as consumed when it is visible to
+	// them. Without transactions it changes nothing (the last stable offset
+	// is the high watermark).
 	cl, err := kgo.NewClient(kgo.SeedBrokers(st.brokers...), kgo.ConsumeTopics(st.topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		return nil, err
 	}
