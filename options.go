@@ -52,28 +52,27 @@ type config struct {
 func defaultConfig() config {
 	host, _ := os.Hostname()
 	return config{
-		batchSize:       500,
-		leaseDuration:   30 * time.Second,
-		renewInterval:   10 * time.Second,
-		leaseMargin:     5 * time.Second,
-		maxSkew:         5 * time.Second,
-		flushInterval:   5 * time.Second,
-		resume:          true,
-		resumeWindow:    10 * time.Second,
-		holderWait:      -1,
-		gapTimeout:      10 * time.Second,
-		gapPoll:         50 * time.Millisecond,
-		deadlineMargin:  5 * time.Second,
-		maxMessageBytes: DefaultMaxMessageBytes,
-		relayID:         fmt.Sprintf("%s-%d-%s", host, os.Getpid(), NewID()[24:]),
-		concurrency:     8,
-		pollInterval:    time.Second,
-		recordPolicy:    Park,
-		retryBase:       100 * time.Millisecond,
-		retryMax:        5 * time.Second,
-		clock:           SystemClock,
-		logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
-		metrics:         noMetrics{},
+		batchSize:      500,
+		leaseDuration:  30 * time.Second,
+		renewInterval:  10 * time.Second,
+		leaseMargin:    5 * time.Second,
+		maxSkew:        5 * time.Second,
+		flushInterval:  5 * time.Second,
+		resume:         true,
+		resumeWindow:   10 * time.Second,
+		holderWait:     -1,
+		gapTimeout:     10 * time.Second,
+		gapPoll:        50 * time.Millisecond,
+		deadlineMargin: 5 * time.Second,
+		relayID:        fmt.Sprintf("%s-%d-%s", host, os.Getpid(), NewID()[24:]),
+		concurrency:    8,
+		pollInterval:   time.Second,
+		recordPolicy:   Park,
+		retryBase:      100 * time.Millisecond,
+		retryMax:       5 * time.Second,
+		clock:          SystemClock,
+		logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		metrics:        noMetrics{},
 	}
 }
 
@@ -181,19 +180,24 @@ func DeadlineMargin(d time.Duration) Option { return func(c *config) { c.deadlin
 
 // MaxMessageBytes bounds a record as computed by RecordSize. The relay checks
 // it before publishing (a stored message above it was written by a writer
-// configured differently). Default DefaultMaxMessageBytes.
+// configured differently). A shared setting: default, the outbox's config
+// item's (DefaultMaxMessageBytes when it has none); another value than the
+// stored one is a *MisconfigurationError.
 func MaxMessageBytes(n int) Option { return func(c *config) { c.maxMessageBytes = n } }
 
 // MessageIDHeader is the header name the publisher stamps the message id
-// under, used in record size checks. Default DefaultMessageIDHeader.
+// under, used in record size checks. A shared setting: default, the config
+// item's (DefaultMessageIDHeader when it has none); another name than the
+// stored one is a *MisconfigurationError.
 func MessageIDHeader(name string) Option {
 	return func(c *config) { c.headers.MessageID, c.emptyIDHeader = name, name == "" }
 }
 
 // StampedHeaders names the headers the publisher stamps (message id, bucket,
-// sequence), as the relay counts them in record size checks; give the
-// publisher and the writers the same names. Default: HeaderNames{} (the
-// default names).
+// sequence), as the relay counts them in record size checks. Shared
+// settings: default, the config item's names (the default names when it
+// has none); an empty name takes the stored one, another name than the
+// stored one is a *MisconfigurationError.
 func StampedHeaders(h HeaderNames) Option { return func(c *config) { c.headers = h } }
 
 // RelayID names this relay in leases and heartbeats. Default
@@ -295,7 +299,7 @@ func (c *config) validate() error {
 		return bad("GapPollInterval", c.gapPoll, "must be positive")
 	case c.deadlineMargin < 0:
 		return bad("DeadlineMargin", c.deadlineMargin, "must not be negative")
-	case c.maxMessageBytes < RecordOverhead:
+	case c.maxMessageBytes != 0 && c.maxMessageBytes < RecordOverhead:
 		return bad("MaxMessageBytes", c.maxMessageBytes, fmt.Sprintf("must be at least %d", RecordOverhead))
 	case c.emptyIDHeader:
 		return bad("MessageIDHeader", "", "must not be empty")

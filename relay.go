@@ -66,9 +66,10 @@ type local struct {
 }
 
 // NewRelay reads the outbox's config item and returns a relay for it. It
-// fails with a *MisconfigurationError when the BucketCount or WithMode
-// option differs from the stored configuration or the stored format is
-// newer than this code, and with an *OptionError for an invalid option.
+// fails with a *MisconfigurationError when the BucketCount, WithMode,
+// MaxMessageBytes or header options differ from the stored configuration
+// or the stored format is newer than this code, and with an *OptionError
+// for an invalid option. Options left out take the stored values.
 func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (*Relay, error) {
 	if store == nil || pub == nil {
 		return nil, &OptionError{Option: "NewRelay", Value: nil, Reason: "store and publisher are required"}
@@ -90,6 +91,9 @@ func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (
 	if cfg.modeSet && cfg.mode != stored.Mode {
 		return nil, &MisconfigurationError{Setting: "Mode", Configured: cfg.mode.String(), Stored: stored.Mode.String(),
 			Fix: "a relay must run in the mode the outbox was created with; remove the option or fix it"}
+	}
+	if cfg.maxMessageBytes, cfg.headers, err = ResolveShared(stored, cfg.maxMessageBytes, cfg.headers); err != nil {
+		return nil, err
 	}
 	sched := cfg.hooks.Scheduler
 	if sched == nil {

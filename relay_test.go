@@ -542,13 +542,47 @@ func TestOversizedStoredRecordIsParked(t *testing.T) {
 	if err := s.Put(big, message(0, 2)); err != nil {
 		t.Fatal(err)
 	}
+	s.SetConfig(outbox.Config{MaxMessageBytes: 1024})
 	p := &recorder{}
-	r := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.MaxMessageBytes(1024))
+	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
 	if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(p.seqs(0)) != "[2]" || len(s.Parked(0)) != 1 || !strings.Contains(s.Parked(0)[0].Reason, "MaxMessageBytes") {
 		t.Fatalf("published %v parked %+v", p.seqs(0), s.Parked(0))
+	}
+}
+
+// The relay reads the shared settings from the config item: a local one
+// that differs is refused naming both values, an equal one is fine, and
+// without one the stored value is used (TestOversizedStoredRecordIsParked).
+func TestRelaySharedSettingsFromConfigItem(t *testing.T) {
+	stored := outbox.Config{MaxMessageBytes: 4096, Headers: outbox.HeaderNames{Bucket: "b"}}
+	cases := []struct {
+		name    string
+		opt     outbox.Option
+		setting string // "" when accepted
+	}{
+		{"other MaxMessageBytes", outbox.MaxMessageBytes(1024), "MaxMessageBytes"},
+		{"same MaxMessageBytes", outbox.MaxMessageBytes(4096), ""},
+		{"other bucket header", outbox.StampedHeaders(outbox.HeaderNames{Bucket: "x"}), "BucketHeader"},
+		{"default id header, stored default", outbox.MessageIDHeader(outbox.DefaultMessageIDHeader), ""},
+		{"an id header the item does not state", outbox.MessageIDHeader("id"), ""},
+		{"none", outbox.RelayID("r"), ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := memory.New(2)
+			s.SetConfig(stored)
+			_, err := outbox.NewRelay(context.Background(), s, &recorder{}, c.opt)
+			var me *outbox.MisconfigurationError
+			switch {
+			case c.setting == "" && err != nil:
+				t.Fatalf("NewRelay = %v, want it accepted", err)
+			case c.setting != "" && (!errors.As(err, &me) || me.Setting != c.setting || me.Stored == "" || me.Configured == ""):
+				t.Fatalf("NewRelay = %v, want a *MisconfigurationError for %s", err, c.setting)
+			}
+		})
 	}
 }
 

@@ -66,6 +66,13 @@ type Config struct {
 	// is then accepted, and its bucket stops at the relay until the topic
 	// exists or the message is parked).
 	Topics []string
+	// MaxMessageBytes bounds a message as a Kafka record (RecordSize), for
+	// writers, relays and publishers alike. 0: the item has none, which
+	// means DefaultMaxMessageBytes (SharedMaxMessageBytes).
+	MaxMessageBytes int
+	// Headers names the headers the publisher stamps and consumers read;
+	// an empty name is the default one (SharedHeaders).
+	Headers HeaderNames
 }
 
 // Lease is one bucket's lease item, as last read or written.

@@ -297,6 +297,9 @@ func (o *Outbox) newConfig(setup awslambda.CfnFunction, logs []constructs.IConst
 			"Mode":           o.cfg.mode,
 			"RetentionHours": o.cfg.n["OutboxRetentionHours"],
 			"Topics":         jsii.String(o.cfg.topics),
+			// A shared setting: the functions' OUTBOX_MAX_MESSAGE_BYTES
+			// agrees with the config item.
+			"MaxMessageBytes": o.cfg.n["MaxMessageBytes"],
 		},
 	})
 	for _, l := range logs {

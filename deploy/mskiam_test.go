@@ -338,7 +338,7 @@ const txnMessagesTable = "orders-outbox"
 // once with listed (init checks it), and publishes keyed messages to listed
 // and to unlisted (checked on first use), as the relay does. extra options
 // come last (SASL for the ACL test).
-func publishLikeTheFunctions(ctx context.Context, brokers []string, listed, unlisted string, extra ...kafka.Opt) error {
+func publishLikeTheFunctions(ctx context.Context, brokers []string, listed, unlisted string, extra ...kafka.Option) error {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := config.Config{Brokers: brokers, Auth: config.AuthNone, MaxMessageBytes: outbox.DefaultMaxMessageBytes, LeaseDuration: 30 * time.Second}
 	p, err := wiring.NewPublisher(ctx, cfg, aws.Config{}, log, extra...)
@@ -376,7 +376,7 @@ func publishRounds(ctx context.Context, p outbox.Publisher, bucket int, listed, 
 // second holder of the bucket fences the first, whose next publish fails
 // fenced and whose one after that starts a new producer (what a relay does
 // after losing and regaining a bucket).
-func publishTransactionallyLikeTheFunctions(ctx context.Context, brokers []string, listed, unlisted string, extra ...kafka.Opt) error {
+func publishTransactionallyLikeTheFunctions(ctx context.Context, brokers []string, listed, unlisted string, extra ...kafka.Option) error {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := config.Config{Brokers: brokers, Auth: config.AuthNone, MaxMessageBytes: outbox.DefaultMaxMessageBytes, LeaseDuration: 30 * time.Second,
 		MessagesTable: txnMessagesTable, Transactional: true}

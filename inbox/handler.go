@@ -26,14 +26,15 @@ type Handler struct {
 
 // NewHandler builds a Handler: fn is called for every record, as in
 // Inbox.Process, and the options are a Consumer's poison and retry options
-// (OnPoison, RecordRetries, Logger). The Consumer-only options
+// (OnPoison, RecordRetries, WithLogger). The Consumer-only options
 // (ClientOptions, MaxPollRecords, Concurrency) are refused with an
 // *outbox.OptionError, and so is a DeadLetterTopic without a client.
-func NewHandler(ib *Inbox, fn func(tx *Tx) error, opts ...ConsumerOption) (*Handler, error) {
-	c := defaultConsumerConfig()
-	for _, o := range opts {
-		o(&c)
+func NewHandler(ib *Inbox, fn func(tx *Tx) error, opts ...Option) (*Handler, error) {
+	all := defaultConfig()
+	if err := all.apply(forHandler, opts); err != nil {
+		return nil, err
 	}
+	c := all.consumer
 	bad := func(opt string, v any, why string) error {
 		return &outbox.OptionError{Option: opt, Value: v, Reason: why}
 	}

@@ -54,8 +54,8 @@ type position struct {
 // never stored.
 func New(ctx context.Context, client API, table string, opts ...Option) (*Inbox, error) {
 	c := defaultConfig()
-	for _, o := range opts {
-		o(&c)
+	if err := c.apply(forInbox, opts); err != nil {
+		return nil, err
 	}
 	if err := c.validate(); err != nil {
 		return nil, err

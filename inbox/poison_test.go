@@ -318,19 +318,19 @@ func TestPoisonOptionsRefused(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		consumer bool
-		opts     []ConsumerOption
+		opts     []Option
 		option   string
 	}{
-		{"two policies", true, []ConsumerOption{client, OnPoison(Skip()), OnPoison(Stop())}, "OnPoison"},
-		{"dead letter without a sink", true, []ConsumerOption{client, OnPoison(DeadLetterTo(nil))}, "OnPoison"},
-		{"dead-letter topic without a name", true, []ConsumerOption{client, OnPoison(DeadLetterTo(DeadLetterTopic("", nil)))}, "DeadLetterTopic"},
-		{"dead-letter table without a client", true, []ConsumerOption{client, OnPoison(DeadLetterTo(DeadLetterTable(nil, "dlq")))}, "DeadLetterTable"},
-		{"retries", true, []ConsumerOption{client, RecordRetries(11, time.Second)}, "RecordRetries"},
-		{"backoff", true, []ConsumerOption{client, RecordRetries(1, 0)}, "RecordRetries"},
-		{"handler with a client", false, []ConsumerOption{client}, "ClientOptions"},
-		{"handler with two policies", false, []ConsumerOption{OnPoison(Skip()), OnPoison(Stop())}, "OnPoison"},
-		{"handler polling", false, []ConsumerOption{MaxPollRecords(10)}, "MaxPollRecords"},
-		{"handler's dead-letter topic without a client", false, []ConsumerOption{OnPoison(DeadLetterTo(DeadLetterTopic("dlq", nil)))}, "DeadLetterTopic"},
+		{"two policies", true, []Option{client, OnPoison(Skip()), OnPoison(Stop())}, "OnPoison"},
+		{"dead letter without a sink", true, []Option{client, OnPoison(DeadLetterTo(nil))}, "OnPoison"},
+		{"dead-letter topic without a name", true, []Option{client, OnPoison(DeadLetterTo(DeadLetterTopic("", nil)))}, "DeadLetterTopic"},
+		{"dead-letter table without a client", true, []Option{client, OnPoison(DeadLetterTo(DeadLetterTable(nil, "dlq")))}, "DeadLetterTable"},
+		{"retries", true, []Option{client, RecordRetries(11, time.Second)}, "RecordRetries"},
+		{"backoff", true, []Option{client, RecordRetries(1, 0)}, "RecordRetries"},
+		{"handler with a client", false, []Option{client}, "ClientOptions"},
+		{"handler with two policies", false, []Option{OnPoison(Skip()), OnPoison(Stop())}, "OnPoison"},
+		{"handler polling", false, []Option{MaxPollRecords(10)}, "MaxPollRecords"},
+		{"handler's dead-letter topic without a client", false, []Option{OnPoison(DeadLetterTo(DeadLetterTopic("dlq", nil)))}, "DeadLetterTopic"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var err error

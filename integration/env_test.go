@@ -31,13 +31,13 @@ type env struct {
 	pub      *kafka.Publisher
 }
 
-func newEnv(t *testing.T, bucketCount int, opts ...dynamo.TablesOption) *env {
+func newEnv(t *testing.T, bucketCount int, opts ...dynamo.Option) *env {
 	t.Helper()
 	return newEnvOn(t, testenv.Kafka(t), bucketCount, opts...)
 }
 
 // newEnvOn is newEnv on the Kafka cluster k.
-func newEnvOn(t *testing.T, k *testenv.KafkaCluster, bucketCount int, opts ...dynamo.TablesOption) *env {
+func newEnvOn(t *testing.T, k *testenv.KafkaCluster, bucketCount int, opts ...dynamo.Option) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -48,7 +48,7 @@ func newEnvOn(t *testing.T, k *testenv.KafkaCluster, bucketCount int, opts ...dy
 		business: testenv.Name(t, "aggs"),
 		topic:    testenv.Name(t, "topic"),
 	}
-	if err := dynamo.CreateTables(ctx, e.dynamo.Client, e.tables, append([]dynamo.TablesOption{dynamo.BucketCount(bucketCount)}, opts...)...); err != nil {
+	if err := dynamo.CreateTables(ctx, e.dynamo.Client, e.tables, append([]dynamo.Option{dynamo.BucketCount(bucketCount)}, opts...)...); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.dynamo.Client.CreateTable(ctx, &dynamodb.CreateTableInput{

@@ -121,7 +121,7 @@ func TestOrderAfterPartialFailure(t *testing.T) {
 				defer sp.Close()
 				pub = sp
 			case "txn", "txn-strict":
-				opts := []kafka.Opt{kafka.Topics(e.topic)}
+				opts := []kafka.Option{kafka.Topics(e.topic)}
 				if c.mode == "txn-strict" {
 					opts = append(opts, kafka.Strict())
 				}

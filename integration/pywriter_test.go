@@ -305,7 +305,7 @@ func TestPythonWriter(t *testing.T) {
 	// refuses a topic outside the list the Go side configured, writing
 	// nothing.
 	wm := dynamo.Tables{Messages: testenv.Name(t, "msgs"), Control: testenv.Name(t, "ctl")}
-	if err := dynamo.CreateTables(ctx, e.dynamo.Client, wm, dynamo.BucketCount(buckets), dynamo.Mode(outbox.WatermarkMode), dynamo.Topics(topic, "other-topic")); err != nil {
+	if err := dynamo.CreateTables(ctx, e.dynamo.Client, wm, dynamo.BucketCount(buckets), dynamo.WithMode(outbox.WatermarkMode), dynamo.Topics(topic, "other-topic")); err != nil {
 		t.Fatal(err)
 	}
 	gw, err := dynamo.NewWriter(ctx, e.dynamo.Client, wm)

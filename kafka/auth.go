@@ -10,8 +10,8 @@ import (
 // server name is taken from the broker address when config leaves it empty).
 // A nil config means TLS 1.2 or later with the system's root certificates,
 // which is what Amazon MSK needs. Default: plaintext.
-func TLS(config *tls.Config) Opt {
-	return optFunc(func(c *cfg) { c.tls, c.tlsSet = config, true })
+func TLS(config *tls.Config) Option {
+	return func(c *cfg) { c.tls, c.tlsSet = config, true }
 }
 
 // SASL authenticates every connection with the first of mechs the broker
@@ -21,6 +21,6 @@ func TLS(config *tls.Config) Opt {
 //	aws.ManagedStreamingIAM(func(ctx context.Context) (aws.Auth, error) { ... }) // MSK IAM (pkg/sasl/aws)
 //
 // Both need TLS on Amazon MSK. Default: no authentication.
-func SASL(mechs ...sasl.Mechanism) Opt {
-	return optFunc(func(c *cfg) { c.sasl = append(c.sasl, mechs...) })
+func SASL(mechs ...sasl.Mechanism) Option {
+	return func(c *cfg) { c.sasl = append(c.sasl, mechs...) }
 }

@@ -123,7 +123,7 @@ func TestTLS(t *testing.T) {
 
 func TestTLSNilMeansSystemRoots(t *testing.T) {
 	c := defaultCfg()
-	TLS(nil).apply(&c)
+	TLS(nil)(&c)
 	if err := c.validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func BenchmarkPublish(b *testing.B) {
 				b.Fatal(err)
 			}
 			cl.Close()
-			opts := []Opt{Topics(topic)}
+			opts := []Option{Topics(topic)}
 			if mode != "default" {
 				opts = append(opts, Strict())
 			}

@@ -27,12 +27,12 @@ func releaseOnce(t *testing.T) (<-chan struct{}, func()) {
 // heldProduce returns a kfake cluster, a one-partition topic and a Publisher
 // (Topics(topic) and opts) whose first produce request the cluster holds
 // until release is called or the test ends; held is closed once it holds it.
-func heldProduce(t *testing.T, opts ...Opt) (k *testenv.KafkaCluster, topic string, p *Publisher, held <-chan struct{}, release func()) {
+func heldProduce(t *testing.T, opts ...Option) (k *testenv.KafkaCluster, topic string, p *Publisher, held <-chan struct{}, release func()) {
 	t.Helper()
 	k = testenv.Kafka(t)
 	testenv.RequireKfake(t, k)
 	topic = newTopic(t, k, 1, nil)
-	p = newPublisher(t, k, append([]Opt{Topics(topic)}, opts...)...)
+	p = newPublisher(t, k, append([]Option{Topics(topic)}, opts...)...)
 	ch, release := releaseOnce(t)
 	return k, topic, p, holdFirst(k.Cluster, kmsg.Produce, ch), release
 }
@@ -56,13 +56,13 @@ func awaitClosed(t *testing.T, ch <-chan struct{}, what string) {
 func TestPublishAbandonsUnansweredRecords(t *testing.T) {
 	tests := []struct {
 		name string
-		opts []Opt
+		opts []Option
 		// careful: make the bucket go one record at a time first (Strict
 		// mode after a failed publish).
 		careful bool
 	}{
 		{name: "default"},
-		{name: "strict, one record at a time", opts: []Opt{Strict()}, careful: true},
+		{name: "strict, one record at a time", opts: []Option{Strict()}, careful: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

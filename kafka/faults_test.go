@@ -33,7 +33,7 @@ func TestPublishPartialFailure(t *testing.T) {
 	tests := []struct {
 		name      string
 		fault     kfake.Fault
-		opts      []Opt
+		opts      []Option
 		wantAcked int
 		wantErr   error // errors.Is target for the first error
 		retriable bool
@@ -69,7 +69,7 @@ func TestPublishPartialFailure(t *testing.T) {
 		{
 			name:      "retriable error past the delivery timeout",
 			fault:     kfake.Fault{Partitions: []int32{1}, Err: kerr.NotEnoughReplicas, Count: -1},
-			opts:      []Opt{LeaseDuration(3 * time.Second), DeliveryTimeout(time.Second)},
+			opts:      []Option{LeaseDuration(3 * time.Second), DeliveryTimeout(time.Second)},
 			wantAcked: 2, wantErr: kgo.ErrRecordTimeout, retriable: true,
 			want: map[int32][]int{0: {1, 2, 4}, 2: {5}},
 		},
@@ -79,7 +79,7 @@ func TestPublishPartialFailure(t *testing.T) {
 			k := testenv.Kafka(t)
 			testenv.RequireKfake(t, k)
 			topic := newTopic(t, k, 3, nil)
-			p := newPublisher(t, k, append([]Opt{Topics(topic)}, tt.opts...)...)
+			p := newPublisher(t, k, append([]Option{Topics(topic)}, tt.opts...)...)
 			msgs := messages(topic, len(pins), sameKey("k"))
 			for i, pin := range pins {
 				msgs[i].Partition = outbox.PartitionOf(pin)

@@ -55,7 +55,7 @@ func newAdmin(t *testing.T, k *testenv.KafkaCluster) *kadm.Client {
 	return kadm.NewClient(cl)
 }
 
-func newPublisher(t *testing.T, k *testenv.KafkaCluster, opts ...Opt) *Publisher {
+func newPublisher(t *testing.T, k *testenv.KafkaCluster, opts ...Option) *Publisher {
 	t.Helper()
 	p, err := NewPublisher(testCtx(t), k.Brokers, opts...)
 	if err != nil {

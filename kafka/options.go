@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/dynakafka/outbox"
@@ -56,12 +58,15 @@ func DefaultCompression() []kgo.CompressionCodec {
 	return []kgo.CompressionCodec{kgo.Lz4Compression(), kgo.NoCompression()}
 }
 
-// Opt configures a Publisher.
-type Opt interface{ apply(*cfg) }
+// Option configures a Publisher or a TxnPublisher. Every option states its
+// default; NewPublisher validates the combination and returns an
+// *outbox.OptionError naming the option (docs/design.md, "Options").
+type Option func(*cfg)
 
-type optFunc func(*cfg)
-
-func (f optFunc) apply(c *cfg) { f(c) }
+// Opt is the former name of Option.
+//
+// Deprecated: use Option.
+type Opt = Option
 
 type cfg struct {
 	clientOpts      []kgo.Opt
@@ -78,6 +83,12 @@ type cfg struct {
 	sasl            []sasl.Mechanism
 	strict          bool
 	strictRecheck   time.Duration
+	// stored: the outbox's config item (OutboxConfig); givenBytes and
+	// givenHeaders: what the MaxMessageBytes and header options said (0,
+	// "": not given), checked against it.
+	stored       *outbox.Config
+	givenBytes   int
+	givenHeaders outbox.HeaderNames
 }
 
 func defaultCfg() cfg {
@@ -111,7 +122,7 @@ const DefaultStrictRecheck = 5 * time.Second
 //
 // The cost is throughput: see BenchmarkPublish in this package
 // (docs/failures.md has the numbers).
-func Strict() Opt { return optFunc(func(c *cfg) { c.strict = true }) }
+func Strict() Option { return func(c *cfg) { c.strict = true } }
 
 // ClientOptions passes options to the kgo client, for example kgo.ClientID,
 // kgo.Rack, kgo.Dialer, kgo.ProducerLinger or kgo.MetadataMinAge (which the
@@ -120,14 +131,14 @@ func Strict() Opt { return optFunc(func(c *cfg) { c.strict = true }) }
 // They are applied before the Publisher's own settings, which therefore win:
 // the seed brokers, RecordPartitioner, ProducerBatchMaxBytes,
 // RecordDeliveryTimeout (off; see DeliveryTimeout), ProducerBatchCompression
-// (see Compression), RequiredAcks, and, when Logger, TLS or SASL are given,
-// WithLogger, DialTLSConfig and SASL. Options that would weaken delivery
+// (see Compression), RequiredAcks, and, when WithLogger, TLS or SASL are given,
+// kgo.WithLogger, DialTLSConfig and SASL. Options that would weaken delivery
 // (DisableIdempotentWrite, RequiredAcks other than all,
 // AllowIdempotentProduceCancellation, TransactionalID, ManualFlushing,
 // DefaultProduceTopicAlways) make NewPublisher fail with a *DowngradeError.
 // Default: none.
-func ClientOptions(opts ...kgo.Opt) Opt {
-	return optFunc(func(c *cfg) { c.clientOpts = append(c.clientOpts, opts...) })
+func ClientOptions(opts ...kgo.Opt) Option {
+	return func(c *cfg) { c.clientOpts = append(c.clientOpts, opts...) }
 }
 
 // Topics lists topics to check at start: NewPublisher fails unless each
@@ -135,8 +146,8 @@ func ClientOptions(opts ...kgo.Opt) Opt {
 // is checked the same way the first time a message for it is published, and
 // a successful check is remembered for the life of the Publisher. Default:
 // none.
-func Topics(topics ...string) Opt {
-	return optFunc(func(c *cfg) { c.topics = append(c.topics, topics...) })
+func Topics(topics ...string) Option {
+	return func(c *cfg) { c.topics = append(c.topics, topics...) }
 }
 
 // MaxMessageBytes bounds one message as a Kafka record, as measured by
@@ -147,32 +158,46 @@ func Topics(topics ...string) Opt {
 // at least this (checked). Range 512 to 100 MiB-4. Default
 // outbox.DefaultMaxMessageBytes (1 MiB), which Kafka's default topic limit
 // (1048588) admits.
-func MaxMessageBytes(n int) Opt {
-	return optFunc(func(c *cfg) { c.maxMessageBytes = n })
+func MaxMessageBytes(n int) Option {
+	return func(c *cfg) { c.maxMessageBytes, c.givenBytes = n, n }
 }
 
 // MessageIDHeader names the header that carries the message id, stamped after
 // the message's own headers. Consumers deduplicate on it. It must not be empty
 // and must match the writers'. Default outbox.DefaultMessageIDHeader
 // ("x-outbox-message-id").
-func MessageIDHeader(name string) Opt {
-	return optFunc(func(c *cfg) { c.headers.MessageID = name })
+func MessageIDHeader(name string) Option {
+	return func(c *cfg) { c.headers.MessageID, c.givenHeaders.MessageID = name, name }
 }
 
 // BucketHeader names the header that carries the message's bucket (a decimal
 // string), stamped after the message-id header. Consumers order by bucket and
 // sequence (the inbox package does). It must not be empty and must match the
 // writers'. Default outbox.DefaultBucketHeader ("x-outbox-bucket").
-func BucketHeader(name string) Opt {
-	return optFunc(func(c *cfg) { c.headers.Bucket = name })
+func BucketHeader(name string) Option {
+	return func(c *cfg) { c.headers.Bucket, c.givenHeaders.Bucket = name, name }
 }
 
 // SequenceHeader names the header that carries the message's sequence number
 // in its bucket (a decimal string), stamped after the bucket header. It must
 // not be empty and must match the writers'. Default
 // outbox.DefaultSequenceHeader ("x-outbox-sequence").
-func SequenceHeader(name string) Opt {
-	return optFunc(func(c *cfg) { c.headers.Sequence = name })
+func SequenceHeader(name string) Option {
+	return func(c *cfg) { c.headers.Sequence, c.givenHeaders.Sequence = name, name }
+}
+
+// OutboxConfig gives the publisher the outbox's config item (read with
+// dynamo.ReadConfig), whose shared settings it then uses: MaxMessageBytes
+// and the header names where the item states them (an item that does not
+// keeps the options' values). A MaxMessageBytes or header option that
+// differs from a stored value, or a Topics topic outside a non-empty stored
+// topic list, is an *outbox.MisconfigurationError naming the setting and
+// both values; an equal one is fine. The stored topics are not checked at
+// start (a missing topic stops its buckets, not the publisher): list them
+// with Topics for that. Default: none (the options' own values, which must
+// then match the config item by hand).
+func OutboxConfig(stored outbox.Config) Option {
+	return func(c *cfg) { c.stored = &stored }
 }
 
 // WithTracer traces every Publish (one bucket's run, the relay's batch) as an
@@ -181,23 +206,23 @@ func SequenceHeader(name string) Opt {
 // tracer). Records keep the messages' headers, so consumers continue the
 // writers' traces. Default: none. github.com/dynakafka/outbox/otel provides
 // an OpenTelemetry Tracer.
-func WithTracer(t outbox.Tracer) Opt {
-	return optFunc(func(c *cfg) { c.tracer = t })
+func WithTracer(t outbox.Tracer) Option {
+	return func(c *cfg) { c.tracer = t }
 }
 
 // Compression sets the record batch compression, in order of preference (the
 // first one the broker supports is used). Default DefaultCompression(): lz4,
 // then none.
-func Compression(codecs ...kgo.CompressionCodec) Opt {
-	return optFunc(func(c *cfg) { c.compression = codecs })
+func Compression(codecs ...kgo.CompressionCodec) Option {
+	return func(c *cfg) { c.compression = codecs }
 }
 
 // LeaseDuration is the relay's bucket lease duration: a Publish must not
 // outlive the lease it runs under, so the client's record delivery timeout is
 // kept below it (see DeliveryTimeout). It must equal the relay's
 // LeaseDuration. Must be at least 1s. Default 30s (DefaultLeaseDuration).
-func LeaseDuration(d time.Duration) Opt {
-	return optFunc(func(c *cfg) { c.leaseDuration = d })
+func LeaseDuration(d time.Duration) Option {
+	return func(c *cfg) { c.leaseDuration = d }
 }
 
 // DeliveryTimeout bounds how long, from the start of a Publish, a record may
@@ -213,15 +238,20 @@ func LeaseDuration(d time.Duration) Opt {
 // record the acknowledged prefix before the lease expires; with kgo's
 // MetadataMinAge added (see DefaultMetadataMinAge) it must still be shorter.
 // Default LeaseDuration*2/3 (20s with the default lease).
-func DeliveryTimeout(d time.Duration) Opt {
-	return optFunc(func(c *cfg) { c.deliveryTimeout = d })
+func DeliveryTimeout(d time.Duration) Option {
+	return func(c *cfg) { c.deliveryTimeout = d }
 }
 
-// Logger receives the publisher's logs and the kgo client's (at the levels the
-// handler enables). Default: nothing is logged.
-func Logger(l *slog.Logger) Opt {
-	return optFunc(func(c *cfg) { c.logger = l })
+// WithLogger sets the logger that receives the publisher's logs and the kgo
+// client's (at the levels the handler enables). Default: nothing is logged.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *cfg) { c.logger = l }
 }
+
+// Logger is the former name of WithLogger.
+//
+// Deprecated: use WithLogger.
+func Logger(l *slog.Logger) Option { return WithLogger(l) }
 
 // validate checks the options and fills in derived defaults.
 func (c *cfg) validate() error {
@@ -238,6 +268,9 @@ func (c *cfg) validate() error {
 			return &outbox.OptionError{Option: h.option, Value: `""`,
 				Reason: fmt.Sprintf("must not be empty; omit the option for %q", h.def)}
 		}
+	}
+	if err := c.takeShared(); err != nil {
+		return err
 	}
 	if err := c.headers.Check(); err != nil {
 		return err
@@ -272,6 +305,28 @@ func (c *cfg) validate() error {
 	for i, m := range c.sasl {
 		if m == nil {
 			return &outbox.OptionError{Option: fmt.Sprintf("SASL[%d]", i), Value: nil, Reason: "mechanism is nil"}
+		}
+	}
+	return nil
+}
+
+// takeShared checks the given shared settings against the config item
+// (OutboxConfig) and then uses the stored ones.
+func (c *cfg) takeShared() error {
+	if c.stored == nil {
+		return nil
+	}
+	var err error
+	if c.maxMessageBytes, c.headers, err = outbox.ResolveShared(*c.stored, c.givenBytes, c.givenHeaders); err != nil {
+		return err
+	}
+	if len(c.stored.Topics) == 0 {
+		return nil
+	}
+	for _, t := range c.topics {
+		if !slices.Contains(c.stored.Topics, t) {
+			return &outbox.MisconfigurationError{Setting: "Topics", Configured: t, Stored: strings.Join(c.stored.Topics, ","),
+				Fix: "the outbox serves only the config item's topics: drop this one from Topics, or add it with outbox init --topics"}
 		}
 	}
 	return nil

@@ -19,28 +19,28 @@ func TestNewPublisherRejectsBadOptions(t *testing.T) {
 	tests := []struct {
 		name   string
 		seeds  []string
-		opts   []Opt
+		opts   []Option
 		option string
 	}{
 		{"no seeds", nil, nil, "seeds"},
-		{"MaxMessageBytes too small", noBroker, []Opt{MaxMessageBytes(511)}, "MaxMessageBytes"},
-		{"MaxMessageBytes too large", noBroker, []Opt{MaxMessageBytes(100 << 20)}, "MaxMessageBytes"},
-		{"MaxMessageBytes zero", noBroker, []Opt{MaxMessageBytes(0)}, "MaxMessageBytes"},
-		{"empty id header", noBroker, []Opt{MessageIDHeader("")}, "MessageIDHeader"},
-		{"id header not UTF-8", noBroker, []Opt{MessageIDHeader("x-\xff")}, "MessageIDHeader"},
-		{"id header longer than MaxMessageBytes", noBroker, []Opt{MaxMessageBytes(512), MessageIDHeader(strings.Repeat("h", 400))}, "MessageIDHeader"},
-		{"empty bucket header", noBroker, []Opt{BucketHeader("")}, "BucketHeader"},
-		{"sequence header not UTF-8", noBroker, []Opt{SequenceHeader("s-\xff")}, "SequenceHeader"},
-		{"bucket header named like the id header", noBroker, []Opt{BucketHeader(outbox.DefaultMessageIDHeader)}, "BucketHeader"},
-		{"sequence header named like the bucket header", noBroker, []Opt{BucketHeader("b"), SequenceHeader("b")}, "SequenceHeader"},
-		{"no compression codec", noBroker, []Opt{Compression()}, "Compression"},
-		{"lease too short", noBroker, []Opt{LeaseDuration(500 * time.Millisecond)}, "LeaseDuration"},
-		{"delivery timeout equals lease", noBroker, []Opt{LeaseDuration(10 * time.Second), DeliveryTimeout(10 * time.Second)}, "DeliveryTimeout"},
-		{"delivery timeout above default lease", noBroker, []Opt{DeliveryTimeout(time.Minute)}, "DeliveryTimeout"},
-		{"negative delivery timeout", noBroker, []Opt{DeliveryTimeout(-time.Second)}, "DeliveryTimeout"},
-		{"metadata min age leaves no room", noBroker, []Opt{ClientOptions(kgo.MetadataMinAge(10 * time.Second))}, "DeliveryTimeout"},
-		{"bad topic", noBroker, []Opt{Topics("ok", "not ok")}, "Topics[1]"},
-		{"nil SASL mechanism", noBroker, []Opt{SASL(nil)}, "SASL[0]"},
+		{"MaxMessageBytes too small", noBroker, []Option{MaxMessageBytes(511)}, "MaxMessageBytes"},
+		{"MaxMessageBytes too large", noBroker, []Option{MaxMessageBytes(100 << 20)}, "MaxMessageBytes"},
+		{"MaxMessageBytes zero", noBroker, []Option{MaxMessageBytes(0)}, "MaxMessageBytes"},
+		{"empty id header", noBroker, []Option{MessageIDHeader("")}, "MessageIDHeader"},
+		{"id header not UTF-8", noBroker, []Option{MessageIDHeader("x-\xff")}, "MessageIDHeader"},
+		{"id header longer than MaxMessageBytes", noBroker, []Option{MaxMessageBytes(512), MessageIDHeader(strings.Repeat("h", 400))}, "MessageIDHeader"},
+		{"empty bucket header", noBroker, []Option{BucketHeader("")}, "BucketHeader"},
+		{"sequence header not UTF-8", noBroker, []Option{SequenceHeader("s-\xff")}, "SequenceHeader"},
+		{"bucket header named like the id header", noBroker, []Option{BucketHeader(outbox.DefaultMessageIDHeader)}, "BucketHeader"},
+		{"sequence header named like the bucket header", noBroker, []Option{BucketHeader("b"), SequenceHeader("b")}, "SequenceHeader"},
+		{"no compression codec", noBroker, []Option{Compression()}, "Compression"},
+		{"lease too short", noBroker, []Option{LeaseDuration(500 * time.Millisecond)}, "LeaseDuration"},
+		{"delivery timeout equals lease", noBroker, []Option{LeaseDuration(10 * time.Second), DeliveryTimeout(10 * time.Second)}, "DeliveryTimeout"},
+		{"delivery timeout above default lease", noBroker, []Option{DeliveryTimeout(time.Minute)}, "DeliveryTimeout"},
+		{"negative delivery timeout", noBroker, []Option{DeliveryTimeout(-time.Second)}, "DeliveryTimeout"},
+		{"metadata min age leaves no room", noBroker, []Option{ClientOptions(kgo.MetadataMinAge(10 * time.Second))}, "DeliveryTimeout"},
+		{"bad topic", noBroker, []Option{Topics("ok", "not ok")}, "Topics[1]"},
+		{"nil SASL mechanism", noBroker, []Option{SASL(nil)}, "SASL[0]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -60,17 +60,17 @@ func TestNewPublisherRejectsBadOptions(t *testing.T) {
 func TestNewPublisherDefaults(t *testing.T) {
 	tests := []struct {
 		name         string
-		opts         []Opt
+		opts         []Option
 		wantDelivery time.Duration
 		wantBatch    int32
 		wantMinAge   time.Duration
 	}{
 		{"defaults", nil, 20 * time.Second, outbox.DefaultMaxMessageBytes + 4, time.Second},
-		{"lease sets delivery timeout", []Opt{LeaseDuration(90 * time.Second)}, time.Minute, outbox.DefaultMaxMessageBytes + 4, time.Second},
-		{"explicit delivery timeout", []Opt{DeliveryTimeout(5 * time.Second)}, 5 * time.Second, outbox.DefaultMaxMessageBytes + 4, time.Second},
-		{"MaxMessageBytes sets batch bytes", []Opt{MaxMessageBytes(2048)}, 20 * time.Second, 2052, time.Second},
-		{"ClientOptions may set MetadataMinAge", []Opt{ClientOptions(kgo.MetadataMinAge(3 * time.Second))}, 20 * time.Second, outbox.DefaultMaxMessageBytes + 4, 3 * time.Second},
-		{"ClientOptions cannot override enforced settings", []Opt{ClientOptions(
+		{"lease sets delivery timeout", []Option{LeaseDuration(90 * time.Second)}, time.Minute, outbox.DefaultMaxMessageBytes + 4, time.Second},
+		{"explicit delivery timeout", []Option{DeliveryTimeout(5 * time.Second)}, 5 * time.Second, outbox.DefaultMaxMessageBytes + 4, time.Second},
+		{"MaxMessageBytes sets batch bytes", []Option{MaxMessageBytes(2048)}, 20 * time.Second, 2052, time.Second},
+		{"ClientOptions may set MetadataMinAge", []Option{ClientOptions(kgo.MetadataMinAge(3 * time.Second))}, 20 * time.Second, outbox.DefaultMaxMessageBytes + 4, 3 * time.Second},
+		{"ClientOptions cannot override enforced settings", []Option{ClientOptions(
 			kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
 			kgo.ProducerBatchMaxBytes(16<<20),
 			kgo.RecordDeliveryTimeout(time.Hour),

@@ -50,10 +50,10 @@ var (
 // Topics), which is the only broker I/O it does. Configuration errors are an
 // *outbox.OptionError or a *DowngradeError; topic check failures are a
 // *TopicError or *TopicLimitError per topic (joined).
-func NewPublisher(ctx context.Context, seeds []string, opts ...Opt) (*Publisher, error) {
+func NewPublisher(ctx context.Context, seeds []string, opts ...Option) (*Publisher, error) {
 	c := defaultCfg()
 	for _, o := range opts {
-		o.apply(&c)
+		o(&c)
 	}
 	if len(seeds) == 0 {
 		return nil, &outbox.OptionError{Option: "seeds", Value: "[]", Reason: "give at least one broker as host:port"}

@@ -228,7 +228,7 @@ func TestRealAuthorizationFailures(t *testing.T) {
 		return err == nil && len(d) == 1 && len(d[0].Described) > 0
 	})
 
-	mech := func(u string) Opt { return SASL(scram.Auth{User: u, Pass: u + "-pw"}.AsSha512Mechanism()) }
+	mech := func(u string) Option { return SASL(scram.Auth{User: u, Pass: u + "-pw"}.AsSha512Mechanism()) }
 
 	t.Run("write denied", func(t *testing.T) {
 		p := newPublisher(t, &testenv.KafkaCluster{Brokers: c.SASL}, mech("reader"), Topics(topic))

@@ -80,7 +80,7 @@ func (e *FencedError) OutboxErrorClass() outbox.ErrorClass { return outbox.Retri
 // NewPublisher applies, and prefix names the outbox in the transactional ids
 // (TransactionalID). The transaction timeout is LeaseDuration: the broker
 // aborts a transaction its holder left open longer than a lease.
-func NewTxnPublisher(ctx context.Context, seeds []string, prefix string, opts ...Opt) (*TxnPublisher, error) {
+func NewTxnPublisher(ctx context.Context, seeds []string, prefix string, opts ...Option) (*TxnPublisher, error) {
 	if prefix == "" {
 		return nil, &outbox.OptionError{Option: "prefix", Value: prefix, Reason: "name the outbox (e.g. its messages table) so that each bucket has its own transactional id"}
 	}

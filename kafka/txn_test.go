@@ -16,7 +16,7 @@ import (
 	"github.com/dynakafka/outbox/internal/testenv"
 )
 
-func newTxnPublisher(t *testing.T, k *testenv.KafkaCluster, prefix string, opts ...Opt) *TxnPublisher {
+func newTxnPublisher(t *testing.T, k *testenv.KafkaCluster, prefix string, opts ...Option) *TxnPublisher {
 	t.Helper()
 	p, err := NewTxnPublisher(testCtx(t), k.Brokers, prefix, opts...)
 	if err != nil {
@@ -209,7 +209,7 @@ func TestRealTxnReferenceCase(t *testing.T) {
 		t.Run(fmt.Sprintf("strict=%v", strict), func(t *testing.T) {
 			topic := newTopic(t, k, 1, map[string]string{"max.message.bytes": "2000"})
 			// Uncompressed: the broker's limit applies to the batch as sent.
-			opts := []Opt{Topics(topic), MaxMessageBytes(2000), Compression(kgo.NoCompression())}
+			opts := []Option{Topics(topic), MaxMessageBytes(2000), Compression(kgo.NoCompression())}
 			if strict {
 				opts = append(opts, Strict())
 			}

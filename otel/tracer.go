@@ -27,34 +27,39 @@ type Tracer struct {
 var _ outbox.Tracer = (*Tracer)(nil)
 
 // Option configures NewTracer.
-type Option func(*Tracer)
+type Option func(*tracerConfig)
+
+type tracerConfig struct {
+	tp   trace.TracerProvider
+	prop propagation.TextMapPropagator
+}
 
 // TracerProvider sets where spans go. Default otel.GetTracerProvider() (the
 // global provider, as set with otel.SetTracerProvider), read by NewTracer.
 func TracerProvider(tp trace.TracerProvider) Option {
-	return func(t *Tracer) { t.tr = tp.Tracer(ScopeName) }
+	return func(c *tracerConfig) { c.tp = tp }
 }
 
 // Propagator sets how trace context is written into and read from headers.
 // Default propagation.TraceContext{}: W3C traceparent and tracestate, which
 // every OpenTelemetry SDK reads, in any language.
 func Propagator(p propagation.TextMapPropagator) Option {
-	return func(t *Tracer) { t.prop = p }
+	return func(c *tracerConfig) { c.prop = p }
 }
 
 // NewTracer returns a Tracer.
 func NewTracer(opts ...Option) *Tracer {
-	t := &Tracer{}
+	var c tracerConfig
 	for _, o := range opts {
-		o(t)
+		o(&c)
 	}
-	if t.tr == nil {
-		t.tr = otel.GetTracerProvider().Tracer(ScopeName)
+	if c.tp == nil {
+		c.tp = otel.GetTracerProvider()
 	}
-	if t.prop == nil {
-		t.prop = propagation.TraceContext{}
+	if c.prop == nil {
+		c.prop = propagation.TraceContext{}
 	}
-	return t
+	return &Tracer{tr: c.tp.Tracer(ScopeName), prop: c.prop}
 }
 
 // Start starts a span; the returned function ends it, recording a non-nil

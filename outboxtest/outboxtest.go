@@ -98,7 +98,8 @@ func PollInterval(d time.Duration) Option { return func(c *config) { c.poll = d 
 // WaitTimeout bounds WaitForRecords. Default 30 s.
 func WaitTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
 
-// RelayOptions are passed to outbox.NewRelay after New's own.
+// RelayOptions are passed to outbox.NewRelay after New's own. Default:
+// none.
 func RelayOptions(opts ...outbox.Option) Option {
 	return func(c *config) { c.relayOptions = append(c.relayOptions, opts...) }
 }

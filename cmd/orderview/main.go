@@ -76,7 +76,7 @@ func run(ctx context.Context, log *slog.Logger, topic, group, view string, inOrd
 	if err != nil {
 		return err
 	}
-	c, err := inbox.NewConsumer(ib, orderview.Apply(view), inbox.Logger(log),
+	c, err := inbox.NewConsumer(ib, orderview.Apply(view), inbox.WithLogger(log),
 		inbox.ClientOptions(kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic)))
 	if err != nil {
 		return err

@@ -322,7 +322,7 @@ const exitCodesHelp = `Exit codes:
   1  failed: DynamoDB, Kafka or AWS refused or could not be reached; nothing parked there
   2  usage: unknown command, bad or missing flag or argument; nothing was sent
      (except when a bucket turns out to lie beyond the outbox's BucketCount)
-  3  the outbox disagrees: a missing table, no config item, another BucketCount or mode,
+  3  the outbox disagrees: a missing table, no config item, another BucketCount, mode or shared setting,
      a table of another layout, tables that do not belong together (swapped or mistyped names)
   4  drain did not finish: another relay holds the bucket (it was woken and drains
      again), a gap is still pending, or the deadline came first

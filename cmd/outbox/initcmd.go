@@ -37,6 +37,14 @@ refuse a message for any other topic, so a misspelt topic fails the write
 instead of stopping a bucket at the relay. Without --topics the stored list
 is kept; --topics "" empties it, which means any topic.
 
+--max-message-bytes and the header flags set the outbox's shared settings
+in its config item: writers, relays and publishers that state another
+value are refused at start, and those that state none take the stored
+one. Without them a new outbox says none (each component's own option, or
+the defaults: 1048576 bytes, x-outbox-message-id, x-outbox-bucket,
+x-outbox-sequence) and an existing one keeps what it says; another value
+than the stored one is refused (exit 3).
+
 A stack whose template writes the config item needs no init; run it for
 tables made any other way, or to check a stack's tables.`,
 	example: `outbox init --buckets 8 --messages orders-outbox --control orders-outbox-control
@@ -47,6 +55,10 @@ outbox init --buckets 8 --mode watermark --retention 72h`,
 		modeName := fs.String("mode", "delete", "`MODE`: delete (published messages are deleted) or watermark (kept until --retention, replayable)")
 		retention := fs.Duration("retention", 0, "watermark mode: how long every message is kept, at least 1h (default 24h)")
 		topics := fs.String("topics", "", "the `TOPICS` the outbox serves, comma-separated: writers refuse any other (default: keep the stored list; none means any topic)")
+		maxBytes := fs.Int("max-message-bytes", 0, "the outbox's `MaxMessageBytes`, 1024..104857596, shared by writers, relays and publishers (default: the stored value; none on a new outbox)")
+		idHeader := fs.String("message-id-header", "", "the `NAME` of the message-id header (default: the stored name; x-outbox-message-id)")
+		bucketHeader := fs.String("bucket-header", "", "the `NAME` of the bucket header (default: the stored name; x-outbox-bucket)")
+		seqHeader := fs.String("sequence-header", "", "the `NAME` of the sequence header (default: the stored name; x-outbox-sequence)")
 		return func(_ *app, _ *connection, args []string) (action, error) {
 			if err := noArgs(args); err != nil {
 				return nil, err
@@ -61,7 +73,7 @@ outbox init --buckets 8 --mode watermark --retention 72h`,
 			if err != nil {
 				return nil, usagef("--mode %q: must be delete or watermark", *modeName)
 			}
-			opts := []dynamo.TablesOption{dynamo.BucketCount(*buckets), dynamo.Mode(mode)}
+			opts := []dynamo.Option{dynamo.BucketCount(*buckets), dynamo.WithMode(mode)}
 			switch {
 			case *retention != 0 && mode != outbox.WatermarkMode:
 				return nil, usagef("--retention applies to --mode watermark only (a delete-mode outbox deletes messages once published)")
@@ -84,6 +96,20 @@ outbox init --buckets 8 --mode watermark --retention 72h`,
 					list = append(list, t)
 				}
 				opts = append(opts, dynamo.Topics(list...))
+			}
+			switch {
+			case *maxBytes != 0 && (*maxBytes < 1024 || *maxBytes > 100<<20-4):
+				return nil, usagef("--max-message-bytes %d: must be 1024..104857596", *maxBytes)
+			case *maxBytes != 0:
+				opts = append(opts, dynamo.MaxMessageBytes(*maxBytes))
+			}
+			for _, h := range []struct {
+				name string
+				opt  func(string) dynamo.Option
+			}{{*idHeader, dynamo.MessageIDHeader}, {*bucketHeader, dynamo.BucketHeader}, {*seqHeader, dynamo.SequenceHeader}} {
+				if h.name != "" {
+					opts = append(opts, h.opt(h.name))
+				}
 			}
 			return func(ctx context.Context, a *app, s *session) error {
 				if err := dynamo.CreateTables(ctx, s.db, s.tables, opts...); err != nil {

@@ -389,6 +389,24 @@ func TestDropAndInit(t *testing.T) {
 	golden(t, "drop_init.txt", c.normalise(c.out.String()))
 }
 
+// init writes the shared settings into the config item, keeps them when not
+// given, and refuses another value than the stored one.
+func TestInitSharedSettings(t *testing.T) {
+	c, d, tables := outboxEnv(t)
+	c.step(exitOK, "init", "--buckets", "2", "--max-message-bytes", "2097152", "--bucket-header", "bkt")
+	c.step(exitOK, "init", "--buckets", "2")
+	c.step(exitOK, "init", "--buckets", "2", "--max-message-bytes", "2097152")
+	c.step(exitMisconfigured, "init", "--buckets", "2", "--max-message-bytes", "1048576")
+	c.step(exitMisconfigured, "init", "--buckets", "2", "--bucket-header", "x-outbox-bucket")
+	c.step(exitUsage, "init", "--buckets", "2", "--max-message-bytes", "12")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stored, err := dynamo.ReadConfig(ctx, d.Client, tables)
+	if err != nil || stored.MaxMessageBytes != 2<<20 || stored.Headers != (outbox.HeaderNames{Bucket: "bkt"}) {
+		t.Fatalf("config item %+v, %v; want MaxMessageBytes 2097152 and bucket header bkt", stored, err)
+	}
+}
+
 func TestMissingOutbox(t *testing.T) {
 	c, _, _ := outboxEnv(t)
 	for _, args := range [][]string{{"status"}, {"parked"}, {"drop", "--bucket", "0", "--seq", "1"}} {

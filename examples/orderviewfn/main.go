@@ -78,7 +78,7 @@ func setup(ctx context.Context, getenv func(string) string, log *slog.Logger) (*
 	if dlq != "" {
 		policy = inbox.DeadLetterTo(inbox.DeadLetterTable(db, dlq))
 	}
-	h, err := inbox.NewHandler(ib, orderview.Apply(view), inbox.OnPoison(policy), inbox.Logger(log))
+	h, err := inbox.NewHandler(ib, orderview.Apply(view), inbox.OnPoison(policy), inbox.WithLogger(log))
 	if err != nil {
 		return nil, err
 	}

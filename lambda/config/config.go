@@ -38,7 +38,7 @@ type Config struct {
 	Topics          []string      // OUTBOX_TOPICS (checked at init; none = only check that a broker answers)
 	LeaseDuration   time.Duration // OUTBOX_LEASE_DURATION (30s)
 	GapTimeout      time.Duration // OUTBOX_GAP_TIMEOUT (10s)
-	MaxMessageBytes int           // OUTBOX_MAX_MESSAGE_BYTES (1048576)
+	MaxMessageBytes int           // OUTBOX_MAX_MESSAGE_BYTES (0: the config item's, 1048576 when it states none)
 	Concurrency     int           // OUTBOX_CONCURRENCY (8)
 	// SweepMinAge is OUTBOX_SWEEP_MIN_AGE (10s): the sweeper leaves
 	// messages younger than this to the stream path.
@@ -142,7 +142,7 @@ func Load(getenv func(string) string) (Config, error) {
 		ControlTable:           l.required("OUTBOX_CONTROL_TABLE", "the name of the outbox control table"),
 		BucketCount:            l.int("OUTBOX_BUCKET_COUNT", 0),
 		BatchSize:              l.int("OUTBOX_BATCH_SIZE", 500),
-		MaxMessageBytes:        l.int("OUTBOX_MAX_MESSAGE_BYTES", outbox.DefaultMaxMessageBytes),
+		MaxMessageBytes:        l.int("OUTBOX_MAX_MESSAGE_BYTES", 0),
 		Concurrency:            l.int("OUTBOX_CONCURRENCY", 8),
 		LeaseDuration:          l.duration("OUTBOX_LEASE_DURATION", 30*time.Second),
 		GapTimeout:             l.duration("OUTBOX_GAP_TIMEOUT", 10*time.Second),
@@ -346,7 +346,7 @@ func list(s string) []string {
 type EnqueueConfig struct {
 	MessagesTable   string // OUTBOX_MESSAGES_TABLE (required)
 	ControlTable    string // OUTBOX_CONTROL_TABLE (required)
-	MaxMessageBytes int    // OUTBOX_MAX_MESSAGE_BYTES (1048576)
+	MaxMessageBytes int    // OUTBOX_MAX_MESSAGE_BYTES (0: the config item's, 1048576 when it states none)
 	Region          string // AWS_REGION (set by Lambda)
 	DynamoEndpoint  string // OUTBOX_DYNAMODB_ENDPOINT (optional)
 }
@@ -357,7 +357,7 @@ func LoadEnqueue(getenv func(string) string) (EnqueueConfig, error) {
 	c := EnqueueConfig{
 		MessagesTable:   l.required("OUTBOX_MESSAGES_TABLE", "the name of the outbox messages table"),
 		ControlTable:    l.required("OUTBOX_CONTROL_TABLE", "the name of the outbox control table"),
-		MaxMessageBytes: l.int("OUTBOX_MAX_MESSAGE_BYTES", outbox.DefaultMaxMessageBytes),
+		MaxMessageBytes: l.int("OUTBOX_MAX_MESSAGE_BYTES", 0),
 		Region:          getenv("AWS_REGION"),
 		DynamoEndpoint:  getenv("OUTBOX_DYNAMODB_ENDPOINT"),
 	}

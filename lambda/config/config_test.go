@@ -27,7 +27,7 @@ func TestLoadDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.BatchSize != 500 || c.LeaseDuration != 30*time.Second || c.GapTimeout != 10*time.Second || c.Concurrency != 8 ||
-		c.MaxMessageBytes != 1<<20 || c.Auth != AuthNone || len(c.Brokers) != 2 || c.Brokers[1] != "b2:9092" || c.BucketCount != 0 ||
+		c.MaxMessageBytes != 0 || c.Auth != AuthNone || len(c.Brokers) != 2 || c.Brokers[1] != "b2:9092" || c.BucketCount != 0 ||
 		c.Region != "us-east-1" || c.Topics != nil {
 		t.Fatalf("defaults = %+v", c)
 	}
@@ -216,7 +216,7 @@ func TestLoadTransactional(t *testing.T) {
 func TestLoadEnqueue(t *testing.T) {
 	env := map[string]string{"OUTBOX_MESSAGES_TABLE": "m", "OUTBOX_CONTROL_TABLE": "c"}
 	c, err := LoadEnqueue(func(k string) string { return env[k] })
-	if err != nil || c.MessagesTable != "m" || c.ControlTable != "c" || c.MaxMessageBytes != 1048576 || c.Region != defaultRegion {
+	if err != nil || c.MessagesTable != "m" || c.ControlTable != "c" || c.MaxMessageBytes != 0 || c.Region != defaultRegion {
 		t.Fatalf("LoadEnqueue = %+v, %v", c, err)
 	}
 	env = map[string]string{"OUTBOX_MAX_MESSAGE_BYTES": "12"}

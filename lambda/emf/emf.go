@@ -71,8 +71,13 @@ type config struct {
 // level member.
 func Level(level string) Option { return func(c *config) { c.level = level } }
 
-// Clock sets the clock of the documents' timestamps. Default time.Now.
-func Clock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+// WithClock sets the clock of the documents' timestamps. Default time.Now.
+func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+
+// Clock is the former name of WithClock.
+//
+// Deprecated: use WithClock.
+func Clock(now func() time.Time) Option { return WithClock(now) }
 
 // Emitter writes EMF documents, one JSON object per line, each with a
 // single Write: lines from concurrent Emit calls never interleave. Build it
@@ -121,7 +126,7 @@ func New(w io.Writer, namespace string, dims []Dimension, opts ...Option) (*Emit
 		o(&cfg)
 	}
 	if cfg.now == nil {
-		return nil, &Error{Field: "Clock", Reason: "is nil"}
+		return nil, &Error{Field: "WithClock", Reason: "is nil"}
 	}
 	return &Emitter{w: w, namespace: namespace, dims: slices.Clone(dims), cfg: cfg}, nil
 }

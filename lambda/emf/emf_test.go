@@ -29,7 +29,7 @@ var at = time.Date(2026, 3, 1, 12, 0, 0, 250_000_000, time.UTC)
 func newEmitter(t *testing.T, w io.Writer, opts ...Option) *Emitter {
 	t.Helper()
 	e, err := New(w, "Outbox", []Dimension{{Name: "Outbox", Value: "orders-outbox-Messages-1A2B"}},
-		append([]Option{Clock(func() time.Time { return at })}, opts...)...)
+		append([]Option{WithClock(func() time.Time { return at })}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestNewRejectsWhatCloudWatchRefuses(t *testing.T) {
 		{"duplicate dimension", io.Discard, "Outbox", []Dimension{{"A", "1"}, {"A", "2"}}, nil, "dimension name"},
 		{"reserved dimension", io.Discard, "Outbox", []Dimension{{"_aws", "1"}}, nil, "dimension name"},
 		{"long value", io.Discard, "Outbox", []Dimension{{"A", strings.Repeat("v", 1025)}}, nil, "dimension A"},
-		{"nil clock", io.Discard, "Outbox", dim, []Option{Clock(nil)}, "Clock"},
+		{"nil clock", io.Discard, "Outbox", dim, []Option{WithClock(nil)}, "WithClock"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

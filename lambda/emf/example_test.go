@@ -11,7 +11,7 @@ import (
 func ExampleEmitter() {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	e, err := emf.New(os.Stdout, "Outbox", []emf.Dimension{{Name: "Outbox", Value: "orders-outbox"}},
-		emf.Clock(func() time.Time { return at }))
+		emf.WithClock(func() time.Time { return at }))
 	if err != nil {
 		log.Fatal(err)
 	}

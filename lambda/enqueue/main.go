@@ -37,7 +37,11 @@ func main() {
 	}
 	client := wiring.DynamoClient(awsCfg, cfg.DynamoEndpoint)
 	tables := dynamo.Tables{Messages: cfg.MessagesTable, Control: cfg.ControlTable}
-	writer, err := dynamo.NewWriter(ctx, client, tables, dynamo.MaxMessageBytes(cfg.MaxMessageBytes))
+	var wopts []dynamo.Option
+	if cfg.MaxMessageBytes != 0 { // 0: the config item's
+		wopts = append(wopts, dynamo.MaxMessageBytes(cfg.MaxMessageBytes))
+	}
+	writer, err := dynamo.NewWriter(ctx, client, tables, wopts...)
 	if err != nil {
 		logger.Error("outbox enqueue: init failed: the outbox tables (OUTBOX_MESSAGES_TABLE, OUTBOX_CONTROL_TABLE)", "err", err)
 		os.Exit(2)

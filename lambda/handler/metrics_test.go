@@ -31,7 +31,7 @@ var goldenAt = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func testEmitter(t *testing.T, w io.Writer) *emf.Emitter {
 	t.Helper()
-	e, err := NewEmitter(w, "orders-outbox-Messages-1A2B", emf.Clock(func() time.Time { return goldenAt }))
+	e, err := NewEmitter(w, "orders-outbox-Messages-1A2B", emf.WithClock(func() time.Time { return goldenAt }))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,11 @@ const (
 	// stack's Topics parameter); empty means any topic. Absent (a stack
 	// from before the topic list) leaves the stored list as it is.
 	propTopics = "Topics"
+	// propMaxBytes is the outbox's MaxMessageBytes (the stack's
+	// MaxMessageBytes parameter, also the functions'
+	// OUTBOX_MAX_MESSAGE_BYTES), a shared setting of the config item.
+	// Absent (a stack from before it) leaves the stored value as it is.
+	propMaxBytes = "MaxMessageBytes"
 )
 
 // defaultRetentionHours is RetentionHours when the property is absent.
@@ -111,6 +116,15 @@ func (h *Handler) Handle(ctx context.Context, ev cfn.Event) (physicalID string, 
 			want.Topics = stored.Topics
 		}
 	}
+	// The stack states no header names, and an older stack no
+	// MaxMessageBytes: keep the stored ones (outbox init may have written
+	// them).
+	if stored, err := dynamo.ReadConfig(ctx, h.client, tables); err == nil {
+		want.Headers = stored.Headers
+		if _, ok := ev.ResourceProperties[propMaxBytes]; !ok {
+			want.MaxMessageBytes = stored.MaxMessageBytes
+		}
+	}
 	prev, err := dynamo.Configure(ctx, h.client, tables, want)
 	if err != nil {
 		var (
@@ -183,6 +197,16 @@ func properties(p map[string]any) (dynamo.Tables, outbox.Config, error) {
 			}
 		}
 		c.Retention = time.Duration(hours) * time.Hour
+	}
+	if _, ok := p[propMaxBytes]; ok {
+		n, err := wholeNumber(p, propMaxBytes, "1024..104857596")
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case n < 1024 || n > 100<<20-4:
+			errs = append(errs, fmt.Errorf("property %s=%d: must be 1024..104857596", propMaxBytes, n))
+		}
+		c.MaxMessageBytes = n
 	}
 	if v, ok := p[propTopics]; ok {
 		list, _ := v.(string)

@@ -164,9 +164,9 @@ func TestCustomResource(t *testing.T) {
 			if c.stored >= 0 {
 				// The stack's tables (CreateTables makes the same ones),
 				// without the config item when stored is 0.
-				opts := []dynamo.TablesOption{dynamo.BucketCount(max(c.stored, 1))}
+				opts := []dynamo.Option{dynamo.BucketCount(max(c.stored, 1))}
 				if c.storedW {
-					opts = append(opts, dynamo.Mode(outbox.WatermarkMode))
+					opts = append(opts, dynamo.WithMode(outbox.WatermarkMode))
 				}
 				if err := dynamo.CreateTables(ctx, d.Client, tables, opts...); err != nil {
 					t.Fatal(err)
@@ -286,5 +286,27 @@ func TestPropertiesTopics(t *testing.T) {
 	}
 	if _, _, err := properties(base("orders,order events")); err == nil || !strings.Contains(err.Error(), "Topics") {
 		t.Errorf("a topic Kafka refuses: err = %v, want one naming Topics", err)
+	}
+}
+
+// The stack's MaxMessageBytes goes into the config item (a shared setting
+// the functions' OUTBOX_MAX_MESSAGE_BYTES must agree with); out of range is
+// refused naming it; absent (an older stack) leaves it unset.
+func TestPropertiesMaxMessageBytes(t *testing.T) {
+	base := func(extra map[string]any) map[string]any {
+		p := map[string]any{"MessagesTable": "m", "ControlTable": "c", "BucketCount": "4"}
+		for k, v := range extra {
+			p[k] = v
+		}
+		return p
+	}
+	if _, c, err := properties(base(map[string]any{"MaxMessageBytes": "2097152"})); err != nil || c.MaxMessageBytes != 2<<20 {
+		t.Errorf("MaxMessageBytes: %+v %v; want 2097152", c, err)
+	}
+	if _, c, err := properties(base(nil)); err != nil || c.MaxMessageBytes != 0 {
+		t.Errorf("absent: %+v %v; want 0 (the stored value is kept)", c, err)
+	}
+	if _, _, err := properties(base(map[string]any{"MaxMessageBytes": "12"})); err == nil || !strings.Contains(err.Error(), "MaxMessageBytes") {
+		t.Errorf("12 bytes: err = %v, want one naming MaxMessageBytes", err)
 	}
 }

@@ -240,9 +240,9 @@ func (r *faultRig) run(ctx context.Context, sweeps int) observation {
 	return o
 }
 
-func newFaultRig(t *testing.T, ctx context.Context, d *testenv.Dynamo, k *testenv.KafkaCluster, opts ...dynamo.TablesOption) *faultRig {
+func newFaultRig(t *testing.T, ctx context.Context, d *testenv.Dynamo, k *testenv.KafkaCluster, opts ...dynamo.Option) *faultRig {
 	r := &faultRig{t: t, d: d, k: k, tables: dynamo.Tables{Messages: testenv.Name(t, "m"), Control: testenv.Name(t, "c")}, topic: testenv.Name(t, "t")}
-	if err := dynamo.CreateTables(ctx, d.Client, r.tables, append([]dynamo.TablesOption{dynamo.BucketCount(4)}, opts...)...); err != nil {
+	if err := dynamo.CreateTables(ctx, d.Client, r.tables, append([]dynamo.Option{dynamo.BucketCount(4)}, opts...)...); err != nil {
 		t.Fatal(err)
 	}
 	testenv.CreateTopic(t, k, r.topic, 2)
@@ -346,7 +346,7 @@ func TestFailuresRaiseTheirAlarms(t *testing.T) {
 	// every invocation meets the fault for all its time, so it "lasts".
 	invocations := map[string]time.Duration{"DynamoDB stops answering": 3 * time.Second}
 	// Outboxes other than a delete-mode one.
-	tableOpts := map[string][]dynamo.TablesOption{ttlRow: {dynamo.Mode(outbox.WatermarkMode)}}
+	tableOpts := map[string][]dynamo.Option{ttlRow: {dynamo.WithMode(outbox.WatermarkMode)}}
 	// The rows whose alarms this test does not drive, and why.
 	notDriven := map[string]string{
 		"Relay crashes right after taking a lease":             "the alarm only if it keeps happening: then it is the backlog of the rows driven here",

@@ -29,7 +29,7 @@ var newSecrets = func(cfg aws.Config) secretAPI { return secretsmanager.NewFromC
 // Every mode but none uses TLS 1.2 or later; the brokers' certificates are
 // checked against the system roots, or against KAFKA_TLS_CA_SECRET_ARN's
 // bundle alone when it is given.
-func authOptions(ctx context.Context, cfg config.Config, awsCfg aws.Config) ([]kafka.Opt, error) {
+func authOptions(ctx context.Context, cfg config.Config, awsCfg aws.Config) ([]kafka.Option, error) {
 	if cfg.Auth == config.AuthNone {
 		return nil, nil
 	}
@@ -48,7 +48,7 @@ func authOptions(ctx context.Context, cfg config.Config, awsCfg aws.Config) ([]k
 		}
 		tc.RootCAs = pool
 	}
-	opts := []kafka.Opt{kafka.TLS(tc)}
+	opts := []kafka.Option{kafka.TLS(tc)}
 	switch cfg.Auth {
 	case config.AuthTLS:
 	case config.AuthMTLS:

@@ -51,7 +51,7 @@ func (p *Parts) Close() {
 // topics in OUTBOX_TOPICS must exist and admit OUTBOX_MAX_MESSAGE_BYTES, and
 // without topics a broker must answer. An error names the variables to fix.
 // Options in extra come last (tests use them).
-func NewPublisher(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger, extra ...kafka.Opt) (*kafka.Publisher, error) {
+func NewPublisher(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger, extra ...kafka.Option) (*kafka.Publisher, error) {
 	kopts, err := publisherOptions(ctx, cfg, awsCfg, logger)
 	if err != nil {
 		return nil, err
@@ -76,7 +76,7 @@ func TxnPrefix(cfg config.Config) string { return cfg.MessagesTable }
 
 // NewTxnPublisher is NewPublisher for OUTBOX_KAFKA_TRANSACTIONAL=true: a
 // kafka.TxnPublisher under TxnPrefix(cfg), checked the same way.
-func NewTxnPublisher(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger, extra ...kafka.Opt) (*kafka.TxnPublisher, error) {
+func NewTxnPublisher(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger, extra ...kafka.Option) (*kafka.TxnPublisher, error) {
 	kopts, err := publisherOptions(ctx, cfg, awsCfg, logger)
 	if err != nil {
 		return nil, err
@@ -95,11 +95,13 @@ func NewTxnPublisher(ctx context.Context, cfg config.Config, awsCfg aws.Config, 
 }
 
 // publisherOptions are the kafka options cfg sets, authentication included.
-func publisherOptions(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger) ([]kafka.Opt, error) {
-	kopts := []kafka.Opt{
-		kafka.MaxMessageBytes(cfg.MaxMessageBytes),
+func publisherOptions(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger) ([]kafka.Option, error) {
+	kopts := []kafka.Option{
 		kafka.LeaseDuration(cfg.LeaseDuration),
-		kafka.Logger(logger),
+		kafka.WithLogger(logger),
+	}
+	if cfg.MaxMessageBytes != 0 {
+		kopts = append(kopts, kafka.MaxMessageBytes(cfg.MaxMessageBytes))
 	}
 	if len(cfg.Topics) > 0 {
 		kopts = append(kopts, kafka.Topics(cfg.Topics...))
@@ -130,10 +132,16 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 	if p.Store, err = dynamo.NewStore(ctx, p.Dynamo, tables); err != nil {
 		return nil, fmt.Errorf("outbox store (OUTBOX_MESSAGES_TABLE=%s, OUTBOX_CONTROL_TABLE=%s): %w", cfg.MessagesTable, cfg.ControlTable, err)
 	}
+	// The publisher takes the shared settings (MaxMessageBytes, header
+	// names) from the config item, as the store and the relay do.
+	stored, err := p.Store.Config(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("outbox config item (OUTBOX_CONTROL_TABLE=%s): %w", cfg.ControlTable, err)
+	}
 	if cfg.Transactional {
-		p.Publisher, err = NewTxnPublisher(ctx, cfg, awsCfg, logger)
+		p.Publisher, err = NewTxnPublisher(ctx, cfg, awsCfg, logger, kafka.OutboxConfig(stored))
 	} else {
-		p.Publisher, err = NewPublisher(ctx, cfg, awsCfg, logger)
+		p.Publisher, err = NewPublisher(ctx, cfg, awsCfg, logger, kafka.OutboxConfig(stored))
 	}
 	if err != nil {
 		return nil, err
@@ -149,7 +157,7 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 		outbox.GapTimeout(cfg.GapTimeout),
 		outbox.SweepMinAge(cfg.SweepMinAge),
 		outbox.ParkStuckAfter(cfg.ParkStuckAfter),
-		outbox.MaxMessageBytes(cfg.MaxMessageBytes),
+		outbox.MaxMessageBytes(cfg.MaxMessageBytes), // 0: the config item's
 		outbox.Concurrency(cfg.Concurrency),
 		outbox.WithLogger(logger),
 	}

@@ -86,7 +86,20 @@ func configItem(c outbox.Config) map[string]types.AttributeValue {
 	if len(c.Topics) > 0 {
 		item[attrTopics] = &types.AttributeValueMemberSS{Value: slices.Clone(c.Topics)}
 	}
+	if c.MaxMessageBytes != 0 {
+		item[attrMaxBytes] = numAttr(int64(c.MaxMessageBytes))
+	}
+	for attr, name := range sharedHeaderAttrs(c.Headers) {
+		if name != "" {
+			item[attr] = strAttr(name)
+		}
+	}
 	return item
+}
+
+// sharedHeaderAttrs maps the config item's header attributes to h's names.
+func sharedHeaderAttrs(h outbox.HeaderNames) map[string]string {
+	return map[string]string{attrIDHeader: h.MessageID, attrBktHeader: h.Bucket, attrSeqHeader: h.Sequence}
 }
 
 // decodeConfig reads a config item. It refuses a version newer than this
@@ -135,6 +148,24 @@ func decodeConfig(item map[string]types.AttributeValue) (outbox.Config, error) {
 			return outbox.Config{}, &ItemError{Attribute: attrTopics, Reason: err.Error()}
 		}
 	}
+	mb, err := intAttr(item, attrMaxBytes, false)
+	switch {
+	case errors.Is(err, errMissing):
+	case err != nil:
+		return outbox.Config{}, err
+	default:
+		c.MaxMessageBytes = int(mb)
+	}
+	for attr, field := range map[string]*string{attrIDHeader: &c.Headers.MessageID, attrBktHeader: &c.Headers.Bucket, attrSeqHeader: &c.Headers.Sequence} {
+		if _, ok := item[attr]; ok {
+			if *field, err = stringAttr(item, attr); err != nil {
+				return outbox.Config{}, err
+			}
+		}
+	}
+	if err := checkShared(c); err != nil {
+		return outbox.Config{}, &ItemError{Attribute: attrMaxBytes + "/" + attrIDHeader, Reason: err.Error()}
+	}
 	switch {
 	case c.Mode == outbox.WatermarkMode && v < configV2:
 		return outbox.Config{}, &ItemError{Attribute: attrVersion, Reason: fmt.Sprintf(
@@ -156,6 +187,10 @@ func checkWanted(c outbox.Config) (outbox.Config, error) {
 		return c, &outbox.OptionError{Option: "BucketCount", Value: c.BucketCount, Reason: fmt.Sprintf("must be 1..%d", outbox.MaxBucketCount)}
 	}
 	if err := s.validate(); err != nil {
+		// Configure's Config field is Mode.
+		if oe, ok := err.(*outbox.OptionError); ok && oe.Option == "WithMode" {
+			oe.Option = "Mode"
+		}
 		return c, err
 	}
 	if c.Mode == outbox.WatermarkMode && c.Retention == 0 {
@@ -166,9 +201,26 @@ func checkWanted(c outbox.Config) (outbox.Config, error) {
 		return c, &outbox.OptionError{Option: "Topics", Value: c.Topics, Reason: err.Error()}
 	}
 	c.Topics = topics
+	if err := checkShared(c); err != nil {
+		return c, err
+	}
 	c.FormatVersion = outbox.FormatVersion
 	return c, nil
 }
+
+// checkShared validates the shared settings of a configuration (0 and ""
+// are the defaults).
+func checkShared(c outbox.Config) error {
+	if c.MaxMessageBytes != 0 && (c.MaxMessageBytes < outbox.RecordOverhead || c.MaxMessageBytes > maxSharedMessageBytes) {
+		return &outbox.OptionError{Option: "MaxMessageBytes", Value: c.MaxMessageBytes,
+			Reason: fmt.Sprintf("must be %d..%d, and at most every topic's max.message.bytes", outbox.RecordOverhead, maxSharedMessageBytes)}
+	}
+	return c.Headers.Check()
+}
+
+// maxSharedMessageBytes is the largest MaxMessageBytes the Kafka publisher
+// accepts (100 MiB less kgo's 4-byte batch length prefix).
+const maxSharedMessageBytes = 100<<20 - 4
 
 // cleanTopics checks a topic list and returns it sorted without duplicates
 // (nil for none: any topic).
@@ -186,7 +238,8 @@ func cleanTopics(topics []string) ([]string, error) {
 
 // sameConfig compares what a config item says.
 func sameConfig(a, b outbox.Config) bool {
-	return a.BucketCount == b.BucketCount && a.Mode == b.Mode && a.Retention == b.Retention && slices.Equal(a.Topics, b.Topics)
+	return a.BucketCount == b.BucketCount && a.Mode == b.Mode && a.Retention == b.Retention && slices.Equal(a.Topics, b.Topics) &&
+		a.MaxMessageBytes == b.MaxMessageBytes && a.Headers == b.Headers
 }
 
 // SetBucketCount makes the outbox's config item say bucketCount, keeping its
@@ -205,9 +258,12 @@ func SetBucketCount(ctx context.Context, client StoreAPI, tables Tables, bucketC
 }
 
 // Configure makes the outbox's config item say want (BucketCount, Mode,
-// Retention and Topics; FormatVersion is ignored, a WatermarkMode Retention
-// of 0 means DefaultRetention, and empty Topics means any topic). It is for deployment tools (the stack's custom
-// resource, outbox init) on tables that already exist:
+// Retention, Topics, MaxMessageBytes and Headers; FormatVersion is ignored,
+// a WatermarkMode Retention of 0 means DefaultRetention, empty Topics means
+// any topic, and MaxMessageBytes 0 or an empty header name means none
+// stated: each component's own option, or the default — pass the stored
+// values to keep them). It is for deployment tools (the stack's custom
+// resource) on tables that already exist:
 //
 //   - no config item yet: it is written;
 //   - the same settings: nothing is written;
@@ -217,6 +273,9 @@ func SetBucketCount(ctx context.Context, client StoreAPI, tables Tables, bucketC
 //   - other Topics: changed at once; writers read the list when they start
 //     and refuse other topics after their next restart. Messages already
 //     written are published whatever the list says;
+//   - another MaxMessageBytes or header names: changed at once; writers,
+//     relays and publishers read them when they start, and one whose own
+//     option states the old value is refused at its next start;
 //   - another BucketCount or Mode: changed only if the outbox is empty, that
 //     is no message is pending in any bucket below OutOfRangeProbe of the
 //     larger count — each bucket is probed with Store.ReadLease and
@@ -308,7 +367,7 @@ func replaceConfig(ctx context.Context, client updateItemAPI, table string, old,
 	oldItem, item := configItem(old), configItem(c)
 	var cond expression.ConditionBuilder
 	var upd expression.UpdateBuilder
-	for i, attr := range []string{attrBuckets, attrVersion, attrMode, attrRetention, attrTopics} {
+	for i, attr := range []string{attrBuckets, attrVersion, attrMode, attrRetention, attrTopics, attrMaxBytes, attrIDHeader, attrBktHeader, attrSeqHeader} {
 		var ci expression.ConditionBuilder
 		if v, ok := oldItem[attr]; ok {
 			ci = expression.Name(attr).Equal(expression.Value(v))
@@ -363,6 +422,12 @@ func describeChange(old, c outbox.Config) string {
 	}
 	if !slices.Equal(old.Topics, c.Topics) {
 		parts = append(parts, fmt.Sprintf("the topics were being changed from %s to %s", TopicList(old.Topics), TopicList(c.Topics)))
+	}
+	if old.SharedMaxMessageBytes() != c.SharedMaxMessageBytes() {
+		parts = append(parts, fmt.Sprintf("MaxMessageBytes was being changed from %d to %d", old.SharedMaxMessageBytes(), c.SharedMaxMessageBytes()))
+	}
+	if old.SharedHeaders() != c.SharedHeaders() {
+		parts = append(parts, fmt.Sprintf("the header names were being changed from %+v to %+v", old.SharedHeaders(), c.SharedHeaders()))
 	}
 	return strings.Join(parts, " and ")
 }

@@ -27,17 +27,17 @@ func rawConfig(t *testing.T, e *env) map[string]types.AttributeValue {
 func TestConfigItemByMode(t *testing.T) {
 	cases := []struct {
 		name      string
-		opts      []TablesOption
+		opts      []Option
 		mode      outbox.Mode
 		retention time.Duration
 		version   int64
 		attrs     []string // every attribute of the item
 	}{
 		{"delete (default)", nil, outbox.DeleteMode, 0, 1, []string{"bc", "mt", "pk", "sk", "v"}},
-		{"delete (explicit)", []TablesOption{Mode(outbox.DeleteMode)}, outbox.DeleteMode, 0, 1, []string{"bc", "mt", "pk", "sk", "v"}},
-		{"watermark, default retention", []TablesOption{Mode(outbox.WatermarkMode)}, outbox.WatermarkMode, DefaultRetention, 2,
+		{"delete (explicit)", []Option{WithMode(outbox.DeleteMode)}, outbox.DeleteMode, 0, 1, []string{"bc", "mt", "pk", "sk", "v"}},
+		{"watermark, default retention", []Option{WithMode(outbox.WatermarkMode)}, outbox.WatermarkMode, DefaultRetention, 2,
 			[]string{"bc", "md", "mt", "pk", "rt", "sk", "v"}},
-		{"watermark, 3 days", []TablesOption{Mode(outbox.WatermarkMode), Retention(72 * time.Hour)}, outbox.WatermarkMode, 72 * time.Hour, 2,
+		{"watermark, 3 days", []Option{WithMode(outbox.WatermarkMode), Retention(72 * time.Hour)}, outbox.WatermarkMode, 72 * time.Hour, 2,
 			[]string{"bc", "md", "mt", "pk", "rt", "sk", "v"}},
 	}
 	for _, c := range cases {
@@ -135,14 +135,14 @@ func TestTablesOptionsValidated(t *testing.T) {
 	var d neverClient
 	cases := []struct {
 		name   string
-		opts   []TablesOption
+		opts   []Option
 		option string
 	}{
-		{"retention without watermark mode", []TablesOption{Retention(48 * time.Hour)}, "Retention"},
-		{"retention in delete mode", []TablesOption{Mode(outbox.DeleteMode), Retention(48 * time.Hour)}, "Retention"},
-		{"retention under an hour", []TablesOption{Mode(outbox.WatermarkMode), Retention(59 * time.Minute)}, "Retention"},
-		{"retention in fractions of a second", []TablesOption{Mode(outbox.WatermarkMode), Retention(2*time.Hour + time.Millisecond)}, "Retention"},
-		{"an unknown mode", []TablesOption{Mode(outbox.Mode(7))}, "Mode"},
+		{"retention without watermark mode", []Option{Retention(48 * time.Hour)}, "Retention"},
+		{"retention in delete mode", []Option{WithMode(outbox.DeleteMode), Retention(48 * time.Hour)}, "Retention"},
+		{"retention under an hour", []Option{WithMode(outbox.WatermarkMode), Retention(59 * time.Minute)}, "Retention"},
+		{"retention in fractions of a second", []Option{WithMode(outbox.WatermarkMode), Retention(2*time.Hour + time.Millisecond)}, "Retention"},
+		{"an unknown mode", []Option{WithMode(outbox.Mode(7))}, "WithMode"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -162,19 +162,19 @@ type neverClient struct{ AdminAPI }
 // another retention, is refused, naming both values; the same settings
 // change nothing.
 func TestCreateTablesKeepsTheMode(t *testing.T) {
-	wm := []TablesOption{Mode(outbox.WatermarkMode), Retention(48 * time.Hour)}
+	wm := []Option{WithMode(outbox.WatermarkMode), Retention(48 * time.Hour)}
 	e := newEnv(t, 4, wm...)
 	ctx := ctxT(t)
-	if err := CreateTables(ctx, e.d.Client, e.tables, append([]TablesOption{BucketCount(4)}, wm...)...); err != nil {
+	if err := CreateTables(ctx, e.d.Client, e.tables, append([]Option{BucketCount(4)}, wm...)...); err != nil {
 		t.Fatalf("the same settings again: %v", err)
 	}
 	var me *outbox.MisconfigurationError
 	for _, c := range []struct {
-		opts                      []TablesOption
+		opts                      []Option
 		setting, configured, held string
 	}{
-		{[]TablesOption{BucketCount(4)}, "Mode", "delete", "watermark"},
-		{[]TablesOption{BucketCount(4), Mode(outbox.WatermarkMode)}, "Retention", "24h0m0s", "48h0m0s"},
+		{[]Option{BucketCount(4)}, "Mode", "delete", "watermark"},
+		{[]Option{BucketCount(4), WithMode(outbox.WatermarkMode)}, "Retention", "24h0m0s", "48h0m0s"},
 	} {
 		err := CreateTables(ctx, e.d.Client, e.tables, c.opts...)
 		if !errors.As(err, &me) || me.Setting != c.setting || me.Configured != c.configured || me.Stored != c.held {
@@ -217,11 +217,11 @@ func TestWriterTTLByMode(t *testing.T) {
 	const retention = 5 * time.Hour
 	for _, c := range []struct {
 		name string
-		opts []TablesOption
+		opts []Option
 		ttl  bool
 	}{
 		{"delete", nil, false},
-		{"watermark", []TablesOption{Mode(outbox.WatermarkMode), Retention(retention)}, true},
+		{"watermark", []Option{WithMode(outbox.WatermarkMode), Retention(retention)}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t, 1, c.opts...)
@@ -297,9 +297,9 @@ func TestConfigure(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			var opts []TablesOption
+			var opts []Option
 			if c.stored != nil && c.stored.Mode == outbox.WatermarkMode {
-				opts = []TablesOption{Mode(outbox.WatermarkMode), Retention(c.stored.Retention)}
+				opts = []Option{WithMode(outbox.WatermarkMode), Retention(c.stored.Retention)}
 			}
 			e := newEnv(t, 4, opts...)
 			if c.stored == nil {
@@ -363,7 +363,7 @@ func TestConfigureRefusesBadInput(t *testing.T) {
 // TestRetained: the lowest message at or below head, past fences, and
 // nothing above head.
 func TestRetained(t *testing.T) {
-	e := newEnv(t, 2, Mode(outbox.WatermarkMode))
+	e := newEnv(t, 2, WithMode(outbox.WatermarkMode))
 	ctx := ctxT(t)
 	if first, _, err := e.store.Retained(ctx, 0, 10); err != nil || first != 0 {
 		t.Fatalf("empty bucket: first %d, %v", first, err)

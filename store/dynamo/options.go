@@ -3,6 +3,7 @@ package dynamo
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/dynakafka/outbox"
@@ -34,6 +35,13 @@ type settings struct {
 	// topics: CreateTables' topic list (topicsSet: given).
 	topics    []string
 	topicsSet bool
+	// target: the constructor being configured (forTables, forStore,
+	// forWriter); misplaced: the options it was given that do not apply
+	// to it, or nil options.
+	target    int
+	misplaced []error
+	// emptyHeader names a header option given an empty name.
+	emptyHeader string
 }
 
 func defaultSettings() settings {
@@ -41,8 +49,6 @@ func defaultSettings() settings {
 		fenceTTL:          DefaultFenceTTL,
 		tombstoneTTL:      DefaultTombstoneTTL,
 		deleteConcurrency: 4,
-		maxMessageBytes:   outbox.DefaultMaxMessageBytes,
-		headers:           outbox.HeaderNames{}.WithDefaults(),
 		maxAttempts:       DefaultMaxAttempts,
 		clock:             outbox.SystemClock,
 		logger:            slog.New(slog.DiscardHandler),
@@ -74,39 +80,86 @@ const MinRetention = time.Hour
 // transaction, and each counter update and fence put, at most 6 times.
 const DefaultMaxAttempts = 6
 
-// TablesOption configures CreateTables.
-type TablesOption interface{ applyTables(*settings) }
+// Option configures CreateTables, NewStore and NewWriter: the package's one
+// option type (docs/design.md, "Options"). Each option's comment says its
+// default and which of the three it applies to; giving one to a constructor
+// it does not apply to is an *outbox.OptionError naming it, and nothing is
+// done.
+type Option func(*settings)
 
-// StoreOption configures NewStore.
-type StoreOption interface{ applyStore(*settings) }
+// TablesOption is the former name of an Option for CreateTables.
+//
+// Deprecated: use Option.
+type TablesOption = Option
 
-// WriterOption configures NewWriter.
-type WriterOption interface{ applyWriter(*settings) }
+// StoreOption is the former name of an Option for NewStore.
+//
+// Deprecated: use Option.
+type StoreOption = Option
 
-// Option configures CreateTables, NewStore and NewWriter alike.
-type Option struct{ set func(*settings) }
+// WriterOption is the former name of an Option for NewWriter.
+//
+// Deprecated: use Option.
+type WriterOption = Option
 
-func (o Option) applyTables(s *settings) { o.set(s) }
-func (o Option) applyStore(s *settings)  { o.set(s) }
-func (o Option) applyWriter(s *settings) { o.set(s) }
+// FenceOption is the former name of an Option for NewStore and NewWriter.
+//
+// Deprecated: use Option.
+type FenceOption = Option
 
-// FenceOption configures NewStore and NewWriter (both write fences).
-type FenceOption struct{ set func(*settings) }
+// The constructors an option applies to.
+const (
+	forTables = 1 << iota
+	forStore
+	forWriter
+	forAll = forTables | forStore | forWriter
+)
 
-func (o FenceOption) applyStore(s *settings)  { o.set(s) }
-func (o FenceOption) applyWriter(s *settings) { o.set(s) }
+// constructorNames names the constructors in misplaced-option errors.
+var constructorNames = []struct {
+	bit  int
+	name string
+}{{forTables, "CreateTables"}, {forStore, "NewStore"}, {forWriter, "NewWriter"}}
 
-type tablesOption func(*settings)
+// apply applies opts for the constructor target (forTables, forStore or
+// forWriter).
+func (s *settings) apply(target int, opts []Option) {
+	s.target = target
+	for _, o := range opts {
+		if o == nil {
+			s.misplaced = append(s.misplaced, &outbox.OptionError{Option: "opts", Value: nil, Reason: "an option must not be nil"})
+			continue
+		}
+		o(s)
+	}
+}
 
-func (o tablesOption) applyTables(s *settings) { o(s) }
+// set records option name as given and runs change when the constructor
+// being configured is one of to; otherwise it records the misplacement.
+func (s *settings) set(name string, to int, change func()) {
+	if s.target != 0 && s.target&to == 0 {
+		var where, here []string
+		for _, c := range constructorNames {
+			if to&c.bit != 0 {
+				where = append(where, c.name)
+			}
+			if s.target == c.bit {
+				here = append(here, c.name)
+			}
+		}
+		s.misplaced = append(s.misplaced, &outbox.OptionError{Option: name, Value: strings.Join(here, ""),
+			Reason: "applies to " + strings.Join(where, " and ") + " only; drop it here" + misplacedHint[name]})
+		return
+	}
+	change()
+}
 
-type storeOption func(*settings)
-
-func (o storeOption) applyStore(s *settings) { o(s) }
-
-type writerOption func(*settings)
-
-func (o writerOption) applyWriter(s *settings) { o(s) }
+// misplacedHint says, for options a constructor reads from the config item
+// instead, where the setting comes from.
+var misplacedHint = map[string]string{
+	"Retention": " (writers read the retention from the config item)",
+	"Topics":    " (writers read the topics from the config item)",
+}
 
 // BucketCount is the outbox's number of buckets, 1..outbox.MaxBucketCount.
 //
@@ -116,9 +169,11 @@ func (o writerOption) applyWriter(s *settings) { o(s) }
 // count this process expects (default 0: take the config item's); when it
 // differs from the config item's, they fail with a *outbox.MisconfigurationError
 // naming both values.
-func BucketCount(n int) Option { return Option{func(s *settings) { s.bucketCount = n }} }
+func BucketCount(n int) Option {
+	return func(s *settings) { s.set("BucketCount", forAll, func() { s.bucketCount = n }) }
+}
 
-// Mode is the outbox's mode: outbox.DeleteMode (published messages are
+// WithMode is the outbox's mode: outbox.DeleteMode (published messages are
 // replaced by tombstones) or outbox.WatermarkMode (they stay until their TTL,
 // the outbox's Retention, removes them, and can be replayed by range).
 //
@@ -130,9 +185,14 @@ func BucketCount(n int) Option { return Option{func(s *settings) { s.bucketCount
 // *outbox.MisconfigurationError naming both. A writer must know the mode:
 // in WatermarkMode it puts a TTL on every message item, in DeleteMode it
 // must not.
-func Mode(m outbox.Mode) Option {
-	return Option{func(s *settings) { s.mode, s.modeSet = m, true }}
+func WithMode(m outbox.Mode) Option {
+	return func(s *settings) { s.set("WithMode", forAll, func() { s.mode, s.modeSet = m, true }) }
 }
+
+// Mode is the former name of WithMode.
+//
+// Deprecated: use WithMode.
+func Mode(m outbox.Mode) Option { return WithMode(m) }
 
 // Retention is how long a message item lives in a WatermarkMode outbox:
 // the writer puts a TTL attribute (x, epoch seconds) on every message it
@@ -149,8 +209,8 @@ func Mode(m outbox.Mode) Option {
 // can build up (a Kafka outage, a stuck bucket, a parked deployment), and
 // the alarm on the sweeper's OldestPendingAge must sit well below it —
 // minutes against hours or days — so that someone acts long before.
-func Retention(d time.Duration) TablesOption {
-	return tablesOption(func(s *settings) { s.retention = d })
+func Retention(d time.Duration) Option {
+	return func(s *settings) { s.set("Retention", forTables, func() { s.retention = d }) }
 }
 
 // Topics are the Kafka topics the outbox serves, written to its config item
@@ -161,8 +221,8 @@ func Retention(d time.Duration) TablesOption {
 // operator parks the message (outbox park). On an existing outbox the
 // option replaces its list (topics may change at any time; writers read
 // them when they start); without it the stored list is kept.
-func Topics(names ...string) TablesOption {
-	return tablesOption(func(s *settings) { s.topics, s.topicsSet = names, true })
+func Topics(names ...string) Option {
+	return func(s *settings) { s.set("Topics", forTables, func() { s.topics, s.topicsSet = names, true }) }
 }
 
 // FenceTTL is how long a fence tombstone is kept before the table's TTL
@@ -176,8 +236,8 @@ func Topics(names ...string) TablesOption {
 // FenceTTL must exceed by far the longest time a writer could still send a
 // transaction for a reserved sequence number: its retries, a process pause
 // (GC, a frozen Lambda, a suspended VM), and clock error. Days, not minutes.
-func FenceTTL(d time.Duration) FenceOption {
-	return FenceOption{func(s *settings) { s.fenceTTL = d }}
+func FenceTTL(d time.Duration) Option {
+	return func(s *settings) { s.set("FenceTTL", forStore|forWriter, func() { s.fenceTTL = d }) }
 }
 
 // TombstoneTTL is how long the tombstone that replaces a published message
@@ -188,45 +248,65 @@ func FenceTTL(d time.Duration) FenceOption {
 // that still lags behind it, waits GapTimeout and fences the number (a
 // delay, never a loss). Heads are written every HeadFlushInterval and by
 // the sweeper, so an hour is already plenty.
-func TombstoneTTL(d time.Duration) StoreOption {
-	return storeOption(func(s *settings) { s.tombstoneTTL = d })
+func TombstoneTTL(d time.Duration) Option {
+	return func(s *settings) { s.set("TombstoneTTL", forStore, func() { s.tombstoneTTL = d }) }
 }
 
 // DeleteConcurrency is how many BatchWriteItem calls of 25 tombstones
 // Store.MarkPublished runs at once. Default 4; 1..32.
-func DeleteConcurrency(n int) StoreOption {
-	return storeOption(func(s *settings) { s.deleteConcurrency = n })
+func DeleteConcurrency(n int) Option {
+	return func(s *settings) { s.set("DeleteConcurrency", forStore, func() { s.deleteConcurrency = n }) }
 }
 
-// MaxMessageBytes bounds one message as a Kafka record (outbox.RecordSize).
-// Default outbox.DefaultMaxMessageBytes; at least outbox.RecordOverhead. Use
-// the same value as the relay. (A DynamoDB item is at most 400 KB, which the
-// writer checks separately.)
-func MaxMessageBytes(n int) WriterOption {
-	return writerOption(func(s *settings) { s.maxMessageBytes = n })
+// MaxMessageBytes bounds one message as a Kafka record (outbox.RecordSize),
+// at least outbox.RecordOverhead. (A DynamoDB item is at most 400 KB, which
+// the writer checks separately.) A shared setting, stored in the outbox's
+// config item (docs/design.md §11.1): for CreateTables it is the value a new
+// outbox is created with (default outbox.DefaultMaxMessageBytes); for
+// NewStore and NewWriter, and for CreateTables on an existing outbox, it is
+// the value this process expects (default: the config item's), and another
+// value than the stored one is a *outbox.MisconfigurationError naming both.
+// Configure changes it.
+func MaxMessageBytes(n int) Option {
+	return func(s *settings) { s.set("MaxMessageBytes", forAll, func() { s.maxMessageBytes = n }) }
 }
 
 // MessageIDHeader is the header the relay stamps the message id under; the
-// writer uses it only to compute record sizes and to refuse messages that
-// carry it themselves. Default outbox.DefaultMessageIDHeader. Use the same
-// value as the relay.
-func MessageIDHeader(name string) WriterOption {
-	return writerOption(func(s *settings) { s.headers.MessageID = name })
+// writer uses it to compute record sizes and to refuse messages that carry
+// it themselves. A shared setting, like MaxMessageBytes: default the config
+// item's (outbox.DefaultMessageIDHeader when it has none); another name than
+// the stored one is a *outbox.MisconfigurationError.
+func MessageIDHeader(name string) Option {
+	return func(s *settings) {
+		s.set("MessageIDHeader", forAll, func() { s.headers.MessageID, s.emptyHeader = name, emptyName(s.emptyHeader, "MessageIDHeader", name) })
+	}
 }
 
 // BucketHeader is the header the relay stamps the message's bucket under
 // (kafka.BucketHeader); like MessageIDHeader, the writer uses it for record
-// sizes and refuses messages that carry it. Default
-// outbox.DefaultBucketHeader. Use the same value as the relay.
-func BucketHeader(name string) WriterOption {
-	return writerOption(func(s *settings) { s.headers.Bucket = name })
+// sizes and refuses messages that carry it. A shared setting: default the
+// config item's (outbox.DefaultBucketHeader when it has none).
+func BucketHeader(name string) Option {
+	return func(s *settings) {
+		s.set("BucketHeader", forAll, func() { s.headers.Bucket, s.emptyHeader = name, emptyName(s.emptyHeader, "BucketHeader", name) })
+	}
 }
 
 // SequenceHeader is the header the relay stamps the message's sequence
-// number under (kafka.SequenceHeader); see BucketHeader. Default
-// outbox.DefaultSequenceHeader. Use the same value as the relay.
-func SequenceHeader(name string) WriterOption {
-	return writerOption(func(s *settings) { s.headers.Sequence = name })
+// number under (kafka.SequenceHeader); see BucketHeader. A shared setting:
+// default the config item's (outbox.DefaultSequenceHeader when it has none).
+func SequenceHeader(name string) Option {
+	return func(s *settings) {
+		s.set("SequenceHeader", forAll, func() { s.headers.Sequence, s.emptyHeader = name, emptyName(s.emptyHeader, "SequenceHeader", name) })
+	}
+}
+
+// emptyName returns option when name is empty, else was.
+func emptyName(was, option, name string) string {
+	if name == "" {
+		return option
+	}
+	return was
 }
 
 // WithTracer traces every Write as an "outbox enqueue" span, a child of the
@@ -235,8 +315,8 @@ func SequenceHeader(name string) WriterOption {
 // the writer's trace. The headers count in the record size. Default: none
 // (nothing traced, no header added). github.com/dynakafka/outbox/otel
 // provides an OpenTelemetry Tracer.
-func WithTracer(t outbox.Tracer) WriterOption {
-	return writerOption(func(s *settings) { s.tracer = t })
+func WithTracer(t outbox.Tracer) Option {
+	return func(s *settings) { s.set("WithTracer", forWriter, func() { s.tracer = t }) }
 }
 
 // MaxAttempts is the most requests the Writer sends for each call it makes,
@@ -259,14 +339,14 @@ func WithTracer(t outbox.Tracer) WriterOption {
 //
 // NewWriter's reads of the config item and the messages table are left to
 // the client's retryer. Default DefaultMaxAttempts (6); 1..20.
-func MaxAttempts(n int) WriterOption {
-	return writerOption(func(s *settings) { s.maxAttempts = n })
+func MaxAttempts(n int) Option {
+	return func(s *settings) { s.set("MaxAttempts", forWriter, func() { s.maxAttempts = n }) }
 }
 
 // WithClock sets the clock that stamps CreatedAt on messages and fences.
 // Default outbox.SystemClock.
-func WithClock(c outbox.Clock) WriterOption {
-	return writerOption(func(s *settings) { s.clock = c })
+func WithClock(c outbox.Clock) Option {
+	return func(s *settings) { s.set("WithClock", forWriter, func() { s.clock = c }) }
 }
 
 // WithLogger sets the logger the Writer reports its retries to, one
@@ -277,8 +357,8 @@ func WithClock(c outbox.Clock) WriterOption {
 // resubmission after relays fenced the reserved numbers (the writer took
 // longer than their gap timeout). The final error is returned, not logged.
 // Default: silent.
-func WithLogger(l *slog.Logger) WriterOption {
-	return writerOption(func(s *settings) { s.logger = l })
+func WithLogger(l *slog.Logger) Option {
+	return func(s *settings) { s.set("WithLogger", forWriter, func() { s.logger = l }) }
 }
 
 // WithNotifier notifies n of the buckets of every transaction the Writer
@@ -288,13 +368,18 @@ func WithLogger(l *slog.Logger) WriterOption {
 // never fails it; a Write that failed, or whose outcome is unknown
 // (outbox.ErrOutcomeUnknown), notifies nothing: its messages, if stored,
 // are found by the relay's polls. Default: none.
-func WithNotifier(n *outbox.Notifier) WriterOption {
-	return writerOption(func(s *settings) { s.notifier, s.notifierSet = n, true })
+func WithNotifier(n *outbox.Notifier) Option {
+	return func(s *settings) {
+		s.set("WithNotifier", forWriter, func() { s.notifier, s.notifierSet = n, true })
+	}
 }
 
 func (s *settings) validate() error {
 	bad := func(opt string, v any, why string) error {
 		return &outbox.OptionError{Option: opt, Value: v, Reason: why}
+	}
+	if len(s.misplaced) > 0 {
+		return s.misplaced[0]
 	}
 	switch {
 	case s.bucketCount < 0 || s.bucketCount > outbox.MaxBucketCount:
@@ -305,16 +390,12 @@ func (s *settings) validate() error {
 		return bad("TombstoneTTL", s.tombstoneTTL, fmt.Sprintf("must be at least %v", MinTombstoneTTL))
 	case s.deleteConcurrency < 1 || s.deleteConcurrency > 32:
 		return bad("DeleteConcurrency", s.deleteConcurrency, "must be 1..32")
-	case s.maxMessageBytes < outbox.RecordOverhead:
-		return bad("MaxMessageBytes", s.maxMessageBytes, fmt.Sprintf("must be at least %d", outbox.RecordOverhead))
+	case s.maxMessageBytes != 0 && (s.maxMessageBytes < outbox.RecordOverhead || s.maxMessageBytes > maxSharedMessageBytes):
+		return bad("MaxMessageBytes", s.maxMessageBytes, fmt.Sprintf("must be %d..%d", outbox.RecordOverhead, maxSharedMessageBytes))
+	case s.emptyHeader != "":
+		return bad(s.emptyHeader, "", "must not be empty (leave the option out to take the config item's name)")
 	case s.notifierSet && s.notifier == nil:
 		return bad("WithNotifier", nil, "must not be nil (use outbox.NewNotifier)")
-	case s.headers.MessageID == "":
-		return bad("MessageIDHeader", s.headers.MessageID, "must not be empty")
-	case s.headers.Bucket == "":
-		return bad("BucketHeader", s.headers.Bucket, "must not be empty")
-	case s.headers.Sequence == "":
-		return bad("SequenceHeader", s.headers.Sequence, "must not be empty")
 	case s.maxAttempts < 1 || s.maxAttempts > 20:
 		return bad("MaxAttempts", s.maxAttempts, "must be 1..20")
 	case s.clock == nil:
@@ -322,9 +403,9 @@ func (s *settings) validate() error {
 	case s.logger == nil:
 		return bad("WithLogger", nil, "must not be nil (leave the option out for a silent writer)")
 	case s.modeSet && s.mode != outbox.DeleteMode && s.mode != outbox.WatermarkMode:
-		return bad("Mode", s.mode, "must be outbox.DeleteMode or outbox.WatermarkMode")
+		return bad("WithMode", s.mode, "must be outbox.DeleteMode or outbox.WatermarkMode")
 	case s.retention != 0 && (!s.modeSet || s.mode != outbox.WatermarkMode):
-		return bad("Retention", s.retention, "applies to WatermarkMode only (a DeleteMode outbox deletes messages once published); add Mode(outbox.WatermarkMode) or drop it")
+		return bad("Retention", s.retention, "applies to WatermarkMode only (a DeleteMode outbox deletes messages once published); add WithMode(outbox.WatermarkMode) or drop it")
 	case s.retention != 0 && s.retention < MinRetention:
 		return bad("Retention", s.retention, fmt.Sprintf("must be at least %v: a message still pending when its TTL passes can be deleted unpublished; "+
 			"keep it far above any backlog, and the OldestPendingAge alarm far below it", MinRetention))

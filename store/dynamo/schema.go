@@ -36,6 +36,11 @@ const (
 	attrMode      = "md"
 	attrRetention = "rt"
 	attrTopics    = "tp"
+	// The config item's shared settings (absent: the default).
+	attrMaxBytes  = "mb"
+	attrIDHeader  = "hi"
+	attrBktHeader = "hb"
+	attrSeqHeader = "hs"
 	attrOwner     = "o"
 	attrExpires   = "e"
 	attrHead      = "hd"

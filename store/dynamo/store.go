@@ -49,15 +49,16 @@ var (
 
 // NewStore returns a Store over tables. It reads the config item, so the
 // outbox must exist (see CreateTables); with the BucketCount option it also
-// checks that the stored bucket count is the expected one, and with the Mode
-// option that the outbox is in that mode (a *outbox.MisconfigurationError
-// otherwise). Options: BucketCount, Mode, FenceTTL, TombstoneTTL,
-// DeleteConcurrency.
-func NewStore(ctx context.Context, client StoreAPI, tables Tables, opts ...StoreOption) (*Store, error) {
+// checks that the stored bucket count is the expected one, with WithMode
+// that the outbox is in that mode, and with a shared setting
+// (MaxMessageBytes, the header options) that the item says the same (a
+// *outbox.MisconfigurationError otherwise; left out, the item's are used).
+// Options: BucketCount, WithMode, MaxMessageBytes, MessageIDHeader,
+// BucketHeader, SequenceHeader, FenceTTL, TombstoneTTL, DeleteConcurrency;
+// any other is an *outbox.OptionError.
+func NewStore(ctx context.Context, client StoreAPI, tables Tables, opts ...Option) (*Store, error) {
 	s := defaultSettings()
-	for _, o := range opts {
-		o.applyStore(&s)
-	}
+	s.apply(forStore, opts)
 	stored, err := openOutbox(ctx, client, tables, &s)
 	if err != nil {
 		return nil, err

@@ -55,7 +55,7 @@ func (h *hookClient) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWrite
 }
 
 // hooked returns a store over e's tables whose client is wrapped by h.
-func (e *env) hooked(t *testing.T, h *hookClient, opts ...StoreOption) *Store {
+func (e *env) hooked(t *testing.T, h *hookClient, opts ...Option) *Store {
 	t.Helper()
 	h.StoreAPI = e.d.Client
 	s, err := NewStore(ctxT(t), h, e.tables, opts...)

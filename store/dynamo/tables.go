@@ -120,11 +120,9 @@ const tableWait = 5 * time.Minute
 // stream), TTL on another attribute, or a config item with another
 // BucketCount, Mode or Retention is a *outbox.MisconfigurationError; nothing
 // is changed then (Configure changes a config item).
-func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...TablesOption) error {
+func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...Option) error {
 	s := defaultSettings()
-	for _, o := range opts {
-		o.applyTables(&s)
-	}
+	s.apply(forTables, opts)
 	if err := s.validate(); err != nil {
 		return err
 	}
@@ -138,7 +136,8 @@ func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...T
 	if err != nil {
 		return &outbox.OptionError{Option: "Topics", Value: s.topics, Reason: err.Error()}
 	}
-	want := outbox.Config{BucketCount: s.bucketCount, Mode: s.mode, Retention: s.retention, Topics: topics}
+	want := outbox.Config{BucketCount: s.bucketCount, Mode: s.mode, Retention: s.retention, Topics: topics,
+		MaxMessageBytes: s.maxMessageBytes, Headers: s.headers}
 	if want.BucketCount == 0 {
 		want.BucketCount = outbox.DefaultBucketCount
 	}
@@ -306,6 +305,10 @@ func putConfig(ctx context.Context, client AdminAPI, table string, want outbox.C
 		return &outbox.MisconfigurationError{Setting: "Retention", Configured: want.Retention.String(), Stored: stored.Retention.String(),
 			Fix: "pass the stored retention, or change it with dynamo.Configure (outbox init --retention)"}
 	}
+	// The shared settings given (want's non-zero ones) must be the stored.
+	if _, _, err := outbox.ResolveShared(stored, want.MaxMessageBytes, want.Headers); err != nil {
+		return err
+	}
 	if setTopics && !slices.Equal(want.Topics, stored.Topics) {
 		c := stored
 		c.Topics = want.Topics
@@ -355,7 +358,8 @@ func readConfigItem(ctx context.Context, client getItemAPI, table string) (outbo
 }
 
 // openOutbox validates what NewStore and NewWriter were given, reads the config
-// item and checks the configured bucket count and mode against it.
+// item and checks the configured bucket count, mode and shared settings
+// against it; s then holds the stored shared settings.
 func openOutbox(ctx context.Context, client getItemAPI, tables Tables, s *settings) (outbox.Config, error) {
 	if err := s.validate(); err != nil {
 		return outbox.Config{}, err
@@ -378,8 +382,13 @@ func openOutbox(ctx context.Context, client getItemAPI, tables Tables, s *settin
 			"(a writer with another count puts messages in buckets that no relay drains, or mixes keys' orders)"); err != nil {
 		return stored, err
 	}
-	return stored, checkMode(s, stored, "configure every writer and relay with the outbox's mode, or none to take it from the table "+
-		"(a writer in the wrong mode writes messages without a TTL, which never expire, or with one, which deletes them unreplayable)")
+	if err := checkMode(s, stored, "configure every writer and relay with the outbox's mode, or none to take it from the table "+
+		"(a writer in the wrong mode writes messages without a TTL, which never expire, or with one, which deletes them unreplayable)"); err != nil {
+		return stored, err
+	}
+	// The shared settings are the config item's from here on.
+	s.maxMessageBytes, s.headers, err = outbox.ResolveShared(stored, s.maxMessageBytes, s.headers)
+	return stored, err
 }
 
 // checkMode compares a configured mode (if any) with the stored one.

@@ -78,10 +78,12 @@ type Result struct {
 // item for the bucket count and checks that the messages table exists (a
 // GetItem of a key no item has), so a wrong table name or region fails here,
 // with a *TableError naming the table (both tables', when both are missing),
-// and not on the first Write. Options: BucketCount and Mode (checked against
-// the config item: a *outbox.MisconfigurationError when they differ),
-// MaxMessageBytes, MessageIDHeader, BucketHeader, SequenceHeader,
-// MaxAttempts, FenceTTL, WithClock, WithTracer, WithLogger, WithNotifier.
+// and not on the first Write. Options: BucketCount, WithMode and the shared
+// settings MaxMessageBytes, MessageIDHeader, BucketHeader, SequenceHeader
+// (checked against the config item: a *outbox.MisconfigurationError when
+// they differ; left out, the item's are used), MaxAttempts, FenceTTL,
+// WithClock, WithTracer, WithLogger, WithNotifier; any other is an
+// *outbox.OptionError.
 //
 // In a WatermarkMode outbox every message item gets a TTL attribute (x,
 // epoch seconds): its CreatedAt, or the wall clock when that is later, plus
@@ -99,11 +101,9 @@ type Result struct {
 // that release numbers a failed write reserved), and what its transactions
 // need on your own tables (PutItem, UpdateItem, DeleteItem,
 // ConditionCheckItem).
-func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...WriterOption) (*Writer, error) {
+func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...Option) (*Writer, error) {
 	s := defaultSettings()
-	for _, o := range opts {
-		o.applyWriter(&s)
-	}
+	s.apply(forWriter, opts)
 	stored, err := openOutbox(ctx, client, tables, &s)
 	var (
 		te *TableError

@@ -73,9 +73,14 @@ func (f *faultClient) TransactWriteItems(ctx context.Context, in *dynamodb.Trans
 	return out, err
 }
 
-func newWriterEnv(t *testing.T, bucketCount int, opts ...WriterOption) *writerEnv {
+func newWriterEnv(t *testing.T, bucketCount int, opts ...Option) *writerEnv {
 	t.Helper()
-	e := newEnv(t, bucketCount)
+	return newWriterEnvOn(t, newEnv(t, bucketCount), opts...)
+}
+
+// newWriterEnvOn is newWriterEnv over an outbox created with newEnv.
+func newWriterEnvOn(t *testing.T, e *env, opts ...Option) *writerEnv {
+	t.Helper()
 	ctx := ctxT(t)
 	business := testenv.Name(t, "biz")
 	_, err := e.d.Client.CreateTable(ctx, &dynamodb.CreateTableInput{
@@ -88,7 +93,7 @@ func newWriterEnv(t *testing.T, bucketCount int, opts ...WriterOption) *writerEn
 		t.Fatal(err)
 	}
 	fc := &faultClient{WriterAPI: e.d.Client}
-	opts = append([]WriterOption{WithClock(fixedClock{t0})}, opts...)
+	opts = append([]Option{WithClock(fixedClock{t0})}, opts...)
 	w, err := NewWriter(ctx, fc, e.tables, opts...)
 	if err != nil {
 		t.Fatalf("NewWriter: %v", err)
@@ -354,7 +359,7 @@ func TestNewWriterOptions(t *testing.T) {
 	ctx := ctxT(t)
 	cases := []struct {
 		name   string
-		opt    WriterOption
+		opt    Option
 		option string
 	}{
 		{"bucket count", BucketCount(outbox.MaxBucketCount + 1), "BucketCount"},
@@ -379,7 +384,7 @@ func TestNewWriterOptions(t *testing.T) {
 }
 
 func TestWriteValidationWritesNothing(t *testing.T) {
-	w := newWriterEnv(t, 1, MaxMessageBytes(2<<20))
+	w := newWriterEnvOn(t, newEnv(t, 1, MaxMessageBytes(2<<20)))
 	ctx := ctxT(t)
 	big := bytes.Repeat([]byte{1}, MaxItemBytes)
 	dupID := outbox.NewID()
@@ -441,7 +446,7 @@ func TestWriteValidationWritesNothing(t *testing.T) {
 // A message just under the item limit passes: the size check is not off by
 // a wide margin.
 func TestWriteLargestItem(t *testing.T) {
-	w := newWriterEnv(t, 1, MaxMessageBytes(2<<20))
+	w := newWriterEnvOn(t, newEnv(t, 1, MaxMessageBytes(2<<20)))
 	m := outbox.Message{ID: uuid.NewString(), Topic: "t", Key: []byte("k"), CreatedAt: t0}
 	m.Sequence, m.Value = maxSeqForSize, []byte{}
 	overhead := itemSize(messageItem(m))

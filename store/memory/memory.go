@@ -25,6 +25,7 @@ type Store struct {
 	relays      map[string]time.Time
 	parked      map[int][]outbox.Parked
 	tokens      int64 // acquisitions so far: each gets a fresh token
+	shared      outbox.Config
 
 	// Hook, when set, is called at the start of every Store method with the
 	// method's name and bucket (-1 when none). A non-nil error is returned
@@ -127,7 +128,20 @@ func (s *Store) Config(ctx context.Context) (outbox.Config, error) {
 	if err := s.hook("Config", -1); err != nil {
 		return outbox.Config{}, err
 	}
-	return outbox.Config{BucketCount: s.bucketCount, FormatVersion: outbox.FormatVersion}, ctx.Err()
+	s.mu.Lock()
+	c := s.shared
+	s.mu.Unlock()
+	c.BucketCount, c.FormatVersion = s.bucketCount, outbox.FormatVersion
+	return c, ctx.Err()
+}
+
+// SetConfig makes Config report c's shared settings (Mode, Retention,
+// Topics, MaxMessageBytes, Headers), as a config item would; the bucket
+// count stays New's. Default: none of them (the defaults).
+func (s *Store) SetConfig(c outbox.Config) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shared = c
 }
 
 func (s *Store) lease(bucket int) *outbox.Lease {

@@ -281,7 +281,7 @@ func relayDrain(ctx context.Context, st *stage, bl backlog, name string, mode re
 		return r, err
 	}
 	reqs := newRequestCounter()
-	kopts := []kafka.Opt{kafka.Topics(st.topic), kafka.ClientOptions(kgo.WithHooks(reqs))}
+	kopts := []kafka.Option{kafka.Topics(st.topic), kafka.ClientOptions(kgo.WithHooks(reqs))}
 	var pub interface {
 		outbox.Publisher
 		Close()

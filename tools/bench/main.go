@@ -351,7 +351,7 @@ func drainStages(ctx context.Context, e *env, g *gen, tmpl *template, o options,
 		run     func(context.Context, *stage, backlog) (drainResult, error)
 		// tables: the outbox's mode; tmpl: its message item (nil: the
 		// capacity stage's, delete mode).
-		tables []dynamo.TablesOption
+		tables []dynamo.Option
 		tmpl   *template
 	}
 	relayStage := func(n int) func(context.Context, *stage, backlog) (drainResult, error) {
@@ -490,7 +490,7 @@ func median(rounds []drainResult) drainResult {
 // withStage opens a stage (a fresh DynamoDB Local and kfake unless
 // endpoints were given) whose outbox is created with opts, runs fn and
 // closes it.
-func withStage(ctx context.Context, e *env, name string, buckets int, fn func(*stage) error, opts ...dynamo.TablesOption) error {
+func withStage(ctx context.Context, e *env, name string, buckets int, fn func(*stage) error, opts ...dynamo.Option) error {
 	st, err := e.open(ctx, name, buckets, opts...)
 	if err != nil {
 		return err
@@ -534,7 +534,7 @@ func steadyStage(ctx context.Context, e *env, g *gen, o options, res *results) e
 		}
 		o.progress("steady %s, %s, batching window %v: %s after a %v warm-up", p.Name, name, run.window, p, run.warmup)
 		var r steadyResult
-		var tables []dynamo.TablesOption
+		var tables []dynamo.Option
 		if run.handler == handlerRelay {
 			tables = run.mode.Tables
 		}

@@ -45,7 +45,7 @@ const (
 type relayMode struct {
 	Name   string
 	Opts   []outbox.Option
-	Tables []dynamo.TablesOption
+	Tables []dynamo.Option
 	// Transactional publishes through kafka.TxnPublisher
 	// (OUTBOX_KAFKA_TRANSACTIONAL=true).
 	Transactional bool
@@ -57,7 +57,7 @@ var (
 	// modeWatermark writes nothing per message: the messages carry a TTL
 	// (the writer's, from the config item) and stay until it passes.
 	modeWatermark = relayMode{Name: "watermark", Opts: []outbox.Option{outbox.WithMode(outbox.WatermarkMode)},
-		Tables: []dynamo.TablesOption{dynamo.Mode(outbox.WatermarkMode)}}
+		Tables: []dynamo.Option{dynamo.WithMode(outbox.WatermarkMode)}}
 )
 
 // profile is a load offered to the steady stage: Rate messages per second

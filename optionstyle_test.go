@@ -1,0 +1,277 @@
+package outbox_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The option rule (docs/design.md, "Options"), checked over the exported
+// API of the library's packages:
+//
+//  1. one option type per package, named Option, a func over a pointer to
+//     an unexported config (functional options, as franz-go's kgo);
+//     other exported option types are deprecated aliases of it;
+//  2. every exported option constructor returns that Option, and every
+//     exported constructor's variadic options are ...Option;
+//  3. every option's doc comment states its default;
+//  4. an option is named after its setting; when the setting is its
+//     argument's type (Mode, Clock, Logger, Tracer, Metrics), the name is
+//     With + that type, never the bare type name;
+//  5. no exported struct type of options (…Options, …Opts, …Settings,
+//     …Config) beyond the ones listed in structConfigExceptions.
+//
+// Deprecated declarations are exempt: they keep old code compiling.
+
+// optionPackages are the library packages the rule covers: everything a
+// user imports. Left out, with the reason: internal/ (not API), cmd/ and
+// tools/ (mains), examples/, integration/ and deploy/ (tests), cdk/ (its
+// own module, jsii props structs are CDK's convention), local/ (local
+// emulators of AWS services for tests and demos, configured like the
+// services they stand in for), lambda/{config,enqueue,relay,setup,sweeper,
+// wiring} (the functions' environment wiring: they take no options).
+var optionPackages = []string{
+	".", "inbox", "inbox/lambdakafka", "kafka", "lambda/emf", "lambda/handler",
+	"otel", "outboxtest", "replay", "sequence", "store/dynamo", "store/memory", "storetest",
+}
+
+// optionTypeExceptions are packages with more than one option type, each
+// named with the reason it is allowed. Do not add to it.
+var optionTypeExceptions = map[string]string{
+	// The Lambda handlers' packages: RelayOption and SweeperOption
+	// configure two handlers that lambda/relay and lambda/sweeper build
+	// from the environment; NewRelay returns no error to refuse the
+	// other's options with.
+	"handler.RelayOption":   "two handlers, set from the environment",
+	"handler.SweeperOption": "two handlers, set from the environment",
+}
+
+// structConfigExceptions are exported struct types whose names look like
+// option structs but are not options. Do not add to it.
+var structConfigExceptions = map[string]string{
+	// The contents of the outbox's config item, read from the table.
+	"outbox.Config": "the config item's contents, not options",
+}
+
+// collaboratorTypes are argument types whose option is With + the type.
+var collaboratorTypes = []string{"Mode", "Clock", "Logger", "Tracer", "Metrics", "Hooks"}
+
+func TestOptionStyle(t *testing.T) {
+	checked := 0
+	for _, dir := range optionPackages {
+		fset := token.NewFileSet()
+		files := parseDir(t, fset, dir)
+		if len(files) == 0 {
+			t.Fatalf("%s: no Go files", dir)
+		}
+		where := func(n ast.Node) string {
+			p := fset.Position(n.Pos())
+			return filepath.Join(dir, filepath.Base(p.Filename)) + ":" + strconv.Itoa(p.Line)
+		}
+		optionTypes := 0
+		for _, f := range files {
+			for _, decl := range f.Decls {
+				switch d := decl.(type) {
+				case *ast.GenDecl:
+					for _, spec := range d.Specs {
+						ts, ok := spec.(*ast.TypeSpec)
+						if !ok || !ts.Name.IsExported() {
+							continue
+						}
+						doc := ts.Doc
+						if doc == nil {
+							doc = d.Doc
+						}
+						name := ts.Name.Name
+						if deprecated(doc) {
+							if isOptionName(name) && !ts.Assign.IsValid() {
+								t.Errorf("%s: deprecated option type %s must be an alias (type %s = Option) so old code keeps compiling", where(ts), name, name)
+							}
+							continue
+						}
+						if isOptionName(name) {
+							if _, ok := optionTypeExceptions[pkgName(dir)+"."+name]; ok {
+								continue
+							}
+							optionTypes++
+							if name != "Option" {
+								t.Errorf("%s: option type %s: a package's one option type is named Option (keep %s as a deprecated alias: type %s = Option)", where(ts), name, name, name)
+							} else if !isFuncOverUnexported(ts.Type) {
+								t.Errorf("%s: Option must be a func over a pointer to an unexported config (type Option func(*config))", where(ts))
+							}
+						}
+						if st, ok := ts.Type.(*ast.StructType); ok && st != nil && isConfigStructName(name) {
+							if _, ok := structConfigExceptions[pkgName(dir)+"."+name]; !ok {
+								t.Errorf("%s: struct config type %s: settings are functional options (type Option func(*config)), not structs", where(ts), name)
+							}
+						}
+					}
+				case *ast.FuncDecl:
+					if !d.Name.IsExported() || d.Recv != nil || deprecated(d.Doc) {
+						continue
+					}
+					checkVariadicOptions(t, where(d), d)
+					res := d.Type.Results
+					if res == nil || len(res.List) != 1 || len(res.List[0].Names) > 1 {
+						continue
+					}
+					rt, ok := res.List[0].Type.(*ast.Ident)
+					if !ok || !isOptionName(rt.Name) {
+						continue
+					}
+					checked++
+					if rt.Name != "Option" {
+						if _, ok := optionTypeExceptions[pkgName(dir)+"."+rt.Name]; !ok {
+							t.Errorf("%s: option %s returns %s: every option returns the package's Option", where(d), d.Name.Name, rt.Name)
+						}
+					}
+					if !strings.Contains(d.Doc.Text(), "Default") && !strings.Contains(d.Doc.Text(), "default") {
+						t.Errorf("%s: option %s: its doc comment must state its default", where(d), d.Name.Name)
+					}
+					checkOptionName(t, where(d), d)
+				}
+			}
+		}
+		if optionTypes > 1 {
+			t.Errorf("%s: %d option types; a package has one, Option", dir, optionTypes)
+		}
+	}
+	// The check found the options it is about.
+	if checked < 80 {
+		t.Fatalf("checked only %d option constructors; is the package list stale?", checked)
+	}
+	t.Logf("optionstyle: packages=%d options=%d", len(optionPackages), checked)
+}
+
+// checkOptionName applies rule 4 to an option constructor.
+func checkOptionName(t *testing.T, where string, d *ast.FuncDecl) {
+	t.Helper()
+	params := d.Type.Params.List
+	if len(params) != 1 || len(params[0].Names) > 1 {
+		return
+	}
+	typ := typeName(params[0].Type)
+	name := d.Name.Name
+	switch {
+	case slices.Contains(collaboratorTypes, typ) && name != "With"+typ && name == typ:
+		t.Errorf("%s: option %s(%s): name it With%s (an option whose setting is its argument's type is With + the type)", where, name, typ, typ)
+	case slices.Contains(collaboratorTypes, strings.TrimPrefix(name, "With")) && strings.HasPrefix(name, "With") && typ != "" && typ != strings.TrimPrefix(name, "With"):
+		t.Errorf("%s: option %s takes a %s; With%s takes a %s", where, name, typ, strings.TrimPrefix(name, "With"), strings.TrimPrefix(name, "With"))
+	case slices.Contains(collaboratorTypes, name):
+		t.Errorf("%s: option %s: name it With%s", where, name, name)
+	}
+}
+
+// checkVariadicOptions applies rule 2 to a constructor's variadic options.
+func checkVariadicOptions(t *testing.T, where string, d *ast.FuncDecl) {
+	t.Helper()
+	params := d.Type.Params.List
+	if len(params) == 0 {
+		return
+	}
+	el, ok := params[len(params)-1].Type.(*ast.Ellipsis)
+	if !ok {
+		return
+	}
+	var name string
+	switch x := el.Elt.(type) {
+	case *ast.Ident:
+		name = x.Name
+	case *ast.SelectorExpr:
+		// Another module's options (kgo.Opt, func(*dynamodb.Options))
+		// are theirs.
+		if pkg, ok := x.X.(*ast.Ident); ok && slices.Contains([]string{"outbox", "dynamo", "kafka", "inbox", "replay", "otel", "emf", "outboxtest"}, pkg.Name) {
+			name = x.Sel.Name
+		}
+	}
+	if isOptionName(name) && name != "Option" {
+		if _, ok := optionTypeExceptions[name]; ok {
+			return
+		}
+		for k := range optionTypeExceptions {
+			if strings.HasSuffix(k, "."+name) {
+				return
+			}
+		}
+		t.Errorf("%s: %s takes ...%s: constructors take ...Option", where, d.Name.Name, name)
+	}
+}
+
+func isOptionName(name string) bool {
+	return strings.HasSuffix(name, "Option") || strings.HasSuffix(name, "Opt")
+}
+
+func isConfigStructName(name string) bool {
+	for _, s := range []string{"Options", "Opts", "Settings", "Config"} {
+		if strings.HasSuffix(name, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func isFuncOverUnexported(e ast.Expr) bool {
+	ft, ok := e.(*ast.FuncType)
+	if !ok || ft.Results != nil || len(ft.Params.List) != 1 {
+		return false
+	}
+	star, ok := ft.Params.List[0].Type.(*ast.StarExpr)
+	if !ok {
+		return false
+	}
+	id, ok := star.X.(*ast.Ident)
+	return ok && !id.IsExported()
+}
+
+// typeName is the bare name of a parameter's type: Clock for outbox.Clock,
+// Logger for *slog.Logger.
+func typeName(e ast.Expr) string {
+	switch x := e.(type) {
+	case *ast.StarExpr:
+		return typeName(x.X)
+	case *ast.SelectorExpr:
+		return x.Sel.Name
+	case *ast.Ident:
+		return x.Name
+	}
+	return ""
+}
+
+func deprecated(doc *ast.CommentGroup) bool {
+	return doc != nil && strings.Contains(doc.Text(), "\nDeprecated: ") || doc != nil && strings.HasPrefix(doc.Text(), "Deprecated: ")
+}
+
+func parseDir(t *testing.T, fset *token.FileSet, dir string) []*ast.File {
+	t.Helper()
+	var files []*ast.File
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		n := e.Name()
+		if e.IsDir() || !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, n), nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	return files
+}
+
+// pkgName is the last element of a package directory, outbox for the root.
+func pkgName(dir string) string {
+	if dir == "." {
+		return "outbox"
+	}
+	return filepath.Base(dir)
+}
