@@ -70,7 +70,8 @@ TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|kafka-real:|thirdpart
 # three, the third-party consumer) run instead of skipping: the publisher's
 # whole suite (kfake-only fault injection skips, saying so), the inbox's
 # consumer-group tests, the reference ordering case (transactional mode
-# included) and the end-to-end run in both modes. Each lane's
+# included), the end-to-end run in both modes and a short transactional
+# soak with nodes killed (TestRealKafkaSoak). Each lane's
 # output is printed whole when all are done, the library's first.
 TEST_LOGS := $(CACHE)/test-logs
 REAL_KAFKA_INBOX := 'TestCrashBetweenTransactionAndOffsetCommit|TestRebalanceInTheMiddleOfABatch|TestConsumerStopsAtAFailedRecord|TestRunAgainAfterItsContextEnded|TestConsumerReadsCommittedOnly'
@@ -82,7 +83,7 @@ test: deps
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run TestRealKafka ./internal/testenv 2>&1 | grep -E $(TEST_FILTER) && \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./kafka 2>&1 | grep -E $(TEST_FILTER) && \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run $(REAL_KAFKA_INBOX) ./inbox 2>&1 | grep -E $(TEST_FILTER) && \
-	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run 'TestRealEndToEnd|TestOrderAfterPartialFailure' ./integration 2>&1 | grep -E $(TEST_FILTER) \
+	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run 'TestRealEndToEnd|TestOrderAfterPartialFailure|TestRealKafkaSoak' ./integration 2>&1 | grep -E $(TEST_FILTER) \
 	) > $(TEST_LOGS)/real-kafka.log 2>&1 & real=$$!; \
 	( for m in $(filter-out .,$(MODULES)); do \
 		(cd $$m && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./... 2>&1 | grep -E $(TEST_FILTER)) || exit 1; \
@@ -122,8 +123,11 @@ demo: deps
 bench: deps
 	cd tools && $(GO) run ./bench -out ../docs $(BENCH_FLAGS)
 
+# make soak TXN=1: the same soak publishing with Kafka transactions, checked
+# by a read_committed consumer (stale_visible=0 interleavings=0, duplicates
+# only as whole transactions).
 soak: deps
-	$(GO) run ./cmd/soak -n $(or $(N),100000)
+	$(GO) run ./cmd/soak -n $(or $(N),100000) $(if $(TXN),-txn)
 
 # make sim: the deterministic scheduler over the memory store (internal/sim),
 # SCHEDULES seeded schedules (make test runs 3000). A failure prints its seed;

@@ -247,14 +247,21 @@ func endToEnd(t *testing.T, mode outbox.Mode, target int, run e2eRun, opts ...dy
 	for chk.Missing() > 0 && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
-	// A little longer, so late duplicates or phantoms would be seen too.
-	time.Sleep(500 * time.Millisecond)
+	// Then stop the relays and close their client (records it had sent
+	// may still land until then), and read the topic to its end offsets,
+	// the end a third-party consumer reads to: every late duplicate or
+	// phantom is judged too.
 	stopRelays()
 	relays.Wait()
+	env.pub.Close()
+	records := env.readToEnd(ctx, t)
 	stopConsumer()
 	<-consumed
 
 	r := chk.Result()
+	if int64(r.Deliveries) != records {
+		t.Errorf("the consumer saw %d records, the topic's end offsets add up to %d", r.Deliveries, records)
+	}
 	ov := at.Overlaps()
 	fmt.Printf("outbox-e2e: mode=%s committed=%d rolledback=%d delivered_unique=%d duplicates=%d unexplained=%d %s lost=%d phantom=%d order_violations=%d mean_batch=%.1f duplicates_by_cause=%s\n",
 		mode, r.Committed, r.RolledBack, r.DeliveredUnique, r.Duplicates, r.Unexplained, ov, r.Lost, r.Phantom, r.OrderViolations, metrics.mean(), r.Causes())

@@ -3,12 +3,14 @@ package integration_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dynakafka/outbox"
@@ -29,6 +31,10 @@ type env struct {
 	writer   *dynamo.Writer
 	store    *dynamo.Store
 	pub      *kafka.Publisher
+
+	// consumedTo: the next offset consume has read of each partition.
+	mu         sync.Mutex
+	consumedTo map[int32]int64
 }
 
 func newEnv(t *testing.T, bucketCount int, opts ...dynamo.Option) *env {
@@ -130,6 +136,12 @@ func (e *env) consume(ctx context.Context, t *testing.T, fn func(headerID string
 				}
 			})
 			fs.EachRecord(func(r *kgo.Record) {
+				e.mu.Lock()
+				if e.consumedTo == nil {
+					e.consumedTo = map[int32]int64{}
+				}
+				e.consumedTo[r.Partition] = max(e.consumedTo[r.Partition], r.Offset+1)
+				e.mu.Unlock()
 				id := ""
 				for _, h := range r.Headers {
 					if h.Key == outbox.DefaultMessageIDHeader {
@@ -141,6 +153,45 @@ func (e *env) consume(ctx context.Context, t *testing.T, fn func(headerID string
 		}
 	}()
 	return done
+}
+
+// readToEnd waits (bounded by ctx) until consume has read every partition of
+// the topic up to its end offset now, the end a third-party consumer reads
+// to once nothing publishes any more; it returns the end offsets' total.
+func (e *env) readToEnd(ctx context.Context, t *testing.T) int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, e.topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		t.Fatalf("end offsets of %s: %v", e.topic, err)
+	}
+	var total int64
+	ends.Each(func(o kadm.ListedOffset) { total += o.Offset })
+	for {
+		behind := 0
+		e.mu.Lock()
+		ends.Each(func(o kadm.ListedOffset) {
+			if e.consumedTo[o.Partition] < o.Offset {
+				behind++
+			}
+		})
+		e.mu.Unlock()
+		if behind == 0 {
+			return total
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the consumer did not read %s to its end offsets (%d partitions behind)", e.topic, behind)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // pendingMessages counts message items (not fences) left in the messages

@@ -62,18 +62,21 @@ func TestRealEndToEnd(t *testing.T) {
 			if t.Failed() {
 				return
 			}
-			thirdPartyCheck(ctx, t, python, c.Plain, env.topic, 8, r.DeliveredUnique)
+			thirdPartyCheck(ctx, t, python, c.Plain, env.topic, 8, r.DeliveredUnique, r.Deliveries)
 		})
 	}
 }
 
 // thirdPartyCheck runs testdata/thirdparty_consumer.py (kafka-python) over
 // topic and fails t unless it reads wantUnique messages in order per key,
-// with their headers, on the partitions the Java client would choose.
-func thirdPartyCheck(ctx context.Context, t *testing.T, python string, brokers []string, topic string, partitions, wantUnique int) {
+// with their headers, on the partitions the Java client would choose, and
+// wantRecords records in all: the copies the Go checker read and judged
+// (endToEnd reads the topic to its end offsets once the relays' client is
+// closed, so both read to the same end).
+func thirdPartyCheck(ctx context.Context, t *testing.T, python string, brokers []string, topic string, partitions, wantUnique, wantRecords int) {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, python, filepath.Join("testdata", "thirdparty_consumer.py"),
-		strings.Join(brokers, ","), topic, strconv.Itoa(partitions), strconv.Itoa(wantUnique), outbox.DefaultMessageIDHeader)
+		strings.Join(brokers, ","), topic, strconv.Itoa(partitions), strconv.Itoa(wantUnique), outbox.DefaultMessageIDHeader, strconv.Itoa(wantRecords))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

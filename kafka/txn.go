@@ -178,18 +178,27 @@ func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acke
 	}
 	if err := cl.EndTransaction(rctx, kgo.TryCommit); err != nil {
 		t.drop(b)
+		// Not known committed (a fence answering a resent commit whose
+		// first answer was lost may follow a commit that applied): report
+		// nothing acknowledged. If the commit did apply, the next publish
+		// duplicates the whole transaction.
 		if fenced(err) {
-			return 0, wrapMessage(msgs[0], &FencedError{TransactionalID: id, Err: err})
+			return 0, wrapMessage(msgs[0], &FencedError{TransactionalID: id, Err: errors.Join(ErrCommitUnknown, err)})
 		}
-		// Not known committed: report nothing acknowledged. If the commit did
-		// apply, the next publish duplicates the whole transaction.
-		return 0, wrapMessage(msgs[0], fmt.Errorf("kafka: commit transaction %q: %w", id, err))
+		return 0, wrapMessage(msgs[0], fmt.Errorf("kafka: commit transaction %q: %w: %w", id, ErrCommitUnknown, err))
 	}
 	if stopErr != nil {
 		return n, wrapMessage(msgs[n], stopErr)
 	}
 	return n, nil
 }
+
+// ErrCommitUnknown is in the chain of a TxnPublisher.Publish error when the
+// transaction's commit was sent and not answered as applied: a
+// read_committed consumer may or may not see its records. Every other
+// Publish error means the transaction was aborted (or never began): none of
+// its records is ever visible to a read_committed consumer.
+var ErrCommitUnknown = errors.New("kafka: the transaction's commit was sent but not confirmed; it may have applied")
 
 // PublishAlone publishes msg alone (outbox.Isolator) as a transaction of its
 // own under its bucket's transactional id, fenced like every other: a stale

@@ -1,7 +1,7 @@
 """The third-party consumer: kafka-python (not franz-go) reads back what the
 relay published and checks it independently of the Go checker.
 
-Usage: python thirdparty_consumer.py BOOTSTRAP TOPIC PARTITIONS WANT_UNIQUE ID_HEADER
+Usage: python thirdparty_consumer.py BOOTSTRAP TOPIC PARTITIONS WANT_UNIQUE ID_HEADER [WANT_RECORDS]
 
 Reads every partition of TOPIC from the start to its end offset (no group)
 and checks, per record:
@@ -11,8 +11,9 @@ and checks, per record:
     own port of the Java client's partitioner computes it;
   - order per key: the first copy of each message of a key comes after the
     first copies of every message of that key with a lower (version, index).
-Prints one line, "thirdparty: ...", and exits 1 if anything is wrong or the
-unique messages read are not WANT_UNIQUE.
+Prints one line, "thirdparty: ...", and exits 1 if anything is wrong, the
+unique messages read are not WANT_UNIQUE, or (if given) the records read,
+duplicates included, are not WANT_RECORDS (what the Go checker read).
 """
 
 import json
@@ -24,6 +25,7 @@ from kafka.partitioner.default import murmur2
 
 def main():
     bootstrap, topic, partitions, want, id_header = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    want_records = int(sys.argv[6]) if len(sys.argv) > 6 else None
     consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False,
                              group_id=None, consumer_timeout_ms=20000)
     tps = [TopicPartition(topic, p) for p in range(partitions)]
@@ -54,9 +56,10 @@ def main():
         if not remaining:
             break
     consumer.close()
-    ok = not remaining and misplaced == 0 and header_mismatch == 0 and order_violations == 0 and len(seen) == want
-    print("thirdparty: client=kafka-python records=%d unique=%d want=%d keys=%d misplaced=%d header_mismatch=%d "
-          "order_violations=%d unread_partitions=%d %s" % (records, len(seen), want, len(last), misplaced,
+    ok = (not remaining and misplaced == 0 and header_mismatch == 0 and order_violations == 0 and len(seen) == want
+          and (want_records is None or records == want_records))
+    print("thirdparty: client=kafka-python records=%d want_records=%s unique=%d want=%d keys=%d misplaced=%d header_mismatch=%d "
+          "order_violations=%d unread_partitions=%d %s" % (records, want_records, len(seen), want, len(last), misplaced,
                                                            header_mismatch, order_violations, len(remaining),
                                                            "ok" if ok else "FAILED"))
     sys.exit(0 if ok else 1)

@@ -8,7 +8,8 @@
 //
 //   - publish-error: its publish returned an error (an injected Kafka fault,
 //     a publish cancelled at its cut-off or deadline: the records may still
-//     have been appended);
+//     have been appended); with Kafka transactions only a publish whose
+//     commit's outcome is unknown (PublishRisk);
 //   - store-fault:<op>: a write that was to decide it failed (MarkPublished,
 //     Update, Release; the response may be lost after the write applied);
 //   - crash:<point>, stall: the harness crashed or stalled a drain of its
@@ -75,6 +76,11 @@ type Attribution struct {
 	// Watermark: the outbox is in WatermarkMode, whose handover duplicates
 	// are documented (set before any drain).
 	Watermark bool
+	// PublishRisk names the risk a failed publish puts its messages at
+	// ("" for none; nil: "publish-error" for every error). With Kafka
+	// transactions a failed publish is aborted unless its commit's outcome
+	// is unknown, so only that puts anything at risk (set before any drain).
+	PublishRisk func(error) string
 
 	mu       sync.Mutex
 	inFlight map[int]map[int64]string // bucket -> sequence -> message id: published, not decided
@@ -180,7 +186,13 @@ func (a *Attribution) publish(ctx context.Context, who string, pub outbox.Publis
 	n, err := pub.Publish(ctx, msgs)
 	end()
 	if err != nil {
-		a.chk.AtRisk("publish-error", ids(msgs)...)
+		cause := "publish-error"
+		if a.PublishRisk != nil {
+			cause = a.PublishRisk(err)
+		}
+		if cause != "" {
+			a.chk.AtRisk(cause, ids(msgs)...)
+		}
 	}
 	a.note(ids(msgs), "%s publish bucket %d seqs %d..%d acked %d err %v", who, b, msgs[0].Sequence, msgs[len(msgs)-1].Sequence, n, err)
 	return n, err

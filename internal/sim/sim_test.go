@@ -25,7 +25,11 @@ var trace = flag.Bool("sim.trace", false, "with -sim.seed: log every store call 
 // commit, abandon and fail, stream hints with targets, crashes, stalls,
 // skewed clocks and publish faults, and no sweeper; after each, every
 // committed message must have been published (or parked), first deliveries
-// in sequence order. A failure prints its seed: go test ./internal/sim
+// in sequence order. A third of the schedules publish with Kafka
+// transactions (txn.go): there a read_committed consumer must see nothing of
+// a transaction its publisher reported failed (stale_visible), a bucket's
+// transactions one after another (interleavings), and duplicates only as
+// whole transactions. A failure prints its seed: go test ./internal/sim
 // -run TestSchedules -sim.seed N replays it.
 func TestSchedules(t *testing.T) {
 	n := 3000
@@ -47,7 +51,7 @@ func TestSchedules(t *testing.T) {
 		}
 	}
 	var sum Result
-	var finals, steps, overlaps, watermark, function, sweeper, resends, dups int
+	var finals, steps, overlaps, watermark, function, sweeper, resends, dups, txn, whole, partial int
 	byCause, nAdmitted := map[string]int{}, 0
 	for s := first; s < first+uint64(n); s++ {
 		res, err := Run(s)
@@ -58,8 +62,9 @@ func TestSchedules(t *testing.T) {
 			for _, line := range res.Story {
 				t.Logf("%s: %s", res.Unexplained[0], line)
 			}
-			t.Fatalf("seed %d: stranded %v, out of order %v, unadmitted overlaps %v, unexplained duplicates %v (by cause %v) (config %+v, committed %d, crashes %d, stalls %d, resends %d)",
-				s, res.Stranded, res.OutOfOrder, first5(res.Unadmitted), first5(res.Unexplained), res.ByCause, res.Config, res.Committed, res.Crashes, res.Stalls, res.Resends)
+			t.Fatalf("seed %d: stranded %v, out of order %v, unadmitted overlaps %v, unexplained duplicates %v (by cause %v), stale visible %v, interleavings %v, partial duplicates %v (config %+v, committed %d, crashes %d, stalls %d, resends %d)",
+				s, res.Stranded, res.OutOfOrder, first5(res.Unadmitted), first5(res.Unexplained), res.ByCause, first5(res.StaleVisible), first5(res.Interleavings), first5(res.PartialDuplicates),
+				res.Config, res.Committed, res.Crashes, res.Stalls, res.Resends)
 		}
 		sum.Committed += res.Committed
 		sum.Published += res.Published
@@ -86,9 +91,14 @@ func TestSchedules(t *testing.T) {
 		if res.Config.Sweeper {
 			sweeper++
 		}
+		if res.Config.Txn {
+			txn++
+		}
+		whole += res.DupTxnsWhole
+		partial += res.DupTxnsPartial
 	}
-	t.Logf("sim: schedules=%d watermark_mode=%d function=%d sweeper=%d committed=%d published=%d parked=%d crashes=%d stalls=%d resends=%d final_drains=%d overlaps=%d overlaps_admitted=%d duplicates=%d duplicates_by_cause=%s steps=%d stranded=0 unexplained=0",
-		n, watermark, function, sweeper, sum.Committed, sum.Published, sum.Parked, sum.Crashes, sum.Stalls, resends, finals, overlaps, nAdmitted, dups, causes(byCause), steps)
+	t.Logf("sim: schedules=%d watermark_mode=%d function=%d sweeper=%d txn=%d committed=%d published=%d parked=%d crashes=%d stalls=%d resends=%d final_drains=%d overlaps=%d overlaps_admitted=%d duplicates=%d duplicates_by_cause=%s dup_txns=whole:%d,partial:%d steps=%d stranded=0 unexplained=0 stale_visible=0 interleavings=0",
+		n, watermark, function, sweeper, txn, sum.Committed, sum.Published, sum.Parked, sum.Crashes, sum.Stalls, resends, finals, overlaps, nAdmitted, dups, causes(byCause), whole, partial, steps)
 }
 
 func first5(s []string) []string { return s[:min(5, len(s))] }

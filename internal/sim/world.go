@@ -53,6 +53,9 @@ type Config struct {
 	// ReadFaultRate: the share of reads of a bucket that fail, so drains
 	// (watermark drains too) stop mid-way.
 	ReadFaultRate float64
+	// Txn: every process publishes through a transactional publisher
+	// (txn.go), drawn from a third random source of the seed.
+	Txn bool
 }
 
 // drawDeployed draws the deployment's shape from r.
@@ -127,17 +130,28 @@ type Result struct {
 	// the others.
 	Overlaps, Admitted int
 	Unadmitted         []string
+
+	// With Txn (txn.go): records visible to a read_committed consumer of a
+	// transaction its publisher reported failed; transactions of a bucket
+	// interleaved, or out of sequence order within one; duplicated
+	// transactions, whole or partial; and the duplicates not admitted (twice
+	// in one transaction, or part of a transaction without a recorded
+	// partial marking).
+	StaleVisible, Interleavings, PartialDuplicates []string
+	DupTxnsWhole, DupTxnsPartial                   int
 }
 
 // Failed reports whether the schedule broke a promise.
 func (r Result) Failed() bool {
-	return len(r.Stranded) > 0 || len(r.OutOfOrder) > 0 || len(r.Unadmitted) > 0 || len(r.Unexplained) > 0
+	return len(r.Stranded) > 0 || len(r.OutOfOrder) > 0 || len(r.Unadmitted) > 0 || len(r.Unexplained) > 0 ||
+		len(r.StaleVisible) > 0 || len(r.Interleavings) > 0 || len(r.PartialDuplicates) > 0
 }
 
 type record struct {
 	id     string
 	bucket int
 	seq    int64
+	txn    int // 1-based index of its transaction in publisher.txns; 0: none
 }
 
 type hint struct {
@@ -192,13 +206,24 @@ func Run(seed uint64) (Result, error) {
 	cfg := Draw(s)
 	cfg.Watermark = seed%3 == 0
 	drawDeployed(&cfg, rand.New(rand.NewPCG(seed, 0xdeb10e)))
+	cfg.Txn = rand.New(rand.NewPCG(seed, 0x7c0de)).IntN(3) == 0
 	w := &world{s: s, cfg: cfg, mem: memory.New(cfg.Buckets), committed: map[string]record{}, inFlight: map[int]int{}}
 	w.res.Config = cfg
 	w.store = &yieldStore{Store: w.mem, s: s, w: w}
-	w.pub = &publisher{w: w}
+	w.pub = &publisher{w: w, epoch: map[int]int{}}
 	w.chk = checker.New()
 	w.at = attrib.New(w.store, w.pub, w.chk)
 	w.at.Now, w.at.Watermark = s.Now, cfg.Watermark
+	if cfg.Txn {
+		w.pub.txns = []*txn{}
+		// An aborted transaction publishes nothing.
+		w.at.PublishRisk = func(err error) string {
+			if errors.Is(err, errCommitUnknown) {
+				return "commit-unknown"
+			}
+			return ""
+		}
+	}
 	for i := range cfg.Relays {
 		if err := w.startRelay(fmt.Sprint("r", i)); err != nil {
 			return w.res, err
@@ -250,7 +275,7 @@ func (w *world) startRelay(id string) error {
 	if !w.cfg.HolderWait {
 		opts = append(opts, outbox.HolderWait(0))
 	}
-	r, err := outbox.NewRelay(context.Background(), w.at, w.at.ViaAs(name, w.pub), opts...)
+	r, err := outbox.NewRelay(context.Background(), w.at, w.at.ViaAs(name, w.pubFor(name)), opts...)
 	if err != nil {
 		return err
 	}
@@ -293,7 +318,7 @@ func functionOwnerID(n int) string {
 // own, outside the simulator's scheduler).
 func (w *world) startSweeper() error {
 	f := &faults{w: w}
-	r, err := outbox.NewRelay(context.Background(), w.at, w.at.ViaAs("sweeper", w.pub), outbox.RelayID("sweeper"),
+	r, err := outbox.NewRelay(context.Background(), w.at, w.at.ViaAs("sweeper", w.pubFor("sweeper")), outbox.RelayID("sweeper"),
 		outbox.WithClock(skewed{w.s, 0}), outbox.BatchSize(w.cfg.BatchSize), outbox.DeadlineMargin(0),
 		outbox.ResumeReleased(w.cfg.Resume), outbox.GapPollInterval(200*time.Millisecond), outbox.HolderWait(0),
 		seam.With(seam.Hooks{Faults: f, Scheduler: w.s, Rand: w.s.Rand().Int64N}).(outbox.Option))
@@ -457,7 +482,7 @@ func (w *world) check() error {
 		// Wake-ups on the lease of a holder that died or failed stay there
 		// for the next holder (a sweep, in production): one more drain.
 		w.res.FinalDrain = true
-		r, err := outbox.NewRelay(context.Background(), w.at, w.at.ViaAs("final", w.pub), outbox.RelayID("final"), outbox.WithClock(skewed{w.s, 0}),
+		r, err := outbox.NewRelay(context.Background(), w.at, w.at.ViaAs("final", w.pubFor("final")), outbox.RelayID("final"), outbox.WithClock(skewed{w.s, 0}),
 			outbox.DeadlineMargin(0), seam.With(seam.Hooks{Scheduler: w.s, Rand: w.s.Rand().Int64N}).(outbox.Option))
 		if err != nil {
 			return err
@@ -494,7 +519,8 @@ func (w *world) check() error {
 	w.res.Stranded = missing
 	first := map[string]bool{}
 	last := map[int]int64{}
-	for _, rec := range w.pub.log {
+	vis := w.pub.visible()
+	for _, rec := range vis {
 		if first[rec.id] || parked[rec.id] {
 			continue
 		}
@@ -504,8 +530,11 @@ func (w *world) check() error {
 		}
 		last[rec.bucket] = rec.seq
 	}
-	w.res.Published = len(w.pub.log)
-	w.duplicates()
+	w.res.Published = len(vis)
+	w.duplicates(vis)
+	if w.cfg.Txn {
+		w.checkTxns(vis)
+	}
 	ov := w.at.Overlaps()
 	w.res.Overlaps, w.res.Admitted, w.res.Unadmitted = ov.Overlaps, ov.Admitted, ov.Unadmitted
 	return nil
@@ -513,11 +542,11 @@ func (w *world) check() error {
 
 // duplicates counts the records appended more than once and attributes each
 // to the event internal/attrib recorded for its message.
-func (w *world) duplicates() {
+func (w *world) duplicates(vis []record) {
 	for id, rec := range w.committed {
 		w.chk.Committed(id, fmt.Sprint("k", rec.bucket), rec.seq)
 	}
-	for _, rec := range w.pub.log {
+	for _, rec := range vis {
 		w.chk.Delivered(rec.id, rec.id, fmt.Sprint("k", rec.bucket), rec.seq)
 	}
 	r := w.chk.Result()
@@ -530,7 +559,7 @@ func (w *world) duplicates() {
 
 func (w *world) missing(parked map[string]bool) []string {
 	published := map[string]bool{}
-	for _, rec := range w.pub.log {
+	for _, rec := range w.pub.visible() {
 		published[rec.id] = true
 	}
 	var out []string
@@ -593,10 +622,22 @@ func (f *faults) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 	return nil
 }
 
-// publisher is Kafka: an append-only log.
+// publisher is Kafka: an append-only log. With transactions (txn.go) it
+// also keeps each bucket's transactional id's epoch and every transaction.
 type publisher struct {
-	w   *world
-	log []record
+	w     *world
+	log   []record
+	epoch map[int]int
+	txns  []*txn // nil: no transactions
+}
+
+// pubFor is the publisher of the process who: the shared log, or with
+// transactions its own producers.
+func (w *world) pubFor(who string) outbox.Publisher {
+	if w.cfg.Txn {
+		return w.pub.txnFor(who)
+	}
+	return w.pub
 }
 
 var (

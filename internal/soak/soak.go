@@ -19,6 +19,12 @@
 // own (member restarts, failed offset commits); it must equal the committed
 // writes exactly (read_model_mismatches=0).
 //
+// With Config.Txn the relay publishes with Kafka transactions and a
+// read_committed consumer's view is checked for records of aborted
+// transactions, interleaved transactions and duplicates that are not whole
+// transactions (txn.go). With Config.Kafka it runs on a real cluster, whose
+// faults are nodes killed and started again (real.go) instead of kfake's.
+//
 // DynamoDB Local slows down as stream records pile up, so a long run is
 // split into rounds, each on a fresh instance.
 package soak
@@ -76,11 +82,36 @@ type Config struct {
 	// retention in WatermarkMode [dynamo.DefaultRetention].
 	Mode      outbox.Mode
 	Retention time.Duration
+	// Txn publishes with Kafka transactions (kafka.TxnPublisher, one per
+	// process, so that the processes' producers of a bucket fence each
+	// other) and checks with a read_committed consumer that nothing of an
+	// aborted transaction is visible and that duplicates come only as whole
+	// transactions (txn.go).
+	Txn bool
+	// Kafka, when set, is a real Kafka cluster to run on instead of an
+	// in-process kfake: the kfake faults (kafka:*, the read model's failed
+	// offset commits) are not injected; a node is killed and started again
+	// instead (kafka:broker-stopped), one at a time, while the faults are on.
+	Kafka RealCluster
+	// StallChance is the probability that a drain, after a publish, stalls
+	// past its lease so that it is taken over [0.05].
+	StallChance float64
 	// MinEachFault fails the run unless every fault kind fired at least
 	// this often (0: not checked).
 	MinEachFault int
 	// Progress receives progress lines (nil: none).
 	Progress io.Writer
+}
+
+// RealCluster is a real Kafka cluster the soak may kill nodes of
+// (internal/testenv.RealCluster).
+type RealCluster interface {
+	Brokers() []string
+	Nodes() int
+	// StopBroker kills node i; StartBroker starts it again and waits
+	// until the cluster lists it.
+	StopBroker(i int)
+	StartBroker(ctx context.Context, i int) error
 }
 
 func (c *Config) defaults() {
@@ -96,6 +127,9 @@ func (c *Config) defaults() {
 	def(&c.Buckets, 8)
 	if c.FaultRate <= 0 {
 		c.FaultRate = 1
+	}
+	if c.StallChance <= 0 {
+		c.StallChance = 0.05
 	}
 	if c.Seed == 0 {
 		c.Seed = 1
@@ -133,18 +167,37 @@ type Result struct {
 	// from the committed writes (inbox.go); ReadModel says what it did.
 	ReadModelMismatches int
 	ReadModel           string
+
+	// Txn: the transactional mode's verdict (txn.go).
+	Txn *txnVerdict
 }
 
 // Line is the run's one-line summary.
 func (r Result) Line() string {
+	if r.Txn != nil {
+		return fmt.Sprintf("soak: mode=%s publish=txn messages=%d lost=%d phantom=%d %s read_model_mismatches=%d duplicates=%d unexplained=%d %s reorders=%d parked=%d faults=%d duplicates_by_cause=%s",
+			r.Mode, r.Messages, r.Lost, r.Phantom, r.Txn, r.ReadModelMismatches, r.Duplicates, r.Unexplained+r.Txn.Unexplained(), r.Overlaps, r.Reorders, r.Parked, r.Faults, r.ByCause)
+	}
 	return fmt.Sprintf("soak: mode=%s messages=%d lost=%d phantom=%d read_model_mismatches=%d duplicates=%d unexplained=%d %s reorders=%d parked=%d faults=%d duplicates_by_cause=%s",
 		r.Mode, r.Messages, r.Lost, r.Phantom, r.ReadModelMismatches, r.Duplicates, r.Unexplained, r.Overlaps, r.Reorders, r.Parked, r.Faults, r.ByCause)
 }
 
 // OK reports whether every promise held.
 func (r Result) OK() bool {
+	if t := r.Txn; t != nil && (t.StaleVisible != 0 || t.Interleavings != 0 || t.Unexplained() != 0) {
+		return false
+	}
 	return r.Lost == 0 && r.Phantom == 0 && r.Unexplained == 0 && r.Reorders == 0 && r.Mismatch == 0 && r.ReadModelMismatches == 0 &&
 		r.Overlaps.UnadmittedCount() == 0
+}
+
+// Details lists examples of what failed, for a failure message.
+func (r Result) Details() string {
+	d := fmt.Sprintf("lost %v phantom %v unexplained %v reorders %+v overlaps %s", r.LostIDs, r.PhantomIDs, r.UnexplainedIDs, r.Violations, r.Overlaps.Details())
+	if r.Txn != nil {
+		d += "; transactions: " + r.Txn.details()
+	}
+	return d
 }
 
 // Kinds returns the fault kinds in a stable order with their counts.
@@ -181,6 +234,22 @@ func (t *tally) add(kind string, n int) {
 // no BatchWriteItem can come back unprocessed and no crash can fall in the
 // middle of one.
 func ExpectedKinds(mode outbox.Mode) []string {
+	return expectedKinds(mode, false)
+}
+
+// expectedKinds: on a real cluster (real) no kfake fault is injected, and
+// a node is stopped instead.
+func expectedKinds(mode outbox.Mode, real bool) []string {
+	if real {
+		k := []string{"kafka:broker-stopped"}
+		for _, kind := range expectedKinds(mode, false) {
+			if !strings.HasPrefix(kind, "kafka:") {
+				k = append(k, kind)
+			}
+		}
+		sort.Strings(k)
+		return k
+	}
 	if mode != outbox.WatermarkMode {
 		return allKinds
 	}
@@ -249,9 +318,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	var rolledBack atomic.Int64
 	res := Result{Mode: cfg.Mode}
 	view := &viewResult{}
+	if cfg.Txn {
+		res.Txn = &txnVerdict{}
+	}
 	for round, done := 0, 0; done < cfg.Messages; round++ {
 		target := min(cfg.PerRound, cfg.Messages-done)
-		n, err := runRound(ctx, cfg, round, target, chk, tl, &rolledBack, view)
+		n, err := runRound(ctx, cfg, round, target, chk, tl, &rolledBack, view, res.Txn)
 		if err != nil {
 			return res, fmt.Errorf("soak round %d: %w", round, err)
 		}
@@ -278,7 +350,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res.Elapsed = time.Since(start)
 	if cfg.MinEachFault > 0 {
 		var short []string
-		for _, k := range ExpectedKinds(cfg.Mode) {
+		for _, k := range expectedKinds(cfg.Mode, cfg.Kafka != nil) {
 			if tl.n[k] < cfg.MinEachFault {
 				short = append(short, fmt.Sprintf("%s=%d", k, tl.n[k]))
 			}
@@ -315,7 +387,7 @@ const (
 
 // runRound runs one round on a fresh DynamoDB and Kafka and returns how many
 // messages it committed.
-func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.Checker, tl *tally, rolledBack *atomic.Int64, view *viewResult) (int, error) {
+func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.Checker, tl *tally, rolledBack *atomic.Int64, view *viewResult, txnv *txnVerdict) (int, error) {
 	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(round)))
 	var rngMu sync.Mutex
 	chance := func(p float64) bool {
@@ -358,13 +430,18 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	faulty := dynamolocal.NewClient(awsCfg, endpoint, inj.Install)
 	streams := dynamolocal.NewStreamsClient(awsCfg, endpoint)
 
-	// Kafka: in-process kfake (faults need it).
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(3))
-	if err != nil {
-		return 0, err
+	// Kafka: in-process kfake (its faults need it), or the real cluster.
+	var cluster *kfake.Cluster
+	var brokers []string
+	if cfg.Kafka != nil {
+		brokers = cfg.Kafka.Brokers()
+	} else {
+		if cluster, err = kfake.NewCluster(kfake.NumBrokers(3)); err != nil {
+			return 0, err
+		}
+		defer cluster.Close()
+		brokers = cluster.ListenAddrs()
 	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
 
 	name := fmt.Sprintf("soak-%d-%d", time.Now().UnixNano()%1_000_000_000, round)
 	tables := dynamo.Tables{Messages: name + "-msgs", Control: name + "-ctl"}
@@ -397,17 +474,67 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	if err != nil {
 		return 0, err
 	}
-	pub, err := kafka.NewPublisher(ctx, brokers, kafka.Topics(topic), kafka.LeaseDuration(leaseDuration))
+	// With transactions each process has its own publisher, so its own
+	// producer per bucket under the bucket's transactional id, as the relay
+	// function's containers and the sweeper have; without, they share one.
+	var txns *txnOracle
+	var closers []func()
+	defer func() {
+		for _, c := range closers {
+			c()
+		}
+	}()
+	var shared outbox.Publisher
+	newPub := func(who string) (outbox.Publisher, error) {
+		popts := []kafka.Option{kafka.Topics(topic), kafka.LeaseDuration(leaseDuration)}
+		if txns == nil {
+			if shared != nil {
+				return shared, nil
+			}
+			p, err := kafka.NewPublisher(ctx, brokers, popts...)
+			if err != nil {
+				return nil, err
+			}
+			closers = append(closers, p.Close)
+			shared = p
+			return p, nil
+		}
+		p, err := kafka.NewTxnPublisher(ctx, brokers, tables.Messages, popts...)
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, p.Close)
+		return txns.publisher(who, p), nil
+	}
+	if cfg.Txn {
+		txns = newTxnOracle()
+	}
+	pub, err := newPub("relay")
 	if err != nil {
 		return 0, err
 	}
-	defer pub.Close()
 	at := attrib.New(store, pub, chk)
 	at.Watermark = cfg.Mode == outbox.WatermarkMode
+	if cfg.Txn {
+		// An aborted transaction publishes nothing: only a commit whose
+		// outcome is unknown puts its messages at risk.
+		at.PublishRisk = func(err error) string {
+			if errors.Is(err, kafka.ErrCommitUnknown) {
+				return "commit-unknown"
+			}
+			return ""
+		}
+	}
+	pubs := map[string]outbox.Publisher{}
+	for _, who := range []string{"stream-container-1", "stream-container-2", "sweeper"} {
+		if pubs[who], err = newPub(who); err != nil {
+			return 0, err
+		}
+	}
 	traces.mu.Lock()
 	traces.at = append(traces.at, at)
 	traces.mu.Unlock()
-	crash := &crasher{chance: chance, tl: tl, at: at}
+	crash := &crasher{chance: chance, stall: cfg.StallChance, tl: tl, at: at}
 	relayOpts := func(id string) []outbox.Option {
 		return []outbox.Option{outbox.RelayID(id), outbox.LeaseDuration(leaseDuration), outbox.LeaseRenewInterval(time.Second),
 			outbox.LeaseMargin(time.Second), outbox.MaxClockSkew(500 * time.Millisecond), outbox.ResumeWindow(2 * time.Second), outbox.GapTimeout(gapTimeout), outbox.GapPollInterval(20 * time.Millisecond),
@@ -422,15 +549,15 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	// owner id may drain a bucket at once. Each process publishes through
 	// its own probe: the I4 check compares their publish intervals.
 	streamID := fmt.Sprint("stream-relay-", round)
-	streamRelay, err := outbox.NewRelay(ctx, at, at.ViaAs("stream-container-1", pub), relayOpts(streamID)...)
+	streamRelay, err := outbox.NewRelay(ctx, at, at.ViaAs("stream-container-1", pubs["stream-container-1"]), relayOpts(streamID)...)
 	if err != nil {
 		return 0, err
 	}
-	streamRelay2, err := outbox.NewRelay(ctx, at, at.ViaAs("stream-container-2", pub), relayOpts(streamID)...)
+	streamRelay2, err := outbox.NewRelay(ctx, at, at.ViaAs("stream-container-2", pubs["stream-container-2"]), relayOpts(streamID)...)
 	if err != nil {
 		return 0, err
 	}
-	sweepRelay, err := outbox.NewRelay(ctx, at, at.ViaAs("sweeper", pub), relayOpts(fmt.Sprint("sweeper-", round))...)
+	sweepRelay, err := outbox.NewRelay(ctx, at, at.ViaAs("sweeper", pubs["sweeper"]), relayOpts(fmt.Sprint("sweeper-", round))...)
 	if err != nil {
 		return 0, err
 	}
@@ -539,8 +666,12 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 
 	// The consumer.
 	consumed := make(chan struct{})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
+	copts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50 * time.Millisecond)}
+	if txns != nil {
+		copts = append(copts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	cl, err := kgo.NewClient(copts...)
 	if err != nil {
 		return 0, err
 	}
@@ -558,6 +689,9 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 					}
 				}
 				chk.Delivered(id, p.ID, string(r.Key), p.order())
+				if txns != nil {
+					txns.delivered(r, id, p.order())
+				}
 				traceDelivery(id, r)
 			})
 		}
@@ -565,7 +699,21 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 
 	// Faults on.
 	faultPhase.Add(1)
-	kafkaFaults := installKafkaFaults(cluster, topic, chance, chk)
+	var kafkaFaults []kafkaFault
+	if cluster != nil {
+		kafkaFaults = installKafkaFaults(cluster, topic, chance, chk, txns != nil)
+	}
+	stopChaos := func() {}
+	if cfg.Kafka != nil {
+		var txnIDs []string
+		for b := range cfg.Buckets {
+			txnIDs = append(txnIDs, kafka.TransactionalID(tables.Messages, b))
+		}
+		if err := waitCoordinators(ctx, brokers, txnIDs, []string{name + "-view"}); err != nil {
+			return 0, err
+		}
+		stopChaos = brokerChaos(ctx, cfg, intn, tl)
+	}
 	inj.Enable()
 	crash.on.Store(true)
 	cfg.logf("round %d: %d messages, endpoint %s, topic %s", round, target, endpoint, topic)
@@ -621,6 +769,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	inj.Disable()
 	crash.on.Store(false)
 	chaosOn.Store(false)
+	stopChaos()
 	for _, h := range kafkaFaults {
 		tl.add(h.kind, h.h.Hits())
 		h.h.Remove()
@@ -693,6 +842,11 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	if fmt.Sprint(inDeadLetters) != fmt.Sprint(parkedIDs) {
 		return 0, fmt.Errorf("dead letters %v differ from the messages the relay parked %v", inDeadLetters, parkedIDs)
 	}
+	if txns != nil {
+		v := txns.verdict(chk)
+		txnv.Add(v)
+		cfg.logf("round %d transactions: %s", round, v)
+	}
 	cfg.logf("round %d done: committed=%d parked=%d", round, committed.Load(), len(parkedIDs))
 	return int(committed.Load()), nil
 }
@@ -716,6 +870,7 @@ func sleep(ctx context.Context, d time.Duration) {
 type crasher struct {
 	on     atomic.Bool
 	chance func(float64) bool
+	stall  float64
 	tl     *tally
 	at     *attrib.Attribution // told of every crash and stall, to explain their duplicates
 }
@@ -738,7 +893,7 @@ func (c *crasher) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 	if !c.on.Load() {
 		return nil
 	}
-	if p == seam.AfterProduce && c.chance(0.05) {
+	if p == seam.AfterProduce && c.chance(c.stall) {
 		// A stalled holder: it sleeps past its lease, then carries on.
 		c.tl.add("relay:stall", 1)
 		c.at.Stalled(bucket)
@@ -796,14 +951,17 @@ type kafkaFault struct {
 // records (as a real broker does when replication times out): the client's
 // retry may write them again, so the records of such a request are put at
 // risk of duplication.
-func installKafkaFaults(c *kfake.Cluster, topic string, chance func(float64) bool, chk *checker.Checker) []kafkaFault {
+func installKafkaFaults(c *kfake.Cluster, topic string, chance func(float64) bool, chk *checker.Checker, txn bool) []kafkaFault {
 	add := func(kind string, err *kerr.Error, p float64) kafkaFault {
 		h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: err, Count: -1,
 			When: func(req kmsg.Request) bool {
 				if !chance(p) {
 					return false
 				}
-				if err == kerr.RequestTimedOut {
+				if err == kerr.RequestTimedOut && !txn {
+					// In a transaction the producer's retry is
+					// deduplicated by its sequence numbers, and a
+					// failed one aborts the transaction.
 					chk.AtRisk("kafka:request-timed-out", produceIDs(req)...)
 				}
 				return true

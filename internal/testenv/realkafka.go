@@ -558,6 +558,7 @@ min.insync.replicas=%d
 transaction.state.log.replication.factor=%d
 transaction.state.log.min.isr=%d
 transaction.state.log.num.partitions=4
+transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 group.initial.rebalance.delay.ms=0
 broker.session.timeout.ms=4000
 broker.heartbeat.interval.ms=500

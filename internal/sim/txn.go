@@ -1,0 +1,237 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/dynakafka/outbox"
+)
+
+// The transactional publish (kafka.TxnPublisher) as the broker runs it: each
+// process has, per bucket, a producer under the bucket's transactional id;
+// initialising one bumps the id's epoch, which aborts the open transaction
+// of the previous epoch and refuses that producer's further produce and
+// commit (fenced). Each Publish is one transaction: its records are
+// appended as they are produced and visible only once it commits; a failed
+// record, a cancelled publish or a fence aborts it, and nothing of it is
+// ever visible. A commit's answer may be lost after it applied: the
+// publisher then reports the commit's outcome unknown (kafka.ErrCommitUnknown),
+// the only failed publish that puts its messages at risk.
+
+// txnState is a transaction's state at the broker.
+type txnState int8
+
+const (
+	txnOpen txnState = iota
+	txnCommitted
+	txnAborted
+)
+
+type txn struct {
+	bucket int
+	epoch  int
+	who    string
+	state  txnState
+	// reported: what Publish told the relay: 0 not yet, 1 committed, 2
+	// failed, 3 commit outcome unknown.
+	reported int8
+	ids      []string
+}
+
+var (
+	errFenced        = errors.New("PRODUCER_FENCED") // retriable
+	errCommitUnknown = errors.New("commit sent, outcome unknown")
+)
+
+// txnProc is one process's transactional publisher.
+type txnProc struct {
+	p    *publisher
+	who  string
+	prod map[int]int // bucket -> its producer's epoch (0: none yet, or dropped after a fence)
+	busy map[int]bool
+}
+
+func (p *publisher) txnFor(who string) *txnProc {
+	return &txnProc{p: p, who: who, prod: map[int]int{}, busy: map[int]bool{}}
+}
+
+// abortOpen aborts bucket b's open transactions of epochs before e (the new
+// producer's initialisation).
+func (p *publisher) abortOpen(b, e int) {
+	for _, t := range p.txns {
+		if t.bucket == b && t.state == txnOpen && t.epoch < e {
+			t.state = txnAborted
+		}
+	}
+}
+
+func (tp *txnProc) Publish(ctx context.Context, msgs []outbox.Message) (int, error) {
+	p := tp.p
+	s, r := p.w.s, p.w.s.Rand()
+	b := msgs[0].Bucket
+	if tp.busy[b] {
+		// kafka.TxnPublisher serialises a bucket's transactions; the relay's
+		// own lock should never let two drains of one process publish a
+		// bucket at once.
+		p.w.fail(fmt.Errorf("%s publishes bucket %d twice at once", tp.who, b))
+	}
+	tp.busy[b] = true
+	defer func() { tp.busy[b] = false }()
+	s.Yield()
+	if tp.prod[b] == 0 {
+		p.epoch[b]++
+		tp.prod[b] = p.epoch[b]
+		p.abortOpen(b, tp.prod[b])
+	}
+	t := &txn{bucket: b, epoch: tp.prod[b], who: tp.who}
+	p.txns = append(p.txns, t)
+	tx := len(p.txns) // 1-based: 0 is "no transaction"
+	appendRecs := func(n int) {
+		for _, m := range msgs[:n] {
+			p.log = append(p.log, record{id: m.ID, bucket: m.Bucket, seq: m.Sequence, txn: tx})
+			t.ids = append(t.ids, m.ID)
+		}
+	}
+	fail := func(err error) (int, error) {
+		if t.state == txnOpen {
+			t.state = txnAborted
+		}
+		t.reported = 2
+		if errors.Is(err, errFenced) {
+			tp.prod[b] = 0 // a new client, whose initialisation fences any other
+		}
+		return 0, err
+	}
+	s.Sleep(ctx.Done(), time.Duration(r.Int64N(int64(300*time.Millisecond))))
+	if r.Float64() < p.w.cfg.FaultRate/10 {
+		s.Sleep(ctx.Done(), 30*time.Second) // a very slow broker
+	}
+	fenced := func() bool { return p.epoch[b] != tp.prod[b] }
+	switch x := r.Float64(); {
+	case fenced():
+		// A newer producer initialised the id: what was appended before is
+		// aborted with the transaction, the rest is refused.
+		appendRecs(r.IntN(len(msgs) + 1))
+		return fail(errFenced)
+	case x < p.w.cfg.FaultRate/3:
+		appendRecs(r.IntN(len(msgs) + 1))
+		return fail(errRetriable)
+	case x < p.w.cfg.FaultRate*2/3:
+		appendRecs(r.IntN(len(msgs)))
+		return fail(errTooLarge)
+	case x < p.w.cfg.FaultRate*3/4:
+		return fail(errAuth)
+	case ctx.Err() != nil:
+		// Cancelled: kgo fails what it buffered, the rest was appended;
+		// the transaction is aborted.
+		appendRecs(r.IntN(len(msgs) + 1))
+		return fail(ctx.Err())
+	}
+	appendRecs(len(msgs))
+	// The commit: another process may initialise the id meanwhile.
+	s.Yield()
+	s.Sleep(nil, time.Duration(r.Int64N(int64(50*time.Millisecond))))
+	if fenced() {
+		return fail(errFenced)
+	}
+	t.state = txnCommitted
+	if r.Float64() < p.w.cfg.FaultRate/5 {
+		// The commit applied; its answer was lost.
+		t.reported = 3
+		tp.prod[b] = 0
+		return 0, fmt.Errorf("commit transaction: %w", errCommitUnknown)
+	}
+	t.reported = 1
+	return len(msgs), nil
+}
+
+// visible is the log as a read_committed consumer reads it: the records of
+// committed transactions, and those published without one.
+func (p *publisher) visible() []record {
+	if p.txns == nil {
+		return p.log
+	}
+	var out []record
+	for _, rec := range p.log {
+		if rec.txn == 0 || p.txns[rec.txn-1].state == txnCommitted {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// checkTxns checks what a read_committed consumer sees: nothing of a
+// transaction the relay was told failed (unless its commit's outcome was
+// unknown) — stale_visible; a bucket's transactions one after another, each
+// in sequence order — interleavings; and duplicates only as whole
+// transactions, or part of one after a recorded partial marking.
+func (w *world) checkTxns(vis []record) {
+	p := w.pub
+	lastTxn := map[int]int{}
+	ended := map[int]map[int]bool{}
+	lastSeq := map[int]int64{}
+	copies := map[string][]int{}
+	for _, rec := range vis {
+		t := p.txns[rec.txn-1]
+		if t.reported == 2 || t.reported == 0 {
+			w.res.StaleVisible = append(w.res.StaleVisible, fmt.Sprintf("%s of transaction %d (%s), reported failed", rec.id, rec.txn, t.who))
+		}
+		b := rec.bucket
+		if l, ok := lastTxn[b]; !ok || l != rec.txn {
+			if ended[b][rec.txn] {
+				w.res.Interleavings = append(w.res.Interleavings, fmt.Sprintf("bucket %d: transaction %d again after %d", b, rec.txn, l))
+			}
+			if ok {
+				if ended[b] == nil {
+					ended[b] = map[int]bool{}
+				}
+				ended[b][l] = true
+			}
+			lastTxn[b] = rec.txn
+		} else if rec.seq <= lastSeq[b] {
+			w.res.Interleavings = append(w.res.Interleavings, fmt.Sprintf("bucket %d: %d after %d in transaction %d", b, rec.seq, lastSeq[b], rec.txn))
+		}
+		lastSeq[b] = rec.seq
+		if slices.Contains(copies[rec.id], rec.txn) {
+			w.res.PartialDuplicates = append(w.res.PartialDuplicates, fmt.Sprintf("%s twice in transaction %d", rec.id, rec.txn))
+		}
+		copies[rec.id] = append(copies[rec.id], rec.txn)
+	}
+	for i, t := range p.txns {
+		if t.state != txnCommitted {
+			continue
+		}
+		again, partialCause := 0, false
+		for _, id := range t.ids {
+			c := copies[id]
+			if j := slices.Index(c, i+1); j >= 0 && j < len(c)-1 {
+				again++
+			}
+			if risk := w.chk.RiskOf(id); risk == "crash:mid-delete" || risk == "store-fault:mark" {
+				partialCause = true
+			}
+		}
+		switch {
+		case again == 0:
+		case again == len(t.ids):
+			w.res.DupTxnsWhole++
+		default:
+			w.res.DupTxnsPartial++
+			if !partialCause {
+				w.res.PartialDuplicates = append(w.res.PartialDuplicates, fmt.Sprintf("transaction %d (%s): %d of %d messages published again, no partial marking recorded", i+1, t.who, again, len(t.ids)))
+			}
+		}
+	}
+}
+
+// fail ends the schedule with err.
+func (w *world) fail(err error) {
+	w.s.mu.Lock()
+	if w.s.err == nil {
+		w.s.err = err
+	}
+	w.s.mu.Unlock()
+}
