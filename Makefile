@@ -22,7 +22,9 @@
 # library never downloads them; each that requires the library does so
 # through a replace directive to this checkout. cdk/'s tests synthesize its
 # example app with Node (jsii) and check it with cfn-lint and the SAM
-# translator.
+# translator. examples/orders is a module outside the library, as a
+# service's would be: it places and pays an order and tests its read model
+# with outboxtest.
 
 SHELL       := /bin/bash
 GO          ?= go
@@ -40,10 +42,12 @@ ARCHES      := arm64 amd64
 # Every Go module of the repository: the library and the modules beside it
 # that hold what only the Lambda functions, the local tools and the tests
 # need (so that a service importing the library does not get aws-lambda-go,
-# Secrets Manager, kfake or kadm in its module graph), then the tools.
+# Secrets Manager, kfake or kadm in its module graph), then the tools and
+# examples/orders (a service as a user writes it, from the README and go doc
+# ./outboxtest, with its own go.mod).
 LIBRARY_MODULES := . lambda local/esm local/schedule cmd deploy integration internal/soak internal/kfakeenv kafka/brokertest \
 	examples/orderviewfn inbox/lambdakafka outboxtest
-TOOL_MODULES    := tools otel cdk
+TOOL_MODULES    := tools otel cdk examples/orders
 MODULES         := $(LIBRARY_MODULES) $(TOOL_MODULES)
 # make test runs the library's modules as one Go workspace (generated, not
 # committed: each module's own go.mod and replace directives are what its

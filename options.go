@@ -45,6 +45,8 @@ type config struct {
 	hooks           seam.Hooks
 	logger          *slog.Logger
 	metrics         Metrics
+	notifier        *Notifier
+	notifierSet     bool
 }
 
 func defaultConfig() config {
@@ -242,6 +244,19 @@ func WithClock(clk Clock) Option { return func(c *config) { c.clock = clk } }
 // WithLogger sets the logger. Default: silent.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
+// WithNotifier makes Run drain the buckets notified on n as soon as they
+// are, besides polling every PollInterval: give the same Notifier to the
+// writers of this process (store/dynamo's WithNotifier) and their commits
+// reach Kafka without waiting for the next poll. Run drains only the
+// notified buckets in this relay's fair share as of its last sweep (the
+// others are left to the relays that poll them), never waits for another
+// relay's hold (it leaves a wake-up, as a sweep does), and may drain up to
+// Concurrency buckets for notifications while a sweep drains as many.
+// DrainBucket and Sweep ignore n. Default: none (Run polls only).
+func WithNotifier(n *Notifier) Option {
+	return func(c *config) { c.notifier, c.notifierSet = n, true }
+}
+
 // WithMetrics sets the metrics sink, called once per batch and once per
 // drain. Default: none.
 func WithMetrics(m Metrics) Option { return func(c *config) { c.metrics = m } }
@@ -308,6 +323,8 @@ func (c *config) validate() error {
 		return bad("WithLogger", nil, "must not be nil")
 	case c.metrics == nil:
 		return bad("WithMetrics", nil, "must not be nil")
+	case c.notifierSet && c.notifier == nil:
+		return bad("WithNotifier", nil, "must not be nil (use outbox.NewNotifier)")
 	}
 	return nil
 }

@@ -35,6 +35,12 @@ type Relay struct {
 	// cannot keep two drains of one Relay apart: this can.
 	mu      sync.Mutex
 	buckets map[int]*local
+	// fair: this relay's fair share as its last sweep computed it (ok: a
+	// sweep did), which Run's notified drains keep to.
+	fair struct {
+		share, rank int
+		ok          bool
+	}
 }
 
 // local is this process's view of one bucket.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -103,7 +104,11 @@ func (r *Relay) Sweep(ctx context.Context) (SweepReport, error) {
 	return r.sweep(ctx, true)
 }
 
-func (r *Relay) sweep(ctx context.Context, probeOutOfRange bool) (SweepReport, error) {
+// sweep is Sweep; a partial one (full false, Run's sweeps between the
+// minutely full ones) neither looks above the bucket range, nor counts the
+// dead letters, nor reads the counters of buckets with messages: only the
+// report shows them (Last and Parked are -1 there).
+func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 	rep := SweepReport{OutOfRange: map[int]int{}, Errors: map[int]error{}}
 	probe, ok := r.store.(BucketProbe)
 	if !ok {
@@ -111,18 +116,26 @@ func (r *Relay) sweep(ctx context.Context, probeOutOfRange bool) (SweepReport, e
 	}
 	cfg := &r.cfg
 	now := cfg.clock.Now()
-	if err := r.store.Heartbeat(ctx, cfg.relayID, now, cfg.leaseDuration); err != nil {
-		return rep, fmt.Errorf("outbox: heartbeat: %w", err)
-	}
-	live, err := r.store.LiveRelays(ctx, now, cfg.leaseDuration)
-	if err != nil {
-		return rep, fmt.Errorf("outbox: list live relays: %w", err)
-	}
-	share, rank := LiveShare(r.bucketCount, live, cfg.relayID)
-	rep.Live, rep.Share = max(len(live), rank+1), share
+	// The heartbeat and the list of live relays go alongside the probes
+	// rather than before them: a message committed just after its bucket's
+	// probe waits for the next sweep, so every round trip before the
+	// probes adds to its latency.
+	var live []string
+	var liveErr error
+	liveDone := make(chan struct{})
+	go func() {
+		defer close(liveDone)
+		if err := r.store.Heartbeat(ctx, cfg.relayID, now, cfg.leaseDuration); err != nil {
+			liveErr = fmt.Errorf("outbox: heartbeat: %w", err)
+			return
+		}
+		if live, liveErr = r.store.LiveRelays(ctx, now, cfg.leaseDuration); liveErr != nil {
+			liveErr = fmt.Errorf("outbox: list live relays: %w", liveErr)
+		}
+	}()
 
 	upper := r.bucketCount
-	if probeOutOfRange {
+	if full {
 		upper = OutOfRangeProbe(r.bucketCount)
 	}
 	looks := make([]BucketReport, upper)
@@ -133,13 +146,22 @@ func (r *Relay) sweep(ctx context.Context, probeOutOfRange bool) (SweepReport, e
 		sem <- struct{}{}
 		go func(b int) {
 			defer func() { <-sem; wg.Done() }()
-			looks[b] = r.look(ctx, probe, b, b < r.bucketCount)
+			looks[b] = r.look(ctx, probe, b, b < r.bucketCount, full)
 		}(b)
 	}
 	wg.Wait()
+	<-liveDone
+	if liveErr != nil {
+		return rep, liveErr
+	}
+	share, rank := LiveShare(r.bucketCount, live, cfg.relayID)
+	rep.Live, rep.Share = max(len(live), rank+1), share
+	r.mu.Lock()
+	r.fair.share, r.fair.rank, r.fair.ok = share, rank, true
+	r.mu.Unlock()
 
 	n := r.bucketCount
-	pos := func(b int) int { return ((b-rank*share)%n + n) % n }
+	pos := func(b int) int { return fairPos(b, n, share, rank) }
 	var ready []int
 	for _, lk := range looks {
 		switch {
@@ -165,7 +187,9 @@ func (r *Relay) sweep(ctx context.Context, probeOutOfRange bool) (SweepReport, e
 		rep.Ready = append(rep.Ready, lk.Bucket)
 		age := now.Sub(lk.Oldest)
 		switch {
-		case age < cfg.sweepMinAge:
+		case cfg.sweepMinAge > 0 && age < cfg.sweepMinAge:
+			// (Only when set: a message committed during this sweep, after
+			// now was read, has a negative age and must not wait a poll.)
 			rep.Skipped = append(rep.Skipped, lk.Bucket) // in flight on the stream path
 		case pos(lk.Bucket) < share || age >= cfg.leaseDuration:
 			ready = append(ready, lk.Bucket)
@@ -174,14 +198,6 @@ func (r *Relay) sweep(ctx context.Context, probeOutOfRange bool) (SweepReport, e
 		}
 	}
 	rep.Buckets = looks[:min(n, len(looks))]
-	for _, lk := range rep.Buckets {
-		if lk.Err == nil && lk.Messages == 0 {
-			if nl, ok := r.catchUp(ctx, lk, now); ok {
-				rep.Buckets[lk.Bucket].Lease = nl
-				rep.CaughtUp = append(rep.CaughtUp, lk.Bucket)
-			}
-		}
-	}
 
 	// Prefer this relay's range, in its order.
 	sort.SliceStable(ready, func(i, j int) bool { return pos(ready[i]) < pos(ready[j]) })
@@ -195,6 +211,18 @@ func (r *Relay) sweep(ctx context.Context, probeOutOfRange bool) (SweepReport, e
 	for _, b := range ready {
 		if _, failed := rep.Errors[b]; !failed && !contains(rep.Held, b) {
 			rep.Drained = append(rep.Drained, b)
+		}
+	}
+	// Catching quiet buckets up comes after the drains: its reads and
+	// writes, one bucket after another, would otherwise delay the
+	// messages found. Each is conditional on the lease the probe read, so
+	// what happened to a bucket since fails it harmlessly (§7.14).
+	for _, lk := range rep.Buckets {
+		if lk.Err == nil && lk.Messages == 0 {
+			if nl, ok := r.catchUp(ctx, lk, now); ok {
+				rep.Buckets[lk.Bucket].Lease = nl
+				rep.CaughtUp = append(rep.CaughtUp, lk.Bucket)
+			}
 		}
 	}
 	sort.Ints(rep.Drained)
@@ -215,7 +243,7 @@ func (r *Relay) sweep(ctx context.Context, probeOutOfRange bool) (SweepReport, e
 
 // look probes one bucket: its lease (in range), its pending messages, and
 // what the optional probes tell.
-func (r *Relay) look(ctx context.Context, probe BucketProbe, b int, inRange bool) BucketReport {
+func (r *Relay) look(ctx context.Context, probe BucketProbe, b int, inRange, full bool) BucketReport {
 	lk := BucketReport{Bucket: b, Last: -1, Parked: -1}
 	after := int64(0)
 	if inRange {
@@ -227,12 +255,14 @@ func (r *Relay) look(ctx context.Context, probe BucketProbe, b int, inRange bool
 	if lk.Messages, lk.Oldest, lk.Err = probe.Peek(ctx, b, after, probeLimit); lk.Err != nil || !inRange {
 		return lk
 	}
-	if cp, ok := r.store.(CounterProbe); ok {
+	// A partial sweep reads the counter only where catchUp needs it: for a
+	// bucket with messages it would only delay their drain.
+	if cp, ok := r.store.(CounterProbe); ok && (full || lk.Messages == 0) {
 		if last, err := cp.LastSequence(ctx, b); err == nil {
 			lk.Last = last
 		}
 	}
-	if pc, ok := r.store.(ParkedCounter); ok {
+	if pc, ok := r.store.(ParkedCounter); ok && full {
 		if n, err := pc.CountParked(ctx, b); err == nil {
 			lk.Parked = n
 		}
@@ -293,23 +323,46 @@ func ageSeconds(now, t time.Time) float64 {
 	return max(0, now.Sub(t).Seconds())
 }
 
+// fairPos is bucket b's place in the order a relay of the given rank
+// takes buckets in: its own range (positions below share) first.
+func fairPos(b, n, share, rank int) int { return ((b-rank*share)%n + n) % n }
+
 // rangeProbeInterval is how often Run looks above the bucket range.
 const rangeProbeInterval = time.Minute
 
 // Run sweeps every PollInterval until ctx is done: a long-running relay for
-// containers and tests. It looks for stray buckets above the range once a
-// minute rather than on every sweep. Errors of one sweep are logged and the
-// next sweep tries again; a misconfiguration (*BucketRangeError) is returned.
+// containers and tests. It looks for stray buckets above the range, and
+// counts dead letters, once a minute rather than on every sweep. Errors of
+// one sweep are logged and the next sweep tries again; a misconfiguration
+// (*BucketRangeError) is returned.
+//
+// Sweeps start PollInterval apart (start to start; one that overruns is
+// followed at once by the next), so a message committed on an idle outbox
+// reaches Kafka within PollInterval plus a sweep's probe and the drain of
+// its bucket. With WithNotifier, the buckets notified by this process's
+// writers are drained as soon as they are, between and during sweeps.
 func (r *Relay) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	swept := make(chan struct{})
+	var sweeps atomic.Uint64
+	if n := r.cfg.notifier; n != nil {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			r.runNotified(ctx, n, swept, &sweeps)
+		}()
+		defer func() { cancel(); <-done }()
+	}
 	t := time.NewTicker(r.cfg.pollInterval)
 	defer t.Stop()
 	var lastRangeProbe time.Time
 	for {
-		probe := time.Since(lastRangeProbe) >= rangeProbeInterval
-		if probe {
+		full := time.Since(lastRangeProbe) >= rangeProbeInterval
+		if full {
 			lastRangeProbe = time.Now()
 		}
-		_, err := r.sweep(ctx, probe)
+		_, err := r.sweep(ctx, full)
 		var re *BucketRangeError
 		if errors.As(err, &re) {
 			return err
@@ -317,10 +370,74 @@ func (r *Relay) Run(ctx context.Context) error {
 		if err != nil && ctx.Err() == nil {
 			r.cfg.logger.ErrorContext(ctx, "outbox: sweep failed", "err", err)
 		}
+		sweeps.Add(1)
+		select {
+		case <-swept:
+		default:
+			close(swept) // the fair share is known: notified drains may start
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
 		}
 	}
+}
+
+// runNotified drains the buckets notified on n, from the first sweep's end
+// (swept: the fair share is known, and that sweep saw what was committed
+// before it) until ctx is done. A bucket outside this relay's fair share is
+// left to its owner's sweeps; so is a bucket whose notified drain failed,
+// until the next sweep has run (sweeps counts them): notifications never
+// retry a failing bucket faster than the polls do.
+func (r *Relay) runNotified(ctx context.Context, n *Notifier, swept <-chan struct{}, sweeps *atomic.Uint64) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-swept:
+	}
+	failed := map[int]uint64{} // bucket -> sweeps when its drain failed
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.Ready():
+		}
+		gen := sweeps.Load()
+		var buckets []int
+		for _, b := range r.ownNotified(n.Take()) {
+			if at, ok := failed[b]; ok && at == gen {
+				continue // the next sweep retries it
+			}
+			delete(failed, b)
+			buckets = append(buckets, b)
+		}
+		if len(buckets) == 0 {
+			continue
+		}
+		for b, err := range r.drainBuckets(ctx, buckets, false) {
+			if ctx.Err() != nil {
+				return
+			}
+			if !errors.Is(err, ErrLeaseHeld) {
+				failed[b] = gen
+			}
+			r.cfg.logger.Log(ctx, levelFor(err), "outbox: notified drain stopped", "bucket", b, "err", err)
+		}
+	}
+}
+
+// ownNotified keeps the notified buckets in range and in this relay's fair
+// share as of its last sweep.
+func (r *Relay) ownNotified(buckets []int) []int {
+	r.mu.Lock()
+	fair := r.fair
+	r.mu.Unlock()
+	out := buckets[:0]
+	for _, b := range buckets {
+		if b < r.bucketCount && (!fair.ok || fairPos(b, r.bucketCount, fair.share, fair.rank) < fair.share) {
+			out = append(out, b)
+		}
+	}
+	return out
 }

@@ -277,7 +277,10 @@ func sharedDynamo(ctx context.Context) (*dynamoEnv, error) {
 	dynamoOnce.Do(func() {
 		endpoint := os.Getenv(DynamoDBEndpointEnv)
 		if endpoint == "" {
-			inst, err := dynamolocal.Start(ctx, dynamolocal.Options{})
+			// A JVM starting on a busy CI machine can take longer than
+			// dynamolocal's default 30 s; New's context (3 minutes)
+			// still bounds the whole set-up.
+			inst, err := dynamolocal.Start(ctx, dynamolocal.Options{StartTimeout: 2 * time.Minute})
 			if err != nil {
 				sharedErr = fmt.Errorf("start DynamoDB Local (or set %s): %w", DynamoDBEndpointEnv, err)
 				return

@@ -22,6 +22,8 @@ type settings struct {
 	maxAttempts       int
 	clock             outbox.Clock
 	logger            *slog.Logger
+	notifier          *outbox.Notifier
+	notifierSet       bool
 	// jitter draws a backoff delay below its argument (tests fix it).
 	jitter func(time.Duration) time.Duration
 	// mode: the mode CreateTables creates, or the one NewStore and
@@ -359,6 +361,19 @@ func WithLogger(l *slog.Logger) Option {
 	return func(s *settings) { s.set("WithLogger", forWriter, func() { s.logger = l }) }
 }
 
+// WithNotifier notifies n of the buckets of every transaction the Writer
+// committed, right after the commit, so that the relay running in this
+// process with the same Notifier (outbox.WithNotifier) publishes them at
+// once rather than at its next poll. Notifying never blocks the Write and
+// never fails it; a Write that failed, or whose outcome is unknown
+// (outbox.ErrOutcomeUnknown), notifies nothing: its messages, if stored,
+// are found by the relay's polls. Default: none.
+func WithNotifier(n *outbox.Notifier) Option {
+	return func(s *settings) {
+		s.set("WithNotifier", forWriter, func() { s.notifier, s.notifierSet = n, true })
+	}
+}
+
 func (s *settings) validate() error {
 	bad := func(opt string, v any, why string) error {
 		return &outbox.OptionError{Option: opt, Value: v, Reason: why}
@@ -379,6 +394,8 @@ func (s *settings) validate() error {
 		return bad("MaxMessageBytes", s.maxMessageBytes, fmt.Sprintf("must be %d..%d", outbox.RecordOverhead, maxSharedMessageBytes))
 	case s.emptyHeader != "":
 		return bad(s.emptyHeader, "", "must not be empty (leave the option out to take the config item's name)")
+	case s.notifierSet && s.notifier == nil:
+		return bad("WithNotifier", nil, "must not be nil (use outbox.NewNotifier)")
 	case s.maxAttempts < 1 || s.maxAttempts > 20:
 		return bad("MaxAttempts", s.maxAttempts, "must be 1..20")
 	case s.clock == nil:

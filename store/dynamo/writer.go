@@ -82,7 +82,8 @@ type Result struct {
 // settings MaxMessageBytes, MessageIDHeader, BucketHeader, SequenceHeader
 // (checked against the config item: a *outbox.MisconfigurationError when
 // they differ; left out, the item's are used), MaxAttempts, FenceTTL,
-// WithClock, WithTracer, WithLogger; any other is an *outbox.OptionError.
+// WithClock, WithTracer, WithLogger, WithNotifier; any other is an
+// *outbox.OptionError.
 //
 // In a WatermarkMode outbox every message item gets a TTL attribute (x,
 // epoch seconds): its CreatedAt, or the wall clock when that is later, plus
@@ -230,7 +231,15 @@ func (w *Writer) write(ctx context.Context, token string, items []types.Transact
 		return Result{}, err
 	}
 	t := &txn{w: w, items: items, msgs: prepared, token: token}
-	return t.run(ctx)
+	res, err = t.run(ctx)
+	if err == nil && w.cfg.notifier != nil {
+		buckets := make([]int, len(res.Messages))
+		for i, m := range res.Messages {
+			buckets[i] = m.Bucket
+		}
+		w.cfg.notifier.Notify(buckets...)
+	}
+	return res, err
 }
 
 func enqueueSpan(items []types.TransactWriteItem, msgs []outbox.Message) outbox.SpanStart {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -69,6 +70,7 @@ func TestSmoke(t *testing.T) {
 		{"sweep: runs", len(res.Sweep), len(o.sweep.rates) * len(o.sweep.windows) * len(o.modes)},
 		{"scale: bucket counts", len(res.Scale), len(o.scale.buckets)},
 		{"footprint: drained", res.Footprint.Messages, o.footprintMsgs},
+		{"runrelay: variants (polling, notifier)", len(res.RunRelay), 2},
 		{"footprint: binaries", len(res.Footprint.Binaries), len(o.arches)},
 	}
 	for _, m := range moved {
@@ -111,6 +113,15 @@ func TestSmoke(t *testing.T) {
 		{"init", res.Footprint.InitMs},
 		{"peak RSS", float64(res.Footprint.PeakRSSBytes)},
 		{"binary size", float64(res.Footprint.Binaries[0].Bytes)},
+	}
+	for _, rr := range res.RunRelay {
+		if rr.Messages != o.runRelayMsgs {
+			t.Errorf("runrelay, notifier %v: %d messages, want %d", rr.Notifier, rr.Messages, o.runRelayMsgs)
+		}
+		positive = append(positive, struct {
+			name string
+			v    float64
+		}{fmt.Sprintf("runrelay p99, notifier %v", rr.Notifier), rr.P99ms})
 	}
 	for _, w := range res.Capacity.Writer {
 		positive = append(positive, struct {

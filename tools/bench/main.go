@@ -18,6 +18,7 @@
 //	cd tools && go run ./bench -smoke -out /tmp/bench
 //	cd tools && go run ./bench -only steady              # the steady lines alone
 //	cd tools && go run ./bench -only scale               # the scale lines alone
+//	cd tools && go run ./bench -only runrelay            # the runrelay lines alone
 //	cd tools && go run ./bench -only steady -sweep -out /tmp/s   # + cost by rate and window
 //	cd tools && go run ./bench -only txn                 # the transactional mode beside the default
 //
@@ -31,6 +32,8 @@
 //	steady: rate=burst …
 //	scale: buckets=8 offered_msgs_per_s=2000 … limit=dynamodb-local|none …
 //	scale: buckets=16 …, 32, 64
+//	runrelay: p50_ms=… p99_ms=… poll_ms=200 …
+//	runrelay: p50_ms=… p99_ms=… poll_ms=200 … notifier=true
 //
 // and, with -sweep, one sweep: line per rate, batching window and relay mode.
 package main
@@ -64,6 +67,7 @@ type options struct {
 	naiveMsgs     int
 	bucketCounts  []int // per-bucket overhead stages besides the relay stage's 8
 	footprintMsgs int
+	runRelayMsgs  int         // the long-running relay stage: messages per variant
 	rounds        int         // turns of raw DynamoDB, raw pipeline and relay
 	txns          map[int]int // capacity: transactions per messages-per-transaction
 	arches        []string
@@ -116,7 +120,7 @@ func fullProfiles() []profile {
 func fullOptions() options {
 	return options{
 		relayMsgs: 20_000, naiveMsgs: 1_000, rounds: 3, bucketCounts: []int{32, 64},
-		footprintMsgs: 100_000, txns: map[int]int{1: 300, 10: 60, 100: 12}, arches: []string{"amd64", "arm64"},
+		footprintMsgs: 100_000, runRelayMsgs: 200, txns: map[int]int{1: 300, 10: 60, 100: 12}, arches: []string{"amd64", "arm64"},
 		steady: fullProfiles(), steadyWarmup: 3 * time.Second, modes: []relayMode{modeDelete, modeWatermark},
 		// Off unless -sweep: at least a minute per rate and window.
 		sweep: sweepOptions{rates: nil, windows: []time.Duration{0, time.Second, 5 * time.Second},
@@ -130,7 +134,7 @@ func fullOptions() options {
 func smokeOptions() options {
 	return options{
 		smoke: true, relayMsgs: 400, naiveMsgs: 40, rounds: 1, bucketCounts: []int{32, 64},
-		footprintMsgs: 400, txns: map[int]int{1: 4, 10: 2, 100: 1}, arches: []string{runtime.GOARCH},
+		footprintMsgs: 400, runRelayMsgs: 2, txns: map[int]int{1: 4, 10: 2, 100: 1}, arches: []string{runtime.GOARCH},
 		steady: []profile{
 			{Name: "10", Rate: 10, Seconds: 1},
 			{Name: "50", Rate: 50, Seconds: 0.6},
@@ -148,7 +152,7 @@ func main() {
 	smoke := flag.Bool("smoke", false, "tiny volumes: check that every stage runs (seconds, not minutes)")
 	out := flag.String("out", "docs", "directory for benchmarks.json, benchmarks.md and benchmarks.png (empty: write nothing); with -only, for steady.json or txn.json")
 	render := flag.String("render", "", "write benchmarks.md and benchmarks.png again from this benchmarks.json, running nothing")
-	only := flag.String("only", "", `"steady": run only the capacity and steady stages (and -sweep); "txn": only the transactional mode beside the default (their backlog drains in turns, the steady stage at 50 msgs/s) and the txn: line; "scale": only the capacity and scale stages; "footprint": only the capacity and footprint stages; and print their lines`)
+	only := flag.String("only", "", `"steady": run only the capacity and steady stages (and -sweep); "txn": only the transactional mode beside the default (their backlog drains in turns, the steady stage at 50 msgs/s) and the txn: line; "scale": only the capacity and scale stages; "footprint": only the capacity and footprint stages; "runrelay": only the long-running relay's latency; and print their lines`)
 	scaleBuckets := flag.String("scale-buckets", "", "bucket counts of the scale stage (default 8,16,32,64)")
 	scaleRate := flag.Float64("scale-rate", 0, "offered rate of the scale stage, msgs/s (default 2000)")
 	scaleSeconds := flag.Float64("scale-seconds", 0, "measured seconds of each scale run (default 5, after a 1 s warm-up)")
@@ -232,9 +236,9 @@ func main() {
 // validate refuses options the stages cannot run with.
 func (o options) validate() error {
 	switch o.only {
-	case "", "steady", "txn", "scale", "footprint":
+	case "", "steady", "txn", "scale", "footprint", "runrelay":
 	default:
-		return fmt.Errorf(`-only %q: the partial runs are "steady", "txn", "scale" and "footprint"`, o.only)
+		return fmt.Errorf(`-only %q: the partial runs are "steady", "txn", "scale", "footprint" and "runrelay"`, o.only)
 	}
 	if len(o.scale.buckets) > 0 && (!(o.scale.rate > 0) || !(o.scale.seconds > 0) || o.scale.writers < 1) {
 		return fmt.Errorf("scale stage: rate %v, seconds %v and writers %d must be positive", o.scale.rate, o.scale.seconds, o.scale.writers)
@@ -340,6 +344,14 @@ func run(ctx context.Context, o options) (*results, error) {
 	res.Settings = settingsOf(o)
 	g := newGen(8, uint64(time.Now().UnixNano()))
 
+	if o.only == "runrelay" {
+		if err := runRelayStage(ctx, e, o, res); err != nil {
+			return nil, err
+		}
+		res.finish(e)
+		return res, nil // a partial run writes nothing
+	}
+
 	// Capacity first: it also makes the item template every backlog uses.
 	o.progress("capacity: writer at 1, 10 and 100 messages per transaction")
 	tmpl, err := capacityStage(ctx, e, g, o, res)
@@ -371,6 +383,11 @@ func run(ctx context.Context, o options) (*results, error) {
 		}
 	}
 
+	if o.only == "" {
+		if err := runRelayStage(ctx, e, o, res); err != nil {
+			return nil, err
+		}
+	}
 	if o.only == "" || o.only == "footprint" {
 		o.progress("footprint: building the relay bootstrap for %v", o.arches)
 		if err := footprintStage(ctx, e, g, tmpl, o, res); err != nil {

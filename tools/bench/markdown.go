@@ -156,6 +156,8 @@ func (r *results) markdown() string {
 	r.txnMarkdown(p)
 	r.steadyMarkdown(p)
 
+	r.runRelayMarkdown(p)
+
 	f := r.Footprint
 	p("## Footprint of the relay Lambda\n\n")
 	p("`%s`:\n\n| arch | bootstrap size |\n|---|---:|\n", f.BuildFlags)
@@ -399,4 +401,27 @@ func (r *results) steadyMarkdown(p func(format string, args ...any)) {
 		p("The same as a table with cost beside latency, and a chart, is in [capacity.md](capacity.md).\n")
 		p("\n")
 	}
+}
+
+// runRelayMarkdown is the long-running relay's latency section.
+func (r *results) runRelayMarkdown(p func(format string, args ...any)) {
+	if len(r.RunRelay) == 0 {
+		return
+	}
+	p("## Long-running relay: commit → Kafka on an idle outbox\n\n")
+	p("`Relay.Run` (the container path) with PollInterval %.0f ms, 8 buckets; each message committed alone by a\n", r.RunRelay[0].PollMs)
+	p("`dynamo.Writer` at a random phase of the polls, after the one before was consumed; latency from the Write's return\n")
+	p("to a consumer fetching with a 10 ms wait. Polling alone, a message waits for the next sweep (up to PollInterval) and\n")
+	p("then that sweep's probe and its bucket's drain; with the writer and the relay sharing an `outbox.Notifier` the relay\n")
+	p("drains the bucket as soon as the commit returns (docs/design.md, \"Commit notifications\"). The drain column is\n")
+	p("the relay's own `DrainStats.Duration` of the drains that published (lease read, Pending, produce, marking).\n\n")
+	p("| wake-up | messages | p50 | p99 | max | goal for p99 | drain p50 / p99 | load average after |\n|---|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, rr := range r.RunRelay {
+		how := "polling"
+		if rr.Notifier {
+			how = "notifier"
+		}
+		p("| %s | %d | %.1f ms | %.1f ms | %.1f ms | %.0f ms | %.1f / %.1f ms | %s |\n", how, rr.Messages, rr.P50ms, rr.P99ms, rr.MaxMs, rr.GoalMs, rr.DrainP50ms, rr.DrainP99ms, rr.Load)
+	}
+	p("\n")
 }

@@ -41,6 +41,9 @@ type results struct {
 	// Scale has, per bucket count, the relay and the floor at ten times
 	// the steady stage's top rate (scale.go).
 	Scale []scaleResult `json:"scale,omitempty"`
+	// RunRelay is the long-running relay's commit → Kafka latency on an
+	// idle outbox, polling alone and with the writer's notifier.
+	RunRelay []runRelayResult `json:"runrelay,omitempty"`
 }
 
 // watermark compares the relay's watermark mode with its default (issue
@@ -247,6 +250,14 @@ func (r *results) finish(e *env) {
 		{Name: "dynamodb_round_trips_per_relayed_msg", Target: "<= 0.05 at BatchSize 500", Value: s.RoundTripsPerMsg, Met: s.RoundTripsPerMsg > 0 && s.RoundTripsPerMsg <= 0.05},
 	}
 	r.Goals = append(r.Goals, r.steadyGoals()...)
+	for _, rr := range r.RunRelay {
+		name := "runrelay_p99_ms"
+		if rr.Notifier {
+			name += "_notifier"
+		}
+		r.Goals = append(r.Goals, goal{Name: name, Target: fmt.Sprintf("<= PollInterval + 100 ms = %.0f", rr.GoalMs), Value: rr.P99ms,
+			Met: rr.P99ms > 0 && rr.P99ms <= rr.GoalMs, Note: fmt.Sprintf("Relay.Run on an idle outbox, commit → consumer, %d messages", rr.Messages)})
+	}
 	for _, t := range c.Total {
 		excess := t.AWSRuleWCU - t.MinWCU
 		r.Goals = append(r.Goals, goal{
@@ -352,6 +363,9 @@ func (r *results) lines() []string {
 		// Issue 21's goals: init <= 50 ms, peak RSS <= 64 MiB.
 		out = append(out, fmt.Sprintf("footprint: messages=%d init_ms=%.1f peak_rss_mib=%.1f rss_after_mib=%.1f drain_msgs_per_s=%.0f invocations=%d",
 			f.Messages, f.InitMs, float64(f.PeakRSSBytes)/(1<<20), float64(f.RSSAfterBytes)/(1<<20), float64(f.Messages)/max(f.DrainSeconds, 1e-9), f.Invocations))
+	}
+	for _, rr := range r.RunRelay {
+		out = append(out, rr.line())
 	}
 	if w := r.Watermark; w != nil {
 		out = append(out, fmt.Sprintf("watermark: relay_msgs_per_s=%.0f delete_mode_msgs_per_s=%.0f wcu_per_msg=%.3f",
