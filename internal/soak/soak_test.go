@@ -28,12 +28,12 @@ func TestSmallSoak(t *testing.T) {
 		messages     int
 		minEachFault int
 	}{
-		{outbox.DeleteMode, false, 5000, 5},
+		{outbox.DeleteMode, false, 3000, 5},
 		{outbox.WatermarkMode, false, 3000, 1},
 		// Kafka transactions: a read_committed consumer must see nothing of
 		// an aborted or fenced transaction, no two transactions of a bucket
 		// interleaved, and duplicates only as whole transactions.
-		{outbox.DeleteMode, true, 2000, 1},
+		{outbox.DeleteMode, true, 1200, 1},
 	} {
 		name := c.mode.String()
 		if c.txn {
