@@ -464,10 +464,17 @@ func loopbackPort() (int, error) {
 }
 
 // clusterID is a random KRaft cluster id: 16 bytes, base64url, no padding.
+// An id that starts with '-' (one in 64) is drawn again, as Kafka's own
+// Uuid.randomUuid does: kafka-storage's argument parser reads
+// "--cluster-id -x..." as a missing value followed by an option.
 func clusterID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	for {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		if id := base64.RawURLEncoding.EncodeToString(b[:]); id[0] != '-' {
+			return id
+		}
+	}
 }
 
 // makeCerts makes a CA and a server certificate for 127.0.0.1 and localhost
