@@ -68,9 +68,16 @@ func (e *ModeChangeError) Error() string {
 //
 // Every other item keeps outbox.FormatVersion in both modes; Config reports
 // that item format as FormatVersion, whatever the config item's version.
+//
+// Version 3 is a config item with a BucketCount epoch (be, nb, cd: an
+// online BucketCount change happened or is in progress, rebucket.go). Code
+// that predates epochs refuses it at start, loudly, as above; code already
+// running when the change began is refused by its counters (sequence,
+// MovedCounter).
 const (
 	configV1 = 1
 	configV2 = 2
+	configV3 = 3
 )
 
 // configItem is the config item that says c.
@@ -82,6 +89,14 @@ func configItem(c outbox.Config) map[string]types.AttributeValue {
 		item[attrVersion] = numAttr(configV2)
 		item[attrMode] = strAttr(c.Mode.String())
 		item[attrRetention] = numAttr(int64(c.Retention / time.Second))
+	}
+	if c.BucketEpoch > 0 || c.Changing() {
+		item[attrVersion] = numAttr(configV3)
+		item[attrBktEpoch] = numAttr(c.BucketEpoch)
+	}
+	if c.Changing() {
+		item[attrNextBkts] = numAttr(int64(c.NextBucketCount))
+		item[attrChangeDL] = numAttr(c.ChangeDeadline.UnixMilli())
 	}
 	if len(c.Topics) > 0 {
 		item[attrTopics] = &types.AttributeValueMemberSS{Value: slices.Clone(c.Topics)}
@@ -117,8 +132,8 @@ func decodeConfig(item map[string]types.AttributeValue) (outbox.Config, error) {
 	if err != nil {
 		return outbox.Config{}, err
 	}
-	if v > configV2 {
-		return outbox.Config{}, &outbox.MisconfigurationError{Setting: "FormatVersion", Configured: strconv.Itoa(configV2), Stored: strconv.FormatInt(v, 10),
+	if v > configV3 {
+		return outbox.Config{}, &outbox.MisconfigurationError{Setting: "FormatVersion", Configured: strconv.Itoa(configV3), Stored: strconv.FormatInt(v, 10),
 			Fix: "the outbox was created by a newer version of this library; upgrade"}
 	}
 	c := outbox.Config{BucketCount: int(bc), FormatVersion: outbox.FormatVersion, Mode: outbox.DeleteMode}
@@ -139,6 +154,9 @@ func decodeConfig(item map[string]types.AttributeValue) (outbox.Config, error) {
 		return outbox.Config{}, err
 	}
 	c.Retention = time.Duration(rt) * time.Second
+	if err := decodeEpoch(item, &c); err != nil {
+		return outbox.Config{}, err
+	}
 	if v, ok := item[attrTopics]; ok {
 		ss, ok := v.(*types.AttributeValueMemberSS)
 		if !ok {
@@ -343,6 +361,23 @@ func configure(ctx context.Context, client StoreAPI, tables Tables, change func(
 	if err != nil {
 		return stored, err
 	}
+	if stored.Mode == want.Mode && (stored.BucketCount != want.BucketCount || stored.Changing()) {
+		// Online (rebucket.go); then the other settings, if any.
+		first := stored
+		if _, err := ChangeBucketCount(ctx, client, tables, want.BucketCount, ChangeOptions{}); err != nil {
+			return first, err
+		}
+		if stored, err = readConfig(ctx, client, tables.Control); err != nil {
+			return first, err
+		}
+		prev := first
+		want.BucketEpoch, want.NextBucketCount, want.ChangeDeadline = stored.BucketEpoch, 0, time.Time{}
+		if sameConfig(stored, want) {
+			return prev, nil
+		}
+		return prev, replaceConfig(ctx, client, tables.Control, stored, want)
+	}
+	want.BucketEpoch, want.NextBucketCount, want.ChangeDeadline = stored.BucketEpoch, stored.NextBucketCount, stored.ChangeDeadline
 	if sameConfig(stored, want) {
 		return stored, nil
 	}
@@ -367,7 +402,8 @@ func replaceConfig(ctx context.Context, client updateItemAPI, table string, old,
 	oldItem, item := configItem(old), configItem(c)
 	var cond expression.ConditionBuilder
 	var upd expression.UpdateBuilder
-	for i, attr := range []string{attrBuckets, attrVersion, attrMode, attrRetention, attrTopics, attrMaxBytes, attrIDHeader, attrBktHeader, attrSeqHeader} {
+	for i, attr := range []string{attrBuckets, attrVersion, attrMode, attrRetention, attrTopics, attrMaxBytes, attrIDHeader, attrBktHeader, attrSeqHeader,
+		attrBktEpoch, attrNextBkts, attrChangeDL} {
 		var ci expression.ConditionBuilder
 		if v, ok := oldItem[attr]; ok {
 			ci = expression.Name(attr).Equal(expression.Value(v))
