@@ -450,6 +450,12 @@ func describeChange(old, c outbox.Config) string {
 	if old.BucketCount != c.BucketCount {
 		parts = append(parts, fmt.Sprintf("BucketCount was being changed from %d to %d", old.BucketCount, c.BucketCount))
 	}
+	switch {
+	case !old.Changing() && c.Changing():
+		parts = append(parts, fmt.Sprintf("a BucketCount change from %d to %d was being started", old.BucketCount, c.NextBucketCount))
+	case old.Changing() && !c.Changing():
+		parts = append(parts, fmt.Sprintf("the BucketCount change from %d to %d was ending", old.BucketCount, old.NextBucketCount))
+	}
 	if old.Mode != c.Mode {
 		parts = append(parts, fmt.Sprintf("the mode was being changed from %v to %v", old.Mode, c.Mode))
 	}
