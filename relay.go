@@ -23,9 +23,9 @@ func init() {
 // use; leases keep concurrent drains of one bucket by different relays apart,
 // and a Relay runs one drain per bucket at a time.
 type Relay struct {
-	store       Store
-	pub         Publisher
-	cfg         config
+	store Store
+	pub   Publisher
+	cfg   config
 	// bucketCount and bucketEpoch: the outbox's BucketCount and its epoch
 	// as this relay last read them (RefreshConfig); an online change only
 	// ever raises the epoch.

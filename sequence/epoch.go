@@ -74,7 +74,9 @@ func counterKey(bucket int) map[string]types.AttributeValue {
 	}
 }
 
-func numAV(n int64) types.AttributeValue { return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)} }
+func numAV(n int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
 
 // numOf reads a number attribute; ok is false when it is absent or not a
 // number (n once moved).

@@ -141,8 +141,8 @@ func TestSetBucketCount(t *testing.T) {
 			if c.setup != nil {
 				c.setup(t, e)
 			}
-			// The change keeps changeMargin of its context: a 600 ms drain.
-			ctx, cancel := context.WithTimeout(ctxT(t), changeMargin+600*time.Millisecond)
+			// The change keeps DefaultChangeMargin of its context: a 600 ms drain.
+			ctx, cancel := context.WithTimeout(ctxT(t), DefaultChangeMargin+600*time.Millisecond)
 			defer cancel()
 			prev, err := SetBucketCount(ctx, e.d.Client, e.tables, c.requested)
 			if prev != c.stored {

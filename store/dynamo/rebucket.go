@@ -48,9 +48,9 @@ type changeAPI interface {
 // writers.
 const DefaultChangeTimeout = 30 * time.Second
 
-// changeMargin is the time a change keeps, before its context's deadline,
+// DefaultChangeMargin is the time a change keeps, before its context's deadline,
 // for the flip and the thaw.
-const changeMargin = 2 * time.Second
+const DefaultChangeMargin = 2 * time.Second
 
 // ChangeOptions tune ChangeBucketCount.
 type ChangeOptions struct {
@@ -109,7 +109,7 @@ func ChangeBucketCount(ctx context.Context, client StoreAPI, tables Tables, to i
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		// Leave the flip and the thaw time within ctx.
-		opts.Timeout = max(min(opts.Timeout, time.Until(dl)-changeMargin), 0)
+		opts.Timeout = max(min(opts.Timeout, time.Until(dl)-DefaultChangeMargin), 0)
 	}
 	if opts.Timeout < 0 || opts.Poll < 0 {
 		return ChangeResult{}, &outbox.OptionError{Option: "ChangeOptions", Value: opts, Reason: "Timeout and Poll must not be negative"}

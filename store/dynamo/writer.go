@@ -33,9 +33,9 @@ type WriterAPI interface {
 // Writer writes outbox messages in the same DynamoDB transaction as the
 // caller's own items. It is safe for concurrent use.
 type Writer struct {
-	client      WriterAPI
-	tables      Tables
-	cfg         settings
+	client WriterAPI
+	tables Tables
+	cfg    settings
 	// view: the BucketCount and epoch this writer puts messages under,
 	// from the config item; a reservation refused for its epoch replaces
 	// it (rebucket.go).
