@@ -102,7 +102,7 @@ func TestCustomResource(t *testing.T) {
 		pending bool // a message is waiting in the outbox
 		// short: the invocation's deadline leaves an online BucketCount
 		// change a 1-second drain (no relay runs here).
-		short bool
+		short   bool
 		fixture string
 		count   string // BucketCount in the request
 		old     string // BucketCount in OldResourceProperties

@@ -62,6 +62,12 @@ type ChangeOptions struct {
 	// Progress, when set, is called after each look with the number of
 	// buckets still draining.
 	Progress func(draining int)
+	// GapTimeout is how long a number up to a fence point may stay
+	// missing before the change fences it, as relays fence gaps: a number
+	// reserved last in its bucket by a writer that crashed, or by an SDK
+	// resend, is no gap to a relay (nothing follows it). Default
+	// outbox.DefaultGapTimeout; use the relays'.
+	GapTimeout time.Duration
 }
 
 // ChangeResult is what ChangeBucketCount did.
@@ -106,6 +112,9 @@ func ChangeBucketCount(ctx context.Context, client StoreAPI, tables Tables, to i
 	}
 	if opts.Poll == 0 {
 		opts.Poll = 50 * time.Millisecond
+	}
+	if opts.GapTimeout == 0 {
+		opts.GapTimeout = outbox.DefaultGapTimeout
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		// Leave the flip and the thaw time within ctx.
@@ -237,18 +246,34 @@ func (s *Store) waitDrained(ctx context.Context, fences []int64, deadline time.T
 	for b := range fences {
 		left = append(left, b)
 	}
+	type hole struct {
+		seq   int64
+		since time.Time
+	}
+	holes := map[int]hole{} // per bucket: the first missing number and since when
 	for {
 		var mu sync.Mutex
 		var still []int
 		err := forBuckets(ctx, len(left), func(ctx context.Context, i int) error {
 			b := left[i]
-			ok, err := s.drainedTo(ctx, b, fences[b])
-			if err == nil && !ok {
-				mu.Lock()
-				still = append(still, b)
-				mu.Unlock()
+			ok, missing, err := s.drainedTo(ctx, b, fences[b])
+			if err != nil || ok {
+				return err
 			}
-			return err
+			mu.Lock()
+			still = append(still, b)
+			h, seen := holes[b]
+			if !seen || h.seq != missing {
+				holes[b] = hole{missing, time.Now()}
+			}
+			mu.Unlock()
+			if missing > 0 && seen && h.seq == missing && time.Since(h.since) >= opts.GapTimeout {
+				// A relay would fence it if anything followed it.
+				if err := putFence(ctx, s.client, s.tables.Messages, b, missing, time.Now(), s.cfg.fenceTTL); err != nil && !errors.Is(err, outbox.ErrAlreadyWritten) {
+					return err
+				}
+			}
+			return nil
 		})
 		if err != nil {
 			return nil, err
@@ -269,32 +294,36 @@ func (s *Store) waitDrained(ctx context.Context, fences []int64, deadline time.T
 
 // drainedTo reports whether bucket b has decided every sequence number up
 // to fence: its lease's head is there, or every item from the head to it
-// is a tombstone (DeleteMode relays advance the stored head lazily).
-func (s *Store) drainedTo(ctx context.Context, b int, fence int64) (bool, error) {
+// is a tombstone (DeleteMode relays advance the stored head lazily). When
+// it has not, missing is the first number up to fence with no item after a
+// decided run (0: the first undecided number holds a message).
+func (s *Store) drainedTo(ctx context.Context, b int, fence int64) (ok bool, missing int64, err error) {
 	l, err := s.ReadLease(ctx, b)
 	if err != nil || l.Head >= fence {
-		return err == nil, err
+		return err == nil, 0, err
 	}
 	next := l.Head + 1
 	for next <= fence {
 		entries, _, err := s.Pending(ctx, b, next-1, int(min(fence-next+1, maxQueryLimit)))
 		if err != nil {
-			return false, err
+			return false, 0, err
 		}
 		if len(entries) == 0 {
-			return false, nil
+			return false, next, nil
 		}
 		for _, e := range entries {
-			if e.Sequence > fence {
-				return true, nil
-			}
-			if e.Sequence != next || !e.Fence {
-				return false, nil
+			switch {
+			case e.Sequence > fence:
+				return false, next, nil
+			case e.Sequence != next:
+				return false, next, nil
+			case !e.Fence:
+				return false, 0, nil
 			}
 			next++
 		}
 	}
-	return true, nil
+	return true, 0, nil
 }
 
 // forBuckets runs f for 0..n-1, emptyProbeConcurrency at a time, and

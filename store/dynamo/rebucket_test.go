@@ -291,3 +291,21 @@ func TestWriterThawsAfterAnInterruptedFlip(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A number reserved last in its bucket and never written (a crashed writer)
+// is no gap to a relay, since nothing follows it: the change fences it after
+// its GapTimeout instead of waiting for its deadline.
+func TestChangeFencesATrailingHole(t *testing.T) {
+	e := newEnv(t, 8)
+	reserve(t, e, 6, 1)
+	res, err := ChangeBucketCount(ctxT(t), e.d.Client, e.tables, 16, ChangeOptions{Timeout: 20 * time.Second, GapTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("ChangeBucketCount: %v", err)
+	}
+	if c := storedConfig(t, e.d.Client, e.tables); c.BucketCount != 16 || res.Frozen < 200*time.Millisecond {
+		t.Fatalf("config %+v after %v", c, res.Frozen)
+	}
+	if item := e.getItem(t, e.tables.Messages, messageKey(6, 1)); item[attrFence] == nil {
+		t.Errorf("bucket 6 sequence 1 not fenced: %v", item)
+	}
+}
