@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/attrib"
 )
 
 // The transactional publish (kafka.TxnPublisher) as the broker runs it: each
@@ -215,8 +216,12 @@ func (w *world) checkTxns(vis []record, parked map[string]bool) {
 			} else if !parked[id] {
 				restParked = false
 			}
-			if risk := w.chk.RiskOf(id); risk == "crash:mid-delete" || risk == "store-fault:mark" {
-				partialCause = true
+			// A partial marking: the drain crashed or stalled between two
+			// of its tombstone writes, or one of them failed.
+			for _, risk := range w.chk.Risks(id) {
+				if slices.Contains(attrib.PartialMarking, risk) {
+					partialCause = true
+				}
 			}
 		}
 		switch {

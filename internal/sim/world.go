@@ -618,7 +618,7 @@ func (f *faults) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 		if d >= stallRecorded {
 			// A process paused this long may outlast a resume window or its
 			// lease's cut-off with the bucket's messages undecided.
-			f.w.at.Stalled(bucket)
+			f.w.at.Stalled(bucket, string(p))
 		}
 		f.w.s.Sleep(nil, d)
 	}

@@ -900,7 +900,7 @@ func (c *crasher) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 	if p == seam.AfterProduce && c.chance(c.stall) {
 		// A stalled holder: it sleeps past its lease, then carries on.
 		c.tl.add("relay:stall", 1)
-		c.at.Stalled(bucket)
+		c.at.Stalled(bucket, string(p))
 		sleep(ctx, leaseDuration+time.Second)
 		return nil
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/attrib"
 	"github.com/dynakafka/outbox/internal/checker"
 	"github.com/dynakafka/outbox/kafka"
 )
@@ -38,7 +39,7 @@ import (
 //     transaction is unexplained; a committed transaction some of whose
 //     messages appear again later is a duplicated transaction, whole if all
 //     of them do, and partial only with a recorded partial marking
-//     (crash:mid-delete, store-fault:mark) on one of them — any other
+//     (crash:mid-delete, stall:mid-delete, store-fault:mark) on one of them — any other
 //     partial one is unexplained. Each duplicate is attributed by the
 //     checker as in the default mode, except that a failed publish puts
 //     nothing at risk unless its commit's outcome is unknown
@@ -199,10 +200,6 @@ func (v *txnVerdict) Add(o txnVerdict) {
 // Unexplained counts the duplicates the transactional mode does not admit.
 func (v txnVerdict) Unexplained() int { return v.InTxnDuplicates + v.UnexplainedPartial }
 
-// partialMarking are the recorded events that mark part of a committed
-// transaction's messages and leave the rest to be published again.
-var partialMarking = []string{"crash:mid-delete", "store-fault:mark"}
-
 // verdict checks what the consumer saw (call once the round has drained and
 // the consumer stopped); chk gives each message's recorded risk, parked the
 // messages the relay parked.
@@ -304,8 +301,10 @@ func (o *txnOracle) verdict(chk *checker.Checker, parked map[string]bool) txnVer
 			} else if !parked[id] {
 				restParked = false
 			}
-			if slices.Contains(partialMarking, chk.RiskOf(id)) {
-				partialCause = chk.RiskOf(id)
+			for _, r := range chk.Risks(id) {
+				if slices.Contains(attrib.PartialMarking, r) {
+					partialCause = r
+				}
 			}
 		}
 		switch {
