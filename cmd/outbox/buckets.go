@@ -44,7 +44,7 @@ unfinished by a crashed tool is finished first. Relays must be running.`,
 				if _, err := s.store(ctx); err != nil {
 					return err
 				}
-				res, err := dynamo.ChangeBucketCount(ctx, s.db, s.tables, n, dynamo.ChangeOptions{Timeout: *wait, GapTimeout: *gap})
+				res, err := dynamo.ChangeBucketCount(ctx, s.db, s.tables, n, dynamo.ChangeTimeout(*wait), dynamo.ChangeGapTimeout(*gap))
 				if err != nil {
 					return err
 				}

@@ -364,7 +364,7 @@ func configure(ctx context.Context, client StoreAPI, tables Tables, change func(
 	if stored.Mode == want.Mode && (stored.BucketCount != want.BucketCount || stored.Changing()) {
 		// Online (rebucket.go); then the other settings, if any.
 		first := stored
-		if _, err := ChangeBucketCount(ctx, client, tables, want.BucketCount, ChangeOptions{}); err != nil {
+		if _, err := ChangeBucketCount(ctx, client, tables, want.BucketCount); err != nil {
 			return first, err
 		}
 		if stored, err = readConfig(ctx, client, tables.Control); err != nil {

@@ -52,22 +52,14 @@ const DefaultChangeTimeout = 30 * time.Second
 // for the flip and the thaw.
 const DefaultChangeMargin = 2 * time.Second
 
-// ChangeOptions tune ChangeBucketCount.
-type ChangeOptions struct {
-	// Timeout bounds the drain, and so the writers' pause. Default
-	// DefaultChangeTimeout.
-	Timeout time.Duration
-	// Poll is how often the draining buckets are looked at. Default 50 ms.
-	Poll time.Duration
-	// Progress, when set, is called after each look with the number of
-	// buckets still draining.
-	Progress func(draining int)
-	// GapTimeout is how long a number up to a fence point may stay
-	// missing before the change fences it, as relays fence gaps: a number
-	// reserved last in its bucket by a writer that crashed, or by an SDK
-	// resend, is no gap to a relay (nothing follows it). Default
-	// outbox.DefaultGapTimeout; use the relays'.
-	GapTimeout time.Duration
+// endTimeout bounds the flip and the thaw, which run even when the caller's
+// context ended (the counters are frozen).
+const endTimeout = 10 * time.Second
+
+// changeOpts are ChangeBucketCount's settings (ChangeTimeout,
+// ChangeGapTimeout); poll is how often draining buckets are looked at.
+type changeOpts struct {
+	timeout, poll, gap time.Duration
 }
 
 // ChangeResult is what ChangeBucketCount did.
@@ -99,29 +91,23 @@ func (e *ChangeAbortedError) Error() string {
 
 // ChangeBucketCount changes the outbox's BucketCount to to while writers
 // and relays run, and waits until the change is over (at most
-// opts.Timeout, plus the writes). A change left unfinished by a crashed
+// opts.timeout, plus the writes). A change left unfinished by a crashed
 // caller is finished first (Resumed). Relays must be running: the change
 // waits for them to drain every bucket up to the change point, and is
 // aborted (a *ChangeAbortedError) when they do not by the deadline.
-func ChangeBucketCount(ctx context.Context, client StoreAPI, tables Tables, to int, opts ChangeOptions) (ChangeResult, error) {
+func ChangeBucketCount(ctx context.Context, client StoreAPI, tables Tables, to int, options ...Option) (ChangeResult, error) {
 	if to < 1 || to > outbox.MaxBucketCount {
 		return ChangeResult{}, &outbox.OptionError{Option: "BucketCount", Value: to, Reason: fmt.Sprintf("must be 1..%d", outbox.MaxBucketCount)}
 	}
-	if opts.Timeout == 0 {
-		opts.Timeout = DefaultChangeTimeout
+	set := defaultSettings()
+	set.apply(forChange, options)
+	if err := set.validate(); err != nil {
+		return ChangeResult{}, err
 	}
-	if opts.Poll == 0 {
-		opts.Poll = 50 * time.Millisecond
-	}
-	if opts.GapTimeout == 0 {
-		opts.GapTimeout = outbox.DefaultGapTimeout
-	}
+	opts := changeOpts{timeout: set.changeTimeout, poll: 50 * time.Millisecond, gap: set.changeGap}
 	if dl, ok := ctx.Deadline(); ok {
 		// Leave the flip and the thaw time within ctx.
-		opts.Timeout = max(min(opts.Timeout, time.Until(dl)-DefaultChangeMargin), 0)
-	}
-	if opts.Timeout < 0 || opts.Poll < 0 {
-		return ChangeResult{}, &outbox.OptionError{Option: "ChangeOptions", Value: opts, Reason: "Timeout and Poll must not be negative"}
+		opts.timeout = max(min(opts.timeout, time.Until(dl)-DefaultChangeMargin), 0)
 	}
 	if err := tables.validate(); err != nil {
 		return ChangeResult{}, err
@@ -144,7 +130,7 @@ func ChangeBucketCount(ctx context.Context, client StoreAPI, tables Tables, to i
 		return ChangeResult{From: to, To: to, Epoch: stored.BucketEpoch, Resumed: resumed}, nil
 	}
 	begin := stored
-	begin.NextBucketCount, begin.ChangeDeadline = to, time.UnixMilli(time.Now().Add(opts.Timeout).UnixMilli())
+	begin.NextBucketCount, begin.ChangeDeadline = to, time.UnixMilli(time.Now().Add(opts.timeout).UnixMilli())
 	if err := replaceConfig(ctx, client, tables.Control, stored, begin); err != nil {
 		return ChangeResult{}, err
 	}
@@ -157,7 +143,7 @@ func ChangeBucketCount(ctx context.Context, client StoreAPI, tables Tables, to i
 // is safe to run again (a resumed change) and concurrently with another
 // runChange or abortChange of the same change: every step is conditional
 // and recognises its own applied write.
-func runChange(ctx context.Context, client StoreAPI, tables Tables, c outbox.Config, opts ChangeOptions) (ChangeResult, error) {
+func runChange(ctx context.Context, client StoreAPI, tables Tables, c outbox.Config, opts changeOpts) (ChangeResult, error) {
 	from, to, epoch := c.BucketCount, c.NextBucketCount, c.BucketEpoch
 	n := max(from, to)
 	fences := make([]int64, n)
@@ -178,11 +164,15 @@ func runChange(ctx context.Context, client StoreAPI, tables Tables, c outbox.Con
 	if len(draining) > 0 {
 		final = from
 	}
-	if err := flipChange(ctx, client, tables, c, final, fences); err != nil {
+	// The counters are frozen: end the change even if ctx ended meanwhile,
+	// or writers wait for its deadline.
+	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+	defer cancel()
+	if err := flipChange(endCtx, client, tables, c, final, fences); err != nil {
 		return ChangeResult{}, err
 	}
 	res := ChangeResult{From: from, To: to, Epoch: epoch + 1, Frozen: time.Since(start)}
-	after, err := readConfig(ctx, client, tables.Control)
+	after, err := readConfig(endCtx, client, tables.Control)
 	switch {
 	case err != nil:
 		return res, err
@@ -241,7 +231,7 @@ func abortChange(ctx context.Context, client changeAPI, tables Tables, c outbox.
 // waitDrained waits until every bucket b has decided every sequence number
 // up to fences[b], or the deadline passed (it returns the buckets still
 // draining), or ctx ended.
-func (s *Store) waitDrained(ctx context.Context, fences []int64, deadline time.Time, opts ChangeOptions) ([]int, error) {
+func (s *Store) waitDrained(ctx context.Context, fences []int64, deadline time.Time, opts changeOpts) ([]int, error) {
 	left := make([]int, 0, len(fences))
 	for b := range fences {
 		left = append(left, b)
@@ -267,7 +257,7 @@ func (s *Store) waitDrained(ctx context.Context, fences []int64, deadline time.T
 				holes[b] = hole{missing, time.Now()}
 			}
 			mu.Unlock()
-			if missing > 0 && seen && h.seq == missing && time.Since(h.since) >= opts.GapTimeout {
+			if missing > 0 && seen && h.seq == missing && time.Since(h.since) >= opts.gap {
 				// A relay would fence it if anything followed it.
 				if err := putFence(ctx, s.client, s.tables.Messages, b, missing, time.Now(), s.cfg.fenceTTL); err != nil && !errors.Is(err, outbox.ErrAlreadyWritten) {
 					return err
@@ -280,13 +270,10 @@ func (s *Store) waitDrained(ctx context.Context, fences []int64, deadline time.T
 		}
 		slices.Sort(still)
 		left = still
-		if opts.Progress != nil {
-			opts.Progress(len(left))
-		}
 		if len(left) == 0 || !time.Now().Before(deadline) {
 			return left, nil
 		}
-		if err := sleep(ctx, min(opts.Poll, time.Until(deadline))); err != nil {
+		if err := sleep(ctx, min(opts.poll, time.Until(deadline))); err != nil {
 			return nil, err
 		}
 	}

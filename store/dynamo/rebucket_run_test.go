@@ -105,7 +105,7 @@ func TestRebucketWhileWritersAndRelayRun(t *testing.T) {
 	changes := 0
 	for _, to := range []int{16, 12} {
 		time.Sleep(time.Second)
-		res, err := ChangeBucketCount(ctx, e.d.Client, e.tables, to, ChangeOptions{Timeout: time.Minute})
+		res, err := ChangeBucketCount(ctx, e.d.Client, e.tables, to, ChangeTimeout(time.Minute))
 		if err != nil {
 			t.Fatalf("change to %d: %v", to, err)
 		}

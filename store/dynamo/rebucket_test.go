@@ -73,7 +73,7 @@ func TestChangeBucketCountOnline(t *testing.T) {
 	var res ChangeResult
 	go func() {
 		var err error
-		res, err = ChangeBucketCount(ctx, e.d.Client, e.tables, 16, ChangeOptions{Timeout: 40 * time.Second})
+		res, err = ChangeBucketCount(ctx, e.d.Client, e.tables, 16, ChangeTimeout(40*time.Second))
 		changed <- err
 	}()
 	// Wait for every counter to be frozen.
@@ -183,7 +183,7 @@ func TestChangeBucketCountAbortsAtDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = ChangeBucketCount(ctx, e.d.Client, e.tables, 4, ChangeOptions{Timeout: 300 * time.Millisecond})
+	_, err = ChangeBucketCount(ctx, e.d.Client, e.tables, 4, ChangeTimeout(300*time.Millisecond))
 	var ae *ChangeAbortedError
 	if !errors.As(err, &ae) || !slices.Equal(ae.Draining, []int{res.Messages[0].Bucket}) {
 		t.Fatalf("ChangeBucketCount = %v, want a *ChangeAbortedError naming bucket %d", err, res.Messages[0].Bucket)
@@ -287,7 +287,7 @@ func TestWriterThawsAfterAnInterruptedFlip(t *testing.T) {
 		t.Errorf("sequence %d reused below the fence point %d", m.Sequence, first.Messages[0].Sequence)
 	}
 	// A resumed change finds nothing to do but thaw the rest.
-	if _, err := ChangeBucketCount(ctx, e.d.Client, e.tables, 2, ChangeOptions{}); err != nil {
+	if _, err := ChangeBucketCount(ctx, e.d.Client, e.tables, 2); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -298,7 +298,7 @@ func TestWriterThawsAfterAnInterruptedFlip(t *testing.T) {
 func TestChangeFencesATrailingHole(t *testing.T) {
 	e := newEnv(t, 8)
 	reserve(t, e, 6, 1)
-	res, err := ChangeBucketCount(ctxT(t), e.d.Client, e.tables, 16, ChangeOptions{Timeout: 20 * time.Second, GapTimeout: 200 * time.Millisecond})
+	res, err := ChangeBucketCount(ctxT(t), e.d.Client, e.tables, 16, ChangeTimeout(20*time.Second), ChangeGapTimeout(200*time.Millisecond))
 	if err != nil {
 		t.Fatalf("ChangeBucketCount: %v", err)
 	}
