@@ -396,14 +396,17 @@ func configure(ctx context.Context, client StoreAPI, tables Tables, change func(
 	return stored, replaceConfig(ctx, client, tables.Control, stored, want)
 }
 
+// configAttrs are the config item's attributes that say its configuration.
+var configAttrs = []string{attrBuckets, attrVersion, attrMode, attrRetention, attrTopics, attrMaxBytes, attrIDHeader, attrBktHeader, attrSeqHeader,
+	attrBktEpoch, attrNextBkts, attrChangeDL}
+
 // replaceConfig changes the config item from old to c, conditional on it
-// still saying old.
+// still saying old; a resent write that applied already is recognised.
 func replaceConfig(ctx context.Context, client updateItemAPI, table string, old, c outbox.Config) error {
 	oldItem, item := configItem(old), configItem(c)
 	var cond expression.ConditionBuilder
 	var upd expression.UpdateBuilder
-	for i, attr := range []string{attrBuckets, attrVersion, attrMode, attrRetention, attrTopics, attrMaxBytes, attrIDHeader, attrBktHeader, attrSeqHeader,
-		attrBktEpoch, attrNextBkts, attrChangeDL} {
+	for i, attr := range configAttrs {
 		var ci expression.ConditionBuilder
 		if v, ok := oldItem[attr]; ok {
 			ci = expression.Name(attr).Equal(expression.Value(v))
@@ -437,11 +440,52 @@ func replaceConfig(ctx context.Context, client updateItemAPI, table string, old,
 	switch {
 	case err == nil:
 		return nil
+	case isConditionFailed(err) && appliedConfig(ctx, client, table, item):
+		// An SDK resend of a write that applied: ours.
+		return nil
 	case isConditionFailed(err):
 		return fmt.Errorf("dynamo: the config item in %s changed while %s; read it (outbox status) and try again", table, what)
 	default:
 		return fmt.Errorf("dynamo: change the config item in %s (%s): %w", table, what, err)
 	}
+}
+
+// appliedConfig reports whether the config item in table holds every
+// attribute of want (a conditional write that failed because it had
+// applied already, its response lost and the request resent).
+func appliedConfig(ctx context.Context, client updateItemAPI, table string, want map[string]types.AttributeValue) bool {
+	get, ok := client.(getItemAPI)
+	if !ok {
+		return false
+	}
+	out, err := get.GetItem(ctx, &dynamodb.GetItemInput{TableName: str(table), Key: controlKey(configPK, configSK), ConsistentRead: new(true)})
+	if err != nil || len(out.Item) == 0 {
+		return false
+	}
+	for _, attr := range configAttrs {
+		w, inWant := want[attr]
+		h, inHave := out.Item[attr]
+		if inWant != inHave || inWant && !attrEqual(w, h) {
+			return false
+		}
+	}
+	return true
+}
+
+// attrEqual compares the attribute values a config item holds.
+func attrEqual(a, b types.AttributeValue) bool {
+	switch x := a.(type) {
+	case *types.AttributeValueMemberN:
+		y, ok := b.(*types.AttributeValueMemberN)
+		return ok && x.Value == y.Value
+	case *types.AttributeValueMemberS:
+		y, ok := b.(*types.AttributeValueMemberS)
+		return ok && x.Value == y.Value
+	case *types.AttributeValueMemberSS:
+		y, ok := b.(*types.AttributeValueMemberSS)
+		return ok && slices.Equal(slices.Sorted(slices.Values(x.Value)), slices.Sorted(slices.Values(y.Value)))
+	}
+	return false
 }
 
 // describeChange says what a config change changes, for errors.

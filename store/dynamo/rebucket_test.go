@@ -309,3 +309,40 @@ func TestChangeFencesATrailingHole(t *testing.T) {
 		t.Errorf("bucket 6 sequence 1 not fenced: %v", item)
 	}
 }
+
+// resendingClient sends every UpdateItem twice and answers the second
+// response, as the SDK does when the first response was lost.
+type resendingClient struct {
+	StoreAPI
+	resends int
+}
+
+func (c *resendingClient) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if _, err := c.StoreAPI.UpdateItem(ctx, in, o...); err != nil {
+		return nil, err
+	}
+	c.resends++
+	return c.StoreAPI.UpdateItem(ctx, in, o...)
+}
+
+// Every conditional write of a change survives an SDK resend: the begin and
+// the flip on the config item, the freezes and the thaws.
+func TestChangeSurvivesResends(t *testing.T) {
+	e := newEnv(t, 8)
+	reserve(t, e, 2, 3)
+	fence(t, e, 2, 1, 2, 3)
+	c := &resendingClient{StoreAPI: e.d.Client}
+	res, err := ChangeBucketCount(ctxT(t), c, e.tables, 4)
+	if err != nil {
+		t.Fatalf("ChangeBucketCount with resends: %v", err)
+	}
+	if got := storedConfig(t, e.d.Client, e.tables); got.BucketCount != 4 || got.BucketEpoch != 1 || res.Epoch != 1 || c.resends < 2+2*8 {
+		t.Fatalf("config %+v, result %+v after %d resends", got, res, c.resends)
+	}
+	if n := frozenCount(t, e, 8); n != 0 {
+		t.Errorf("%d counters still frozen", n)
+	}
+	if last, err := sequence.Last(ctxT(t), e.d.Client, e.tables.Control, 2); err != nil || last != 3 {
+		t.Errorf("bucket 2's counter after the change: %d, %v; want 3", last, err)
+	}
+}
