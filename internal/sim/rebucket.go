@@ -194,7 +194,9 @@ func (p *rbPublisher) Publish(ctx context.Context, msgs []outbox.Message) (int, 
 // errEpoch is a reservation refused for its epoch: the counter's ce and cf.
 type errEpoch struct{ counter, fence int64 }
 
-func (e *errEpoch) Error() string { return fmt.Sprintf("counter at epoch %d (fence %d)", e.counter, e.fence) }
+func (e *errEpoch) Error() string {
+	return fmt.Sprintf("counter at epoch %d (fence %d)", e.counter, e.fence)
+}
 
 // reserve is sequence.ReserveAt: one number of bucket b, if its counter
 // serves epoch.

@@ -71,17 +71,17 @@ import (
 
 // Config sizes a run. Zero fields take the defaults in brackets.
 type Config struct {
-	Messages   int     // committed messages to reach over all rounds [5000]
-	PerRound   int     // messages per fresh DynamoDB Local instance [20000]
-	Writers    int     // concurrent writers [8]
-	Aggregates int     // version-checked aggregates per round [300]
-	Buckets    int     // BucketCount [8]
+	Messages   int // committed messages to reach over all rounds [5000]
+	PerRound   int // messages per fresh DynamoDB Local instance [20000]
+	Writers    int // concurrent writers [8]
+	Aggregates int // version-checked aggregates per round [300]
+	Buckets    int // BucketCount [8]
 	// Rebucket, when set, changes BucketCount to it online (dynamo.
 	// ChangeBucketCount, through the faulty client) when half of a round's
 	// messages are committed, with the faults on and the writers writing.
-	Rebucket int
-	FaultRate  float64 // multiplies every fault probability [1]
-	Seed       uint64  // [1]
+	Rebucket  int
+	FaultRate float64 // multiplies every fault probability [1]
+	Seed      uint64  // [1]
 	// Mode is the outbox's mode [outbox.DeleteMode]; Retention its message
 	// retention in WatermarkMode [dynamo.DefaultRetention].
 	Mode      outbox.Mode
