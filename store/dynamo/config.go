@@ -294,26 +294,30 @@ func SetBucketCount(ctx context.Context, client StoreAPI, tables Tables, bucketC
 //   - another MaxMessageBytes or header names: changed at once; writers,
 //     relays and publishers read them when they start, and one whose own
 //     option states the old value is refused at its next start;
-//   - another BucketCount or Mode: changed only if the outbox is empty, that
-//     is no message is pending in any bucket below OutOfRangeProbe of the
-//     larger count — each bucket is probed with Store.ReadLease and
-//     Store.Peek after its cleaned mark, never by subtracting a head from a
-//     counter, since fences and published messages can lie between the two.
-//     Otherwise it fails with a *BucketCountChangeError or a
-//     *ModeChangeError.
+//   - another BucketCount (the same Mode): changed online, while writers
+//     and relays run, by ChangeBucketCount with opts (ChangeTimeout,
+//     ChangeGapTimeout): a *ChangeAbortedError when the old buckets do not
+//     drain in time. A change left unfinished is finished first;
+//   - another Mode (with or without another BucketCount): changed only if
+//     the outbox is empty, that is no message is pending in any bucket
+//     below OutOfRangeProbe of the larger count — each bucket is probed
+//     with Store.ReadLease and Store.Peek after its cleaned mark, never by
+//     subtracting a head from a counter, since fences and published
+//     messages can lie between the two. Otherwise it fails with a
+//     *BucketCountChangeError or a *ModeChangeError. The emptiness check
+//     cannot stop a writer that commits after it: stop the writers before
+//     changing the mode, and start them (and the relays) again afterwards
+//     — writers and relays read it at start.
 //
 // Every change is conditional on the config item being what was read (a
 // concurrent change makes it fail, naming it). It returns the configuration
-// stored before (zero when there was none). The emptiness check cannot stop
-// a writer that commits after it: stop the writers before changing the
-// count or the mode, and start them (and the relays) again afterwards —
-// writers and relays read both at start.
-func Configure(ctx context.Context, client StoreAPI, tables Tables, want outbox.Config) (previous outbox.Config, err error) {
+// stored before (zero when there was none).
+func Configure(ctx context.Context, client StoreAPI, tables Tables, want outbox.Config, opts ...Option) (previous outbox.Config, err error) {
 	want, err = checkWanted(want)
 	if err != nil {
 		return outbox.Config{}, err
 	}
-	previous, err = configure(ctx, client, tables, func(outbox.Config) outbox.Config { return want })
+	previous, err = configure(ctx, client, tables, func(outbox.Config) outbox.Config { return want }, opts...)
 	if err != nil {
 		return previous, err
 	}
@@ -323,7 +327,7 @@ func Configure(ctx context.Context, client StoreAPI, tables Tables, want outbox.
 
 // configure reads the config item and writes change(stored) if it differs
 // (change(zero Config) when there is none), with the checks of Configure.
-func configure(ctx context.Context, client StoreAPI, tables Tables, change func(stored outbox.Config) outbox.Config) (outbox.Config, error) {
+func configure(ctx context.Context, client StoreAPI, tables Tables, change func(stored outbox.Config) outbox.Config, opts ...Option) (outbox.Config, error) {
 	if err := tables.validate(); err != nil {
 		return outbox.Config{}, err
 	}
@@ -364,7 +368,7 @@ func configure(ctx context.Context, client StoreAPI, tables Tables, change func(
 	if stored.Mode == want.Mode && (stored.BucketCount != want.BucketCount || stored.Changing()) {
 		// Online (rebucket.go); then the other settings, if any.
 		first := stored
-		if _, err := ChangeBucketCount(ctx, client, tables, want.BucketCount); err != nil {
+		if _, err := ChangeBucketCount(ctx, client, tables, want.BucketCount, opts...); err != nil {
 			return first, err
 		}
 		if stored, err = readConfig(ctx, client, tables.Control); err != nil {
