@@ -96,4 +96,3 @@ func TestRebucketWhileWritersAndRelayRun(t *testing.T) {
 		t.Errorf("the relay never learnt of the new buckets: it has %d", relay.BucketCount())
 	}
 }
-
