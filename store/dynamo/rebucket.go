@@ -118,7 +118,9 @@ func ChangeBucketCount(ctx context.Context, client StoreAPI, tables Tables, to i
 	}
 	resumed := false
 	if stored.Changing() {
-		if _, err := runChange(ctx, client, tables, stored, opts); err != nil {
+		// An interrupted change that ends aborted (its deadline passed) is
+		// over all the same.
+		if _, err := runChange(ctx, client, tables, stored, opts); err != nil && !errors.As(err, new(*ChangeAbortedError)) {
 			return ChangeResult{}, fmt.Errorf("dynamo: finish the interrupted BucketCount change to %d first: %w", stored.NextBucketCount, err)
 		}
 		resumed = true

@@ -345,3 +345,53 @@ func TestChangeSurvivesResends(t *testing.T) {
 		t.Errorf("bucket 2's counter after the change: %d, %v; want 3", last, err)
 	}
 }
+
+// A change left in progress past its deadline by a crashed tool is finished
+// by the next change (its buckets are drained: nothing was pending), which
+// then runs.
+func TestChangeAfterAnAbandonedOne(t *testing.T) {
+	e := newEnv(t, 8)
+	ctx := ctxT(t)
+	stored := storedConfig(t, e.d.Client, e.tables)
+	begin := stored
+	begin.NextBucketCount, begin.ChangeDeadline = 16, time.UnixMilli(time.Now().Add(-time.Second).UnixMilli())
+	if err := replaceConfig(ctx, e.d.Client, e.tables.Control, stored, begin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sequence.Freeze(ctx, e.d.Client, e.tables.Control, 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	res, err := ChangeBucketCount(ctx, e.d.Client, e.tables, 4)
+	if err != nil {
+		t.Fatalf("ChangeBucketCount after an abandoned change: %v", err)
+	}
+	if c := storedConfig(t, e.d.Client, e.tables); c.BucketCount != 4 || c.BucketEpoch != 2 || !res.Resumed || res.From != 16 {
+		t.Fatalf("config %+v, result %+v; want 4 at epoch 2, from the abandoned change's 16 at epoch 1", c, res)
+	}
+	if n := frozenCount(t, e, 16); n != 0 {
+		t.Errorf("%d counters still frozen", n)
+	}
+}
+
+// The same with a message pending and no relay: the abandoned change ends
+// aborted (8 stays, epoch 1), and the next change runs (and aborts too).
+func TestChangeAfterAnAbandonedOneThatCannotDrain(t *testing.T) {
+	e := newEnv(t, 8)
+	ctx := ctxT(t)
+	reserve(t, e, 5, 1)
+	e.mustPut(t, message(5, 1))
+	stored := storedConfig(t, e.d.Client, e.tables)
+	begin := stored
+	begin.NextBucketCount, begin.ChangeDeadline = 16, time.UnixMilli(time.Now().Add(-time.Second).UnixMilli())
+	if err := replaceConfig(ctx, e.d.Client, e.tables.Control, stored, begin); err != nil {
+		t.Fatal(err)
+	}
+	_, err := ChangeBucketCount(ctx, e.d.Client, e.tables, 4, ChangeTimeout(200*time.Millisecond))
+	var ae *ChangeAbortedError
+	if !errors.As(err, &ae) || ae.From != 8 || ae.To != 4 {
+		t.Fatalf("ChangeBucketCount = %v, want the second change 8 → 4 aborted", err)
+	}
+	if c := storedConfig(t, e.d.Client, e.tables); c.BucketCount != 8 || c.BucketEpoch != 2 || c.Changing() {
+		t.Fatalf("config %+v; want 8 at epoch 2 (two aborted changes)", c)
+	}
+}
