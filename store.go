@@ -73,6 +73,15 @@ type Config struct {
 	// Headers names the headers the publisher stamps and consumers read;
 	// an empty name is the default one (SharedHeaders).
 	Headers HeaderNames
+	// Regions puts the outbox in region mode (for a DynamoDB global
+	// table): the bucket range is cut into len(Regions) equal slices, in
+	// this order, each written and drained by one region (region.go).
+	// Empty: the default single-region mode, which refuses global tables.
+	Regions []string
+	// TakenOver maps a region whose slice another region's relays drain
+	// (after a regional outage) to that region. Written by TakeOver and
+	// HandBack; relays re-read it at every sweep.
+	TakenOver map[string]string
 }
 
 // Lease is one bucket's lease item, as last read or written.

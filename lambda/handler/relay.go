@@ -57,6 +57,12 @@ type Drainer interface {
 	BucketCount() int
 }
 
+// regionDrainer is the optional part of a Drainer in region mode
+// (*outbox.Relay has it): whether its region drains a bucket.
+type regionDrainer interface {
+	Drains(bucket int) bool
+}
+
 // Counters are the handler's running totals since init, logged with every
 // invocation's summary.
 type Counters struct {
@@ -64,6 +70,7 @@ type Counters struct {
 	Ignored    atomic.Int64 // not INSERT (MODIFY, REMOVE): not hints
 	Malformed  atomic.Int64 // INSERT records whose keys do not name a bucket
 	OutOfRange atomic.Int64 // hints for a bucket outside 0..BucketCount-1
+	Foreign    atomic.Int64 // hints for another region's bucket (replicated items, region mode)
 	Drained    atomic.Int64 // buckets drained
 	Held       atomic.Int64 // buckets held by another owner (woken)
 	Failed     atomic.Int64 // buckets that could not be drained
@@ -167,7 +174,7 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 	defer cancel()
 	lowest := map[int]string{} // bucket -> its lowest stream sequence number in this batch
 	upTo := map[int]int64{}    // bucket -> the highest outbox sequence hinted in this batch
-	var ignored, malformed, outOfRange int
+	var ignored, malformed, outOfRange, foreign int
 	for _, rec := range ev.Records {
 		h.counters.Records.Add(1)
 		if rec.EventName != string(events.DynamoDBOperationTypeInsert) {
@@ -186,6 +193,12 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 				"bucket", b, "bucket_count", h.relay.BucketCount(), "event_id", rec.EventID)
 			continue
 		}
+		if rd, ok := h.relay.(regionDrainer); ok && !rd.Drains(b) {
+			// A global table's stream carries the items replicated from
+			// the other regions too; their own relays publish them.
+			foreign++
+			continue
+		}
 		sn := rec.Change.SequenceNumber
 		if cur, ok := lowest[b]; !ok || seqLess(sn, cur) {
 			lowest[b] = sn
@@ -195,6 +208,7 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 	h.counters.Ignored.Add(int64(ignored))
 	h.counters.Malformed.Add(int64(malformed))
 	h.counters.OutOfRange.Add(int64(outOfRange))
+	h.counters.Foreign.Add(int64(foreign))
 
 	type result struct {
 		bucket int

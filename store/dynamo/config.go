@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,6 +32,22 @@ func (e *BucketCountChangeError) Error() string {
 	return fmt.Sprintf("dynamo: BucketCount cannot change from %d to %d while messages are pending (bucket %d holds at least %d): "+
 		"stop the writers, let the relays drain every bucket (outbox status shows none pending), then change it; or keep BucketCount=%d",
 		e.Stored, e.Requested, e.Bucket, e.Pending, e.Stored)
+}
+
+// RegionsChangeError is Configure refusing to change the outbox's regions
+// (region mode on or off, or another list) because a bucket still holds
+// messages: the regions decide which buckets each region writes and
+// drains, so a pending message could end up in a slice no relay drains.
+type RegionsChangeError struct {
+	Stored, Requested []string
+	Bucket            int // the lowest bucket found holding messages
+	Pending           int // messages seen in it (a lower bound)
+}
+
+func (e *RegionsChangeError) Error() string {
+	return fmt.Sprintf("dynamo: the regions cannot change from [%s] to [%s] while messages are pending (bucket %d holds at least %d): "+
+		"stop the writers in every region, let the relays drain every bucket (outbox status shows none pending), then change them in every region's stack",
+		strings.Join(e.Stored, ","), strings.Join(e.Requested, ","), e.Bucket, e.Pending)
 }
 
 // ModeChangeError is Configure refusing to change the outbox's mode because
@@ -68,9 +85,15 @@ func (e *ModeChangeError) Error() string {
 //
 // Every other item keeps outbox.FormatVersion in both modes; Config reports
 // that item format as FormatVersion, whatever the config item's version.
+//
+// Version 3 adds region mode (rg, the regions in order; rgt, the takeovers):
+// code that predates it must refuse the item, since it would write and
+// drain every bucket in every region — the loss region mode exists to
+// prevent.
 const (
 	configV1 = 1
 	configV2 = 2
+	configV3 = 3
 )
 
 // configItem is the config item that says c.
@@ -85,6 +108,21 @@ func configItem(c outbox.Config) map[string]types.AttributeValue {
 	}
 	if len(c.Topics) > 0 {
 		item[attrTopics] = &types.AttributeValueMemberSS{Value: slices.Clone(c.Topics)}
+	}
+	if len(c.Regions) > 0 {
+		item[attrVersion] = numAttr(configV3)
+		list := &types.AttributeValueMemberL{}
+		for _, r := range c.Regions {
+			list.Value = append(list.Value, strAttr(r))
+		}
+		item[attrRegions] = list
+		if len(c.TakenOver) > 0 {
+			m := &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}}
+			for from, by := range c.TakenOver {
+				m.Value[from] = strAttr(by)
+			}
+			item[attrTakenOver] = m
+		}
 	}
 	if c.MaxMessageBytes != 0 {
 		item[attrMaxBytes] = numAttr(int64(c.MaxMessageBytes))
@@ -117,8 +155,8 @@ func decodeConfig(item map[string]types.AttributeValue) (outbox.Config, error) {
 	if err != nil {
 		return outbox.Config{}, err
 	}
-	if v > configV2 {
-		return outbox.Config{}, &outbox.MisconfigurationError{Setting: "FormatVersion", Configured: strconv.Itoa(configV2), Stored: strconv.FormatInt(v, 10),
+	if v > configV3 {
+		return outbox.Config{}, &outbox.MisconfigurationError{Setting: "FormatVersion", Configured: strconv.Itoa(configV3), Stored: strconv.FormatInt(v, 10),
 			Fix: "the outbox was created by a newer version of this library; upgrade"}
 	}
 	c := outbox.Config{BucketCount: int(bc), FormatVersion: outbox.FormatVersion, Mode: outbox.DeleteMode}
@@ -166,7 +204,15 @@ func decodeConfig(item map[string]types.AttributeValue) (outbox.Config, error) {
 	if err := checkShared(c); err != nil {
 		return outbox.Config{}, &ItemError{Attribute: attrMaxBytes + "/" + attrIDHeader, Reason: err.Error()}
 	}
+	if c.Regions, c.TakenOver, err = decodeRegions(item); err != nil {
+		return outbox.Config{}, err
+	}
 	switch {
+	case c.RegionMode() && v < configV3:
+		return outbox.Config{}, &ItemError{Attribute: attrVersion, Reason: fmt.Sprintf(
+			"a region-mode config item must have format version %d, so that older relays and writers refuse it; it has %d (write it with dynamo.Configure)", configV3, v)}
+	case c.CheckRegions() != nil:
+		return outbox.Config{}, &ItemError{Attribute: attrRegions, Reason: c.CheckRegions().Error()}
 	case c.Mode == outbox.WatermarkMode && v < configV2:
 		return outbox.Config{}, &ItemError{Attribute: attrVersion, Reason: fmt.Sprintf(
 			"a watermark-mode config item must have format version %d, so that older relays and writers refuse it; it has %d (write it with dynamo.Configure)", configV2, v)}
@@ -176,6 +222,45 @@ func decodeConfig(item map[string]types.AttributeValue) (outbox.Config, error) {
 		return outbox.Config{}, &ItemError{Attribute: attrRetention, Reason: "a retention in delete mode: the item contradicts itself"}
 	}
 	return c, nil
+}
+
+// decodeRegions reads the config item's regions and takeovers.
+func decodeRegions(item map[string]types.AttributeValue) ([]string, map[string]string, error) {
+	av, ok := item[attrRegions]
+	if !ok {
+		if _, ok := item[attrTakenOver]; ok {
+			return nil, nil, &ItemError{Attribute: attrTakenOver, Reason: "takeovers without regions"}
+		}
+		return nil, nil, nil
+	}
+	list, ok := av.(*types.AttributeValueMemberL)
+	if !ok {
+		return nil, nil, &ItemError{Attribute: attrRegions, Reason: "not a list"}
+	}
+	var regions []string
+	for _, v := range list.Value {
+		s, ok := v.(*types.AttributeValueMemberS)
+		if !ok {
+			return nil, nil, &ItemError{Attribute: attrRegions, Reason: "a region that is not a string"}
+		}
+		regions = append(regions, s.Value)
+	}
+	var taken map[string]string
+	if av, ok := item[attrTakenOver]; ok {
+		m, ok := av.(*types.AttributeValueMemberM)
+		if !ok {
+			return nil, nil, &ItemError{Attribute: attrTakenOver, Reason: "not a map"}
+		}
+		taken = map[string]string{}
+		for from, v := range m.Value {
+			s, ok := v.(*types.AttributeValueMemberS)
+			if !ok {
+				return nil, nil, &ItemError{Attribute: attrTakenOver, Reason: "a drainer that is not a string"}
+			}
+			taken[from] = s.Value
+		}
+	}
+	return regions, taken, nil
 }
 
 // checkWanted validates a configuration to write, filling in the default
@@ -203,6 +288,9 @@ func checkWanted(c outbox.Config) (outbox.Config, error) {
 	c.Topics = topics
 	if err := checkShared(c); err != nil {
 		return c, err
+	}
+	if err := c.CheckRegions(); err != nil {
+		return c, &outbox.OptionError{Option: "Regions", Value: c.Regions, Reason: err.Error()}
 	}
 	c.FormatVersion = outbox.FormatVersion
 	return c, nil
@@ -239,7 +327,7 @@ func cleanTopics(topics []string) ([]string, error) {
 // sameConfig compares what a config item says.
 func sameConfig(a, b outbox.Config) bool {
 	return a.BucketCount == b.BucketCount && a.Mode == b.Mode && a.Retention == b.Retention && slices.Equal(a.Topics, b.Topics) &&
-		a.MaxMessageBytes == b.MaxMessageBytes && a.Headers == b.Headers
+		a.MaxMessageBytes == b.MaxMessageBytes && a.Headers == b.Headers && slices.Equal(a.Regions, b.Regions) && maps.Equal(a.TakenOver, b.TakenOver)
 }
 
 // SetBucketCount makes the outbox's config item say bucketCount, keeping its
@@ -312,10 +400,10 @@ func configure(ctx context.Context, client StoreAPI, tables Tables, change func(
 	if client == nil {
 		return outbox.Config{}, &outbox.OptionError{Option: "client", Value: nil, Reason: "a DynamoDB client is required"}
 	}
-	if err := checkSingleRegion(ctx, client, tables); err != nil {
+	stored, item, err := readConfigItem(ctx, client, tables.Control)
+	if err := checkSingleRegion(ctx, client, tables, change(stored).RegionMode()); err != nil {
 		return outbox.Config{}, err
 	}
-	stored, item, err := readConfigItem(ctx, client, tables.Control)
 	if err == nil {
 		err = checkPairing(item, tables)
 	}
@@ -346,12 +434,14 @@ func configure(ctx context.Context, client StoreAPI, tables Tables, change func(
 	if sameConfig(stored, want) {
 		return stored, nil
 	}
-	if stored.BucketCount != want.BucketCount || stored.Mode != want.Mode {
+	if stored.BucketCount != want.BucketCount || stored.Mode != want.Mode || !slices.Equal(stored.Regions, want.Regions) {
 		s := &Store{client: client, tables: tables, cfg: defaultSettings()}
 		bucket, pending, err := s.firstPending(ctx, stored.BucketCount, want.BucketCount)
 		switch {
 		case err != nil:
 			return stored, err
+		case pending > 0 && !slices.Equal(stored.Regions, want.Regions):
+			return stored, &RegionsChangeError{Stored: stored.Regions, Requested: want.Regions, Bucket: bucket, Pending: pending}
 		case pending > 0 && stored.BucketCount != want.BucketCount:
 			return stored, &BucketCountChangeError{Stored: stored.BucketCount, Requested: want.BucketCount, Bucket: bucket, Pending: pending}
 		case pending > 0:
@@ -367,7 +457,7 @@ func replaceConfig(ctx context.Context, client updateItemAPI, table string, old,
 	oldItem, item := configItem(old), configItem(c)
 	var cond expression.ConditionBuilder
 	var upd expression.UpdateBuilder
-	for i, attr := range []string{attrBuckets, attrVersion, attrMode, attrRetention, attrTopics, attrMaxBytes, attrIDHeader, attrBktHeader, attrSeqHeader} {
+	for i, attr := range []string{attrBuckets, attrVersion, attrMode, attrRetention, attrTopics, attrMaxBytes, attrIDHeader, attrBktHeader, attrSeqHeader, attrRegions, attrTakenOver} {
 		var ci expression.ConditionBuilder
 		if v, ok := oldItem[attr]; ok {
 			ci = expression.Name(attr).Equal(expression.Value(v))

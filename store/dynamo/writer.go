@@ -37,6 +37,9 @@ type Writer struct {
 	tables      Tables
 	cfg         settings
 	bucketCount int
+	// lo, per: the slice of buckets this writer puts messages in, from lo,
+	// per buckets (region mode: its region's; else all of them).
+	lo, per int
 	// retention is the outbox's in WatermarkMode (every message item gets
 	// a TTL), 0 in DeleteMode (none).
 	retention time.Duration
@@ -93,7 +96,10 @@ type Result struct {
 // Both tables must be in one region: a table with replicas (a DynamoDB
 // global table) is refused with a *outbox.MisconfigurationError, because
 // two regions would hand out the same sequence numbers and one message
-// would overwrite the other.
+// would overwrite the other — unless the outbox is in region mode (its
+// config item lists regions, see Regions): the writer then needs
+// WithRegion, and puts every message in its region's slice of buckets
+// (outbox.Config.RegionBuckets), whose counters no other region writes.
 //
 // The writer's IAM permissions: dynamodb:GetItem and dynamodb:DescribeTable
 // on both tables (config item, these checks), dynamodb:UpdateItem on the control table (sequence
@@ -119,10 +125,18 @@ func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...Opt
 	if err := checkMessagesTable(ctx, client, tables.Messages); err != nil {
 		return nil, err
 	}
-	if err := checkSingleRegion(ctx, client, tables); err != nil {
+	if err := outbox.CheckRegion(stored, s.region); err != nil {
 		return nil, err
 	}
-	w := &Writer{client: client, tables: tables, cfg: s, bucketCount: stored.BucketCount}
+	if err := checkSingleRegion(ctx, client, tables, stored.RegionMode()); err != nil {
+		return nil, err
+	}
+	w := &Writer{client: client, tables: tables, cfg: s, bucketCount: stored.BucketCount, per: stored.BucketCount}
+	if stored.RegionMode() {
+		hi := 0
+		w.lo, hi, _ = stored.RegionBuckets(s.region)
+		w.per = hi - w.lo
+	}
 	if stored.Mode == outbox.WatermarkMode {
 		w.retention = stored.Retention
 	}
@@ -137,6 +151,14 @@ func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...Opt
 // BucketCount returns the outbox's bucket count, as read from its config
 // item.
 func (w *Writer) BucketCount() int { return w.bucketCount }
+
+// Bucket returns the bucket this writer puts m in: outbox.BucketFor over
+// the outbox's buckets, or in region mode over its region's slice, offset
+// to the slice.
+func (w *Writer) Bucket(m outbox.Message) (int, error) {
+	b, err := outbox.BucketFor(m, w.per)
+	return w.lo + b, err
+}
 
 // item is the messages-table item of m as this writer stores it: with a TTL
 // in WatermarkMode.
@@ -305,7 +327,7 @@ func (w *Writer) prepare(ctx context.Context, items []types.TransactWriteItem, m
 		if err := w.cfg.headers.ValidateNew(m, i, w.cfg.maxMessageBytes); err != nil {
 			return nil, err
 		}
-		b, err := outbox.BucketFor(m, w.bucketCount)
+		b, err := w.Bucket(m)
 		if err != nil {
 			var ve *outbox.ValidationError
 			if errors.As(err, &ve) {
