@@ -250,4 +250,6 @@ func TestHandlerSkipsOtherRegionsBuckets(t *testing.T) {
 
 type noopPublisher struct{}
 
-func (noopPublisher) Publish(ctx context.Context, msgs []outbox.Message) (int, error) { return len(msgs), nil }
+func (noopPublisher) Publish(ctx context.Context, msgs []outbox.Message) (int, error) {
+	return len(msgs), nil
+}

@@ -75,7 +75,7 @@ func (v shimVersion) after(w shimVersion) bool {
 }
 
 func newReplShim(a, b shimSide, tables ...string) *replShim {
-	return &replShim{sides: [2]shimSide{a, b}, tables: tables, winners: map[string]shimVersion{}, echoes: map[string]int{},
+	return &replShim{sides: [2]shimSide{a, b}, tables: tables, echoes: map[string]int{},
 		iters: map[string]string{}, arns: map[string]string{}, trimmed: map[string]int{}}
 }
 
@@ -158,7 +158,7 @@ func (s *replShim) round(ctx context.Context) (int, error) {
 	var order []string
 	for _, r := range recs {
 		ek := fmt.Sprint(r.side, "|", r.id)
-		if s.echoes[ek] > 0 {
+		if s.echoes[ek] > 0 && !r.ttl { // a TTL deletion is never a copy of ours
 			s.echoes[ek]--
 			continue
 		}
@@ -173,7 +173,17 @@ func (s *replShim) round(ctx context.Context) (int, error) {
 			it.latest[r.side], it.ttl[r.side], it.what[r.side] = &v, r.ttl, r.what
 		}
 	}
-	for _, id := range order {
+	// Items are independent: resolve and copy them in parallel (each is
+	// one or two reads and a write), then account for them.
+	type result struct {
+		conflict string
+		echo     string
+		err      error
+	}
+	results := make([]result, len(order))
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i, id := range order {
 		it := items[id]
 		win := -1
 		for side, v := range it.latest {
@@ -186,22 +196,41 @@ func (s *replShim) round(ctx context.Context) (int, error) {
 			// write renewed the item (a heartbeat), and wins.
 			win = loser
 		}
-		cand := *it.latest[win]
 		loser := 1 - win
-		if it.latest[loser] != nil && !it.ttl[0] && !it.ttl[1] {
-			// Both sides wrote the item in this round: concurrent writes.
-			same, err := s.same(ctx, it.table, it.key)
-			if err != nil {
-				return 0, err
+		both := it.latest[loser] != nil && !it.ttl[0] && !it.ttl[1]
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			res := &results[i]
+			if both {
+				// Both sides wrote the item in this round: concurrent writes.
+				same, err := s.same(ctx, it.table, it.key)
+				if res.err = err; err != nil {
+					return
+				}
+				if !same {
+					res.conflict = fmt.Sprintf("%s (%s: %s; %s: %s)", id, s.sides[0].name, it.what[0], s.sides[1].name, it.what[1])
+				}
 			}
-			if !same {
-				s.conflicts++
-				s.conflicted = append(s.conflicted, fmt.Sprintf("%s (%s: %s; %s: %s)", id, s.sides[0].name, it.what[0], s.sides[1].name, it.what[1]))
+			wrote, err := s.copy(ctx, win, loser, it.table, it.key)
+			if res.err = err; wrote {
+				res.echo = fmt.Sprint(loser, "|", id)
 			}
+		}()
+	}
+	wg.Wait()
+	for _, res := range results {
+		if res.err != nil {
+			return 0, res.err
 		}
-		s.winners[id] = cand
-		if err := s.copy(ctx, win, loser, it.table, id, it.key); err != nil {
-			return 0, err
+		if res.conflict != "" {
+			s.conflicts++
+			s.conflicted = append(s.conflicted, res.conflict)
+		}
+		if res.echo != "" {
+			s.copies++
+			s.echoes[res.echo]++
 		}
 	}
 	return len(recs), nil
@@ -335,20 +364,17 @@ func (s *replShim) same(ctx context.Context, table string, key map[string]types.
 	return reflect.DeepEqual(a, b), nil
 }
 
-// copy makes dst's image of the item src's, expecting the echo of the
-// write on dst's stream. A copy that changes nothing writes nothing
-// (DynamoDB streams no record for it).
-func (s *replShim) copy(ctx context.Context, src, dst int, table, id string, key map[string]types.AttributeValue) error {
+// copy makes dst's image of the item src's, and reports whether it wrote
+// (a copy that would change nothing writes nothing: DynamoDB streams no
+// record for it, so no echo is to come).
+func (s *replShim) copy(ctx context.Context, src, dst int, table string, key map[string]types.AttributeValue) (bool, error) {
 	img, err := s.get(ctx, src, table, key)
 	if err != nil {
-		return err
+		return false, err
 	}
 	cur, err := s.get(ctx, dst, table, key)
-	if err != nil {
-		return err
-	}
-	if reflect.DeepEqual(img, cur) {
-		return nil
+	if err != nil || reflect.DeepEqual(img, cur) {
+		return false, err
 	}
 	db := s.sides[dst].db
 	if img == nil {
@@ -356,12 +382,14 @@ func (s *replShim) copy(ctx context.Context, src, dst int, table, id string, key
 	} else {
 		_, err = db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: img})
 	}
-	if err != nil {
-		return err
-	}
-	s.copies++
-	s.echoes[fmt.Sprint(dst, "|", id)]++
-	return nil
+	return err == nil, err
+}
+
+// conflictedItems returns the items of the conflicts so far.
+func (s *replShim) conflictedItems() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.conflicted...)
 }
 
 func (s *replShim) stats() (conflicts, copies int) {
