@@ -282,7 +282,7 @@ type config struct {
 	kmsKey, msk                      string // "" = none, or not used by the mode
 	subnets, securityGroups          []string
 	topics, alarmTopic, binDir       string
-	regions                          string // Regions, "" = single region
+	regions                          string         // Regions, "" = single region
 	n                                map[string]int // numeric fields by name
 	enqueue                          bool
 	transactional                    bool     // KafkaTransactional
