@@ -29,7 +29,11 @@ same messages (duplicates, each in sequence order). A gap in a bucket taken
 over is never fenced: it may be a commit of FROM that has not replicated yet.
 
 handback REGION ends a takeover once REGION's relays are back: the taker's
-relays stop at their next sweep, REGION's resume at theirs.`,
+relays stop at their next sweep, REGION's resume at theirs.
+
+In region mode, outbox drain and outbox park act as a relay of the region in
+OUTBOX_REGION (set it to the region whose tables you connect to), on the
+buckets that region drains only; without it they are refused (exit 3).`,
 	example: `outbox regions --region eu-west-1
 outbox regions takeover us-east-1 --by eu-west-1 --region eu-west-1
 outbox regions handback us-east-1 --region eu-west-1`,
