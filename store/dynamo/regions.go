@@ -28,7 +28,7 @@ func TakeOver(ctx context.Context, client StoreAPI, tables Tables, from, by stri
 	if from == by {
 		return outbox.Config{}, &outbox.OptionError{Option: "region", Value: from, Reason: "a region cannot take over its own buckets (to end a takeover, hand them back)"}
 	}
-	return configure(ctx, client, tables, func(stored outbox.Config) outbox.Config {
+	return resendSafe(ctx, client, tables, func(stored outbox.Config) outbox.Config {
 		c := stored
 		c.TakenOver = maps.Clone(stored.TakenOver)
 		if c.TakenOver == nil {
@@ -55,7 +55,7 @@ func HandBack(ctx context.Context, client StoreAPI, tables Tables, region string
 	if err := checkRegionsArg(ctx, client, tables, region); err != nil {
 		return outbox.Config{}, err
 	}
-	return configure(ctx, client, tables, func(stored outbox.Config) outbox.Config {
+	return resendSafe(ctx, client, tables, func(stored outbox.Config) outbox.Config {
 		c := stored
 		c.TakenOver = maps.Clone(stored.TakenOver)
 		delete(c.TakenOver, region)
@@ -64,6 +64,22 @@ func HandBack(ctx context.Context, client StoreAPI, tables Tables, region string
 		}
 		return c
 	})
+}
+
+// resendSafe is configure for a takeover change: the update is
+// conditional on the config item read, so an SDK resend of an update that
+// was applied (its response lost) fails its condition; the item then says
+// what the change wanted, and that is success.
+func resendSafe(ctx context.Context, client StoreAPI, tables Tables, change func(outbox.Config) outbox.Config) (outbox.Config, error) {
+	prev, err := configure(ctx, client, tables, change)
+	if err == nil {
+		return prev, nil
+	}
+	if cur, rerr := readConfig(ctx, client, tables.Control); rerr == nil && prev.BucketCount != 0 &&
+		maps.Equal(cur.TakenOver, change(prev).TakenOver) && slices.Equal(cur.Regions, prev.Regions) {
+		return prev, nil
+	}
+	return prev, err
 }
 
 // checkRegionsArg refuses, with an *outbox.OptionError, region names that

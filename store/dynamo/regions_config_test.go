@@ -1,10 +1,13 @@
 package dynamo
 
 import (
+	"context"
 	"errors"
 	"maps"
 	"slices"
 	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/dynakafka/outbox"
 )
@@ -105,5 +108,40 @@ func TestRegionModeConfig(t *testing.T) {
 	}
 	if _, err := TakeOver(ctx, d2.Client, single, "a", "b"); !errors.As(err, &oe) {
 		t.Errorf("TakeOver on a single-region outbox = %v, want an *OptionError", err)
+	}
+}
+
+// resendClient applies the config item's update and then loses its
+// response once: the SDK sends it again, and the second, conditional on the
+// item as first read, fails.
+type resendClient struct {
+	*dynamodb.Client
+	lost bool
+}
+
+func (c *resendClient) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	out, err := c.Client.UpdateItem(ctx, in, o...)
+	if err == nil && !c.lost {
+		c.lost = true
+		return c.Client.UpdateItem(ctx, in, o...) // the resend, after the first applied
+	}
+	return out, err
+}
+
+// A takeover whose response was lost and resent is reported done, not as
+// a concurrent change.
+func TestTakeOverSurvivesAResend(t *testing.T) {
+	ctx := ctxT(t)
+	d, tables := newTables(t, BucketCount(4), Regions("a", "b"))
+	client := &resendClient{Client: d.Client}
+	if _, err := TakeOver(ctx, client, tables, "a", "b"); err != nil {
+		t.Fatalf("TakeOver with its update resent: %v", err)
+	}
+	if !client.lost {
+		t.Fatal("the update was not resent")
+	}
+	client.lost = false
+	if _, err := HandBack(ctx, client, tables, "a"); err != nil {
+		t.Fatalf("HandBack with its update resent: %v", err)
 	}
 }
