@@ -513,6 +513,12 @@ func describeChange(old, c outbox.Config) string {
 	if !slices.Equal(old.Topics, c.Topics) {
 		parts = append(parts, fmt.Sprintf("the topics were being changed from %s to %s", TopicList(old.Topics), TopicList(c.Topics)))
 	}
+	if !slices.Equal(old.Regions, c.Regions) {
+		parts = append(parts, fmt.Sprintf("the regions were being changed from [%s] to [%s]", strings.Join(old.Regions, ","), strings.Join(c.Regions, ",")))
+	}
+	if !maps.Equal(old.TakenOver, c.TakenOver) {
+		parts = append(parts, fmt.Sprintf("the takeovers were being changed from %v to %v", old.TakenOver, c.TakenOver))
+	}
 	if old.SharedMaxMessageBytes() != c.SharedMaxMessageBytes() {
 		parts = append(parts, fmt.Sprintf("MaxMessageBytes was being changed from %d to %d", old.SharedMaxMessageBytes(), c.SharedMaxMessageBytes()))
 	}
