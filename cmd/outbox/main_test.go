@@ -869,6 +869,9 @@ func TestRegions(t *testing.T) {
 	if stored, err := dynamo.ReadConfig(ctx, d.Client, tables); err != nil || stored.TakenOver["us-east-1"] != "eu-west-1" {
 		t.Fatalf("config item %+v, %v; want us-east-1 taken over by eu-west-1", stored, err)
 	}
+	if got := c.step(exitOK, "status"); !strings.Contains(got, "regions  us-east-1 0..1 (taken over by eu-west-1), eu-west-1 2..3\n") {
+		t.Errorf("status during the takeover printed %q", got)
+	}
 	if got := c.step(exitOK, "regions", "handback", "us-east-1"); !strings.Contains(got, "drained by us-east-1\n") {
 		t.Errorf("handback printed %q", got)
 	}

@@ -122,3 +122,14 @@ func regionList(s string) ([]string, error) {
 	}
 	return list, nil
 }
+
+// regionsOf is status's view of the regions (nil in the single-region
+// mode).
+func regionsOf(c outbox.Config) []regionStatus {
+	var out []regionStatus
+	for _, r := range c.Regions {
+		lo, hi, _ := c.RegionBuckets(r)
+		out = append(out, regionStatus{Region: r, From: lo, To: hi - 1, DrainedBy: c.Drainer(r)})
+	}
+	return out
+}
