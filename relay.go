@@ -183,6 +183,12 @@ func (r *Relay) regionOf(bucket int) string {
 // Region returns the relay's region ("" in the default mode).
 func (r *Relay) Region() string { return r.cfg.region }
 
+// RefreshRegions re-reads the config item's takeovers in region mode (a
+// no-op otherwise), as every Sweep does: a relay that only drains stream
+// hints calls it now and then (lambda/handler: at most every
+// RegionRefreshInterval), so that a takeover or a hand-back reaches it.
+func (r *Relay) RefreshRegions(ctx context.Context) error { return r.refreshRegions(ctx) }
+
 // refreshRegions re-reads the config item of a region-mode outbox (one
 // consistent read per sweep), so that a takeover or a hand-back reaches
 // running relays. A config item whose bucket count or regions changed is a

@@ -61,7 +61,14 @@ type Drainer interface {
 // (*outbox.Relay has it): whether its region drains a bucket.
 type regionDrainer interface {
 	Drains(bucket int) bool
+	RefreshRegions(ctx context.Context) error
 }
+
+// RegionRefreshInterval is how often, at most, the handler re-reads a
+// region-mode outbox's takeovers before an invocation (one consistent read
+// of the config item): a takeover or a hand-back reaches the stream path
+// within it, and the sweeper's path at its next sweep.
+const RegionRefreshInterval = 15 * time.Second
 
 // Counters are the handler's running totals since init, logged with every
 // invocation's summary.
@@ -85,6 +92,9 @@ type Relay struct {
 	counters    *Counters
 	emitter     *emf.Emitter
 	metrics     *RelayMetrics
+	// refreshed: when the region-mode takeovers were last re-read.
+	refreshMu sync.Mutex
+	refreshed time.Time
 }
 
 // RelayOption configures a Relay.
@@ -105,6 +115,29 @@ func NewRelay(r Drainer, concurrency int, log *slog.Logger, opts ...RelayOption)
 		o(h)
 	}
 	return h
+}
+
+// refreshRegions re-reads the takeovers of a region-mode outbox at most
+// every RegionRefreshInterval. A failed read keeps the last view (logged):
+// a stale view publishes duplicates at worst, never loses (docs/design.md
+// §13.4).
+func (h *Relay) refreshRegions(ctx context.Context) {
+	rd, ok := h.relay.(regionDrainer)
+	if !ok {
+		return
+	}
+	h.refreshMu.Lock()
+	due := time.Since(h.refreshed) >= RegionRefreshInterval
+	if due {
+		h.refreshed = time.Now()
+	}
+	h.refreshMu.Unlock()
+	if !due {
+		return
+	}
+	if err := rd.RefreshRegions(ctx); err != nil {
+		h.log.ErrorContext(ctx, "outbox relay: re-read the region-mode takeovers", "err", err)
+	}
 }
 
 // Counters returns the handler's running totals.
@@ -174,6 +207,7 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 	defer cancel()
 	lowest := map[int]string{} // bucket -> its lowest stream sequence number in this batch
 	upTo := map[int]int64{}    // bucket -> the highest outbox sequence hinted in this batch
+	h.refreshRegions(wctx)
 	var ignored, malformed, outOfRange, foreign int
 	for _, rec := range ev.Records {
 		h.counters.Records.Add(1)

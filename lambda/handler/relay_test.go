@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -242,9 +243,27 @@ func TestHandlerSkipsOtherRegionsBuckets(t *testing.T) {
 	if err != nil || len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("Handle = %+v, %v; want no failure", resp, err)
 	}
-	if h.counters.Foreign.Load() == 0 || h.counters.Drained.Load() != 2 {
+	foreign := h.counters.Foreign.Load()
+	if foreign == 0 || h.counters.Drained.Load() != 2 {
 		t.Errorf("foreign hints %d, buckets drained %d; want bucket 7's hints skipped and buckets 1 and 3 drained",
-			h.counters.Foreign.Load(), h.counters.Drained.Load())
+			foreign, h.counters.Drained.Load())
+	}
+
+	// Region a takes b's buckets over: once RegionRefreshInterval has
+	// passed, the next invocation re-reads the takeovers and drains 7 too.
+	s.SetConfig(outbox.Config{Regions: []string{"a", "b"}, TakenOver: map[string]string{"b": "a"}})
+	if _, err := h.Handle(context.Background(), loadEvent(t, "insert.json")); err != nil {
+		t.Fatal(err)
+	}
+	if h.counters.Foreign.Load() != 2*foreign {
+		t.Errorf("within RegionRefreshInterval the handler re-read the takeovers (foreign hints %d, want %d)", h.counters.Foreign.Load(), 2*foreign)
+	}
+	h.refreshed = time.Now().Add(-RegionRefreshInterval)
+	if _, err := h.Handle(context.Background(), loadEvent(t, "insert.json")); err != nil {
+		t.Fatal(err)
+	}
+	if h.counters.Foreign.Load() != 2*foreign || h.counters.Drained.Load() != 2+2+3 {
+		t.Errorf("after the takeover: foreign hints %d, buckets drained %d; want bucket 7 drained too", h.counters.Foreign.Load(), h.counters.Drained.Load())
 	}
 }
 
