@@ -585,6 +585,14 @@ func (d *drain) gap(ctx context.Context, seq, next int64) error {
 		l = nl
 	}
 	waited := now.Sub(l.GapSince)
+	if waited >= cfg.gapTimeout && r.writtenElsewhere(d.b) {
+		// A fence must win against the writer's put by a conditional
+		// write in one region; here the writer is in another, and its
+		// commit may not have replicated yet: a fence put now would win
+		// last-writer-wins over it, and the message would be lost.
+		return fmt.Errorf("outbox: bucket %d of region %s waits on sequence %d (for %v): a gap in a slice taken over from another region is never fenced (docs/design.md §14.4): %w",
+			d.b, r.regionOf(d.b), seq, waited, ErrGapPending)
+	}
 	if waited >= cfg.gapTimeout {
 		const maxFences = 100
 		for s := seq; s < next && s < seq+maxFences; s++ {

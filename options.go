@@ -35,6 +35,7 @@ type config struct {
 	headers         HeaderNames
 	emptyIDHeader   bool
 	relayID         string
+	region          string
 	concurrency     int
 	pollInterval    time.Duration
 	recordPolicy    RecordErrorPolicy
@@ -203,6 +204,15 @@ func MessageIDHeader(name string) Option {
 // stored one is a *MisconfigurationError.
 func StampedHeaders(h HeaderNames) Option { return func(c *config) { c.headers = h } }
 
+// Region is the region this relay runs in, for an outbox in region mode
+// (Config.Regions, a DynamoDB global table): the relay drains only the
+// buckets its region drains, and its id in leases and heartbeats is
+// prefixed "<region>/" so that each region counts only its own live
+// relays. Default "": the default single-region mode. NewRelay refuses an
+// empty region in region mode, a region the config item does not list, and
+// any region in the default mode (*MisconfigurationError).
+func Region(id string) Option { return func(c *config) { c.region = id } }
+
 // RelayID names this relay in leases and heartbeats. Default
 // "<hostname>-<pid>-<random>". At most 128 characters.
 func RelayID(id string) Option { return func(c *config) { c.relayID = id } }
@@ -310,6 +320,8 @@ func (c *config) validate() error {
 		return c.headers.Check()
 	case c.relayID == "" || len(c.relayID) > 128:
 		return bad("RelayID", c.relayID, "must be 1..128 characters")
+	case c.region != "" && ValidateRegionID(c.region) != nil:
+		return bad("Region", c.region, ValidateRegionID(c.region).Error())
 	case c.concurrency < 1:
 		return bad("Concurrency", c.concurrency, "must be at least 1")
 	case c.pollInterval <= 0:

@@ -34,6 +34,11 @@ type Relay struct {
 	mode        Mode
 	sched       seam.Scheduler
 	rand        func(int64) int64
+	// regions: the stored configuration's regions and takeovers as last
+	// read (region mode only), and the buckets this relay's region drains
+	// by them; under mu, since Sweep re-reads them.
+	regions Config
+	drains  []bool
 
 	// Per bucket: one drain at a time in this process, and when this relay
 	// last wrote the bucket's head. The store's lease is per owner id, so it
@@ -42,10 +47,24 @@ type Relay struct {
 	buckets map[int]*local
 	// fair: this relay's fair share as its last sweep computed it (ok: a
 	// sweep did), which Run's notified drains keep to.
-	fair struct {
-		share, rank int
-		ok          bool
+	fair fairShare
+}
+
+// fairShare is a relay's fair share over the buckets its region drains:
+// pos maps a bucket to its place among them (-1: not drained), n is how
+// many there are. In the default mode pos is the identity.
+type fairShare struct {
+	share, rank, n int
+	pos            []int
+	ok             bool
+}
+
+// index is b's place among the drained buckets (-1: not drained).
+func (f fairShare) index(b int) int {
+	if b < 0 || b >= len(f.pos) {
+		return -1
 	}
+	return f.pos[b]
 }
 
 // local is this process's view of one bucket.
@@ -106,6 +125,12 @@ func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (
 	if cfg.maxMessageBytes, cfg.headers, err = ResolveShared(stored, cfg.maxMessageBytes, cfg.headers); err != nil {
 		return nil, err
 	}
+	if err := CheckRegion(stored, cfg.region); err != nil {
+		return nil, err
+	}
+	if cfg.region != "" && !hasPrefix(cfg.relayID, cfg.region+"/") {
+		cfg.relayID = cfg.region + "/" + cfg.relayID
+	}
 	sched := cfg.hooks.Scheduler
 	if sched == nil {
 		sched = seam.Runtime
@@ -117,6 +142,7 @@ func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (
 	r := &Relay{store: store, pub: pub, cfg: cfg, mode: stored.Mode, sched: sched,
 		rand: rnd, buckets: map[int]*local{}}
 	r.adopt(stored)
+	r.setRegions(stored)
 	return r, nil
 }
 
@@ -146,7 +172,100 @@ func (r *Relay) RefreshConfig(ctx context.Context) (int, error) {
 		return r.BucketCount(), err
 	}
 	r.adopt(stored)
+	r.setRegions(stored)
 	return r.BucketCount(), nil
+}
+
+func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
+
+// setRegions records the regions and takeovers of stored and the buckets
+// this relay's region drains by them.
+func (r *Relay) setRegions(stored Config) {
+	drains := make([]bool, r.BucketCount())
+	for _, b := range stored.Drains(r.cfg.region) {
+		if b < len(drains) {
+			drains[b] = true
+		}
+	}
+	r.mu.Lock()
+	r.regions, r.drains = stored, drains
+	r.mu.Unlock()
+}
+
+// Drains reports whether this relay's region drains bucket: always in the
+// default mode; in region mode, for its own region's buckets and those of
+// the regions it took over (as of NewRelay or the last Sweep). A stream
+// handler skips hints for the others: replicated items of another region.
+func (r *Relay) Drains(bucket int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.regions.RegionMode() {
+		// Every bucket of the count, which an online BucketCount change
+		// (refused in region mode) may have moved since setRegions.
+		return bucket >= 0 && bucket < r.BucketCount()
+	}
+	return bucket >= 0 && bucket < len(r.drains) && r.drains[bucket]
+}
+
+// writtenElsewhere reports whether bucket is in another region's slice (a
+// region-mode relay draining a slice it took over).
+func (r *Relay) writtenElsewhere(bucket int) bool {
+	w := r.regionOf(bucket)
+	return w != "" && w != r.cfg.region
+}
+
+// regionOf is the region whose writers write bucket ("": default mode).
+func (r *Relay) regionOf(bucket int) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.regions.RegionOf(bucket)
+}
+
+// Region returns the relay's region ("" in the default mode).
+func (r *Relay) Region() string { return r.cfg.region }
+
+// RefreshRegions re-reads the config item's takeovers in region mode (a
+// no-op otherwise), as every Sweep does: a relay that only drains stream
+// hints calls it now and then (lambda/handler: at most every
+// RegionRefreshInterval), so that a takeover or a hand-back reaches it.
+func (r *Relay) RefreshRegions(ctx context.Context) error { return r.refreshRegions(ctx) }
+
+// refreshRegions re-reads the config item of a region-mode outbox (one
+// consistent read per sweep), so that a takeover or a hand-back reaches
+// running relays. A config item whose bucket count or regions changed is a
+// *MisconfigurationError: restart the relay.
+func (r *Relay) refreshRegions(ctx context.Context) error {
+	r.mu.Lock()
+	mode := r.regions.RegionMode()
+	r.mu.Unlock()
+	if !mode {
+		return nil
+	}
+	stored, err := r.store.Config(ctx)
+	if err != nil {
+		return fmt.Errorf("outbox: re-read the config item's takeovers: %w", err)
+	}
+	if stored.BucketCount != r.BucketCount() || !slicesEqual(stored.Regions, r.regions.Regions) {
+		return &MisconfigurationError{Setting: "Regions", Configured: fmt.Sprint(r.regions.Regions, " over ", r.BucketCount(), " buckets"),
+			Stored: fmt.Sprint(stored.Regions, " over ", stored.BucketCount, " buckets"), Fix: "the outbox's regions or bucket count changed: restart the relay"}
+	}
+	if err := CheckRegion(stored, r.cfg.region); err != nil {
+		return err
+	}
+	r.setRegions(stored)
+	return nil
+}
+
+func slicesEqual(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // CheckConfig verifies a stored configuration against a process's expected
@@ -252,6 +371,12 @@ func (r *Relay) drainBucket(ctx context.Context, bucket int, target int64, wait 
 	}
 	if n := r.BucketCount(); bucket < 0 || bucket >= n {
 		return st, &BucketRangeError{Bucket: bucket, BucketCount: n}
+	}
+	if !r.Drains(bucket) {
+		r.mu.Lock()
+		drainer := r.regions.Drainer(r.regions.RegionOf(bucket))
+		r.mu.Unlock()
+		return st, &RegionError{Bucket: bucket, Region: r.cfg.region, Drainer: drainer}
 	}
 	if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && time.Until(dl) <= r.cfg.deadlineMargin {
 		return st, ErrDeadline // the same threshold as the drain's own check

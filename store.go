@@ -86,6 +86,15 @@ type Config struct {
 	// writer that waits for the change aborts it (the count stays
 	// BucketCount). Zero when no change is in progress.
 	ChangeDeadline time.Time
+	// Regions puts the outbox in region mode (for a DynamoDB global
+	// table): the bucket range is cut into len(Regions) equal slices, in
+	// this order, each written and drained by one region (region.go).
+	// Empty: the default single-region mode, which refuses global tables.
+	Regions []string
+	// TakenOver maps a region whose slice another region's relays drain
+	// (after a regional outage) to that region. Written by TakeOver and
+	// HandBack; relays re-read it at every sweep.
+	TakenOver map[string]string
 }
 
 // Changing reports whether an online BucketCount change is in progress.

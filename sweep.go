@@ -53,6 +53,10 @@ type BucketReport struct {
 	Parked int
 	// Err is the error of this bucket's probe, if any.
 	Err error
+	// Foreign: a region-mode bucket that this relay's region does not
+	// drain (another region's, replicated here): not probed, never
+	// drained or caught up by this relay.
+	Foreign bool
 }
 
 // Reserved returns how many sequence numbers are reserved above the head:
@@ -124,6 +128,9 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 		}
 	}
 	count := r.BucketCount()
+	if err := r.refreshRegions(ctx); err != nil {
+		return rep, err
+	}
 	now := cfg.clock.Now()
 	// The heartbeat and the list of live relays go alongside the probes
 	// rather than before them: a message committed just after its bucket's
@@ -141,6 +148,7 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 		if live, liveErr = r.store.LiveRelays(ctx, now, cfg.leaseDuration); liveErr != nil {
 			liveErr = fmt.Errorf("outbox: list live relays: %w", liveErr)
 		}
+		live = r.ownRegion(live)
 	}()
 
 	upper := count
@@ -148,9 +156,14 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 		upper = OutOfRangeProbe(count)
 	}
 	looks := make([]BucketReport, upper)
+	fair := r.drainOrder()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
 	for b := range upper {
+		if fair.index(b) < 0 && b < count {
+			looks[b] = BucketReport{Bucket: b, Last: -1, Parked: -1, Foreign: true}
+			continue
+		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func(b int) {
@@ -163,17 +176,20 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 	if liveErr != nil {
 		return rep, liveErr
 	}
-	share, rank := LiveShare(count, live, cfg.relayID)
+	share, rank := LiveShare(fair.n, live, cfg.relayID)
 	rep.Live, rep.Share = max(len(live), rank+1), share
+	fair.share, fair.rank, fair.ok = share, rank, true
 	r.mu.Lock()
-	r.fair.share, r.fair.rank, r.fair.ok = share, rank, true
+	r.fair = fair
 	r.mu.Unlock()
 
 	n := count
-	pos := func(b int) int { return fairPos(b, n, share, rank) }
+	pos := func(b int) int { return fairPos(fair.index(b), fair.n, share, rank) }
 	var ready []int
 	for _, lk := range looks {
 		switch {
+		case lk.Foreign:
+			continue
 		case lk.Err != nil:
 			rep.Errors[lk.Bucket] = fmt.Errorf("outbox: probe bucket %d: %w", lk.Bucket, lk.Err)
 			continue
@@ -227,7 +243,7 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 	// messages found. Each is conditional on the lease the probe read, so
 	// what happened to a bucket since fails it harmlessly (§7.14).
 	for _, lk := range rep.Buckets {
-		if lk.Err == nil && lk.Messages == 0 {
+		if lk.Err == nil && lk.Messages == 0 && !lk.Foreign {
 			if nl, ok := r.catchUp(ctx, lk, now); ok {
 				rep.Buckets[lk.Bucket].Lease = nl
 				rep.CaughtUp = append(rep.CaughtUp, lk.Bucket)
@@ -330,6 +346,36 @@ func ageSeconds(now, t time.Time) float64 {
 		return 0
 	}
 	return max(0, now.Sub(t).Seconds())
+}
+
+// drainOrder is the fair-share order of the buckets this relay's region
+// drains (share and rank not yet set).
+func (r *Relay) drainOrder() fairShare {
+	f := fairShare{pos: make([]int, r.BucketCount())}
+	for b := range f.pos {
+		f.pos[b] = -1
+		if r.Drains(b) {
+			f.pos[b] = f.n
+			f.n++
+		}
+	}
+	return f
+}
+
+// ownRegion keeps the live relays of this relay's region (all of them in
+// the default mode): replicated heartbeats of another region's relays share
+// none of its buckets.
+func (r *Relay) ownRegion(live []string) []string {
+	if r.cfg.region == "" {
+		return live
+	}
+	out := live[:0:0]
+	for _, id := range live {
+		if hasPrefix(id, r.cfg.region+"/") {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // fairPos is bucket b's place in the order a relay of the given rank
@@ -447,7 +493,7 @@ func (r *Relay) ownNotified(buckets []int) []int {
 	for _, b := range buckets {
 		// A bucket beyond the count is kept: an online change may have
 		// added it, and its drain reads the config item to find out.
-		if b >= count || !fair.ok || fairPos(b, count, fair.share, fair.rank) < fair.share {
+		if b >= count || r.Drains(b) && (!fair.ok || fair.index(b) >= 0 && fairPos(fair.index(b), fair.n, fair.share, fair.rank) < fair.share) {
 			out = append(out, b)
 		}
 	}

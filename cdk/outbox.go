@@ -204,6 +204,9 @@ func (o *Outbox) environment() map[string]*string {
 			env[name] = jsii.String(v)
 		}
 	}
+	if c.regions != "" {
+		env["OUTBOX_REGION"] = awscdk.Aws_REGION()
+	}
 	return env
 }
 
@@ -300,6 +303,7 @@ func (o *Outbox) newConfig(setup awslambda.CfnFunction, logs []constructs.IConst
 			// A shared setting: the functions' OUTBOX_MAX_MESSAGE_BYTES
 			// agrees with the config item.
 			"MaxMessageBytes": o.cfg.n["MaxMessageBytes"],
+			"Regions":         jsii.String(o.cfg.regions),
 		},
 	})
 	for _, l := range logs {

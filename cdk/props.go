@@ -5,10 +5,14 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 )
+
+// regionsPattern is the template's Regions AllowedPattern.
+var regionsPattern = regexp.MustCompile(`^$|^[a-z0-9-]{1,32}(,[a-z0-9-]{1,32})*$`)
 
 // Props configures an outbox. Each field mirrors the template.yaml parameter
 // of the same name, with the same default and the same bounds; nil means the
@@ -99,6 +103,13 @@ type Props struct {
 	// misspelt topic then stops its bucket at the relay) and only a check
 	// that a broker answers.
 	Topics *string
+	// Regions puts the outbox in region mode, for tables made DynamoDB
+	// global tables: the regions in order, comma-separated, the same in
+	// every region's stack (the template's Regions parameter). Written to
+	// the config item; the functions get OUTBOX_REGION, the stack's region.
+	// BucketCount must be a multiple of their number. Default: none, single
+	// region (replicas are refused). See docs/deploy.md, Region mode.
+	Regions *string
 	// LeaseDurationSeconds is OUTBOX_LEASE_DURATION. Default 30, 12..900 (it
 	// must outlast the relay's ResumeWindow, 10 s, plus MaxClockSkew, a sixth
 	// of the lease); keep it well below RelayTimeout.
@@ -273,6 +284,7 @@ type config struct {
 	kmsKey, msk                      string // "" = none, or not used by the mode
 	subnets, securityGroups          []string
 	topics, alarmTopic, binDir       string
+	regions                          string         // Regions, "" = single region
 	n                                map[string]int // numeric fields by name
 	enqueue                          bool
 	transactional                    bool     // KafkaTransactional
@@ -359,6 +371,17 @@ func (p *Props) config() (*config, error) {
 		return nil, &PropError{"RelayReservedConcurrency", "0", "0 would throttle every relay invocation; -1 (the default) reserves none"}
 	}
 	c.topics = str(p.Topics)
+	c.regions = str(p.Regions)
+	if c.regions != "" {
+		// The template's AllowedPattern; the setup function checks the rest
+		// (no region twice) against the outbox.
+		if !regionsPattern.MatchString(c.regions) {
+			return nil, &PropError{"Regions", quote(p.Regions), "comma-separated region ids of a-z, 0-9 and '-', 1..32 characters each"}
+		}
+		if n := strings.Count(c.regions, ",") + 1; c.n["BucketCount"]%n != 0 {
+			return nil, &PropError{"Regions", quote(p.Regions), fmt.Sprintf("BucketCount %d is not a multiple of the %d regions", c.n["BucketCount"], n)}
+		}
+	}
 	c.mode = ModeDelete
 	if p.OutboxMode != nil {
 		c.mode = *p.OutboxMode

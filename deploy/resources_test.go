@@ -103,7 +103,8 @@ BucketCount: !Ref BucketCount
 Mode: !Ref OutboxMode
 RetentionHours: !Ref OutboxRetentionHours
 MaxMessageBytes: !Ref MaxMessageBytes
-Topics: !Ref Topics`)
+Topics: !Ref Topics
+Regions: !Ref Regions`)
 	if got := at(r, "Properties"); !reflect.DeepEqual(got, want) {
 		t.Errorf("OutboxConfig.Properties = %s, want %s", canon(got), canon(want))
 	}

@@ -362,6 +362,7 @@ func TestParameters(t *testing.T) {
 		{"StreamBatchingWindowSeconds", "{Type: Number, Default: 0, MinValue: 0, MaxValue: 300}"},
 		{"OutboxBatchSize", "{Type: Number, Default: 500, MinValue: 1, MaxValue: 10000}"},
 		{"Topics", `{Type: String, Default: ""}`},
+		{"Regions", `{Type: String, Default: "", AllowedPattern: "^$|^[a-z0-9-]{1,32}(,[a-z0-9-]{1,32})*$"}`},
 		// lambda/config's ranges (TestParametersMatchConfigRanges).
 		{"LeaseDurationSeconds", "{Type: Number, Default: 30, MinValue: 12, MaxValue: 900}"},
 		{"GapTimeoutSeconds", "{Type: Number, Default: 10, MinValue: 1, MaxValue: 3600}"},

@@ -53,7 +53,7 @@ var scenarios = []scenario{
 		"KafkaSaslSecretArn": secretARN, "KafkaTlsCaSecretArn": caARN, "KafkaSecretsKmsKeyArn": kmsKeyARN,
 		"VpcSubnetIds": "subnet-0123456789abcdef0,subnet-0fedcba9876543210", "VpcSecurityGroupIds": "sg-0123456789abcdef0",
 		"BucketCount": "64", "StreamBatchSize": "100", "StreamBatchingWindowSeconds": "5", "OutboxBatchSize": "200",
-		"Topics": "orders,payments", "LeaseDurationSeconds": "45", "GapTimeoutSeconds": "20", "SweepMinAgeSeconds": "30", "ParkStuckAfterSeconds": "3600", "MaxMessageBytes": "2097152",
+		"Topics": "orders,payments", "Regions": "us-east-1,eu-west-1", "LeaseDurationSeconds": "45", "GapTimeoutSeconds": "20", "SweepMinAgeSeconds": "30", "ParkStuckAfterSeconds": "3600", "MaxMessageBytes": "2097152",
 		"OutboxMode": "watermark", "OutboxRetentionHours": "72",
 		"RelayConcurrency": "16", "RelayTimeout": "300", "SweeperTimeout": "30", "FunctionMemorySize": "1024",
 		"RelayReservedConcurrency": "20", "SweeperReservedConcurrency": "1", "Architecture": "x86_64", "LogLevel": "DEBUG",

@@ -60,7 +60,7 @@ type command struct {
 	bind func(fs *flag.FlagSet) func(a *app, c *connection, args []string) (action, error)
 }
 
-var commands = []*command{statusCommand, parkedCommand, parkCommand, replayCommand, dropCommand, drainCommand, initCommand, bucketsCommand}
+var commands = []*command{statusCommand, parkedCommand, parkCommand, replayCommand, dropCommand, drainCommand, initCommand, bucketsCommand, regionsCommand}
 
 func lookup(name string) *command {
 	for _, c := range commands {

@@ -45,6 +45,15 @@ the defaults: 1048576 bytes, x-outbox-message-id, x-outbox-bucket,
 x-outbox-sequence) and an existing one keeps what it says; another value
 than the stored one is refused (exit 3).
 
+--regions puts a new outbox in region mode, for tables that are DynamoDB
+global tables replicated to these regions: the bucket range is cut into one
+slice per region, in this order (so --buckets must be a multiple of their
+number), each region's writers write and its relays drain only their own
+slice, and every writer and relay needs its region (OUTBOX_REGION). Give the
+same list in every region. Without it a new outbox is single-region and
+refuses global tables; an existing one keeps its list (another list is
+refused, exit 3). See outbox regions for a takeover after an outage.
+
 A stack whose template writes the config item needs no init; run it for
 tables made any other way, or to check a stack's tables.`,
 	example: `outbox init --buckets 8 --messages orders-outbox --control orders-outbox-control
@@ -59,6 +68,7 @@ outbox init --buckets 8 --mode watermark --retention 72h`,
 		idHeader := fs.String("message-id-header", "", "the `NAME` of the message-id header (default: the stored name; x-outbox-message-id)")
 		bucketHeader := fs.String("bucket-header", "", "the `NAME` of the bucket header (default: the stored name; x-outbox-bucket)")
 		seqHeader := fs.String("sequence-header", "", "the `NAME` of the sequence header (default: the stored name; x-outbox-sequence)")
+		regions := fs.String("regions", "", "region mode: the `REGIONS` of the global table, comma-separated, in the same order everywhere (default: none, single-region)")
 		return func(_ *app, _ *connection, args []string) (action, error) {
 			if err := noArgs(args); err != nil {
 				return nil, err
@@ -111,6 +121,16 @@ outbox init --buckets 8 --mode watermark --retention 72h`,
 					opts = append(opts, h.opt(h.name))
 				}
 			}
+			if *regions != "" {
+				list, err := regionList(*regions)
+				if err != nil {
+					return nil, err
+				}
+				if *buckets%len(list) != 0 {
+					return nil, usagef("--buckets %d: must be a multiple of the %d regions, so that each region gets as many buckets", *buckets, len(list))
+				}
+				opts = append(opts, dynamo.Regions(list...))
+			}
 			return func(ctx context.Context, a *app, s *session) error {
 				if err := dynamo.CreateTables(ctx, s.db, s.tables, opts...); err != nil {
 					return err
@@ -126,6 +146,9 @@ outbox init --buckets 8 --mode watermark --retention 72h`,
 				how := "delete mode"
 				if c.Mode == outbox.WatermarkMode {
 					how = fmt.Sprintf("watermark mode, retention %v", c.Retention)
+				}
+				if c.RegionMode() {
+					how += ", regions " + strings.Join(c.Regions, ",")
 				}
 				if _, err = fmt.Fprintf(a.stdout, "outbox ready: messages %s, control %s, BucketCount %d, %s, topics %s\n",
 					s.tables.Messages, s.tables.Control, c.BucketCount, how, dynamo.TopicList(c.Topics)); err != nil {

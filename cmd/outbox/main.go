@@ -6,7 +6,8 @@
 //	outbox replay --bucket B --from S1 --to S2 --brokers HOST:PORT,...   (watermark mode)
 //	outbox drop   --bucket B --seq S
 //	outbox drain  BUCKET --brokers HOST:PORT,...
-//	outbox init   --buckets N [--mode watermark --retention D]
+//	outbox init   --buckets N [--mode watermark --retention D] [--regions R1,R2]
+//	outbox regions [takeover FROM --by REGION | handback REGION]   (region mode)
 //
 // Every command takes the two table names (--messages, --control, or
 // OUTBOX_MESSAGES_TABLE and OUTBOX_CONTROL_TABLE), and --help with an

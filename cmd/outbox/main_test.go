@@ -876,3 +876,35 @@ func TestBucketsSet(t *testing.T) {
 		t.Errorf("status after the aborted change said %q", out)
 	}
 }
+
+// init --regions puts an outbox in region mode; regions shows the slices,
+// takeover and handback move one, and the mistakes are refused before
+// anything is written.
+func TestRegions(t *testing.T) {
+	c, d, tables := outboxEnv(t)
+	c.step(exitUsage, "init", "--buckets", "3", "--regions", "us-east-1,eu-west-1")
+	c.step(exitUsage, "init", "--buckets", "4", "--regions", "us-east-1,us-east-1")
+	c.step(exitOK, "init", "--buckets", "4", "--regions", "us-east-1,eu-west-1")
+	c.step(exitMisconfigured, "init", "--buckets", "4", "--regions", "eu-west-1,us-east-1")
+	if got := c.step(exitOK, "regions"); !strings.Contains(got, "region us-east-1: buckets 0..1, drained by us-east-1\n") ||
+		!strings.Contains(got, "region eu-west-1: buckets 2..3, drained by eu-west-1\n") {
+		t.Errorf("regions printed %q", got)
+	}
+	c.step(exitUsage, "regions", "takeover", "us-east-1")
+	c.step(exitUsage, "regions", "handback", "eu-west-1", "--by", "us-east-1")
+	c.step(exitFailed, "regions", "takeover", "ap-south-1", "--by", "eu-west-1")
+	if got := c.step(exitOK, "regions", "takeover", "us-east-1", "--by", "eu-west-1"); !strings.Contains(got, "region us-east-1: buckets 0..1, drained by eu-west-1 (taken over)") {
+		t.Errorf("takeover printed %q", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if stored, err := dynamo.ReadConfig(ctx, d.Client, tables); err != nil || stored.TakenOver["us-east-1"] != "eu-west-1" {
+		t.Fatalf("config item %+v, %v; want us-east-1 taken over by eu-west-1", stored, err)
+	}
+	if got := c.step(exitOK, "status"); !strings.Contains(got, "regions  us-east-1 0..1 (taken over by eu-west-1), eu-west-1 2..3\n") {
+		t.Errorf("status during the takeover printed %q", got)
+	}
+	if got := c.step(exitOK, "regions", "handback", "us-east-1"); !strings.Contains(got, "drained by us-east-1\n") {
+		t.Errorf("handback printed %q", got)
+	}
+}

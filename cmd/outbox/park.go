@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/dynakafka/outbox"
@@ -80,7 +81,12 @@ func park(ctx context.Context, a *app, s *session, bucket int, seq int64, reason
 	if err != nil {
 		return err
 	}
-	r, err := outbox.NewRelay(ctx, st, noPublisher{}, outbox.RelayID(a.relayID()), outbox.HolderWait(0), outbox.ResumeReleased(false), outbox.WithClock(appClock(a.now)))
+	opts := []outbox.Option{outbox.RelayID(a.relayID()), outbox.HolderWait(0), outbox.ResumeReleased(false), outbox.WithClock(appClock(a.now))}
+	if region := strings.TrimSpace(a.getenv("OUTBOX_REGION")); region != "" {
+		// Region mode: park acts as a relay of that region, on its buckets.
+		opts = append(opts, outbox.Region(region))
+	}
+	r, err := outbox.NewRelay(ctx, st, noPublisher{}, opts...)
 	if err != nil {
 		return err
 	}

@@ -136,6 +136,16 @@ type configStatus struct {
 	BucketEpoch    int64      `json:"bucket_epoch"`
 	ChangingTo     int        `json:"changing_to"`
 	ChangeDeadline *time.Time `json:"change_deadline,omitempty"`
+	// Regions: region mode's regions, each with its buckets and the region
+	// draining them (absent in the single-region mode).
+	Regions []regionStatus `json:"regions,omitempty"`
+}
+
+type regionStatus struct {
+	Region    string `json:"region"`
+	From      int    `json:"first_bucket"`
+	To        int    `json:"last_bucket"`
+	DrainedBy string `json:"drained_by"`
 }
 
 // anyTopicWarning is said wherever an outbox with no topic list is shown.
@@ -249,7 +259,7 @@ func readStatus(ctx context.Context, s *session, now time.Time, bucket int, live
 		MessagesTable: s.tables.Messages, ControlTable: s.tables.Control, At: now.UTC().Truncate(time.Millisecond),
 		Config: configStatus{BucketCount: cfg.BucketCount, FormatVersion: cfg.FormatVersion, Mode: cfg.Mode.String(),
 			RetentionSeconds: seconds(cfg.Retention), Topics: append([]string{}, cfg.Topics...),
-			BucketEpoch: cfg.BucketEpoch, ChangingTo: cfg.NextBucketCount, ChangeDeadline: changeDL},
+			BucketEpoch: cfg.BucketEpoch, ChangingTo: cfg.NextBucketCount, ChangeDeadline: changeDL, Regions: regionsOf(cfg)},
 		LiveRelays: relaysStatus{WithinSeconds: seconds(liveWithin), IDs: append([]string{}, live...)},
 		Buckets:    make([]bucketStatus, len(buckets)),
 		Warnings:   []string{},
@@ -412,6 +422,17 @@ func (r *statusReport) render(w io.Writer) error {
 			r.Config.BucketCount, r.Config.ChangingTo, r.Config.ChangeDeadline.Format(time.RFC3339))
 	}
 	fmt.Fprintf(w, "topics   %s\n", dynamo.TopicList(r.Config.Topics))
+	if len(r.Config.Regions) > 0 {
+		var parts []string
+		for _, g := range r.Config.Regions {
+			p := fmt.Sprintf("%s %d..%d", g.Region, g.From, g.To)
+			if g.DrainedBy != g.Region {
+				p += " (taken over by " + g.DrainedBy + ")"
+			}
+			parts = append(parts, p)
+		}
+		fmt.Fprintf(w, "regions  %s\n", strings.Join(parts, ", "))
+	}
 	fmt.Fprintf(w, "relays   %d live (heartbeat within %s): %s\n", len(r.LiveRelays.IDs), age(time.Duration(r.LiveRelays.WithinSeconds)*time.Second), relays)
 	fmt.Fprintf(w, "at       %s\n\n", r.At.Format(time.RFC3339))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

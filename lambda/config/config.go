@@ -50,7 +50,12 @@ type Config struct {
 	// Mode is OUTBOX_MODE: "delete" or "watermark", the mode the outbox
 	// must be in (checked against its config item at init); empty accepts
 	// the stored one.
-	Mode          string
+	Mode string
+	// OutboxRegion is OUTBOX_REGION: this function's region in an outbox
+	// in region mode (a DynamoDB global table; the config item lists the
+	// regions and NewRelay and NewWriter check it against them); empty
+	// for the default single-region mode.
+	OutboxRegion  string
 	Brokers       []string // KAFKA_BOOTSTRAP_SERVERS (required)
 	Auth          string   // KAFKA_AUTH (required: one of AuthModes)
 	SASLSecretARN string   // KAFKA_SASL_SECRET_ARN (required for the sasl-scram-* modes, refused otherwise)
@@ -149,6 +154,7 @@ func Load(getenv func(string) string) (Config, error) {
 		SweepMinAge:            l.duration("OUTBOX_SWEEP_MIN_AGE", 10*time.Second),
 		ParkStuckAfter:         l.duration("OUTBOX_PARK_STUCK_AFTER", 0),
 		Mode:                   l.mode("OUTBOX_MODE"),
+		OutboxRegion:           l.region("OUTBOX_REGION"),
 		Topics:                 l.topics("OUTBOX_TOPICS"),
 		Brokers:                l.brokers("KAFKA_BOOTSTRAP_SERVERS"),
 		Auth:                   l.required("KAFKA_AUTH", "one of "+strings.Join(AuthModes, ", ")+" (see docs/deploy.md)"),
@@ -194,6 +200,17 @@ func (l *loader) mode(name string) string {
 	}
 	if _, err := outbox.ParseMode(v); err != nil {
 		l.fail(name, v, "must be delete or watermark (the mode the outbox was created with), or unset to accept the stored one")
+	}
+	return v
+}
+
+// region reads an optional region id (outbox.ValidateRegionID).
+func (l *loader) region(name string) string {
+	v := strings.TrimSpace(l.getenv(name))
+	if v != "" {
+		if err := outbox.ValidateRegionID(v); err != nil {
+			l.fail(name, v, err.Error()+" (this function's region in the outbox's region list, or unset for the single-region mode)")
+		}
 	}
 	return v
 }
@@ -349,6 +366,7 @@ type EnqueueConfig struct {
 	MaxMessageBytes int    // OUTBOX_MAX_MESSAGE_BYTES (0: the config item's, 1048576 when it states none)
 	Region          string // AWS_REGION (set by Lambda)
 	DynamoEndpoint  string // OUTBOX_DYNAMODB_ENDPOINT (optional)
+	OutboxRegion    string // OUTBOX_REGION (region mode: this function's region; see Config)
 }
 
 // LoadEnqueue reads the enqueue function's configuration, as Load does.
@@ -360,6 +378,7 @@ func LoadEnqueue(getenv func(string) string) (EnqueueConfig, error) {
 		MaxMessageBytes: l.int("OUTBOX_MAX_MESSAGE_BYTES", 0),
 		Region:          getenv("AWS_REGION"),
 		DynamoEndpoint:  getenv("OUTBOX_DYNAMODB_ENDPOINT"),
+		OutboxRegion:    l.region("OUTBOX_REGION"),
 	}
 	if c.Region == "" {
 		c.Region = defaultRegion

@@ -78,6 +78,7 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{set: "OUTBOX_BATCH_SIZE", value: "0", variable: "OUTBOX_BATCH_SIZE", reason: "1..10000"},
 		{set: "OUTBOX_BATCH_SIZE", value: "many", variable: "OUTBOX_BATCH_SIZE", reason: "1..10000"},
 		{set: "OUTBOX_BUCKET_COUNT", value: "5000", variable: "OUTBOX_BUCKET_COUNT", reason: "1..4096"},
+		{set: "OUTBOX_REGION", value: "EU_WEST", variable: "OUTBOX_REGION", reason: "a-z, 0-9"},
 		{set: "OUTBOX_MAX_MESSAGE_BYTES", value: "104857600", variable: "OUTBOX_MAX_MESSAGE_BYTES", reason: "1024..104857596"},
 		{set: "OUTBOX_CONCURRENCY", value: "257", variable: "OUTBOX_CONCURRENCY", reason: "1..256"},
 		{set: "OUTBOX_LEASE_DURATION", value: "30", variable: "OUTBOX_LEASE_DURATION", reason: "Go duration"},

@@ -41,6 +41,9 @@ func main() {
 	if cfg.MaxMessageBytes != 0 { // 0: the config item's
 		wopts = append(wopts, dynamo.MaxMessageBytes(cfg.MaxMessageBytes))
 	}
+	if cfg.OutboxRegion != "" {
+		wopts = append(wopts, dynamo.WithRegion(cfg.OutboxRegion))
+	}
 	writer, err := dynamo.NewWriter(ctx, client, tables, wopts...)
 	if err != nil {
 		logger.Error("outbox enqueue: init failed: the outbox tables (OUTBOX_MESSAGES_TABLE, OUTBOX_CONTROL_TABLE)", "err", err)

@@ -285,6 +285,11 @@ func (h *Enqueue) replayed(ctx context.Context, req *decodedRequest, old map[str
 			}
 		}
 		b, _ := outbox.BucketFor(m, h.writer.BucketCount()) // validated when it committed
+		if bw, ok := h.writer.(interface {
+			Bucket(outbox.Message) (int, error)
+		}); ok {
+			b, _ = bw.Bucket(m) // region mode: the region's slice
+		}
 		resp.Messages = append(resp.Messages, EnqueuedMessage{ID: id, Topic: m.Topic, Bucket: b})
 	}
 	h.logger.InfoContext(ctx, "outbox enqueue: duplicate of a committed request", "idempotency_key", req.key, "messages", len(req.msgs), "detected_by", by)

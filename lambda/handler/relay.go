@@ -60,6 +60,19 @@ type Drainer interface {
 	RefreshConfig(ctx context.Context) (int, error)
 }
 
+// regionDrainer is the optional part of a Drainer in region mode
+// (*outbox.Relay has it): whether its region drains a bucket.
+type regionDrainer interface {
+	Drains(bucket int) bool
+	RefreshRegions(ctx context.Context) error
+}
+
+// RegionRefreshInterval is how often, at most, the handler re-reads a
+// region-mode outbox's takeovers before an invocation (one consistent read
+// of the config item): a takeover or a hand-back reaches the stream path
+// within it, and the sweeper's path at its next sweep.
+const RegionRefreshInterval = 15 * time.Second
+
 // Counters are the handler's running totals since init, logged with every
 // invocation's summary.
 type Counters struct {
@@ -67,6 +80,7 @@ type Counters struct {
 	Ignored    atomic.Int64 // not INSERT (MODIFY, REMOVE): not hints
 	Malformed  atomic.Int64 // INSERT records whose keys do not name a bucket
 	OutOfRange atomic.Int64 // hints for a bucket outside 0..BucketCount-1
+	Foreign    atomic.Int64 // hints for another region's bucket (replicated items, region mode)
 	Drained    atomic.Int64 // buckets drained
 	Held       atomic.Int64 // buckets held by another owner (woken)
 	Failed     atomic.Int64 // buckets that could not be drained
@@ -81,6 +95,9 @@ type Relay struct {
 	counters    *Counters
 	emitter     *emf.Emitter
 	metrics     *RelayMetrics
+	// refreshed: when the region-mode takeovers were last re-read.
+	refreshMu sync.Mutex
+	refreshed time.Time
 }
 
 // RelayOption configures a Relay.
@@ -101,6 +118,29 @@ func NewRelay(r Drainer, concurrency int, log *slog.Logger, opts ...RelayOption)
 		o(h)
 	}
 	return h
+}
+
+// refreshRegions re-reads the takeovers of a region-mode outbox at most
+// every RegionRefreshInterval. A failed read keeps the last view (logged):
+// a stale view publishes duplicates at worst, never loses (docs/design.md
+// §14.4).
+func (h *Relay) refreshRegions(ctx context.Context) {
+	rd, ok := h.relay.(regionDrainer)
+	if !ok {
+		return
+	}
+	h.refreshMu.Lock()
+	due := time.Since(h.refreshed) >= RegionRefreshInterval
+	if due {
+		h.refreshed = time.Now()
+	}
+	h.refreshMu.Unlock()
+	if !due {
+		return
+	}
+	if err := rd.RefreshRegions(ctx); err != nil {
+		h.log.ErrorContext(ctx, "outbox relay: re-read the region-mode takeovers", "err", err)
+	}
 }
 
 // Counters returns the handler's running totals.
@@ -170,7 +210,8 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 	defer cancel()
 	lowest := map[int]string{} // bucket -> its lowest stream sequence number in this batch
 	upTo := map[int]int64{}    // bucket -> the highest outbox sequence hinted in this batch
-	var ignored, malformed, outOfRange int
+	h.refreshRegions(wctx)
+	var ignored, malformed, outOfRange, foreign int
 	refreshed := false
 	for _, rec := range ev.Records {
 		h.counters.Records.Add(1)
@@ -196,6 +237,12 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 				"bucket", b, "bucket_count", h.relay.BucketCount(), "event_id", rec.EventID)
 			continue
 		}
+		if rd, ok := h.relay.(regionDrainer); ok && !rd.Drains(b) {
+			// A global table's stream carries the items replicated from
+			// the other regions too; their own relays publish them.
+			foreign++
+			continue
+		}
 		sn := rec.Change.SequenceNumber
 		if cur, ok := lowest[b]; !ok || seqLess(sn, cur) {
 			lowest[b] = sn
@@ -205,6 +252,7 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 	h.counters.Ignored.Add(int64(ignored))
 	h.counters.Malformed.Add(int64(malformed))
 	h.counters.OutOfRange.Add(int64(outOfRange))
+	h.counters.Foreign.Add(int64(foreign))
 
 	type result struct {
 		bucket int

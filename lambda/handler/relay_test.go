@@ -12,10 +12,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/store/memory"
 )
 
 type fakeDrainer struct {
@@ -225,4 +227,50 @@ func (s *syncBuffer) lines() []string {
 		}
 	}
 	return out
+}
+
+// In region mode the stream carries the items replicated from the other
+// regions too: the handler skips the hints for buckets its relay's region
+// does not drain (bucket 7 of insert.json is region b's), and drains the
+// others.
+func TestHandlerSkipsOtherRegionsBuckets(t *testing.T) {
+	s := memory.New(8)
+	s.SetConfig(outbox.Config{Regions: []string{"a", "b"}}) // a: buckets 0-3, b: 4-7
+	r, err := outbox.NewRelay(context.Background(), s, noopPublisher{}, outbox.Region("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHandler(r)
+	resp, err := h.Handle(context.Background(), loadEvent(t, "insert.json"))
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("Handle = %+v, %v; want no failure", resp, err)
+	}
+	foreign := h.counters.Foreign.Load()
+	if foreign == 0 || h.counters.Drained.Load() != 2 {
+		t.Errorf("foreign hints %d, buckets drained %d; want bucket 7's hints skipped and buckets 1 and 3 drained",
+			foreign, h.counters.Drained.Load())
+	}
+
+	// Region a takes b's buckets over: once RegionRefreshInterval has
+	// passed, the next invocation re-reads the takeovers and drains 7 too.
+	s.SetConfig(outbox.Config{Regions: []string{"a", "b"}, TakenOver: map[string]string{"b": "a"}})
+	if _, err := h.Handle(context.Background(), loadEvent(t, "insert.json")); err != nil {
+		t.Fatal(err)
+	}
+	if h.counters.Foreign.Load() != 2*foreign {
+		t.Errorf("within RegionRefreshInterval the handler re-read the takeovers (foreign hints %d, want %d)", h.counters.Foreign.Load(), 2*foreign)
+	}
+	h.refreshed = time.Now().Add(-RegionRefreshInterval)
+	if _, err := h.Handle(context.Background(), loadEvent(t, "insert.json")); err != nil {
+		t.Fatal(err)
+	}
+	if h.counters.Foreign.Load() != 2*foreign || h.counters.Drained.Load() != 2+2+3 {
+		t.Errorf("after the takeover: foreign hints %d, buckets drained %d; want bucket 7 drained too", h.counters.Foreign.Load(), h.counters.Drained.Load())
+	}
+}
+
+type noopPublisher struct{}
+
+func (noopPublisher) Publish(ctx context.Context, msgs []outbox.Message) (int, error) {
+	return len(msgs), nil
 }

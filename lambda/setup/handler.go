@@ -37,6 +37,12 @@ const (
 	// OUTBOX_MAX_MESSAGE_BYTES), a shared setting of the config item.
 	// Absent (a stack from before it) leaves the stored value as it is.
 	propMaxBytes = "MaxMessageBytes"
+	// propRegions is region mode's regions, comma-separated, in order (the
+	// stack's Regions parameter, the same in every region's stack); empty
+	// means the single-region mode. Absent (a stack from before it) leaves
+	// the stored list as it is. The config item's takeovers are never the
+	// stack's: they are kept (outbox regions takeover writes them).
+	propRegions = "Regions"
 )
 
 // defaultRetentionHours is RetentionHours when the property is absent.
@@ -124,6 +130,12 @@ func (h *Handler) Handle(ctx context.Context, ev cfn.Event) (physicalID string, 
 		if _, ok := ev.ResourceProperties[propMaxBytes]; !ok {
 			want.MaxMessageBytes = stored.MaxMessageBytes
 		}
+		if _, ok := ev.ResourceProperties[propRegions]; !ok {
+			want.Regions = stored.Regions
+		}
+		if slices.Equal(want.Regions, stored.Regions) {
+			want.TakenOver = stored.TakenOver
+		}
 	}
 	prev, err := dynamo.Configure(ctx, h.client, tables, want)
 	if err != nil {
@@ -164,6 +176,7 @@ func (h *Handler) Handle(ctx context.Context, ev cfn.Event) (physicalID string, 
 		propMode:      want.Mode.String(),
 		propRetention: strconv.Itoa(int(want.Retention / time.Hour)),
 		propTopics:    strings.Join(want.Topics, ","),
+		propRegions:   strings.Join(want.Regions, ","),
 	}, nil
 }
 
@@ -211,6 +224,22 @@ func properties(p map[string]any) (dynamo.Tables, outbox.Config, error) {
 			errs = append(errs, fmt.Errorf("property %s=%d: must be 1024..104857596", propMaxBytes, n))
 		}
 		c.MaxMessageBytes = n
+	}
+	if v, ok := p[propRegions]; ok {
+		list, _ := v.(string)
+		for r := range strings.SplitSeq(list, ",") {
+			if r = strings.TrimSpace(r); r == "" {
+				continue
+			}
+			if err := outbox.ValidateRegionID(r); err != nil {
+				errs = append(errs, fmt.Errorf("property %s: %w", propRegions, err))
+				continue
+			}
+			c.Regions = append(c.Regions, r)
+		}
+		if err := c.CheckRegions(); err != nil {
+			errs = append(errs, fmt.Errorf("property %s=%q with BucketCount %d: %w", propRegions, list, c.BucketCount, err))
+		}
 	}
 	if v, ok := p[propTopics]; ok {
 		list, _ := v.(string)

@@ -319,3 +319,35 @@ func TestPropertiesMaxMessageBytes(t *testing.T) {
 		t.Errorf("12 bytes: err = %v, want one naming MaxMessageBytes", err)
 	}
 }
+
+// The Regions property puts the outbox in region mode; an update keeps the
+// config item's takeovers (written by outbox regions takeover, never by the
+// stack), and an older stack without the property keeps the stored list.
+func TestRegionsProperty(t *testing.T) {
+	d := testenv.DynamoDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tables := dynamo.Tables{Messages: testenv.Name(t, "msgs"), Control: testenv.Name(t, "ctl")}
+	if err := dynamo.CreateTables(ctx, d.Client, tables, dynamo.BucketCount(4), dynamo.Regions("us-east-1", "eu-west-1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dynamo.TakeOver(ctx, d.Client, tables, "us-east-1", "eu-west-1"); err != nil {
+		t.Fatal(err)
+	}
+	h := NewHandler(d.Client, slog.New(slog.DiscardHandler))
+	props := map[string]any{"MessagesTable": tables.Messages, "ControlTable": tables.Control, "BucketCount": "4", "Regions": "us-east-1,eu-west-1"}
+	for _, p := range []map[string]any{props, {"MessagesTable": tables.Messages, "ControlTable": tables.Control, "BucketCount": "4"}} {
+		if _, _, err := h.Handle(ctx, cfn.Event{RequestType: cfn.RequestUpdate, ResourceProperties: p}); err != nil {
+			t.Fatalf("update with %v: %v", p, err)
+		}
+		c := readConfig(t, d.Client, tables)
+		if !reflect.DeepEqual(c.Regions, []string{"us-east-1", "eu-west-1"}) || c.TakenOver["us-east-1"] != "eu-west-1" {
+			t.Errorf("after an update with %v: regions %v, takeovers %v; want both kept", p, c.Regions, c.TakenOver)
+		}
+	}
+	for _, bad := range []string{"us-east-1,eu-west-1,ap-south-1", "US-EAST-1,eu-west-1"} {
+		if _, _, err := properties(map[string]any{"MessagesTable": "m", "ControlTable": "c", "BucketCount": "4", "Regions": bad}); err == nil || !strings.Contains(err.Error(), "Regions") {
+			t.Errorf("Regions %q: err = %v, want one naming Regions", bad, err)
+		}
+	}
+}

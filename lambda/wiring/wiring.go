@@ -164,6 +164,9 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 	if relayID != "" {
 		ropts = append(ropts, outbox.RelayID(relayID))
 	}
+	if cfg.OutboxRegion != "" {
+		ropts = append(ropts, outbox.Region(cfg.OutboxRegion))
+	}
 	if cfg.Mode != "" {
 		m, _ := outbox.ParseMode(cfg.Mode) // validated by config.Load
 		ropts = append(ropts, outbox.WithMode(m))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,6 +32,39 @@ func (e *BucketCountChangeError) Error() string {
 	return fmt.Sprintf("dynamo: BucketCount cannot change from %d to %d while messages are pending (bucket %d holds at least %d): "+
 		"stop the writers, let the relays drain every bucket (outbox status shows none pending), then change it; or keep BucketCount=%d",
 		e.Stored, e.Requested, e.Bucket, e.Pending, e.Stored)
+}
+
+// RegionModeBucketCountError is ChangeBucketCount (and Configure) refusing
+// an online BucketCount change in region mode: each region's writers and
+// relays own a slice of the buckets, and the change would have to freeze
+// and drain every region's counters from one region, the cross-region
+// arbitration region mode exists to avoid. Nothing is written.
+type RegionModeBucketCountError struct {
+	Stored, Requested int
+	Regions           []string
+}
+
+func (e *RegionModeBucketCountError) Error() string {
+	return fmt.Sprintf("dynamo: BucketCount cannot change online from %d to %d in region mode (regions [%s]): "+
+		"stop the writers in every region, let the relays drain every bucket (outbox status shows none pending), "+
+		"turn region mode off, change BucketCount, and turn region mode on again; or keep BucketCount=%d",
+		e.Stored, e.Requested, strings.Join(e.Regions, ","), e.Stored)
+}
+
+// RegionsChangeError is Configure refusing to change the outbox's regions
+// (region mode on or off, or another list) because a bucket still holds
+// messages: the regions decide which buckets each region writes and
+// drains, so a pending message could end up in a slice no relay drains.
+type RegionsChangeError struct {
+	Stored, Requested []string
+	Bucket            int // the lowest bucket found holding messages
+	Pending           int // messages seen in it (a lower bound)
+}
+
+func (e *RegionsChangeError) Error() string {
+	return fmt.Sprintf("dynamo: the regions cannot change from [%s] to [%s] while messages are pending (bucket %d holds at least %d): "+
+		"stop the writers in every region, let the relays drain every bucket (outbox status shows none pending), then change them in every region's stack",
+		strings.Join(e.Stored, ","), strings.Join(e.Requested, ","), e.Bucket, e.Pending)
 }
 
 // ModeChangeError is Configure refusing to change the outbox's mode because
@@ -70,10 +104,12 @@ func (e *ModeChangeError) Error() string {
 // that item format as FormatVersion, whatever the config item's version.
 //
 // Version 3 is a config item with a BucketCount epoch (be, nb, cd: an
-// online BucketCount change happened or is in progress, rebucket.go). Code
-// that predates epochs refuses it at start, loudly, as above; code already
-// running when the change began is refused by its counters (sequence,
-// MovedCounter).
+// online BucketCount change happened or is in progress, rebucket.go), or in
+// region mode (rg, the regions in order; rgt, the takeovers), or both. Code
+// that predates them refuses it at start, loudly, as above: it would write
+// under a stale count, or write and drain every bucket in every region —
+// the loss region mode exists to prevent. Code already running when a
+// change began is refused by its counters (sequence, MovedCounter).
 const (
 	configV1 = 1
 	configV2 = 2
@@ -100,6 +136,21 @@ func configItem(c outbox.Config) map[string]types.AttributeValue {
 	}
 	if len(c.Topics) > 0 {
 		item[attrTopics] = &types.AttributeValueMemberSS{Value: slices.Clone(c.Topics)}
+	}
+	if len(c.Regions) > 0 {
+		item[attrVersion] = numAttr(configV3)
+		list := &types.AttributeValueMemberL{}
+		for _, r := range c.Regions {
+			list.Value = append(list.Value, strAttr(r))
+		}
+		item[attrRegions] = list
+		if len(c.TakenOver) > 0 {
+			m := &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}}
+			for from, by := range c.TakenOver {
+				m.Value[from] = strAttr(by)
+			}
+			item[attrTakenOver] = m
+		}
 	}
 	if c.MaxMessageBytes != 0 {
 		item[attrMaxBytes] = numAttr(int64(c.MaxMessageBytes))
@@ -184,7 +235,15 @@ func decodeConfig(item map[string]types.AttributeValue) (outbox.Config, error) {
 	if err := checkShared(c); err != nil {
 		return outbox.Config{}, &ItemError{Attribute: attrMaxBytes + "/" + attrIDHeader, Reason: err.Error()}
 	}
+	if c.Regions, c.TakenOver, err = decodeRegions(item); err != nil {
+		return outbox.Config{}, err
+	}
 	switch {
+	case c.RegionMode() && v < configV3:
+		return outbox.Config{}, &ItemError{Attribute: attrVersion, Reason: fmt.Sprintf(
+			"a region-mode config item must have format version %d, so that older relays and writers refuse it; it has %d (write it with dynamo.Configure)", configV3, v)}
+	case c.CheckRegions() != nil:
+		return outbox.Config{}, &ItemError{Attribute: attrRegions, Reason: c.CheckRegions().Error()}
 	case c.Mode == outbox.WatermarkMode && v < configV2:
 		return outbox.Config{}, &ItemError{Attribute: attrVersion, Reason: fmt.Sprintf(
 			"a watermark-mode config item must have format version %d, so that older relays and writers refuse it; it has %d (write it with dynamo.Configure)", configV2, v)}
@@ -194,6 +253,45 @@ func decodeConfig(item map[string]types.AttributeValue) (outbox.Config, error) {
 		return outbox.Config{}, &ItemError{Attribute: attrRetention, Reason: "a retention in delete mode: the item contradicts itself"}
 	}
 	return c, nil
+}
+
+// decodeRegions reads the config item's regions and takeovers.
+func decodeRegions(item map[string]types.AttributeValue) ([]string, map[string]string, error) {
+	av, ok := item[attrRegions]
+	if !ok {
+		if _, ok := item[attrTakenOver]; ok {
+			return nil, nil, &ItemError{Attribute: attrTakenOver, Reason: "takeovers without regions"}
+		}
+		return nil, nil, nil
+	}
+	list, ok := av.(*types.AttributeValueMemberL)
+	if !ok {
+		return nil, nil, &ItemError{Attribute: attrRegions, Reason: "not a list"}
+	}
+	var regions []string
+	for _, v := range list.Value {
+		s, ok := v.(*types.AttributeValueMemberS)
+		if !ok {
+			return nil, nil, &ItemError{Attribute: attrRegions, Reason: "a region that is not a string"}
+		}
+		regions = append(regions, s.Value)
+	}
+	var taken map[string]string
+	if av, ok := item[attrTakenOver]; ok {
+		m, ok := av.(*types.AttributeValueMemberM)
+		if !ok {
+			return nil, nil, &ItemError{Attribute: attrTakenOver, Reason: "not a map"}
+		}
+		taken = map[string]string{}
+		for from, v := range m.Value {
+			s, ok := v.(*types.AttributeValueMemberS)
+			if !ok {
+				return nil, nil, &ItemError{Attribute: attrTakenOver, Reason: "a drainer that is not a string"}
+			}
+			taken[from] = s.Value
+		}
+	}
+	return regions, taken, nil
 }
 
 // checkWanted validates a configuration to write, filling in the default
@@ -221,6 +319,9 @@ func checkWanted(c outbox.Config) (outbox.Config, error) {
 	c.Topics = topics
 	if err := checkShared(c); err != nil {
 		return c, err
+	}
+	if err := c.CheckRegions(); err != nil {
+		return c, &outbox.OptionError{Option: "Regions", Value: c.Regions, Reason: err.Error()}
 	}
 	c.FormatVersion = outbox.FormatVersion
 	return c, nil
@@ -257,7 +358,7 @@ func cleanTopics(topics []string) ([]string, error) {
 // sameConfig compares what a config item says.
 func sameConfig(a, b outbox.Config) bool {
 	return a.BucketCount == b.BucketCount && a.Mode == b.Mode && a.Retention == b.Retention && slices.Equal(a.Topics, b.Topics) &&
-		a.MaxMessageBytes == b.MaxMessageBytes && a.Headers == b.Headers
+		a.MaxMessageBytes == b.MaxMessageBytes && a.Headers == b.Headers && slices.Equal(a.Regions, b.Regions) && maps.Equal(a.TakenOver, b.TakenOver)
 }
 
 // SetBucketCount makes the outbox's config item say bucketCount, keeping its
@@ -334,10 +435,10 @@ func configure(ctx context.Context, client StoreAPI, tables Tables, change func(
 	if client == nil {
 		return outbox.Config{}, &outbox.OptionError{Option: "client", Value: nil, Reason: "a DynamoDB client is required"}
 	}
-	if err := checkSingleRegion(ctx, client, tables); err != nil {
+	stored, item, err := readConfigItem(ctx, client, tables.Control)
+	if err := checkSingleRegion(ctx, client, tables, change(stored).RegionMode()); err != nil {
 		return outbox.Config{}, err
 	}
-	stored, item, err := readConfigItem(ctx, client, tables.Control)
 	if err == nil {
 		err = checkPairing(item, tables)
 	}
@@ -385,12 +486,14 @@ func configure(ctx context.Context, client StoreAPI, tables Tables, change func(
 	if sameConfig(stored, want) {
 		return stored, nil
 	}
-	if stored.BucketCount != want.BucketCount || stored.Mode != want.Mode {
+	if stored.BucketCount != want.BucketCount || stored.Mode != want.Mode || !slices.Equal(stored.Regions, want.Regions) {
 		s := &Store{client: client, tables: tables, cfg: defaultSettings()}
 		bucket, pending, err := s.firstPending(ctx, stored.BucketCount, want.BucketCount)
 		switch {
 		case err != nil:
 			return stored, err
+		case pending > 0 && !slices.Equal(stored.Regions, want.Regions):
+			return stored, &RegionsChangeError{Stored: stored.Regions, Requested: want.Regions, Bucket: bucket, Pending: pending}
 		case pending > 0 && stored.BucketCount != want.BucketCount:
 			return stored, &BucketCountChangeError{Stored: stored.BucketCount, Requested: want.BucketCount, Bucket: bucket, Pending: pending}
 		case pending > 0:
@@ -402,7 +505,7 @@ func configure(ctx context.Context, client StoreAPI, tables Tables, change func(
 
 // configAttrs are the config item's attributes that say its configuration.
 var configAttrs = []string{attrBuckets, attrVersion, attrMode, attrRetention, attrTopics, attrMaxBytes, attrIDHeader, attrBktHeader, attrSeqHeader,
-	attrBktEpoch, attrNextBkts, attrChangeDL}
+	attrBktEpoch, attrNextBkts, attrChangeDL, attrRegions, attrTakenOver}
 
 // replaceConfig changes the config item from old to c, conditional on it
 // still saying old; a resent write that applied already is recognised.
@@ -488,6 +591,20 @@ func attrEqual(a, b types.AttributeValue) bool {
 	case *types.AttributeValueMemberSS:
 		y, ok := b.(*types.AttributeValueMemberSS)
 		return ok && slices.Equal(slices.Sorted(slices.Values(x.Value)), slices.Sorted(slices.Values(y.Value)))
+	case *types.AttributeValueMemberL: // the regions, in order
+		y, ok := b.(*types.AttributeValueMemberL)
+		return ok && slices.EqualFunc(x.Value, y.Value, attrEqual)
+	case *types.AttributeValueMemberM: // the takeovers
+		y, ok := b.(*types.AttributeValueMemberM)
+		if !ok || len(x.Value) != len(y.Value) {
+			return false
+		}
+		for k, v := range x.Value {
+			if w, ok := y.Value[k]; !ok || !attrEqual(v, w) {
+				return false
+			}
+		}
+		return true
 	}
 	return false
 }
@@ -512,6 +629,12 @@ func describeChange(old, c outbox.Config) string {
 	}
 	if !slices.Equal(old.Topics, c.Topics) {
 		parts = append(parts, fmt.Sprintf("the topics were being changed from %s to %s", TopicList(old.Topics), TopicList(c.Topics)))
+	}
+	if !slices.Equal(old.Regions, c.Regions) {
+		parts = append(parts, fmt.Sprintf("the regions were being changed from [%s] to [%s]", strings.Join(old.Regions, ","), strings.Join(c.Regions, ",")))
+	}
+	if !maps.Equal(old.TakenOver, c.TakenOver) {
+		parts = append(parts, fmt.Sprintf("the takeovers were being changed from %v to %v", old.TakenOver, c.TakenOver))
 	}
 	if old.SharedMaxMessageBytes() != c.SharedMaxMessageBytes() {
 		parts = append(parts, fmt.Sprintf("MaxMessageBytes was being changed from %d to %d", old.SharedMaxMessageBytes(), c.SharedMaxMessageBytes()))

@@ -79,6 +79,13 @@ func TestConfigItemByMode(t *testing.T) {
 func TestDecodeConfig(t *testing.T) {
 	n := func(v int64) types.AttributeValue { return numAttr(v) }
 	s := func(v string) types.AttributeValue { return strAttr(v) }
+	l := func(vs ...string) types.AttributeValue {
+		out := &types.AttributeValueMemberL{}
+		for _, v := range vs {
+			out.Value = append(out.Value, strAttr(v))
+		}
+		return out
+	}
 	item := func(kv ...any) map[string]types.AttributeValue {
 		m := controlKey(configPK, configSK)
 		for i := 0; i < len(kv); i += 2 {
@@ -99,6 +106,11 @@ func TestDecodeConfig(t *testing.T) {
 			outbox.Config{BucketCount: 8, FormatVersion: 1, Mode: outbox.WatermarkMode, Retention: 24 * time.Hour}, ""},
 		{"delete spelled out", item("bc", n(8), "v", n(2), "md", s("delete")), outbox.Config{BucketCount: 8, FormatVersion: 1}, ""},
 		{"a newer format", item("bc", n(8), "v", n(4)), outbox.Config{}, "newer"},
+		{"region mode", item("bc", n(8), "v", n(3), "rg", l("a", "b"), "rgt", &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"a": s("b")}}),
+			outbox.Config{BucketCount: 8, FormatVersion: 1, Regions: []string{"a", "b"}, TakenOver: map[string]string{"a": "b"}}, ""},
+		{"regions in a version-2 item (older code would ignore them)", item("bc", n(8), "v", n(2), "rg", l("a", "b")), outbox.Config{}, "v"},
+		{"regions that do not divide the bucket count", item("bc", n(8), "v", n(3), "rg", l("a", "b", "c")), outbox.Config{}, "rg"},
+		{"a takeover without regions", item("bc", n(8), "v", n(3), "rgt", &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"a": s("b")}}), outbox.Config{}, "rgt"},
 		{"watermark in a version-1 item (older code would ignore it)", item("bc", n(8), "v", n(1), "md", s("watermark"), "rt", n(86400)), outbox.Config{}, "v"},
 		{"watermark without retention", item("bc", n(8), "v", n(2), "md", s("watermark")), outbox.Config{}, "rt"},
 		{"watermark with a retention under an hour", item("bc", n(8), "v", n(2), "md", s("watermark"), "rt", n(600)), outbox.Config{}, "rt"},

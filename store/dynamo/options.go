@@ -37,6 +37,10 @@ type settings struct {
 	// topics: CreateTables' topic list (topicsSet: given).
 	topics    []string
 	topicsSet bool
+	// regions: CreateTables' region list (region mode); region: the
+	// region a Writer runs in.
+	regions []string
+	region  string
 	// target: the constructor being configured (forTables, forStore,
 	// forWriter); misplaced: the options it was given that do not apply
 	// to it, or nil options.
@@ -230,6 +234,29 @@ func Topics(names ...string) Option {
 	return func(s *settings) { s.set("Topics", forTables, func() { s.topics, s.topicsSet = names, true }) }
 }
 
+// Regions puts a new outbox in region mode, for messages and control tables
+// that are DynamoDB global tables replicated to these regions
+// (CreateTables only: writers and relays read them in the config item).
+// The bucket range is cut into one slice per region, in this order, so
+// BucketCount must be a multiple of len(ids); each region's writers write
+// and its relays drain only its slice (docs/design.md §14). Default: none,
+// the single-region mode, which refuses global tables. The list must be
+// the same in every region's stack; it can change only on an empty outbox
+// (like BucketCount).
+func Regions(ids ...string) Option {
+	return func(s *settings) { s.set("Regions", forTables, func() { s.regions = ids }) }
+}
+
+// WithRegion is the region a Writer runs in (NewWriter only), required for
+// an outbox in region mode: the writer puts its messages in that region's
+// slice of buckets, reserving their sequence numbers in its counters.
+// Default "": the single-region mode; NewWriter refuses an empty region in
+// region mode, a region the config item does not list, and any region in
+// the single-region mode (*outbox.MisconfigurationError).
+func WithRegion(id string) Option {
+	return func(s *settings) { s.set("WithRegion", forWriter, func() { s.region = id }) }
+}
+
 // FenceTTL is how long a fence tombstone is kept before the table's TTL
 // removes it, counted from the later of the fence's time and the wall clock
 // (DynamoDB expires items by its own clock). Default DefaultFenceTTL (7
@@ -405,6 +432,8 @@ func (s *settings) validate() error {
 		return bad("ChangeTimeout", s.changeTimeout, "must be positive")
 	case s.changeGap <= 0:
 		return bad("ChangeGapTimeout", s.changeGap, "must be positive")
+	case s.region != "" && outbox.ValidateRegionID(s.region) != nil:
+		return bad("WithRegion", s.region, outbox.ValidateRegionID(s.region).Error())
 	case s.maxAttempts < 1 || s.maxAttempts > 20:
 		return bad("MaxAttempts", s.maxAttempts, "must be 1..20")
 	case s.clock == nil:

@@ -297,10 +297,21 @@ func (s *Store) ReplayParked(ctx context.Context, bucket int, seq int64, replace
 	if err != nil {
 		return outbox.Message{}, err
 	}
-	b, err := outbox.BucketFor(m, cfg.BucketCount)
+	lo, n := 0, cfg.BucketCount
+	if cfg.RegionMode() {
+		// Region mode: the key's bucket within the slice of the region
+		// whose writers wrote the parked message.
+		hi, ok := 0, false
+		if lo, hi, ok = cfg.RegionBuckets(cfg.RegionOf(bucket)); !ok {
+			return outbox.Message{}, &outbox.BucketRangeError{Bucket: bucket, BucketCount: cfg.BucketCount}
+		}
+		n = hi - lo
+	}
+	b, err := outbox.BucketFor(m, n)
 	if err != nil {
 		return outbox.Message{}, err
 	}
+	b += lo
 	if b != bucket {
 		return outbox.Message{}, &outbox.ValidationError{Index: -1, Field: "Key", Reason: fmt.Sprintf("the replacement belongs to bucket %d, the parked message to %d", b, bucket)}
 	}

@@ -116,6 +116,9 @@ func ChangeBucketCount(ctx context.Context, client StoreAPI, tables Tables, to i
 	if err != nil {
 		return ChangeResult{}, err
 	}
+	if stored.RegionMode() && (stored.BucketCount != to || stored.Changing()) {
+		return ChangeResult{}, &RegionModeBucketCountError{Stored: stored.BucketCount, Requested: to, Regions: slices.Clone(stored.Regions)}
+	}
 	resumed := false
 	if stored.Changing() {
 		// An interrupted change that ends aborted (its deadline passed) is
@@ -475,7 +478,7 @@ func (c changeCalls) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opt
 func (t *txn) rebucket(view bucketView) error {
 	for i := range t.msgs {
 		m := &t.msgs[i]
-		b, err := outbox.BucketFor(*m, view.count)
+		b, err := t.w.bucketIn(*m, view.count)
 		if err != nil {
 			return err
 		}

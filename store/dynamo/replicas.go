@@ -21,13 +21,19 @@ type describeTableAPI interface {
 // globalTableFix says why a global table is refused, and what to do.
 const globalTableFix = "the outbox does not support DynamoDB global tables: writers in two regions increment the same sequence counter, " +
 	"replication resolves it last-writer-wins, so both regions' messages get the same (bucket, sequence) and one overwrites the other — " +
-	"a committed message is lost without an error. Use tables without replicas (remove them, or run one outbox with its own tables per region)"
+	"a committed message is lost without an error. Put the outbox in region mode (the stack's Regions parameter, outbox init --regions, dynamo.Regions; " +
+	"docs/deploy.md, Global tables), or use tables without replicas (remove them, or run one outbox with its own tables per region)"
 
 // checkSingleRegion refuses an outbox whose messages or control table has
 // replicas (DescribeTable's Replicas: a global table) with a
-// *outbox.MisconfigurationError per table, joined. A table that does not
-// exist is left to the checks that name it (*TableError).
-func checkSingleRegion(ctx context.Context, client describeTableAPI, tables Tables) error {
+// *outbox.MisconfigurationError per table, joined, unless the outbox is (or
+// is being made) in region mode, which is safe on a global table and needs
+// no check. A table that does not exist is left to the checks that name it
+// (*TableError).
+func checkSingleRegion(ctx context.Context, client describeTableAPI, tables Tables, regionMode bool) error {
+	if regionMode {
+		return nil
+	}
 	var errs []error
 	for _, t := range []struct{ role, name string }{{"Tables.Messages", tables.Messages}, {"Tables.Control", tables.Control}} {
 		out, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: str(t.name)})

@@ -44,6 +44,8 @@ const (
 	attrIDHeader  = "hi"
 	attrBktHeader = "hb"
 	attrSeqHeader = "hs"
+	attrRegions   = "rg"  // config item: region mode's regions, in order (a list)
+	attrTakenOver = "rgt" // config item: region → the region draining it (a map)
 	attrOwner     = "o"
 	attrExpires   = "e"
 	attrHead      = "hd"

@@ -63,7 +63,7 @@ func NewStore(ctx context.Context, client StoreAPI, tables Tables, opts ...Optio
 	if err != nil {
 		return nil, err
 	}
-	if err := checkSingleRegion(ctx, client, tables); err != nil {
+	if err := checkSingleRegion(ctx, client, tables, stored.RegionMode()); err != nil {
 		return nil, err
 	}
 	return &Store{client: client, tables: tables, cfg: s, stored: stored}, nil

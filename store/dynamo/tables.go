@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -137,12 +138,15 @@ func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...O
 		return &outbox.OptionError{Option: "Topics", Value: s.topics, Reason: err.Error()}
 	}
 	want := outbox.Config{BucketCount: s.bucketCount, Mode: s.mode, Retention: s.retention, Topics: topics,
-		MaxMessageBytes: s.maxMessageBytes, Headers: s.headers}
+		MaxMessageBytes: s.maxMessageBytes, Headers: s.headers, Regions: s.regions}
 	if want.BucketCount == 0 {
 		want.BucketCount = outbox.DefaultBucketCount
 	}
 	if want.Mode == outbox.WatermarkMode && want.Retention == 0 {
 		want.Retention = DefaultRetention
+	}
+	if err := want.CheckRegions(); err != nil {
+		return &outbox.OptionError{Option: "Regions", Value: s.regions, Reason: err.Error()}
 	}
 
 	if err := checkNewPairing(ctx, client, tables); err != nil {
@@ -162,7 +166,7 @@ func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...O
 			return fmt.Errorf("dynamo: wait for table %s to become active: %w", t.name, err)
 		}
 	}
-	if err := checkSingleRegion(ctx, client, tables); err != nil {
+	if err := checkSingleRegion(ctx, client, tables, want.RegionMode()); err != nil {
 		return err
 	}
 	for _, t := range specs {
@@ -300,6 +304,10 @@ func putConfig(ctx context.Context, client AdminAPI, table string, want outbox.C
 	if want.Mode != stored.Mode {
 		return &outbox.MisconfigurationError{Setting: "Mode", Configured: want.Mode.String(), Stored: stored.Mode.String(),
 			Fix: "pass the stored mode (changing it needs a drained outbox: see dynamo.Configure)"}
+	}
+	if !slices.Equal(want.Regions, stored.Regions) {
+		return &outbox.MisconfigurationError{Setting: "Regions", Configured: strings.Join(want.Regions, ","), Stored: strings.Join(stored.Regions, ","),
+			Fix: "pass the stored regions (changing them needs a drained outbox: see dynamo.Configure)"}
 	}
 	if want.Retention != stored.Retention {
 		return &outbox.MisconfigurationError{Setting: "Retention", Configured: want.Retention.String(), Stored: stored.Retention.String(),

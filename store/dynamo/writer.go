@@ -41,6 +41,12 @@ type Writer struct {
 	// it (rebucket.go).
 	viewMu sync.Mutex
 	view   bucketView
+	// regional, lo, per: in region mode, the slice of buckets this writer
+	// puts messages in, from lo, per buckets (its region's). The count
+	// of a region-mode outbox does not change online (ChangeBucketCount
+	// refuses it), so they stay.
+	regional bool
+	lo, per  int
 	// retention is the outbox's in WatermarkMode (every message item gets
 	// a TTL), 0 in DeleteMode (none).
 	retention time.Duration
@@ -97,7 +103,10 @@ type Result struct {
 // Both tables must be in one region: a table with replicas (a DynamoDB
 // global table) is refused with a *outbox.MisconfigurationError, because
 // two regions would hand out the same sequence numbers and one message
-// would overwrite the other.
+// would overwrite the other — unless the outbox is in region mode (its
+// config item lists regions, see Regions): the writer then needs
+// WithRegion, and puts every message in its region's slice of buckets
+// (outbox.Config.RegionBuckets), whose counters no other region writes.
 //
 // The writer's IAM permissions: dynamodb:GetItem and dynamodb:DescribeTable
 // on both tables (config item, these checks), dynamodb:UpdateItem on the control table (sequence
@@ -123,10 +132,19 @@ func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...Opt
 	if err := checkMessagesTable(ctx, client, tables.Messages); err != nil {
 		return nil, err
 	}
-	if err := checkSingleRegion(ctx, client, tables); err != nil {
+	if err := outbox.CheckRegion(stored, s.region); err != nil {
+		return nil, err
+	}
+	if err := checkSingleRegion(ctx, client, tables, stored.RegionMode()); err != nil {
 		return nil, err
 	}
 	w := &Writer{client: client, tables: tables, cfg: s, view: bucketView{count: stored.BucketCount, epoch: stored.BucketEpoch}}
+	if stored.RegionMode() {
+		hi := 0
+		w.regional = true
+		w.lo, hi, _ = stored.RegionBuckets(s.region)
+		w.per = hi - w.lo
+	}
 	if stored.Mode == outbox.WatermarkMode {
 		w.retention = stored.Retention
 	}
@@ -141,6 +159,20 @@ func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...Opt
 // BucketCount returns the outbox's bucket count, as last read from its
 // config item (an online change replaces it: see ChangeBucketCount).
 func (w *Writer) BucketCount() int { return w.currentView().count }
+
+// Bucket returns the bucket this writer puts m in: outbox.BucketFor over
+// the outbox's buckets, or in region mode over its region's slice, offset
+// to the slice.
+func (w *Writer) Bucket(m outbox.Message) (int, error) { return w.bucketIn(m, w.currentView().count) }
+
+// bucketIn is m's bucket with count buckets in all (the writer's view).
+func (w *Writer) bucketIn(m outbox.Message, count int) (int, error) {
+	if !w.regional {
+		return outbox.BucketFor(m, count)
+	}
+	b, err := outbox.BucketFor(m, w.per)
+	return w.lo + b, err
+}
 
 // item is the messages-table item of m as this writer stores it: with a TTL
 // in WatermarkMode.
@@ -310,7 +342,7 @@ func (w *Writer) prepare(ctx context.Context, view bucketView, items []types.Tra
 		if err := w.cfg.headers.ValidateNew(m, i, w.cfg.maxMessageBytes); err != nil {
 			return nil, err
 		}
-		b, err := outbox.BucketFor(m, view.count)
+		b, err := w.bucketIn(m, view.count)
 		if err != nil {
 			var ve *outbox.ValidationError
 			if errors.As(err, &ve) {
