@@ -171,6 +171,15 @@ func (r *Relay) RefreshConfig(ctx context.Context) (int, error) {
 	if err := CheckConfig(stored, 0); err != nil {
 		return r.BucketCount(), err
 	}
+	r.mu.Lock()
+	regions := r.regions.Regions
+	r.mu.Unlock()
+	if !slicesEqual(stored.Regions, regions) {
+		// Region mode turned on or off, or another list: not something a
+		// running relay adopts (refreshRegions says so at the sweep).
+		return r.BucketCount(), &MisconfigurationError{Setting: "Regions", Configured: fmt.Sprint(regions), Stored: fmt.Sprint(stored.Regions),
+			Fix: "the outbox's regions changed: restart the relay"}
+	}
 	r.adopt(stored)
 	r.setRegions(stored)
 	return r.BucketCount(), nil
