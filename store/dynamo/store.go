@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -59,12 +60,21 @@ var (
 func NewStore(ctx context.Context, client StoreAPI, tables Tables, opts ...Option) (*Store, error) {
 	s := defaultSettings()
 	s.apply(forStore, opts)
+	if err := checkOpen(client, tables, &s); err != nil {
+		return nil, err
+	}
+	// The config item and the tables' replicas at once: one round trip
+	// of a relay's or sweeper's cold start instead of three.
+	var regionErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { regionErr = checkSingleRegion(ctx, client, tables) })
 	stored, err := openOutbox(ctx, client, tables, &s)
+	wg.Wait()
 	if err != nil {
 		return nil, err
 	}
-	if err := checkSingleRegion(ctx, client, tables); err != nil {
-		return nil, err
+	if regionErr != nil {
+		return nil, regionErr
 	}
 	return &Store{client: client, tables: tables, cfg: s, stored: stored}, nil
 }

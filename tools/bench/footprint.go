@@ -35,6 +35,10 @@ type footprintResult struct {
 	// "outbox relay: ready" log line: process start, Go runtime, config,
 	// AWS and Kafka clients, the config-item read and the topic check.
 	InitMs float64 `json:"init_ms"`
+	// InitSteps is how long each step of the relay's Build took, as its
+	// "ready" line reports them (lambda/wiring.InitTimes): what InitMs
+	// spends beyond process start and the Go runtime.
+	InitSteps map[string]float64 `json:"init_steps_ms,omitempty"`
 	// ReportInitMs is the emulator's REPORT "Init Duration". This emulator
 	// starts the function asynchronously and stops its clock at once, so
 	// the figure is near zero and not an init time; kept for transparency.
@@ -146,6 +150,7 @@ func footprint(ctx context.Context, st *stage, rie, bootstrap string, bl backlog
 		return res, fmt.Errorf("the bootstrap never logged \"outbox relay: ready\":\n%s", tail(output(), 4000))
 	}
 	res.InitMs = ms(ready.Sub(start))
+	res.InitSteps = initSteps(output())
 	pid, err := pidOf(bootstrap)
 	if err != nil {
 		return res, err
@@ -189,7 +194,27 @@ func footprint(ctx context.Context, st *stage, rie, bootstrap string, bl backlog
 	return res, nil
 }
 
-var initRE = regexp.MustCompile(`Init Duration: ([0-9.]+) ms`)
+var (
+	initRE     = regexp.MustCompile(`Init Duration: ([0-9.]+) ms`)
+	initStepRE = regexp.MustCompile(`"init_([a-z_]+)_ms":([0-9.]+)`)
+)
+
+// initSteps reads the init steps from the bootstrap's "ready" line.
+func initSteps(logs string) map[string]float64 {
+	for _, line := range strings.Split(logs, "\n") {
+		if !strings.Contains(line, "outbox relay: ready") {
+			continue
+		}
+		steps := map[string]float64{}
+		for _, m := range initStepRE.FindAllStringSubmatch(line, -1) {
+			if v, err := strconv.ParseFloat(m[2], 64); err == nil {
+				steps[m[1]] = v
+			}
+		}
+		return steps
+	}
+	return nil
+}
 
 func initDuration(logs string) (float64, error) {
 	m := initRE.FindStringSubmatch(logs)
