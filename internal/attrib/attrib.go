@@ -12,8 +12,8 @@
 //     commit's outcome is unknown (PublishRisk);
 //   - store-fault:<op>: a write that was to decide it failed (MarkPublished,
 //     Update, Release; the response may be lost after the write applied);
-//   - crash:<point>, stall: the harness crashed or stalled a drain of its
-//     bucket (Crashed, Stalled);
+//   - crash:<point>, stall:<point>: the harness crashed or stalled a drain
+//     of its bucket at a crash point (Crashed, Stalled);
 //   - lease-lost, abandoned: a renewal of its bucket's lease found the lease
 //     lost, or a drain of its bucket gave the lease up with it undecided;
 //   - takeover: its bucket's lease was taken over (acquired after it expired);
@@ -226,15 +226,22 @@ func (a *Attribution) inFlightOf(bucket int) []string {
 	return out
 }
 
+// PartialMarking are the recorded causes that mark part of a published
+// batch and leave the rest to be published again: a crash or a stall
+// between two of the drain's tombstone writes, or one of them failed. With
+// Kafka transactions they are what may republish part of a committed one.
+var PartialMarking = []string{"crash:mid-delete", "stall:mid-delete", "store-fault:mark"}
+
 // Crashed records that the harness crashed a drain of bucket at point: the
 // bucket's messages in flight may be published again.
 func (a *Attribution) Crashed(bucket int, point string) {
 	a.note(a.risk(bucket, 0, "crash:"+point), "crash at %s in bucket %d", point, bucket)
 }
 
-// Stalled records that the harness stalled a drain of bucket past its lease.
-func (a *Attribution) Stalled(bucket int) {
-	a.note(a.risk(bucket, 0, "stall"), "stall in bucket %d", bucket)
+// Stalled records that the harness stalled a drain of bucket at point past
+// its lease or resume window.
+func (a *Attribution) Stalled(bucket int, point string) {
+	a.note(a.risk(bucket, 0, "stall:"+point), "stall at %s in bucket %d", point, bucket)
 }
 
 func (a *Attribution) Update(ctx context.Context, l outbox.Lease, u outbox.LeaseUpdate, now time.Time) (outbox.Lease, error) {

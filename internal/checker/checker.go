@@ -7,6 +7,7 @@ package checker
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -21,7 +22,8 @@ type Checker struct {
 	violations []Violation
 	mismatches []string
 	deliveries int
-	atRisk     map[string]string // published where a recorded event may republish it -> the first such event
+	atRisk     map[string]string   // published where a recorded event may republish it -> the first such event
+	risks      map[string][]string // the same -> every such event, in the order recorded
 	parked     map[string]bool
 }
 
@@ -47,6 +49,7 @@ func New() *Checker {
 		delivered:  map[string]int{},
 		firstMax:   map[string]int64{},
 		atRisk:     map[string]string{},
+		risks:      map[string][]string{},
 		parked:     map[string]bool{},
 	}
 }
@@ -65,7 +68,20 @@ func (c *Checker) AtRisk(cause string, ids ...string) {
 		if c.atRisk[id] == "" {
 			c.atRisk[id] = cause
 		}
+		if !slices.Contains(c.risks[id], cause) {
+			c.risks[id] = append(c.risks[id], cause)
+		}
 	}
+}
+
+// Risks returns every cause recorded for a message, first one first: a
+// message put at risk twice (a stall after its produce, then a crash in the
+// middle of its marking) keeps both, for checks that ask whether a
+// particular event happened to it.
+func (c *Checker) Risks(id string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.risks[id])
 }
 
 // RiskOf returns the first cause recorded for a message ("" if none).

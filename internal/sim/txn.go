@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/attrib"
 )
 
 // The transactional publish (kafka.TxnPublisher) as the broker runs it: each
@@ -167,8 +168,11 @@ func (p *publisher) visible() []record {
 // transaction the relay was told failed (unless its commit's outcome was
 // unknown) — stale_visible; a bucket's transactions one after another, each
 // in sequence order — interleavings; and duplicates only as whole
-// transactions, or part of one after a recorded partial marking.
-func (w *world) checkTxns(vis []record) {
+// transactions, or part of one after a recorded partial marking, or part of
+// one whose other messages were all parked (the republish met a
+// record-level failure on them, and the relay published the rest of the
+// batch in a new transaction: seed 3532).
+func (w *world) checkTxns(vis []record, parked map[string]bool) {
 	p := w.pub
 	lastTxn := map[int]int{}
 	ended := map[int]map[int]bool{}
@@ -204,14 +208,20 @@ func (w *world) checkTxns(vis []record) {
 		if t.state != txnCommitted {
 			continue
 		}
-		again, partialCause := 0, false
+		again, partialCause, restParked := 0, false, true
 		for _, id := range t.ids {
 			c := copies[id]
 			if j := slices.Index(c, i+1); j >= 0 && j < len(c)-1 {
 				again++
+			} else if !parked[id] {
+				restParked = false
 			}
-			if risk := w.chk.RiskOf(id); risk == "crash:mid-delete" || risk == "store-fault:mark" {
-				partialCause = true
+			// A partial marking: the drain crashed or stalled between two
+			// of its tombstone writes, or one of them failed.
+			for _, risk := range w.chk.Risks(id) {
+				if slices.Contains(attrib.PartialMarking, risk) {
+					partialCause = true
+				}
 			}
 		}
 		switch {
@@ -220,8 +230,12 @@ func (w *world) checkTxns(vis []record) {
 			w.res.DupTxnsWhole++
 		default:
 			w.res.DupTxnsPartial++
-			if !partialCause {
-				w.res.PartialDuplicates = append(w.res.PartialDuplicates, fmt.Sprintf("transaction %d (%s): %d of %d messages published again, no partial marking recorded", i+1, t.who, again, len(t.ids)))
+			switch {
+			case partialCause:
+			case restParked:
+				w.res.DupTxnsPartialParked++
+			default:
+				w.res.PartialDuplicates = append(w.res.PartialDuplicates, fmt.Sprintf("transaction %d (%s): %d of %d messages published again, no partial marking recorded and the rest not parked", i+1, t.who, again, len(t.ids)))
 			}
 		}
 	}

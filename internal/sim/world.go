@@ -143,8 +143,8 @@ type Result struct {
 	// transactions, whole or partial; and the duplicates not admitted (twice
 	// in one transaction, or part of a transaction without a recorded
 	// partial marking).
-	StaleVisible, Interleavings, PartialDuplicates []string
-	DupTxnsWhole, DupTxnsPartial                   int
+	StaleVisible, Interleavings, PartialDuplicates     []string
+	DupTxnsWhole, DupTxnsPartial, DupTxnsPartialParked int
 }
 
 // Failed reports whether the schedule broke a promise.
@@ -542,7 +542,7 @@ func (w *world) check() error {
 	w.res.Published = len(vis)
 	w.duplicates(vis)
 	if w.cfg.Txn {
-		w.checkTxns(vis)
+		w.checkTxns(vis, parked)
 	}
 	ov := w.at.Overlaps()
 	w.res.Overlaps, w.res.Admitted, w.res.Unadmitted = ov.Overlaps, ov.Admitted, ov.Unadmitted
@@ -618,7 +618,7 @@ func (f *faults) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 		if d >= stallRecorded {
 			// A process paused this long may outlast a resume window or its
 			// lease's cut-off with the bucket's messages undecided.
-			f.w.at.Stalled(bucket)
+			f.w.at.Stalled(bucket, string(p))
 		}
 		f.w.s.Sleep(nil, d)
 	}
@@ -805,6 +805,7 @@ func (y *yieldStore) Park(ctx context.Context, l outbox.Lease, p outbox.Parked, 
 	y.s.Yield()
 	var nl outbox.Lease
 	err := y.resent("Park", l.Bucket, func() (err error) { nl, err = y.Store.Park(ctx, l, p, now); return err })
+	y.w.tracef("  park b%d %d (%s): err=%v", l.Bucket, p.Message.Sequence, p.Message.ID, err)
 	return nl, err
 }
 

@@ -843,7 +843,11 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 		return 0, fmt.Errorf("dead letters %v differ from the messages the relay parked %v", inDeadLetters, parkedIDs)
 	}
 	if txns != nil {
-		v := txns.verdict(chk)
+		parked := map[string]bool{}
+		for _, id := range parkedIDs {
+			parked[id] = true
+		}
+		v := txns.verdict(chk, parked)
 		txnv.Add(v)
 		cfg.logf("round %d transactions: %s", round, v)
 	}
@@ -896,7 +900,7 @@ func (c *crasher) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 	if p == seam.AfterProduce && c.chance(c.stall) {
 		// A stalled holder: it sleeps past its lease, then carries on.
 		c.tl.add("relay:stall", 1)
-		c.at.Stalled(bucket)
+		c.at.Stalled(bucket, string(p))
 		sleep(ctx, leaseDuration+time.Second)
 		return nil
 	}

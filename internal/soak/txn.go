@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/attrib"
 	"github.com/dynakafka/outbox/internal/checker"
 	"github.com/dynakafka/outbox/kafka"
 )
@@ -38,7 +39,7 @@ import (
 //     transaction is unexplained; a committed transaction some of whose
 //     messages appear again later is a duplicated transaction, whole if all
 //     of them do, and partial only with a recorded partial marking
-//     (crash:mid-delete, store-fault:mark) on one of them — any other
+//     (crash:mid-delete, stall:mid-delete, store-fault:mark) on one of them — any other
 //     partial one is unexplained. Each duplicate is attributed by the
 //     checker as in the default mode, except that a failed publish puts
 //     nothing at risk unless its commit's outcome is unknown
@@ -160,7 +161,8 @@ type txnVerdict struct {
 	Unknown, UnknownVisible     int // commit outcome unknown; of those, seen
 	DupWhole, DupPartial        int // duplicated transactions
 	InTxnDuplicates             int // a message twice in one transaction
-	UnexplainedPartial          int // partial duplicated transactions with no partial marking recorded
+	PartialParked               int // of DupPartial: the messages not published again were all parked
+	UnexplainedPartial          int // partial duplicated transactions with no partial marking recorded and not the rest parked
 	Examples                    []string
 }
 
@@ -172,8 +174,8 @@ func (v *txnVerdict) example(s string) {
 
 // String is the summary's fields.
 func (v txnVerdict) String() string {
-	return fmt.Sprintf("stale_visible=%d interleavings=%d txns=committed:%d,aborted:%d,fenced:%d,unknown:%d,unknown_visible:%d dup_txns=whole:%d,partial:%d,within_txn:%d,partial_unexplained:%d",
-		v.StaleVisible, v.Interleavings, v.Committed, v.Aborted, v.Fenced, v.Unknown, v.UnknownVisible, v.DupWhole, v.DupPartial, v.InTxnDuplicates, v.UnexplainedPartial)
+	return fmt.Sprintf("stale_visible=%d interleavings=%d txns=committed:%d,aborted:%d,fenced:%d,unknown:%d,unknown_visible:%d dup_txns=whole:%d,partial:%d,partial_parked:%d,within_txn:%d,partial_unexplained:%d",
+		v.StaleVisible, v.Interleavings, v.Committed, v.Aborted, v.Fenced, v.Unknown, v.UnknownVisible, v.DupWhole, v.DupPartial, v.PartialParked, v.InTxnDuplicates, v.UnexplainedPartial)
 }
 
 // Add sums two verdicts.
@@ -187,6 +189,7 @@ func (v *txnVerdict) Add(o txnVerdict) {
 	v.UnknownVisible += o.UnknownVisible
 	v.DupWhole += o.DupWhole
 	v.DupPartial += o.DupPartial
+	v.PartialParked += o.PartialParked
 	v.InTxnDuplicates += o.InTxnDuplicates
 	v.UnexplainedPartial += o.UnexplainedPartial
 	for _, e := range o.Examples {
@@ -197,13 +200,16 @@ func (v *txnVerdict) Add(o txnVerdict) {
 // Unexplained counts the duplicates the transactional mode does not admit.
 func (v txnVerdict) Unexplained() int { return v.InTxnDuplicates + v.UnexplainedPartial }
 
-// partialMarking are the recorded events that mark part of a committed
-// transaction's messages and leave the rest to be published again.
-var partialMarking = []string{"crash:mid-delete", "store-fault:mark"}
-
 // verdict checks what the consumer saw (call once the round has drained and
-// the consumer stopped); chk gives each message's recorded risk.
-func (o *txnOracle) verdict(chk *checker.Checker) txnVerdict {
+// the consumer stopped); chk gives each message's recorded risk, parked the
+// messages the relay parked.
+//
+// A committed transaction republished in part is admitted on one of two
+// recorded events: a partial marking on one of its messages, or every
+// message of it that was not published again parked (the republish met a
+// record-level failure on them: the relay parked them and published the
+// rest of the batch in a new transaction).
+func (o *txnOracle) verdict(chk *checker.Checker, parked map[string]bool) txnVerdict {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var v txnVerdict
@@ -287,14 +293,18 @@ func (o *txnOracle) verdict(chk *checker.Checker) txnVerdict {
 		if t.outcome != txnCommitted && !(t.outcome == txnUnknown && unknownSeen[tag]) {
 			continue
 		}
-		again, partialCause := 0, ""
+		again, partialCause, restParked := 0, "", true
 		for _, id := range t.ids {
 			c := copies[id]
 			if i := slices.Index(c, tag); i >= 0 && i < len(c)-1 {
 				again++
+			} else if !parked[id] {
+				restParked = false
 			}
-			if slices.Contains(partialMarking, chk.RiskOf(id)) {
-				partialCause = chk.RiskOf(id)
+			for _, r := range chk.Risks(id) {
+				if slices.Contains(attrib.PartialMarking, r) {
+					partialCause = r
+				}
 			}
 		}
 		switch {
@@ -303,9 +313,13 @@ func (o *txnOracle) verdict(chk *checker.Checker) txnVerdict {
 			v.DupWhole++
 		default:
 			v.DupPartial++
-			if partialCause == "" {
+			switch {
+			case partialCause != "":
+			case restParked:
+				v.PartialParked++
+			default:
 				v.UnexplainedPartial++
-				v.example(fmt.Sprintf("transaction %s by %s: %d of its %d messages published again, and no partial marking was recorded on them", tag, t.who, again, len(t.ids)))
+				v.example(fmt.Sprintf("transaction %s by %s: %d of its %d messages published again, no partial marking was recorded on them and the rest were not parked", tag, t.who, again, len(t.ids)))
 			}
 		}
 	}
