@@ -39,17 +39,16 @@ type Parts struct {
 
 // InitTimes are the steps of Build, in order.
 type InitTimes struct {
-	AWSConfig  time.Duration // awsconfig.LoadDefaultConfig (Build only)
-	Store      time.Duration // dynamo.NewStore: the config item and the tables' checks
-	ConfigItem time.Duration // the config item again, for the publisher's shared settings
-	Publisher  time.Duration // the Kafka client and its topic check
-	Relay      time.Duration // outbox.NewRelay: the config item, checked
+	AWSConfig time.Duration // awsconfig.LoadDefaultConfig (Build only)
+	Store     time.Duration // dynamo.NewStore: the config item and the tables' checks
+	Publisher time.Duration // the Kafka client and its topic check
+	Relay     time.Duration // outbox.NewRelay: the config item, checked
 }
 
 // LogAttrs are t as log attributes, in milliseconds.
 func (t InitTimes) LogAttrs() []any {
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	return []any{"init_aws_config_ms", ms(t.AWSConfig), "init_store_ms", ms(t.Store), "init_config_item_ms", ms(t.ConfigItem),
+	return []any{"init_aws_config_ms", ms(t.AWSConfig), "init_store_ms", ms(t.Store),
 		"init_publisher_ms", ms(t.Publisher), "init_relay_ms", ms(t.Relay)}
 }
 
@@ -163,12 +162,9 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 		return nil, fmt.Errorf("outbox store (OUTBOX_MESSAGES_TABLE=%s, OUTBOX_CONTROL_TABLE=%s): %w", cfg.MessagesTable, cfg.ControlTable, err)
 	}
 	// The publisher takes the shared settings (MaxMessageBytes, header
-	// names) from the config item, as the store and the relay do.
-	stored, err := p.Store.Config(ctx)
-	p.Init.ConfigItem = took()
-	if err != nil {
-		return nil, fmt.Errorf("outbox config item (OUTBOX_CONTROL_TABLE=%s): %w", cfg.ControlTable, err)
-	}
+	// names) from the config item, as the store and the relay do: as
+	// NewStore read it, without a second read.
+	stored := p.Store.Opened()
 	if cfg.Transactional {
 		p.Publisher, err = NewTxnPublisher(ctx, cfg, awsCfg, logger, kafka.OutboxConfig(stored))
 	} else {

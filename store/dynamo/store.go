@@ -88,6 +88,11 @@ func (s *Store) retention() time.Duration {
 	return 0
 }
 
+// Opened returns the outbox's configuration as NewStore read it from the
+// config item, without another read (a function's init builds its
+// publisher from its shared settings).
+func (s *Store) Opened() outbox.Config { return s.stored }
+
 // Config implements outbox.Store: it reads the config item consistently,
 // with the outbox's Mode and, in WatermarkMode, its Retention.
 func (s *Store) Config(ctx context.Context) (outbox.Config, error) {

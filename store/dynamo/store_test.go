@@ -678,3 +678,19 @@ func TestRecordStuck(t *testing.T) {
 		t.Fatalf("lease %+v: want the old record kept, and stale", got)
 	}
 }
+
+// Opened is the config item as NewStore read it: what Config reads again.
+func TestOpenedIsTheConfigItem(t *testing.T) {
+	e := newEnv(t, 3, WithMode(outbox.WatermarkMode), Retention(48*time.Hour))
+	s, err := NewStore(ctxT(t), e.d.Client, e.tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, err := s.Config(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Opened(); fmt.Sprint(got) != fmt.Sprint(read) || got.BucketCount != 3 || got.Mode != outbox.WatermarkMode {
+		t.Fatalf("Opened() = %+v; Config read %+v", got, read)
+	}
+}

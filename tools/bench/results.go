@@ -365,7 +365,7 @@ func (r *results) lines() []string {
 			f.Messages, f.InitMs, float64(f.PeakRSSBytes)/(1<<20), float64(f.RSSAfterBytes)/(1<<20), float64(f.Messages)/max(f.DrainSeconds, 1e-9), f.Invocations))
 		if len(f.InitSteps) > 0 {
 			line := fmt.Sprintf("footprint-init: init_ms=%.1f", f.InitMs)
-			for _, k := range []string{"aws_config", "store", "config_item", "publisher", "relay"} {
+			for _, k := range []string{"aws_config", "store", "publisher", "relay"} {
 				line += fmt.Sprintf(" %s_ms=%.1f", k, f.InitSteps[k])
 			}
 			out = append(out, line)
