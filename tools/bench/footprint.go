@@ -39,6 +39,9 @@ type footprintResult struct {
 	// "ready" line reports them (lambda/wiring.InitTimes): what InitMs
 	// spends beyond process start and the Go runtime.
 	InitSteps map[string]float64 `json:"init_steps_ms,omitempty"`
+	// GoMemLimit is the GOMEMLIMIT the bootstrap ran with (-footprint-gomemlimit;
+	// "": the Go runtime's default, none).
+	GoMemLimit string `json:"gomemlimit,omitempty"`
 	// ReportInitMs is the emulator's REPORT "Init Duration". This emulator
 	// starts the function asynchronously and stops its clock at once, so
 	// the figure is near zero and not an init time; kept for transparency.
@@ -92,8 +95,26 @@ func buildBootstraps(ctx context.Context, root, dir string, arches []string) ([]
 // empty invocation for the cold start, then invocations naming every bucket
 // until the backlog is drained; the bootstrap's peak RSS is read from
 // /proc/<pid>/status (VmHWM) of the bootstrap process, the emulator's child.
+// footprintGoMemLimit is the -footprint-gomemlimit flag.
+var footprintGoMemLimit string
+
 func footprint(ctx context.Context, st *stage, rie, bootstrap string, bl backlog) (footprintResult, error) {
-	res := footprintResult{RunArch: runtime.GOARCH, Backlog: bl, Messages: bl.Messages}
+	res := footprintResult{RunArch: runtime.GOARCH, Backlog: bl, Messages: bl.Messages, GoMemLimit: footprintGoMemLimit}
+	env := map[string]string{
+		"OUTBOX_MESSAGES_TABLE":      st.tables.Messages,
+		"OUTBOX_CONTROL_TABLE":       st.tables.Control,
+		"OUTBOX_TOPICS":              st.topic,
+		"OUTBOX_DYNAMODB_ENDPOINT":   st.endpoint,
+		"KAFKA_BOOTSTRAP_SERVERS":    strings.Join(st.brokers, ","),
+		"KAFKA_AUTH":                 "none",
+		"AWS_REGION":                 st.awsCfg.Region,
+		"AWS_ACCESS_KEY_ID":          dynamolocal.AccessKeyID,
+		"AWS_SECRET_ACCESS_KEY":      dynamolocal.SecretAccessKey,
+		"AWS_LAMBDA_LOG_STREAM_NAME": "bench/[$LATEST]rie",
+	}
+	if footprintGoMemLimit != "" {
+		env["GOMEMLIMIT"] = footprintGoMemLimit
+	}
 	var (
 		logMu   sync.Mutex
 		logs    bytes.Buffer
@@ -109,19 +130,7 @@ func footprint(ctx context.Context, st *stage, rie, bootstrap string, bl backlog
 		return n, err
 	}
 	proc, err := esm.StartRIE(ctx, esm.RIEOptions{
-		RIEPath: rie, BootstrapPath: bootstrap, Timeout: 900 * time.Second, Output: writerFunc(record),
-		Env: map[string]string{
-			"OUTBOX_MESSAGES_TABLE":      st.tables.Messages,
-			"OUTBOX_CONTROL_TABLE":       st.tables.Control,
-			"OUTBOX_TOPICS":              st.topic,
-			"OUTBOX_DYNAMODB_ENDPOINT":   st.endpoint,
-			"KAFKA_BOOTSTRAP_SERVERS":    strings.Join(st.brokers, ","),
-			"KAFKA_AUTH":                 "none",
-			"AWS_REGION":                 st.awsCfg.Region,
-			"AWS_ACCESS_KEY_ID":          dynamolocal.AccessKeyID,
-			"AWS_SECRET_ACCESS_KEY":      dynamolocal.SecretAccessKey,
-			"AWS_LAMBDA_LOG_STREAM_NAME": "bench/[$LATEST]rie",
-		},
+		RIEPath: rie, BootstrapPath: bootstrap, Timeout: 900 * time.Second, Output: writerFunc(record), Env: env,
 	})
 	if err != nil {
 		return res, err

@@ -368,6 +368,9 @@ func (r *results) lines() []string {
 			for _, k := range []string{"aws_config", "store", "publisher", "relay"} {
 				line += fmt.Sprintf(" %s_ms=%.1f", k, f.InitSteps[k])
 			}
+			if f.GoMemLimit != "" {
+				line += " gomemlimit=" + f.GoMemLimit
+			}
 			out = append(out, line)
 		}
 	}
