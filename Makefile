@@ -139,9 +139,10 @@ bench: deps
 
 # make soak TXN=1: the same soak publishing with Kafka transactions, checked
 # by a read_committed consumer (stale_visible=0 interleavings=0, duplicates
-# only as whole transactions).
+# only as whole transactions). make soak REBUCKET=12: each round changes
+# BucketCount online to 12 half-way through, with the faults on.
 soak: deps
-	cd cmd && $(GO) run ./soak -n $(or $(N),100000) $(if $(TXN),-txn)
+	cd cmd && $(GO) run ./soak -n $(or $(N),100000) $(if $(TXN),-txn) $(if $(REBUCKET),-rebucket $(REBUCKET))
 
 # make sim: the deterministic scheduler over the memory store (internal/sim),
 # SCHEDULES seeded schedules (make test runs 3000). A failure prints its seed;

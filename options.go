@@ -61,7 +61,7 @@ func defaultConfig() config {
 		resume:         true,
 		resumeWindow:   10 * time.Second,
 		holderWait:     -1,
-		gapTimeout:     10 * time.Second,
+		gapTimeout:     DefaultGapTimeout,
 		gapPoll:        50 * time.Millisecond,
 		deadlineMargin: 5 * time.Second,
 		relayID:        fmt.Sprintf("%s-%d-%s", host, os.Getpid(), NewID()[24:]),
@@ -170,6 +170,9 @@ func WithMode(m Mode) Option { return func(c *config) { c.mode, c.modeSet = m, t
 // reserve-to-commit time (milliseconds), short enough that an abandoned
 // reservation holds its bucket back only briefly.
 func GapTimeout(d time.Duration) Option { return func(c *config) { c.gapTimeout = d } }
+
+// DefaultGapTimeout is GapTimeout's default.
+const DefaultGapTimeout = 10 * time.Second
 
 // GapPollInterval is how often a pending gap is re-read. Default 50ms.
 func GapPollInterval(d time.Duration) Option { return func(c *config) { c.gapPoll = d } }

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dynakafka/outbox/internal/seam"
@@ -22,10 +23,14 @@ func init() {
 // use; leases keep concurrent drains of one bucket by different relays apart,
 // and a Relay runs one drain per bucket at a time.
 type Relay struct {
-	store       Store
-	pub         Publisher
-	cfg         config
-	bucketCount int
+	store Store
+	pub   Publisher
+	cfg   config
+	// bucketCount and bucketEpoch: the outbox's BucketCount and its epoch
+	// as this relay last read them (RefreshConfig); an online change only
+	// ever raises the epoch.
+	bucketCount atomic.Int64
+	bucketEpoch atomic.Int64
 	mode        Mode
 	sched       seam.Scheduler
 	rand        func(int64) int64
@@ -109,8 +114,39 @@ func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (
 	if rnd == nil {
 		rnd = rand.Int64N
 	}
-	return &Relay{store: store, pub: pub, cfg: cfg, bucketCount: stored.BucketCount, mode: stored.Mode, sched: sched,
-		rand: rnd, buckets: map[int]*local{}}, nil
+	r := &Relay{store: store, pub: pub, cfg: cfg, mode: stored.Mode, sched: sched,
+		rand: rnd, buckets: map[int]*local{}}
+	r.adopt(stored)
+	return r, nil
+}
+
+// adopt takes stored's BucketCount if its epoch is newer than the one this
+// relay knows.
+func (r *Relay) adopt(stored Config) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.bucketCount.Load() == 0 || stored.BucketEpoch > r.bucketEpoch.Load() {
+		r.bucketCount.Store(int64(stored.BucketCount))
+		r.bucketEpoch.Store(stored.BucketEpoch)
+	}
+}
+
+// RefreshConfig reads the config item again and takes its BucketCount when
+// an online change (docs/design.md §13) moved it on, and returns the count.
+// A relay needs no epoch check for order (writers put no message under a
+// new count before every bucket decided its older ones): it calls this when
+// asked for a bucket beyond its count, and at each sweep, to learn of new
+// buckets.
+func (r *Relay) RefreshConfig(ctx context.Context) (int, error) {
+	stored, err := r.store.Config(ctx)
+	if err != nil {
+		return r.BucketCount(), fmt.Errorf("outbox: read config item: %w", err)
+	}
+	if err := CheckConfig(stored, 0); err != nil {
+		return r.BucketCount(), err
+	}
+	r.adopt(stored)
+	return r.BucketCount(), nil
 }
 
 // CheckConfig verifies a stored configuration against a process's expected
@@ -136,7 +172,7 @@ func CheckConfig(stored Config, bucketCount int) error {
 }
 
 // BucketCount returns the outbox's bucket count.
-func (r *Relay) BucketCount() int { return r.bucketCount }
+func (r *Relay) BucketCount() int { return int(r.bucketCount.Load()) }
 
 // Mode returns the outbox's mode.
 func (r *Relay) Mode() Mode { return r.mode }
@@ -211,8 +247,11 @@ func (r *Relay) DrainBucketTo(ctx context.Context, bucket int, seq int64) (Drain
 
 func (r *Relay) drainBucket(ctx context.Context, bucket int, target int64, wait bool) (st DrainStats, err error) {
 	st.Bucket = bucket
-	if bucket < 0 || bucket >= r.bucketCount {
-		return st, &BucketRangeError{Bucket: bucket, BucketCount: r.bucketCount}
+	if bucket >= r.BucketCount() && bucket < MaxBucketCount {
+		r.RefreshConfig(ctx) // an online change may have added it; an error leaves the count
+	}
+	if n := r.BucketCount(); bucket < 0 || bucket >= n {
+		return st, &BucketRangeError{Bucket: bucket, BucketCount: n}
 	}
 	if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && time.Until(dl) <= r.cfg.deadlineMargin {
 		return st, ErrDeadline // the same threshold as the drain's own check
@@ -364,7 +403,7 @@ func (r *Relay) holderWait() time.Duration {
 // hands back only its own release, never that of another process sharing
 // its owner name.
 func (r *Relay) HoldToken(bucket int) string {
-	if bucket < 0 || bucket >= r.bucketCount {
+	if bucket < 0 || bucket >= r.BucketCount() {
 		return ""
 	}
 	loc := r.local(bucket)

@@ -73,7 +73,23 @@ type Config struct {
 	// Headers names the headers the publisher stamps and consumers read;
 	// an empty name is the default one (SharedHeaders).
 	Headers HeaderNames
+	// BucketEpoch counts the online BucketCount changes the outbox went
+	// through (0: none). Sequence counters record the epoch they serve, so
+	// a writer that read an older one fails its next reservation and reads
+	// the config item again (docs/design.md §13).
+	BucketEpoch int64
+	// NextBucketCount is, while an online BucketCount change is in
+	// progress, the count being changed to (BucketCount is still the old
+	// one); 0 otherwise.
+	NextBucketCount int
+	// ChangeDeadline is when the change in progress gives up: after it, a
+	// writer that waits for the change aborts it (the count stays
+	// BucketCount). Zero when no change is in progress.
+	ChangeDeadline time.Time
 }
+
+// Changing reports whether an online BucketCount change is in progress.
+func (c Config) Changing() bool { return c.NextBucketCount != 0 }
 
 // Lease is one bucket's lease item, as last read or written.
 //

@@ -130,8 +130,8 @@ func (e *ParkError) Error() string {
 // recorded. A *ParkError when there is nothing to park there; nothing is
 // written then.
 func (r *Relay) Park(ctx context.Context, bucket int, seq int64, reason string) (Parked, error) {
-	if bucket < 0 || bucket >= r.bucketCount {
-		return Parked{}, &BucketRangeError{Bucket: bucket, BucketCount: r.bucketCount}
+	if n := r.BucketCount(); bucket < 0 || bucket >= n {
+		return Parked{}, &BucketRangeError{Bucket: bucket, BucketCount: n}
 	}
 	if seq < 0 {
 		return Parked{}, &ParkError{Bucket: bucket, Sequence: seq, Reason: "a sequence number is positive (0: the first pending message)"}

@@ -115,6 +115,15 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 		return rep, &OptionError{Option: "Store", Value: fmt.Sprintf("%T", r.store), Reason: "Sweep needs a store that implements outbox.BucketProbe"}
 	}
 	cfg := &r.cfg
+	if full {
+		// One read a full sweep: an online BucketCount change is learnt
+		// here at the latest (docs/design.md §13).
+		if _, err := r.RefreshConfig(ctx); err != nil {
+			// The sweep goes on with the count it knows.
+			cfg.logger.WarnContext(ctx, "outbox: sweep could not read the config item again", "err", err)
+		}
+	}
+	count := r.BucketCount()
 	now := cfg.clock.Now()
 	// The heartbeat and the list of live relays go alongside the probes
 	// rather than before them: a message committed just after its bucket's
@@ -134,9 +143,9 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 		}
 	}()
 
-	upper := r.bucketCount
+	upper := count
 	if full {
-		upper = OutOfRangeProbe(r.bucketCount)
+		upper = OutOfRangeProbe(count)
 	}
 	looks := make([]BucketReport, upper)
 	var wg sync.WaitGroup
@@ -146,7 +155,7 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 		sem <- struct{}{}
 		go func(b int) {
 			defer func() { <-sem; wg.Done() }()
-			looks[b] = r.look(ctx, probe, b, b < r.bucketCount, full)
+			looks[b] = r.look(ctx, probe, b, b < count, full)
 		}(b)
 	}
 	wg.Wait()
@@ -154,13 +163,13 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 	if liveErr != nil {
 		return rep, liveErr
 	}
-	share, rank := LiveShare(r.bucketCount, live, cfg.relayID)
+	share, rank := LiveShare(count, live, cfg.relayID)
 	rep.Live, rep.Share = max(len(live), rank+1), share
 	r.mu.Lock()
 	r.fair.share, r.fair.rank, r.fair.ok = share, rank, true
 	r.mu.Unlock()
 
-	n := r.bucketCount
+	n := count
 	pos := func(b int) int { return fairPos(b, n, share, rank) }
 	var ready []int
 	for _, lk := range looks {
@@ -236,7 +245,7 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 		for b := range rep.OutOfRange {
 			worst = max(worst, b)
 		}
-		return rep, &BucketRangeError{Bucket: worst, BucketCount: r.bucketCount}
+		return rep, &BucketRangeError{Bucket: worst, BucketCount: count}
 	}
 	return rep, nil
 }
@@ -433,9 +442,12 @@ func (r *Relay) ownNotified(buckets []int) []int {
 	r.mu.Lock()
 	fair := r.fair
 	r.mu.Unlock()
+	count := r.BucketCount()
 	out := buckets[:0]
 	for _, b := range buckets {
-		if b < r.bucketCount && (!fair.ok || fairPos(b, r.bucketCount, fair.share, fair.rank) < fair.share) {
+		// A bucket beyond the count is kept: an online change may have
+		// added it, and its drain reads the config item to find out.
+		if b >= count || !fair.ok || fairPos(b, count, fair.share, fair.rank) < fair.share {
 			out = append(out, b)
 		}
 	}

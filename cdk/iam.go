@@ -52,11 +52,13 @@ func (o *Outbox) newRoles() {
 		statement("FailureDestination", []string{"sqs:SendMessage"}, o.FailureQueue.QueueArn()),
 	}})
 	// The custom resource's function: the config item (read, create,
-	// change) and, before a change, one probe per bucket (lease item, then a
-	// Query of the bucket). dynamo.SetBucketCount makes exactly these calls.
+	// change), the counters (an online BucketCount change freezes and thaws
+	// them) and the buckets (lease items, a Query of the bucket, and a fence
+	// for a number reserved last in its bucket and never written).
+	// dynamo.Configure makes exactly these calls.
 	setup := awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{Statements: &[]awsiam.PolicyStatement{
 		statement("ConfigItemAndLeases", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DescribeTable"}, o.ControlTable.TableArn()),
-		statement("ProbeBuckets", []string{"dynamodb:Query", "dynamodb:DescribeTable"}, o.MessagesTable.TableArn()),
+		statement("ProbeBuckets", []string{"dynamodb:Query", "dynamodb:PutItem", "dynamodb:DescribeTable"}, o.MessagesTable.TableArn()),
 	}})
 	lambda := awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil)
 	o.RelayRole = awsiam.NewRole(o.Construct, jsii.String("RelayRole"), &awsiam.RoleProps{

@@ -66,8 +66,10 @@ type Props struct {
 	VpcSubnetIds        *[]*string
 	VpcSecurityGroupIds *[]*string
 	// BucketCount is the outbox's bucket count (OUTBOX_BUCKET_COUNT), which
-	// the stack writes to its config item; a change is refused (the update
-	// rolls back) unless the outbox is empty. Default 8, 1..4096.
+	// the stack writes to its config item; a change happens online while
+	// writers and relays run (writers pause until the old buckets drain; an
+	// aborted change rolls the update back: docs/deploy.md). Default 8,
+	// 1..4096.
 	BucketCount *float64
 	// OutboxMode is the outbox's mode (OUTBOX_MODE), which the stack writes
 	// to its config item: delete (each published message is replaced by a

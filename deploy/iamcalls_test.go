@@ -18,6 +18,7 @@ import (
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/testenv"
 	"github.com/dynakafka/outbox/lambda/handler"
+	"github.com/dynakafka/outbox/sequence"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
@@ -194,10 +195,20 @@ func TestWriterPolicy(t *testing.T) {
 	diffGrants(t, contract, calls)
 }
 
+func storedEpoch(ctx context.Context, t *testing.T, client *dynamodb.Client, tables dynamo.Tables) int64 {
+	t.Helper()
+	c, err := dynamo.ReadConfig(ctx, client, tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.BucketEpoch
+}
+
 // TestSetupPolicy: the custom resource's role grants exactly what
 // dynamo.Configure calls when it creates the config item, finds it
 // unchanged, changes the count and the mode on an empty outbox, the
-// retention on a busy one, and refuses a count change on a busy one.
+// retention on a busy one, and a count change on a busy one that no relay
+// drains (online: freeze, drain, abort, thaw).
 func TestSetupPolicy(t *testing.T) {
 	d, tables, rec := newRecordedOutbox(t, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -213,9 +224,20 @@ func TestSetupPolicy(t *testing.T) {
 		want    outbox.Config
 		write   bool // a message is pending before this step
 		refused bool
-	}{{outbox.Config{BucketCount: 8}, false, false}, {outbox.Config{BucketCount: 8}, false, false}, {outbox.Config{BucketCount: 16}, false, false},
-		{wm(16, 24), false, false}, {wm(16, 48), true, false}, {wm(4, 48), false, true}}
+		hole    bool // a number reserved last in a bucket, never written: the change fences it
+	}{{outbox.Config{BucketCount: 8}, false, false, false}, {outbox.Config{BucketCount: 8}, false, false, false}, {outbox.Config{BucketCount: 16}, false, false, false},
+		{wm(16, 24), false, false, false}, {wm(12, 24), false, false, true}, {wm(12, 24), false, false, false},
+		{wm(12, 48), true, false, false}, {wm(4, 48), false, true, false}}
 	for _, s := range steps {
+		if s.hole {
+			ctr, err := sequence.NewCounter(d.Client, tables.Control)
+			if err == nil {
+				_, err = ctr.ReserveAt(ctx, 3, 1, storedEpoch(ctx, t, d.Client, tables))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
 		if s.write {
 			w, err := dynamo.NewWriter(ctx, d.Client, tables)
 			if err != nil {
@@ -225,8 +247,15 @@ func TestSetupPolicy(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		_, err := dynamo.Configure(ctx, rec, tables, s.want)
-		var ce *dynamo.BucketCountChangeError
+		cctx := ctx
+		if s.refused {
+			// No relay runs: the online change aborts after a 1-second drain.
+			var cancel context.CancelFunc
+			cctx, cancel = context.WithTimeout(ctx, dynamo.DefaultChangeMargin+time.Second)
+			defer cancel()
+		}
+		_, err := dynamo.Configure(cctx, rec, tables, s.want, dynamo.ChangeGapTimeout(100*time.Millisecond))
+		var ce *dynamo.ChangeAbortedError
 		if s.refused != errors.As(err, &ce) || (!s.refused && err != nil) {
 			t.Fatalf("Configure(%+v) = %v, refused want %v", s.want, err, s.refused)
 		}

@@ -624,7 +624,7 @@ func scenarios() []scenario {
 func setupGrants() []grant {
 	return join(
 		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DescribeTable"}, "<ControlTable.Arn>", ""),
-		grants([]string{"dynamodb:Query", "dynamodb:DescribeTable"}, "<MessagesTable.Arn>", ""),
+		grants([]string{"dynamodb:Query", "dynamodb:PutItem", "dynamodb:DescribeTable"}, "<MessagesTable.Arn>", ""), // PutItem: an online BucketCount change fences a trailing hole
 		grants([]string{"logs:CreateLogStream", "logs:PutLogEvents"}, "<SetupLogGroup.Arn>", ""),
 	)
 }

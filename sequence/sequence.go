@@ -57,34 +57,7 @@ func NewCounter(client API, controlTable string) (*Counter, error) {
 // that is not committed leaves a gap, which relays fence after their gap
 // timeout; fencing it at once (as the dynamo Writer does) is kinder.
 func (c *Counter) Reserve(ctx context.Context, bucket int, n int) (first int64, err error) {
-	if bucket < 0 || bucket >= outbox.MaxBucketCount {
-		return 0, fmt.Errorf("sequence: reserve in bucket %d: bucket must be 0..%d", bucket, outbox.MaxBucketCount-1)
-	}
-	if n < 1 || n > MaxReserve {
-		return 0, fmt.Errorf("sequence: reserve %d numbers in bucket %d: n must be 1..%d", n, bucket, MaxReserve)
-	}
-	out, err := c.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: aws.String(c.table),
-		Key: map[string]types.AttributeValue{
-			"pk": &types.AttributeValueMemberS{Value: PartitionKey(bucket)},
-			"sk": &types.AttributeValueMemberS{Value: SortKey},
-		},
-		UpdateExpression:         aws.String("ADD #n :n SET #v = :v"),
-		ExpressionAttributeNames: map[string]string{"#n": "n", "#v": "v"},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":n": &types.AttributeValueMemberN{Value: strconv.Itoa(n)},
-			":v": &types.AttributeValueMemberN{Value: strconv.Itoa(outbox.FormatVersion)},
-		},
-		ReturnValues: types.ReturnValueUpdatedNew,
-	})
-	if err != nil {
-		return 0, fmt.Errorf("sequence: reserve %d numbers in bucket %d of table %s: %w", n, bucket, c.table, err)
-	}
-	last, err := lastReserved(out.Attributes)
-	if err != nil {
-		return 0, fmt.Errorf("sequence: reserve %d numbers in bucket %d of table %s: %w", n, bucket, c.table, err)
-	}
-	return last - int64(n) + 1, nil
+	return c.ReserveAt(ctx, bucket, n, 0)
 }
 
 var errNoCounter = errors.New("the counter update returned no attribute n")
@@ -120,8 +93,8 @@ func Last(ctx context.Context, client ReadAPI, controlTable string, bucket int) 
 			"pk": &types.AttributeValueMemberS{Value: PartitionKey(bucket)},
 			"sk": &types.AttributeValueMemberS{Value: SortKey},
 		},
-		ProjectionExpression:     aws.String("#n"),
-		ExpressionAttributeNames: map[string]string{"#n": "n"},
+		ProjectionExpression:     aws.String("#n, #q, #cf"),
+		ExpressionAttributeNames: map[string]string{"#n": attrLegacy, "#q": attrCounter, "#cf": attrChangeFence},
 		ConsistentRead:           aws.Bool(true),
 	})
 	if err != nil {
@@ -130,9 +103,16 @@ func Last(ctx context.Context, client ReadAPI, controlTable string, bucket int) 
 	if len(out.Item) == 0 {
 		return 0, nil
 	}
-	last, err := lastReserved(out.Item)
-	if err != nil {
-		return 0, fmt.Errorf("sequence: read the counter of bucket %d in table %s: %w", bucket, controlTable, err)
+	// n before any BucketCount change, q after, cf while frozen.
+	var last int64
+	found := false
+	for _, a := range []string{attrLegacy, attrCounter, attrChangeFence} {
+		if v, ok := numOf(out.Item, a); ok {
+			last, found = max(last, v), true
+		}
+	}
+	if !found {
+		return 0, fmt.Errorf("sequence: read the counter of bucket %d in table %s: %w", bucket, controlTable, errNoCounter)
 	}
 	return last, nil
 }

@@ -60,7 +60,7 @@ type command struct {
 	bind func(fs *flag.FlagSet) func(a *app, c *connection, args []string) (action, error)
 }
 
-var commands = []*command{statusCommand, parkedCommand, parkCommand, replayCommand, dropCommand, drainCommand, initCommand}
+var commands = []*command{statusCommand, parkedCommand, parkCommand, replayCommand, dropCommand, drainCommand, initCommand, bucketsCommand}
 
 func lookup(name string) *command {
 	for _, c := range commands {

@@ -844,3 +844,35 @@ func TestStatusExplainsUnknownOldest(t *testing.T) {
 		t.Fatalf("notes %q, %v", rep.Notes, err)
 	}
 }
+
+// buckets set changes BucketCount online: at once on an empty outbox,
+// aborted (the count stays) when a pending message is not drained in time
+// (no relay runs here); status shows the epoch.
+func TestBucketsSet(t *testing.T) {
+	c, d, tables := outboxEnv(t)
+	c.step(exitOK, "init", "--buckets", "4")
+	if out := c.step(exitOK, "buckets", "set", "8"); !strings.Contains(out, "BucketCount changed from 4 to 8 (epoch 1)") {
+		t.Errorf("buckets set 8 said %q", out)
+	}
+	if out := c.step(exitOK, "buckets", "set", "8"); !strings.Contains(out, "BucketCount is 8 already (epoch 1)") {
+		t.Errorf("buckets set 8 again said %q", out)
+	}
+	c.step(exitUsage, "buckets", "set", "0")
+	c.step(exitUsage, "buckets", "8")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := dynamo.NewWriter(ctx, d.Client, tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(ctx, nil, outbox.Message{Topic: "orders", Key: []byte("k"), Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	c.step(exitFailed, "buckets", "set", "2", "--change-timeout", "300ms")
+	if out := c.out.String(); !strings.Contains(out, "aborted: buckets [") || !strings.Contains(out, "BucketCount stays 8") {
+		t.Errorf("buckets set 2 with a message pending said %q", out)
+	}
+	if out := c.step(exitOK, "status"); !strings.Contains(out, "BucketCount 8 (epoch 2)") {
+		t.Errorf("status after the aborted change said %q", out)
+	}
+}

@@ -130,6 +130,12 @@ type configStatus struct {
 	RetentionSeconds int64  `json:"retention_seconds"`
 	// Topics are the topics writers accept; empty means any topic.
 	Topics []string `json:"topics"`
+	// BucketEpoch counts the online BucketCount changes; ChangingTo is the
+	// count a change in progress goes to (0: none), and ChangeDeadline when
+	// it gives up (writers pause until then at most).
+	BucketEpoch    int64      `json:"bucket_epoch"`
+	ChangingTo     int        `json:"changing_to"`
+	ChangeDeadline *time.Time `json:"change_deadline,omitempty"`
 }
 
 // anyTopicWarning is said wherever an outbox with no topic list is shown.
@@ -234,10 +240,16 @@ func readStatus(ctx context.Context, s *session, now time.Time, bucket int, live
 	if err != nil {
 		return nil, err
 	}
+	var changeDL *time.Time
+	if cfg.Changing() {
+		d := cfg.ChangeDeadline.UTC()
+		changeDL = &d
+	}
 	rep := &statusReport{
 		MessagesTable: s.tables.Messages, ControlTable: s.tables.Control, At: now.UTC().Truncate(time.Millisecond),
 		Config: configStatus{BucketCount: cfg.BucketCount, FormatVersion: cfg.FormatVersion, Mode: cfg.Mode.String(),
-			RetentionSeconds: seconds(cfg.Retention), Topics: append([]string{}, cfg.Topics...)},
+			RetentionSeconds: seconds(cfg.Retention), Topics: append([]string{}, cfg.Topics...),
+			BucketEpoch: cfg.BucketEpoch, ChangingTo: cfg.NextBucketCount, ChangeDeadline: changeDL},
 		LiveRelays: relaysStatus{WithinSeconds: seconds(liveWithin), IDs: append([]string{}, live...)},
 		Buckets:    make([]bucketStatus, len(buckets)),
 		Warnings:   []string{},
@@ -394,7 +406,11 @@ func (r *statusReport) render(w io.Writer) error {
 		mode += fmt.Sprintf(" (retention %s)", age(time.Duration(r.Config.RetentionSeconds)*time.Second))
 	}
 	fmt.Fprintf(w, "outbox   messages %s, control %s\n", r.MessagesTable, r.ControlTable)
-	fmt.Fprintf(w, "config   BucketCount %d, format version %d, %s\n", r.Config.BucketCount, r.Config.FormatVersion, mode)
+	fmt.Fprintf(w, "config   BucketCount %d (epoch %d), format version %d, %s\n", r.Config.BucketCount, r.Config.BucketEpoch, r.Config.FormatVersion, mode)
+	if r.Config.ChangingTo != 0 {
+		fmt.Fprintf(w, "change   BucketCount %d → %d in progress: writers pause until the old buckets drained, or until %s (then it is aborted)\n",
+			r.Config.BucketCount, r.Config.ChangingTo, r.Config.ChangeDeadline.Format(time.RFC3339))
+	}
 	fmt.Fprintf(w, "topics   %s\n", dynamo.TopicList(r.Config.Topics))
 	fmt.Fprintf(w, "relays   %d live (heartbeat within %s): %s\n", len(r.LiveRelays.IDs), age(time.Duration(r.LiveRelays.WithinSeconds)*time.Second), relays)
 	fmt.Fprintf(w, "at       %s\n\n", r.At.Format(time.RFC3339))

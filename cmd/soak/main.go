@@ -37,6 +37,7 @@ func main() {
 	timeout := flag.Duration("timeout", 80*time.Minute, "give up after this long")
 	mode := flag.String("mode", "delete", "the outbox's mode: delete or watermark")
 	flag.DurationVar(&cfg.Retention, "retention", 0, "watermark mode: the messages' retention (default 24h)")
+	flag.IntVar(&cfg.Rebucket, "rebucket", 0, "change BucketCount online to this count half-way through each round, with the faults on (0: no change)")
 	flag.BoolVar(&cfg.Txn, "txn", false, "publish with Kafka transactions and check with a read_committed consumer (stale_visible, interleavings, duplicates as whole transactions)")
 	flag.Parse()
 	var err error

@@ -71,13 +71,17 @@ import (
 
 // Config sizes a run. Zero fields take the defaults in brackets.
 type Config struct {
-	Messages   int     // committed messages to reach over all rounds [5000]
-	PerRound   int     // messages per fresh DynamoDB Local instance [20000]
-	Writers    int     // concurrent writers [8]
-	Aggregates int     // version-checked aggregates per round [300]
-	Buckets    int     // BucketCount [8]
-	FaultRate  float64 // multiplies every fault probability [1]
-	Seed       uint64  // [1]
+	Messages   int // committed messages to reach over all rounds [5000]
+	PerRound   int // messages per fresh DynamoDB Local instance [20000]
+	Writers    int // concurrent writers [8]
+	Aggregates int // version-checked aggregates per round [300]
+	Buckets    int // BucketCount [8]
+	// Rebucket, when set, changes BucketCount to it online (dynamo.
+	// ChangeBucketCount, through the faulty client) when half of a round's
+	// messages are committed, with the faults on and the writers writing.
+	Rebucket  int
+	FaultRate float64 // multiplies every fault probability [1]
+	Seed      uint64  // [1]
 	// Mode is the outbox's mode [outbox.DeleteMode]; Retention its message
 	// retention in WatermarkMode [dynamo.DefaultRetention].
 	Mode      outbox.Mode
@@ -113,6 +117,9 @@ type RealCluster interface {
 	StopBroker(i int)
 	StartBroker(ctx context.Context, i int) error
 }
+
+// buckets is how many buckets a round may use: both counts of a change.
+func (c *Config) buckets() int { return max(c.Buckets, c.Rebucket) }
 
 func (c *Config) defaults() {
 	def := func(v *int, d int) {
@@ -706,7 +713,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	stopChaos := func() {}
 	if cfg.Kafka != nil {
 		var txnIDs []string
-		for b := range cfg.Buckets {
+		for b := range cfg.buckets() {
 			txnIDs = append(txnIDs, kafka.TransactionalID(tables.Messages, b))
 		}
 		if err := waitCoordinators(ctx, brokers, txnIDs, []string{name + "-view"}); err != nil {
@@ -740,6 +747,22 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 			}
 		}()
 	}
+	rebucketDone := make(chan error, 1)
+	if cfg.Rebucket != 0 {
+		go func() {
+			for committed.Load() < int64(target/2) && ctx.Err() == nil {
+				sleep(ctx, 20*time.Millisecond)
+			}
+			res, err := dynamo.ChangeBucketCount(ctx, faulty, tables, cfg.Rebucket, dynamo.ChangeTimeout(2*time.Minute), dynamo.ChangeGapTimeout(gapTimeout))
+			if err == nil {
+				cfg.logf("round %d: BucketCount %d → %d online at %d committed; counters frozen %v", round, res.From, res.To, committed.Load(), res.Frozen.Round(time.Millisecond))
+				tl.add("rebucket:change", 1)
+			}
+			rebucketDone <- err
+		}()
+	} else {
+		rebucketDone <- nil
+	}
 	progressDone := make(chan struct{})
 	go func() {
 		t := time.NewTicker(5 * time.Second)
@@ -758,6 +781,10 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	if err := <-werrs; err != nil {
 		close(progressDone)
 		return 0, err
+	}
+	if err := <-rebucketDone; err != nil {
+		close(progressDone)
+		return 0, fmt.Errorf("online BucketCount change to %d: %w", cfg.Rebucket, err)
 	}
 
 	// The relay lags the writers: keep the faults on until it has caught up
@@ -780,7 +807,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	}
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		pending, err := pendingMessages(ctx, store, cfg.Buckets)
+		pending, err := pendingMessages(ctx, store, cfg.buckets())
 		if err != nil {
 			close(progressDone)
 			return 0, err
@@ -792,7 +819,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 			close(progressDone)
 			buf := make([]byte, 1<<22)
 			_ = os.WriteFile(os.TempDir()+"/soak-stacks.txt", buf[:runtime.Stack(buf, true)], 0o644)
-			diag := describePending(ctx, store, cfg.Buckets)
+			diag := describePending(ctx, store, cfg.buckets())
 			sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
 			rep, serr := sweepRelay.Sweep(sctx)
 			scancel()
@@ -800,7 +827,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 			fresh, ferr := outbox.NewRelay(ctx, store, pub, outbox.RelayID("diagnosis"), outbox.DeadlineMargin(0))
 			if ferr == nil {
 				dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-				for b := range cfg.Buckets {
+				for b := range cfg.buckets() {
 					st, err := fresh.DrainBucket(dctx, b)
 					diag += fmt.Sprintf("fresh drain of %d: %+v %v; ", b, st, err)
 				}
@@ -828,7 +855,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 
 	// Every message the relay parked is in the dead letters, and only those.
 	var inDeadLetters []string
-	for b := range cfg.Buckets {
+	for b := range cfg.buckets() {
 		ps, err := store.ListParked(ctx, b, 0)
 		if err != nil {
 			return 0, err

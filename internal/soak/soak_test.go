@@ -15,6 +15,8 @@ import (
 // DeleteMode; and 3,000 in WatermarkMode, where the relay writes nothing
 // per message (so no unprocessed batch writes and no crash mid-delete),
 // each kind firing at least once (the rarest fire about 5 times in 2,000).
+// The DeleteMode run changes BucketCount 8 → 12 online half-way through,
+// with the faults on (docs/design.md §13).
 func TestSmallSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak skipped in -short mode")
@@ -27,13 +29,14 @@ func TestSmallSoak(t *testing.T) {
 		txn          bool
 		messages     int
 		minEachFault int
+		rebucket     int
 	}{
-		{outbox.DeleteMode, false, 3000, 5},
-		{outbox.WatermarkMode, false, 3000, 1},
+		{outbox.DeleteMode, false, 3000, 5, 12},
+		{outbox.WatermarkMode, false, 3000, 1, 0},
 		// Kafka transactions: a read_committed consumer must see nothing of
 		// an aborted or fenced transaction, no two transactions of a bucket
 		// interleaved, and duplicates only as whole transactions.
-		{outbox.DeleteMode, true, 1200, 1},
+		{outbox.DeleteMode, true, 1200, 1, 0},
 	} {
 		name := c.mode.String()
 		if c.txn {
@@ -42,7 +45,7 @@ func TestSmallSoak(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 			defer cancel()
-			res, err := Run(ctx, Config{Messages: c.messages, FaultRate: 1, MinEachFault: c.minEachFault, Mode: c.mode, Txn: c.txn, Progress: testWriter{t}})
+			res, err := Run(ctx, Config{Messages: c.messages, FaultRate: 1, MinEachFault: c.minEachFault, Mode: c.mode, Txn: c.txn, Rebucket: c.rebucket, Progress: testWriter{t}})
 			fmt.Println(res.Line())
 			t.Logf("faults by kind: %s", res.Kinds())
 			t.Logf("read model: %s", res.ReadModel)

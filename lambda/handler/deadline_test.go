@@ -48,6 +48,8 @@ func (s *stuck) block(ctx context.Context) error {
 
 func (s *stuck) BucketCount() int { return 8 }
 
+func (s *stuck) RefreshConfig(context.Context) (int, error) { return 8, nil }
+
 func (s *stuck) DrainBucketTo(ctx context.Context, b int, seq int64) (outbox.DrainStats, error) {
 	return outbox.DrainStats{Bucket: b}, s.block(ctx)
 }

@@ -55,6 +55,9 @@ type Drainer interface {
 	// DrainBucketTo drains bucket at least up to sequence seq.
 	DrainBucketTo(ctx context.Context, bucket int, seq int64) (outbox.DrainStats, error)
 	BucketCount() int
+	// RefreshConfig reads the config item again (an online BucketCount
+	// change) and returns the count.
+	RefreshConfig(ctx context.Context) (int, error)
 }
 
 // Counters are the handler's running totals since init, logged with every
@@ -168,6 +171,7 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 	lowest := map[int]string{} // bucket -> its lowest stream sequence number in this batch
 	upTo := map[int]int64{}    // bucket -> the highest outbox sequence hinted in this batch
 	var ignored, malformed, outOfRange int
+	refreshed := false
 	for _, rec := range ev.Records {
 		h.counters.Records.Add(1)
 		if rec.EventName != string(events.DynamoDBOperationTypeInsert) {
@@ -179,6 +183,12 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 			malformed++
 			h.log.ErrorContext(ctx, "outbox relay: malformed stream record ignored; the sweeper recovers its bucket", "err", err)
 			continue
+		}
+		if b >= h.relay.BucketCount() && !refreshed {
+			// An online BucketCount change may have added it: one read
+			// of the config item per batch at most.
+			refreshed = true
+			h.relay.RefreshConfig(ctx)
 		}
 		if b >= h.relay.BucketCount() {
 			outOfRange++

@@ -28,6 +28,8 @@ type fakeDrainer struct {
 
 func (f *fakeDrainer) BucketCount() int { return f.count }
 
+func (f *fakeDrainer) RefreshConfig(context.Context) (int, error) { return f.count, nil }
+
 func (f *fakeDrainer) DrainBucketTo(ctx context.Context, b int, seq int64) (outbox.DrainStats, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -130,8 +130,12 @@ func (h *Handler) Handle(ctx context.Context, ev cfn.Event) (physicalID string, 
 		var (
 			ce *dynamo.BucketCountChangeError
 			me *dynamo.ModeChangeError
+			ae *dynamo.ChangeAbortedError
 		)
 		switch {
+		case errors.As(err, &ae):
+			return fail(fmt.Errorf("BucketCount stays %d (the stack asks for %d): %s (docs/deploy.md, Changing BucketCount)",
+				ae.From, ae.To, strings.TrimPrefix(err.Error(), "dynamo: ")))
 		case errors.As(err, &ce):
 			return fail(fmt.Errorf("BucketCount stays %d (the stack asks for %d): %s (docs/deploy.md, Changing BucketCount)",
 				ce.Stored, ce.Requested, strings.TrimPrefix(err.Error(), "dynamo: ")))
@@ -147,7 +151,7 @@ func (h *Handler) Handle(ctx context.Context, ev cfn.Event) (physicalID string, 
 	case prev.BucketCount == 0:
 		log.InfoContext(ctx, "outbox setup: config item written", attrs...)
 	case prev.BucketCount != want.BucketCount || prev.Mode != want.Mode:
-		log.InfoContext(ctx, "outbox setup: BucketCount or mode changed on an empty outbox", append(attrs, "from_bucket_count", prev.BucketCount, "from_mode", prev.Mode.String())...)
+		log.InfoContext(ctx, "outbox setup: BucketCount changed online, or the mode on an empty outbox", append(attrs, "from_bucket_count", prev.BucketCount, "from_mode", prev.Mode.String())...)
 	case prev.Retention != want.Retention && want.Mode == outbox.WatermarkMode:
 		log.InfoContext(ctx, "outbox setup: retention changed; writers use it once they restart", append(attrs, "from_retention", prev.Retention.String())...)
 	case !slices.Equal(prev.Topics, want.Topics):

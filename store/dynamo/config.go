@@ -68,9 +68,16 @@ func (e *ModeChangeError) Error() string {
 //
 // Every other item keeps outbox.FormatVersion in both modes; Config reports
 // that item format as FormatVersion, whatever the config item's version.
+//
+// Version 3 is a config item with a BucketCount epoch (be, nb, cd: an
+// online BucketCount change happened or is in progress, rebucket.go). Code
+// that predates epochs refuses it at start, loudly, as above; code already
+// running when the change began is refused by its counters (sequence,
+// MovedCounter).
 const (
 	configV1 = 1
 	configV2 = 2
+	configV3 = 3
 )
 
 // configItem is the config item that says c.
@@ -82,6 +89,14 @@ func configItem(c outbox.Config) map[string]types.AttributeValue {
 		item[attrVersion] = numAttr(configV2)
 		item[attrMode] = strAttr(c.Mode.String())
 		item[attrRetention] = numAttr(int64(c.Retention / time.Second))
+	}
+	if c.BucketEpoch > 0 || c.Changing() {
+		item[attrVersion] = numAttr(configV3)
+		item[attrBktEpoch] = numAttr(c.BucketEpoch)
+	}
+	if c.Changing() {
+		item[attrNextBkts] = numAttr(int64(c.NextBucketCount))
+		item[attrChangeDL] = numAttr(c.ChangeDeadline.UnixMilli())
 	}
 	if len(c.Topics) > 0 {
 		item[attrTopics] = &types.AttributeValueMemberSS{Value: slices.Clone(c.Topics)}
@@ -117,8 +132,8 @@ func decodeConfig(item map[string]types.AttributeValue) (outbox.Config, error) {
 	if err != nil {
 		return outbox.Config{}, err
 	}
-	if v > configV2 {
-		return outbox.Config{}, &outbox.MisconfigurationError{Setting: "FormatVersion", Configured: strconv.Itoa(configV2), Stored: strconv.FormatInt(v, 10),
+	if v > configV3 {
+		return outbox.Config{}, &outbox.MisconfigurationError{Setting: "FormatVersion", Configured: strconv.Itoa(configV3), Stored: strconv.FormatInt(v, 10),
 			Fix: "the outbox was created by a newer version of this library; upgrade"}
 	}
 	c := outbox.Config{BucketCount: int(bc), FormatVersion: outbox.FormatVersion, Mode: outbox.DeleteMode}
@@ -139,6 +154,9 @@ func decodeConfig(item map[string]types.AttributeValue) (outbox.Config, error) {
 		return outbox.Config{}, err
 	}
 	c.Retention = time.Duration(rt) * time.Second
+	if err := decodeEpoch(item, &c); err != nil {
+		return outbox.Config{}, err
+	}
 	if v, ok := item[attrTopics]; ok {
 		ss, ok := v.(*types.AttributeValueMemberSS)
 		if !ok {
@@ -276,26 +294,30 @@ func SetBucketCount(ctx context.Context, client StoreAPI, tables Tables, bucketC
 //   - another MaxMessageBytes or header names: changed at once; writers,
 //     relays and publishers read them when they start, and one whose own
 //     option states the old value is refused at its next start;
-//   - another BucketCount or Mode: changed only if the outbox is empty, that
-//     is no message is pending in any bucket below OutOfRangeProbe of the
-//     larger count — each bucket is probed with Store.ReadLease and
-//     Store.Peek after its cleaned mark, never by subtracting a head from a
-//     counter, since fences and published messages can lie between the two.
-//     Otherwise it fails with a *BucketCountChangeError or a
-//     *ModeChangeError.
+//   - another BucketCount (the same Mode): changed online, while writers
+//     and relays run, by ChangeBucketCount with opts (ChangeTimeout,
+//     ChangeGapTimeout): a *ChangeAbortedError when the old buckets do not
+//     drain in time. A change left unfinished is finished first;
+//   - another Mode (with or without another BucketCount): changed only if
+//     the outbox is empty, that is no message is pending in any bucket
+//     below OutOfRangeProbe of the larger count — each bucket is probed
+//     with Store.ReadLease and Store.Peek after its cleaned mark, never by
+//     subtracting a head from a counter, since fences and published
+//     messages can lie between the two. Otherwise it fails with a
+//     *BucketCountChangeError or a *ModeChangeError. The emptiness check
+//     cannot stop a writer that commits after it: stop the writers before
+//     changing the mode, and start them (and the relays) again afterwards
+//     — writers and relays read it at start.
 //
 // Every change is conditional on the config item being what was read (a
 // concurrent change makes it fail, naming it). It returns the configuration
-// stored before (zero when there was none). The emptiness check cannot stop
-// a writer that commits after it: stop the writers before changing the
-// count or the mode, and start them (and the relays) again afterwards —
-// writers and relays read both at start.
-func Configure(ctx context.Context, client StoreAPI, tables Tables, want outbox.Config) (previous outbox.Config, err error) {
+// stored before (zero when there was none).
+func Configure(ctx context.Context, client StoreAPI, tables Tables, want outbox.Config, opts ...Option) (previous outbox.Config, err error) {
 	want, err = checkWanted(want)
 	if err != nil {
 		return outbox.Config{}, err
 	}
-	previous, err = configure(ctx, client, tables, func(outbox.Config) outbox.Config { return want })
+	previous, err = configure(ctx, client, tables, func(outbox.Config) outbox.Config { return want }, opts...)
 	if err != nil {
 		return previous, err
 	}
@@ -305,7 +327,7 @@ func Configure(ctx context.Context, client StoreAPI, tables Tables, want outbox.
 
 // configure reads the config item and writes change(stored) if it differs
 // (change(zero Config) when there is none), with the checks of Configure.
-func configure(ctx context.Context, client StoreAPI, tables Tables, change func(stored outbox.Config) outbox.Config) (outbox.Config, error) {
+func configure(ctx context.Context, client StoreAPI, tables Tables, change func(stored outbox.Config) outbox.Config, opts ...Option) (outbox.Config, error) {
 	if err := tables.validate(); err != nil {
 		return outbox.Config{}, err
 	}
@@ -343,6 +365,23 @@ func configure(ctx context.Context, client StoreAPI, tables Tables, change func(
 	if err != nil {
 		return stored, err
 	}
+	if stored.Mode == want.Mode && (stored.BucketCount != want.BucketCount || stored.Changing()) {
+		// Online (rebucket.go); then the other settings, if any.
+		first := stored
+		if _, err := ChangeBucketCount(ctx, client, tables, want.BucketCount, opts...); err != nil {
+			return first, err
+		}
+		if stored, err = readConfig(ctx, client, tables.Control); err != nil {
+			return first, err
+		}
+		prev := first
+		want.BucketEpoch, want.NextBucketCount, want.ChangeDeadline = stored.BucketEpoch, 0, time.Time{}
+		if sameConfig(stored, want) {
+			return prev, nil
+		}
+		return prev, replaceConfig(ctx, client, tables.Control, stored, want)
+	}
+	want.BucketEpoch, want.NextBucketCount, want.ChangeDeadline = stored.BucketEpoch, stored.NextBucketCount, stored.ChangeDeadline
 	if sameConfig(stored, want) {
 		return stored, nil
 	}
@@ -361,13 +400,17 @@ func configure(ctx context.Context, client StoreAPI, tables Tables, change func(
 	return stored, replaceConfig(ctx, client, tables.Control, stored, want)
 }
 
+// configAttrs are the config item's attributes that say its configuration.
+var configAttrs = []string{attrBuckets, attrVersion, attrMode, attrRetention, attrTopics, attrMaxBytes, attrIDHeader, attrBktHeader, attrSeqHeader,
+	attrBktEpoch, attrNextBkts, attrChangeDL}
+
 // replaceConfig changes the config item from old to c, conditional on it
-// still saying old.
+// still saying old; a resent write that applied already is recognised.
 func replaceConfig(ctx context.Context, client updateItemAPI, table string, old, c outbox.Config) error {
 	oldItem, item := configItem(old), configItem(c)
 	var cond expression.ConditionBuilder
 	var upd expression.UpdateBuilder
-	for i, attr := range []string{attrBuckets, attrVersion, attrMode, attrRetention, attrTopics, attrMaxBytes, attrIDHeader, attrBktHeader, attrSeqHeader} {
+	for i, attr := range configAttrs {
 		var ci expression.ConditionBuilder
 		if v, ok := oldItem[attr]; ok {
 			ci = expression.Name(attr).Equal(expression.Value(v))
@@ -401,6 +444,9 @@ func replaceConfig(ctx context.Context, client updateItemAPI, table string, old,
 	switch {
 	case err == nil:
 		return nil
+	case isConditionFailed(err) && appliedConfig(ctx, client, table, item):
+		// An SDK resend of a write that applied: ours.
+		return nil
 	case isConditionFailed(err):
 		return fmt.Errorf("dynamo: the config item in %s changed while %s; read it (outbox status) and try again", table, what)
 	default:
@@ -408,11 +454,55 @@ func replaceConfig(ctx context.Context, client updateItemAPI, table string, old,
 	}
 }
 
+// appliedConfig reports whether the config item in table holds every
+// attribute of want (a conditional write that failed because it had
+// applied already, its response lost and the request resent).
+func appliedConfig(ctx context.Context, client updateItemAPI, table string, want map[string]types.AttributeValue) bool {
+	get, ok := client.(getItemAPI)
+	if !ok {
+		return false
+	}
+	out, err := get.GetItem(ctx, &dynamodb.GetItemInput{TableName: str(table), Key: controlKey(configPK, configSK), ConsistentRead: new(true)})
+	if err != nil || len(out.Item) == 0 {
+		return false
+	}
+	for _, attr := range configAttrs {
+		w, inWant := want[attr]
+		h, inHave := out.Item[attr]
+		if inWant != inHave || inWant && !attrEqual(w, h) {
+			return false
+		}
+	}
+	return true
+}
+
+// attrEqual compares the attribute values a config item holds.
+func attrEqual(a, b types.AttributeValue) bool {
+	switch x := a.(type) {
+	case *types.AttributeValueMemberN:
+		y, ok := b.(*types.AttributeValueMemberN)
+		return ok && x.Value == y.Value
+	case *types.AttributeValueMemberS:
+		y, ok := b.(*types.AttributeValueMemberS)
+		return ok && x.Value == y.Value
+	case *types.AttributeValueMemberSS:
+		y, ok := b.(*types.AttributeValueMemberSS)
+		return ok && slices.Equal(slices.Sorted(slices.Values(x.Value)), slices.Sorted(slices.Values(y.Value)))
+	}
+	return false
+}
+
 // describeChange says what a config change changes, for errors.
 func describeChange(old, c outbox.Config) string {
 	var parts []string
 	if old.BucketCount != c.BucketCount {
 		parts = append(parts, fmt.Sprintf("BucketCount was being changed from %d to %d", old.BucketCount, c.BucketCount))
+	}
+	switch {
+	case !old.Changing() && c.Changing():
+		parts = append(parts, fmt.Sprintf("a BucketCount change from %d to %d was being started", old.BucketCount, c.NextBucketCount))
+	case old.Changing() && !c.Changing():
+		parts = append(parts, fmt.Sprintf("the BucketCount change from %d to %d was ending", old.BucketCount, old.NextBucketCount))
 	}
 	if old.Mode != c.Mode {
 		parts = append(parts, fmt.Sprintf("the mode was being changed from %v to %v", old.Mode, c.Mode))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,20 +76,23 @@ func TestSetBucketCount(t *testing.T) {
 		stored    int                        // 0: no config item
 		setup     func(t *testing.T, e *env) // the outbox's contents
 		requested int
-		// want: the count stored afterwards; refused: the bucket a
-		// *BucketCountChangeError names (-1 for none).
-		want, refused int
+		// want: the count stored afterwards; draining: the buckets a
+		// *ChangeAbortedError names (nil for none): with no relay
+		// running, a change with messages pending is aborted at its
+		// deadline.
+		want     int
+		draining []int
 	}{
-		{name: "creates the config item", stored: 0, requested: 8, want: 8, refused: -1},
-		{name: "same count", stored: 8, requested: 8, want: 8, refused: -1},
-		{name: "same count with messages pending", stored: 8, requested: 8, want: 8, refused: -1,
+		{name: "creates the config item", stored: 0, requested: 8, want: 8},
+		{name: "same count", stored: 8, requested: 8, want: 8},
+		{name: "same count with messages pending", stored: 8, requested: 8, want: 8,
 			setup: func(t *testing.T, e *env) { e.mustPut(t, message(3, 1)) }},
-		{name: "grows an empty outbox", stored: 8, requested: 16, want: 16, refused: -1},
-		{name: "shrinks an empty outbox", stored: 16, requested: 4, want: 4, refused: -1},
+		{name: "grows an empty outbox", stored: 8, requested: 16, want: 16},
+		{name: "shrinks an empty outbox", stored: 16, requested: 4, want: 4},
 		{
 			// Counters ran ahead of heads and fences fill the gap: counter
 			// minus head would say pending, but nothing is to publish.
-			name: "fences and drained buckets are empty", stored: 8, requested: 16, want: 16, refused: -1,
+			name: "fences and drained buckets are empty", stored: 8, requested: 16, want: 16,
 			setup: func(t *testing.T, e *env) {
 				setCleaned(t, e, 2, 40)
 				fence(t, e, 2, 41, 42, 43)
@@ -97,17 +101,26 @@ func TestSetBucketCount(t *testing.T) {
 				reserve(t, e, 6, 1)
 			},
 		},
-		{name: "a pending message", stored: 8, requested: 16, want: 8, refused: 5,
-			setup: func(t *testing.T, e *env) { e.mustPut(t, message(5, 1), message(5, 2)) }},
-		{name: "the lowest of several buckets", stored: 8, requested: 2, want: 8, refused: 1,
-			setup: func(t *testing.T, e *env) { e.mustPut(t, message(7, 1), message(1, 4), message(4, 9)) }},
-		{name: "a message after the cleaned mark", stored: 8, requested: 16, want: 8, refused: 2,
+		{name: "a pending message", stored: 8, requested: 16, want: 8, draining: []int{5},
+			setup: func(t *testing.T, e *env) { reserve(t, e, 5, 2); e.mustPut(t, message(5, 1), message(5, 2)) }},
+		{name: "several buckets", stored: 8, requested: 2, want: 8, draining: []int{1, 4, 7},
+			setup: func(t *testing.T, e *env) {
+				reserve(t, e, 7, 1)
+				reserve(t, e, 1, 4)
+				reserve(t, e, 4, 9)
+				e.mustPut(t, message(7, 1), message(1, 4), message(4, 9))
+			}},
+		{name: "a reserved number never written", stored: 8, requested: 16, want: 8, draining: []int{6},
+			setup: func(t *testing.T, e *env) { reserve(t, e, 6, 1) }},
+		{name: "a message after the cleaned mark", stored: 8, requested: 16, want: 8, draining: []int{2},
 			setup: func(t *testing.T, e *env) {
 				setCleaned(t, e, 2, 40)
+				reserve(t, e, 2, 41)
 				e.mustPut(t, message(2, 41))
 			}},
-		{name: "a message behind many fences", stored: 8, requested: 16, want: 8, refused: 3,
+		{name: "a message behind many fences", stored: 8, requested: 16, want: 8, draining: []int{3},
 			setup: func(t *testing.T, e *env) {
+				reserve(t, e, 3, 151)
 				seqs := make([]int64, 150)
 				for i := range seqs {
 					seqs[i] = int64(i + 1)
@@ -115,7 +128,8 @@ func TestSetBucketCount(t *testing.T) {
 				fence(t, e, 3, seqs...)
 				e.mustPut(t, message(3, 151))
 			}},
-		{name: "a stray message beyond both counts", stored: 8, requested: 4, want: 8, refused: 20,
+		// Buckets beyond both counts are no relay's either way.
+		{name: "a stray message beyond both counts", stored: 8, requested: 4, want: 4,
 			setup: func(t *testing.T, e *env) { e.mustPut(t, message(20, 1)) }},
 	}
 	for _, c := range cases {
@@ -127,28 +141,31 @@ func TestSetBucketCount(t *testing.T) {
 			if c.setup != nil {
 				c.setup(t, e)
 			}
-			prev, err := SetBucketCount(ctxT(t), e.d.Client, e.tables, c.requested)
+			// The change keeps DefaultChangeMargin of its context: a 600 ms drain.
+			ctx, cancel := context.WithTimeout(ctxT(t), DefaultChangeMargin+600*time.Millisecond)
+			defer cancel()
+			prev, err := SetBucketCount(ctx, e.d.Client, e.tables, c.requested)
 			if prev != c.stored {
 				t.Errorf("previous = %d, want %d", prev, c.stored)
 			}
-			var ce *BucketCountChangeError
+			var ae *ChangeAbortedError
 			switch {
-			case c.refused < 0 && err != nil:
+			case c.draining == nil && err != nil:
 				t.Fatalf("SetBucketCount(%d): %v", c.requested, err)
-			case c.refused >= 0 && !errors.As(err, &ce):
-				t.Fatalf("SetBucketCount(%d) = %v, want a *BucketCountChangeError", c.requested, err)
-			case c.refused >= 0:
-				if ce.Bucket != c.refused || ce.Stored != c.stored || ce.Requested != c.requested || ce.Pending < 1 {
-					t.Errorf("error %+v, want bucket %d, %d -> %d", ce, c.refused, c.stored, c.requested)
+			case c.draining != nil && !errors.As(err, &ae):
+				t.Fatalf("SetBucketCount(%d) = %v, want a *ChangeAbortedError", c.requested, err)
+			case c.draining != nil:
+				if !slices.Equal(ae.Draining, c.draining) || ae.From != c.stored || ae.To != c.requested {
+					t.Errorf("error %+v, want buckets %v, %d -> %d", ae, c.draining, c.stored, c.requested)
 				}
-				for _, want := range []string{fmt.Sprintf("from %d to %d", c.stored, c.requested), fmt.Sprintf("bucket %d ", c.refused)} {
+				for _, want := range []string{fmt.Sprintf("from %d to %d", c.stored, c.requested), fmt.Sprint(c.draining)} {
 					if !strings.Contains(err.Error(), want) {
 						t.Errorf("error %q does not say %q", err, want)
 					}
 				}
 			}
 			got := storedConfig(t, e.d.Client, e.tables)
-			if got.BucketCount != c.want || got.FormatVersion != outbox.FormatVersion {
+			if got.BucketCount != c.want || got.FormatVersion != outbox.FormatVersion || got.Changing() {
 				t.Errorf("config item %+v, want bucket count %d, format %d", got, c.want, outbox.FormatVersion)
 			}
 			// What a relay of the resulting count opens.
@@ -212,7 +229,7 @@ func (c *racingClient) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 func TestSetBucketCountIsConditional(t *testing.T) {
 	e := newEnv(t, 8)
 	_, err := SetBucketCount(ctxT(t), &racingClient{StoreAPI: e.d.Client, tables: e.tables}, e.tables, 16)
-	if err == nil || !strings.Contains(err.Error(), "changed while BucketCount was being changed from 8 to 16") {
+	if err == nil || !strings.Contains(err.Error(), "changed while a BucketCount change from 8 to 16 was being started") {
 		t.Fatalf("err = %v, want the concurrent change reported", err)
 	}
 	if got := storedConfig(t, e.d.Client, e.tables); got.BucketCount != 32 {

@@ -98,7 +98,7 @@ func TestDecodeConfig(t *testing.T) {
 		{"watermark", item("bc", n(8), "v", n(2), "md", s("watermark"), "rt", n(86400)),
 			outbox.Config{BucketCount: 8, FormatVersion: 1, Mode: outbox.WatermarkMode, Retention: 24 * time.Hour}, ""},
 		{"delete spelled out", item("bc", n(8), "v", n(2), "md", s("delete")), outbox.Config{BucketCount: 8, FormatVersion: 1}, ""},
-		{"a newer format", item("bc", n(8), "v", n(3)), outbox.Config{}, "newer"},
+		{"a newer format", item("bc", n(8), "v", n(4)), outbox.Config{}, "newer"},
 		{"watermark in a version-1 item (older code would ignore it)", item("bc", n(8), "v", n(1), "md", s("watermark"), "rt", n(86400)), outbox.Config{}, "v"},
 		{"watermark without retention", item("bc", n(8), "v", n(2), "md", s("watermark")), outbox.Config{}, "rt"},
 		{"watermark with a retention under an hour", item("bc", n(8), "v", n(2), "md", s("watermark"), "rt", n(600)), outbox.Config{}, "rt"},

@@ -12,18 +12,20 @@ import (
 // settings holds every option of the package; each constructor reads the
 // ones that apply to it (the option types below say which).
 type settings struct {
-	bucketCount       int
-	fenceTTL          time.Duration
-	tombstoneTTL      time.Duration
-	deleteConcurrency int
-	maxMessageBytes   int
-	headers           outbox.HeaderNames
-	tracer            outbox.Tracer
-	maxAttempts       int
-	clock             outbox.Clock
-	logger            *slog.Logger
-	notifier          *outbox.Notifier
-	notifierSet       bool
+	// ChangeBucketCount's (rebucket.go).
+	changeTimeout, changeGap time.Duration
+	bucketCount              int
+	fenceTTL                 time.Duration
+	tombstoneTTL             time.Duration
+	deleteConcurrency        int
+	maxMessageBytes          int
+	headers                  outbox.HeaderNames
+	tracer                   outbox.Tracer
+	maxAttempts              int
+	clock                    outbox.Clock
+	logger                   *slog.Logger
+	notifier                 *outbox.Notifier
+	notifierSet              bool
 	// jitter draws a backoff delay below its argument (tests fix it).
 	jitter func(time.Duration) time.Duration
 	// mode: the mode CreateTables creates, or the one NewStore and
@@ -47,6 +49,8 @@ type settings struct {
 func defaultSettings() settings {
 	return settings{
 		fenceTTL:          DefaultFenceTTL,
+		changeTimeout:     DefaultChangeTimeout,
+		changeGap:         outbox.DefaultGapTimeout,
 		tombstoneTTL:      DefaultTombstoneTTL,
 		deleteConcurrency: 4,
 		maxAttempts:       DefaultMaxAttempts,
@@ -112,6 +116,7 @@ const (
 	forTables = 1 << iota
 	forStore
 	forWriter
+	forChange
 	forAll = forTables | forStore | forWriter
 )
 
@@ -119,7 +124,7 @@ const (
 var constructorNames = []struct {
 	bit  int
 	name string
-}{{forTables, "CreateTables"}, {forStore, "NewStore"}, {forWriter, "NewWriter"}}
+}{{forTables, "CreateTables"}, {forStore, "NewStore"}, {forWriter, "NewWriter"}, {forChange, "ChangeBucketCount"}}
 
 // apply applies opts for the constructor target (forTables, forStore or
 // forWriter).
@@ -397,6 +402,10 @@ func (s *settings) validate() error {
 		return bad(s.emptyHeader, "", "must not be empty (leave the option out to take the config item's name)")
 	case s.notifierSet && s.notifier == nil:
 		return bad("WithNotifier", nil, "must not be nil (use outbox.NewNotifier)")
+	case s.changeTimeout <= 0:
+		return bad("ChangeTimeout", s.changeTimeout, "must be positive")
+	case s.changeGap <= 0:
+		return bad("ChangeGapTimeout", s.changeGap, "must be positive")
 	case s.maxAttempts < 1 || s.maxAttempts > 20:
 		return bad("MaxAttempts", s.maxAttempts, "must be 1..20")
 	case s.clock == nil:
@@ -414,4 +423,21 @@ func (s *settings) validate() error {
 		return bad("Retention", s.retention, "must be whole seconds (the TTL attribute is in seconds)")
 	}
 	return s.headers.Check()
+}
+
+// ChangeTimeout bounds how long ChangeBucketCount waits for the old buckets
+// to drain — the longest pause the change puts on writers — before it aborts
+// the change. Default DefaultChangeTimeout (30 s); a context deadline
+// shortens it, keeping DefaultChangeMargin for the end of the change.
+func ChangeTimeout(d time.Duration) Option {
+	return func(s *settings) { s.set("ChangeTimeout", forChange, func() { s.changeTimeout = d }) }
+}
+
+// ChangeGapTimeout is how long a sequence number up to a bucket's fence
+// point may stay missing before ChangeBucketCount fences it, as relays
+// fence gaps (a number reserved last in its bucket by a crashed writer is
+// no gap to a relay: nothing follows it). Default outbox.DefaultGapTimeout;
+// use the relays' GapTimeout.
+func ChangeGapTimeout(d time.Duration) Option {
+	return func(s *settings) { s.set("ChangeGapTimeout", forChange, func() { s.changeGap = d }) }
 }

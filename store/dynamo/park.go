@@ -311,7 +311,7 @@ func (s *Store) ReplayParked(ctx context.Context, bucket int, seq int64, replace
 	if err != nil {
 		return outbox.Message{}, err
 	}
-	first, err := counter.Reserve(ctx, bucket, 1)
+	first, err := counter.ReserveAt(ctx, bucket, 1, cfg.BucketEpoch)
 	if err != nil {
 		return outbox.Message{}, fmt.Errorf("dynamo: replay bucket %d sequence %d: reserve: %w", bucket, seq, err)
 	}

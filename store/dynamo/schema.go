@@ -33,6 +33,9 @@ const (
 	attrPK        = "pk"
 	attrSK        = "sk"
 	attrBuckets   = "bc"
+	attrBktEpoch  = "be" // config item: BucketCount epoch (rebucket.go)
+	attrNextBkts  = "nb" // config item: the count an online change goes to
+	attrChangeDL  = "cd" // config item: the change's deadline, epoch ms
 	attrMode      = "md"
 	attrRetention = "rt"
 	attrTopics    = "tp"

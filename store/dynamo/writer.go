@@ -33,10 +33,14 @@ type WriterAPI interface {
 // Writer writes outbox messages in the same DynamoDB transaction as the
 // caller's own items. It is safe for concurrent use.
 type Writer struct {
-	client      WriterAPI
-	tables      Tables
-	cfg         settings
-	bucketCount int
+	client WriterAPI
+	tables Tables
+	cfg    settings
+	// view: the BucketCount and epoch this writer puts messages under,
+	// from the config item; a reservation refused for its epoch replaces
+	// it (rebucket.go).
+	viewMu sync.Mutex
+	view   bucketView
 	// retention is the outbox's in WatermarkMode (every message item gets
 	// a TTL), 0 in DeleteMode (none).
 	retention time.Duration
@@ -122,7 +126,7 @@ func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...Opt
 	if err := checkSingleRegion(ctx, client, tables); err != nil {
 		return nil, err
 	}
-	w := &Writer{client: client, tables: tables, cfg: s, bucketCount: stored.BucketCount}
+	w := &Writer{client: client, tables: tables, cfg: s, view: bucketView{count: stored.BucketCount, epoch: stored.BucketEpoch}}
 	if stored.Mode == outbox.WatermarkMode {
 		w.retention = stored.Retention
 	}
@@ -134,9 +138,9 @@ func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...Opt
 	return w, nil
 }
 
-// BucketCount returns the outbox's bucket count, as read from its config
-// item.
-func (w *Writer) BucketCount() int { return w.bucketCount }
+// BucketCount returns the outbox's bucket count, as last read from its
+// config item (an online change replaces it: see ChangeBucketCount).
+func (w *Writer) BucketCount() int { return w.currentView().count }
 
 // item is the messages-table item of m as this writer stores it: with a TTL
 // in WatermarkMode.
@@ -226,11 +230,12 @@ func (w *Writer) write(ctx context.Context, token string, items []types.Transact
 		ctx, end = w.cfg.tracer.Start(ctx, "outbox enqueue", enqueueSpan(items, msgs))
 		defer func() { end(err) }()
 	}
-	prepared, err := w.prepare(ctx, items, msgs)
+	view := w.currentView()
+	prepared, err := w.prepare(ctx, view, items, msgs)
 	if err != nil {
 		return Result{}, err
 	}
-	t := &txn{w: w, items: items, msgs: prepared, token: token}
+	t := &txn{w: w, view: view, items: items, msgs: prepared, token: token}
 	res, err = t.run(ctx)
 	if err == nil && w.cfg.notifier != nil {
 		buckets := make([]int, len(res.Messages))
@@ -252,7 +257,7 @@ func enqueueSpan(items []types.TransactWriteItem, msgs []outbox.Message) outbox.
 
 // prepare validates and completes the messages; it writes nothing. With a
 // tracer, ctx's trace context goes into every message's headers (a copy).
-func (w *Writer) prepare(ctx context.Context, items []types.TransactWriteItem, msgs []outbox.Message) ([]outbox.Message, error) {
+func (w *Writer) prepare(ctx context.Context, view bucketView, items []types.TransactWriteItem, msgs []outbox.Message) ([]outbox.Message, error) {
 	total := len(items) + len(msgs)
 	switch {
 	case total == 0:
@@ -305,7 +310,7 @@ func (w *Writer) prepare(ctx context.Context, items []types.TransactWriteItem, m
 		if err := w.cfg.headers.ValidateNew(m, i, w.cfg.maxMessageBytes); err != nil {
 			return nil, err
 		}
-		b, err := outbox.BucketFor(m, w.bucketCount)
+		b, err := outbox.BucketFor(m, view.count)
 		if err != nil {
 			var ve *outbox.ValidationError
 			if errors.As(err, &ve) {
@@ -384,6 +389,7 @@ type reservation struct {
 // txn is one Write in progress.
 type txn struct {
 	w        *Writer
+	view     bucketView // the count and epoch msgs' buckets are for
 	items    []types.TransactWriteItem
 	msgs     []outbox.Message
 	reserved []reservation
@@ -483,8 +489,31 @@ func (t *txn) fail(ctx context.Context, attempts int, c classification, err erro
 }
 
 // reserve takes sequence numbers for the messages: one Reserve per distinct
-// bucket, in order of first appearance, assigned in message order.
+// bucket, in order of first appearance, assigned in message order. A
+// reservation refused for its BucketCount epoch (an online change) waits
+// for the change to end, moves the messages to the new count's buckets and
+// reserves again: a pause, not an error (rebucket.go, awaitEpoch).
 func (t *txn) reserve(ctx context.Context) error {
+	for {
+		err := t.reserveOnce(ctx)
+		var ee *sequence.EpochError
+		if !errors.As(err, &ee) {
+			return err
+		}
+		view, werr := t.w.awaitEpoch(ctx, t.view, ee)
+		if werr != nil {
+			return &TransactionError{Op: opWrite, Cause: errors.Join(werr, err),
+				Fix: "a BucketCount change was in progress and the writer could not wait for its end; nothing was written"}
+		}
+		if view != t.view {
+			if err := t.rebucket(view); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (t *txn) reserveOnce(ctx context.Context) error {
 	t.reserved = t.reserved[:0]
 	counts := map[int]int{}
 	var order []int
@@ -496,9 +525,12 @@ func (t *txn) reserve(ctx context.Context) error {
 	}
 	next := map[int]int64{}
 	for _, b := range order {
-		first, err := t.w.counter.Reserve(ctx, b, counts[b])
+		first, err := t.w.counter.ReserveAt(ctx, b, counts[b], t.view.epoch)
 		if err != nil {
 			releaseErr := t.release(ctx)
+			if errors.Is(err, sequence.ErrEpoch) {
+				return errors.Join(err, releaseErr)
+			}
 			var sentinel error
 			if c := classify(err, 0, nil); c.outcome == outThrottled {
 				sentinel = outbox.ErrThrottled

@@ -132,8 +132,9 @@ func (s *Store) Config(ctx context.Context) (outbox.Config, error) {
 	}
 	s.mu.Lock()
 	c := s.shared
+	c.BucketCount = s.bucketCount
 	s.mu.Unlock()
-	c.BucketCount, c.FormatVersion = s.bucketCount, outbox.FormatVersion
+	c.FormatVersion = outbox.FormatVersion
 	return c, ctx.Err()
 }
 
@@ -143,7 +144,17 @@ func (s *Store) Config(ctx context.Context) (outbox.Config, error) {
 func (s *Store) SetConfig(c outbox.Config) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	c.BucketEpoch = s.shared.BucketEpoch
 	s.shared = c
+}
+
+// SetBucketCount makes Config report count at BucketCount epoch epoch, as
+// the config item says after an online BucketCount change (the simulator
+// models the change's counters itself).
+func (s *Store) SetBucketCount(count int, epoch int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.bucketCount, s.shared.BucketEpoch = count, epoch
 }
 
 func (s *Store) lease(bucket int) *outbox.Lease {

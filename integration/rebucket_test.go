@@ -1,0 +1,98 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/attrib"
+	"github.com/dynakafka/outbox/internal/checker"
+	"github.com/dynakafka/outbox/lambda/handler"
+	"github.com/dynakafka/outbox/local/esm"
+	"github.com/dynakafka/outbox/store/dynamo"
+)
+
+// BucketCount changes 8 → 16 → 12 online while writers write and the relay
+// runs as deployed (stream → event-source mapping → relay handler → Kafka):
+// no committed message is lost, every key's messages are consumed in the
+// order its writer committed them, and writers only pause (docs/design.md
+// §13). One stream shard hands the relay its hints in commit order, which
+// hides a change that does not wait for the drain (the mutation passes
+// here): store/dynamo's TestChangeBucketCountOnline and
+// TestRebucketWhileWritersAndRelayRun, which drain new buckets first, and
+// the simulator catch it.
+func TestRebucketWhileWritersAndRelayRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 8)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	chk := checker.New()
+	at := attrib.New(e.store, e.pub, chk)
+	relay, err := outbox.NewRelay(ctx, at, at.ViaAs("relay", e.pub), outbox.DeadlineMargin(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn := handler.NewRelay(relay, 8, quiet)
+	e.mapping(ctx, t, esm.InProcess(fn.Handle, esm.Timeout(time.Minute)))
+	cctx, stopConsumer := context.WithCancel(ctx)
+	consumed := e.checkDelivery(cctx, t, chk)
+
+	var (
+		stop     atomic.Bool
+		maxPause atomic.Int64
+		wg       sync.WaitGroup
+	)
+	for w := range 4 {
+		wg.Go(func() {
+			order := map[string]int64{}
+			for i := 0; !stop.Load(); i++ {
+				key := fmt.Sprintf("w%d-k%d", w, i%6)
+				order[key]++
+				m := outbox.Message{ID: outbox.NewID(), Topic: e.topic, Key: []byte(key), Value: []byte(fmt.Sprint(order[key]))}
+				start := time.Now()
+				if _, err := e.writer.Write(ctx, nil, m); err != nil {
+					t.Errorf("writer %d: %v", w, err)
+					return
+				}
+				d := int64(time.Since(start))
+				for cur := maxPause.Load(); d > cur && !maxPause.CompareAndSwap(cur, d); cur = maxPause.Load() {
+				}
+				chk.Committed(m.ID, key, order[key])
+			}
+		})
+	}
+	changes := 0
+	for _, to := range []int{16, 12} {
+		time.Sleep(1500 * time.Millisecond)
+		res, err := dynamo.ChangeBucketCount(ctx, e.dynamo.Client, e.tables, to, dynamo.ChangeTimeout(2*time.Minute))
+		if err != nil {
+			t.Fatalf("change to %d: %v", to, err)
+		}
+		changes++
+		t.Logf("BucketCount %d → %d at epoch %d; counters frozen %v", res.From, res.To, res.Epoch, res.Frozen.Round(time.Millisecond))
+	}
+	time.Sleep(1500 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	waitDelivered(t, chk, 5*time.Minute)
+	time.Sleep(300 * time.Millisecond)
+	stopConsumer()
+	<-consumed
+	r := chk.Result()
+	c, err := dynamo.ReadConfig(ctx, e.dynamo.Client, e.tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("rebucket: changes=%d committed=%d lost=%d order_violations=%d max_pause_ms=%d (duplicates=%d unexplained=%d bucket_count=%d epoch=%d relay_count=%d)",
+		changes, r.Committed, r.Lost, r.OrderViolations, time.Duration(maxPause.Load()).Milliseconds(), r.Duplicates, r.Unexplained, c.BucketCount, c.BucketEpoch, relay.BucketCount())
+	if !r.OK() || changes != 2 || c.BucketCount != 12 || c.BucketEpoch != 2 || r.Committed == 0 {
+		t.Fatalf("result %+v, config %+v", r, c)
+	}
+	if relay.BucketCount() != 12 && relay.BucketCount() != 16 {
+		t.Errorf("the relay never learnt of the new buckets: it has %d", relay.BucketCount())
+	}
+}
