@@ -1,9 +1,11 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,6 +43,9 @@ type drain struct {
 	wakeBase int64
 	// target: stop once head reaches it (0: drain until empty).
 	target int64
+	// marking: the tombstones of a held drain's last batch, in flight
+	// while the release that carries its head goes out (finish).
+	marking *pendingMark
 	// isolate: the next publish is the head record alone, to tell whether
 	// a record-level rejection is really its own.
 	isolate bool
@@ -348,6 +353,12 @@ func (d *drain) advance(ctx context.Context, bt *batch, acked int, perr error, t
 	}
 	if newHead > d.head {
 		d.head = newHead
+		if d.held && d.endsWithRelease(bt, acked, perr) {
+			// The drain's last batch: its head goes out with the release
+			// and its tombstones beside it (finish).
+			d.markBesideRelease(ctx, bt, acked, stats)
+			return nil
+		}
 		if d.held {
 			if err := d.writeHead(ctx); err != nil {
 				stats.Err, stats.Class = err, Classify(err)
@@ -378,6 +389,71 @@ func (d *drain) advance(ctx context.Context, bt *batch, acked int, perr error, t
 	d.st.Batches++
 	d.st.Published += acked
 	d.st.Leftovers += len(bt.leftovers)
+	return nil
+}
+
+// pendingMark is a mark in flight (drain.marking).
+type pendingMark struct {
+	wait             func()
+	err              error
+	stats            BatchStats
+	acked, leftovers int
+	cleaned          int64 // d.cleaned once the tombstones landed
+}
+
+// endsWithRelease tells whether a held drain's batch is its last, decided
+// whole: the drain releases the lease next (run returns at its target or at
+// the end of the bucket), in DeleteMode and without a fault injector (whose
+// crash points fall between the head write and the marking).
+func (d *drain) endsWithRelease(bt *batch, acked int, perr error) bool {
+	return d.r.mode == DeleteMode && d.r.cfg.hooks.Faults == nil && perr == nil && acked == len(bt.msgs) && acked > 0 &&
+		(d.target > 0 && d.head >= d.target || bt.complete(d.head))
+}
+
+// markBesideRelease starts marking the last batch of a held drain (its
+// acknowledged messages and leftovers) without writing its head first: the
+// release that ends the drain writes the head, with cleaned still below
+// the batch, while the tombstones are in flight, so the invocation waits
+// for one write instead of three in a row (head, tombstones, release).
+// Both follow Kafka's acknowledgement (I1). Whatever lands first, a reader
+// finds each of these messages decided: a tombstone, or a message at or
+// below the stored head — a leftover, marked without publishing it again
+// (§7.2). A crash before the release leaves tombstones above the stored
+// head, as a resumed drain leaves them, passed over like fences; a crash
+// before both republishes the batch (§7.1), as a crash before the head
+// write did.
+func (d *drain) markBesideRelease(ctx context.Context, bt *batch, acked int, stats BatchStats) {
+	toMark := slices.Clone(bt.leftovers)
+	for _, m := range bt.msgs[:acked] {
+		toMark = append(toMark, m.Sequence)
+	}
+	m := &pendingMark{stats: stats, acked: acked, leftovers: len(bt.leftovers), cleaned: min(d.head, bt.seenThrough)}
+	m.wait = d.r.sched.Go(func() { m.err = d.mark(ctx, toMark) })
+	m.stats.Deleted = len(toMark)
+	d.marking = m
+}
+
+// joinMark waits for the mark in flight, if any, and accounts for it as
+// advance accounts for a batch.
+func (d *drain) joinMark() error {
+	m := d.marking
+	if m == nil {
+		return nil
+	}
+	d.marking = nil
+	m.wait()
+	cfg := &d.r.cfg
+	if m.err != nil {
+		m.stats.Deleted = 0
+		m.stats.Err, m.stats.Class = m.err, Classify(m.err)
+		cfg.metrics.Batch(m.stats)
+		return m.err
+	}
+	d.cleaned = max(d.cleaned, m.cleaned)
+	cfg.metrics.Batch(m.stats)
+	d.st.Batches++
+	d.st.Published += m.acked
+	d.st.Leftovers += m.leftovers
 	return nil
 }
 
@@ -712,16 +788,25 @@ func (d *drain) finish(ctx context.Context) error {
 		l := d.getLease()
 		l.Wake = d.wakeBase
 		d.releasing(&l)
+		// With the last batch's tombstones in flight (markBesideRelease):
+		// cleaned stays below them until they landed.
 		nl, err := d.r.store.Release(cctx, l, d.head, min(d.cleaned, d.head))
+		merr := d.joinMark()
 		if errors.Is(err, ErrWoken) {
 			d.setLease(nl)
-			return err
+			return cmp.Or(merr, err)
 		}
 		if err != nil {
 			return err
 		}
 		d.setLease(nl)
 		d.loc.flushedAt = cfg.clock.Now()
+		if merr != nil {
+			// Released with the head: what did not land is a leftover for
+			// the next drain, which marks it without publishing it again.
+			d.held = false
+			return merr
+		}
 		return nil
 	}
 	d.flushResumed(ctx, cctx, false)
@@ -778,6 +863,9 @@ func (d *drain) stop(ctx context.Context, err error) {
 		// (Abandon is conditional on the owner), so that contenders need not
 		// wait for it to expire, with their wake-ups kept.
 		d.st.LeaseLost = true
+	}
+	if merr := d.joinMark(); merr != nil {
+		d.r.cfg.logger.WarnContext(ctx, "outbox: tombstones of a drain's last batch failed; the next drain marks them", "bucket", d.b, "err", merr)
 	}
 	cctx, cancel := cleanupContext(ctx)
 	defer cancel()

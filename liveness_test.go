@@ -188,14 +188,22 @@ func TestClockSkewBoundHoldsForAStalledHolder(t *testing.T) {
 			if !errors.Is(err, outbox.ErrLeaseLost) {
 				t.Fatalf("holder: %v, want ErrLeaseLost", err)
 			}
-			// Nothing is lost: the contender's side drains everything.
+			// Nothing is lost: what the holder's publish did not decide, the
+			// contender's side publishes (beyond the bound the holder's
+			// batch was acknowledged and its tombstones, which go out beside
+			// its release, landed although the release failed: I1).
 			clk.Advance(time.Minute)
 			p2 := &recorder{}
 			if _, err := newRelay(t, mem, p2, outbox.RelayID("next"), outbox.WithClock(clk), outbox.DeadlineMargin(0)).DrainBucket(ctxFor(t, 5*time.Second), 0); err != nil {
 				t.Fatal(err)
 			}
-			if got := p2.seqs(0); len(got) != 3 {
-				t.Fatalf("after the takeover %v were published, want all of 1..3", got)
+			seen := map[int64]bool{}
+			for _, s := range append(p.seqs(0), p2.seqs(0)...) {
+				seen[s] = true
+			}
+			if !seen[1] || !seen[2] || !seen[3] || len(p2.seqs(0)) == 0 && mem.Count(0) != 0 {
+				t.Fatalf("holder published %v, the contender's side %v after the takeover (%d messages left); want each of 1..3 at least once",
+					p.seqs(0), p2.seqs(0), mem.Count(0))
 			}
 		})
 	}

@@ -98,6 +98,20 @@ func newRelay(t *testing.T, s outbox.Store, p outbox.Publisher, opts ...outbox.O
 	return r
 }
 
+// failOn makes s's method fail with reason until the returned switch is
+// turned off.
+func failOn(s *memory.Store, method, reason string) *atomic.Bool {
+	fail := new(atomic.Bool)
+	fail.Store(true)
+	s.Hook = func(m string, bucket int) error {
+		if m == method && fail.Load() {
+			return errors.New(reason)
+		}
+		return nil
+	}
+	return fail
+}
+
 func ctxFor(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
@@ -126,8 +140,13 @@ func TestDrainPublishesInOrderAndDeletes(t *testing.T) {
 	if n := s.Count(2); n != 2 {
 		t.Fatalf("bucket 2 was touched: %d left", n)
 	}
-	if l := s.Lease(1); !l.Released() || l.Owner != r.ID() || l.Head != 1200 || l.Cleaned != 1200 {
-		t.Fatalf("lease after drain = %+v; want released (owner kept) with head and cleaned at 1200", l)
+	// The last batch's tombstones went out beside the release, which wrote
+	// the head: cleaned stays below them until a later write.
+	if l := s.Lease(1); !l.Released() || l.Owner != r.ID() || l.Head != 1200 || l.Cleaned != 1000 {
+		t.Fatalf("lease after drain = %+v; want released (owner kept) with head 1200 and cleaned 1000", l)
+	}
+	if st, err := r.DrainBucket(ctxFor(t, 10*time.Second), 1); err != nil || st.Published != 0 || st.Leftovers != 0 {
+		t.Fatalf("second drain: %+v, %v; want the tombstones above cleaned passed over", st, err)
 	}
 }
 
@@ -202,24 +221,18 @@ func TestGapTimeoutHoldsAcrossRelays(t *testing.T) {
 	}
 }
 
-// A head update that fails after Kafka acknowledged the batch: nothing is
-// marked; the relay gives the bucket up with the head it knows (the batch was
-// acknowledged), so the next drain marks those messages without publishing
-// them again. (A crash there, which gives nothing up, republishes: see
-// TestCrashPoints.)
+// A head update that fails after Kafka acknowledged a batch that is not the
+// drain's last (BatchSize 5 of 10): nothing is marked; the relay gives the
+// bucket up with the head it knows (the batch was acknowledged), so the next
+// drain marks those messages without publishing them again. (A crash there,
+// which gives nothing up, republishes: see TestCrashPoints. The last batch's
+// head goes out with the release: TestFailedReleaseAfterTheLastBatch.)
 func TestFailedHeadUpdateAfterProduce(t *testing.T) {
 	s := memory.New(1)
 	fill(t, s, 0, span(1, 10)...)
 	p := &recorder{}
-	var fail atomic.Bool
-	fail.Store(true)
-	s.Hook = func(method string, bucket int) error {
-		if method == "Update" && fail.Load() {
-			return errors.New("crash: head update never happened")
-		}
-		return nil
-	}
-	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
+	fail := failOn(s, "Update", "crash: head update never happened")
+	r := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.BatchSize(5))
 	if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); err == nil {
 		t.Fatal("drain succeeded through a failed head update")
 	}
@@ -234,8 +247,48 @@ func TestFailedHeadUpdateAfterProduce(t *testing.T) {
 	if got := p.seqs(0); fmt.Sprint(got) != fmt.Sprint(span(1, 10)) {
 		t.Fatalf("published %v; want 1..10 once", got)
 	}
-	if s.Count(0) != 0 || st.Leftovers != 10 {
-		t.Fatalf("%d messages left, %d leftovers; want all 10 marked as leftovers", s.Count(0), st.Leftovers)
+	if s.Count(0) != 0 || st.Leftovers != 5 {
+		t.Fatalf("%d messages left, %d leftovers; want the first batch's 5 marked as leftovers", s.Count(0), st.Leftovers)
+	}
+}
+
+// The last batch of a held drain writes no head of its own: the release
+// carries it, and the batch's tombstones go out beside it. A release that
+// fails then leaves the batch decided all the same: tombstones, and the
+// head Abandon writes; nothing is published twice.
+func TestFailedReleaseAfterTheLastBatch(t *testing.T) {
+	s := memory.New(1)
+	fill(t, s, 0, span(1, 10)...)
+	p := &recorder{}
+	fail := failOn(s, "Release", "release never happened")
+	var updates atomic.Int32
+	failing := s.Hook
+	s.Hook = func(method string, bucket int) error {
+		if method == "Update" {
+			updates.Add(1)
+		}
+		return failing(method, bucket)
+	}
+	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
+	if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); err == nil {
+		t.Fatal("drain succeeded through a failed release")
+	}
+	if n := updates.Load(); n != 0 {
+		t.Fatalf("%d head updates before the release; want none (the release carries the head)", n)
+	}
+	if s.Count(0) != 0 {
+		t.Fatalf("%d messages left; want the batch's tombstones, written beside the release", s.Count(0))
+	}
+	if l := s.Lease(0); l.Head != 10 || l.Cleaned != 10 || !l.Released() {
+		t.Fatalf("lease = %+v; want it given up (Abandon, after the tombstones landed) with head and cleaned 10", l)
+	}
+	fail.Store(false)
+	st, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.seqs(0); fmt.Sprint(got) != fmt.Sprint(span(1, 10)) || st.Published != 0 || st.Leftovers != 0 {
+		t.Fatalf("published %v, second drain %+v; want 1..10 once and nothing left to do", got, st)
 	}
 }
 
@@ -243,14 +296,7 @@ func TestCrashBetweenHeadUpdateAndDeleteLeavesLeftovers(t *testing.T) {
 	s := memory.New(1)
 	fill(t, s, 0, span(1, 10)...)
 	p := &recorder{}
-	var fail atomic.Bool
-	fail.Store(true)
-	s.Hook = func(method string, bucket int) error {
-		if method == "MarkPublished" && fail.Load() {
-			return errors.New("crash: marking never happened")
-		}
-		return nil
-	}
+	fail := failOn(s, "MarkPublished", "crash: marking never happened")
 	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
 	if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); err == nil {
 		t.Fatal("drain succeeded through a failed mark")

@@ -35,8 +35,8 @@ func SetupRelay(getenv func(string) string, out io.Writer) (*handler.Relay, bool
 		return nil, false
 	}
 	h := handler.NewRelay(parts.Relay, cfg.Concurrency, logger, handler.RelayEMF(emitter, metrics))
-	logger.Info("outbox relay: ready", "relay_id", parts.Relay.ID(), "bucket_count", parts.Relay.BucketCount(),
-		"messages_table", cfg.MessagesTable, "brokers", cfg.Brokers, "auth", cfg.Auth)
+	logger.Info("outbox relay: ready", append([]any{"relay_id", parts.Relay.ID(), "bucket_count", parts.Relay.BucketCount(),
+		"messages_table", cfg.MessagesTable, "brokers", cfg.Brokers, "auth", cfg.Auth}, parts.Init.LogAttrs()...)...)
 	return h, true
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/dynakafka/outbox/internal/ownerid"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -31,6 +32,24 @@ type Parts struct {
 	Store     *dynamo.Store
 	Publisher Publisher // *kafka.Publisher, or *kafka.TxnPublisher when OUTBOX_KAFKA_TRANSACTIONAL=true
 	Relay     *outbox.Relay
+	// Init is how long each step of Build took (the init phase's share of
+	// a cold start); the functions log it with "ready".
+	Init InitTimes
+}
+
+// InitTimes are the steps of Build, in order.
+type InitTimes struct {
+	AWSConfig time.Duration // awsconfig.LoadDefaultConfig (Build only)
+	Store     time.Duration // dynamo.NewStore: the config item and the tables' checks
+	Publisher time.Duration // the Kafka client and its topic check
+	Relay     time.Duration // outbox.NewRelay: the config item, checked
+}
+
+// LogAttrs are t as log attributes, in milliseconds.
+func (t InitTimes) LogAttrs() []any {
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	return []any{"init_aws_config_ms", ms(t.AWSConfig), "init_store_ms", ms(t.Store),
+		"init_publisher_ms", ms(t.Publisher), "init_relay_ms", ms(t.Relay)}
 }
 
 // Publisher is the relay's publisher with its Close.
@@ -116,33 +135,42 @@ func publisherOptions(ctx context.Context, cfg config.Config, awsCfg aws.Config,
 // Build builds every part from cfg. relayID names this container's relay in
 // leases and heartbeats; extra relay options come last (tests use them).
 func Build(ctx context.Context, cfg config.Config, logger *slog.Logger, relayID string, extra ...outbox.Option) (*Parts, error) {
+	start := time.Now()
 	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(cfg.Region))
 	if err != nil {
 		return nil, fmt.Errorf("load AWS configuration: %w", err)
 	}
-	return BuildWith(ctx, cfg, awsCfg, logger, relayID, extra...)
+	loaded := time.Since(start)
+	p, err := BuildWith(ctx, cfg, awsCfg, logger, relayID, extra...)
+	if p != nil {
+		p.Init.AWSConfig = loaded
+	}
+	return p, err
 }
 
 // BuildWith is Build with a given AWS configuration.
 func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger, relayID string, extra ...outbox.Option) (*Parts, error) {
 	p := &Parts{Config: cfg, AWS: awsCfg}
+	step := time.Now()
+	took := func() time.Duration { now := time.Now(); d := now.Sub(step); step = now; return d }
 	p.Dynamo = DynamoClient(awsCfg, cfg.DynamoEndpoint)
 	tables := dynamo.Tables{Messages: cfg.MessagesTable, Control: cfg.ControlTable}
 	var err error
-	if p.Store, err = dynamo.NewStore(ctx, p.Dynamo, tables); err != nil {
+	p.Store, err = dynamo.NewStore(ctx, p.Dynamo, tables)
+	p.Init.Store = took()
+	if err != nil {
 		return nil, fmt.Errorf("outbox store (OUTBOX_MESSAGES_TABLE=%s, OUTBOX_CONTROL_TABLE=%s): %w", cfg.MessagesTable, cfg.ControlTable, err)
 	}
 	// The publisher takes the shared settings (MaxMessageBytes, header
-	// names) from the config item, as the store and the relay do.
-	stored, err := p.Store.Config(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("outbox config item (OUTBOX_CONTROL_TABLE=%s): %w", cfg.ControlTable, err)
-	}
+	// names) from the config item, as the store and the relay do: as
+	// NewStore read it, without a second read.
+	stored := p.Store.Opened()
 	if cfg.Transactional {
 		p.Publisher, err = NewTxnPublisher(ctx, cfg, awsCfg, logger, kafka.OutboxConfig(stored))
 	} else {
 		p.Publisher, err = NewPublisher(ctx, cfg, awsCfg, logger, kafka.OutboxConfig(stored))
 	}
+	p.Init.Publisher = took()
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +199,9 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 		m, _ := outbox.ParseMode(cfg.Mode) // validated by config.Load
 		ropts = append(ropts, outbox.WithMode(m))
 	}
-	if p.Relay, err = outbox.NewRelay(ctx, p.Store, p.Publisher, append(ropts, extra...)...); err != nil {
+	p.Relay, err = outbox.NewRelay(ctx, p.Store, p.Publisher, append(ropts, extra...)...)
+	p.Init.Relay = took()
+	if err != nil {
 		p.Close()
 		return nil, fmt.Errorf("relay (OUTBOX_BUCKET_COUNT=%d): %w", cfg.BucketCount, err)
 	}

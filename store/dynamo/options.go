@@ -284,8 +284,9 @@ func TombstoneTTL(d time.Duration) Option {
 	return func(s *settings) { s.set("TombstoneTTL", forStore, func() { s.tombstoneTTL = d }) }
 }
 
-// DeleteConcurrency is how many BatchWriteItem calls of 25 tombstones
-// Store.MarkPublished runs at once. Default 4; 1..32.
+// DeleteConcurrency is how many BatchWriteItem calls (of at most 25
+// tombstones, the marking spread evenly over them) Store.MarkPublished
+// runs at once. Default 4; 1..32.
 func DeleteConcurrency(n int) Option {
 	return func(s *settings) { s.set("DeleteConcurrency", forStore, func() { s.deleteConcurrency = n }) }
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -34,27 +35,35 @@ func checkSingleRegion(ctx context.Context, client describeTableAPI, tables Tabl
 	if regionMode {
 		return nil
 	}
-	var errs []error
-	for _, t := range []struct{ role, name string }{{"Tables.Messages", tables.Messages}, {"Tables.Control", tables.Control}} {
-		out, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: str(t.name)})
-		var missing *types.ResourceNotFoundException
-		switch {
-		case errors.As(err, &missing):
-			continue
-		case err != nil:
-			errs = append(errs, fmt.Errorf("dynamo: describe table %s, to refuse a global table (grant dynamodb:DescribeTable on it): %w", t.name, err))
-			continue
-		case out.Table == nil || len(out.Table.Replicas) == 0:
-			continue
-		}
-		var regions []string
-		for _, r := range out.Table.Replicas {
-			regions = append(regions, aws.ToString(r.RegionName))
-		}
-		errs = append(errs, &outbox.MisconfigurationError{Setting: t.role,
-			Configured: fmt.Sprintf("%s (the outbox needs a table in one region)", t.name),
-			Stored:     fmt.Sprintf("replicas in %s (a global table)", strings.Join(regions, ", ")),
-			Fix:        globalTableFix})
+	// Both tables at once: this is on every writer's and relay's init path.
+	roles := []struct{ role, name string }{{"Tables.Messages", tables.Messages}, {"Tables.Control", tables.Control}}
+	errs := make([]error, len(roles))
+	var wg sync.WaitGroup
+	for i, t := range roles {
+		wg.Go(func() { errs[i] = checkTableRegion(ctx, client, t.role, t.name) })
 	}
+	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// checkTableRegion is checkSingleRegion for one table.
+func checkTableRegion(ctx context.Context, client describeTableAPI, role, name string) error {
+	out, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: str(name)})
+	var missing *types.ResourceNotFoundException
+	switch {
+	case errors.As(err, &missing):
+		return nil
+	case err != nil:
+		return fmt.Errorf("dynamo: describe table %s, to refuse a global table (grant dynamodb:DescribeTable on it): %w", name, err)
+	case out.Table == nil || len(out.Table.Replicas) == 0:
+		return nil
+	}
+	var regions []string
+	for _, r := range out.Table.Replicas {
+		regions = append(regions, aws.ToString(r.RegionName))
+	}
+	return &outbox.MisconfigurationError{Setting: role,
+		Configured: fmt.Sprintf("%s (the outbox needs a table in one region)", name),
+		Stored:     fmt.Sprintf("replicas in %s (a global table)", strings.Join(regions, ", ")),
+		Fix:        globalTableFix}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -59,12 +60,22 @@ var (
 func NewStore(ctx context.Context, client StoreAPI, tables Tables, opts ...Option) (*Store, error) {
 	s := defaultSettings()
 	s.apply(forStore, opts)
+	if err := checkOpen(client, tables, &s); err != nil {
+		return nil, err
+	}
+	// The config item and the tables' replicas at once: one round trip
+	// of a relay's or sweeper's cold start instead of three.
+	var regionErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { regionErr = checkSingleRegion(ctx, client, tables, false) })
 	stored, err := openOutbox(ctx, client, tables, &s)
+	wg.Wait()
 	if err != nil {
 		return nil, err
 	}
-	if err := checkSingleRegion(ctx, client, tables, stored.RegionMode()); err != nil {
-		return nil, err
+	if regionErr != nil && !stored.RegionMode() {
+		// Region mode is safe on a global table (design.md §14).
+		return nil, regionErr
 	}
 	return &Store{client: client, tables: tables, cfg: s, stored: stored}, nil
 }
@@ -77,6 +88,11 @@ func (s *Store) retention() time.Duration {
 	}
 	return 0
 }
+
+// Opened returns the outbox's configuration as NewStore read it from the
+// config item, without another read (a function's init builds its
+// publisher from its shared settings).
+func (s *Store) Opened() outbox.Config { return s.stored }
 
 // Config implements outbox.Store: it reads the config item consistently,
 // with the outbox's Mode and, in WatermarkMode, its Retention.

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -414,6 +417,37 @@ func TestMarkPublishedRetriesUnprocessedItems(t *testing.T) {
 	}
 }
 
+// The marking takes as long as its slowest call: the puts are spread evenly
+// over DeleteConcurrency calls, at most 25 each.
+func TestMarkPublishedSpreadsThePutsOverItsCalls(t *testing.T) {
+	e := newEnv(t, 1)
+	var mu sync.Mutex
+	var sizes []int
+	s := e.hooked(t, &hookClient{batchWrite: func(ctx context.Context, in *dynamodb.BatchWriteItemInput) (*dynamodb.BatchWriteItemOutput, error) {
+		mu.Lock()
+		sizes = append(sizes, len(in.RequestItems[e.tables.Messages]))
+		mu.Unlock()
+		return &dynamodb.BatchWriteItemOutput{}, nil
+	}}, DeleteConcurrency(4))
+	for _, c := range []struct {
+		n    int64
+		want string
+	}{{1, "[1]"}, {20, "[5 5 5 5]"}, {22, "[4 6 6 6]"}, {130, "[5 25 25 25 25 25]"}} {
+		sizes = nil
+		var seqs []int64
+		for seq := range c.n {
+			seqs = append(seqs, seq+1)
+		}
+		if err := s.MarkPublished(ctxT(t), 0, seqs, t0); err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(sizes)
+		if got := fmt.Sprint(sizes); got != c.want {
+			t.Errorf("%d tombstones: calls of %s puts, want %s", c.n, got, c.want)
+		}
+	}
+}
+
 func TestMarkPublishedStopsWithTheContext(t *testing.T) {
 	e := newEnv(t, 1)
 	s := e.hooked(t, &hookClient{batchWrite: func(ctx context.Context, in *dynamodb.BatchWriteItemInput) (*dynamodb.BatchWriteItemOutput, error) {
@@ -642,5 +676,21 @@ func TestRecordStuck(t *testing.T) {
 	}
 	if got, _ := e.store.ReadLease(ctx, 0); got.Stuck != st || got.Stuck.Current(got.Head) {
 		t.Fatalf("lease %+v: want the old record kept, and stale", got)
+	}
+}
+
+// Opened is the config item as NewStore read it: what Config reads again.
+func TestOpenedIsTheConfigItem(t *testing.T) {
+	e := newEnv(t, 3, WithMode(outbox.WatermarkMode), Retention(48*time.Hour))
+	s, err := NewStore(ctxT(t), e.d.Client, e.tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, err := s.Config(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Opened(); fmt.Sprint(got) != fmt.Sprint(read) || got.BucketCount != 3 || got.Mode != outbox.WatermarkMode {
+		t.Fatalf("Opened() = %+v; Config read %+v", got, read)
 	}
 }

@@ -124,14 +124,8 @@ const tableWait = 5 * time.Minute
 func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...Option) error {
 	s := defaultSettings()
 	s.apply(forTables, opts)
-	if err := s.validate(); err != nil {
+	if err := checkOpen(client, tables, &s); err != nil {
 		return err
-	}
-	if err := tables.validate(); err != nil {
-		return err
-	}
-	if client == nil {
-		return &outbox.OptionError{Option: "client", Value: nil, Reason: "a DynamoDB client is required"}
 	}
 	topics, err := cleanTopics(s.topics)
 	if err != nil {
@@ -369,14 +363,8 @@ func readConfigItem(ctx context.Context, client getItemAPI, table string) (outbo
 // item and checks the configured bucket count, mode and shared settings
 // against it; s then holds the stored shared settings.
 func openOutbox(ctx context.Context, client getItemAPI, tables Tables, s *settings) (outbox.Config, error) {
-	if err := s.validate(); err != nil {
+	if err := checkOpen(client, tables, s); err != nil {
 		return outbox.Config{}, err
-	}
-	if err := tables.validate(); err != nil {
-		return outbox.Config{}, err
-	}
-	if client == nil {
-		return outbox.Config{}, &outbox.OptionError{Option: "client", Value: nil, Reason: "a DynamoDB client is required"}
 	}
 	stored, item, err := readConfigItem(ctx, client, tables.Control)
 	if err != nil {
@@ -397,6 +385,21 @@ func openOutbox(ctx context.Context, client getItemAPI, tables Tables, s *settin
 	// The shared settings are the config item's from here on.
 	s.maxMessageBytes, s.headers, err = outbox.ResolveShared(stored, s.maxMessageBytes, s.headers)
 	return stored, err
+}
+
+// checkOpen validates the settings, tables and client (an SDK client
+// interface) a constructor is given, before any call.
+func checkOpen(client any, tables Tables, s *settings) error {
+	if err := s.validate(); err != nil {
+		return err
+	}
+	if err := tables.validate(); err != nil {
+		return err
+	}
+	if client == nil {
+		return &outbox.OptionError{Option: "client", Value: nil, Reason: "a DynamoDB client is required"}
+	}
+	return nil
 }
 
 // checkMode compares a configured mode (if any) with the stored one.

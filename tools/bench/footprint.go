@@ -35,6 +35,13 @@ type footprintResult struct {
 	// "outbox relay: ready" log line: process start, Go runtime, config,
 	// AWS and Kafka clients, the config-item read and the topic check.
 	InitMs float64 `json:"init_ms"`
+	// InitSteps is how long each step of the relay's Build took, as its
+	// "ready" line reports them (lambda/wiring.InitTimes): what InitMs
+	// spends beyond process start and the Go runtime.
+	InitSteps map[string]float64 `json:"init_steps_ms,omitempty"`
+	// GoMemLimit is the GOMEMLIMIT the bootstrap ran with (-footprint-gomemlimit;
+	// "": the Go runtime's default, none).
+	GoMemLimit string `json:"gomemlimit,omitempty"`
 	// ReportInitMs is the emulator's REPORT "Init Duration". This emulator
 	// starts the function asynchronously and stops its clock at once, so
 	// the figure is near zero and not an init time; kept for transparency.
@@ -88,8 +95,26 @@ func buildBootstraps(ctx context.Context, root, dir string, arches []string) ([]
 // empty invocation for the cold start, then invocations naming every bucket
 // until the backlog is drained; the bootstrap's peak RSS is read from
 // /proc/<pid>/status (VmHWM) of the bootstrap process, the emulator's child.
+// footprintGoMemLimit is the -footprint-gomemlimit flag.
+var footprintGoMemLimit string
+
 func footprint(ctx context.Context, st *stage, rie, bootstrap string, bl backlog) (footprintResult, error) {
-	res := footprintResult{RunArch: runtime.GOARCH, Backlog: bl, Messages: bl.Messages}
+	res := footprintResult{RunArch: runtime.GOARCH, Backlog: bl, Messages: bl.Messages, GoMemLimit: footprintGoMemLimit}
+	env := map[string]string{
+		"OUTBOX_MESSAGES_TABLE":      st.tables.Messages,
+		"OUTBOX_CONTROL_TABLE":       st.tables.Control,
+		"OUTBOX_TOPICS":              st.topic,
+		"OUTBOX_DYNAMODB_ENDPOINT":   st.endpoint,
+		"KAFKA_BOOTSTRAP_SERVERS":    strings.Join(st.brokers, ","),
+		"KAFKA_AUTH":                 "none",
+		"AWS_REGION":                 st.awsCfg.Region,
+		"AWS_ACCESS_KEY_ID":          dynamolocal.AccessKeyID,
+		"AWS_SECRET_ACCESS_KEY":      dynamolocal.SecretAccessKey,
+		"AWS_LAMBDA_LOG_STREAM_NAME": "bench/[$LATEST]rie",
+	}
+	if footprintGoMemLimit != "" {
+		env["GOMEMLIMIT"] = footprintGoMemLimit
+	}
 	var (
 		logMu   sync.Mutex
 		logs    bytes.Buffer
@@ -105,19 +130,7 @@ func footprint(ctx context.Context, st *stage, rie, bootstrap string, bl backlog
 		return n, err
 	}
 	proc, err := esm.StartRIE(ctx, esm.RIEOptions{
-		RIEPath: rie, BootstrapPath: bootstrap, Timeout: 900 * time.Second, Output: writerFunc(record),
-		Env: map[string]string{
-			"OUTBOX_MESSAGES_TABLE":      st.tables.Messages,
-			"OUTBOX_CONTROL_TABLE":       st.tables.Control,
-			"OUTBOX_TOPICS":              st.topic,
-			"OUTBOX_DYNAMODB_ENDPOINT":   st.endpoint,
-			"KAFKA_BOOTSTRAP_SERVERS":    strings.Join(st.brokers, ","),
-			"KAFKA_AUTH":                 "none",
-			"AWS_REGION":                 st.awsCfg.Region,
-			"AWS_ACCESS_KEY_ID":          dynamolocal.AccessKeyID,
-			"AWS_SECRET_ACCESS_KEY":      dynamolocal.SecretAccessKey,
-			"AWS_LAMBDA_LOG_STREAM_NAME": "bench/[$LATEST]rie",
-		},
+		RIEPath: rie, BootstrapPath: bootstrap, Timeout: 900 * time.Second, Output: writerFunc(record), Env: env,
 	})
 	if err != nil {
 		return res, err
@@ -146,6 +159,7 @@ func footprint(ctx context.Context, st *stage, rie, bootstrap string, bl backlog
 		return res, fmt.Errorf("the bootstrap never logged \"outbox relay: ready\":\n%s", tail(output(), 4000))
 	}
 	res.InitMs = ms(ready.Sub(start))
+	res.InitSteps = initSteps(output())
 	pid, err := pidOf(bootstrap)
 	if err != nil {
 		return res, err
@@ -189,7 +203,27 @@ func footprint(ctx context.Context, st *stage, rie, bootstrap string, bl backlog
 	return res, nil
 }
 
-var initRE = regexp.MustCompile(`Init Duration: ([0-9.]+) ms`)
+var (
+	initRE     = regexp.MustCompile(`Init Duration: ([0-9.]+) ms`)
+	initStepRE = regexp.MustCompile(`"init_([a-z_]+)_ms":([0-9.]+)`)
+)
+
+// initSteps reads the init steps from the bootstrap's "ready" line.
+func initSteps(logs string) map[string]float64 {
+	for _, line := range strings.Split(logs, "\n") {
+		if !strings.Contains(line, "outbox relay: ready") {
+			continue
+		}
+		steps := map[string]float64{}
+		for _, m := range initStepRE.FindAllStringSubmatch(line, -1) {
+			if v, err := strconv.ParseFloat(m[2], 64); err == nil {
+				steps[m[1]] = v
+			}
+		}
+		return steps
+	}
+	return nil
+}
 
 func initDuration(logs string) (float64, error) {
 	m := initRE.FindStringSubmatch(logs)

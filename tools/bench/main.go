@@ -166,6 +166,7 @@ func main() {
 	modes := flag.String("modes", "", `the relay modes of the steady stage ("delete,watermark"; empty: both)`)
 	containers := flag.Int("containers", 1, "the relay function's containers in the steady stage: separate processes sharing the owner id (1: one warm container)")
 	switchEvery := flag.Duration("switch-every", 0, "with -containers above 1: send invocations to one container this long, then to the next (0: every invocation to the next, the worst case)")
+	flag.StringVar(&footprintGoMemLimit, "footprint-gomemlimit", "", `the footprint stage's bootstrap runs with this GOMEMLIMIT ("48MiB"; empty: none)`)
 	flag.Parse()
 	if *render != "" {
 		if err := rerender(*render, *out); err != nil {

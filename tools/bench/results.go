@@ -363,6 +363,16 @@ func (r *results) lines() []string {
 		// Issue 21's goals: init <= 50 ms, peak RSS <= 64 MiB.
 		out = append(out, fmt.Sprintf("footprint: messages=%d init_ms=%.1f peak_rss_mib=%.1f rss_after_mib=%.1f drain_msgs_per_s=%.0f invocations=%d",
 			f.Messages, f.InitMs, float64(f.PeakRSSBytes)/(1<<20), float64(f.RSSAfterBytes)/(1<<20), float64(f.Messages)/max(f.DrainSeconds, 1e-9), f.Invocations))
+		if len(f.InitSteps) > 0 {
+			line := fmt.Sprintf("footprint-init: init_ms=%.1f", f.InitMs)
+			for _, k := range []string{"aws_config", "store", "publisher", "relay"} {
+				line += fmt.Sprintf(" %s_ms=%.1f", k, f.InitSteps[k])
+			}
+			if f.GoMemLimit != "" {
+				line += " gomemlimit=" + f.GoMemLimit
+			}
+			out = append(out, line)
+		}
 	}
 	for _, rr := range r.RunRelay {
 		out = append(out, rr.line())
