@@ -701,6 +701,14 @@ func TestFailuresRaiseTheirAlarms(t *testing.T) {
 			"cmd/outbox's TestContainment drives the missing topic itself (REASON, park, replay)", "../../cmd/outbox/main_test.go", "TestContainment"},
 		"Messages or control table made a global table": {"an init failure, as an invalid configuration (driven here); DynamoDB Local has no replicas, " +
 			"store/dynamo's TestGlobalTablesRefused checks the init error with a fake DescribeTable answer", "../../store/dynamo/replicas_test.go", "TestGlobalTablesRefused"},
+		// Region mode needs two regions' tables, which this one-stack rig
+		// does not have.
+		"Region mode: a writer or relay without its region": {"an init failure, as an invalid configuration (driven here); " +
+			"store/dynamo's TestRegionModeConfig checks the writer's *MisconfigurationError for Region (the root package's TestCheckRegion the relay's)", "../../store/dynamo/regions_config_test.go", "TestRegionModeConfig"},
+		"Region mode: a region fails (outage or partition)": {"two regions (two DynamoDB Local instances and a replication shim): " +
+			"store/dynamo's TestTwoRegions runs the outage, the backlog in the failed region's slice, the takeover and the hand-back", "../../store/dynamo/regions_test.go", "TestTwoRegions"},
+		"Region mode: a gap in a bucket taken over": {"a slice taken over from another region: the root package's TestRelayRegionMode " +
+			"checks that the gap is never fenced and the bucket waits", "../../region_relay_test.go", "TestRelayRegionMode"},
 	}
 	for row, nd := range notDriven {
 		src, err := os.ReadFile(nd.file)
