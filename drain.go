@@ -782,7 +782,7 @@ func (d *drain) cutoff(l Lease) time.Time {
 // drain writes its head when it is due (docs/design.md, "resuming").
 func (d *drain) finish(ctx context.Context) error {
 	cfg := &d.r.cfg
-	cctx, cancel := cleanupContext(ctx)
+	cctx, cancel := cleanupContext(ctx, d.r.cfg.leaseDuration)
 	defer cancel()
 	if d.held {
 		l := d.getLease()
@@ -867,7 +867,7 @@ func (d *drain) stop(ctx context.Context, err error) {
 	if merr := d.joinMark(); merr != nil {
 		d.r.cfg.logger.WarnContext(ctx, "outbox: tombstones of a drain's last batch failed; the next drain marks them", "bucket", d.b, "err", merr)
 	}
-	cctx, cancel := cleanupContext(ctx)
+	cctx, cancel := cleanupContext(ctx, d.r.cfg.leaseDuration)
 	defer cancel()
 	if !d.held {
 		// A resumed drain keeps what it decided: in WatermarkMode its head

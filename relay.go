@@ -483,15 +483,17 @@ func (r *Relay) workContext(ctx context.Context) (context.Context, context.Cance
 
 // cleanupContext returns a context for releasing a lease after work
 // stopped: not cancelled with ctx, and ending a moment (up to 100 ms) before
-// ctx's deadline, so that the drain returns before it, or after a few
-// seconds when ctx has none. A store that does not answer in time leaves the
-// lease to expire.
-func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+// ctx's deadline, so that the drain returns before it, or after limit (the
+// lease's duration: past it the lease has expired and the write decides
+// nothing) when ctx has none. A store that does not answer in time leaves
+// the lease to expire. (A fixed few seconds here failed a release that a
+// loaded DynamoDB Local answered in more: make test's bench smoke run.)
+func cleanupContext(ctx context.Context, limit time.Duration) (context.Context, context.CancelFunc) {
 	base := context.WithoutCancel(ctx)
 	if dl, ok := ctx.Deadline(); ok {
 		return context.WithDeadline(base, dl.Add(-min(time.Until(dl)/4, 100*time.Millisecond)))
 	}
-	return context.WithTimeout(base, 5*time.Second)
+	return context.WithTimeout(base, limit)
 }
 
 // begin takes bucket for a drain: it resumes a lease this relay released
