@@ -44,9 +44,11 @@ func TestItemBuildersMatchSchemas(t *testing.T) {
 		testenv.SchemaRow{Table: "control", Item: configItem(outbox.Config{BucketCount: outbox.MaxBucketCount})},
 		testenv.SchemaRow{Table: "control", Item: configItem(outbox.Config{BucketCount: 8, Mode: outbox.WatermarkMode, Retention: MinRetention})},
 		testenv.SchemaRow{Table: "control", Item: configItem(outbox.Config{BucketCount: 8, Topics: []string{"order-events", "payments.v1_x"}})},
+		testenv.SchemaRow{Table: "control", Item: configItem(outbox.Config{BucketCount: 8, Regions: []string{"us-east-1", "eu-west-1"}, TakenOver: map[string]string{"us-east-1": "eu-west-1"}})},
+		testenv.SchemaRow{Table: "control", Item: configItem(outbox.Config{BucketCount: 8, BucketEpoch: 2, NextBucketCount: 16, ChangeDeadline: time.UnixMilli(1796182310780)})},
 	)
 	sum := testenv.ValidateSchemas(context.Background(), t, "go-builders", true, rows)
-	if !strings.Contains(sum, "messages=6 fences=2") || !strings.Contains(sum, "configs=4") {
+	if !strings.Contains(sum, "messages=6 fences=2") || !strings.Contains(sum, "configs=6") {
 		t.Fatalf("validate.py classified the builders' items as %q", sum)
 	}
 }
