@@ -55,7 +55,7 @@ func (b *batchCounter) mean() float64 {
 }
 
 // TestEndToEnd: 20 concurrent writers update 500 version-checked aggregates
-// and enqueue at least 6,000 messages (3,000 in watermark mode) in multi-message transactions, 5 % of
+// and enqueue at least 4,000 messages (2,000 in watermark mode) in multi-message transactions, 5 % of
 // which fail their business condition on purpose; two relays drain with the
 // default BatchSize and concurrency while a consumer reads the topic back.
 // No faults are injected, so every committed message must arrive exactly
@@ -73,8 +73,8 @@ func TestEndToEnd(t *testing.T) {
 		target int
 		opts   []dynamo.Option
 	}{
-		{outbox.DeleteMode, 6_000, nil},
-		{outbox.WatermarkMode, 3_000, []dynamo.Option{dynamo.WithMode(outbox.WatermarkMode), dynamo.Retention(2 * time.Hour)}},
+		{outbox.DeleteMode, 4_000, nil},
+		{outbox.WatermarkMode, 2_000, []dynamo.Option{dynamo.WithMode(outbox.WatermarkMode), dynamo.Retention(2 * time.Hour)}},
 	} {
 		t.Run(c.mode.String(), func(t *testing.T) { endToEnd(t, c.mode, c.target, e2eRun{}, c.opts...) })
 	}

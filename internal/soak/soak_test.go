@@ -32,7 +32,7 @@ func TestSmallSoak(t *testing.T) {
 		rebucket     int
 	}{
 		{outbox.DeleteMode, false, 3000, 5, 12},
-		{outbox.WatermarkMode, false, 3000, 1, 0},
+		{outbox.WatermarkMode, false, 2000, 1, 0},
 		// Kafka transactions: a read_committed consumer must see nothing of
 		// an aborted or fenced transaction, no two transactions of a bucket
 		// interleaved, and duplicates only as whole transactions.
