@@ -168,6 +168,11 @@ func (r *Relay) RefreshConfig(ctx context.Context) (int, error) {
 	if err != nil {
 		return r.BucketCount(), fmt.Errorf("outbox: read config item: %w", err)
 	}
+	return r.countFrom(stored)
+}
+
+// countFrom is RefreshConfig on a config item already read.
+func (r *Relay) countFrom(stored Config) (int, error) {
 	if err := CheckConfig(stored, 0); err != nil {
 		return r.BucketCount(), err
 	}
@@ -244,15 +249,28 @@ func (r *Relay) RefreshRegions(ctx context.Context) error { return r.refreshRegi
 // running relays. A config item whose bucket count or regions changed is a
 // *MisconfigurationError: restart the relay.
 func (r *Relay) refreshRegions(ctx context.Context) error {
-	r.mu.Lock()
-	mode := r.regions.RegionMode()
-	r.mu.Unlock()
-	if !mode {
+	if !r.regionMode() {
 		return nil
 	}
 	stored, err := r.store.Config(ctx)
 	if err != nil {
 		return fmt.Errorf("outbox: re-read the config item's takeovers: %w", err)
+	}
+	return r.regionsFrom(stored)
+}
+
+// regionMode reports whether the relay runs in region mode.
+func (r *Relay) regionMode() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.regions.RegionMode()
+}
+
+// regionsFrom is refreshRegions on a config item already read (a no-op in
+// the default mode).
+func (r *Relay) regionsFrom(stored Config) error {
+	if !r.regionMode() {
+		return nil
 	}
 	if stored.BucketCount != r.BucketCount() || !slicesEqual(stored.Regions, r.regions.Regions) {
 		return &MisconfigurationError{Setting: "Regions", Configured: fmt.Sprint(r.regions.Regions, " over ", r.BucketCount(), " buckets"),
