@@ -47,7 +47,8 @@ class Table:
         names, vals, cond = kw["ExpressionAttributeNames"], kw["ExpressionAttributeValues"], kw.get("ConditionExpression")
         ce = item.get("ce", {}).get("N")
         ok = {"attribute_not_exists(#ce)": ce is None, "#ce = :e": ce == vals.get(":e", {}).get("N"),
-              "#ce = :frz": ce == vals.get(":frz", {}).get("N")}[cond]
+              "#ce = :frz": ce == vals.get(":frz", {}).get("N"),
+              "#ce BETWEEN :one AND :e": ce is not None and 1 <= int(ce) <= int(vals.get(":e", {"N": "0"})["N"])}[cond]
         if not ok:
             self.calls.append(("refused", b, kw["UpdateExpression"]))
             raise ccf(dict(item))
@@ -57,6 +58,10 @@ class Table:
             item[attr], item["v"] = {"N": str(n)}, vals[":v"]
             self.calls.append(("reserve", b, attr, n))
             return {"Attributes": {attr: {"N": str(n)}, "v": vals[":v"]}}
+        if kw["UpdateExpression"] == "SET #cf = if_not_exists(#n, :z), #n = :moved, #ce = :frz":
+            item["cf"], item["n"], item["ce"] = item.get("n", vals[":z"]), vals[":moved"], vals[":frz"]
+            self.calls.append(("freeze", b, int(item["cf"]["N"])))
+            return {"Attributes": dict(item)}
         assert kw["UpdateExpression"] == "SET #q = :cf, #ce = :e", kw
         item["q"], item["ce"] = vals[":cf"], vals[":e"]
         self.calls.append(("thaw", b, int(vals[":cf"]["N"])))
@@ -133,6 +138,19 @@ def test_a_change_past_its_deadline_fails_after_the_grace_with_nothing_written()
         w.write(messages=[Message("t", b"1", key=KEY)])
     assert 3 <= t.now - start <= 3.2  # the deadline (1 s) plus the grace (2 s)
     assert t.commits == []
+
+
+def test_a_counter_left_behind_is_frozen_and_thawed_into_the_epoch():
+    # 8 -> 4 -> 8: the change to 4 froze buckets 0..7 and thawed them into
+    # epoch 1; bucket 6's counter is still at epoch 0's n (say a restore put
+    # it back), and the writer at epoch 2 meets it.
+    t = Table(cfg(8, v=3, be=2))
+    w = writer(t)
+    t.counters = {6: {"n": {"N": "9"}}}
+    m = w.write(messages=[Message("t", b"1", key=KEY)]).messages[0]
+    assert (m.bucket, m.sequence) == (6, 10)  # on from the old counter's last number
+    assert t.calls[-3:] == [("freeze", 6, 9), ("thaw", 6, 9), ("reserve", 6, "q", 10)]
+    assert t.counters[6]["n"] == {"S": contract.MOVED_COUNTER} and t.counters[6]["ce"] == {"N": "2"}
 
 
 def test_a_counter_ahead_of_the_config_item_is_refused():
