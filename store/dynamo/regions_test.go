@@ -40,7 +40,13 @@ func regionSides(t *testing.T, ctx context.Context) (a, b shimSide) {
 	)
 	for i := range insts {
 		wg.Add(1)
-		go func() { defer wg.Done(); insts[i], errs[i] = dynamolocal.Start(ctx, dynamolocal.Options{}) }()
+		// Two JVMs starting at once beside a busy make test: a longer
+		// guard than the default 30 s (testenv's one instance was seen
+		// to miss it at load 21); it bounds a hang, not a speed.
+		go func() {
+			defer wg.Done()
+			insts[i], errs[i] = dynamolocal.Start(ctx, dynamolocal.Options{StartTimeout: 3 * time.Minute})
+		}()
 	}
 	wg.Wait()
 	for i, inst := range insts {
