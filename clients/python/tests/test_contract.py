@@ -151,3 +151,12 @@ def test_docs_vector_table_and_header_example():
         assert [int(c) for c in cells[3:6]] == [contract.bucket_for(mid, key, part, n) for n in (8, 64, 4096)], row
     example = contract.encode_headers([("k", b"v"), ("k2", None), ("", b"")]).hex(" ")
     assert f"`{example}`" in doc
+
+
+def test_moved_counter_is_the_go_sides():
+    """The string a first online change leaves in a counter's n (so that
+    writers without epochs fail their ADD) is byte for byte the Go side's:
+    this writer writes it too when it freezes a counter left behind."""
+    with open(os.path.join(REPO, "sequence", "epoch.go"), encoding="utf-8") as f:
+        src = f.read()
+    assert f'MovedCounter = "{contract.MOVED_COUNTER}"' in src
