@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,11 +49,14 @@ func (e *env) relayBehindMapping(ctx context.Context, t *testing.T, chk *checker
 // before the next is sent, so the test decides what happens between two
 // transactions (a BucketCount change) while the writer keeps its state.
 type pyLines struct {
-	t    *testing.T
-	cmd  *exec.Cmd
-	in   *json.Encoder
-	out  *bufio.Scanner
-	done func()
+	t   *testing.T
+	in  *json.Encoder
+	out *bufio.Scanner
+	// events are the writer's stderr lines that are JSON events
+	// (--report-change-waits); the other lines are kept for the log.
+	events chan string
+	mu     sync.Mutex
+	stderr strings.Builder
 }
 
 func startPyLines(ctx context.Context, t *testing.T, d *testenv.Dynamo, tables dynamo.Tables, args ...string) *pyLines {
@@ -60,8 +64,6 @@ func startPyLines(ctx context.Context, t *testing.T, d *testenv.Dynamo, tables d
 	cmd := exec.CommandContext(ctx, testenv.Python(t), append([]string{"-m", "outbox_writer", "--endpoint", d.Endpoint, "--region", d.Config.Region,
 		"--messages-table", tables.Messages, "--control-table", tables.Control, "--json-lines", "-"}, args...)...)
 	cmd.Env = testenv.PythonEnv(ctx, t, d)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -70,19 +72,39 @@ func startPyLines(ctx context.Context, t *testing.T, d *testenv.Dynamo, tables d
 	if err != nil {
 		t.Fatal(err)
 	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &pyLines{t: t, cmd: cmd, in: json.NewEncoder(stdin), out: bufio.NewScanner(stdout)}
+	p := &pyLines{t: t, in: json.NewEncoder(stdin), out: bufio.NewScanner(stdout), events: make(chan string, 16)}
 	p.out.Buffer(make([]byte, 1<<20), 1<<24)
-	p.done = func() {
-		_ = stdin.Close()
-		_ = cmd.Wait()
-		if t.Failed() && stderr.Len() > 0 {
-			t.Logf("python -m outbox_writer stderr: %s", stderr.String())
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if line := sc.Text(); strings.HasPrefix(line, `{"event"`) {
+				p.events <- line
+			} else {
+				p.mu.Lock()
+				p.stderr.WriteString(line + "\n")
+				p.mu.Unlock()
+			}
 		}
-	}
-	t.Cleanup(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		<-read
+		_ = cmd.Wait()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if t.Failed() && p.stderr.Len() > 0 {
+			t.Logf("python -m outbox_writer stderr: %s", p.stderr.String())
+		}
+	})
 	return p
 }
 
@@ -112,14 +134,33 @@ func (p *pyLines) next() pyLine {
 
 func (p *pyLines) write(tx testenv.PythonTx) pyLine {
 	p.t.Helper()
-	if err := p.in.Encode(tx); err != nil {
-		p.t.Fatalf("send a transaction to python -m outbox_writer: %v", err)
-	}
+	p.send(tx)
 	return p.next()
 }
 
+// send sends a transaction without waiting for its result (next).
+func (p *pyLines) send(tx testenv.PythonTx) {
+	p.t.Helper()
+	if err := p.in.Encode(tx); err != nil {
+		p.t.Fatalf("send a transaction to python -m outbox_writer: %v", err)
+	}
+}
+
+// event waits for the writer's next event line.
+func (p *pyLines) event(ctx context.Context) string {
+	p.t.Helper()
+	select {
+	case e := <-p.events:
+		return e
+	case <-ctx.Done():
+		p.t.Fatalf("python -m outbox_writer reported no event: %v", ctx.Err())
+		return ""
+	}
+}
+
 // waitFrozen waits until a BucketCount change is in progress and every
-// counter it covers is frozen, so that the next reservation pauses.
+// counter it covers is frozen, so that the next reservation is refused
+// and waits for the change.
 func waitFrozen(ctx context.Context, t *testing.T, e *env, buckets int) {
 	t.Helper()
 	for {
@@ -154,12 +195,16 @@ func waitFrozen(ctx context.Context, t *testing.T, e *env, buckets int) {
 // (dynamo.ChangeBucketCount, what outbox buckets set runs), 8 → 16 → 12,
 // while the Go relay drains through the local stream mapping. Each change
 // is held in progress by a reservation the writer abandoned (a crashed
-// writer's gap, which the change fences after its gap timeout), and the
-// writer is sent transactions while every counter is frozen: each must
-// pause, learn the new count from its refused reservation, thaw its
-// counter, move its messages to the new count's buckets (the ones Go's
-// outbox.BucketFor gives) and commit. Every message is consumed, each
-// key's in commit order across both changes.
+// writer's gap: the change cannot end before the number is decided), and
+// the writer is sent a transaction once every counter is frozen; when the
+// writer reports that it waits for the change (--report-change-waits), the
+// test fences the abandoned number, as a relay or the change would after
+// their gap timeouts, and the change ends. The waiting write must learn
+// the new count from its refused reservation, thaw its counter, move its
+// messages to the new count's buckets (the ones Go's outbox.BucketFor
+// gives) and commit. Every message is consumed, each key's in commit order
+// across both changes. Nothing here depends on timing: each step waits
+// for the condition the next one needs.
 func TestPythonWriterRebucket(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 8)
@@ -170,15 +215,17 @@ func TestPythonWriterRebucket(t *testing.T) {
 	cctx, stopConsumer := context.WithCancel(ctx)
 	consumed := e.checkDelivery(cctx, t, chk)
 
-	py := startPyLines(ctx, t, e.dynamo, e.tables)
+	py := startPyLines(ctx, t, e.dynamo, e.tables, "--report-change-waits")
 	order := map[string]int64{}
 	var (
 		committed, paused, placement, txs int
 		maxPause                          int64
 	)
 	// send commits n transactions of two messages of one key each and
-	// checks they went under count buckets.
-	send := func(n, count int, wantPause bool) {
+	// checks they went under count buckets; before reading the first
+	// result it runs during (nil: nothing), and wantPause says that write
+	// must have waited for a change and moved its messages.
+	send := func(n, count int, wantPause bool, during func()) {
 		t.Helper()
 		for i := range n {
 			txs++
@@ -191,7 +238,11 @@ func TestPythonWriterRebucket(t *testing.T) {
 				ids = append(ids, id)
 				msgs = append(msgs, map[string]any{"topic": e.topic, "id": id, "key_b64": base64.StdEncoding.EncodeToString([]byte(key)), "value": fmt.Sprint(order[key])})
 			}
-			r := py.write(testenv.PythonTx{Messages: msgs})
+			py.send(testenv.PythonTx{Messages: msgs})
+			if i == 0 && during != nil {
+				during()
+			}
+			r := py.next()
 			if !r.OK {
 				t.Fatalf("Python write of %s: %s: %s", key, r.Error, r.Message)
 			}
@@ -213,26 +264,36 @@ func TestPythonWriterRebucket(t *testing.T) {
 			maxPause = max(maxPause, r.PausedMs)
 		}
 	}
-	send(10, 8, false)
+	send(10, 8, false, nil)
 	changes := 0
 	for _, step := range []struct{ from, to int }{{8, 16}, {16, 12}} {
-		// A reservation abandoned in the key's bucket holds the change
-		// until the change fences it (ChangeGapTimeout).
-		if r := py.write(testenv.PythonTx{Messages: []any{map[string]any{"topic": e.topic, "key": "py-k0", "value": "abandoned"}}, AbandonAfterReserve: true}); r.Error != "Abandoned" {
+		// A reservation abandoned holds the change until its number is
+		// decided; the gap timeouts are far beyond the test's, so only
+		// the test's fence below decides it.
+		r := py.write(testenv.PythonTx{Messages: []any{map[string]any{"topic": e.topic, "key": "py-k0", "value": "abandoned"}}, AbandonAfterReserve: true})
+		if r.Error != "Abandoned" || len(r.Reserved) != 1 {
 			t.Fatalf("abandon after reserve: %+v", r)
 		}
+		hole := r.Reserved[0]
 		done := make(chan error, 1)
 		go func() {
-			_, err := dynamo.ChangeBucketCount(ctx, e.dynamo.Client, e.tables, step.to, dynamo.ChangeTimeout(2*time.Minute), dynamo.ChangeGapTimeout(3*time.Second))
+			_, err := dynamo.ChangeBucketCount(ctx, e.dynamo.Client, e.tables, step.to, dynamo.ChangeTimeout(5*time.Minute), dynamo.ChangeGapTimeout(5*time.Minute))
 			done <- err
 		}()
 		waitFrozen(ctx, t, e, max(step.from, step.to))
-		send(3, step.to, true)
+		send(1, step.to, true, func() {
+			if ev := py.event(ctx); !strings.Contains(ev, fmt.Sprintf(`"next_bucket_count": %d`, step.to)) {
+				t.Fatalf("the writer's event %s, want a wait for the change to %d", ev, step.to)
+			}
+			if err := e.store.Fence(ctx, int(hole[0]), hole[1], time.Now()); err != nil {
+				t.Fatalf("fence the abandoned number %v: %v", hole, err)
+			}
+		})
 		if err := <-done; err != nil {
 			t.Fatalf("change %d → %d: %v", step.from, step.to, err)
 		}
 		changes++
-		send(3, step.to, false)
+		send(5, step.to, false, nil)
 	}
 	r, c := e.settleRebucket(ctx, t, chk, stopConsumer, consumed)
 	fmt.Printf("python-writer: rebucket changes=%d committed=%d lost=%d order_violations=%d placement_mismatches=%d paused_writes=%d max_pause_ms=%d (duplicates=%d bucket_count=%d epoch=%d)\n",

@@ -131,6 +131,8 @@ def main(argv=None) -> int:
     p.add_argument("--json-items", help="a JSON list of your TransactWriteItems (DynamoDB JSON), with --json-messages")
     p.add_argument("--token", help="the ClientRequestToken (an idempotency key), with --json-messages")
     p.add_argument("--abandon-after-reserve", action="store_true", help="tests: reserve, then stop without committing")
+    p.add_argument("--report-change-waits", action="store_true",
+                   help='tests: print {"event": "change-wait", ...} on stderr when a write starts waiting for a BucketCount change')
     a = p.parse_args(argv)
 
     try:
@@ -138,6 +140,11 @@ def main(argv=None) -> int:
     except ConfigError as e:
         print(json.dumps({"ok": False, "error": e.code, "message": str(e), "unknown": e.unknown}), flush=True)
         return 3
+    if a.report_change_waits:
+        def report(c):
+            print(json.dumps({"event": "change-wait", "bucket_count": c.bucket_count, "next_bucket_count": c.next_bucket_count,
+                              "epoch": c.epoch}), file=sys.stderr, flush=True)
+        writer.on_change_wait = report
     if a.json_messages:
         batch = [{"items": _load(a.json_items) if a.json_items else [], "messages": _load(a.json_messages), "token": a.token}]
     elif a.json_lines:

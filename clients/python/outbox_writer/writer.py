@@ -180,8 +180,10 @@ class Writer:
         self.max_attempts, self.fence_ttl_seconds, self.max_message_bytes = max_attempts, fence_ttl_seconds, max_message_bytes
         self.clock, self.sleep = clock, sleep
         self.region, self.change_grace_seconds = region, change_grace_seconds
-        # Test seam: called with the reservations before each commit.
+        # Test seams: called with the reservations before each commit; with
+        # the config item when a write starts waiting for a change to end.
         self.after_reserve = None
+        self.on_change_wait = None
         self.config = self._read_config()
         self._check_region()
         # The BucketCount and epoch messages are put under; a reservation
@@ -466,10 +468,14 @@ class Writer:
         and return the (count, epoch) to write under."""
         had = st.view
         pause = CHANGE_POLL_MIN
+        waiting = False
         while True:
             c = self._read_config()
             now = self.clock()
             if c.changing:
+                if not waiting and self.on_change_wait is not None:
+                    self.on_change_wait(c)
+                waiting = True
                 limit = c.change_deadline_ms / 1000 + self.change_grace_seconds
                 if now >= limit:
                     raise BucketCountChangeError(
