@@ -105,7 +105,6 @@ class _EpochRefused(Exception):
         self.bucket, self.epoch = bucket, epoch
         self.counter = _num(old, "ce")
         self.fence = _num(old, "cf")
-        self.has_epoch = "ce" in (old or {})
 
 
 def _num(item, name) -> int:
