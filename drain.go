@@ -46,6 +46,9 @@ type drain struct {
 	// marking: the tombstones of a held drain's last batch, in flight
 	// while the release that carries its head goes out (finish).
 	marking *pendingMark
+	// restamp: a resumed drain's write of a new release time, in flight
+	// beside its read, publish and marking (restampIfDue).
+	restamp *pendingRestamp
 	// isolate: the next publish is the head record alone, to tell whether
 	// a record-level rejection is really its own.
 	isolate bool
@@ -111,6 +114,76 @@ func (d *drain) acquire(ctx context.Context) error {
 	return d.inject(ctx, seam.AfterAcquire)
 }
 
+// pendingRestamp is a RestampRelease in flight (drain.restamp).
+type pendingRestamp struct {
+	done  chan struct{} // closed once the write returned
+	wait  func()
+	token string    // the released hold it restamps
+	at    time.Time // scheduler clock, taken before the lease clock's time it writes
+	err   error
+}
+
+// restampIfDue starts, for a resumed drain whose window has run down by a
+// quarter, a write of a new release time on the lease it resumed
+// (Store.RestampRelease: conditional on the lease being still released by
+// this process's hold), and lets the drain go on meanwhile under the window
+// it has. Once the write succeeded (takeRestamp) the window runs from the
+// instant taken before the time it wrote, exactly as a release's does: an
+// acquirer that reads the new time waits until it + ResumeWindow +
+// MaxClockSkew, and one that acquired before the write landed made it fail
+// (the token changed), so the window it waits out is the old one, which
+// this drain still keeps to. A busy bucket's warm container so keeps
+// resuming with no write on its drains' path, where it acquired its own
+// release and released it again (two writes in a row) every 2.5 s
+// (docs/design.md §4.3).
+func (d *drain) restampIfDue(ctx context.Context) {
+	cfg := &d.r.cfg
+	if d.held || d.restamp != nil || d.r.resumeLeft(d.loc) >= (cfg.resumeWindow-cfg.leaseMargin)*3/4 {
+		return
+	}
+	l := d.getLease()
+	rs := &pendingRestamp{done: make(chan struct{}), token: d.loc.token}
+	rs.at = d.r.sched.Now()
+	l.ReleasedAt = cfg.clock.Now()
+	rs.wait = d.r.sched.Go(func() {
+		defer close(rs.done)
+		_, rs.err = d.r.store.RestampRelease(ctx, l)
+	})
+	d.restamp = rs
+}
+
+// takeRestamp applies the restamp in flight once it returned: it waits for
+// it when block is set, else only looks. It runs on the drain's goroutine,
+// outside any publish or marking (whose watchdog reads the window).
+func (d *drain) takeRestamp(block bool) {
+	rs := d.restamp
+	if rs == nil {
+		return
+	}
+	if !block {
+		select {
+		case <-rs.done:
+		default:
+			return
+		}
+	}
+	d.restamp = nil
+	rs.wait()
+	if rs.err != nil || d.held || d.loc.token != rs.token {
+		// Acquired since (by this drain or another process): the window
+		// stands as it was, or no longer matters.
+		return
+	}
+	if rs.at.After(d.loc.releasedAt) {
+		d.loc.releasedAt = rs.at
+	}
+	if rs.at.After(d.checkedAt) {
+		// The write found the lease still released by this hold: a look.
+		d.checkedAt = rs.at
+	}
+	d.st.Restamped = true
+}
+
 // hold makes sure this drain holds the lease before an action that needs
 // it (recording a gap, fencing, parking). It reports whether it had to
 // acquire: the batch read before is then stale and must be read again.
@@ -135,6 +208,7 @@ func (d *drain) run(ctx context.Context) error {
 		if err := d.renewIfDue(ctx); err != nil {
 			return err
 		}
+		d.takeRestamp(false)
 		if err := d.recheck(ctx); err != nil {
 			return err
 		}
@@ -482,6 +556,7 @@ func (d *drain) markInWindow(ctx context.Context, seqs []int64) error {
 	if d.held || d.r.mode == WatermarkMode {
 		return d.mark(ctx, seqs)
 	}
+	d.takeRestamp(false)
 	_, expired, err := d.underWindow(ctx, func(ctx context.Context) (int, error) { return 0, d.mark(ctx, seqs) })
 	if !expired {
 		return err
@@ -784,6 +859,7 @@ func (d *drain) finish(ctx context.Context) error {
 	cfg := &d.r.cfg
 	cctx, cancel := cleanupContext(ctx, d.r.cfg.leaseDuration)
 	defer cancel()
+	d.takeRestamp(true)
 	if d.held {
 		l := d.getLease()
 		l.Wake = d.wakeBase
@@ -853,6 +929,7 @@ func (d *drain) flushResumed(ctx, cctx context.Context, force bool) {
 // stay for the next holder — unless the drain crashed (a dead process gives
 // nothing up); a lease lost to another relay is left alone by the store.
 func (d *drain) stop(ctx context.Context, err error) {
+	d.takeRestamp(true) // landed or not, it is over before the drain returns
 	var crash *seam.CrashError
 	if errors.As(err, &crash) {
 		return

@@ -335,8 +335,11 @@ type DrainStats struct {
 	// tombstones landed, and it acquired its own release to write them
 	// under the lease.
 	ResumeMarkHeld bool
-	GapWait        time.Duration // waited on missing sequence numbers
-	Duration       time.Duration
+	// Restamped: a resumed drain wrote a new release time on the lease
+	// (Store.RestampRelease) and resumes from it (docs/design.md §4.3).
+	Restamped bool
+	GapWait   time.Duration // waited on missing sequence numbers
+	Duration  time.Duration
 	// Err is the error DrainBucket returned (nil when drained), and Class
 	// its class.
 	Err   error
@@ -511,7 +514,11 @@ func (r *Relay) begin(ctx context.Context, bucket int, target int64, wait bool, 
 		// again without a write (docs/design.md, "resuming").
 		d.lease, d.head, d.cleaned, d.checkedAt = l, l.Head, l.Cleaned, checked
 		st.Resumed = true
-		return d, d.inject(ctx, seam.AfterAcquire)
+		if err := d.inject(ctx, seam.AfterAcquire); err != nil {
+			return d, err
+		}
+		d.restampIfDue(ctx)
+		return d, nil
 	}
 	if wait && r.holderWait() > 0 && l.HeldAt(r.cfg.clock.Now()) {
 		// Held — by another relay, or by another process sharing this

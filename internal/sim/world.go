@@ -771,6 +771,13 @@ func (y *yieldStore) Abandon(ctx context.Context, l outbox.Lease, head, cleaned 
 	y.lease("Abandon", l.Bucket, l.Owner, y.Store.Lease(l.Bucket), err)
 	return err
 }
+func (y *yieldStore) RestampRelease(ctx context.Context, l outbox.Lease) (outbox.Lease, error) {
+	y.s.Yield()
+	var nl outbox.Lease
+	err := y.resent("RestampRelease", l.Bucket, func() (err error) { nl, err = y.Store.RestampRelease(ctx, l); return err })
+	y.lease("RestampRelease", l.Bucket, l.Owner, nl, err)
+	return nl, err
+}
 func (y *yieldStore) Advance(ctx context.Context, l outbox.Lease, head, cleaned int64, now time.Time) (outbox.Lease, error) {
 	y.s.Yield()
 	var nl outbox.Lease
