@@ -641,3 +641,96 @@ func TestResumerFinishesMarkingUnderItsOwnRelease(t *testing.T) {
 	}
 	pub.checkOnce(t, []int64{1, 2, 3, 4, 5, 6})
 }
+
+// countingStore counts a store's lease writes by operation.
+type countingStore struct {
+	outbox.Store
+	mu     sync.Mutex
+	writes map[string]int
+}
+
+func (c *countingStore) count(op string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writes[op]++
+}
+
+func (c *countingStore) get(op string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.writes[op]
+}
+
+func (c *countingStore) Acquire(ctx context.Context, b int, o string, now time.Time, d time.Duration) (outbox.Lease, error) {
+	c.count("Acquire")
+	return c.Store.Acquire(ctx, b, o, now, d)
+}
+
+func (c *countingStore) RestampRelease(ctx context.Context, l outbox.Lease) (outbox.Lease, error) {
+	c.count("RestampRelease")
+	return c.Store.RestampRelease(ctx, l)
+}
+
+// TestResumerRestampsItsRelease (issue 21): a warm container that drains a
+// busy bucket every 2 s keeps resuming it — no acquire, no release — because
+// each drain that finds a quarter of its window gone writes a new release
+// time beside its work (one write, off its path); and another container that
+// acquires afterwards waits out the window from the newest time, not the
+// first release's. Before, the drain 4 s after the release acquired its own
+// release (and released it again): two writes in a row on its path.
+func TestResumerRestampsItsRelease(t *testing.T) {
+	const window, skew = 10 * time.Second, 5 * time.Second // the defaults
+	ctx := ctxFor(t, time.Minute)
+	mem := memory.New(1)
+	s := &countingStore{Store: mem, writes: map[string]int{}}
+	sched, pub, clk := newManualSched(), newOverlapPublisher(), &fakeClock{}
+	opts := []outbox.Option{sched.option(), outbox.WithClock(clk), outbox.RelayID("relay/fn"), outbox.HolderWait(0)}
+	a, b := newRelay(t, s, pub, opts...), newRelay(t, s, pub, opts...)
+	fill(t, mem, 0, 1, 2)
+	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Acquired {
+		t.Fatalf("a's first drain: acquired %v, err %v", st.Acquired, err)
+	}
+	var last time.Duration // since the release, when a's latest restamp began
+	seq := int64(3)
+	for _, after := range []time.Duration{2 * time.Second, 4 * time.Second, 6 * time.Second, 8 * time.Second} {
+		sched.Advance(after - last)
+		clk.Advance(after - last)
+		fill(t, mem, 0, seq)
+		seq++
+		st, err := a.DrainBucket(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.Resumed || st.Acquired || !st.Restamped {
+			t.Fatalf("a's drain %v after its release (last restamp at %v): resumed %v, acquired %v, restamped %v; want a resume that restamps",
+				after, last, st.Resumed, st.Acquired, st.Restamped)
+		}
+		last = after
+	}
+	if n := s.get("Acquire"); n != 1 {
+		t.Errorf("acquisitions: %d, want 1 (the first drain's)", n)
+	}
+	if n := s.get("RestampRelease"); n != 4 {
+		t.Errorf("restamps: %d, want 4", n)
+	}
+	// Another container, 7 s after a's last restamp: it waits until that
+	// restamp + ResumeWindow + MaxClockSkew, 8 s from now; after the first
+	// release + 15 s, now, it would wait nothing.
+	sched.Advance(7 * time.Second)
+	clk.Advance(7 * time.Second)
+	fill(t, mem, 0, seq)
+	done := drainAsync(ctx, b)
+	want := window + skew - 7*time.Second
+	if !eventually(func() bool { return sched.sleepers(want) == 1 }) {
+		t.Fatalf("b does not wait %v before reading", want)
+	}
+	sched.Advance(want)
+	r := <-done
+	if r.err != nil || r.st.ResumeWait != want {
+		t.Fatalf("b's drain: waited %v, err %v; want %v", r.st.ResumeWait, r.err, want)
+	}
+	pub.checkOnce(t, []int64{1, 2, 3, 4, 5, 6, 7})
+	if n := pub.overlapCount(); n != 0 {
+		t.Errorf("%d overlapping publishes", n)
+	}
+}

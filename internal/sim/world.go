@@ -127,6 +127,9 @@ type Result struct {
 	Story []string
 	// Resends counts conditional writes the SDK sent twice.
 	Resends int
+	// Restamps counts release times a resumer rewrote (RestampRelease that
+	// succeeded), each opening a new resume window without an acquisition.
+	Restamps int
 	// OutOfOrder: first deliveries of a bucket out of sequence order.
 	OutOfOrder []string
 	// Overlaps counts publishes of a bucket by one process that began while
@@ -775,6 +778,9 @@ func (y *yieldStore) RestampRelease(ctx context.Context, l outbox.Lease) (outbox
 	y.s.Yield()
 	var nl outbox.Lease
 	err := y.resent("RestampRelease", l.Bucket, func() (err error) { nl, err = y.Store.RestampRelease(ctx, l); return err })
+	if err == nil {
+		y.w.res.Restamps++
+	}
 	y.lease("RestampRelease", l.Bucket, l.Owner, nl, err)
 	return nl, err
 }
