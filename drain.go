@@ -166,20 +166,36 @@ func (d *drain) goWrite(ctx context.Context, write func(context.Context) error) 
 // container so keeps resuming with no write on its drains' path, where it
 // acquired its own release and released it again (two writes in a row)
 // every 2.5 s (docs/design.md §4.3).
+//
+// A drain restamps when it begins and when it finishes, whenever a quarter
+// of the window has passed since the release or the last restamp sent:
+// the one a drain sends as it finishes opens the window the bucket's next
+// drain resumes in, so that drains of a busy bucket resume however long
+// each one takes, while they follow each other closely. A restamp sent
+// while another is in flight replaces it (the older one's answer is
+// dropped: had it succeeded, it would have opened an earlier window).
 func (d *drain) restampIfDue(ctx context.Context) {
 	cfg := &d.r.cfg
-	if d.held || d.loc.restamp != nil || d.r.resumeLeft(d.loc) >= (cfg.resumeWindow-cfg.leaseMargin)*3/4 {
+	now := d.r.sched.Now()
+	if d.held || d.loc.releasedAt.IsZero() || now.Sub(later(d.loc.releasedAt, d.loc.restampSent)) < (cfg.resumeWindow-cfg.leaseMargin)/4 {
 		return
 	}
 	l := d.getLease()
-	at := d.r.sched.Now()
 	l.ReleasedAt = cfg.clock.Now()
 	d.loc.restamp = d.goWrite(ctx, func(ctx context.Context) error {
 		_, err := d.r.store.RestampRelease(ctx, l)
 		return err
 	})
-	d.loc.restamp.at = at
+	d.loc.restamp.at, d.loc.restampSent = now, now
 	d.st.Restamped = true
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // takeRestamp applies a restamp in flight once it returned: it waits for it
@@ -906,6 +922,8 @@ func (d *drain) finish(ctx context.Context) error {
 		}
 		return nil
 	}
+	d.takeRestamp(false)
+	d.restampIfDue(ctx)
 	if d.r.mode == DeleteMode {
 		d.flushBehind(ctx)
 		return nil

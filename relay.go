@@ -85,6 +85,8 @@ type local struct {
 	// (Advance) that a resumed drain left in flight; a later drain takes
 	// them (drain.takeRestamp, drain.flushBehind).
 	restamp, flush *pendingWrite
+	// restampSent: when (scheduler clock) the last restamp was sent.
+	restampSent time.Time
 	// releasedAt: when this process began to give up that hold (Release
 	// or Abandon; scheduler clock), recorded in the lease as ReleasedAt by
 	// the lease clock. It resumes the hold only until LeaseMargin before
