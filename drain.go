@@ -121,11 +121,18 @@ type pendingWrite struct {
 	err   error
 }
 
-// over reports whether the write returned; with block set it waits for it.
-func (w *pendingWrite) over(block bool) bool {
+// over reports whether the write returned; with block set it waits for it,
+// but not past ctx: an invocation returns before its deadline even when a
+// write left in flight by an earlier one (say, across a frozen container)
+// has not returned yet.
+func (w *pendingWrite) over(ctx context.Context, block bool) bool {
 	if block {
-		<-w.done
-		return true
+		select {
+		case <-w.done:
+			return true
+		case <-ctx.Done():
+			return false
+		}
 	}
 	select {
 	case <-w.done:
@@ -202,9 +209,9 @@ func later(a, b time.Time) time.Time {
 // when block is set, else only looks. It runs on a drain's goroutine,
 // during its turn, outside any publish or marking (whose watchdog reads
 // the window).
-func (d *drain) takeRestamp(block bool) {
+func (d *drain) takeRestamp(ctx context.Context, block bool) {
 	rs := d.loc.restamp
-	if rs == nil || !rs.over(block) {
+	if rs == nil || !rs.over(ctx, block) {
 		return
 	}
 	d.loc.restamp = nil
@@ -246,7 +253,7 @@ func (d *drain) run(ctx context.Context) error {
 		if err := d.renewIfDue(ctx); err != nil {
 			return err
 		}
-		d.takeRestamp(false)
+		d.takeRestamp(ctx, false)
 		if err := d.recheck(ctx); err != nil {
 			return err
 		}
@@ -594,7 +601,7 @@ func (d *drain) markInWindow(ctx context.Context, seqs []int64) error {
 	if d.held || d.r.mode == WatermarkMode {
 		return d.mark(ctx, seqs)
 	}
-	d.takeRestamp(false)
+	d.takeRestamp(ctx, false)
 	_, expired, err := d.underWindow(ctx, func(ctx context.Context) (int, error) { return 0, d.mark(ctx, seqs) })
 	if !expired {
 		return err
@@ -922,7 +929,7 @@ func (d *drain) finish(ctx context.Context) error {
 		}
 		return nil
 	}
-	d.takeRestamp(false)
+	d.takeRestamp(ctx, false)
 	d.restampIfDue(ctx)
 	if d.r.mode == DeleteMode {
 		d.flushBehind(ctx)
@@ -941,7 +948,7 @@ func (d *drain) finish(ctx context.Context) error {
 // late one lands only where it is still true, and never moves a head back.
 func (d *drain) flushBehind(ctx context.Context) {
 	cfg := &d.r.cfg
-	if w := d.loc.flush; w != nil && !w.over(false) {
+	if w := d.loc.flush; w != nil && !w.over(ctx, false) {
 		return
 	}
 	d.loc.flush = nil

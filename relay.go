@@ -536,9 +536,9 @@ func (r *Relay) begin(ctx context.Context, bucket int, target int64, wait bool, 
 	half := (r.cfg.resumeWindow - r.cfg.leaseMargin) / 2
 	// A restamp an earlier drain left in flight: take it if it returned,
 	// and wait for it if it decides whether this drain may resume.
-	d.takeRestamp(false)
+	d.takeRestamp(ctx, false)
 	if d.loc.restamp != nil && r.resumeLeft(d.loc) < half {
-		d.takeRestamp(true)
+		d.takeRestamp(ctx, true)
 	}
 	if r.resumable(l, d.loc) && r.resumeLeft(d.loc) >= half {
 		// Released by this process and acquired by nobody since: drain it
