@@ -98,6 +98,28 @@ func buildBootstraps(ctx context.Context, root, dir string, arches []string) ([]
 // footprintGoMemLimit is the -footprint-gomemlimit flag.
 var footprintGoMemLimit string
 
+// footprintPprof is the -footprint-pprof flag: a directory for the
+// profiles of bench/profrelay, run instead of the release bootstrap.
+var footprintPprof string
+
+// buildProfRelay builds bench/profrelay into dir and returns its path.
+func buildProfRelay(ctx context.Context, root, dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	out, err := filepath.Abs(filepath.Join(dir, "bootstrap"))
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "lambda.norpc", "-o", out, "./bench/profrelay")
+	cmd.Dir = filepath.Join(root, "tools")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./bench/profrelay: %v\n%s", err, b)
+	}
+	return out, nil
+}
+
 func footprint(ctx context.Context, st *stage, rie, bootstrap string, bl backlog) (footprintResult, error) {
 	res := footprintResult{RunArch: runtime.GOARCH, Backlog: bl, Messages: bl.Messages, GoMemLimit: footprintGoMemLimit}
 	env := map[string]string{
@@ -114,6 +136,13 @@ func footprint(ctx context.Context, st *stage, rie, bootstrap string, bl backlog
 	}
 	if footprintGoMemLimit != "" {
 		env["GOMEMLIMIT"] = footprintGoMemLimit
+	}
+	if footprintPprof != "" {
+		dir, err := filepath.Abs(footprintPprof)
+		if err != nil {
+			return res, err
+		}
+		env["OUTBOX_PROFILE_DIR"] = dir
 	}
 	var (
 		logMu   sync.Mutex

@@ -166,6 +166,7 @@ func main() {
 	modes := flag.String("modes", "", `the relay modes of the steady stage ("delete,watermark"; empty: both)`)
 	containers := flag.Int("containers", 1, "the relay function's containers in the steady stage: separate processes sharing the owner id (1: one warm container)")
 	switchEvery := flag.Duration("switch-every", 0, "with -containers above 1: send invocations to one container this long, then to the next (0: every invocation to the next, the worst case)")
+	flag.StringVar(&footprintPprof, "footprint-pprof", "", "the footprint stage runs bench/profrelay (the relay bootstrap with heap profiles) instead of the release bootstrap and writes heap-peak.pprof and allocs.pprof into this directory")
 	flag.StringVar(&footprintGoMemLimit, "footprint-gomemlimit", "", `the footprint stage's bootstrap runs with this GOMEMLIMIT ("48MiB"; empty: none)`)
 	flag.Parse()
 	if *render != "" {
@@ -694,6 +695,12 @@ func footprintStage(ctx context.Context, e *env, g *gen, tmpl *template, o optio
 		}
 	}
 	f.BuildFlags = "CGO_ENABLED=0 GOOS=linux go -C lambda build -trimpath -tags lambda.norpc -ldflags='-s -w' ./relay"
+	if footprintPprof != "" {
+		if host, err = buildProfRelay(ctx, root, footprintPprof); err != nil {
+			return err
+		}
+		f.BuildFlags = "bench/profrelay (-footprint-pprof)"
+	}
 	rie, err := installRIE(ctx, root)
 	if err != nil {
 		return err
