@@ -62,6 +62,8 @@ type footprintResult struct {
 	// the first right after the pre-fill (InitMs and InitSteps are its),
 	// the others a second apart; the last one drains.
 	ColdStarts []coldStart `json:"cold_starts,omitempty"`
+	// ProbeEmpty is the probe on the stage's tables before the pre-fill.
+	ProbeEmpty probe `json:"probe_before_prefill"`
 }
 
 // buildFlags are the release build's flags (the Makefile's build target).

@@ -719,11 +719,18 @@ func footprintStage(ctx context.Context, e *env, g *gen, tmpl *template, o optio
 	}
 	o.progress("footprint: %d messages drained by the bootstrap under the Lambda RIE", o.footprintMsgs)
 	return withStage(ctx, e, "footprint", 8, func(st *stage) error {
+		// The same round trips on the empty tables: what DynamoDB Local
+		// answers before the pre-fill, to tell its cost from the code's.
+		empty, err := probeStore(ctx, st)
+		if err != nil {
+			return err
+		}
 		bl, err := prefill(ctx, st, g, tmpl, o.footprintMsgs)
 		if err != nil {
 			return err
 		}
 		r, err := footprint(ctx, st, rie, host, bl, o.footprintColdStarts)
+		r.ProbeEmpty = empty
 		r.Binaries, r.BuildFlags = f.Binaries, f.BuildFlags
 		*f = r
 		return err

@@ -452,8 +452,8 @@ func (f footprintResult) coldLine() string {
 		}
 		each += fmt.Sprintf("%.1f/%.1f/%.1f", c.InitMs, c.InitSteps["store"], c.Probe.Ms)
 	}
-	return fmt.Sprintf("footprint-cold: starts=%d init_ms_min=%.1f init_ms_median=%.1f store_ms_min=%.1f store_ms_median=%.1f probe_ms_min=%.1f probe_ms_median=%.1f probe_get_item_ms_median=%.1f probe_describe_table_ms_median=%.1f each_init/store/probe_ms=%s",
-		len(inits), slices.Min(inits), medianOf(inits), slices.Min(stores), medianOf(stores), slices.Min(probes), medianOf(probes), medianOf(gets), medianOf(describes), each)
+	return fmt.Sprintf("footprint-cold: starts=%d init_ms_min=%.1f init_ms_median=%.1f store_ms_min=%.1f store_ms_median=%.1f probe_ms_min=%.1f probe_ms_median=%.1f probe_get_item_ms_median=%.1f probe_describe_table_ms_median=%.1f probe_before_prefill_get_item_ms=%.1f probe_before_prefill_describe_table_ms=%.1f each_init/store/probe_ms=%s",
+		len(inits), slices.Min(inits), medianOf(inits), slices.Min(stores), medianOf(stores), slices.Min(probes), medianOf(probes), medianOf(gets), medianOf(describes), f.ProbeEmpty.GetItemMs, f.ProbeEmpty.DescribeTableMs, each)
 }
 
 func medianOf(v []float64) float64 {
