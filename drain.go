@@ -111,6 +111,117 @@ func (d *drain) acquire(ctx context.Context) error {
 	return d.inject(ctx, seam.AfterAcquire)
 }
 
+// pendingWrite is a lease write a drain left in flight (local.restamp,
+// local.flush): it may outlast the drain, and a later drain of the bucket
+// in this process takes its result.
+type pendingWrite struct {
+	done  chan struct{} // closed once the write returned
+	token string        // the released hold it writes
+	at    time.Time     // scheduler clock, taken before the lease clock's time it writes
+	err   error
+}
+
+// over reports whether the write returned; with block set it waits for it.
+func (w *pendingWrite) over(block bool) bool {
+	if block {
+		<-w.done
+		return true
+	}
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// goWrite runs write on the scheduler, on a context that the drain's end
+// does not cancel (bounded by LeaseDuration: past it the write decides
+// nothing), and returns it in flight.
+func (d *drain) goWrite(ctx context.Context, write func(context.Context) error) *pendingWrite {
+	w := &pendingWrite{done: make(chan struct{}), token: d.loc.token}
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.r.cfg.leaseDuration)
+	d.r.sched.Go(func() {
+		defer close(w.done)
+		defer cancel()
+		w.err = write(bctx)
+	})
+	return w
+}
+
+// restampIfDue starts, for a resumed drain whose window has run down by a
+// quarter, a write of a new release time on the lease it resumed
+// (Store.RestampRelease: conditional on the lease being still released by
+// this process's hold, and on no later time recorded), and lets the drain
+// go on meanwhile under the window it has. Once the write succeeded
+// (takeRestamp) the window runs from the instant taken before the time it
+// wrote, exactly as a release's does: an acquirer that reads the new time
+// waits until it + ResumeWindow + MaxClockSkew, and one that acquired
+// before the write landed made it fail (the token changed), so the window
+// it waits out is the old one, which this process still keeps to. Nothing
+// waits for the write — the drain may return with it in flight, and a
+// later drain of the bucket takes its result — because wherever and
+// however late it lands its condition is checked there, and the time it
+// writes is no later than what this process assumes. A busy bucket's warm
+// container so keeps resuming with no write on its drains' path, where it
+// acquired its own release and released it again (two writes in a row)
+// every 2.5 s (docs/design.md §4.3).
+//
+// A drain restamps when it begins and when it finishes, whenever a quarter
+// of the window has passed since the release or the last restamp sent:
+// the one a drain sends as it finishes opens the window the bucket's next
+// drain resumes in, so that drains of a busy bucket resume however long
+// each one takes, while they follow each other closely. A restamp sent
+// while another is in flight replaces it (the older one's answer is
+// dropped: had it succeeded, it would have opened an earlier window).
+func (d *drain) restampIfDue(ctx context.Context) {
+	cfg := &d.r.cfg
+	now := d.r.sched.Now()
+	if d.held || d.loc.releasedAt.IsZero() || now.Sub(later(d.loc.releasedAt, d.loc.restampSent)) < (cfg.resumeWindow-cfg.leaseMargin)/4 {
+		return
+	}
+	l := d.getLease()
+	l.ReleasedAt = cfg.clock.Now()
+	d.loc.restamp = d.goWrite(ctx, func(ctx context.Context) error {
+		_, err := d.r.store.RestampRelease(ctx, l)
+		return err
+	})
+	d.loc.restamp.at, d.loc.restampSent = now, now
+	d.st.Restamped = true
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// takeRestamp applies a restamp in flight once it returned: it waits for it
+// when block is set, else only looks. It runs on a drain's goroutine,
+// during its turn, outside any publish or marking (whose watchdog reads
+// the window).
+func (d *drain) takeRestamp(block bool) {
+	rs := d.loc.restamp
+	if rs == nil || !rs.over(block) {
+		return
+	}
+	d.loc.restamp = nil
+	if rs.err != nil || d.held || d.loc.token != rs.token {
+		// Acquired since (by this process or another): the window stands
+		// as it was, or no longer matters.
+		return
+	}
+	if rs.at.After(d.loc.releasedAt) {
+		d.loc.releasedAt = rs.at
+	}
+	if rs.at.After(d.checkedAt) {
+		// The write found the lease still released by this hold: a look.
+		d.checkedAt = rs.at
+	}
+}
+
 // hold makes sure this drain holds the lease before an action that needs
 // it (recording a gap, fencing, parking). It reports whether it had to
 // acquire: the batch read before is then stale and must be read again.
@@ -135,6 +246,7 @@ func (d *drain) run(ctx context.Context) error {
 		if err := d.renewIfDue(ctx); err != nil {
 			return err
 		}
+		d.takeRestamp(false)
 		if err := d.recheck(ctx); err != nil {
 			return err
 		}
@@ -482,6 +594,7 @@ func (d *drain) markInWindow(ctx context.Context, seqs []int64) error {
 	if d.held || d.r.mode == WatermarkMode {
 		return d.mark(ctx, seqs)
 	}
+	d.takeRestamp(false)
 	_, expired, err := d.underWindow(ctx, func(ctx context.Context) (int, error) { return 0, d.mark(ctx, seqs) })
 	if !expired {
 		return err
@@ -809,8 +922,57 @@ func (d *drain) finish(ctx context.Context) error {
 		}
 		return nil
 	}
+	d.takeRestamp(false)
+	d.restampIfDue(ctx)
+	if d.r.mode == DeleteMode {
+		d.flushBehind(ctx)
+		return nil
+	}
 	d.flushResumed(ctx, cctx, false)
 	return nil
+}
+
+// flushBehind is flushResumed in DeleteMode, on the way out of a resumed
+// drain that finished: the head write is left in flight (one at a time per
+// bucket) rather than waited for. In DeleteMode the head is a cache — the
+// tombstones, which landed before it is sent, mark what was published — so
+// nothing depends on when it lands or whether it does; Advance is
+// conditional on nobody holding the bucket and on the head it read, so a
+// late one lands only where it is still true, and never moves a head back.
+func (d *drain) flushBehind(ctx context.Context) {
+	cfg := &d.r.cfg
+	if w := d.loc.flush; w != nil && !w.over(false) {
+		return
+	}
+	d.loc.flush = nil
+	l := d.getLease()
+	now := cfg.clock.Now()
+	if d.head <= l.Head || now.Sub(d.loc.flushedAt) < cfg.flushInterval {
+		return
+	}
+	head, cleaned := d.head, min(d.cleaned, d.head)
+	d.loc.flushedAt = now
+	d.loc.flush = d.goWrite(ctx, func(wctx context.Context) error {
+		_, err := d.r.store.Advance(wctx, l, head, cleaned, now)
+		d.logFlush(ctx, head, err)
+		return err
+	})
+}
+
+// logFlush logs a resumed drain's head write that failed.
+func (d *drain) logFlush(ctx context.Context, head int64, err error) {
+	cfg := &d.r.cfg
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrLeaseHeld) || errors.Is(err, ErrLeaseLost):
+		// Another relay took the bucket while this one drained it without
+		// holding it: both published, so some messages went out twice.
+		cfg.logger.InfoContext(ctx, "outbox: another relay took the bucket during a resumed drain; its head stands", "bucket", d.b, "err", err)
+	default:
+		// The head is a cache in DeleteMode; in WatermarkMode a stale head
+		// means the next drain publishes those messages again.
+		cfg.logger.WarnContext(ctx, "outbox: could not write the bucket's head after a resumed drain", "bucket", d.b, "head", head, "err", err)
+	}
 }
 
 // releasing stamps l, about to be released or abandoned, with the release
@@ -834,19 +996,11 @@ func (d *drain) flushResumed(ctx, cctx context.Context, force bool) {
 		return
 	}
 	nl, err := d.r.store.Advance(cctx, l, d.head, min(d.cleaned, d.head), now)
-	switch {
-	case err == nil:
+	if err == nil {
 		d.setLease(nl)
 		d.loc.flushedAt = now
-	case errors.Is(err, ErrLeaseHeld) || errors.Is(err, ErrLeaseLost):
-		// Another relay took the bucket while this one drained it without
-		// holding it: both published, so some messages went out twice.
-		cfg.logger.InfoContext(ctx, "outbox: another relay took the bucket during a resumed drain; its head stands", "bucket", d.b, "err", err)
-	default:
-		// The head is a cache in DeleteMode; in WatermarkMode a stale head
-		// means the next drain publishes those messages again.
-		cfg.logger.WarnContext(ctx, "outbox: could not write the bucket's head after a resumed drain", "bucket", d.b, "head", d.head, "err", err)
 	}
+	d.logFlush(ctx, d.head, err)
 }
 
 // stop ends a drain that failed. A held lease is abandoned — its wake-ups

@@ -641,3 +641,192 @@ func TestResumerFinishesMarkingUnderItsOwnRelease(t *testing.T) {
 	}
 	pub.checkOnce(t, []int64{1, 2, 3, 4, 5, 6})
 }
+
+// countingStore counts a store's lease writes by operation.
+type countingStore struct {
+	outbox.Store
+	mu     sync.Mutex
+	writes map[string]int
+}
+
+func (c *countingStore) count(op string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writes[op]++
+}
+
+func (c *countingStore) get(op string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.writes[op]
+}
+
+func (c *countingStore) Acquire(ctx context.Context, b int, o string, now time.Time, d time.Duration) (outbox.Lease, error) {
+	c.count("Acquire")
+	return c.Store.Acquire(ctx, b, o, now, d)
+}
+
+// RestampRelease counts the restamps that returned (a drain leaves them in
+// flight).
+func (c *countingStore) RestampRelease(ctx context.Context, l outbox.Lease) (outbox.Lease, error) {
+	defer c.count("RestampRelease")
+	return c.Store.RestampRelease(ctx, l)
+}
+
+// TestResumerRestampsItsRelease (issue 21): a warm container that drains a
+// busy bucket every 2 s keeps resuming it — no acquire, no release — because
+// each drain that finds a quarter of its window gone writes a new release
+// time beside its work (one write, off its path); and another container that
+// acquires afterwards waits out the window from the newest time, not the
+// first release's. Before, the drain 4 s after the release acquired its own
+// release (and released it again): two writes in a row on its path. The
+// restamps are left in flight by the drains that send them; the test lets
+// each land before the next drain, as a busy bucket's next invocation
+// usually finds.
+func TestResumerRestampsItsRelease(t *testing.T) {
+	const window, skew = 10 * time.Second, 5 * time.Second // the defaults
+	ctx := ctxFor(t, time.Minute)
+	mem := memory.New(1)
+	s := &countingStore{Store: mem, writes: map[string]int{}}
+	sched, pub, clk := newManualSched(), newOverlapPublisher(), &fakeClock{}
+	opts := []outbox.Option{sched.option(), outbox.WithClock(clk), outbox.RelayID("relay/fn"), outbox.HolderWait(0)}
+	a, b := newRelay(t, s, pub, opts...), newRelay(t, s, pub, opts...)
+	fill(t, mem, 0, 1, 2)
+	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Acquired {
+		t.Fatalf("a's first drain: acquired %v, err %v", st.Acquired, err)
+	}
+	var last time.Duration // since the release, when a's latest restamp began
+	seq := int64(3)
+	for i, after := range []time.Duration{2 * time.Second, 4 * time.Second, 6 * time.Second, 8 * time.Second} {
+		// The drain before left its restamp in flight: let it land (a
+		// drain that finds it still out resumes under the older window).
+		if !eventually(func() bool { return s.get("RestampRelease") == i }) {
+			t.Fatalf("restamps returned before drain %d: %d", i+2, s.get("RestampRelease"))
+		}
+		sched.Advance(after - last)
+		clk.Advance(after - last)
+		fill(t, mem, 0, seq)
+		seq++
+		st, err := a.DrainBucket(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.Resumed || st.Acquired || !st.Restamped {
+			t.Fatalf("a's drain %v after its release (last restamp at %v): resumed %v, acquired %v, restamped %v; want a resume that restamps",
+				after, last, st.Resumed, st.Acquired, st.Restamped)
+		}
+		last = after
+	}
+	if n := s.get("Acquire"); n != 1 {
+		t.Errorf("acquisitions: %d, want 1 (the first drain's)", n)
+	}
+	if !eventually(func() bool { return s.get("RestampRelease") == 4 }) {
+		t.Fatalf("restamps: %d, want 4", s.get("RestampRelease"))
+	}
+	// Another container, 7 s after a's last restamp: it waits until that
+	// restamp + ResumeWindow + MaxClockSkew, 8 s from now; after the first
+	// release + 15 s, now, it would wait nothing.
+	sched.Advance(7 * time.Second)
+	clk.Advance(7 * time.Second)
+	fill(t, mem, 0, seq)
+	done := drainAsync(ctx, b)
+	want := window + skew - 7*time.Second
+	if !eventually(func() bool { return sched.sleepers(want) == 1 }) {
+		t.Fatalf("b does not wait %v before reading", want)
+	}
+	sched.Advance(want)
+	r := <-done
+	if r.err != nil || r.st.ResumeWait != want {
+		t.Fatalf("b's drain: waited %v, err %v; want %v", r.st.ResumeWait, r.err, want)
+	}
+	pub.checkOnce(t, []int64{1, 2, 3, 4, 5, 6, 7})
+	if n := pub.overlapCount(); n != 0 {
+		t.Errorf("%d overlapping publishes", n)
+	}
+}
+
+// gateStore holds each RestampRelease and Advance until its gate is closed
+// (nil: no gate), and counts them and the lease reads.
+type gateStore struct {
+	*countingStore
+	restampGate, advanceGate chan struct{}
+}
+
+func (g *gateStore) ReadLease(ctx context.Context, b int) (outbox.Lease, error) {
+	defer g.count("ReadLease")
+	return g.countingStore.ReadLease(ctx, b)
+}
+
+func (g *gateStore) RestampRelease(ctx context.Context, l outbox.Lease) (outbox.Lease, error) {
+	if g.restampGate != nil {
+		<-g.restampGate
+	}
+	return g.countingStore.RestampRelease(ctx, l)
+}
+
+func (g *gateStore) Advance(ctx context.Context, l outbox.Lease, head, cleaned int64, now time.Time) (outbox.Lease, error) {
+	g.count("Advance")
+	if g.advanceGate != nil {
+		<-g.advanceGate
+	}
+	return g.countingStore.Advance(ctx, l, head, cleaned, now)
+}
+
+// TestResumedDrainLeavesItsLeaseWritesInFlight (issue 21): a resumed
+// DeleteMode drain returns with its restamp and its head flush still in
+// flight (both would otherwise be on the invocation's path), a later drain
+// sends no second flush while one is out, and a drain that finds less than
+// half its window left waits for the restamp in flight — which lets it
+// resume — rather than acquiring its own release.
+func TestResumedDrainLeavesItsLeaseWritesInFlight(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	mem := memory.New(1)
+	s := &gateStore{countingStore: &countingStore{Store: mem, writes: map[string]int{}},
+		restampGate: make(chan struct{}), advanceGate: make(chan struct{})}
+	sched, pub, clk := newManualSched(), newOverlapPublisher(), &fakeClock{}
+	a := newRelay(t, s, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("relay/fn"), outbox.HolderWait(0),
+		outbox.HeadFlushInterval(time.Second))
+	fill(t, mem, 0, 1, 2)
+	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Acquired {
+		t.Fatalf("first drain: acquired %v, err %v", st.Acquired, err)
+	}
+	step := func(d time.Duration, seq int64) {
+		sched.Advance(d)
+		clk.Advance(d)
+		fill(t, mem, 0, seq)
+	}
+	// 2 s after the release: a restamp and a head flush are due; both are
+	// held at their gates, and the drain returns.
+	step(2*time.Second, 3)
+	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Resumed || !st.Restamped {
+		t.Fatalf("drain at 2 s: resumed %v, restamped %v, err %v", st.Resumed, st.Restamped, err)
+	}
+	if !eventually(func() bool { return s.get("Advance") == 1 }) {
+		t.Fatalf("head flushes sent: %d, want 1", s.get("Advance"))
+	}
+	// 3.5 s: 1.5 s of the first release's window left, the restamp still
+	// out: the drain waits for it and resumes from it.
+	step(1500*time.Millisecond, 4)
+	reads := s.get("ReadLease")
+	done := drainAsync(ctx, a)
+	if !eventually(func() bool { return s.get("ReadLease") > reads }) {
+		t.Fatal("the drain at 3.5 s does not read the lease")
+	}
+	close(s.restampGate)
+	r := <-done
+	if r.err != nil || !r.st.Resumed || r.st.Acquired {
+		t.Fatalf("drain at 3.5 s with a restamp in flight: resumed %v, acquired %v, err %v; want it to wait for the restamp and resume",
+			r.st.Resumed, r.st.Acquired, r.err)
+	}
+	if n := s.get("Advance"); n != 1 {
+		t.Errorf("head flushes sent with one in flight: %d, want 1", n)
+	}
+	close(s.advanceGate)
+	if !eventually(func() bool { return mem.Lease(0).Head == 3 }) {
+		t.Fatalf("stored head after the flush landed: %d, want 3", mem.Lease(0).Head)
+	}
+	if n := s.get("Acquire"); n != 1 {
+		t.Errorf("acquisitions: %d, want 1", n)
+	}
+	pub.checkOnce(t, []int64{1, 2, 3, 4})
+}

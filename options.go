@@ -129,14 +129,17 @@ func MaxClockSkew(d time.Duration) Option { return func(c *config) { c.maxSkew =
 // this relay drains it without holding its lease (resuming a lease it
 // released, see docs/design.md). In DeleteMode the tombstones of published
 // messages mark them decided, so the head is written at most once per
-// interval per bucket; the sweeper advances the heads of quiet buckets.
-// WatermarkMode writes it after every drain. Default 5s; 0 writes it every
-// time.
+// interval per bucket, and the drain does not wait for the write; the
+// sweeper advances the heads of quiet buckets. WatermarkMode writes it
+// after every drain, before the drain returns. Default 5s; 0 writes it
+// every time.
 func HeadFlushInterval(d time.Duration) Option { return func(c *config) { c.flushInterval = d } }
 
 // ResumeReleased lets a relay drain a bucket whose lease it released last,
-// and nobody acquired since, without acquiring it again: no lease write in
-// the steady state of a warm relay. Default true. With false every drain
+// and nobody acquired since, without acquiring it again: no lease write on
+// the drains' path in the steady state of a warm relay (a busy bucket's
+// drains rewrite the release time at most every 1.25 s, beside their work:
+// docs/design.md §4.3). Default true. With false every drain
 // acquires and releases the lease (two writes), as relays before version
 // 0.2 did.
 func ResumeReleased(on bool) Option { return func(c *config) { c.resume = on } }

@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -92,5 +93,49 @@ func TestRelayDefaultModeRefusesRegion(t *testing.T) {
 	var me *outbox.MisconfigurationError
 	if _, err := outbox.NewRelay(ctxFor(t, time.Second), memory.New(2), &recorder{}, outbox.Region("a")); !errors.As(err, &me) || me.Setting != "Region" {
 		t.Errorf("NewRelay(Region) on a single-region outbox = %v, want a *MisconfigurationError", err)
+	}
+}
+
+// configReads counts the config item reads of a store.
+type configReads struct {
+	*memory.Store
+	n int
+}
+
+func (c *configReads) Config(ctx context.Context) (outbox.Config, error) {
+	c.n++
+	return c.Store.Config(ctx)
+}
+
+// A full sweep reads the config item once: in region mode for both the
+// BucketCount (an online change) and the takeovers (it read it twice
+// before, once for each).
+func TestSweepReadsConfigOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		regions []string
+		opts    []outbox.Option
+		full    int
+	}{
+		{"region mode", []string{"a", "b"}, []outbox.Option{outbox.Region("a")}, 1},
+		{"default mode", nil, nil, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &configReads{Store: memory.New(4)}
+			s.SetConfig(outbox.Config{Regions: tc.regions})
+			fill(t, s.Store, 0, 1, 2)
+			p := &recorder{}
+			r := newRelay(t, s, p, append(tc.opts, outbox.RelayID("r1"), outbox.DeadlineMargin(0))...)
+			s.n = 0
+			if _, err := r.Sweep(ctxFor(t, 10*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			if s.n != tc.full {
+				t.Errorf("a full sweep read the config item %d times, want %d", s.n, tc.full)
+			}
+			if got := fmt.Sprint(p.seqs(0)); got != "[1 2]" {
+				t.Errorf("published %s from bucket 0, want [1 2]", got)
+			}
+		})
 	}
 }

@@ -81,6 +81,12 @@ type local struct {
 	// bucket. Only a release of that hold may be resumed without a write:
 	// the owner name may be shared by other processes (docs/design.md §4.3).
 	token string
+	// restamp, flush: a RestampRelease and a DeleteMode head flush
+	// (Advance) that a resumed drain left in flight; a later drain takes
+	// them (drain.takeRestamp, drain.flushBehind).
+	restamp, flush *pendingWrite
+	// restampSent: when (scheduler clock) the last restamp was sent.
+	restampSent time.Time
 	// releasedAt: when this process began to give up that hold (Release
 	// or Abandon; scheduler clock), recorded in the lease as ReleasedAt by
 	// the lease clock. It resumes the hold only until LeaseMargin before
@@ -175,6 +181,11 @@ func (r *Relay) RefreshConfig(ctx context.Context) (int, error) {
 	if err != nil {
 		return r.BucketCount(), fmt.Errorf("outbox: read config item: %w", err)
 	}
+	return r.countFrom(stored)
+}
+
+// countFrom is RefreshConfig on a config item already read.
+func (r *Relay) countFrom(stored Config) (int, error) {
 	if err := CheckConfig(stored, 0); err != nil {
 		return r.BucketCount(), err
 	}
@@ -251,15 +262,28 @@ func (r *Relay) RefreshRegions(ctx context.Context) error { return r.refreshRegi
 // running relays. A config item whose bucket count or regions changed is a
 // *MisconfigurationError: restart the relay.
 func (r *Relay) refreshRegions(ctx context.Context) error {
-	r.mu.Lock()
-	mode := r.regions.RegionMode()
-	r.mu.Unlock()
-	if !mode {
+	if !r.regionMode() {
 		return nil
 	}
 	stored, err := r.store.Config(ctx)
 	if err != nil {
 		return fmt.Errorf("outbox: re-read the config item's takeovers: %w", err)
+	}
+	return r.regionsFrom(stored)
+}
+
+// regionMode reports whether the relay runs in region mode.
+func (r *Relay) regionMode() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.regions.RegionMode()
+}
+
+// regionsFrom is refreshRegions on a config item already read (a no-op in
+// the default mode).
+func (r *Relay) regionsFrom(stored Config) error {
+	if !r.regionMode() {
+		return nil
 	}
 	if stored.BucketCount != r.BucketCount() || !slicesEqual(stored.Regions, r.regions.Regions) {
 		return &MisconfigurationError{Setting: "Regions", Configured: fmt.Sprint(r.regions.Regions, " over ", r.BucketCount(), " buckets"),
@@ -342,8 +366,11 @@ type DrainStats struct {
 	// tombstones landed, and it acquired its own release to write them
 	// under the lease.
 	ResumeMarkHeld bool
-	GapWait        time.Duration // waited on missing sequence numbers
-	Duration       time.Duration
+	// Restamped: a resumed drain wrote a new release time on the lease
+	// (Store.RestampRelease) and resumes from it (docs/design.md §4.3).
+	Restamped bool
+	GapWait   time.Duration // waited on missing sequence numbers
+	Duration  time.Duration
 	// Err is the error DrainBucket returned (nil when drained), and Class
 	// its class.
 	Err   error
@@ -513,12 +540,26 @@ func (r *Relay) begin(ctx context.Context, bucket int, target int64, wait bool, 
 	if err != nil {
 		return nil, fmt.Errorf("outbox: read lease of bucket %d: %w", bucket, err)
 	}
-	if r.resumable(l, d.loc) && r.resumeLeft(d.loc) >= (r.cfg.resumeWindow-r.cfg.leaseMargin)/2 {
+	half := (r.cfg.resumeWindow - r.cfg.leaseMargin) / 2
+	// A restamp an earlier drain left in flight: take it if it returned,
+	// and wait for it if it decides whether this drain may resume.
+	d.takeRestamp(false)
+	if d.loc.restamp != nil && r.resumeLeft(d.loc) < half {
+		d.takeRestamp(true)
+	}
+	if r.resumable(l, d.loc) && r.resumeLeft(d.loc) >= half {
 		// Released by this process and acquired by nobody since: drain it
 		// again without a write (docs/design.md, "resuming").
-		d.lease, d.head, d.cleaned, d.checkedAt = l, l.Head, l.Cleaned, checked
+		d.lease, d.head, d.cleaned = l, l.Head, l.Cleaned
+		if checked.After(d.checkedAt) {
+			d.checkedAt = checked
+		}
 		st.Resumed = true
-		return d, d.inject(ctx, seam.AfterAcquire)
+		if err := d.inject(ctx, seam.AfterAcquire); err != nil {
+			return d, err
+		}
+		d.restampIfDue(ctx)
+		return d, nil
 	}
 	if wait && r.holderWait() > 0 && l.HeldAt(r.cfg.clock.Now()) {
 		// Held — by another relay, or by another process sharing this

@@ -274,6 +274,14 @@ type Store interface {
 	// the bucket to its end. It writes head, cleaned and l.ReleasedAt like
 	// Release. Nil if l's hold is no longer the lease's.
 	Abandon(ctx context.Context, l Lease, head, cleaned int64) error
+	// RestampRelease records l.ReleasedAt as the release time of l's hold
+	// if the lease is still released by that hold (l.Owner and l.Token, no
+	// expiry) and the time it records for the hold is not later: the
+	// releaser's resume window then runs from the new time (docs/design.md
+	// §4.3), one write where acquiring its own release and releasing it
+	// again were two. ErrLeaseLost otherwise. A resend that already applied
+	// succeeds.
+	RestampRelease(ctx context.Context, l Lease) (Lease, error)
 	// Advance moves head and cleaned (and clears a gap they pass) on the
 	// lease of a bucket nobody holds at now — free, released or expired —
 	// if its head and gap are still l's. The caller guarantees that every

@@ -108,6 +108,32 @@ func (r *Relay) Sweep(ctx context.Context) (SweepReport, error) {
 	return r.sweep(ctx, true)
 }
 
+// sweepConfig reads the config item once: a full sweep learns an online
+// BucketCount change from it at the latest (docs/design.md §13) and, in
+// region mode, the takeovers (§14.2), both from the one read; a partial
+// sweep reads it only in region mode. In the default mode a failed read or
+// a bad item leaves the count as it was, with a warning; in region mode it
+// fails the sweep (its slices may have moved).
+func (r *Relay) sweepConfig(ctx context.Context, full bool) error {
+	if !full {
+		return r.refreshRegions(ctx)
+	}
+	stored, err := r.store.Config(ctx)
+	if err != nil {
+		if r.regionMode() {
+			return fmt.Errorf("outbox: re-read the config item's takeovers: %w", err)
+		}
+		r.cfg.logger.WarnContext(ctx, "outbox: sweep could not read the config item again", "err", fmt.Errorf("outbox: read config item: %w", err))
+		return nil
+	}
+	if _, err := r.countFrom(stored); err != nil {
+		// The sweep goes on with the count it knows (regionsFrom refuses a
+		// region-mode item that moved).
+		r.cfg.logger.WarnContext(ctx, "outbox: sweep could not read the config item again", "err", err)
+	}
+	return r.regionsFrom(stored)
+}
+
 // sweep is Sweep; a partial one (full false, Run's sweeps between the
 // minutely full ones) neither looks above the bucket range, nor counts the
 // dead letters, nor reads the counters of buckets with messages: only the
@@ -119,18 +145,10 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 		return rep, &OptionError{Option: "Store", Value: fmt.Sprintf("%T", r.store), Reason: "Sweep needs a store that implements outbox.BucketProbe"}
 	}
 	cfg := &r.cfg
-	if full {
-		// One read a full sweep: an online BucketCount change is learnt
-		// here at the latest (docs/design.md §13).
-		if _, err := r.RefreshConfig(ctx); err != nil {
-			// The sweep goes on with the count it knows.
-			cfg.logger.WarnContext(ctx, "outbox: sweep could not read the config item again", "err", err)
-		}
-	}
-	count := r.BucketCount()
-	if err := r.refreshRegions(ctx); err != nil {
+	if err := r.sweepConfig(ctx, full); err != nil {
 		return rep, err
 	}
+	count := r.BucketCount()
 	now := cfg.clock.Now()
 	// The heartbeat and the list of live relays go alongside the probes
 	// rather than before them: a message committed just after its bucket's

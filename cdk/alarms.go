@@ -72,7 +72,7 @@ func (o *Outbox) newAlarms(relay, sweeper awslambda.CfnFunction) {
 			statistic: "Sum", period: 60, evaluationPeriods: 5, datapoints: 3, threshold: 1, comparison: gte}
 	}
 	outbox := func(a alarm) alarm {
-		a.namespace, a.dimension, a.value = "Outbox", "Outbox", o.MessagesTable.TableName()
+		a.namespace, a.dimension, a.value = "Outbox", "Outbox", o.alarmName()
 		return a
 	}
 	o.Alarms = Alarms{

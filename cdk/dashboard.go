@@ -76,7 +76,7 @@ const dashboardBody = `{
 func (o *Outbox) newDashboard(relay, sweeper awslambda.CfnFunction) {
 	a, n := o.Alarms, o.cfg.n
 	vars := map[string]*string{
-		"Outbox":                    o.MessagesTable.TableName(),
+		"Outbox":                    o.messagesName,
 		"AgeThreshold":              jsii.String(strconv.Itoa(n["OldestPendingAgeAlarmSeconds"])),
 		"IteratorThreshold":         jsii.String(strconv.Itoa(n["IteratorAgeAlarmMilliseconds"])),
 		"RelayFunction":             relay.Ref(),

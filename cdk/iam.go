@@ -43,23 +43,27 @@ func (o *Outbox) newRoles() {
 	if p := o.vpcPolicy(); p != nil {
 		shared = append(shared, p)
 	}
-	stream := awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{Statements: &[]awsiam.PolicyStatement{
-		// What the event source mapping polls with, on this stream only.
-		statement("ReadMessagesStream", []string{"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}, o.MessagesTable.TableStreamArn()),
-		// ListStreams names no resource: only "*" grants it.
-		statement("ListMessagesStreams", []string{"dynamodb:ListStreams"}, jsii.String("*")),
-		// The event source mapping sends discarded hints with this role.
-		statement("FailureDestination", []string{"sqs:SendMessage"}, o.FailureQueue.QueueArn()),
-	}})
+	// Filled by fillStreamPolicy once the stream's ARN is known.
+	o.streamPolicy = awsiam.NewPolicyDocument(nil)
+	stream := o.streamPolicy
 	// The custom resource's function: the config item (read, create,
 	// change), the counters (an online BucketCount change freezes and thaws
 	// them) and the buckets (lease items, a Query of the bucket, and a fence
 	// for a number reserved last in its bucket and never written).
 	// dynamo.Configure makes exactly these calls.
-	setup := awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{Statements: &[]awsiam.PolicyStatement{
-		statement("ConfigItemAndLeases", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DescribeTable"}, o.ControlTable.TableArn()),
-		statement("ProbeBuckets", []string{"dynamodb:Query", "dynamodb:PutItem", "dynamodb:DescribeTable"}, o.MessagesTable.TableArn()),
-	}})
+	setupStatements := []awsiam.PolicyStatement{
+		statement("ConfigItemAndLeases", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DescribeTable"}, o.controlArn),
+		statement("ProbeBuckets", []string{"dynamodb:Query", "dynamodb:PutItem", "dynamodb:DescribeTable"}, o.messagesArn),
+	}
+	if o.cfg.tables == TablesAttach {
+		// Tables attach writes nothing: it reads the replicated config
+		// item and describes the messages table for its stream ARN.
+		setupStatements = []awsiam.PolicyStatement{
+			statement("ReadConfigItem", []string{"dynamodb:GetItem"}, o.controlArn),
+			statement("FindMessagesStream", []string{"dynamodb:DescribeTable"}, o.messagesArn),
+		}
+	}
+	setup := awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{Statements: &setupStatements})
 	lambda := awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil)
 	o.RelayRole = awsiam.NewRole(o.Construct, jsii.String("RelayRole"), &awsiam.RoleProps{
 		AssumedBy:       lambda,
@@ -76,6 +80,18 @@ func (o *Outbox) newRoles() {
 	})
 }
 
+// fillStreamPolicy adds the relay's messages-stream statements.
+func (o *Outbox) fillStreamPolicy() {
+	o.streamPolicy.AddStatements(
+		// What the event source mapping polls with, on this stream only.
+		statement("ReadMessagesStream", []string{"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}, o.streamArn),
+		// ListStreams names no resource: only "*" grants it.
+		statement("ListMessagesStreams", []string{"dynamodb:ListStreams"}, jsii.String("*")),
+		// The event source mapping sends discarded hints with this role.
+		statement("FailureDestination", []string{"sqs:SendMessage"}, o.FailureQueue.QueueArn()),
+	)
+}
+
 // tablesPolicy: both functions drain buckets, item by item, on the two
 // tables only. store/dynamo.StoreAPI is the list: Pending and Peek (Query),
 // Delete (BatchWriteItem), Fence (conditional PutItem), Park (GetItem, then a
@@ -83,8 +99,8 @@ func (o *Outbox) newRoles() {
 // leases, heartbeats, dead letters and live relays on the control table.
 func (o *Outbox) tablesPolicy() awsiam.ManagedPolicy {
 	return managedPolicy(o, "TablesPolicy", "Outbox item access to the messages and control tables of this stack.",
-		statement("MessagesTable", []string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:DescribeTable"}, o.MessagesTable.TableArn()),
-		statement("ControlTable", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:DescribeTable"}, o.ControlTable.TableArn()),
+		statement("MessagesTable", []string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:DescribeTable"}, o.messagesArn),
+		statement("ControlTable", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:DescribeTable"}, o.controlArn),
 	)
 }
 
@@ -127,7 +143,7 @@ func (o *Outbox) mskIAMPolicy() awsiam.ManagedPolicy {
 	cluster := awscdk.Fn_Sub(jsii.String("arn:${AWS::Partition}:kafka:${AWS::Region}:${AWS::AccountId}:cluster/*/*"), nil)
 	topics := awscdk.Fn_Sub(jsii.String("arn:${AWS::Partition}:kafka:${AWS::Region}:${AWS::AccountId}:topic/*/*/*"), nil)
 	txnIDs := awscdk.Fn_Sub(jsii.String("arn:${AWS::Partition}:kafka:${AWS::Region}:${AWS::AccountId}:transactional-id/*/*/${MessagesTable}-bucket-*"),
-		&map[string]*string{"MessagesTable": o.MessagesTable.TableName()})
+		&map[string]*string{"MessagesTable": o.messagesName})
 	if c.msk != "" {
 		parts := awscdk.Fn_Split(jsii.String("/"), jsii.String(c.msk), nil)
 		cluster = jsii.String(c.msk)
@@ -138,7 +154,7 @@ func (o *Outbox) mskIAMPolicy() awsiam.ManagedPolicy {
 		txnIDs = awscdk.Fn_Sub(jsii.String("arn:${AWS::Partition}:kafka:${AWS::Region}:${AWS::AccountId}:transactional-id/${ClusterName}/${ClusterUuid}/${MessagesTable}-bucket-*"), &map[string]*string{
 			"ClusterName":   awscdk.Fn_Select(jsii.Number(1), parts),
 			"ClusterUuid":   awscdk.Fn_Select(jsii.Number(2), parts),
-			"MessagesTable": o.MessagesTable.TableName(),
+			"MessagesTable": o.messagesName,
 		})
 	}
 	clusterActions := []string{"kafka-cluster:Connect", "kafka-cluster:WriteDataIdempotently", "kafka-cluster:DescribeClusterDynamicConfiguration"}
@@ -176,8 +192,8 @@ func (o *Outbox) vpcPolicy() awsiam.ManagedPolicy {
 // need the service's grants on its own tables.
 func (o *Outbox) writerStatements() []awsiam.PolicyStatement {
 	return []awsiam.PolicyStatement{
-		statement("EnqueueMessages", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DescribeTable"}, o.MessagesTable.TableArn()),
-		statement("ReserveSequences", []string{"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DescribeTable"}, o.ControlTable.TableArn()),
+		statement("EnqueueMessages", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DescribeTable"}, o.messagesArn),
+		statement("ReserveSequences", []string{"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DescribeTable"}, o.controlArn),
 	}
 }
 

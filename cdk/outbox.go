@@ -2,6 +2,7 @@ package outboxcdk
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
@@ -21,10 +22,16 @@ type Outbox struct {
 	constructs.Construct
 
 	// MessagesTable (key b/s, KEYS_ONLY stream) and ControlTable (key
-	// pk/sk) are retained when the stack is deleted or a change would
-	// replace them.
-	MessagesTable awsdynamodb.Table
-	ControlTable  awsdynamodb.Table
+	// pk/sk) are the outbox's tables in the stack's region: with Tables
+	// create an awsdynamodb.Table, with global and attach a reference to
+	// this region's replica. Tables the stack creates are retained when it
+	// is deleted or a change would replace them.
+	MessagesTable awsdynamodb.ITable
+	ControlTable  awsdynamodb.ITable
+	// MessagesGlobalTable and ControlGlobalTable are the global tables of
+	// Tables global (a replica in every region of Regions); nil otherwise.
+	MessagesGlobalTable awsdynamodb.CfnGlobalTable
+	ControlGlobalTable  awsdynamodb.CfnGlobalTable
 	// Config is the custom resource (Custom::OutboxConfig) that writes the
 	// config item with BucketCount, the mode and its retention before the
 	// relay and the sweeper start.
@@ -60,6 +67,12 @@ type Outbox struct {
 	Dashboard awscloudwatch.CfnDashboard
 
 	cfg *config
+	// The tables as the construct's resources refer to them, in every
+	// Tables mode (template.yaml's Fn::If chains).
+	messagesName, messagesArn, streamArn, controlName, controlArn *string
+	// streamPolicy is the relay's messages-stream policy, filled once
+	// the stream ARN is known (with Tables attach, from Config).
+	streamPolicy awsiam.PolicyDocument
 }
 
 // New validates props (a *PropError names the field that is wrong) and
@@ -77,8 +90,7 @@ func New(scope constructs.Construct, id string, props *Props) (*Outbox, error) {
 	// o.Construct) can be passed wherever jsii expects a construct.
 	constructs.NewConstruct_Override(o, scope, jsii.String(id))
 	c := o.Construct
-	o.MessagesTable = newTable(c, "MessagesTable", "b", "s", awsdynamodb.AttributeType_NUMBER, true)
-	o.ControlTable = newTable(c, "ControlTable", "pk", "sk", awsdynamodb.AttributeType_STRING, false)
+	o.newTables()
 	// Retained: its records are evidence after the stack is gone.
 	o.FailureQueue = awssqs.NewQueue(c, jsii.String("RelayFailureQueue"), &awssqs.QueueProps{
 		RetentionPeriod: awscdk.Duration_Days(jsii.Number(14)),
@@ -102,6 +114,14 @@ func New(scope constructs.Construct, id string, props *Props) (*Outbox, error) {
 	o.newLogs("Relay", relay, o.RelayRole)
 	o.newLogs("Sweeper", sweeper, o.SweeperRole)
 	o.newConfig(setup, setupLogs)
+	if cfg.tables == TablesAttach {
+		// CloudFormation cannot read an existing table's stream ARN (it
+		// carries the stream's creation time): the setup function answers it.
+		o.streamArn = o.Config.GetAtt(jsii.String("MessagesStreamArn"), awscdk.ResolutionTypeHint_STRING).ToString()
+		o.MessagesTable = awsdynamodb.Table_FromTableAttributes(c, jsii.String("MessagesReplica"), &awsdynamodb.TableAttributes{
+			TableName: o.messagesName, TableStreamArn: o.streamArn})
+	}
+	o.fillStreamPolicy()
 	// The functions wait for a ready outbox.
 	relay.Node().AddDependency(o.Config)
 	sweeper.Node().AddDependency(o.Config)
@@ -125,7 +145,7 @@ func New(scope constructs.Construct, id string, props *Props) (*Outbox, error) {
 // OUTBOX_MAX_MESSAGE_BYTES of the shared environment.
 func (o *Outbox) newEnqueue() {
 	c := o.cfg
-	statements := []awsiam.PolicyStatement{statement("IdempotencyRecords", []string{"dynamodb:PutItem"}, o.ControlTable.TableArn())}
+	statements := []awsiam.PolicyStatement{statement("IdempotencyRecords", []string{"dynamodb:PutItem"}, o.controlArn)}
 	if len(c.businessTables) > 0 {
 		statements = append(statements, statement("BusinessTables",
 			[]string{"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem"}, *jsii.Strings(c.businessTables...)...))
@@ -154,6 +174,71 @@ func (o *Outbox) newEnqueue() {
 	}
 }
 
+// newTables creates or refers to the tables as Props.Tables says:
+// single-region tables (create), global tables with a replica in every
+// region of Regions (global), or this region's replicas of another stack's
+// (attach, where the messages stream is known once Config exists).
+func (o *Outbox) newTables() {
+	c := o.Construct
+	switch o.cfg.tables {
+	case TablesGlobal:
+		m := newGlobalTable(c, "MessagesGlobalTable", "b", "s", "N", o.cfg.regions)
+		ctl := newGlobalTable(c, "ControlGlobalTable", "pk", "sk", "S", o.cfg.regions)
+		o.MessagesGlobalTable, o.ControlGlobalTable = m, ctl
+		o.messagesName, o.messagesArn, o.streamArn = m.Ref(), m.AttrArn(), m.AttrStreamArn()
+		o.controlName, o.controlArn = ctl.Ref(), ctl.AttrArn()
+		o.MessagesTable = awsdynamodb.Table_FromTableAttributes(c, jsii.String("MessagesReplica"), &awsdynamodb.TableAttributes{
+			TableName: o.messagesName, TableStreamArn: o.streamArn})
+		o.ControlTable = awsdynamodb.Table_FromTableAttributes(c, jsii.String("ControlReplica"), &awsdynamodb.TableAttributes{TableName: o.controlName})
+	case TablesAttach:
+		arn := func(name string) *string {
+			return awscdk.Fn_Sub(jsii.String("arn:${AWS::Partition}:dynamodb:${AWS::Region}:${AWS::AccountId}:table/"+name), nil)
+		}
+		o.messagesName, o.messagesArn = jsii.String(o.cfg.messagesName), arn(o.cfg.messagesName)
+		o.controlName, o.controlArn = jsii.String(o.cfg.controlName), arn(o.cfg.controlName)
+		o.ControlTable = awsdynamodb.Table_FromTableAttributes(c, jsii.String("ControlReplica"), &awsdynamodb.TableAttributes{TableName: o.controlName})
+	default:
+		m := newTable(c, "MessagesTable", "b", "s", awsdynamodb.AttributeType_NUMBER, true)
+		ctl := newTable(c, "ControlTable", "pk", "sk", awsdynamodb.AttributeType_STRING, false)
+		o.MessagesTable, o.ControlTable = m, ctl
+		o.messagesName, o.messagesArn, o.streamArn = m.TableName(), m.TableArn(), m.TableStreamArn()
+		o.controlName, o.controlArn = ctl.TableName(), ctl.TableArn()
+	}
+}
+
+// newGlobalTable is newTable as a DynamoDB global table (version
+// 2019.11.21) with a replica, point-in-time recovery on, in every region of
+// regions, in their order. Both tables get a KEYS_ONLY stream: a global
+// table of more than one replica needs one; only the messages table's is
+// read.
+func newGlobalTable(scope constructs.Construct, id, hash, sort, typ, regions string) awsdynamodb.CfnGlobalTable {
+	var replicas []interface{}
+	for _, r := range strings.Split(regions, ",") {
+		replicas = append(replicas, &awsdynamodb.CfnGlobalTable_ReplicaSpecificationProperty{
+			Region: jsii.String(r),
+			PointInTimeRecoverySpecification: &awsdynamodb.CfnGlobalTable_PointInTimeRecoverySpecificationProperty{
+				PointInTimeRecoveryEnabled: jsii.Bool(true),
+			},
+		})
+	}
+	t := awsdynamodb.NewCfnGlobalTable(scope, jsii.String(id), &awsdynamodb.CfnGlobalTableProps{
+		BillingMode: jsii.String("PAY_PER_REQUEST"),
+		AttributeDefinitions: &[]interface{}{
+			&awsdynamodb.CfnGlobalTable_AttributeDefinitionProperty{AttributeName: jsii.String(hash), AttributeType: jsii.String(typ)},
+			&awsdynamodb.CfnGlobalTable_AttributeDefinitionProperty{AttributeName: jsii.String(sort), AttributeType: jsii.String(typ)},
+		},
+		KeySchema: &[]interface{}{
+			&awsdynamodb.CfnGlobalTable_KeySchemaProperty{AttributeName: jsii.String(hash), KeyType: jsii.String("HASH")},
+			&awsdynamodb.CfnGlobalTable_KeySchemaProperty{AttributeName: jsii.String(sort), KeyType: jsii.String("RANGE")},
+		},
+		StreamSpecification:     &awsdynamodb.CfnGlobalTable_StreamSpecificationProperty{StreamViewType: jsii.String("KEYS_ONLY")},
+		TimeToLiveSpecification: &awsdynamodb.CfnGlobalTable_TimeToLiveSpecificationProperty{AttributeName: jsii.String("x"), Enabled: jsii.Bool(true)},
+		Replicas:                &replicas,
+	})
+	t.ApplyRemovalPolicy(awscdk.RemovalPolicy_RETAIN, nil)
+	return t
+}
+
 // newTable: on-demand, point-in-time recovery, TTL on x (fences,
 // tombstones, heartbeats, watermark-mode messages), retained, and a KEYS_ONLY stream when stream is set: the
 // relay needs only the keys, a hint that bucket b has work.
@@ -179,8 +264,8 @@ func newTable(scope constructs.Construct, id, hash, sort string, typ awsdynamodb
 func (o *Outbox) environment() map[string]*string {
 	c := o.cfg
 	env := map[string]*string{
-		"OUTBOX_MESSAGES_TABLE":      o.MessagesTable.TableName(),
-		"OUTBOX_CONTROL_TABLE":       o.ControlTable.TableName(),
+		"OUTBOX_MESSAGES_TABLE":      o.messagesName,
+		"OUTBOX_CONTROL_TABLE":       o.controlName,
 		"OUTBOX_BUCKET_COUNT":        num(c.n["BucketCount"]),
 		"OUTBOX_BATCH_SIZE":          num(c.n["OutboxBatchSize"]),
 		"OUTBOX_TOPICS":              jsii.String(c.topics),
@@ -208,6 +293,16 @@ func (o *Outbox) environment() map[string]*string {
 		env["OUTBOX_REGION"] = awscdk.Aws_REGION()
 	}
 	return env
+}
+
+// alarmName is the alarms' Outbox dimension: the messages table, with
+// Tables attach as the setup function checked it (template.yaml: a
+// parameter may be empty there, which an alarm dimension may not).
+func (o *Outbox) alarmName() *string {
+	if o.cfg.tables == TablesAttach {
+		return o.Config.GetAtt(jsii.String("MessagesTable"), awscdk.ResolutionTypeHint_STRING).ToString()
+	}
+	return o.messagesName
 }
 
 func num(n int) *string { return jsii.String(strconv.Itoa(n)) }
@@ -294,8 +389,8 @@ func (o *Outbox) newConfig(setup awslambda.CfnFunction, logs []constructs.IConst
 			// Fail after 10 minutes without an answer rather than
 			// CloudFormation's default hour.
 			"ServiceTimeout": 600,
-			"MessagesTable":  o.MessagesTable.TableName(),
-			"ControlTable":   o.ControlTable.TableName(),
+			"MessagesTable":  o.messagesName,
+			"ControlTable":   o.controlName,
 			"BucketCount":    o.cfg.n["BucketCount"],
 			"Mode":           o.cfg.mode,
 			"RetentionHours": o.cfg.n["OutboxRetentionHours"],
@@ -304,6 +399,10 @@ func (o *Outbox) newConfig(setup awslambda.CfnFunction, logs []constructs.IConst
 			// agrees with the config item.
 			"MaxMessageBytes": o.cfg.n["MaxMessageBytes"],
 			"Regions":         jsii.String(o.cfg.regions),
+			// attach: check the replicated config item instead of writing
+			// it, and answer the replica's stream ARN (MessagesStreamArn).
+			"Tables": jsii.String(o.cfg.tables),
+			"Region": awscdk.Aws_REGION(),
 		},
 	})
 	for _, l := range logs {
@@ -321,7 +420,7 @@ func (o *Outbox) newStreamSource(relay awslambda.CfnFunction) {
 	n := o.cfg.n
 	awslambda.NewCfnEventSourceMapping(o.Construct, jsii.String("RelayFunctionMessagesStream"), &awslambda.CfnEventSourceMappingProps{
 		FunctionName:     relay.Ref(),
-		EventSourceArn:   o.MessagesTable.TableStreamArn(),
+		EventSourceArn:   o.streamArn,
 		StartingPosition: jsii.String("TRIM_HORIZON"),
 		FilterCriteria: &awslambda.CfnEventSourceMapping_FilterCriteriaProperty{
 			Filters: &[]interface{}{&awslambda.CfnEventSourceMapping_FilterProperty{
@@ -404,9 +503,9 @@ func (o *Outbox) newOutputs(relay, sweeper awslambda.CfnFunction) {
 		{"DashboardName", "The CloudWatch dashboard of this outbox."},
 	}
 	values := map[string]*string{
-		"MessagesTableName":      o.MessagesTable.TableName(),
-		"ControlTableName":       o.ControlTable.TableName(),
-		"MessagesTableStreamArn": o.MessagesTable.TableStreamArn(),
+		"MessagesTableName":      o.messagesName,
+		"ControlTableName":       o.controlName,
+		"MessagesTableStreamArn": o.streamArn,
 		"BucketCount":            o.Config.GetAtt(jsii.String("BucketCount"), awscdk.ResolutionTypeHint_STRING).ToString(),
 		"WriterPolicyArn":        o.WriterPolicy.ManagedPolicyArn(),
 		"RelayFunctionName":      relay.Ref(),

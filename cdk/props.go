@@ -12,7 +12,18 @@ import (
 )
 
 // regionsPattern is the template's Regions AllowedPattern.
-var regionsPattern = regexp.MustCompile(`^$|^[a-z0-9-]{1,32}(,[a-z0-9-]{1,32})*$`)
+var regionsPattern = regexp.MustCompile(`^$|^[a-z0-9-]{1,32}(,[a-z0-9-]{1,32}){0,5}$`)
+
+// tableNamePattern is the template's MessagesTableName and ControlTableName
+// AllowedPattern.
+var tableNamePattern = regexp.MustCompile(`^$|^[a-zA-Z0-9_.-]{3,255}$`)
+
+// The Tables values.
+const (
+	TablesCreate = "create"
+	TablesGlobal = "global"
+	TablesAttach = "attach"
+)
 
 // Props configures an outbox. Each field mirrors the template.yaml parameter
 // of the same name, with the same default and the same bounds; nil means the
@@ -110,6 +121,21 @@ type Props struct {
 	// BucketCount must be a multiple of their number. Default: none, single
 	// region (replicas are refused). See docs/deploy.md, Region mode.
 	Regions *string
+	// Tables is where the tables come from: TablesCreate (the default)
+	// creates both tables in the stack's region; TablesGlobal (region
+	// mode's first stack) creates them as DynamoDB global tables with a
+	// replica in every region of Regions (up to 6; the stack's region must
+	// be one of them) and writes the config item; TablesAttach (region
+	// mode's stack in every other region) creates no tables and runs on this
+	// region's replicas of MessagesTableName and ControlTableName, finding
+	// the replica's stream itself and only checking the config item. See
+	// docs/deploy.md, Region mode.
+	Tables *string
+	// MessagesTableName and ControlTableName are the tables of
+	// TablesAttach (the TablesGlobal stack's MessagesTableName and
+	// ControlTableName outputs); required there, refused otherwise.
+	MessagesTableName *string
+	ControlTableName  *string
 	// LeaseDurationSeconds is OUTBOX_LEASE_DURATION. Default 30, 12..900 (it
 	// must outlast the relay's ResumeWindow, 10 s, plus MaxClockSkew, a sixth
 	// of the lease); keep it well below RelayTimeout.
@@ -285,6 +311,8 @@ type config struct {
 	subnets, securityGroups          []string
 	topics, alarmTopic, binDir       string
 	regions                          string         // Regions, "" = single region
+	tables                           string         // Tables
+	messagesName, controlName        string         // TablesAttach's tables
 	n                                map[string]int // numeric fields by name
 	enqueue                          bool
 	transactional                    bool     // KafkaTransactional
@@ -382,6 +410,9 @@ func (p *Props) config() (*config, error) {
 			return nil, &PropError{"Regions", quote(p.Regions), fmt.Sprintf("BucketCount %d is not a multiple of the %d regions", c.n["BucketCount"], n)}
 		}
 	}
+	if err := c.tablePlacement(p); err != nil {
+		return nil, err
+	}
 	c.mode = ModeDelete
 	if p.OutboxMode != nil {
 		c.mode = *p.OutboxMode
@@ -439,6 +470,37 @@ func (p *Props) config() (*config, error) {
 		}
 	}
 	return c, nil
+}
+
+// tablePlacement checks Tables and the attached table names as the
+// template's TablesMatchRegions rule and AllowedPatterns do; the setup
+// function checks at deploy that the stack's region is one of Regions.
+func (c *config) tablePlacement(p *Props) error {
+	c.tables = TablesCreate
+	if p.Tables != nil {
+		c.tables = *p.Tables
+	}
+	if !slices.Contains([]string{TablesCreate, TablesGlobal, TablesAttach}, c.tables) {
+		return &PropError{"Tables", quote(p.Tables), "one of create, global, attach"}
+	}
+	if c.tables != TablesCreate && c.regions == "" {
+		return &PropError{"Tables", quote(p.Tables), "global and attach are region mode's: give Regions (the same list in every region's stack), or use create"}
+	}
+	c.messagesName, c.controlName = str(p.MessagesTableName), str(p.ControlTableName)
+	for _, f := range []struct {
+		field, value string
+		prop         *string
+	}{{"MessagesTableName", c.messagesName, p.MessagesTableName}, {"ControlTableName", c.controlName, p.ControlTableName}} {
+		switch {
+		case !isToken(f.value) && !tableNamePattern.MatchString(f.value):
+			return &PropError{f.field, quote(f.prop), "a DynamoDB table name: 3..255 characters of a-z, A-Z, 0-9, '_', '-' and '.'"}
+		case c.tables == TablesAttach && f.value == "":
+			return &PropError{f.field, quote(f.prop), "required when Tables is attach: the Tables global stack's " + f.field + " output"}
+		case c.tables != TablesAttach && f.value != "":
+			return &PropError{f.field, quote(f.prop), "used only by Tables attach; clear it or set Tables attach"}
+		}
+	}
+	return nil
 }
 
 // kafkaSecrets checks the Kafka secrets against the auth mode as the

@@ -42,10 +42,10 @@ func TestAlarms(t *testing.T) {
 		"SweeperErrorsAlarm":        {"AWS/Lambda", "Errors", "FunctionName", "!Ref SweeperFunction", "Sum", "GreaterThanOrEqualToThreshold", "1"},
 		"RelayIteratorAgeAlarm":     {"AWS/Lambda", "IteratorAge", "FunctionName", "!Ref RelayFunction", "Maximum", "GreaterThanThreshold", "!Ref IteratorAgeAlarmMilliseconds"},
 		"RelayFailureQueueAlarm":    {"AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "!GetAtt RelayFailureQueue.QueueName", "Maximum", "GreaterThanOrEqualToThreshold", "1"},
-		"OldestPendingAgeAlarm":     {emfNamespace, "OldestPendingAge", "Outbox", "!Ref MessagesTable", "Maximum", "GreaterThanThreshold", "!Ref OldestPendingAgeAlarmSeconds"},
-		"StuckBucketsAlarm":         {emfNamespace, "StuckBuckets", "Outbox", "!Ref MessagesTable", "Maximum", "GreaterThanOrEqualToThreshold", "1"},
-		"ParkedMessagesAlarm":       {emfNamespace, "ParkedMessages", "Outbox", "!Ref MessagesTable", "Maximum", "GreaterThanThreshold", "0"},
-		"PublishFailuresFatalAlarm": {emfNamespace, "PublishFailuresFatal", "Outbox", "!Ref MessagesTable", "Sum", "GreaterThanOrEqualToThreshold", "1"},
+		"OldestPendingAgeAlarm":     {emfNamespace, "OldestPendingAge", "Outbox", "!If [AttachTables, !GetAtt OutboxConfig.MessagesTable, !If [GlobalTables, !Ref MessagesGlobalTable, !Ref MessagesTable]]", "Maximum", "GreaterThanThreshold", "!Ref OldestPendingAgeAlarmSeconds"},
+		"StuckBucketsAlarm":         {emfNamespace, "StuckBuckets", "Outbox", "!If [AttachTables, !GetAtt OutboxConfig.MessagesTable, !If [GlobalTables, !Ref MessagesGlobalTable, !Ref MessagesTable]]", "Maximum", "GreaterThanOrEqualToThreshold", "1"},
+		"ParkedMessagesAlarm":       {emfNamespace, "ParkedMessages", "Outbox", "!If [AttachTables, !GetAtt OutboxConfig.MessagesTable, !If [GlobalTables, !Ref MessagesGlobalTable, !Ref MessagesTable]]", "Maximum", "GreaterThanThreshold", "0"},
+		"PublishFailuresFatalAlarm": {emfNamespace, "PublishFailuresFatal", "Outbox", "!If [AttachTables, !GetAtt OutboxConfig.MessagesTable, !If [GlobalTables, !Ref MessagesGlobalTable, !Ref MessagesTable]]", "Sum", "GreaterThanOrEqualToThreshold", "1"},
 	}
 	missingData := map[string]string{}
 	for name := range want {

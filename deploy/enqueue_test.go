@@ -95,7 +95,7 @@ func TestEnqueueRole(t *testing.T) {
 - Sid: IdempotencyRecords
   Effect: Allow
   Action: dynamodb:PutItem
-  Resource: !GetAtt ControlTable.Arn
+  Resource: !If [AttachTables, !Sub "arn:${AWS::Partition}:dynamodb:${AWS::Region}:${AWS::AccountId}:table/${ControlTableName}", !If [GlobalTables, !GetAtt ControlGlobalTable.Arn, !GetAtt ControlTable.Arn]]
 - !If
   - HasEnqueueBusinessTables
   - Sid: BusinessTables

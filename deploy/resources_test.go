@@ -56,10 +56,12 @@ func TestLogGroups(t *testing.T) {
 
 func TestOutputs(t *testing.T) {
 	tmpl := loadTemplate(t)
+	// The tables and stream of the stack's Tables shape (TestStackShapes
+	// evaluates each).
 	want := map[string]string{
-		"MessagesTableName":      "!Ref MessagesTable",
-		"ControlTableName":       "!Ref ControlTable",
-		"MessagesTableStreamArn": "!GetAtt MessagesTable.StreamArn",
+		"MessagesTableName":      "!If [AttachTables, !Ref MessagesTableName, !If [GlobalTables, !Ref MessagesGlobalTable, !Ref MessagesTable]]",
+		"ControlTableName":       "!If [AttachTables, !Ref ControlTableName, !If [GlobalTables, !Ref ControlGlobalTable, !Ref ControlTable]]",
+		"MessagesTableStreamArn": "!If [AttachTables, !GetAtt OutboxConfig.MessagesStreamArn, !If [GlobalTables, !GetAtt MessagesGlobalTable.StreamArn, !GetAtt MessagesTable.StreamArn]]",
 		"BucketCount":            "!GetAtt OutboxConfig.BucketCount",
 		"WriterPolicyArn":        "!Ref WriterPolicy",
 		"RelayFunctionName":      "!Ref RelayFunction",
@@ -97,14 +99,16 @@ func TestCustomResourceInTemplate(t *testing.T) {
 	want := cfn(t, `
 ServiceToken: !GetAtt SetupFunction.Arn
 ServiceTimeout: 600
-MessagesTable: !Ref MessagesTable
-ControlTable: !Ref ControlTable
+MessagesTable: !If [AttachTables, !Ref MessagesTableName, !If [GlobalTables, !Ref MessagesGlobalTable, !Ref MessagesTable]]
+ControlTable: !If [AttachTables, !Ref ControlTableName, !If [GlobalTables, !Ref ControlGlobalTable, !Ref ControlTable]]
 BucketCount: !Ref BucketCount
 Mode: !Ref OutboxMode
 RetentionHours: !Ref OutboxRetentionHours
 MaxMessageBytes: !Ref MaxMessageBytes
 Topics: !Ref Topics
-Regions: !Ref Regions`)
+Regions: !Ref Regions
+Tables: !Ref Tables
+Region: !Ref AWS::Region`)
 	if got := at(r, "Properties"); !reflect.DeepEqual(got, want) {
 		t.Errorf("OutboxConfig.Properties = %s, want %s", canon(got), canon(want))
 	}
@@ -199,6 +203,9 @@ func TestRules(t *testing.T) {
 		certOnly  = "KafkaTlsClientCertSecretArn is used only by"
 		caTLS     = "KafkaTlsCaSecretArn needs a TLS mode"
 		zeroRelay = "RelayReservedConcurrency 0"
+		tablesRM  = "Tables global and attach are region mode's"
+		attachIn  = "Tables attach needs MessagesTableName"
+		namesOnly = "MessagesTableName and ControlTableName are used only by"
 	)
 	cases := []struct {
 		name   string
@@ -220,6 +227,12 @@ func TestRules(t *testing.T) {
 		{"a CA bundle with msk-iam", map[string]string{"KafkaAuthMode": "msk-iam", "KafkaTlsCaSecretArn": caARN}, nil},
 		{"relay reserved 0", map[string]string{"RelayReservedConcurrency": "0"}, []string{zeroRelay}},
 		{"relay reserved 5", map[string]string{"RelayReservedConcurrency": "5"}, nil},
+		{"global tables", map[string]string{"Tables": "global", "Regions": "us-east-1,eu-west-1"}, nil},
+		{"global tables without Regions", map[string]string{"Tables": "global"}, []string{tablesRM}},
+		{"attach", map[string]string{"Tables": "attach", "Regions": "us-east-1,eu-west-1", "MessagesTableName": "m-t", "ControlTableName": "c-t"}, nil},
+		{"attach without Regions", map[string]string{"Tables": "attach", "MessagesTableName": "m-t", "ControlTableName": "c-t"}, []string{tablesRM}},
+		{"attach without the control table", map[string]string{"Tables": "attach", "Regions": "us-east-1,eu-west-1", "MessagesTableName": "m-t"}, []string{attachIn}},
+		{"table names without attach", map[string]string{"Tables": "global", "Regions": "us-east-1,eu-west-1", "MessagesTableName": "m-t", "ControlTableName": "c-t"}, []string{namesOnly}},
 		{"everything wrong at once", map[string]string{"KafkaAuthMode": "none", "KafkaSaslSecretArn": secretARN, "KafkaTlsClientCertSecretArn": certARN,
 			"KafkaTlsCaSecretArn": caARN, "VpcSubnetIds": "subnet-1", "RelayReservedConcurrency": "0"},
 			[]string{vpc, caTLS, certOnly, saslOnly, zeroRelay}},

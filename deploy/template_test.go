@@ -84,21 +84,17 @@ AttributeDefinitions: [{AttributeName: pk, AttributeType: S}, {AttributeName: sk
 	}
 }
 
-// TestNoGlobalTables: a replica's stream would relay every message once per
-// region, so the template creates none and says so in its docs.
-func TestNoGlobalTables(t *testing.T) {
-	tmpl := loadTemplate(t)
-	for name, r := range tmpl["Resources"].(map[string]any) {
-		if typ := at(r, "Type"); typ == "AWS::DynamoDB::GlobalTable" {
-			t.Errorf("%s is a %s", name, typ)
-		}
-	}
+// TestGlobalTablesDocumented: global tables only with Tables global
+// (TestStackShapes); the docs say how region mode uses them.
+func TestGlobalTablesDocumented(t *testing.T) {
 	doc, err := os.ReadFile("../docs/deploy.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(strings.ToLower(string(doc)), "global table") {
-		t.Error("docs/deploy.md does not discuss global tables")
+	for _, want := range []string{"global table", "tables attach", "tables global"} {
+		if !strings.Contains(strings.ToLower(string(doc)), want) {
+			t.Errorf("docs/deploy.md does not discuss %q", want)
+		}
 	}
 }
 
@@ -259,7 +255,7 @@ func TestRelayStreamEvent(t *testing.T) {
 	}
 	p, _ := at(ev, "Properties").(map[string]any)
 	exact := map[string]string{
-		"Stream":                         "!GetAtt MessagesTable.StreamArn",
+		"Stream":                         "!If [AttachTables, !GetAtt OutboxConfig.MessagesStreamArn, !If [GlobalTables, !GetAtt MessagesGlobalTable.StreamArn, !GetAtt MessagesTable.StreamArn]]", // TestStackShapes evaluates each shape
 		"StartingPosition":               "TRIM_HORIZON",
 		"BatchSize":                      "!Ref StreamBatchSize",
 		"MaximumBatchingWindowInSeconds": "!Ref StreamBatchingWindowSeconds",
@@ -362,7 +358,12 @@ func TestParameters(t *testing.T) {
 		{"StreamBatchingWindowSeconds", "{Type: Number, Default: 0, MinValue: 0, MaxValue: 300}"},
 		{"OutboxBatchSize", "{Type: Number, Default: 500, MinValue: 1, MaxValue: 10000}"},
 		{"Topics", `{Type: String, Default: ""}`},
-		{"Regions", `{Type: String, Default: "", AllowedPattern: "^$|^[a-z0-9-]{1,32}(,[a-z0-9-]{1,32})*$"}`},
+		// Up to 6 regions: the global tables' replica slots.
+		{"Regions", `{Type: String, Default: "", AllowedPattern: "^$|^[a-z0-9-]{1,32}(,[a-z0-9-]{1,32}){0,5}$"}`},
+		// Region mode's stacks: create by default (one region).
+		{"Tables", `{Type: String, Default: create, AllowedValues: [create, global, attach]}`},
+		{"MessagesTableName", `{Type: String, Default: "", AllowedPattern: "^$|^[a-zA-Z0-9_.-]{3,255}$"}`},
+		{"ControlTableName", `{Type: String, Default: "", AllowedPattern: "^$|^[a-zA-Z0-9_.-]{3,255}$"}`},
 		// lambda/config's ranges (TestParametersMatchConfigRanges).
 		{"LeaseDurationSeconds", "{Type: Number, Default: 30, MinValue: 12, MaxValue: 900}"},
 		{"GapTimeoutSeconds", "{Type: Number, Default: 10, MinValue: 1, MaxValue: 3600}"},

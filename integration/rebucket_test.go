@@ -9,12 +9,25 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
-	"github.com/dynakafka/outbox/internal/attrib"
 	"github.com/dynakafka/outbox/internal/checker"
-	"github.com/dynakafka/outbox/lambda/handler"
-	"github.com/dynakafka/outbox/local/esm"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
+
+// settleRebucket waits until every committed message was consumed (and a
+// little longer, for late duplicates), stops the consumer, and returns the
+// checker's verdict and the config item.
+func (e *env) settleRebucket(ctx context.Context, t *testing.T, chk *checker.Checker, stopConsumer func(), consumed <-chan struct{}) (checker.Result, outbox.Config) {
+	t.Helper()
+	waitDelivered(t, chk, 5*time.Minute)
+	time.Sleep(300 * time.Millisecond)
+	stopConsumer()
+	<-consumed
+	c, err := dynamo.ReadConfig(ctx, e.dynamo.Client, e.tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return chk.Result(), c
+}
 
 // BucketCount changes 8 → 16 → 12 online while writers write and the relay
 // runs as deployed (stream → event-source mapping → relay handler → Kafka):
@@ -31,13 +44,7 @@ func TestRebucketWhileWritersAndRelayRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	chk := checker.New()
-	at := attrib.New(e.store, e.pub, chk)
-	relay, err := outbox.NewRelay(ctx, at, at.ViaAs("relay", e.pub), outbox.DeadlineMargin(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fn := handler.NewRelay(relay, 8, quiet)
-	e.mapping(ctx, t, esm.InProcess(fn.Handle, esm.Timeout(time.Minute)))
+	relay := e.relayBehindMapping(ctx, t, chk)
 	cctx, stopConsumer := context.WithCancel(ctx)
 	consumed := e.checkDelivery(cctx, t, chk)
 
@@ -78,15 +85,7 @@ func TestRebucketWhileWritersAndRelayRun(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	stop.Store(true)
 	wg.Wait()
-	waitDelivered(t, chk, 5*time.Minute)
-	time.Sleep(300 * time.Millisecond)
-	stopConsumer()
-	<-consumed
-	r := chk.Result()
-	c, err := dynamo.ReadConfig(ctx, e.dynamo.Client, e.tables)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, c := e.settleRebucket(ctx, t, chk, stopConsumer, consumed)
 	t.Logf("rebucket: changes=%d committed=%d lost=%d order_violations=%d max_pause_ms=%d (duplicates=%d unexplained=%d bucket_count=%d epoch=%d relay_count=%d)",
 		changes, r.Committed, r.Lost, r.OrderViolations, time.Duration(maxPause.Load()).Milliseconds(), r.Duplicates, r.Unexplained, c.BucketCount, c.BucketEpoch, relay.BucketCount())
 	if !r.OK() || changes != 2 || c.BucketCount != 12 || c.BucketEpoch != 2 || r.Committed == 0 {

@@ -53,6 +53,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("ReleaseKeepsOwner", func(t *testing.T) { testReleaseKeepsOwner(t, h) })
 	t.Run("ReleaseIsIdempotent", func(t *testing.T) { testReleaseIdempotent(t, h) })
 	t.Run("ReleaseTimeByToken", func(t *testing.T) { testReleaseTime(t, h) })
+	t.Run("RestampReleaseByItsHold", func(t *testing.T) { testRestampRelease(t, h) })
 	t.Run("AbandonKeepsWakeUps", func(t *testing.T) { testAbandon(t, h) })
 	t.Run("AdvanceIdle", func(t *testing.T) { testAdvance(t, h) })
 	t.Run("PendingOrderAndLimit", func(t *testing.T) { testPending(t, h) })
@@ -908,5 +909,60 @@ func testReleaseTime(t *testing.T, h Harness) {
 	}
 	if !d.PrevReleasedAt.IsZero() || d.PrevToken != c.Token {
 		t.Fatalf("Acquire after a release that recorded no time: PrevReleasedAt = %v (an older hold's), want zero", d.PrevReleasedAt)
+	}
+}
+
+// testRestampRelease: RestampRelease moves the release time of a lease
+// released by the hold it names, a resend of it succeeds, an acquirer then
+// reads the new time; it fails with ErrLeaseLost for an earlier time, for a
+// lease held again (acquired since: the token changed) and for another
+// hold's release.
+func testRestampRelease(t *testing.T, h Harness) {
+	ctx, s := ctxT(t), h.New(t, 1)
+	a, err := s.Acquire(ctx, 0, "a", t0, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.ReleasedAt = t0.Add(time.Second)
+	if _, err := s.Release(ctx, a, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RestampRelease(ctx, a); err != nil {
+		t.Fatalf("RestampRelease at the recorded time: %v", err)
+	}
+	later := a
+	later.ReleasedAt = t0.Add(3 * time.Second)
+	for i := range 2 { // the second is a resend that already applied
+		if _, err := s.RestampRelease(ctx, later); err != nil {
+			t.Fatalf("RestampRelease to %v (send %d): %v", later.ReleasedAt, i+1, err)
+		}
+	}
+	if l, err := s.ReadLease(ctx, 0); err != nil || !l.ReleasedAt.Equal(later.ReleasedAt) || !l.Released() || l.Token != a.Token {
+		t.Fatalf("after RestampRelease to %v: lease %+v, err %v", later.ReleasedAt, l, err)
+	}
+	earlier := a
+	earlier.ReleasedAt = t0.Add(2 * time.Second)
+	if _, err := s.RestampRelease(ctx, earlier); !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Fatalf("RestampRelease back to %v after %v: err %v, want ErrLeaseLost", earlier.ReleasedAt, later.ReleasedAt, err)
+	}
+	other := a
+	other.Token, other.ReleasedAt = "another-hold", t0.Add(4*time.Second)
+	if _, err := s.RestampRelease(ctx, other); !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Fatalf("RestampRelease by another hold: err %v, want ErrLeaseLost", err)
+	}
+	b, err := s.Acquire(ctx, 0, "a", t0.Add(5*time.Second), lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.PrevReleasedAt.Equal(later.ReleasedAt) || b.PrevToken != a.Token {
+		t.Fatalf("Acquire after a restamp to %v: PrevReleasedAt = %v, PrevToken %q (want %q)", later.ReleasedAt, b.PrevReleasedAt, b.PrevToken, a.Token)
+	}
+	late := a
+	late.ReleasedAt = t0.Add(6 * time.Second)
+	if _, err := s.RestampRelease(ctx, late); !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Fatalf("RestampRelease of a hold after another acquisition: err %v, want ErrLeaseLost", err)
+	}
+	if l, err := s.ReadLease(ctx, 0); err != nil || l.Token != b.Token || !l.HeldAt(t0.Add(5*time.Second)) {
+		t.Fatalf("a failed RestampRelease changed the lease: %+v, err %v", l, err)
 	}
 }

@@ -75,6 +75,14 @@ var scenarios = []scenario{
 	// Rules do not refuse, are ignored, as the template ignores them.
 	{stack: "Plaintext", params: map[string]string{"KafkaBootstrapServers": "localhost:9092", "KafkaAuthMode": "none",
 		"KafkaSecretsKmsKeyArn": kmsKeyARN, "MskClusterArn": clusterARN}},
+	// Region mode, one stack per region: the first creates the global
+	// tables with their replicas, every other attaches to its region's
+	// replicas (the stream ARN from the setup function), here with
+	// transactional MSK producers, whose ids name the attached table.
+	{stack: "RegionGlobal", params: map[string]string{"KafkaBootstrapServers": "localhost:9092", "KafkaAuthMode": "none",
+		"Regions": "us-east-1,eu-west-1,ap-southeast-2", "BucketCount": "12", "Tables": "global"}},
+	{stack: "RegionAttach", params: map[string]string{"KafkaBootstrapServers": "b-1.example:9098", "KafkaAuthMode": "msk-iam", "KafkaTransactional": "true",
+		"Regions": "eu-west-1,us-east-1", "Tables": "attach", "MessagesTableName": "outbox-MessagesGlobalTable-1A2B3C", "ControlTableName": "outbox-ControlGlobalTable-4D5E6F"}},
 	// The enqueue function without business tables: outbox messages only.
 	{stack: "EnqueueOnly", params: map[string]string{"KafkaBootstrapServers": "localhost:9092", "KafkaAuthMode": "none",
 		"EnableEnqueueFunction": "true"}},

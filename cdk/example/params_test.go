@@ -114,9 +114,17 @@ func TestPropsMirrorParameterBounds(t *testing.T) {
 
 func fmtNum(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
-// withSecrets adds the Kafka secret the auth mode requires, so that a
+// withSecrets adds the Kafka secret the auth mode requires, and the
+// regions and tables that Tables global and attach require, so that a
 // check of another parameter is not refused by the template's Rules.
 func withSecrets(values map[string]string) {
+	switch values["Tables"] {
+	case "global":
+		values["Regions"] = "us-east-1,eu-west-1"
+	case "attach":
+		values["Regions"] = "us-east-1,eu-west-1"
+		values["MessagesTableName"], values["ControlTableName"] = "m-table", "c-table"
+	}
 	switch values["KafkaAuthMode"] {
 	case "sasl-scram-sha-256", "sasl-scram-sha-512":
 		values["KafkaSaslSecretArn"] = secretARN
@@ -151,46 +159,81 @@ func TestPropsMirrorRules(t *testing.T) {
 					for k, v := range vpc {
 						values[k] = v
 					}
-					e, err := newEvaluator(s.sam, nil, values)
-					if err != nil {
-						t.Fatal(err)
-					}
-					refusals, err := e.Refusals()
-					if err != nil {
-						t.Fatal(err)
-					}
-					props, err := propsFor(values)
-					if err != nil {
-						t.Fatal(err)
-					}
-					props.BinDir = jsii.String(bin)
-					err = props.Validate()
 					combos++
-					var perr *outboxcdk.PropError
-					switch {
-					case len(refusals) == 0 && err != nil:
-						t.Errorf("%v: CloudFormation accepts it, Validate: %v", values, err)
-					case len(refusals) > 0 && err == nil:
-						t.Errorf("%v: accepted, CloudFormation refuses it: %s", values, refusals[0].Description)
-					case len(refusals) > 0 && !errors.As(err, &perr):
-						t.Errorf("%v: %T %v, want a *PropError", values, err, err)
-					case len(refusals) > 0:
+					if mirrorRules(t, s, bin, values) {
 						refused++
-						named := false
-						for _, r := range refusals {
-							for _, p := range r.Params {
-								named = named || p == perr.Field
-							}
-						}
-						if !named {
-							t.Errorf("%v: Validate names %s; the failed rules refer to %v", values, perr.Field, refusals)
-						}
 					}
 				}
 			}
 		}
 	}
 	t.Logf("%d combinations, %d refused by both", combos, refused)
+
+	// Where the tables come from: Tables against Regions and the attached
+	// table names.
+	combos, refused = 0, 0
+	for _, tables := range []string{"", "create", "global", "attach"} {
+		for _, regions := range []string{"", "us-east-1,eu-west-1"} {
+			for _, names := range subsets(map[string]string{"MessagesTableName": "m-table", "ControlTableName": "c-table"}) {
+				values := map[string]string{"KafkaBootstrapServers": "b-1.example:9092", "KafkaAuthMode": "none"}
+				if tables != "" {
+					values["Tables"] = tables
+				}
+				if regions != "" {
+					values["Regions"] = regions
+				}
+				for k, v := range names {
+					values[k] = v
+				}
+				combos++
+				if mirrorRules(t, s, bin, values) {
+					refused++
+				}
+			}
+		}
+	}
+	t.Logf("tables: %d combinations, %d refused by both", combos, refused)
+}
+
+// mirrorRules checks one combination: Validate refuses it exactly when the
+// template's Rules do, naming a parameter of a failed rule; it reports
+// whether both refused.
+func mirrorRules(t *testing.T, s *synthesized, bin string, values map[string]string) bool {
+	t.Helper()
+	e, err := newEvaluator(s.sam, nil, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusals, err := e.Refusals()
+	if err != nil {
+		t.Fatal(err)
+	}
+	props, err := propsFor(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	props.BinDir = jsii.String(bin)
+	err = props.Validate()
+	var perr *outboxcdk.PropError
+	switch {
+	case len(refusals) == 0 && err != nil:
+		t.Errorf("%v: CloudFormation accepts it, Validate: %v", values, err)
+	case len(refusals) > 0 && err == nil:
+		t.Errorf("%v: accepted, CloudFormation refuses it: %s", values, refusals[0].Description)
+	case len(refusals) > 0 && !errors.As(err, &perr):
+		t.Errorf("%v: %T %v, want a *PropError", values, err, err)
+	case len(refusals) > 0:
+		for _, r := range refusals {
+			for _, p := range r.Params {
+				if p == perr.Field {
+					return true
+				}
+			}
+		}
+		t.Errorf("%v: Validate names %s; the failed rules refer to %v", values, perr.Field, refusals)
+		return true
+	}
+	return false
 }
 
 // subsets returns every subset of m.

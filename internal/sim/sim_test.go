@@ -51,7 +51,7 @@ func TestSchedules(t *testing.T) {
 		}
 	}
 	var sum Result
-	var finals, steps, overlaps, watermark, function, sweeper, resends, dups, txn, whole, partial, partialParked int
+	var finals, steps, overlaps, watermark, function, sweeper, resends, restamps, dups, txn, whole, partial, partialParked int
 	byCause, nAdmitted := map[string]int{}, 0
 	for s := first; s < first+uint64(n); s++ {
 		res, err := Run(s)
@@ -74,6 +74,7 @@ func TestSchedules(t *testing.T) {
 		steps += res.Steps
 		overlaps += res.Overlaps
 		resends += res.Resends
+		restamps += res.Restamps
 		dups += res.Duplicates
 		for k, v := range res.ByCause {
 			byCause[k] += v
@@ -98,8 +99,8 @@ func TestSchedules(t *testing.T) {
 		partial += res.DupTxnsPartial
 		partialParked += res.DupTxnsPartialParked
 	}
-	t.Logf("sim: schedules=%d watermark_mode=%d function=%d sweeper=%d txn=%d committed=%d published=%d parked=%d crashes=%d stalls=%d resends=%d final_drains=%d overlaps=%d overlaps_admitted=%d duplicates=%d duplicates_by_cause=%s dup_txns=whole:%d,partial:%d,partial_parked:%d steps=%d stranded=0 unexplained=0 stale_visible=0 interleavings=0",
-		n, watermark, function, sweeper, txn, sum.Committed, sum.Published, sum.Parked, sum.Crashes, sum.Stalls, resends, finals, overlaps, nAdmitted, dups, causes(byCause), whole, partial, partialParked, steps)
+	t.Logf("sim: schedules=%d watermark_mode=%d function=%d sweeper=%d txn=%d committed=%d published=%d parked=%d crashes=%d stalls=%d resends=%d restamps=%d final_drains=%d overlaps=%d overlaps_admitted=%d duplicates=%d duplicates_by_cause=%s dup_txns=whole:%d,partial:%d,partial_parked:%d steps=%d stranded=0 unexplained=0 stale_visible=0 interleavings=0",
+		n, watermark, function, sweeper, txn, sum.Committed, sum.Published, sum.Parked, sum.Crashes, sum.Stalls, resends, restamps, finals, overlaps, nAdmitted, dups, causes(byCause), whole, partial, partialParked, steps)
 }
 
 func first5(s []string) []string { return s[:min(5, len(s))] }

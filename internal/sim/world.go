@@ -127,6 +127,9 @@ type Result struct {
 	Story []string
 	// Resends counts conditional writes the SDK sent twice.
 	Resends int
+	// Restamps counts release times a resumer rewrote (RestampRelease that
+	// succeeded), each opening a new resume window without an acquisition.
+	Restamps int
 	// OutOfOrder: first deliveries of a bucket out of sequence order.
 	OutOfOrder []string
 	// Overlaps counts publishes of a bucket by one process that began while
@@ -770,6 +773,16 @@ func (y *yieldStore) Abandon(ctx context.Context, l outbox.Lease, head, cleaned 
 	err := y.resent("Abandon", l.Bucket, func() error { return y.Store.Abandon(ctx, l, head, cleaned) })
 	y.lease("Abandon", l.Bucket, l.Owner, y.Store.Lease(l.Bucket), err)
 	return err
+}
+func (y *yieldStore) RestampRelease(ctx context.Context, l outbox.Lease) (outbox.Lease, error) {
+	y.s.Yield()
+	var nl outbox.Lease
+	err := y.resent("RestampRelease", l.Bucket, func() (err error) { nl, err = y.Store.RestampRelease(ctx, l); return err })
+	if err == nil {
+		y.w.res.Restamps++
+	}
+	y.lease("RestampRelease", l.Bucket, l.Owner, nl, err)
+	return nl, err
 }
 func (y *yieldStore) Advance(ctx context.Context, l outbox.Lease, head, cleaned int64, now time.Time) (outbox.Lease, error) {
 	y.s.Yield()

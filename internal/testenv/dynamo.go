@@ -102,7 +102,10 @@ func setupDynamo() (*Dynamo, error) {
 	if endpoint := os.Getenv(DynamoDBEndpointEnv); endpoint != "" {
 		return useEndpoint(ctx, endpoint)
 	}
-	inst, err := dynamolocal.Start(ctx, dynamolocal.Options{})
+	// A hang guard, not a speed bound: on a busy two-core machine (four
+	// suites at load 20+) the JVM took longer than dynamolocal's default
+	// 30 s to answer, and every test of the binary failed on it.
+	inst, err := dynamolocal.Start(ctx, dynamolocal.Options{StartTimeout: startTimeout - 10*time.Second})
 	if err != nil {
 		return nil, err
 	}

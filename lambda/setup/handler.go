@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/cfn"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/store/dynamo"
@@ -43,7 +44,35 @@ const (
 	// the stored list as it is. The config item's takeovers are never the
 	// stack's: they are kept (outbox regions takeover writes them).
 	propRegions = "Regions"
+	// propTables is where the stack's tables come from (the stack's Tables
+	// parameter): create or global, and this stack writes the config item;
+	// attach, and the tables are this region's replicas of the global
+	// stack's, whose config item this stack only checks. Absent (a stack
+	// from before it) means create.
+	propTables = "Tables"
+	// propRegion is the stack's region (AWS::Region); in region mode it must
+	// be one of Regions. Absent (a stack from before it): not checked here
+	// (the functions check OUTBOX_REGION at init).
+	propRegion = "Region"
+	// attrMessages and attrStream are what an attach stack takes from the
+	// answer: the messages table it checked, and its replica's stream in
+	// this region, on which the relay runs (CloudFormation has no way to
+	// read an existing table's stream ARN, which carries a creation time).
+	attrMessages = "MessagesTable"
+	attrStream   = "MessagesStreamArn"
 )
+
+// The Tables values.
+const (
+	tablesCreate = "create"
+	tablesGlobal = "global"
+	tablesAttach = "attach"
+)
+
+// attachPoll is how often an attach stack looks again for a config item
+// that has not replicated yet; it waits until the invocation's deadline
+// (less deadlineMargin).
+const attachPoll = 5 * time.Second
 
 // defaultRetentionHours is RetentionHours when the property is absent.
 const defaultRetentionHours = 24
@@ -60,14 +89,15 @@ const maxReason = 1500
 // Handler answers CloudFormation's Create, Update and Delete requests for
 // Custom::OutboxConfig.
 type Handler struct {
-	client  dynamo.StoreAPI
-	log     *slog.Logger
-	initErr error // the function could not build its client: every request fails with it (deletes still succeed)
+	client     dynamo.StoreAPI
+	log        *slog.Logger
+	initErr    error         // the function could not build its client: every request fails with it (deletes still succeed)
+	attachPoll time.Duration // attachPoll; tests shorten it
 }
 
 // NewHandler returns the handler over client.
 func NewHandler(client dynamo.StoreAPI, log *slog.Logger) *Handler {
-	return &Handler{client: client, log: log}
+	return &Handler{client: client, log: log, attachPoll: attachPoll}
 }
 
 // Handle is a cfn.CustomResourceFunction:
@@ -78,6 +108,13 @@ func NewHandler(client dynamo.StoreAPI, log *slog.Logger) *Handler {
 //     BucketCount or Mode changed only when the outbox is empty; otherwise
 //     the request fails with a reason naming both values, and CloudFormation
 //     rolls the stack back.
+//   - With Tables attach (region mode, in a region whose tables are
+//     replicas of another region's stack's), Create and Update write
+//     nothing: they wait for the config item to replicate, refuse it unless
+//     it says what the stack says (BucketCount, Regions, mode, retention,
+//     topics, MaxMessageBytes), and answer the messages table's stream ARN
+//     in this region.
+//   - In region mode a stack whose region is not one of Regions is refused.
 //   - Delete always succeeds and changes nothing: the tables are retained,
 //     and their config item with them, so the retained outbox can still be
 //     inspected and drained with the outbox CLI.
@@ -109,11 +146,24 @@ func (h *Handler) Handle(ctx context.Context, ev cfn.Event) (physicalID string, 
 	if err != nil {
 		return fail(err)
 	}
+	tablesMode, err := placement(ev.ResourceProperties, want)
+	if err != nil {
+		return fail(err)
+	}
 	_, setTopics := ev.ResourceProperties[propTopics]
 	if d, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, d.Add(-deadlineMargin))
 		defer cancel()
+	}
+	if tablesMode == tablesAttach {
+		data, err := h.attach(ctx, tables, want, ev.ResourceProperties)
+		if err != nil {
+			return fail(err)
+		}
+		log.InfoContext(ctx, "outbox setup: attached to the replicas; the config item says what the stack says",
+			"messages_table", tables.Messages, "control_table", tables.Control, "stream", data[attrStream])
+		return "outbox-config:" + tables.Control, data, nil
 	}
 	if !setTopics {
 		// Keep the stored list: this stack does not say one.
@@ -177,7 +227,122 @@ func (h *Handler) Handle(ctx context.Context, ev cfn.Event) (physicalID string, 
 		propRetention: strconv.Itoa(int(want.Retention / time.Hour)),
 		propTopics:    strings.Join(want.Topics, ","),
 		propRegions:   strings.Join(want.Regions, ","),
+		attrMessages:  tables.Messages,
 	}, nil
+}
+
+// placement reads Tables and Region and refuses what cannot work: Tables
+// global or attach outside region mode, a stack in a region that is not
+// one of Regions.
+func placement(p map[string]any, c outbox.Config) (string, error) {
+	mode := tablesCreate
+	if v, ok := p[propTables]; ok {
+		mode, _ = v.(string)
+	}
+	switch mode {
+	case tablesCreate:
+	case tablesGlobal, tablesAttach:
+		if len(c.Regions) == 0 {
+			return "", fmt.Errorf("property %s=%s is region mode's, and %s is empty: give every region's stack the same Regions list, or use Tables create", propTables, mode, propRegions)
+		}
+	default:
+		return "", fmt.Errorf("property %s=%v: must be create, global or attach", propTables, p[propTables])
+	}
+	region, _ := p[propRegion].(string)
+	if region != "" && len(c.Regions) > 0 && !slices.Contains(c.Regions, region) {
+		return "", fmt.Errorf("this stack's region %s is not one of Regions %s: deploy the outbox's stacks only in its regions (or add %s to every stack's Regions, on an empty outbox)",
+			region, strings.Join(c.Regions, ","), region)
+	}
+	return mode, nil
+}
+
+// attach checks, for a stack on another region's replicas, that the config
+// item (written by the Tables global stack, replicated here) says what this
+// stack says, waiting for it to replicate, and finds this region's stream
+// of the messages table. It writes nothing: the config item has one writing
+// region (docs/design.md §14.1, R1).
+func (h *Handler) attach(ctx context.Context, tables dynamo.Tables, want outbox.Config, p map[string]any) (map[string]any, error) {
+	stored, err := h.waitConfig(ctx, tables)
+	if err != nil {
+		return nil, err
+	}
+	var diffs []string
+	differ := func(name string, stack, item any) {
+		diffs = append(diffs, fmt.Sprintf("%s: the stack says %v, the config item %v", name, stack, item))
+	}
+	if !slices.Equal(want.Regions, stored.Regions) {
+		differ("Regions", strings.Join(want.Regions, ","), strings.Join(stored.Regions, ","))
+	}
+	if want.BucketCount != stored.BucketCount {
+		differ("BucketCount", want.BucketCount, stored.BucketCount)
+	}
+	if want.Mode != stored.Mode {
+		differ("OutboxMode", want.Mode, stored.Mode)
+	} else if want.Mode == outbox.WatermarkMode && want.Retention != stored.Retention {
+		differ("OutboxRetentionHours", int(want.Retention/time.Hour), int(stored.Retention/time.Hour))
+	}
+	if _, ok := p[propTopics]; ok && !slices.Equal(want.Topics, stored.Topics) {
+		differ("Topics", dynamo.TopicList(want.Topics), dynamo.TopicList(stored.Topics))
+	}
+	// 0 in the item means the default, as everywhere.
+	if _, ok := p[propMaxBytes]; ok && want.SharedMaxMessageBytes() != stored.SharedMaxMessageBytes() {
+		differ("MaxMessageBytes", want.SharedMaxMessageBytes(), stored.SharedMaxMessageBytes())
+	}
+	if len(diffs) > 0 {
+		return nil, fmt.Errorf("Tables attach: this stack's parameters differ from the config item in %s (written by the Tables global stack): %s; give every region's stack the same values",
+			tables.Control, strings.Join(diffs, "; "))
+	}
+	out, err := h.client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &tables.Messages})
+	if err != nil {
+		return nil, fmt.Errorf("Tables attach: describe the messages table %s: %w", tables.Messages, err)
+	}
+	stream := ""
+	if out.Table != nil && out.Table.LatestStreamArn != nil {
+		stream = *out.Table.LatestStreamArn
+	}
+	if stream == "" {
+		return nil, fmt.Errorf("Tables attach: the messages table %s has no stream in this region; it must be a replica of the Tables global stack's table (KEYS_ONLY stream)", tables.Messages)
+	}
+	return map[string]any{
+		propBuckets:   strconv.Itoa(stored.BucketCount),
+		propMode:      stored.Mode.String(),
+		propRetention: strconv.Itoa(int(stored.Retention / time.Hour)),
+		propTopics:    strings.Join(stored.Topics, ","),
+		propRegions:   strings.Join(stored.Regions, ","),
+		attrMessages:  tables.Messages,
+		attrStream:    stream,
+	}, nil
+}
+
+// waitConfig reads the config item, waiting every attachPoll while it has
+// not replicated yet, until ctx ends.
+func (h *Handler) waitConfig(ctx context.Context, tables dynamo.Tables) (outbox.Config, error) {
+	start := time.Now()
+	waited := func() error {
+		return fmt.Errorf("Tables attach: no config item in %s after %s: the Tables global stack writes it and replication brings it here; deploy that stack first and wait for it to complete",
+			tables.Control, time.Since(start).Round(time.Second))
+	}
+	for {
+		c, err := dynamo.ReadConfig(ctx, h.client, tables)
+		var te *dynamo.TableError
+		switch {
+		case err == nil:
+			return c, nil
+		case ctx.Err() != nil:
+			return outbox.Config{}, waited()
+		case errors.As(err, &te):
+			return outbox.Config{}, fmt.Errorf("Tables attach: %w; deploy the Tables global stack first, with this region in its Regions, and give its table names", err)
+		case !errors.Is(err, dynamo.ErrNoConfig):
+			return outbox.Config{}, fmt.Errorf("Tables attach: read the config item in %s: %w", tables.Control, err)
+		}
+		t := time.NewTimer(h.attachPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return outbox.Config{}, waited()
+		case <-t.C:
+		}
+	}
 }
 
 // properties reads the resource properties, naming every problem.

@@ -351,3 +351,160 @@ func TestRegionsProperty(t *testing.T) {
 		}
 	}
 }
+
+// Tables attach (a region-mode stack on another region's replicas) writes
+// nothing: it waits for the replicated config item, refuses it unless it
+// says what the stack says, and answers the messages stream's ARN for the
+// relay's event source. A region outside Regions, or attach outside region
+// mode, is refused at deploy.
+func TestAttach(t *testing.T) {
+	d := testenv.DynamoDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tables := dynamo.Tables{Messages: testenv.Name(t, "msgs"), Control: testenv.Name(t, "ctl")}
+	if err := dynamo.CreateTables(ctx, d.Client, tables, dynamo.BucketCount(4), dynamo.Regions("us-east-1", "eu-west-1")); err != nil {
+		t.Fatal(err)
+	}
+	desc, err := d.Client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &tables.Messages})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := readConfig(t, d.Client, tables)
+	h := NewHandler(d.Client, slog.New(slog.DiscardHandler))
+	h.attachPoll = 20 * time.Millisecond
+	props := func(extra map[string]any) map[string]any {
+		p := map[string]any{"MessagesTable": tables.Messages, "ControlTable": tables.Control, "BucketCount": "4", "Mode": "delete",
+			"RetentionHours": "24", "MaxMessageBytes": "1048576", "Topics": "", "Regions": "us-east-1,eu-west-1", "Tables": "attach", "Region": "eu-west-1"}
+		for k, v := range extra {
+			p[k] = v
+		}
+		return p
+	}
+	for _, c := range []struct {
+		name   string
+		extra  map[string]any
+		reason []string // "" = accepted
+	}{
+		{name: "matching", extra: nil},
+		{name: "another BucketCount", extra: map[string]any{"BucketCount": "8"}, reason: []string{"BucketCount: the stack says 8, the config item 4", "same values"}},
+		{name: "another Regions order", extra: map[string]any{"Regions": "eu-west-1,us-east-1"}, reason: []string{"Regions: the stack says eu-west-1,us-east-1"}},
+		{name: "another mode", extra: map[string]any{"Mode": "watermark"}, reason: []string{"OutboxMode: the stack says watermark"}},
+		{name: "a region not in the list", extra: map[string]any{"Region": "ap-south-1"}, reason: []string{"region ap-south-1 is not one of Regions us-east-1,eu-west-1"}},
+		{name: "attach without region mode", extra: map[string]any{"Regions": ""}, reason: []string{"Tables=attach is region mode's"}},
+		{name: "global without region mode", extra: map[string]any{"Regions": "", "Tables": "global"}, reason: []string{"Tables=global is region mode's"}},
+		{name: "a bad Tables", extra: map[string]any{"Tables": "borrow"}, reason: []string{"Tables=borrow", "create, global or attach"}},
+		{name: "tables that do not exist", extra: map[string]any{"MessagesTable": "nope-m", "ControlTable": "nope-c"}, reason: []string{"deploy the Tables global stack first"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, data, err := h.Handle(ctx, cfn.Event{RequestType: cfn.RequestCreate, ResourceProperties: props(c.extra)})
+			if len(c.reason) == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if data["MessagesStreamArn"] != *desc.Table.LatestStreamArn || data["MessagesTable"] != tables.Messages || data["BucketCount"] != "4" {
+					t.Errorf("data = %v, want the stream %s, the table and BucketCount 4", data, *desc.Table.LatestStreamArn)
+				}
+			} else {
+				if err == nil {
+					t.Fatalf("accepted, want a refusal saying %q", c.reason)
+				}
+				for _, r := range c.reason {
+					if !strings.Contains(err.Error(), r) {
+						t.Errorf("reason %q does not say %q", err, r)
+					}
+				}
+			}
+			if after := readConfig(t, d.Client, tables); !reflect.DeepEqual(after, before) {
+				t.Errorf("the config item changed: %+v, was %+v", after, before)
+			}
+		})
+	}
+
+	// The config item has not replicated yet: the stack waits for it, and
+	// fails at its deadline naming what to deploy first.
+	key := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "config"}, "sk": &types.AttributeValueMemberS{Value: "config"}}
+	item, err := d.Client.GetItem(ctx, &dynamodb.GetItemInput{TableName: &tables.Control, Key: key, ConsistentRead: new(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Client.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &tables.Control, Key: key}); err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, deadlineMargin+200*time.Millisecond)
+	defer cancelShort()
+	if _, _, err := h.Handle(short, cfn.Event{RequestType: cfn.RequestCreate, ResourceProperties: props(nil)}); err == nil || !strings.Contains(err.Error(), "no config item") {
+		t.Errorf("without a config item: err = %v, want one saying there is no config item", err)
+	}
+	// It arrives while the stack waits (after the stack's first read has
+	// missed it: the gate is the read the handler makes, counted below).
+	reads := &countingClient{StoreAPI: d.Client, getItem: make(chan struct{}, 100)}
+	hw := NewHandler(reads, slog.New(slog.DiscardHandler))
+	hw.attachPoll = 20 * time.Millisecond
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := hw.Handle(ctx, cfn.Event{RequestType: cfn.RequestCreate, ResourceProperties: props(nil)})
+		done <- err
+	}()
+	<-reads.getItem // the first read found nothing
+	if _, err := d.Client.PutItem(ctx, &dynamodb.PutItemInput{TableName: &tables.Control, Item: item.Item}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("with the config item replicated while it waits: %v", err)
+	}
+	// Exactly what the template's SetupRole grants with Tables attach
+	// (deploy's TestAttachSetupPolicy): no write.
+	want := map[string]bool{"GetItem " + tables.Control: true, "DescribeTable " + tables.Messages: true}
+	if !reflect.DeepEqual(reads.calls, want) {
+		t.Errorf("attach called %v, want exactly %v", reads.calls, want)
+	}
+}
+
+// countingClient signals every GetItem it has answered and records the
+// (action, table) of every call the attach path may make, and of every
+// write it must not.
+type countingClient struct {
+	dynamo.StoreAPI
+	getItem chan struct{}
+	mu      sync.Mutex
+	calls   map[string]bool
+}
+
+func (c *countingClient) note(action string, table *string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.calls == nil {
+		c.calls = map[string]bool{}
+	}
+	c.calls[action+" "+*table] = true
+}
+
+func (c *countingClient) GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	c.note("GetItem", in.TableName)
+	out, err := c.StoreAPI.GetItem(ctx, in, optFns...)
+	select {
+	case c.getItem <- struct{}{}:
+	default:
+	}
+	return out, err
+}
+
+func (c *countingClient) DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error) {
+	c.note("DescribeTable", in.TableName)
+	return c.StoreAPI.DescribeTable(ctx, in, optFns...)
+}
+
+func (c *countingClient) PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	c.note("PutItem", in.TableName)
+	return c.StoreAPI.PutItem(ctx, in, optFns...)
+}
+
+func (c *countingClient) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	c.note("UpdateItem", in.TableName)
+	return c.StoreAPI.UpdateItem(ctx, in, optFns...)
+}
+
+func (c *countingClient) Query(ctx context.Context, in *dynamodb.QueryInput, optFns ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	c.note("Query", in.TableName)
+	return c.StoreAPI.Query(ctx, in, optFns...)
+}

@@ -175,7 +175,7 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 		return nil, err
 	}
 	ropts := []outbox.Option{
-		outbox.BucketCount(cfg.BucketCount),
+		outbox.BucketCount(bucketCount(ctx, cfg.BucketCount, stored, logger)),
 		outbox.BatchSize(cfg.BatchSize),
 		outbox.LeaseDuration(cfg.LeaseDuration),
 		outbox.ResumeWindow(cfg.ResumeWindow()),
@@ -209,6 +209,27 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 		return nil, fmt.Errorf("relay (OUTBOX_BUCKET_COUNT=%d): %w", cfg.BucketCount, err)
 	}
 	return p, nil
+}
+
+// bucketCount is the count the relay is built with. The config item is the
+// truth; OUTBOX_BUCKET_COUNT is the count the stack deployed the functions
+// with, and a check of it. After an online BucketCount change the stack
+// updates the functions last (docs/design.md §13.5), so a container that
+// cold-starts between the change's flip and that update carries the old
+// count: when the config item records an online change (BucketEpoch > 0)
+// or one in progress, a count other than the item's is that, and the relay
+// takes the item's (0) with a warning. On an outbox never changed online a
+// different count is a misconfiguration (another outbox's tables, a wrong
+// parameter), which NewRelay refuses naming both counts. The item keeps no
+// history of earlier counts, so after a change any other count is
+// accepted the same way; nothing uses it, the relay runs on the item's.
+func bucketCount(ctx context.Context, env int, stored outbox.Config, logger *slog.Logger) int {
+	if env == 0 || env == stored.BucketCount || (stored.BucketEpoch == 0 && !stored.Changing()) {
+		return env
+	}
+	logger.WarnContext(ctx, "outbox: OUTBOX_BUCKET_COUNT is from before an online BucketCount change; the config item's count is used until the stack updates the function",
+		"env_bucket_count", env, "bucket_count", stored.BucketCount, "bucket_epoch", stored.BucketEpoch, "next_bucket_count", stored.NextBucketCount)
+	return 0
 }
 
 // DynamoClient is the functions' DynamoDB client; endpoint overrides AWS's

@@ -2,6 +2,7 @@ package wiring
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -120,5 +121,44 @@ func TestBuildOnRealParts(t *testing.T) {
 				t.Fatalf("error %q does not name %q", err, c.want)
 			}
 		})
+	}
+
+	// A cold start between an online BucketCount change and the stack's
+	// update of the function (docs/design.md §13.5): its environment still
+	// says 4, the config item 8 at epoch 1. It starts on the item's count
+	// and drains a message written under it.
+	if _, err := dynamo.ChangeBucketCount(ctx, d.Client, tables, 8); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := dynamo.ReadConfig(ctx, d.Client, tables); err != nil || c.BucketCount != 8 || c.BucketEpoch == 0 {
+		t.Fatalf("after the change: %+v %v; want 8 at an epoch above 0", c, err)
+	}
+	old, err := config.Load(getenv(map[string]string{"OUTBOX_BUCKET_COUNT": "4"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cold, err := BuildWith(ctx, old, d.Config, log, "relay/test")
+	if err != nil {
+		t.Fatalf("cold start with the count from before the change: %v", err)
+	}
+	defer cold.Close()
+	if cold.Relay.BucketCount() != 8 {
+		t.Errorf("cold-started relay runs on %d buckets, want the config item's 8", cold.Relay.BucketCount())
+	}
+	w8, err := dynamo.NewWriter(ctx, d.Client, tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var high dynamo.Result
+	for i := 0; ; i++ { // a key of a bucket the old count did not have
+		if high, err = w8.Write(ctx, nil, outbox.Message{Topic: topic, Key: []byte(fmt.Sprint("k", i)), Value: []byte("v8")}); err != nil {
+			t.Fatal(err)
+		}
+		if high.Messages[0].Bucket >= 4 {
+			break
+		}
+	}
+	if st, err := cold.Relay.DrainBucket(ctx, high.Messages[0].Bucket); err != nil || st.Published != 1 {
+		t.Fatalf("drain of bucket %d after the cold start: %+v %v", high.Messages[0].Bucket, st, err)
 	}
 }

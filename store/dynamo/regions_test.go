@@ -20,29 +20,53 @@ import (
 	"github.com/dynakafka/outbox/local/dynamolocal"
 )
 
-// secondRegion is a DynamoDB endpoint apart from testenv's, standing for
-// a second region: a second DynamoDB Local, or, when the tests run
-// against an endpoint given by the environment, that endpoint in another
-// region (DynamoDB Local and LocalStack keep regions' tables apart).
-func secondRegion(t *testing.T, ctx context.Context) shimSide {
+// regionSides are two DynamoDB endpoints standing for two regions, each a
+// DynamoDB Local of its own (started at once), or, when the tests run
+// against an endpoint given by the environment, that endpoint in two
+// regions (DynamoDB Local and LocalStack keep regions' tables apart).
+//
+// Not testenv's shared instance: by the time this test runs, the package's
+// other tests have left hundreds of tables and their streams in it, and
+// inside a busy make test the shim's stream reads on it fell behind.
+func regionSides(t *testing.T, ctx context.Context) (a, b shimSide) {
 	t.Helper()
-	endpoint := os.Getenv(testenv.DynamoDBEndpointEnv)
-	region := dynamolocal.DefaultRegion
-	if endpoint != "" {
-		region = "eu-west-1"
-	} else {
-		inst, err := dynamolocal.Start(ctx, dynamolocal.Options{})
-		if err != nil {
-			t.Fatalf("start a second DynamoDB Local: %v", err)
-		}
-		t.Cleanup(func() { _ = inst.Stop() })
-		endpoint = inst.Endpoint
+	if endpoint := os.Getenv(testenv.DynamoDBEndpointEnv); endpoint != "" {
+		return regionSide(t, ctx, "a", endpoint, dynamolocal.DefaultRegion), regionSide(t, ctx, "b", endpoint, "eu-west-1")
 	}
+	var (
+		insts [2]*dynamolocal.Instance
+		errs  [2]error
+		wg    sync.WaitGroup
+	)
+	for i := range insts {
+		wg.Add(1)
+		// Two JVMs starting at once beside a busy make test: a longer
+		// guard than the default 30 s (testenv's one instance was seen
+		// to miss it at load 21); it bounds a hang, not a speed.
+		go func() {
+			defer wg.Done()
+			insts[i], errs[i] = dynamolocal.Start(ctx, dynamolocal.Options{StartTimeout: 3 * time.Minute})
+		}()
+	}
+	wg.Wait()
+	for i, inst := range insts {
+		if inst != nil {
+			t.Cleanup(func() { _ = inst.Stop() })
+		}
+		if errs[i] != nil {
+			t.Fatalf("start DynamoDB Local for region %d: %v", i, errs[i])
+		}
+	}
+	return regionSide(t, ctx, "a", insts[0].Endpoint, dynamolocal.DefaultRegion), regionSide(t, ctx, "b", insts[1].Endpoint, dynamolocal.DefaultRegion)
+}
+
+func regionSide(t *testing.T, ctx context.Context, name, endpoint, region string) shimSide {
+	t.Helper()
 	cfg, err := dynamolocal.NewConfig(ctx, endpoint, region)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return shimSide{name: "b", db: dynamolocal.NewClient(cfg, endpoint), streams: dynamolocal.NewStreamsClient(cfg, endpoint)}
+	return shimSide{name: name, db: dynamolocal.NewClient(cfg, endpoint), streams: dynamolocal.NewStreamsClient(cfg, endpoint)}
 }
 
 // streamControl gives the control table a stream, as a global table's
@@ -208,22 +232,12 @@ func waitPublished(t *testing.T, ctx context.Context, log *pubLog, msgs []outbox
 // return and a hand-back, nothing is lost and each region publishes every
 // bucket in sequence order.
 func TestTwoRegions(t *testing.T) {
-	if os.Getenv("OUTBOX_TEST_REGIONS") == "" {
-		// Alone it passes in 25 s; inside the whole make test on a busy
-		// machine its replication shim fell behind the shared DynamoDB
-		// Local's streams and never caught up (it hit its 12-minute
-		// guard). Until the shim gets an instance of its own, it runs on
-		// request: OUTBOX_TEST_REGIONS=1 go test ./store/dynamo -run TestTwoRegions.
-		t.Skip("TestTwoRegions runs only with OUTBOX_TEST_REGIONS=1 (its shim stalls inside the full suite; see the comment)")
-	}
 	// Only a guard against a hang: every step waits for progress, and a
 	// busy machine's two DynamoDB Local instances took more than 3 minutes
 	// (a fresh-clone make test with a busy loop failed on a 3-minute bound).
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	d := testenv.DynamoDB(t)
-	a := shimSide{name: "a", db: d.Client, streams: d.Streams}
-	b := secondRegion(t, ctx)
+	a, b := regionSides(t, ctx)
 	sides := []shimSide{a, b}
 
 	t.Run("default", func(t *testing.T) {

@@ -50,6 +50,10 @@ type replShim struct {
 	conflicts  int
 	conflicted []string // the items of the conflicts
 	copies     int
+	// markerSeq numbers sync's markers; awaited holds the markers (side,
+	// table and key) the current sync has not yet read.
+	markerSeq int
+	awaited   map[string]bool
 }
 
 type shimSide struct {
@@ -74,6 +78,8 @@ func (v shimVersion) after(w shimVersion) bool {
 	return len(v.seq) > len(w.seq) || len(v.seq) == len(w.seq) && v.seq > w.seq
 }
 
+// newReplShim replicates tables between a and b: the messages table first
+// (sync's markers in it are positions b = -1), then the control table.
 func newReplShim(a, b shimSide, tables ...string) *replShim {
 	return &replShim{sides: [2]shimSide{a, b}, tables: tables, echoes: map[string]int{},
 		iters: map[string]string{}, arns: map[string]string{}, trimmed: map[string]int{}}
@@ -98,21 +104,71 @@ func (s *replShim) run(ctx context.Context, t *testing.T, interval time.Duration
 	}
 }
 
-// sync runs rounds until two in a row find nothing to replicate.
+// sync returns once every write made on either side before the call has
+// been replicated: it writes a marker item on each side's stream of each
+// table and runs rounds until the shim has read all of them. A round reads
+// each shard from where the last one stopped to its end, and a stream
+// keeps each shard's records in order, so a marker read means every record
+// before it in its shard was read and applied (DynamoDB Local keeps one
+// open shard per table: an older shard was closed, and read to its end in
+// the same or an earlier round, before the marker's was opened). It waits
+// for a condition, not for quiet: the relays renew leases every second,
+// and on a busy machine a round can take longer than that, so "two rounds
+// in a row found nothing" may never come (it did not, in a busy make test).
 func (s *replShim) sync(ctx context.Context) error {
-	quiet := 0
-	for quiet < 2 {
-		n, err := s.round(ctx)
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			quiet++
-		} else {
-			quiet = 0
+	s.mu.Lock()
+	if s.paused {
+		s.mu.Unlock()
+		return errors.New("replication shim: sync while paused would never end")
+	}
+	s.markerSeq++
+	want := map[string]bool{}
+	for side, sd := range s.sides {
+		for _, table := range s.tables {
+			key := s.markerKey(table, s.markerSeq)
+			if _, err := sd.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: key}); err != nil {
+				s.mu.Unlock()
+				return fmt.Errorf("replication shim: write a marker on %s's %s: %w", sd.name, table, err)
+			}
+			want[fmt.Sprint(side, "|", table, "|", keyString(key))] = true
 		}
 	}
-	return nil
+	s.awaited = want
+	s.mu.Unlock()
+	for {
+		if _, err := s.round(ctx); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		left := len(s.awaited)
+		s.mu.Unlock()
+		if left == 0 {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// markerKey is the key of sync's n-th marker in table: a messages-table
+// position in no bucket (b = -1, which no relay reads and no writer
+// writes), or a control-table item no part of the outbox reads.
+func (s *replShim) markerKey(table string, n int) map[string]types.AttributeValue {
+	if table == s.tables[0] {
+		return map[string]types.AttributeValue{"b": &types.AttributeValueMemberN{Value: "-1"}, "s": &types.AttributeValueMemberN{Value: fmt.Sprint(n)}}
+	}
+	return map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "replshim-marker"}, "sk": &types.AttributeValueMemberS{Value: fmt.Sprint(n)}}
+}
+
+// isMarker reports whether key is one of sync's markers in table.
+func (s *replShim) isMarker(table string, key map[string]types.AttributeValue) bool {
+	if table == s.tables[0] {
+		b, ok := key["b"].(*types.AttributeValueMemberN)
+		return ok && b.Value == "-1"
+	}
+	pk, ok := key["pk"].(*types.AttributeValueMemberS)
+	return ok && pk.Value == "replshim-marker"
 }
 
 type shimRecord struct {
@@ -157,6 +213,11 @@ func (s *replShim) round(ctx context.Context) (int, error) {
 	items := map[string]*touched{}
 	var order []string
 	for _, r := range recs {
+		if s.isMarker(r.table, r.key) {
+			// sync's: read, not replicated.
+			delete(s.awaited, fmt.Sprint(r.side, "|", r.id))
+			continue
+		}
 		ek := fmt.Sprint(r.side, "|", r.id)
 		if s.echoes[ek] > 0 && !r.ttl { // a TTL deletion is never a copy of ours
 			s.echoes[ek]--
@@ -251,11 +312,19 @@ func (s *replShim) read(ctx context.Context, side int, table string) ([]shimReco
 		}
 		s.arns[ak] = arn
 	}
-	desc, err := sd.streams.DescribeStream(ctx, &dynamodbstreams.DescribeStreamInput{StreamArn: aws.String(arn)})
-	if err != nil {
-		return nil, err
+	// DescribeStream lists at most 100 shards a call: page through them
+	// (a shard missed would be a stream never read again).
+	var shards []stypes.Shard
+	for after := (*string)(nil); ; {
+		desc, err := sd.streams.DescribeStream(ctx, &dynamodbstreams.DescribeStreamInput{StreamArn: aws.String(arn), ExclusiveStartShardId: after})
+		if err != nil {
+			return nil, err
+		}
+		shards = append(shards, desc.StreamDescription.Shards...)
+		if after = desc.StreamDescription.LastEvaluatedShardId; after == nil {
+			break
+		}
 	}
-	shards := desc.StreamDescription.Shards
 	sort.Slice(shards, func(i, j int) bool {
 		return aws.ToString(shards[i].SequenceNumberRange.StartingSequenceNumber) < aws.ToString(shards[j].SequenceNumberRange.StartingSequenceNumber)
 	})
@@ -277,7 +346,16 @@ func (s *replShim) read(ctx context.Context, side int, table string) ([]shimReco
 		it := aws.ToString(gi.ShardIterator)
 		for it != "" {
 			gr, err := sd.streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: aws.String(it), Limit: aws.Int32(1000)})
-			var trimmed *stypes.TrimmedDataAccessException
+			var (
+				trimmed *stypes.TrimmedDataAccessException
+				expired *stypes.ExpiredIteratorException
+			)
+			if errors.As(err, &expired) {
+				// A slow round outlived its iterator (they last 15
+				// minutes): the next round takes a new one after the last
+				// record read.
+				break
+			}
 			if errors.As(err, &trimmed) && s.trimmed[ik] < 100 {
 				// DynamoDB Local answers a fresh iterator so now and then
 				// while the shard is being written; the next round reads
@@ -318,11 +396,12 @@ func (s *replShim) read(ctx context.Context, side int, table string) ([]shimReco
 				s.iters[ik] = aws.ToString(gr.Records[n-1].Dynamodb.SequenceNumber)
 			}
 			it = aws.ToString(gr.NextShardIterator)
-			if it == "" && len(gr.Records) == 0 && ok {
-				s.iters[ik] = "" // a closed shard read to its end
+			if it == "" {
+				s.iters[ik] = "" // a closed shard read to its end: never read again
+				break
 			}
 			if len(gr.Records) == 0 {
-				break
+				break // the open shard's end, for now
 			}
 		}
 	}

@@ -448,6 +448,33 @@ func (s *Store) Advance(ctx context.Context, l outbox.Lease, head, cleaned int64
 	return outbox.Lease{}, fmt.Errorf("dynamo: advance bucket %d: the lease changed since it was read: %w", l.Bucket, outbox.ErrLeaseLost)
 }
 
+// RestampRelease implements outbox.Store: one conditional UpdateItem of
+// the release time, on the lease as released by l's hold.
+func (s *Store) RestampRelease(ctx context.Context, l outbox.Lease) (outbox.Lease, error) {
+	if l.Bucket < 0 || l.Owner == "" || l.Token == "" || l.ReleasedAt.IsZero() {
+		return outbox.Lease{}, fmt.Errorf("dynamo: restamp the release of bucket %d: no owner, token or release time", l.Bucket)
+	}
+	rt := millis(l.ReleasedAt)
+	nl, old, err := s.updateLease(ctx, l.Bucket, &dynamodb.UpdateItemInput{
+		// Released by this hold, and no later time recorded for it: a
+		// delayed resend never moves the time back.
+		ConditionExpression:      str("#o = :me AND #tk = :tk AND #e = :zero AND #rtk = :tk AND #rt <= :rt"),
+		UpdateExpression:         str("SET #rt = :rt"),
+		ExpressionAttributeNames: names(attrOwner, attrToken, attrExpires, attrReleasedToken, attrReleasedAt),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":me": strAttr(l.Owner), ":tk": strAttr(l.Token), ":zero": numAttr(0), ":rt": numAttr(rt),
+		},
+	})
+	if !errors.Is(err, errChanged) {
+		return nl, wrapLease("restamp the release of", l.Bucket, err)
+	}
+	if cur, derr := decodeLease(l.Bucket, old); derr == nil && cur.Released() && cur.Owner == l.Owner && cur.Token == l.Token &&
+		!cur.ReleasedAt.IsZero() && millis(cur.ReleasedAt) == rt {
+		return cur, nil // a resend of this write that applied
+	}
+	return outbox.Lease{}, fmt.Errorf("dynamo: restamp the release of bucket %d: no longer released by this hold: %w", l.Bucket, outbox.ErrLeaseLost)
+}
+
 // updateLease runs one conditional UpdateItem on bucket's lease and returns
 // the new lease. When the condition fails it returns errChanged and the item
 // as it was (from ReturnValuesOnConditionCheckFailure, or a consistent read

@@ -302,6 +302,24 @@ func (s *Store) giveUp(cur *outbox.Lease, l outbox.Lease, head, cleaned int64) {
 	cur.Cleaned = max(cur.Cleaned, min(cleaned, cur.Head))
 }
 
+// RestampRelease implements outbox.Store.
+func (s *Store) RestampRelease(ctx context.Context, l outbox.Lease) (outbox.Lease, error) {
+	if err := s.hook("RestampRelease", l.Bucket); err != nil {
+		return outbox.Lease{}, err
+	}
+	if l.Token == "" || l.ReleasedAt.IsZero() {
+		return outbox.Lease{}, fmt.Errorf("memory: restamp the release of bucket %d: no token or release time", l.Bucket)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.lease(l.Bucket)
+	if !ours(cur, l) || !cur.Expires.IsZero() || s.releasedBy[l.Bucket] != l.Token || cur.ReleasedAt.After(l.ReleasedAt) {
+		return outbox.Lease{}, outbox.ErrLeaseLost
+	}
+	cur.ReleasedAt = l.ReleasedAt
+	return *cur, ctx.Err()
+}
+
 // Advance implements outbox.Store.
 func (s *Store) Advance(ctx context.Context, l outbox.Lease, head, cleaned int64, now time.Time) (outbox.Lease, error) {
 	if err := s.hook("Advance", l.Bucket); err != nil {

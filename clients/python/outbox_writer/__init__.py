@@ -4,13 +4,13 @@ dynamo.Writer does, with boto3 only."""
 
 from .contract import (CONTRACT_VERSION, Config, bucket_for, bucket_for_key, encode_headers, decode_headers,
                        murmur2, new_id, parse_config)
-from .errors import (ConditionFailedError, ConfigError, ConflictError, OutboxError, OutcomeUnknownError, RejectedError,
+from .errors import (BucketCountChangeError, ConditionFailedError, ConfigError, ConflictError, OutboxError, OutcomeUnknownError, RejectedError,
                      SequenceFencedError, ThrottledError, ValidationError)
 from .writer import Message, Result, Writer, new_client
 
 __all__ = [
     "CONTRACT_VERSION", "Config", "bucket_for", "bucket_for_key", "encode_headers", "decode_headers", "murmur2",
-    "new_id", "parse_config", "ConditionFailedError", "ConfigError", "ConflictError", "OutboxError",
+    "new_id", "parse_config", "BucketCountChangeError", "ConditionFailedError", "ConfigError", "ConflictError", "OutboxError",
     "OutcomeUnknownError", "RejectedError", "SequenceFencedError", "ThrottledError", "ValidationError", "Message",
     "Result", "Writer", "new_client",
 ]

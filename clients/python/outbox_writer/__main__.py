@@ -3,6 +3,8 @@
   python -m outbox_writer --endpoint URL --messages-table T --control-table C \\
       --json-messages FILE [--json-items FILE] [--token TOKEN]
   python -m outbox_writer ... --json-batch FILE     # one transaction per entry, in order
+  python -m outbox_writer ... --json-lines -        # one transaction per input line, answered as it arrives
+  (--region-id R: this writer's region, required when the outbox is in region mode)
 
 Prints one JSON line per transaction: {"ok": true, "messages": [{"id", "topic",
 "bucket", "sequence"}...], ...} or {"ok": false, "error": "Outbox.ConditionFailed",
@@ -97,6 +99,8 @@ def run_one(writer, items, messages, token, abandon=False) -> tuple[int, dict]:
         code = next((c for cls, c in EXIT.items() if isinstance(e, cls)), 5)
         return code, {"ok": False, "error": e.code, "message": str(e), "released": [list(x) for x in e.released]}
     return 0, {"ok": True, "token": res.client_request_token, "attempts": res.attempts, "reservations": res.reservations,
+               "rebuckets": res.rebuckets, "paused_ms": int(res.paused_seconds * 1000), "bucket_count": res.bucket_count,
+               "epoch": res.epoch,
                "messages": [{"id": m.id, "topic": m.topic, "bucket": m.bucket, "sequence": m.sequence, "created_ms": m.created_ms}
                             for m in res.messages]}
 
@@ -104,6 +108,13 @@ def run_one(writer, items, messages, token, abandon=False) -> tuple[int, dict]:
 def _load(path):
     with (sys.stdin if path == "-" else open(path, encoding="utf-8")) as f:
         return json.load(f)
+
+
+def _lines(path):
+    f = sys.stdin if path == "-" else open(path, encoding="utf-8")
+    for line in f:
+        if line.strip():
+            yield json.loads(line)
 
 
 def main(argv=None) -> int:
@@ -115,18 +126,29 @@ def main(argv=None) -> int:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--json-messages", help="a JSON list of messages: one transaction ('-' reads stdin)")
     src.add_argument("--json-batch", help='a JSON list of {"items": [...], "messages": [...], "token": ...}: one transaction each')
+    src.add_argument("--json-lines", help="one such object per line ('-' reads stdin), each written and answered before the next is read")
+    p.add_argument("--region-id", help="this writer's region, when the outbox is in region mode (its config item lists regions)")
     p.add_argument("--json-items", help="a JSON list of your TransactWriteItems (DynamoDB JSON), with --json-messages")
     p.add_argument("--token", help="the ClientRequestToken (an idempotency key), with --json-messages")
     p.add_argument("--abandon-after-reserve", action="store_true", help="tests: reserve, then stop without committing")
+    p.add_argument("--report-change-waits", action="store_true",
+                   help='tests: print {"event": "change-wait", ...} on stderr when a write starts waiting for a BucketCount change')
     a = p.parse_args(argv)
 
     try:
-        writer = Writer(new_client(a.endpoint, a.region), a.messages_table, a.control_table)
+        writer = Writer(new_client(a.endpoint, a.region), a.messages_table, a.control_table, region=a.region_id)
     except ConfigError as e:
         print(json.dumps({"ok": False, "error": e.code, "message": str(e), "unknown": e.unknown}), flush=True)
         return 3
+    if a.report_change_waits:
+        def report(c):
+            print(json.dumps({"event": "change-wait", "bucket_count": c.bucket_count, "next_bucket_count": c.next_bucket_count,
+                              "epoch": c.epoch}), file=sys.stderr, flush=True)
+        writer.on_change_wait = report
     if a.json_messages:
         batch = [{"items": _load(a.json_items) if a.json_items else [], "messages": _load(a.json_messages), "token": a.token}]
+    elif a.json_lines:
+        batch = _lines(a.json_lines)
     else:
         batch = _load(a.json_batch)
     worst = 0

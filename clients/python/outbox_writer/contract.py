@@ -13,7 +13,7 @@ import uuid
 # Contract and format versions (docs/contract.md, "Versions").
 CONTRACT_VERSION = 1
 ITEM_FORMAT_VERSION = 1  # v of every messages-table item and counter item
-CONFIG_VERSIONS = (1, 2)  # the config item versions this writer understands
+CONFIG_VERSIONS = (1, 2, 3)  # the config item versions this writer understands
 
 MAX_BUCKET_COUNT = 4096
 MAX_TOPIC_LENGTH = 249
@@ -32,6 +32,21 @@ RECORD_OVERHEAD = 128
 HEADER_OVERHEAD = 10
 
 CONFIG_KEY = {"pk": {"S": "config"}, "sk": {"S": "config"}}
+
+MAX_REGION_ID_LENGTH = 32
+_REGION_ID = re.compile(r"^[a-z0-9-]{1,32}$")
+
+# The counter item's attributes (docs/contract.md section 5): n counts
+# before any online BucketCount change, q from the first one on; ce is the
+# epoch the counter serves (-E while frozen by the change to epoch E), cf
+# the change's fence point. After the first change n holds MOVED_COUNTER,
+# so a writer that predates epochs fails its ADD instead of writing under
+# a stale count.
+MOVED_COUNTER = "moved to q by an online BucketCount change: upgrade this writer (docs/deploy.md, Changing BucketCount)"
+
+
+def counter_key(bucket: int) -> dict:
+    return {"pk": {"S": f"bucket#{bucket}"}, "sk": {"S": "seq"}}
 
 _M32 = 0xFFFFFFFF
 
@@ -278,16 +293,33 @@ def fence_item(bucket: int, sequence: int, now_s: float, ttl_seconds: int) -> di
 class Config:
     """What the config item says."""
 
-    def __init__(self, bucket_count: int, version: int, mode: str, retention_seconds: int, topics=()):
+    def __init__(self, bucket_count: int, version: int, mode: str, retention_seconds: int, topics=(), epoch: int = 0,
+                 next_bucket_count: int = 0, change_deadline_ms: int = 0, regions=(), taken_over=None):
         self.bucket_count = bucket_count
         self.version = version
         self.mode = mode
         self.retention_seconds = retention_seconds
         self.topics = tuple(sorted(set(topics)))  # the topics the outbox serves; empty: any topic
+        self.epoch = epoch  # be: the online BucketCount changes so far
+        self.next_bucket_count = next_bucket_count  # nb: the count a change in progress goes to (0: none)
+        self.change_deadline_ms = change_deadline_ms  # cd: that change's deadline, epoch ms
+        self.regions = tuple(regions)  # rg: region mode's regions, in order; empty: the default mode
+        self.taken_over = dict(taken_over or {})  # rgt: region -> the region draining its slice (writers ignore it)
+
+    @property
+    def changing(self) -> bool:
+        return self.next_bucket_count != 0
+
+    def region_slice(self, region: str):
+        """(lo, per): region's slice of buckets lo .. lo+per-1 (region mode)."""
+        per = self.bucket_count // len(self.regions)
+        return self.regions.index(region) * per, per
 
     def __repr__(self):
         return (f"Config(bucket_count={self.bucket_count}, version={self.version}, mode={self.mode!r}, "
-                f"retention_seconds={self.retention_seconds}, topics={self.topics!r})")
+                f"retention_seconds={self.retention_seconds}, topics={self.topics!r}, epoch={self.epoch}, "
+                f"next_bucket_count={self.next_bucket_count}, change_deadline_ms={self.change_deadline_ms}, "
+                f"regions={self.regions!r}, taken_over={self.taken_over!r})")
 
 
 class ConfigItemError(Exception):
@@ -316,7 +348,7 @@ def _int_attr(item, name, required=True):
 
 def parse_config(item) -> Config:
     """Decode the config item (boto3 low-level form). It refuses, with a
-    ConfigItemError, a version other than 1 or 2 and a mode other than delete
+    ConfigItemError, a version other than 1, 2 or 3 and a mode other than delete
     or watermark (unknown=True: the outbox was set up by a newer version;
     upgrade the writer), and an item that contradicts itself. Attributes it
     does not know are ignored, as the Go writer does: a change that writers
@@ -354,7 +386,54 @@ def parse_config(item) -> Config:
             err = topic_error(t)
             if err:
                 raise ConfigItemError(f"the config item's topic list: {err}")
-    return Config(bc, version, mode, rt, topics)
+    epoch, nb, cd = (_int_attr(item, a, required=False) or 0 for a in ("be", "nb", "cd"))
+    for name, val in (("be", epoch), ("nb", nb), ("cd", cd)):
+        if val < 0:
+            raise ConfigItemError(f"the config item's {name} is {val}, negative")
+    if nb > MAX_BUCKET_COUNT:
+        raise ConfigItemError(f"next bucket count {nb} is outside 1..{MAX_BUCKET_COUNT}")
+    if nb and not cd:
+        raise ConfigItemError("a BucketCount change in progress (nb) without a deadline (cd)")
+    regions, taken = _regions(item)
+    if regions and version < 3:
+        raise ConfigItemError(f"a region-mode config item must have format version 3; it has {version}")
+    return Config(bc, version, mode, rt, topics, epoch, nb, cd, regions, taken)
+
+
+def _regions(item):
+    """rg and rgt, checked as the Go side checks them (outbox.Config.CheckRegions)."""
+    if "rg" not in item:
+        if "rgt" in item:
+            raise ConfigItemError("the config item has takeovers (rgt) without regions (rg)")
+        return (), {}
+    av = item["rg"]
+    if set(av) != {"L"} or not isinstance(av["L"], list):
+        raise ConfigItemError(f"the config item's rg is {av!r}, not a list")
+    regions = []
+    for r in av["L"]:
+        if not isinstance(r, dict) or set(r) != {"S"}:
+            raise ConfigItemError(f"the config item's rg holds {r!r}, not a string")
+        rid = r["S"]
+        if not _REGION_ID.match(rid):
+            raise ConfigItemError(f"region id {rid!r} must be 1..{MAX_REGION_ID_LENGTH} of a-z, 0-9 and '-'")
+        if rid in regions:
+            raise ConfigItemError(f"region {rid!r} is listed twice")
+        regions.append(rid)
+    bc = int(item["bc"]["N"])
+    if regions and bc % len(regions):
+        raise ConfigItemError(f"BucketCount {bc} is not a multiple of the {len(regions)} regions ({','.join(regions)})")
+    taken = {}
+    if "rgt" in item:
+        m = item["rgt"]
+        if set(m) != {"M"} or not isinstance(m["M"], dict):
+            raise ConfigItemError(f"the config item's rgt is {m!r}, not a map")
+        for frm, by in m["M"].items():
+            if not isinstance(by, dict) or set(by) != {"S"}:
+                raise ConfigItemError(f"the config item's rgt[{frm!r}] is {by!r}, not a string")
+            if frm not in regions or by["S"] not in regions:
+                raise ConfigItemError(f"takeover {frm!r} -> {by['S']!r} between regions not listed in rg")
+            taken[frm] = by["S"]
+    return tuple(regions), taken
 
 
 def to_json(av):

@@ -74,6 +74,15 @@ class SequenceFencedError(OutboxError):
     code = "Outbox.SequenceFenced"
 
 
+class BucketCountChangeError(OutboxError):
+    """An online BucketCount change did not end in time (still in progress
+    change_grace_seconds past its deadline: the changer and Go writers abort
+    it at the deadline), or the counters contradict the config item.
+    Nothing was written; retry once the change is over."""
+
+    code = "Outbox.BucketCountChange"
+
+
 class RejectedError(OutboxError):
     """DynamoDB refused the request (validation, a missing table, access);
     nothing was written and retrying the same request cannot help."""

@@ -5,14 +5,24 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import threading
 import time
 import uuid
 
 from . import contract
-from .errors import (ConditionFailedError, ConfigError, ConflictError, OutcomeUnknownError, RejectedError,
-                     SequenceFencedError, ThrottledError, ValidationError)
+from .errors import (BucketCountChangeError, ConditionFailedError, ConfigError, ConflictError, OutcomeUnknownError,
+                     RejectedError, SequenceFencedError, ThrottledError, ValidationError)
 
 DEFAULT_MAX_ATTEMPTS = 6
+# How long past a BucketCount change's deadline (cd) the writer keeps
+# waiting for it to end before it gives up: the changer aborts at its
+# deadline, and so do Go writers; this writer does not abort a change
+# itself. A write's pause for a change is at most the change's deadline
+# minus now plus this.
+DEFAULT_CHANGE_GRACE_SECONDS = 10.0
+# The config item is read again every 10..100 ms (doubling, jittered)
+# while a change is in progress (docs/contract.md section 5).
+CHANGE_POLL_MIN, CHANGE_POLL_MAX = 0.01, 0.1
 
 _THROTTLE_CODES = {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
                    "LimitExceededException", "TooManyRequestsException", "Throttling"}
@@ -48,6 +58,10 @@ class Result:
     client_request_token: str
     attempts: int
     reservations: int  # how many times numbers were reserved (1 + re-reservations after fences)
+    rebuckets: int = 0  # how many times the messages moved to a new BucketCount (an online change)
+    paused_seconds: float = 0.0  # how long the write waited for BucketCount changes to end
+    bucket_count: int = 0  # the BucketCount the messages were written under
+    epoch: int = 0  # and its epoch
 
 
 def new_client(endpoint_url: str | None = None, region_name: str | None = None, session=None):
@@ -81,6 +95,36 @@ def _kind(exc) -> str:
     return "ambiguous" if status >= 500 else "rejected"
 
 
+class _EpochRefused(Exception):
+    """A counter update refused for its BucketCount epoch: the counter
+    serves epoch counter (negative: frozen by the change to epoch
+    -counter), with fence point fence (cf)."""
+
+    def __init__(self, bucket, epoch, old):
+        super().__init__(f"bucket {bucket}'s counter does not serve epoch {epoch}")
+        self.bucket, self.epoch = bucket, epoch
+        self.counter = _num(old, "ce")
+        self.fence = _num(old, "cf")
+
+
+def _num(item, name) -> int:
+    av = (item or {}).get(name) or {}
+    try:
+        return int(av.get("N", "0"))
+    except ValueError:
+        return 0
+
+
+class _WriteState:
+    """One write's view (BucketCount, epoch) and what changes cost it."""
+
+    def __init__(self, view):
+        self.view, self.rebuckets, self.paused_seconds = view, 0, 0.0
+
+    def result(self, msgs, token, attempts, reservations):
+        return Result(msgs, token, attempts, reservations, self.rebuckets, self.paused_seconds, self.view[0], self.view[1])
+
+
 class _Outcome:
     def __init__(self, kind, detail="", caller_reasons=None, cancelled=False):
         self.kind, self.detail, self.caller_reasons, self.cancelled = kind, detail, caller_reasons or [], cancelled
@@ -89,11 +133,27 @@ class _Outcome:
 class Writer:
     """Writes outbox messages in the same transaction as the caller's items.
 
-    Writer() reads the config item (the bucket count, the mode and its
-    retention, the topics the outbox serves) and refuses, with a ConfigError, an outbox it does not
-    understand (a config item version other than 1 or 2, an unknown mode), a
-    malformed config item, or a missing table. Read once: restart writers after the
-    outbox's configuration changes.
+    Writer() reads the config item (the bucket count and its epoch, the
+    mode and its retention, the topics the outbox serves, region mode's
+    regions) and refuses, with a ConfigError, an outbox it does not
+    understand (a config item version other than 1, 2 or 3, an unknown
+    mode), a malformed config item, or a missing table. Read once: restart
+    writers after the mode, topics or regions change.
+
+    BucketCount changes online (docs/design.md section 13): every
+    reservation is conditional on the BucketCount epoch the writer knows,
+    so the writer learns of a change from the reservation it makes anyway.
+    It then fences what it reserved, waits while the change is in progress
+    (reading the config item every 10-100 ms; at most until the change's
+    deadline plus change_grace_seconds, else a BucketCountChangeError with
+    nothing written), moves the messages to the new count's buckets and
+    reserves again: a pause, not an error.
+
+    Region mode (the config item lists regions, for DynamoDB global
+    tables): region names this writer's region, required then (a
+    ConfigError without it, or with a region not listed) and refused in the
+    default mode. Every message goes to the region's slice of buckets,
+    lo + bucket(key, bc / regions).
 
     client is a boto3 DynamoDB client with botocore's retries off (see
     new_client); the writer retries itself, MaxAttempts-style: max_attempts
@@ -102,12 +162,14 @@ class Writer:
 
     def __init__(self, client, messages_table: str, control_table: str, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                  fence_ttl_seconds: int = contract.DEFAULT_FENCE_TTL_SECONDS,
-                 max_message_bytes: int = contract.DEFAULT_MAX_MESSAGE_BYTES,
-                 clock=time.time, sleep=time.sleep):
+                 max_message_bytes: int = contract.DEFAULT_MAX_MESSAGE_BYTES, region: str | None = None,
+                 change_grace_seconds: float = DEFAULT_CHANGE_GRACE_SECONDS, clock=time.time, sleep=time.sleep):
         if not messages_table or not control_table or messages_table == control_table:
             raise ConfigError("messages_table and control_table are required and must differ")
         if max_attempts < 1:
             raise ConfigError(f"max_attempts={max_attempts}: must be at least 1")
+        if change_grace_seconds < 0:
+            raise ConfigError(f"change_grace_seconds={change_grace_seconds}: must be at least 0")
         retries = getattr(getattr(getattr(client, "meta", None), "config", None), "retries", None)
         if retries is not None and retries.get("total_max_attempts") != 1:
             raise ConfigError("the client retries by itself (botocore retries are on); create it with "
@@ -116,9 +178,17 @@ class Writer:
         self.client, self.messages_table, self.control_table = client, messages_table, control_table
         self.max_attempts, self.fence_ttl_seconds, self.max_message_bytes = max_attempts, fence_ttl_seconds, max_message_bytes
         self.clock, self.sleep = clock, sleep
-        # Test seam: called with the reservations before each commit.
+        self.region, self.change_grace_seconds = region, change_grace_seconds
+        # Test seams: called with the reservations before each commit; with
+        # the config item when a write starts waiting for a change to end.
         self.after_reserve = None
+        self.on_change_wait = None
         self.config = self._read_config()
+        self._check_region()
+        # The BucketCount and epoch messages are put under; a reservation
+        # refused for its epoch replaces them (_await_epoch).
+        self._view_lock = threading.Lock()
+        self._view = (self.config.bucket_count, self.config.epoch)
         self._check_messages_table()
 
     # --- setup -----------------------------------------------------------
@@ -141,6 +211,19 @@ class Writer:
                               "use the messages table it was created with (the stack's MessagesTableName output)")
         return cfg
 
+    def _check_region(self):
+        regions = self.config.regions
+        if regions and not self.region:
+            raise ConfigError(f"the outbox is in region mode (regions {', '.join(regions)}): give the writer its region "
+                              "(Writer(..., region=...), --region-id): without it, it would write into every region's buckets "
+                              "and two regions would overwrite each other's messages")
+        if regions and self.region not in regions:
+            raise ConfigError(f"region {self.region!r} is not one of the outbox's regions ({', '.join(regions)}): "
+                              "fix the region, or add it to the config item's list")
+        if not regions and self.region:
+            raise ConfigError(f"region {self.region!r} given, but the outbox is not in region mode: remove the region, "
+                              "or switch the outbox to region mode on an empty outbox (outbox init --regions)")
+
     def _check_messages_table(self):
         try:
             self._call(self.client.get_item, TableName=self.messages_table, Key={"b": {"N": "-1"}, "s": {"N": "0"}})
@@ -151,7 +234,24 @@ class Writer:
 
     @property
     def bucket_count(self) -> int:
-        return self.config.bucket_count
+        """The BucketCount messages go under, as last learnt."""
+        return self.view[0]
+
+    @property
+    def view(self):
+        """(BucketCount, epoch) as last learnt."""
+        with self._view_lock:
+            return self._view
+
+    def bucket(self, m, count: int | None = None) -> int:
+        """m's bucket under count buckets (the writer's view by default):
+        the bucket function, or in region mode its region's slice's."""
+        count = self.view[0] if count is None else count
+        if not self.config.regions:
+            return contract.bucket_for(m.id, m.key, m.partition, count)
+        per = count // len(self.config.regions)
+        lo = self.config.regions.index(self.region) * per
+        return lo + contract.bucket_for(m.id, m.key, m.partition, per)
 
     # --- one retry layer for the single-item calls --------------------------
 
@@ -184,9 +284,10 @@ class Writer:
         failure that certainly wrote nothing fences the reserved numbers at
         once. Call it after reading the aggregate your items are built from."""
         items = list(items)
-        msgs = self._prepare(items, list(messages))
+        st = _WriteState(self.view)
+        msgs = self._prepare(items, list(messages), st.view[0])
         token = client_request_token or str(uuid.uuid4())
-        reserved = self._reserve(msgs)
+        reserved = self._reserve(msgs, st)
         reservations = 1
         maybe_committed = False
         last = None
@@ -195,11 +296,11 @@ class Writer:
                 self.after_reserve(list(reserved))
             try:
                 self.client.transact_write_items(TransactItems=self._transaction(items, msgs), ClientRequestToken=token)
-                return Result(msgs, token, attempt, reservations)
+                return st.result(msgs, token, attempt, reservations)
             except Exception as e:  # noqa: BLE001 - classified below
                 last = self._classify(e, len(items), msgs)
             if last.kind == "committed":
-                return Result(msgs, token, attempt, reservations)
+                return st.result(msgs, token, attempt, reservations)
             if last.kind == "ambiguous":
                 maybe_committed = True
             elif last.cancelled:
@@ -208,7 +309,7 @@ class Writer:
                 break
             if last.kind == "fenced":
                 self._release(reserved)  # what is left of the old numbers; a relay took the others
-                reserved = self._reserve(msgs)
+                reserved = self._reserve(msgs, st)
                 reservations += 1
                 token = str(uuid.uuid4())  # new items, new token
                 continue
@@ -218,7 +319,7 @@ class Writer:
             break
         raise self._fail(last, maybe_committed, reserved, token)
 
-    def _prepare(self, items, msgs):
+    def _prepare(self, items, msgs, count):
         total = len(items) + len(msgs)
         if total == 0:
             raise ValidationError(-1, "Transaction", "nothing to write: no items and no messages")
@@ -277,50 +378,182 @@ class Writer:
             rs = contract.record_size(m.key, m.value, m.headers)
             if rs > self.max_message_bytes:
                 raise ValidationError(i, "Value", f"the record is {rs} bytes (key+value+headers+stamped headers+overhead), above max_message_bytes={self.max_message_bytes}")
-            m.bucket = contract.bucket_for(m.id, m.key, m.partition, self.config.bucket_count)
-            m.sequence = 2**63 - 1  # the widest sequence: the size is an upper bound
-            n = contract.item_size(self._item(m))
-            if n > contract.MAX_ITEM_BYTES:
-                raise ValidationError(i, "Value", f"the DynamoDB item would be {n} bytes, above DynamoDB's {contract.MAX_ITEM_BYTES}-byte item limit")
-            size += n
-            m.sequence = 0
+            m.bucket = self.bucket(m, count)
+            size += self._check_size(i, m)
             out.append(m)
         if size > contract.MAX_TRANSACTION_BYTES:
             raise ValidationError(-1, "Transaction", f"the items add up to at least {size} bytes; DynamoDB allows {contract.MAX_TRANSACTION_BYTES}")
         return out
 
+    def _check_size(self, i, m) -> int:
+        m.sequence = 2**63 - 1  # the widest sequence: the size is an upper bound
+        n = contract.item_size(self._item(m))
+        m.sequence = 0
+        if n > contract.MAX_ITEM_BYTES:
+            raise ValidationError(i, "Value", f"the DynamoDB item would be {n} bytes, above DynamoDB's {contract.MAX_ITEM_BYTES}-byte item limit")
+        return n
+
     def _item(self, m):
         retention = self.config.retention_seconds if self.config.mode == "watermark" else 0
         return contract.message_item(m, retention, self.clock())
 
-    def _reserve(self, msgs):
-        """One UpdateItem ADD n per bucket, in order of first appearance;
-        numbers assigned in message order. Returns [(bucket, first, n)]."""
+    def _reserve(self, msgs, st):
+        """Reserve the messages' numbers at st.view's epoch; a reservation
+        refused for its epoch (an online BucketCount change) waits for the
+        change to end, moves the messages to the new count's buckets and
+        reserves again. Returns [(bucket, first, n)]."""
+        for _ in range(100):
+            try:
+                return self._reserve_once(msgs, st.view[1])
+            except _EpochRefused as ee:
+                view = self._await_epoch(st, ee)
+            if view != st.view:
+                for i, m in enumerate(msgs):
+                    m.bucket = self.bucket(m, view[0])
+                    self._check_size(i, m)
+                st.view = view
+                st.rebuckets += 1
+        raise BucketCountChangeError("outbox: the counters kept refusing this writer's BucketCount epoch (100 times); "
+                                     "nothing was written: check the config item and the counters (outbox status)")
+
+    def _reserve_once(self, msgs, epoch):
+        """One conditional UpdateItem ADD n per bucket, in order of first
+        appearance; numbers assigned in message order."""
         counts: dict[int, int] = {}
         for m in msgs:
             counts[m.bucket] = counts.get(m.bucket, 0) + 1
+        attr = "n" if epoch == 0 else "q"
         reserved = []
         for b, n in counts.items():
+            kw = dict(TableName=self.control_table, Key=contract.counter_key(b),
+                      UpdateExpression="ADD #n :n SET #v = :v",
+                      ExpressionAttributeNames={"#n": attr, "#v": "v", "#ce": "ce"},
+                      ExpressionAttributeValues={":n": {"N": str(n)}, ":v": {"N": str(contract.ITEM_FORMAT_VERSION)}},
+                      ReturnValues="UPDATED_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD")
+            if epoch == 0:
+                kw["ConditionExpression"] = "attribute_not_exists(#ce)"
+            else:
+                kw["ConditionExpression"] = "#ce = :e"
+                kw["ExpressionAttributeValues"][":e"] = {"N": str(epoch)}
             try:
-                out = self._call(
-                    self.client.update_item, TableName=self.control_table,
-                    Key={"pk": {"S": f"bucket#{b}"}, "sk": {"S": "seq"}},
-                    UpdateExpression="ADD #n :n SET #v = :v",
-                    ExpressionAttributeNames={"#n": "n", "#v": "v"},
-                    ExpressionAttributeValues={":n": {"N": str(n)}, ":v": {"N": str(contract.ITEM_FORMAT_VERSION)}},
-                    ReturnValues="UPDATED_NEW")
+                out = self._call(self.client.update_item, **kw)
             except Exception as e:  # noqa: BLE001
+                if _code(e) == "ConditionalCheckFailedException":
+                    self._release_quietly(reserved)
+                    raise _EpochRefused(b, epoch, e.response.get("Item")) from None
                 err = (ThrottledError if _kind(e) == "throttled" else RejectedError)(
                     f"outbox: reserving sequence numbers in bucket {b} failed before the transaction was sent; nothing was written: {e}")
                 self._release_into(err, reserved)
                 raise err from e
-            last = int(out["Attributes"]["n"]["N"])
+            last = int(out["Attributes"][attr]["N"])
             reserved.append((b, last - n + 1, n))
         nxt = {b: first for b, first, _ in reserved}
         for m in msgs:
             m.sequence = nxt[m.bucket]
             nxt[m.bucket] += 1
         return reserved
+
+    def _release_quietly(self, reserved):
+        try:
+            self._release(reserved)
+        except Exception:  # noqa: BLE001 - relays fence what is left after their gap timeout
+            pass
+
+    # --- online BucketCount changes (docs/design.md section 13) -------------
+
+    def _await_epoch(self, st, ee):
+        """Wait until no change is in progress, bring ee's counter to the
+        config item's epoch (thaw it, or freeze and thaw one left behind),
+        and return the (count, epoch) to write under."""
+        had = st.view
+        pause = CHANGE_POLL_MIN
+        waiting = False
+        while True:
+            c = self._read_config()
+            now = self.clock()
+            if c.changing:
+                if not waiting and self.on_change_wait is not None:
+                    self.on_change_wait(c)
+                waiting = True
+                limit = c.change_deadline_ms / 1000 + self.change_grace_seconds
+                if now >= limit:
+                    raise BucketCountChangeError(
+                        f"outbox: a BucketCount change from {c.bucket_count} to {c.next_bucket_count} is still in progress "
+                        f"{now - c.change_deadline_ms / 1000:.1f}s past its deadline; nothing was written. The changer "
+                        "(outbox buckets set, the stack) or a Go writer aborts it at its deadline: check that it ran, then retry")
+                wait = min(random.uniform(pause / 2, pause), max(limit - now, 0))
+                self.sleep(wait)
+                st.paused_seconds += wait
+                pause = min(2 * pause, CHANGE_POLL_MAX)
+                continue
+            epoch = c.epoch
+            if epoch > had[1]:
+                pass  # a change this writer had not seen: reserve at the new epoch (which may thaw, below, next time)
+            elif epoch < had[1] or ee.counter > epoch:
+                raise BucketCountChangeError(
+                    f"outbox: bucket {ee.bucket}'s counter serves BucketCount epoch {ee.counter}, the config item says {epoch} "
+                    f"and this writer had {had[1]}: the control table was edited by hand; nothing was written")
+            elif ee.counter == -epoch:
+                self._thaw(ee.bucket, epoch, ee.fence)  # the change ended; nobody has thawed this counter yet
+            else:
+                # A counter left behind at an earlier epoch (no count since
+                # reached its bucket): freeze and thaw it into this one.
+                self._thaw(ee.bucket, epoch, self._freeze(ee.bucket, epoch - 1))
+            view = (c.bucket_count, epoch)
+            with self._view_lock:
+                if epoch > self._view[1]:
+                    self._view = view
+            return view
+
+    def _counter_update(self, **kw):
+        """An UpdateItem on a counter; a failed condition returns the old
+        item (ALL_OLD) instead of raising."""
+        try:
+            return self._call(self.client.update_item, TableName=self.control_table,
+                              ReturnValuesOnConditionCheckFailure="ALL_OLD", **kw), None
+        except Exception as e:  # noqa: BLE001
+            if _code(e) == "ConditionalCheckFailedException":
+                return None, e.response.get("Item") or {}
+            raise
+
+    def _thaw(self, bucket, to, fence):
+        """End the freeze of the change to epoch to in bucket (sequence.Thaw):
+        the counter serves epoch to, counting on from fence."""
+        _, old = self._counter_update(
+            Key=contract.counter_key(bucket), UpdateExpression="SET #q = :cf, #ce = :e", ConditionExpression="#ce = :frz",
+            ExpressionAttributeNames={"#q": "q", "#ce": "ce"},
+            ExpressionAttributeValues={":cf": {"N": str(fence)}, ":e": {"N": str(to)}, ":frz": {"N": str(-to)}})
+        if old is not None and _num(old, "ce") != to:
+            raise BucketCountChangeError(f"outbox: thaw bucket {bucket} into BucketCount epoch {to}: its counter serves "
+                                         f"epoch {_num(old, 'ce')}; nothing was written")
+
+    def _freeze(self, bucket, frm):
+        """Freeze bucket's counter for the change from epoch frm to frm+1
+        (sequence.Freeze) and return its fence point; frozen already, or
+        thawed into frm+1, it returns the recorded one."""
+        frozen = -(frm + 1)
+        legacy = dict(UpdateExpression="SET #cf = if_not_exists(#n, :z), #n = :moved, #ce = :frz",
+                      ConditionExpression="attribute_not_exists(#ce)",
+                      ExpressionAttributeNames={"#cf": "cf", "#ce": "ce", "#n": "n"},
+                      ExpressionAttributeValues={":z": {"N": "0"}, ":frz": {"N": str(frozen)}, ":moved": {"S": contract.MOVED_COUNTER}})
+        kw = legacy
+        if frm > 0:
+            kw = dict(UpdateExpression="SET #cf = if_not_exists(#q, :z), #ce = :frz", ConditionExpression="#ce BETWEEN :one AND :e",
+                      ExpressionAttributeNames={"#cf": "cf", "#ce": "ce", "#q": "q"},
+                      ExpressionAttributeValues={":z": {"N": "0"}, ":frz": {"N": str(frozen)}, ":e": {"N": str(frm)}, ":one": {"N": "1"}})
+        for _ in range(2):
+            out, old = self._counter_update(Key=contract.counter_key(bucket), ReturnValues="ALL_NEW", **kw)
+            if old is None:
+                return _num(out.get("Attributes"), "cf")
+            ce = _num(old, "ce")
+            if ce in (frozen, frm + 1):
+                return _num(old, "cf")
+            if "ce" not in old and frm > 0:
+                kw = legacy
+                continue
+            raise BucketCountChangeError(f"outbox: freeze bucket {bucket} for BucketCount epoch {frm + 1}: its counter serves "
+                                         f"epoch {ce}; nothing was written")
+        raise BucketCountChangeError(f"outbox: freeze bucket {bucket}: the counter item kept changing; nothing was written")
 
     def _transaction(self, items, msgs):
         puts = [{"Put": {

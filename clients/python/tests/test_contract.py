@@ -90,10 +90,25 @@ def test_parse_config():
     assert contract.parse_config(dict(base, zz={"S": "x"})).bucket_count == 8  # unknown attributes are ignored
     tp = contract.parse_config(dict(base, tp={"SS": ["b", "a"]}))
     assert tp.topics == ("a", "b") and contract.parse_config(base).topics == ()
+    v3 = dict(base, v={"N": "3"})
+    c = contract.parse_config(dict(v3, be={"N": "2"}, nb={"N": "12"}, cd={"N": "1764547200000"}))
+    assert (c.epoch, c.next_bucket_count, c.change_deadline_ms, c.changing) == (2, 12, 1764547200000, True)
+    assert contract.parse_config(base).epoch == 0 and not contract.parse_config(base).changing
+    r = contract.parse_config(dict(v3, rg={"L": [{"S": "eu-west-1"}, {"S": "us-east-1"}]}, rgt={"M": {"us-east-1": {"S": "eu-west-1"}}}))
+    assert r.regions == ("eu-west-1", "us-east-1") and r.taken_over == {"us-east-1": "eu-west-1"}
+    assert r.region_slice("eu-west-1") == (0, 4) and r.region_slice("us-east-1") == (4, 4)
     refused = {
         "a topic list that is not a string set": (dict(base, tp={"S": "a"}), False),
         "an illegal topic in the list": (dict(base, tp={"SS": ["a/b"]}), False),
-        "newer version": (dict(base, v={"N": "3"}), True),
+        "newer version": (dict(base, v={"N": "4"}), True),
+        "regions at v1": (dict(base, rg={"L": [{"S": "a"}, {"S": "b"}]}), False),
+        "regions that do not divide bc": (dict(v3, rg={"L": [{"S": "a"}, {"S": "b"}, {"S": "c"}]}), False),
+        "a region listed twice": (dict(v3, rg={"L": [{"S": "a"}, {"S": "a"}]}), False),
+        "a bad region id": (dict(v3, rg={"L": [{"S": "A"}, {"S": "b"}]}), False),
+        "takeovers without regions": (dict(v3, rgt={"M": {"a": {"S": "b"}}}), False),
+        "a takeover by an unlisted region": (dict(v3, rg={"L": [{"S": "a"}, {"S": "b"}]}, rgt={"M": {"a": {"S": "c"}}}), False),
+        "a change without a deadline": (dict(v3, nb={"N": "16"}), False),
+        "a negative epoch": (dict(v3, be={"N": "-1"}), False),
         "unknown mode": (dict(base, v={"N": "2"}, md={"S": "compact"}, rt={"N": "86400"}), True),
         "watermark at v1": (dict(base, md={"S": "watermark"}, rt={"N": "86400"}), False),
         "short retention": (dict(w, rt={"N": "60"}), False),
@@ -136,3 +151,12 @@ def test_docs_vector_table_and_header_example():
         assert [int(c) for c in cells[3:6]] == [contract.bucket_for(mid, key, part, n) for n in (8, 64, 4096)], row
     example = contract.encode_headers([("k", b"v"), ("k2", None), ("", b"")]).hex(" ")
     assert f"`{example}`" in doc
+
+
+def test_moved_counter_is_the_go_sides():
+    """The string a first online change leaves in a counter's n (so that
+    writers without epochs fail their ADD) is byte for byte the Go side's:
+    this writer writes it too when it freezes a counter left behind."""
+    with open(os.path.join(REPO, "sequence", "epoch.go"), encoding="utf-8") as f:
+        src = f.read()
+    assert f'MovedCounter = "{contract.MOVED_COUNTER}"' in src
