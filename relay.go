@@ -101,7 +101,8 @@ type local struct {
 	unlogged             int64
 }
 
-// NewRelay reads the outbox's config item and returns a relay for it. It
+// NewRelay reads the outbox's config item (unless StoredConfig gives it)
+// and returns a relay for it. It
 // fails with a *MisconfigurationError when the BucketCount, WithMode,
 // MaxMessageBytes or header options differ from the stored configuration
 // or the stored format is newer than this code, and with an *OptionError
@@ -117,10 +118,16 @@ func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	stored, err := store.Config(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: read config item: %w", err)
+	var stored Config
+	if cfg.stored != nil {
+		stored = *cfg.stored
+	} else {
+		var err error
+		if stored, err = store.Config(ctx); err != nil {
+			return nil, fmt.Errorf("outbox: read config item: %w", err)
+		}
 	}
+	var err error
 	if err := CheckConfig(stored, cfg.bucketCount); err != nil {
 		return nil, err
 	}
