@@ -235,7 +235,9 @@ func newGlobalTable(scope constructs.Construct, id, hash, sort, typ, regions str
 		TimeToLiveSpecification: &awsdynamodb.CfnGlobalTable_TimeToLiveSpecificationProperty{AttributeName: jsii.String("x"), Enabled: jsii.Bool(true)},
 		Replicas:                &replicas,
 	})
-	t.ApplyRemovalPolicy(awscdk.RemovalPolicy_RETAIN, nil)
+	// Retained, except that a first deploy which fails and rolls back takes
+	// the replicas it made with it (template.yaml: RetainExceptOnCreate).
+	t.ApplyRemovalPolicy(awscdk.RemovalPolicy_RETAIN_ON_UPDATE_OR_DELETE, nil)
 	return t
 }
 

@@ -1,7 +1,9 @@
 package deploy
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"reflect"
 	"sort"
 	"strings"
@@ -168,9 +170,12 @@ func TestStackShapes(t *testing.T) {
 					if got := canon(at(p, "TimeToLiveSpecification")); got != `{"AttributeName":"x","Enabled":true}` {
 						t.Errorf("%s TTL %s, want x", table, got)
 					}
-					for _, k := range []string{"DeletionPolicy", "UpdateReplacePolicy"} {
-						if got := at(resources[table], k); got != "Retain" {
-							t.Errorf("%s %s = %s, want Retain", table, k, canon(got))
+					// A failed first deploy deletes the replicas it made
+					// (RetainExceptOnCreate), else a retry fails on the
+					// names left in every region; after that they are kept.
+					for k, want := range map[string]string{"DeletionPolicy": "RetainExceptOnCreate", "UpdateReplacePolicy": "Retain"} {
+						if got := at(resources[table], k); got != want {
+							t.Errorf("%s %s = %s, want %s", table, k, canon(got), want)
 						}
 					}
 				}
@@ -221,4 +226,58 @@ func cmpOr(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// TestGlobalStackPolicy: the stack policy docs/deploy.md tells a global
+// stack to be deployed with denies every update of exactly the template's
+// global tables (a changed Regions would drop a replica, with whatever it
+// has not replicated, before the setup function's empty-outbox check runs)
+// and allows everything else; the docs' deploy command names the file.
+func TestGlobalStackPolicy(t *testing.T) {
+	raw, err := os.ReadFile("global-stack-policy.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var policy struct {
+		Statement []struct {
+			Effect, Principal string
+			Action            any
+			Resource          any
+		}
+	}
+	if err := json.Unmarshal(raw, &policy); err != nil {
+		t.Fatalf("global-stack-policy.json: %v", err)
+	}
+	var denied []string
+	allowAll := false
+	for _, s := range policy.Statement {
+		if fmt.Sprint(s.Action) != "Update:*" || s.Principal != "*" {
+			t.Errorf("statement %+v: want Action Update:* for Principal *", s)
+		}
+		switch s.Effect {
+		case "Allow":
+			allowAll = allowAll || s.Resource == "*"
+		case "Deny":
+			rs, _ := s.Resource.([]any)
+			for _, r := range rs {
+				denied = append(denied, strings.TrimPrefix(fmt.Sprint(r), "LogicalResourceId/"))
+			}
+		}
+	}
+	if !allowAll {
+		t.Error("the policy does not allow the other resources' updates (a stack policy denies what it does not allow)")
+	}
+	want := resourcesOfType(loadTemplate(t), "AWS::DynamoDB::GlobalTable")
+	sort.Strings(want)
+	sort.Strings(denied)
+	if !reflect.DeepEqual(denied, want) || len(want) != 2 {
+		t.Errorf("policy denies updates of %v, want the template's global tables %v", denied, want)
+	}
+	doc, err := os.ReadFile("../docs/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), "--stack-policy-body file://deploy/global-stack-policy.json") {
+		t.Error("docs/deploy.md's global deploy does not set deploy/global-stack-policy.json")
+	}
 }
