@@ -12,7 +12,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/cfn"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/store/dynamo"
@@ -292,16 +294,15 @@ func (h *Handler) attach(ctx context.Context, tables dynamo.Tables, want outbox.
 		return nil, fmt.Errorf("Tables attach: this stack's parameters differ from the config item in %s (written by the Tables global stack): %s; give every region's stack the same values",
 			tables.Control, strings.Join(diffs, "; "))
 	}
-	out, err := h.client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &tables.Messages})
+	// The control table must be this outbox's: the item records its
+	// messages table (the pairing the create path checks).
+	if err := dynamo.CheckPairing(ctx, h.client, tables); err != nil {
+		return nil, fmt.Errorf("Tables attach: %w", err)
+	}
+	region, _ := p[propRegion].(string)
+	stream, err := h.replicaStream(ctx, tables.Messages, region, stored.Regions)
 	if err != nil {
-		return nil, fmt.Errorf("Tables attach: describe the messages table %s: %w", tables.Messages, err)
-	}
-	stream := ""
-	if out.Table != nil && out.Table.LatestStreamArn != nil {
-		stream = *out.Table.LatestStreamArn
-	}
-	if stream == "" {
-		return nil, fmt.Errorf("Tables attach: the messages table %s has no stream in this region; it must be a replica of the Tables global stack's table (KEYS_ONLY stream)", tables.Messages)
+		return nil, err
 	}
 	return map[string]any{
 		propBuckets:   strconv.Itoa(stored.BucketCount),
@@ -312,6 +313,48 @@ func (h *Handler) attach(ctx context.Context, tables dynamo.Tables, want outbox.
 		attrMessages:  tables.Messages,
 		attrStream:    stream,
 	}, nil
+}
+
+// replicaStream returns the stream ARN of this region's replica of the
+// messages table, after checking that it is one: a plain table that only
+// has the global table's name would get a relay on a stream that no
+// writer's message reaches (the writers write the global table's other
+// replicas), and nothing would say so. The table must be a global table
+// replica whose replicas cover every region of Regions (DescribeTable may
+// leave out the replica it describes: this region counts as present), with
+// the KEYS_ONLY stream the Tables global stack gives it.
+func (h *Handler) replicaStream(ctx context.Context, table, region string, regions []string) (string, error) {
+	out, err := h.client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &table})
+	if err != nil {
+		return "", fmt.Errorf("Tables attach: describe the messages table %s: %w", table, err)
+	}
+	if out.Table == nil {
+		return "", fmt.Errorf("Tables attach: describe the messages table %s: no description", table)
+	}
+	have := map[string]bool{region: true}
+	var listed []string
+	for _, r := range out.Table.Replicas {
+		have[aws.ToString(r.RegionName)] = true
+		listed = append(listed, aws.ToString(r.RegionName))
+	}
+	var missing []string
+	for _, r := range regions {
+		if !have[r] {
+			missing = append(missing, r)
+		}
+	}
+	switch {
+	case len(out.Table.Replicas) == 0:
+		return "", fmt.Errorf("Tables attach: the messages table %s in %s is not a global table replica (it has no replicas): give MessagesTableName/ControlTableName the Tables global stack's outputs, whose tables have a replica here; a plain table of the same name is not one", table, region)
+	case len(missing) > 0:
+		return "", fmt.Errorf("Tables attach: the messages table %s has replicas in %s, none in %s of Regions %s: add the replicas (update the Tables global stack's Regions, as docs/deploy.md says) before attaching",
+			table, strings.Join(listed, ","), strings.Join(missing, ","), strings.Join(regions, ","))
+	}
+	spec := out.Table.StreamSpecification
+	if out.Table.LatestStreamArn == nil || spec == nil || !aws.ToBool(spec.StreamEnabled) || spec.StreamViewType != types.StreamViewTypeKeysOnly {
+		return "", fmt.Errorf("Tables attach: the messages table %s has no KEYS_ONLY stream in this region; it must be a replica of the Tables global stack's table, which has one", table)
+	}
+	return *out.Table.LatestStreamArn, nil
 }
 
 // waitConfig reads the config item, waiting every attachPoll while it has

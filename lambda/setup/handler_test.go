@@ -369,8 +369,17 @@ func TestAttach(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Another outbox, whose messages table this control table must not be
+	// attached with.
+	other := dynamo.Tables{Messages: testenv.Name(t, "othermsgs"), Control: testenv.Name(t, "otherctl")}
+	if err := dynamo.CreateTables(ctx, d.Client, other, dynamo.BucketCount(4), dynamo.Regions("us-east-1", "eu-west-1")); err != nil {
+		t.Fatal(err)
+	}
 	before := readConfig(t, d.Client, tables)
-	h := NewHandler(d.Client, slog.New(slog.DiscardHandler))
+	// DynamoDB Local has no global tables: the replicas are what the
+	// Tables global stack makes, written into DescribeTable's answer.
+	replicated := &replicaClient{StoreAPI: d.Client, describe: func(d *types.TableDescription) { d.Replicas = replicas("us-east-1", "eu-west-1") }}
+	h := NewHandler(replicated, slog.New(slog.DiscardHandler))
 	h.attachPoll = 20 * time.Millisecond
 	props := func(extra map[string]any) map[string]any {
 		p := map[string]any{"MessagesTable": tables.Messages, "ControlTable": tables.Control, "BucketCount": "4", "Mode": "delete",
@@ -381,9 +390,10 @@ func TestAttach(t *testing.T) {
 		return p
 	}
 	for _, c := range []struct {
-		name   string
-		extra  map[string]any
-		reason []string // "" = accepted
+		name     string
+		extra    map[string]any
+		describe func(*types.TableDescription) // nil: replicas in both regions
+		reason   []string                      // "" = accepted
 	}{
 		{name: "matching", extra: nil},
 		{name: "another BucketCount", extra: map[string]any{"BucketCount": "8"}, reason: []string{"BucketCount: the stack says 8, the config item 4", "same values"}},
@@ -394,8 +404,23 @@ func TestAttach(t *testing.T) {
 		{name: "global without region mode", extra: map[string]any{"Regions": "", "Tables": "global"}, reason: []string{"Tables=global is region mode's"}},
 		{name: "a bad Tables", extra: map[string]any{"Tables": "borrow"}, reason: []string{"Tables=borrow", "create, global or attach"}},
 		{name: "tables that do not exist", extra: map[string]any{"MessagesTable": "nope-m", "ControlTable": "nope-c"}, reason: []string{"deploy the Tables global stack first"}},
+		{name: "another outbox's messages table", extra: map[string]any{"MessagesTable": other.Messages},
+			reason: []string{"belongs to messages table " + tables.Messages}},
+		{name: "a plain table of the same name", describe: func(d *types.TableDescription) { d.Replicas = nil },
+			reason: []string{"the messages table " + tables.Messages + " in eu-west-1 is not a global table replica", "a plain table of the same name is not one"}},
+		{name: "replicas not in every region", describe: func(d *types.TableDescription) { d.Replicas = replicas("eu-west-1", "ap-south-1") },
+			reason: []string{"none in us-east-1 of Regions us-east-1,eu-west-1", "add the replicas"}},
+		{name: "this region's replica implied", describe: func(d *types.TableDescription) { d.Replicas = replicas("us-east-1") }},
+		{name: "a stream of another view", describe: func(d *types.TableDescription) {
+			d.Replicas = replicas("us-east-1", "eu-west-1")
+			d.StreamSpecification = &types.StreamSpecification{StreamEnabled: new(true), StreamViewType: types.StreamViewTypeNewImage}
+		}, reason: []string{"no KEYS_ONLY stream in this region"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			h := h
+			if c.describe != nil {
+				h = NewHandler(&replicaClient{StoreAPI: d.Client, describe: c.describe}, slog.New(slog.DiscardHandler))
+			}
 			_, data, err := h.Handle(ctx, cfn.Event{RequestType: cfn.RequestCreate, ResourceProperties: props(c.extra)})
 			if len(c.reason) == 0 {
 				if err != nil {
@@ -437,7 +462,7 @@ func TestAttach(t *testing.T) {
 	}
 	// It arrives while the stack waits (after the stack's first read has
 	// missed it: the gate is the read the handler makes, counted below).
-	reads := &countingClient{StoreAPI: d.Client, getItem: make(chan struct{}, 100)}
+	reads := &countingClient{StoreAPI: replicated, getItem: make(chan struct{}, 100)}
 	hw := NewHandler(reads, slog.New(slog.DiscardHandler))
 	hw.attachPoll = 20 * time.Millisecond
 	done := make(chan error, 1)
@@ -458,6 +483,29 @@ func TestAttach(t *testing.T) {
 	if !reflect.DeepEqual(reads.calls, want) {
 		t.Errorf("attach called %v, want exactly %v", reads.calls, want)
 	}
+}
+
+// replicaClient answers DescribeTable with the description changed by
+// describe: the replicas and stream DynamoDB Local cannot make.
+type replicaClient struct {
+	dynamo.StoreAPI
+	describe func(*types.TableDescription)
+}
+
+func (c *replicaClient) DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error) {
+	out, err := c.StoreAPI.DescribeTable(ctx, in, optFns...)
+	if err == nil && out.Table != nil {
+		c.describe(out.Table)
+	}
+	return out, err
+}
+
+func replicas(regions ...string) []types.ReplicaDescription {
+	var rs []types.ReplicaDescription
+	for _, r := range regions {
+		rs = append(rs, types.ReplicaDescription{RegionName: new(r)})
+	}
+	return rs
 }
 
 // countingClient signals every GetItem it has answered and records the
