@@ -145,16 +145,24 @@ func (o *Outbox) mskIAMPolicy() awsiam.ManagedPolicy {
 	txnIDs := awscdk.Fn_Sub(jsii.String("arn:${AWS::Partition}:kafka:${AWS::Region}:${AWS::AccountId}:transactional-id/*/*/${MessagesTable}-bucket-*"),
 		&map[string]*string{"MessagesTable": o.messagesName})
 	if c.msk != "" {
+		// The topics and transactional ids are in the cluster's region and
+		// account, from its ARN: a Tables attach stack may produce to a
+		// cluster in another region.
 		parts := awscdk.Fn_Split(jsii.String("/"), jsii.String(c.msk), nil)
+		fields := awscdk.Fn_Split(jsii.String(":"), jsii.String(c.msk), nil)
 		cluster = jsii.String(c.msk)
-		topics = awscdk.Fn_Sub(jsii.String("arn:${AWS::Partition}:kafka:${AWS::Region}:${AWS::AccountId}:topic/${ClusterName}/${ClusterUuid}/*"), &map[string]*string{
-			"ClusterName": awscdk.Fn_Select(jsii.Number(1), parts),
-			"ClusterUuid": awscdk.Fn_Select(jsii.Number(2), parts),
+		topics = awscdk.Fn_Sub(jsii.String("arn:${AWS::Partition}:kafka:${ClusterRegion}:${ClusterAccount}:topic/${ClusterName}/${ClusterUuid}/*"), &map[string]*string{
+			"ClusterName":    awscdk.Fn_Select(jsii.Number(1), parts),
+			"ClusterUuid":    awscdk.Fn_Select(jsii.Number(2), parts),
+			"ClusterRegion":  awscdk.Fn_Select(jsii.Number(3), fields),
+			"ClusterAccount": awscdk.Fn_Select(jsii.Number(4), fields),
 		})
-		txnIDs = awscdk.Fn_Sub(jsii.String("arn:${AWS::Partition}:kafka:${AWS::Region}:${AWS::AccountId}:transactional-id/${ClusterName}/${ClusterUuid}/${MessagesTable}-bucket-*"), &map[string]*string{
-			"ClusterName":   awscdk.Fn_Select(jsii.Number(1), parts),
-			"ClusterUuid":   awscdk.Fn_Select(jsii.Number(2), parts),
-			"MessagesTable": o.messagesName,
+		txnIDs = awscdk.Fn_Sub(jsii.String("arn:${AWS::Partition}:kafka:${ClusterRegion}:${ClusterAccount}:transactional-id/${ClusterName}/${ClusterUuid}/${MessagesTable}-bucket-*"), &map[string]*string{
+			"ClusterName":    awscdk.Fn_Select(jsii.Number(1), parts),
+			"ClusterUuid":    awscdk.Fn_Select(jsii.Number(2), parts),
+			"ClusterRegion":  awscdk.Fn_Select(jsii.Number(3), fields),
+			"ClusterAccount": awscdk.Fn_Select(jsii.Number(4), fields),
+			"MessagesTable":  o.messagesName,
 		})
 	}
 	clusterActions := []string{"kafka-cluster:Connect", "kafka-cluster:WriteDataIdempotently", "kafka-cluster:DescribeClusterDynamicConfiguration"}

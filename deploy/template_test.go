@@ -580,6 +580,18 @@ func scenarios() []scenario {
 			env:    map[string]any{"KAFKA_AUTH": "msk-iam", "OUTBOX_KAFKA_TRANSACTIONAL": "true"},
 		},
 		{
+			// A Tables attach stack may produce to a cluster in another
+			// region (or account): the topics and transactional ids are
+			// the cluster's, not the stack's region's.
+			name: "msk-iam, transactional, on a cluster in another region and account",
+			params: map[string]string{"KafkaAuthMode": "msk-iam", "MskClusterArn": strings.NewReplacer("us-east-1", "eu-west-1", "123456789012", "210987654321").Replace(clusterARN),
+				"KafkaTransactional": "true"},
+			extra: mskTxnGrants("arn:aws:kafka:eu-west-1:210987654321:cluster/orders/0b1c2d3e-1111-2222-3333-444455556666-7",
+				"arn:aws:kafka:eu-west-1:210987654321:topic/orders/0b1c2d3e-1111-2222-3333-444455556666-7/*",
+				"arn:aws:kafka:eu-west-1:210987654321:transactional-id/orders/0b1c2d3e-1111-2222-3333-444455556666-7/<MessagesTable>-bucket-*"),
+			env: map[string]any{"KAFKA_AUTH": "msk-iam", "OUTBOX_KAFKA_TRANSACTIONAL": "true"},
+		},
+		{
 			name:   "msk-iam, transactional, without a cluster",
 			params: map[string]string{"KafkaAuthMode": "msk-iam", "KafkaTransactional": "true"},
 			extra: mskTxnGrants("arn:aws:kafka:us-east-1:123456789012:cluster/*/*", "arn:aws:kafka:us-east-1:123456789012:topic/*/*/*",

@@ -70,6 +70,10 @@ var scenarios = []scenario{
 	// WriteDataIdempotently, on one cluster and on any.
 	{stack: "MskIamTxnCluster", params: map[string]string{"KafkaBootstrapServers": "b-1.example:9098", "KafkaAuthMode": "msk-iam", "MskClusterArn": clusterARN,
 		"KafkaTransactional": "true"}},
+	// A cluster in another region and account (a Tables attach stack's
+	// cluster may be elsewhere): its topics and transactional ids are there.
+	{stack: "MskIamTxnClusterElsewhere", params: map[string]string{"KafkaBootstrapServers": "b-1.example:9098", "KafkaAuthMode": "msk-iam",
+		"MskClusterArn": "arn:aws:kafka:eu-west-1:210987654321:cluster/orders/0b1c2d3e-1111-2222-3333-444455556666-7", "KafkaTransactional": "true"}},
 	{stack: "MskIamTxnAnyCluster", params: map[string]string{"KafkaBootstrapServers": "b-1.example:9098", "KafkaAuthMode": "msk-iam", "KafkaTransactional": "true"}},
 	// Settings that only apply to other modes, and that the template's
 	// Rules do not refuse, are ignored, as the template ignores them.
