@@ -116,15 +116,18 @@ func (d *drain) acquire(ctx context.Context) error {
 // in this process takes its result.
 type pendingWrite struct {
 	done  chan struct{} // closed once the write returned
+	join  func()        // waits for it through the scheduler (seam.Scheduler.Go)
 	token string        // the released hold it writes
 	at    time.Time     // scheduler clock, taken before the lease clock's time it writes
 	err   error
 }
 
-// over reports whether the write returned; with block set it waits for it.
+// over reports whether the write returned; with block set it waits for it,
+// through the scheduler (a bare receive would block a simulated drain
+// outside the simulator's scheduler, and with it the whole schedule).
 func (w *pendingWrite) over(block bool) bool {
 	if block {
-		<-w.done
+		w.join()
 		return true
 	}
 	select {
@@ -141,7 +144,7 @@ func (w *pendingWrite) over(block bool) bool {
 func (d *drain) goWrite(ctx context.Context, write func(context.Context) error) *pendingWrite {
 	w := &pendingWrite{done: make(chan struct{}), token: d.loc.token}
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.r.cfg.leaseDuration)
-	d.r.sched.Go(func() {
+	w.join = d.r.sched.Go(func() {
 		defer close(w.done)
 		defer cancel()
 		w.err = write(bctx)
