@@ -54,9 +54,6 @@ func TestSchedules(t *testing.T) {
 	var finals, steps, overlaps, watermark, function, sweeper, resends, restamps, dups, txn, whole, partial, partialParked int
 	byCause, nAdmitted := map[string]int{}, 0
 	for s := first; s < first+uint64(n); s++ {
-		if os.Getenv("SIMDBG") != "" {
-			fmt.Fprintln(os.Stderr, "seed", s)
-		}
 		res, err := Run(s)
 		if err != nil {
 			t.Fatalf("seed %d: %v (config %+v)", s, err, res.Config)

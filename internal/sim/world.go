@@ -91,6 +91,7 @@ func drawRestamps(c *Config, r *rand.Rand) {
 		c.Skew = time.Duration(r.Int64N(int64(c.MaxSkew)))
 	}
 	c.PerWriter = 5 + r.IntN(15)
+	c.Resume = true
 }
 
 // window is a resumed drain's publish window (ResumeWindow - LeaseMargin)
