@@ -972,9 +972,11 @@ func (d *drain) logFlush(ctx context.Context, head int64, err error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrLeaseHeld) || errors.Is(err, ErrLeaseLost):
-		// Another relay took the bucket while this one drained it without
-		// holding it: both published, so some messages went out twice.
-		cfg.logger.InfoContext(ctx, "outbox: another relay took the bucket during a resumed drain; its head stands", "bucket", d.b, "err", err)
+		// The lease changed since the drain read it: another relay took
+		// the bucket (then some messages may have gone out twice), or this
+		// process's own earlier head write landed after the read. Either
+		// way the stored head stands; in DeleteMode it is only a cache.
+		cfg.logger.InfoContext(ctx, "outbox: a resumed drain's head write found the lease changed (taken by another relay, or an earlier head write of this one landed); the stored head stands", "bucket", d.b, "err", err)
 	default:
 		// The head is a cache in DeleteMode; in WatermarkMode a stale head
 		// means the next drain publishes those messages again.
