@@ -116,19 +116,35 @@ func (d *drain) acquire(ctx context.Context) error {
 // in this process takes its result.
 type pendingWrite struct {
 	done  chan struct{} // closed once the write returned
-	join  func()        // waits for it through the scheduler (seam.Scheduler.Go)
+	sched seam.Scheduler
+	bound time.Duration // the write's timeout: no wait lasts longer
 	token string        // the released hold it writes
 	at    time.Time     // scheduler clock, taken before the lease clock's time it writes
 	err   error
 }
 
 // over reports whether the write returned; with block set it waits for it,
-// through the scheduler (a bare receive would block a simulated drain
-// outside the simulator's scheduler, and with it the whole schedule).
-func (w *pendingWrite) over(block bool) bool {
+// but not past ctx: an invocation returns before its deadline even when a
+// write left in flight by an earlier one (say, across a frozen container)
+// has not returned yet. It waits through the scheduler (a bare receive
+// would block a simulated drain outside the simulator's scheduler, and
+// with it the whole schedule).
+func (w *pendingWrite) over(ctx context.Context, block bool) bool {
 	if block {
-		w.join()
-		return true
+		stop := (<-chan struct{})(w.done)
+		if cd := ctx.Done(); cd != nil {
+			either := make(chan struct{})
+			go func() {
+				// Ends with the write, which its context bounds.
+				select {
+				case <-w.done:
+				case <-cd:
+				}
+				close(either)
+			}()
+			stop = either
+		}
+		w.sched.Sleep(stop, w.bound)
 	}
 	select {
 	case <-w.done:
@@ -144,7 +160,8 @@ func (w *pendingWrite) over(block bool) bool {
 func (d *drain) goWrite(ctx context.Context, write func(context.Context) error) *pendingWrite {
 	w := &pendingWrite{done: make(chan struct{}), token: d.loc.token}
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.r.cfg.leaseDuration)
-	w.join = d.r.sched.Go(func() {
+	w.sched, w.bound = d.r.sched, d.r.cfg.leaseDuration
+	d.r.sched.Go(func() {
 		defer close(w.done)
 		defer cancel()
 		w.err = write(bctx)
@@ -205,9 +222,9 @@ func later(a, b time.Time) time.Time {
 // when block is set, else only looks. It runs on a drain's goroutine,
 // during its turn, outside any publish or marking (whose watchdog reads
 // the window).
-func (d *drain) takeRestamp(block bool) {
+func (d *drain) takeRestamp(ctx context.Context, block bool) {
 	rs := d.loc.restamp
-	if rs == nil || !rs.over(block) {
+	if rs == nil || !rs.over(ctx, block) {
 		return
 	}
 	d.loc.restamp = nil
@@ -249,7 +266,7 @@ func (d *drain) run(ctx context.Context) error {
 		if err := d.renewIfDue(ctx); err != nil {
 			return err
 		}
-		d.takeRestamp(false)
+		d.takeRestamp(ctx, false)
 		if err := d.recheck(ctx); err != nil {
 			return err
 		}
@@ -597,7 +614,7 @@ func (d *drain) markInWindow(ctx context.Context, seqs []int64) error {
 	if d.held || d.r.mode == WatermarkMode {
 		return d.mark(ctx, seqs)
 	}
-	d.takeRestamp(false)
+	d.takeRestamp(ctx, false)
 	_, expired, err := d.underWindow(ctx, func(ctx context.Context) (int, error) { return 0, d.mark(ctx, seqs) })
 	if !expired {
 		return err
@@ -925,7 +942,7 @@ func (d *drain) finish(ctx context.Context) error {
 		}
 		return nil
 	}
-	d.takeRestamp(false)
+	d.takeRestamp(ctx, false)
 	d.restampIfDue(ctx)
 	if d.r.mode == DeleteMode {
 		d.flushBehind(ctx)
@@ -944,7 +961,7 @@ func (d *drain) finish(ctx context.Context) error {
 // late one lands only where it is still true, and never moves a head back.
 func (d *drain) flushBehind(ctx context.Context) {
 	cfg := &d.r.cfg
-	if w := d.loc.flush; w != nil && !w.over(false) {
+	if w := d.loc.flush; w != nil && !w.over(ctx, false) {
 		return
 	}
 	d.loc.flush = nil
@@ -968,9 +985,11 @@ func (d *drain) logFlush(ctx context.Context, head int64, err error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrLeaseHeld) || errors.Is(err, ErrLeaseLost):
-		// Another relay took the bucket while this one drained it without
-		// holding it: both published, so some messages went out twice.
-		cfg.logger.InfoContext(ctx, "outbox: another relay took the bucket during a resumed drain; its head stands", "bucket", d.b, "err", err)
+		// The lease changed since the drain read it: another relay took
+		// the bucket (then some messages may have gone out twice), or this
+		// process's own earlier head write landed after the read. Either
+		// way the stored head stands; in DeleteMode it is only a cache.
+		cfg.logger.InfoContext(ctx, "outbox: a resumed drain's head write found the lease changed (taken by another relay, or an earlier head write of this one landed); the stored head stands", "bucket", d.b, "err", err)
 	default:
 		// The head is a cache in DeleteMode; in WatermarkMode a stale head
 		// means the next drain publishes those messages again.

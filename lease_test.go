@@ -830,3 +830,91 @@ func TestResumedDrainLeavesItsLeaseWritesInFlight(t *testing.T) {
 	}
 	pub.checkOnce(t, []int64{1, 2, 3, 4})
 }
+
+// TestDrainDoesNotWaitPastItsDeadlineForAWriteInFlight (issue 21): a
+// restamp left in flight by an earlier invocation may never return in time
+// (a container frozen with the request out). The drain that would wait for
+// it, because it decides whether the drain may resume, stops waiting when
+// its own context ends instead of outliving its invocation's deadline.
+// Before, it waited on the write alone (bounded only by LeaseDuration).
+func TestDrainDoesNotWaitPastItsDeadlineForAWriteInFlight(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	mem := memory.New(1)
+	s := &gateStore{countingStore: &countingStore{Store: mem, writes: map[string]int{}},
+		restampGate: make(chan struct{})}
+	defer close(s.restampGate)
+	sched, pub, clk := newManualSched(), newOverlapPublisher(), &fakeClock{}
+	a := newRelay(t, s, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("relay/fn"), outbox.HolderWait(0))
+	fill(t, mem, 0, 1)
+	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Acquired {
+		t.Fatalf("first drain: acquired %v, err %v", st.Acquired, err)
+	}
+	step := func(d time.Duration, seq int64) {
+		sched.Advance(d)
+		clk.Advance(d)
+		fill(t, mem, 0, seq)
+	}
+	step(2*time.Second, 2)
+	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Resumed || !st.Restamped {
+		t.Fatalf("drain at 2 s: resumed %v, restamped %v, err %v", st.Resumed, st.Restamped, err)
+	}
+	// 3.5 s: the restamp is still out (its gate stays shut) and decides
+	// whether this drain may resume; its invocation's context ends.
+	step(1500*time.Millisecond, 3)
+	ictx, cancel := context.WithCancel(ctx)
+	reads := s.get("ReadLease")
+	done := drainAsync(ictx, a)
+	if !eventually(func() bool { return s.get("ReadLease") > reads }) {
+		t.Fatal("the drain at 3.5 s does not read the lease")
+	}
+	cancel()
+	select {
+	case r := <-done:
+		if r.st.Resumed || !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("drain whose context ended while a restamp was in flight: resumed %v, err %v; want it to return with its context's error", r.st.Resumed, r.err)
+		}
+	case <-time.After(30 * time.Second): // a hang guard, not a speed bound
+		t.Fatal("the drain is still waiting for the restamp in flight 30 s after its context ended")
+	}
+	pub.checkOnce(t, []int64{1, 2})
+}
+
+// TestDrainDoesNotWaitForARestampThatCannotHelp: a restamp still in flight
+// whose success would leave less than half a window decides nothing (the
+// drain acquires either way), so a drain that finds it out does not wait
+// for it. Before, it waited whenever its own window was under half.
+func TestDrainDoesNotWaitForARestampThatCannotHelp(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	mem := memory.New(1)
+	s := &gateStore{countingStore: &countingStore{Store: mem, writes: map[string]int{}},
+		restampGate: make(chan struct{})}
+	defer close(s.restampGate)
+	sched, pub, clk := newManualSched(), newOverlapPublisher(), &fakeClock{}
+	a := newRelay(t, s, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("relay/fn"), outbox.HolderWait(0))
+	fill(t, mem, 0, 1)
+	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Acquired {
+		t.Fatalf("first drain: acquired %v, err %v", st.Acquired, err)
+	}
+	step := func(d time.Duration, seq int64) {
+		sched.Advance(d)
+		clk.Advance(d)
+		fill(t, mem, 0, seq)
+	}
+	step(2*time.Second, 2)
+	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Resumed || !st.Restamped {
+		t.Fatalf("drain at 2 s: resumed %v, restamped %v, err %v", st.Resumed, st.Restamped, err)
+	}
+	// 4.8 s: the restamp sent at 2 s is still out; landed, it would leave
+	// 2.2 s of window, under half of 5 s.
+	step(2800*time.Millisecond, 3)
+	done := drainAsync(ctx, a)
+	select {
+	case r := <-done:
+		if r.err != nil || r.st.Resumed || !r.st.Acquired {
+			t.Fatalf("drain at 4.8 s: resumed %v, acquired %v, err %v; want it to acquire", r.st.Resumed, r.st.Acquired, r.err)
+		}
+	case <-time.After(30 * time.Second): // a hang guard, not a speed bound
+		t.Fatal("the drain at 4.8 s waits for a restamp that cannot let it resume")
+	}
+	pub.checkOnce(t, []int64{1, 2, 3})
+}

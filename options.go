@@ -48,6 +48,7 @@ type config struct {
 	metrics         Metrics
 	notifier        *Notifier
 	notifierSet     bool
+	stored          *Config // StoredConfig: NewRelay does not read the config item
 }
 
 func defaultConfig() config {
@@ -76,6 +77,16 @@ func defaultConfig() config {
 		metrics:        noMetrics{},
 	}
 }
+
+// StoredConfig gives NewRelay the outbox's config item as the caller has
+// just read it, so that NewRelay does not read it again: the Lambda
+// functions pass what dynamo.NewStore read a moment before
+// (dynamo.Store.Opened), one round trip less on their init. NewRelay
+// checks it as it checks the one it reads (CheckConfig, the mode, shared
+// settings and region options); pass only a config item read by this
+// process's init, never a saved one. Default: none (NewRelay reads the
+// config item from the Store).
+func StoredConfig(c Config) Option { return func(cfg *config) { cfg.stored = &c } }
 
 // BucketCount states the bucket count this relay expects. Default 0: take it
 // from the outbox's config item. When set and different from the config item,

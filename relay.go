@@ -101,7 +101,8 @@ type local struct {
 	unlogged             int64
 }
 
-// NewRelay reads the outbox's config item and returns a relay for it. It
+// NewRelay reads the outbox's config item (unless StoredConfig gives it)
+// and returns a relay for it. It
 // fails with a *MisconfigurationError when the BucketCount, WithMode,
 // MaxMessageBytes or header options differ from the stored configuration
 // or the stored format is newer than this code, and with an *OptionError
@@ -117,10 +118,16 @@ func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	stored, err := store.Config(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: read config item: %w", err)
+	var stored Config
+	if cfg.stored != nil {
+		stored = *cfg.stored
+	} else {
+		var err error
+		if stored, err = store.Config(ctx); err != nil {
+			return nil, fmt.Errorf("outbox: read config item: %w", err)
+		}
 	}
+	var err error
 	if err := CheckConfig(stored, cfg.bucketCount); err != nil {
 		return nil, err
 	}
@@ -536,9 +543,12 @@ func (r *Relay) begin(ctx context.Context, bucket int, target int64, wait bool, 
 	half := (r.cfg.resumeWindow - r.cfg.leaseMargin) / 2
 	// A restamp an earlier drain left in flight: take it if it returned,
 	// and wait for it if it decides whether this drain may resume.
-	d.takeRestamp(false)
-	if d.loc.restamp != nil && r.resumeLeft(d.loc) < half {
-		d.takeRestamp(true)
+	d.takeRestamp(ctx, false)
+	if rs := d.loc.restamp; rs != nil && rs.token == d.loc.token && r.resumeLeft(d.loc) < half &&
+		rs.at.Add(r.cfg.resumeWindow-r.cfg.leaseMargin).Sub(r.sched.Now()) >= half {
+		// Only a restamp of this hold whose success would leave half a
+		// window is worth the wait: any other answer changes nothing.
+		d.takeRestamp(ctx, true)
 	}
 	if r.resumable(l, d.loc) && r.resumeLeft(d.loc) >= half {
 		// Released by this process and acquired by nobody since: drain it

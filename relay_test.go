@@ -804,3 +804,54 @@ func TestDrainBucketToStopsOnceTheTargetIsDecided(t *testing.T) {
 		t.Fatalf("drain until empty: %v, %d left", err, s.Count(0))
 	}
 }
+
+// configCounter is a store that counts its config item reads.
+type configCounter struct {
+	outbox.Store
+	reads atomic.Int32
+}
+
+func (c *configCounter) Config(ctx context.Context) (outbox.Config, error) {
+	c.reads.Add(1)
+	return c.Store.Config(ctx)
+}
+
+func TestRelayStoredConfig(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New(8)
+	stored, err := mem.Config(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("default reads the config item", func(t *testing.T) {
+		s := &configCounter{Store: mem}
+		if _, err := outbox.NewRelay(ctx, s, &recorder{}); err != nil {
+			t.Fatal(err)
+		}
+		if n := s.reads.Load(); n != 1 {
+			t.Fatalf("NewRelay read the config item %d times, want 1", n)
+		}
+	})
+	t.Run("given: no read", func(t *testing.T) {
+		s := &configCounter{Store: mem}
+		r, err := outbox.NewRelay(ctx, s, &recorder{}, outbox.StoredConfig(stored))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := s.reads.Load(); n != 0 {
+			t.Fatalf("NewRelay read the config item %d times with StoredConfig, want 0", n)
+		}
+		if r.BucketCount() != 8 || r.Mode() != stored.Mode {
+			t.Fatalf("relay has %d buckets in %v, want the given config's 8 in %v", r.BucketCount(), r.Mode(), stored.Mode)
+		}
+	})
+	t.Run("given: checked as a read one", func(t *testing.T) {
+		var me *outbox.MisconfigurationError
+		if _, err := outbox.NewRelay(ctx, mem, &recorder{}, outbox.StoredConfig(stored), outbox.BucketCount(16)); !errors.As(err, &me) || me.Configured != "16" || me.Stored != "8" {
+			t.Fatalf("err = %v, want a MisconfigurationError naming 16 and 8", err)
+		}
+		if _, err := outbox.NewRelay(ctx, mem, &recorder{}, outbox.StoredConfig(outbox.Config{})); !errors.As(err, &me) || me.Setting != "BucketCount" {
+			t.Fatalf("err = %v for an empty config item, want a MisconfigurationError for BucketCount", err)
+		}
+	})
+}

@@ -131,7 +131,7 @@ func Strict() Option { return func(c *cfg) { c.strict = true } }
 // They are applied before the Publisher's own settings, which therefore win:
 // the seed brokers, RecordPartitioner, ProducerBatchMaxBytes,
 // RecordDeliveryTimeout (off; see DeliveryTimeout), ProducerBatchCompression
-// (see Compression), RequiredAcks, and, when WithLogger, TLS or SASL are given,
+// and WithCompressor (see Compression), RequiredAcks, and, when WithLogger, TLS or SASL are given,
 // kgo.WithLogger, DialTLSConfig and SASL. Options that would weaken delivery
 // (DisableIdempotentWrite, RequiredAcks other than all,
 // AllowIdempotentProduceCancellation, TransactionalID, ManualFlushing,
@@ -212,7 +212,11 @@ func WithTracer(t outbox.Tracer) Option {
 
 // Compression sets the record batch compression, in order of preference (the
 // first one the broker supports is used). Default DefaultCompression(): lz4,
-// then none.
+// then none. When the first is kgo.Lz4Compression() (the fastest level), the
+// Publisher writes lz4 frames of 64 KiB blocks, as Kafka's Java producer
+// does, instead of kgo's 4 MiB blocks, whose two buffers cost 8 MiB of
+// memory per batch being compressed; any other choice is kgo's own
+// compressor.
 func Compression(codecs ...kgo.CompressionCodec) Option {
 	return func(c *cfg) { c.compression = codecs }
 }

@@ -149,8 +149,8 @@ func enforcedOpts(c *cfg) []kgo.Opt {
 		// Publish bounds delivery with a deadline on the records' context
 		// instead (see DeliveryTimeout), so this stays off.
 		kgo.RecordDeliveryTimeout(0),
-		kgo.ProducerBatchCompression(c.compression...),
 	}
+	opts = append(opts, compressorOpts(c.compression)...)
 	if c.strict {
 		opts = append(opts, kgo.MaxProduceRequestsInflightPerBroker(1))
 	}

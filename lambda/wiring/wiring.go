@@ -42,7 +42,7 @@ type InitTimes struct {
 	AWSConfig time.Duration // awsconfig.LoadDefaultConfig (Build only)
 	Store     time.Duration // dynamo.NewStore: the config item and the tables' checks
 	Publisher time.Duration // the Kafka client and its topic check
-	Relay     time.Duration // outbox.NewRelay: the config item, checked
+	Relay     time.Duration // outbox.NewRelay: the config item NewStore read, checked
 }
 
 // LogAttrs are t as log attributes, in milliseconds.
@@ -188,6 +188,9 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 		outbox.MaxMessageBytes(cfg.MaxMessageBytes), // 0: the config item's
 		outbox.Concurrency(cfg.Concurrency),
 		outbox.WithLogger(logger),
+		// As NewStore read it: no second read of the config item on the
+		// init's path.
+		outbox.StoredConfig(stored),
 	}
 	if relayID != "" {
 		ropts = append(ropts, outbox.RelayID(relayID))

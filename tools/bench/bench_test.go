@@ -70,6 +70,7 @@ func TestSmoke(t *testing.T) {
 		{"sweep: runs", len(res.Sweep), len(o.sweep.rates) * len(o.sweep.windows) * len(o.modes)},
 		{"scale: bucket counts", len(res.Scale), len(o.scale.buckets)},
 		{"footprint: drained", res.Footprint.Messages, o.footprintMsgs},
+		{"footprint: cold starts", len(res.Footprint.ColdStarts), o.footprintColdStarts},
 		{"runrelay: variants (polling, notifier)", len(res.RunRelay), 2},
 		{"footprint: binaries", len(res.Footprint.Binaries), len(o.arches)},
 	}

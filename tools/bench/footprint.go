@@ -17,6 +17,9 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox/local/dynamolocal"
 	"github.com/dynakafka/outbox/local/esm"
@@ -55,6 +58,12 @@ type footprintResult struct {
 	PeakRSSBytes  int64   `json:"peak_rss_bytes"` // VmHWM of the bootstrap process
 	RSSAfterBytes int64   `json:"rss_after_bytes"`
 	Backlog       backlog `json:"backlog"`
+	// ColdStarts are every start of the bootstrap (-footprint-cold-starts):
+	// the first right after the pre-fill (InitMs and InitSteps are its),
+	// the others a second apart; the last one drains.
+	ColdStarts []coldStart `json:"cold_starts,omitempty"`
+	// ProbeEmpty is the probe on the stage's tables before the pre-fill.
+	ProbeEmpty probe `json:"probe_before_prefill"`
 }
 
 // buildFlags are the release build's flags (the Makefile's build target).
@@ -98,7 +107,137 @@ func buildBootstraps(ctx context.Context, root, dir string, arches []string) ([]
 // footprintGoMemLimit is the -footprint-gomemlimit flag.
 var footprintGoMemLimit string
 
-func footprint(ctx context.Context, st *stage, rie, bootstrap string, bl backlog) (footprintResult, error) {
+// footprintPprof is the -footprint-pprof flag: a directory for the
+// profiles of bench/profrelay, run instead of the release bootstrap.
+var footprintPprof string
+
+// buildProfRelay builds bench/profrelay into dir and returns its path.
+func buildProfRelay(ctx context.Context, root, dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	out, err := filepath.Abs(filepath.Join(dir, "bootstrap"))
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "lambda.norpc", "-o", out, "./bench/profrelay")
+	cmd.Dir = filepath.Join(root, "tools")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./bench/profrelay: %v\n%s", err, b)
+	}
+	return out, nil
+}
+
+// footprintBootstrap is the -footprint-bootstrap flag.
+var footprintBootstrap string
+
+// coldStart is one start of the bootstrap under the emulator: its init,
+// and the round trips of the store's init step (the config item and both
+// tables' DescribeTable, at once) timed from the bench just before.
+type coldStart struct {
+	InitMs    float64            `json:"init_ms"`
+	InitSteps map[string]float64 `json:"init_steps_ms,omitempty"`
+	// ColdInvokeMs is the first (empty) invocation as the caller saw it,
+	// init included.
+	ColdInvokeMs float64 `json:"cold_invoke_ms"`
+	// ReportInitMs is the emulator's REPORT "Init Duration" (near zero:
+	// see footprintResult).
+	ReportInitMs float64 `json:"rie_report_init_duration_ms"`
+	Probe        probe   `json:"probe"`
+}
+
+// probe is the bench's own GetItem of the config item and DescribeTable of
+// both tables, all at once as dynamo.NewStore sends them, each timed.
+type probe struct {
+	GetItemMs       float64 `json:"get_item_ms"`
+	DescribeTableMs float64 `json:"describe_table_ms"` // the slower of the two
+	Ms              float64 `json:"ms"`                // all three, at once
+}
+
+func probeStore(ctx context.Context, st *stage) (probe, error) {
+	var (
+		p    probe
+		wg   sync.WaitGroup
+		errs [3]error
+		took [3]time.Duration
+	)
+	start := time.Now()
+	wg.Go(func() {
+		_, errs[0] = st.plain.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Control), ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "config"}, "sk": &types.AttributeValueMemberS{Value: "config"}}})
+		took[0] = time.Since(start)
+	})
+	for i, t := range []string{st.tables.Messages, st.tables.Control} {
+		wg.Go(func() {
+			_, errs[i+1] = st.plain.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(t)})
+			took[i+1] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	p.Ms = ms(time.Since(start))
+	p.GetItemMs, p.DescribeTableMs = ms(took[0]), ms(max(took[1], took[2]))
+	return p, errors.Join(errs[:]...)
+}
+
+// startCold starts the bootstrap under the emulator and times its init
+// through the first (empty) invocation. The caller closes the process.
+func startCold(ctx context.Context, st *stage, rie, bootstrap string, env map[string]string) (*esm.RIEProcess, coldStart, func() string, error) {
+	var (
+		c       coldStart
+		logMu   sync.Mutex
+		logs    bytes.Buffer
+		readyAt time.Time
+	)
+	record := func(p []byte) (int, error) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		n, err := logs.Write(p)
+		if readyAt.IsZero() && bytes.Contains(logs.Bytes(), []byte("outbox relay: ready")) {
+			readyAt = time.Now()
+		}
+		return n, err
+	}
+	output := func() string { logMu.Lock(); defer logMu.Unlock(); return logs.String() }
+	var err error
+	if c.Probe, err = probeStore(ctx, st); err != nil {
+		return nil, c, output, fmt.Errorf("probe DynamoDB Local: %w", err)
+	}
+	proc, err := esm.StartRIE(ctx, esm.RIEOptions{
+		RIEPath: rie, BootstrapPath: bootstrap, Timeout: 900 * time.Second, Output: writerFunc(record), Env: env,
+	})
+	if err != nil {
+		return nil, c, output, err
+	}
+	start := time.Now()
+	if _, err := proc.Invoke(ctx, events.DynamoDBEvent{}); err != nil {
+		proc.Close()
+		return nil, c, output, fmt.Errorf("cold invocation: %w\n%s", err, output())
+	}
+	c.ColdInvokeMs = ms(time.Since(start))
+	// The emulator prints its REPORT line after it has answered.
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c.ReportInitMs, err = initDuration(output()); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		proc.Close()
+		return nil, c, output, err
+	}
+	logMu.Lock()
+	ready := readyAt
+	logMu.Unlock()
+	if ready.IsZero() {
+		proc.Close()
+		return nil, c, output, fmt.Errorf("the bootstrap never logged \"outbox relay: ready\":\n%s", tail(output(), 4000))
+	}
+	c.InitMs = ms(ready.Sub(start))
+	c.InitSteps = initSteps(output())
+	return proc, c, output, nil
+}
+
+func footprint(ctx context.Context, st *stage, rie, bootstrap string, bl backlog, coldStarts int) (footprintResult, error) {
 	res := footprintResult{RunArch: runtime.GOARCH, Backlog: bl, Messages: bl.Messages, GoMemLimit: footprintGoMemLimit}
 	env := map[string]string{
 		"OUTBOX_MESSAGES_TABLE":      st.tables.Messages,
@@ -115,51 +254,40 @@ func footprint(ctx context.Context, st *stage, rie, bootstrap string, bl backlog
 	if footprintGoMemLimit != "" {
 		env["GOMEMLIMIT"] = footprintGoMemLimit
 	}
-	var (
-		logMu   sync.Mutex
-		logs    bytes.Buffer
-		readyAt time.Time
-	)
-	record := func(p []byte) (int, error) {
-		logMu.Lock()
-		defer logMu.Unlock()
-		n, err := logs.Write(p)
-		if readyAt.IsZero() && bytes.Contains(logs.Bytes(), []byte("outbox relay: ready")) {
-			readyAt = time.Now()
+	if footprintPprof != "" {
+		dir, err := filepath.Abs(footprintPprof)
+		if err != nil {
+			return res, err
 		}
-		return n, err
+		env["OUTBOX_PROFILE_DIR"] = dir
 	}
-	proc, err := esm.StartRIE(ctx, esm.RIEOptions{
-		RIEPath: rie, BootstrapPath: bootstrap, Timeout: 900 * time.Second, Output: writerFunc(record), Env: env,
-	})
-	if err != nil {
-		return res, err
+	// The first cold start comes right after the pre-fill, as before;
+	// the others each a second after the previous one's init, DynamoDB
+	// Local having settled a little more each time. The last one's
+	// process drains the backlog.
+	var (
+		proc   *esm.RIEProcess
+		output func() string
+	)
+	for i := range max(coldStarts, 1) {
+		if proc != nil {
+			proc.Close()
+			select {
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+				return res, ctx.Err()
+			}
+		}
+		var c coldStart
+		var err error
+		if proc, c, output, err = startCold(ctx, st, rie, bootstrap, env); err != nil {
+			return res, fmt.Errorf("cold start %d: %w", i+1, err)
+		}
+		res.ColdStarts = append(res.ColdStarts, c)
 	}
 	defer proc.Close()
-	output := func() string { logMu.Lock(); defer logMu.Unlock(); return logs.String() }
-
-	start := time.Now()
-	if _, err := proc.Invoke(ctx, events.DynamoDBEvent{}); err != nil {
-		return res, fmt.Errorf("cold invocation: %w\n%s", err, output())
-	}
-	res.ColdInvokeMs = ms(time.Since(start))
-	// The emulator prints its REPORT line after it has answered.
-	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if res.ReportInitMs, err = initDuration(output()); err == nil || time.Now().After(deadline) {
-			break
-		}
-	}
-	if err != nil {
-		return res, err
-	}
-	logMu.Lock()
-	ready := readyAt
-	logMu.Unlock()
-	if ready.IsZero() {
-		return res, fmt.Errorf("the bootstrap never logged \"outbox relay: ready\":\n%s", tail(output(), 4000))
-	}
-	res.InitMs = ms(ready.Sub(start))
-	res.InitSteps = initSteps(output())
+	first := res.ColdStarts[0]
+	res.InitMs, res.InitSteps, res.ColdInvokeMs, res.ReportInitMs = first.InitMs, first.InitSteps, first.ColdInvokeMs, first.ReportInitMs
 	pid, err := pidOf(bootstrap)
 	if err != nil {
 		return res, err
@@ -178,7 +306,7 @@ func footprint(ctx context.Context, st *stage, rie, bootstrap string, bl backlog
 			},
 		})
 	}
-	start = time.Now()
+	start := time.Now()
 	for {
 		res.Invocations++
 		resp, err := proc.Invoke(ctx, hints)

@@ -67,10 +67,13 @@ type options struct {
 	naiveMsgs     int
 	bucketCounts  []int // per-bucket overhead stages besides the relay stage's 8
 	footprintMsgs int
-	runRelayMsgs  int         // the long-running relay stage: messages per variant
-	rounds        int         // turns of raw DynamoDB, raw pipeline and relay
-	txns          map[int]int // capacity: transactions per messages-per-transaction
-	arches        []string
+	// footprintColdStarts: how often the footprint stage starts the
+	// bootstrap (-footprint-cold-starts).
+	footprintColdStarts int
+	runRelayMsgs        int         // the long-running relay stage: messages per variant
+	rounds              int         // turns of raw DynamoDB, raw pipeline and relay
+	txns                map[int]int // capacity: transactions per messages-per-transaction
+	arches              []string
 	// The steady stage: each profile with the relay in each mode and with
 	// the floor, at the mapping's batching window steadyWindow, each after
 	// a warm-up of steadyWarmup.
@@ -120,7 +123,7 @@ func fullProfiles() []profile {
 func fullOptions() options {
 	return options{
 		relayMsgs: 20_000, naiveMsgs: 1_000, rounds: 3, bucketCounts: []int{32, 64},
-		footprintMsgs: 100_000, runRelayMsgs: 200, txns: map[int]int{1: 300, 10: 60, 100: 12}, arches: []string{"amd64", "arm64"},
+		footprintMsgs: 100_000, footprintColdStarts: 5, runRelayMsgs: 200, txns: map[int]int{1: 300, 10: 60, 100: 12}, arches: []string{"amd64", "arm64"},
 		steady: fullProfiles(), steadyWarmup: 3 * time.Second, modes: []relayMode{modeDelete, modeWatermark},
 		// Off unless -sweep: at least a minute per rate and window.
 		sweep: sweepOptions{rates: nil, windows: []time.Duration{0, time.Second, 5 * time.Second},
@@ -134,7 +137,7 @@ func fullOptions() options {
 func smokeOptions() options {
 	return options{
 		smoke: true, relayMsgs: 400, naiveMsgs: 40, rounds: 1, bucketCounts: []int{32, 64},
-		footprintMsgs: 400, runRelayMsgs: 2, txns: map[int]int{1: 4, 10: 2, 100: 1}, arches: []string{runtime.GOARCH},
+		footprintMsgs: 400, footprintColdStarts: 2, runRelayMsgs: 2, txns: map[int]int{1: 4, 10: 2, 100: 1}, arches: []string{runtime.GOARCH},
 		steady: []profile{
 			{Name: "10", Rate: 10, Seconds: 1},
 			{Name: "50", Rate: 50, Seconds: 0.6},
@@ -166,6 +169,9 @@ func main() {
 	modes := flag.String("modes", "", `the relay modes of the steady stage ("delete,watermark"; empty: both)`)
 	containers := flag.Int("containers", 1, "the relay function's containers in the steady stage: separate processes sharing the owner id (1: one warm container)")
 	switchEvery := flag.Duration("switch-every", 0, "with -containers above 1: send invocations to one container this long, then to the next (0: every invocation to the next, the worst case)")
+	coldStarts := flag.Int("footprint-cold-starts", 0, "the footprint stage starts the bootstrap this many times, a second apart, the first right after the pre-fill, and reports each init (min and median too); the last one drains (default 5; -smoke: 2)")
+	flag.StringVar(&footprintBootstrap, "footprint-bootstrap", "", "the footprint stage runs this relay bootstrap instead of building one (to compare two builds; no binary sizes)")
+	flag.StringVar(&footprintPprof, "footprint-pprof", "", "the footprint stage runs bench/profrelay (the relay bootstrap with heap profiles) instead of the release bootstrap and writes heap-peak.pprof and allocs.pprof into this directory")
 	flag.StringVar(&footprintGoMemLimit, "footprint-gomemlimit", "", `the footprint stage's bootstrap runs with this GOMEMLIMIT ("48MiB"; empty: none)`)
 	flag.Parse()
 	if *render != "" {
@@ -181,6 +187,7 @@ func main() {
 	}
 	o.out, o.only, o.steadyWindow = *out, *only, *window
 	o.containers, o.switchEvery = *containers, *switchEvery
+	o.footprintColdStarts = cmp.Or(*coldStarts, o.footprintColdStarts)
 	if *scaleBuckets != "" {
 		o.scale.buckets = nil
 		for _, f := range brokerList(*scaleBuckets) {
@@ -683,7 +690,7 @@ func footprintStage(ctx context.Context, e *env, g *gen, tmpl *template, o optio
 	f := &res.Footprint
 	host := o.prebuilt.host
 	f.Binaries = o.prebuilt.sizes
-	if host == "" {
+	if host == "" && footprintBootstrap == "" && footprintPprof == "" {
 		dir, err := os.MkdirTemp("", "outbox-bench-")
 		if err != nil {
 			return err
@@ -694,17 +701,36 @@ func footprintStage(ctx context.Context, e *env, g *gen, tmpl *template, o optio
 		}
 	}
 	f.BuildFlags = "CGO_ENABLED=0 GOOS=linux go -C lambda build -trimpath -tags lambda.norpc -ldflags='-s -w' ./relay"
+	switch {
+	case footprintPprof != "":
+		if host, err = buildProfRelay(ctx, root, footprintPprof); err != nil {
+			return err
+		}
+		f.BuildFlags = "bench/profrelay (-footprint-pprof)"
+	case footprintBootstrap != "":
+		if host, err = filepath.Abs(footprintBootstrap); err != nil {
+			return err
+		}
+		f.BuildFlags = "-footprint-bootstrap " + footprintBootstrap
+	}
 	rie, err := installRIE(ctx, root)
 	if err != nil {
 		return err
 	}
 	o.progress("footprint: %d messages drained by the bootstrap under the Lambda RIE", o.footprintMsgs)
 	return withStage(ctx, e, "footprint", 8, func(st *stage) error {
+		// The same round trips on the empty tables: what DynamoDB Local
+		// answers before the pre-fill, to tell its cost from the code's.
+		empty, err := probeStore(ctx, st)
+		if err != nil {
+			return err
+		}
 		bl, err := prefill(ctx, st, g, tmpl, o.footprintMsgs)
 		if err != nil {
 			return err
 		}
-		r, err := footprint(ctx, st, rie, host, bl)
+		r, err := footprint(ctx, st, rie, host, bl, o.footprintColdStarts)
+		r.ProbeEmpty = empty
 		r.Binaries, r.BuildFlags = f.Binaries, f.BuildFlags
 		*f = r
 		return err

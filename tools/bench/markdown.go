@@ -171,6 +171,16 @@ func (r *results) markdown() string {
 	p("Go runtime, configuration, clients, the config-item read and the topic check, against local endpoints). The emulator's\n")
 	p("own REPORT line says `Init Duration: %.2f ms`: it starts the function asynchronously and stops that clock at once, so\n", f.ReportInitMs)
 	p("its figure is not an init time. On Lambda, add the sandbox's own start.\n\n")
+	if len(f.ColdStarts) > 0 {
+		p("Every cold start of the stage (the first right after the pre-fill, the others a second apart), beside the bench's own\n")
+		p("GetItem of the config item and DescribeTable of both tables, sent at once as `dynamo.NewStore` sends them, just before\n")
+		p("the start (before the pre-fill: GetItem %.1f ms, DescribeTable %.1f ms):\n\n", f.ProbeEmpty.GetItemMs, f.ProbeEmpty.DescribeTableMs)
+		p("| start | init | of which `dynamo.NewStore` | the bench's probe | its GetItem | its DescribeTable |\n|---:|---:|---:|---:|---:|---:|\n")
+		for i, c := range f.ColdStarts {
+			p("| %d | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms |\n", i+1, c.InitMs, c.InitSteps["store"], c.Probe.Ms, c.Probe.GetItemMs, c.Probe.DescribeTableMs)
+		}
+		p("\n")
+	}
 
 	p("## Per-bucket overhead\n\n")
 	p("The same backlog drained by the relay with 8, 32 and 64 buckets (Concurrency 8, BatchSize 500; the median of the\n")

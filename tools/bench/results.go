@@ -373,6 +373,9 @@ func (r *results) lines() []string {
 			}
 			out = append(out, line)
 		}
+		if len(f.ColdStarts) > 0 {
+			out = append(out, f.coldLine())
+		}
 	}
 	for _, rr := range r.RunRelay {
 		out = append(out, rr.line())
@@ -431,4 +434,32 @@ func (r *results) writeJSON(path string) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// coldLine summarises the footprint stage's cold starts: each init with
+// its store step and the bench's own probe of the same round trips just
+// before, then the min and median of the init, of the store step and of
+// the probe over every start (the first, right after the pre-fill,
+// included).
+func (f footprintResult) coldLine() string {
+	var inits, stores, probes, gets, describes []float64
+	each := ""
+	for i, c := range f.ColdStarts {
+		inits, stores, probes = append(inits, c.InitMs), append(stores, c.InitSteps["store"]), append(probes, c.Probe.Ms)
+		gets, describes = append(gets, c.Probe.GetItemMs), append(describes, c.Probe.DescribeTableMs)
+		if i > 0 {
+			each += ","
+		}
+		each += fmt.Sprintf("%.1f/%.1f/%.1f", c.InitMs, c.InitSteps["store"], c.Probe.Ms)
+	}
+	return fmt.Sprintf("footprint-cold: starts=%d init_ms_min=%.1f init_ms_median=%.1f store_ms_min=%.1f store_ms_median=%.1f probe_ms_min=%.1f probe_ms_median=%.1f probe_get_item_ms_median=%.1f probe_describe_table_ms_median=%.1f probe_before_prefill_get_item_ms=%.1f probe_before_prefill_describe_table_ms=%.1f each_init/store/probe_ms=%s",
+		len(inits), slices.Min(inits), medianOf(inits), slices.Min(stores), medianOf(stores), slices.Min(probes), medianOf(probes), medianOf(gets), medianOf(describes), f.ProbeEmpty.GetItemMs, f.ProbeEmpty.DescribeTableMs, each)
+}
+
+func medianOf(v []float64) float64 {
+	s := slices.Sorted(slices.Values(v))
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
 }
