@@ -116,6 +116,8 @@ func (d *drain) acquire(ctx context.Context) error {
 // in this process takes its result.
 type pendingWrite struct {
 	done  chan struct{} // closed once the write returned
+	sched seam.Scheduler
+	bound time.Duration // the write's timeout: no wait lasts longer
 	token string        // the released hold it writes
 	at    time.Time     // scheduler clock, taken before the lease clock's time it writes
 	err   error
@@ -124,15 +126,25 @@ type pendingWrite struct {
 // over reports whether the write returned; with block set it waits for it,
 // but not past ctx: an invocation returns before its deadline even when a
 // write left in flight by an earlier one (say, across a frozen container)
-// has not returned yet.
+// has not returned yet. It waits through the scheduler (a bare receive
+// would block a simulated drain outside the simulator's scheduler, and
+// with it the whole schedule).
 func (w *pendingWrite) over(ctx context.Context, block bool) bool {
 	if block {
-		select {
-		case <-w.done:
-			return true
-		case <-ctx.Done():
-			return false
+		stop := (<-chan struct{})(w.done)
+		if cd := ctx.Done(); cd != nil {
+			either := make(chan struct{})
+			go func() {
+				// Ends with the write, which its context bounds.
+				select {
+				case <-w.done:
+				case <-cd:
+				}
+				close(either)
+			}()
+			stop = either
 		}
+		w.sched.Sleep(stop, w.bound)
 	}
 	select {
 	case <-w.done:
@@ -148,6 +160,7 @@ func (w *pendingWrite) over(ctx context.Context, block bool) bool {
 func (d *drain) goWrite(ctx context.Context, write func(context.Context) error) *pendingWrite {
 	w := &pendingWrite{done: make(chan struct{}), token: d.loc.token}
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.r.cfg.leaseDuration)
+	w.sched, w.bound = d.r.sched, d.r.cfg.leaseDuration
 	d.r.sched.Go(func() {
 		defer close(w.done)
 		defer cancel()
@@ -972,9 +985,11 @@ func (d *drain) logFlush(ctx context.Context, head int64, err error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrLeaseHeld) || errors.Is(err, ErrLeaseLost):
-		// Another relay took the bucket while this one drained it without
-		// holding it: both published, so some messages went out twice.
-		cfg.logger.InfoContext(ctx, "outbox: another relay took the bucket during a resumed drain; its head stands", "bucket", d.b, "err", err)
+		// The lease changed since the drain read it: another relay took
+		// the bucket (then some messages may have gone out twice), or this
+		// process's own earlier head write landed after the read. Either
+		// way the stored head stands; in DeleteMode it is only a cache.
+		cfg.logger.InfoContext(ctx, "outbox: a resumed drain's head write found the lease changed (taken by another relay, or an earlier head write of this one landed); the stored head stands", "bucket", d.b, "err", err)
 	default:
 		// The head is a cache in DeleteMode; in WatermarkMode a stale head
 		// means the next drain publishes those messages again.

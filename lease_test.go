@@ -878,3 +878,89 @@ func TestDrainDoesNotWaitPastItsDeadlineForAWriteInFlight(t *testing.T) {
 	}
 	pub.checkOnce(t, []int64{1, 2})
 }
+
+// TestDrainDoesNotWaitForARestampThatCannotHelp: a restamp still in flight
+// whose success would leave less than half a window decides nothing (the
+// drain acquires either way), so a drain that finds it out does not wait
+// for it. Before, it waited whenever its own window was under half.
+func TestDrainDoesNotWaitForARestampThatCannotHelp(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	mem := memory.New(1)
+	s := &gateStore{countingStore: &countingStore{Store: mem, writes: map[string]int{}},
+		restampGate: make(chan struct{})}
+	defer close(s.restampGate)
+	sched, pub, clk := newManualSched(), newOverlapPublisher(), &fakeClock{}
+	a := newRelay(t, s, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("relay/fn"), outbox.HolderWait(0))
+	fill(t, mem, 0, 1)
+	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Acquired {
+		t.Fatalf("first drain: acquired %v, err %v", st.Acquired, err)
+	}
+	step := func(d time.Duration, seq int64) {
+		sched.Advance(d)
+		clk.Advance(d)
+		fill(t, mem, 0, seq)
+	}
+	step(2*time.Second, 2)
+	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Resumed || !st.Restamped {
+		t.Fatalf("drain at 2 s: resumed %v, restamped %v, err %v", st.Resumed, st.Restamped, err)
+	}
+	// 4.8 s: the restamp sent at 2 s is still out; landed, it would leave
+	// 2.2 s of window, under half of 5 s.
+	step(2800*time.Millisecond, 3)
+	done := drainAsync(ctx, a)
+	select {
+	case r := <-done:
+		if r.err != nil || r.st.Resumed || !r.st.Acquired {
+			t.Fatalf("drain at 4.8 s: resumed %v, acquired %v, err %v; want it to acquire", r.st.Resumed, r.st.Acquired, r.err)
+		}
+	case <-time.After(30 * time.Second): // a hang guard, not a speed bound
+		t.Fatal("the drain at 4.8 s waits for a restamp that cannot let it resume")
+	}
+	pub.checkOnce(t, []int64{1, 2, 3})
+}
+
+// failingRestamps refuses every RestampRelease without applying it (a
+// throttle, a timeout before the write reached the table).
+type failingRestamps struct{ *countingStore }
+
+func (f failingRestamps) RestampRelease(ctx context.Context, l outbox.Lease) (outbox.Lease, error) {
+	f.count("RestampRelease")
+	return outbox.Lease{}, errors.New("restamp refused by the test")
+}
+
+// TestFailedRestampLeavesTheOldWindow: a restamp that failed opens no new
+// window; a later drain finding less than half of the release's window
+// left acquires instead of resuming from the failed restamp's time (which
+// would let it publish past the window an acquirer in another container
+// waits out). The simulator rarely reaches this (docs/design.md §4.3).
+func TestFailedRestampLeavesTheOldWindow(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	mem := memory.New(1)
+	s := failingRestamps{&countingStore{Store: mem, writes: map[string]int{}}}
+	sched, pub, clk := newManualSched(), newOverlapPublisher(), &fakeClock{}
+	a := newRelay(t, s, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("relay/fn"), outbox.HolderWait(0))
+	fill(t, mem, 0, 1)
+	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Acquired {
+		t.Fatalf("first drain: acquired %v, err %v", st.Acquired, err)
+	}
+	step := func(d time.Duration, seq int64) {
+		sched.Advance(d)
+		clk.Advance(d)
+		fill(t, mem, 0, seq)
+	}
+	step(2*time.Second, 2)
+	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Resumed || !st.Restamped {
+		t.Fatalf("drain at 2 s: resumed %v, restamped %v, err %v", st.Resumed, st.Restamped, err)
+	}
+	if !eventually(func() bool { return s.get("RestampRelease") >= 1 }) {
+		t.Fatal("the restamp never returned")
+	}
+	// 3.5 s: 1.5 s of the release's window left (under half of 5 s); the
+	// failed restamp, had it landed, would leave 3.5 s.
+	step(1500*time.Millisecond, 3)
+	st, err := a.DrainBucket(ctx, 0)
+	if err != nil || st.Resumed || !st.Acquired {
+		t.Fatalf("drain at 3.5 s after a failed restamp: resumed %v, acquired %v, err %v; want it to acquire", st.Resumed, st.Acquired, err)
+	}
+	pub.checkOnce(t, []int64{1, 2, 3})
+}

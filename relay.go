@@ -544,7 +544,10 @@ func (r *Relay) begin(ctx context.Context, bucket int, target int64, wait bool, 
 	// A restamp an earlier drain left in flight: take it if it returned,
 	// and wait for it if it decides whether this drain may resume.
 	d.takeRestamp(ctx, false)
-	if d.loc.restamp != nil && r.resumeLeft(d.loc) < half {
+	if rs := d.loc.restamp; rs != nil && rs.token == d.loc.token && r.resumeLeft(d.loc) < half &&
+		rs.at.Add(r.cfg.resumeWindow-r.cfg.leaseMargin).Sub(r.sched.Now()) >= half {
+		// Only a restamp of this hold whose success would leave half a
+		// window is worth the wait: any other answer changes nothing.
 		d.takeRestamp(ctx, true)
 	}
 	if r.resumable(l, d.loc) && r.resumeLeft(d.loc) >= half {

@@ -516,7 +516,15 @@ func TestSweeperBootstrapUnderRIE(t *testing.T) {
 	}
 	sweep() // drains everything it found
 	sweep() // finds nothing
-	lines := emfLines(t, logs.String(), e.tables.Messages)
+	// The second invocation's output may reach the pipe after its
+	// response (as the relay's test says): wait for both lines, for a while
+	// (a hang guard, not a speed bound).
+	var lines []map[string]any
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if lines = emfLines(t, logs.String(), e.tables.Messages); len(lines) >= 2 || time.Now().After(deadline) {
+			break
+		}
+	}
 	if len(lines) != 2 {
 		t.Fatalf("%d EMF lines for 2 invocations:\n%s", len(lines), logs.String())
 	}

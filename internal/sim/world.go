@@ -61,6 +61,55 @@ type Config struct {
 	// Txn: every process publishes through a transactional publisher
 	// (txn.go), drawn from a third random source of the seed.
 	Txn bool
+
+	// Restamps, drawn from a fourth random source of the seed (so the
+	// schedules above stay as they were): the schedule puts acquisitions
+	// next to restamps (docs/design.md §4.3). The resume window's options
+	// are drawn (LeaseMargin, ResumeWindow, MaxClockSkew; Skew is then up
+	// to MaxClockSkew, and exactly it in half of them, so that an
+	// acquirer's margin is used), writers commit every eighth to three
+	// quarters of the window (drains resume and restamp), and each restamp
+	// may bring another process's drain of its bucket (a container of the
+	// relay function, with the same owner id, where Function) right then
+	// or a little later, while its write is delayed, fails, or lands after
+	// its caller was told it timed out (yieldStore.RestampRelease).
+	Restamps                           bool
+	LeaseMargin, ResumeWindow, MaxSkew time.Duration
+}
+
+// drawRestamps draws the restamp schedules' shape from r.
+func drawRestamps(c *Config, r *rand.Rand) {
+	c.Restamps = r.IntN(3) == 0
+	if !c.Restamps {
+		return
+	}
+	c.MaxSkew = time.Second + time.Duration(r.Int64N(int64(4*time.Second)))
+	c.LeaseMargin = 300*time.Millisecond + time.Duration(r.Int64N(int64(3*time.Second)))
+	c.ResumeWindow = c.LeaseMargin + 2*time.Second + time.Duration(r.Int64N(int64(8*time.Second)))
+	c.Skew = c.MaxSkew
+	if r.IntN(2) == 0 {
+		c.Skew = time.Duration(r.Int64N(int64(c.MaxSkew)))
+	}
+	c.PerWriter = 5 + r.IntN(15)
+	c.Resume = true
+}
+
+// window is a resumed drain's publish window (ResumeWindow - LeaseMargin)
+// under the schedule's options.
+func (c Config) window() time.Duration {
+	if !c.Restamps {
+		return 5 * time.Second // the defaults': 10 s - 5 s
+	}
+	return c.ResumeWindow - c.LeaseMargin
+}
+
+// windowOpts are the resume window's options every process of the schedule
+// runs with (none: the defaults).
+func (c Config) windowOpts() []outbox.Option {
+	if !c.Restamps {
+		return nil
+	}
+	return []outbox.Option{outbox.LeaseMargin(c.LeaseMargin), outbox.ResumeWindow(c.ResumeWindow), outbox.MaxClockSkew(c.MaxSkew)}
 }
 
 // drawDeployed draws the deployment's shape from r.
@@ -216,6 +265,7 @@ func Run(seed uint64) (Result, error) {
 	cfg.Watermark = seed%3 == 0
 	drawDeployed(&cfg, rand.New(rand.NewPCG(seed, 0xdeb10e)))
 	cfg.Txn = rand.New(rand.NewPCG(seed, 0x7c0de)).IntN(3) == 0
+	drawRestamps(&cfg, rand.New(rand.NewPCG(seed, 0x5e57a3b)))
 	w := &world{s: s, cfg: cfg, mem: memory.New(cfg.Buckets), committed: map[string]record{}, inFlight: map[int]int{}}
 	w.res.Config = cfg
 	w.store = &yieldStore{Store: w.mem, s: s, w: w}
@@ -284,6 +334,7 @@ func (w *world) startRelay(id string) error {
 	if !w.cfg.HolderWait {
 		opts = append(opts, outbox.HolderWait(0))
 	}
+	opts = append(opts, w.cfg.windowOpts()...)
 	r, err := outbox.NewRelay(context.Background(), w.at, w.at.ViaAs(name, w.pubFor(name)), opts...)
 	if err != nil {
 		return err
@@ -327,10 +378,10 @@ func functionOwnerID(n int) string {
 // own, outside the simulator's scheduler).
 func (w *world) startSweeper() error {
 	f := &faults{w: w}
-	r, err := outbox.NewRelay(context.Background(), w.at, w.at.ViaAs("sweeper", w.pubFor("sweeper")), outbox.RelayID("sweeper"),
+	r, err := outbox.NewRelay(context.Background(), w.at, w.at.ViaAs("sweeper", w.pubFor("sweeper")), append([]outbox.Option{outbox.RelayID("sweeper"),
 		outbox.WithClock(skewed{w.s, 0}), outbox.BatchSize(w.cfg.BatchSize), outbox.DeadlineMargin(0),
-		outbox.ResumeReleased(w.cfg.Resume), outbox.GapPollInterval(200*time.Millisecond), outbox.HolderWait(0),
-		seam.With(seam.Hooks{Faults: f, Scheduler: w.s, Rand: w.s.Rand().Int64N}).(outbox.Option))
+		outbox.ResumeReleased(w.cfg.Resume), outbox.GapPollInterval(200 * time.Millisecond), outbox.HolderWait(0),
+		seam.With(seam.Hooks{Faults: f, Scheduler: w.s, Rand: w.s.Rand().Int64N}).(outbox.Option)}, w.cfg.windowOpts()...)...)
 	if err != nil {
 		return err
 	}
@@ -403,6 +454,12 @@ func (w *world) write(n int) {
 			break
 		}
 		w.s.Sleep(nil, time.Duration(r.Int64N(int64(200*time.Millisecond))))
+		if w.cfg.Restamps {
+			// Drains of the bucket resume, a quarter window after a release
+			// or restamp they restamp, and at half a window they acquire.
+			win := w.cfg.window()
+			w.s.Sleep(nil, win/8+time.Duration(r.Int64N(int64(win*5/8))))
+		}
 		if w.cfg.Pauses && r.Float64() < 0.15 {
 			w.s.Sleep(nil, 4*time.Second+time.Duration(r.Int64N(int64(16*time.Second))))
 		}
@@ -461,6 +518,24 @@ func (w *world) deliver() {
 	}
 }
 
+// contend has a random live relay (another container, often) drain bucket
+// b now or within half a window: an acquisition next to a restamp.
+func (w *world) contend(b int) {
+	rl := w.liveRelay()
+	d := time.Duration(0)
+	if w.s.Rand().IntN(2) == 0 {
+		d = time.Duration(w.s.Rand().Int64N(int64(w.cfg.window() / 2)))
+	}
+	w.s.Spawn("contender", func() {
+		w.s.Sleep(nil, d)
+		if rl.dead {
+			return
+		}
+		st, err := rl.r.DrainBucket(context.Background(), b)
+		w.tracef("%s contended b%d: head %d published %d resumed=%v acquired=%v err=%v", rl.id, b, st.Head, st.Published, st.Resumed, st.Acquired, err)
+	})
+}
+
 // liveRelay picks a live relay, starting a new one if all died.
 func (w *world) liveRelay() *relay {
 	var live []*relay
@@ -494,8 +569,8 @@ func (w *world) check() error {
 		// Wake-ups on the lease of a holder that died or failed stay there
 		// for the next holder (a sweep, in production): one more drain.
 		w.res.FinalDrain = true
-		r, err := outbox.NewRelay(context.Background(), w.at, w.at.ViaAs("final", w.pubFor("final")), outbox.RelayID("final"), outbox.WithClock(skewed{w.s, 0}),
-			outbox.DeadlineMargin(0), seam.With(seam.Hooks{Scheduler: w.s, Rand: w.s.Rand().Int64N}).(outbox.Option))
+		r, err := outbox.NewRelay(context.Background(), w.at, w.at.ViaAs("final", w.pubFor("final")), append([]outbox.Option{outbox.RelayID("final"), outbox.WithClock(skewed{w.s, 0}),
+			outbox.DeadlineMargin(0), seam.With(seam.Hooks{Scheduler: w.s, Rand: w.s.Rand().Int64N}).(outbox.Option)}, w.cfg.windowOpts()...)...)
 		if err != nil {
 			return err
 		}
@@ -605,9 +680,8 @@ type faults struct {
 
 var errKilled = errors.New("process killed")
 
-// stallRecorded is the shortest stall recorded as one: the publish window of
-// a resumed drain with the default options (ResumeWindow - LeaseMargin).
-const stallRecorded = 5 * time.Second
+// The shortest stall recorded as one is the publish window of a resumed
+// drain (ResumeWindow - LeaseMargin, Config.window).
 
 func (f *faults) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 	r := f.w.s.Rand()
@@ -618,7 +692,7 @@ func (f *faults) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 	if r.Float64() < f.w.cfg.StallRate {
 		f.w.res.Stalls++
 		d := time.Duration(r.Int64N(int64(45 * time.Second))) // past the lease, sometimes
-		if d >= stallRecorded {
+		if d >= f.w.cfg.window() {
 			// A process paused this long may outlast a resume window or its
 			// lease's cut-off with the bucket's messages undecided.
 			f.w.at.Stalled(bucket, string(p))
@@ -774,8 +848,39 @@ func (y *yieldStore) Abandon(ctx context.Context, l outbox.Lease, head, cleaned 
 	y.lease("Abandon", l.Bucket, l.Owner, y.Store.Lease(l.Bucket), err)
 	return err
 }
+
+// errRestampFault is a restamp the store refused (throttled): not applied.
+var errRestampFault = errors.New("sim: restamp of the release failed (throttled)")
+
 func (y *yieldStore) RestampRelease(ctx context.Context, l outbox.Lease) (outbox.Lease, error) {
 	y.s.Yield()
+	if y.w.cfg.Restamps {
+		r, win := y.s.Rand(), y.w.cfg.window()
+		if y.w.writing > 0 && r.IntN(3) != 0 {
+			// (While writers write: a contender's drain restamps too.)
+			y.w.contend(l.Bucket)
+		}
+		switch x := r.Float64(); {
+		case x < 0.25: // a slow write: it lands a while after it was sent
+			y.s.Sleep(nil, time.Duration(r.Int64N(int64(2*win))))
+		case x < 0.4:
+			y.w.tracef("  RestampRelease b%d by %s failed, not applied", l.Bucket, l.Owner)
+			return outbox.Lease{}, errRestampFault
+		case x < 0.55:
+			// The caller is told it timed out; the write lands later.
+			d := time.Duration(r.Int64N(int64(win)))
+			y.s.Spawn("late-restamp", func() {
+				y.s.Sleep(nil, d)
+				nl, err := y.Store.RestampRelease(context.WithoutCancel(ctx), l)
+				if err == nil {
+					y.w.res.Restamps++
+				}
+				y.lease("RestampRelease (late)", l.Bucket, l.Owner, nl, err)
+			})
+			y.w.tracef("  RestampRelease b%d by %s timed out, lands in %v", l.Bucket, l.Owner, d)
+			return outbox.Lease{}, context.DeadlineExceeded
+		}
+	}
 	var nl outbox.Lease
 	err := y.resent("RestampRelease", l.Bucket, func() (err error) { nl, err = y.Store.RestampRelease(ctx, l); return err })
 	if err == nil {

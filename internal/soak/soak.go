@@ -541,7 +541,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	traces.mu.Lock()
 	traces.at = append(traces.at, at)
 	traces.mu.Unlock()
-	crash := &crasher{chance: chance, stall: cfg.StallChance, tl: tl, at: at}
+	crash := &crasher{chance: chance, rate: cfg.FaultRate, stall: cfg.StallChance, tl: tl, at: at}
 	relayOpts := func(id string) []outbox.Option {
 		return []outbox.Option{outbox.RelayID(id), outbox.LeaseDuration(leaseDuration), outbox.LeaseRenewInterval(time.Second),
 			outbox.LeaseMargin(time.Second), outbox.MaxClockSkew(500 * time.Millisecond), outbox.ResumeWindow(2 * time.Second), outbox.GapTimeout(gapTimeout), outbox.GapPollInterval(20 * time.Millisecond),
@@ -918,6 +918,33 @@ type crasher struct {
 	stall  float64
 	tl     *tally
 	at     *attrib.Attribution // told of every crash and stall, to explain their duplicates
+
+	rate float64 // Config.FaultRate, which scales chance too
+	mu   sync.Mutex
+	dry  map[seam.CrashPoint]int // reaches of each point since it last crashed
+}
+
+// crashes decides whether a drain that reached p crashes there: at p's
+// chance, and surely once p went 1/chance reaches without a crash (chance
+// scaled by FaultRate, as every fault's). How many
+// drains a run makes depends on the machine (a busy one drains in fewer,
+// larger batches), so a chance alone could leave a point that is reached
+// often enough without a crash, and the run's MinEachFault check then
+// failed on the draw, not on the relay.
+func (c *crasher) crashes(p seam.CrashPoint) bool {
+	base := crashChance[p]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dry == nil {
+		c.dry = map[seam.CrashPoint]int{}
+	}
+	n := c.dry[p] + 1
+	if c.chance(base) || c.rate > 0 && float64(n)*base*c.rate >= 1 {
+		c.dry[p] = 0
+		return true
+	}
+	c.dry[p] = n
+	return false
 }
 
 var errKilled = errors.New("soak: killed")
@@ -945,7 +972,7 @@ func (c *crasher) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 		sleep(ctx, leaseDuration+time.Second)
 		return nil
 	}
-	if c.chance(crashChance[p]) {
+	if c.crashes(p) {
 		c.tl.add("crash:"+string(p), 1)
 		c.at.Crashed(bucket, string(p))
 		return errKilled
