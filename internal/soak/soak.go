@@ -921,30 +921,34 @@ type crasher struct {
 
 	rate float64 // Config.FaultRate, which scales chance too
 	mu   sync.Mutex
-	dry  map[seam.CrashPoint]int // reaches of each point since it last crashed
+	dry  map[string]int // reaches of each fault kind since it last fired
 }
 
-// crashes decides whether a drain that reached p crashes there: at p's
-// chance, and surely once p went 1/chance reaches without a crash (chance
-// scaled by FaultRate, as every fault's). How many
-// drains a run makes depends on the machine (a busy one drains in fewer,
-// larger batches), so a chance alone could leave a point that is reached
-// often enough without a crash, and the run's MinEachFault check then
-// failed on the draw, not on the relay.
-func (c *crasher) crashes(p seam.CrashPoint) bool {
-	base := crashChance[p]
+// fires decides whether fault kind, reached by a drain, fires there: at
+// its chance, and surely once it went 1/chance reaches without firing
+// (chance scaled by FaultRate, as every fault's). How many drains a run
+// makes depends on the machine (a busy one drains in fewer, larger
+// batches), so a chance alone could leave a kind that is reached often
+// enough without firing, and the run's MinEachFault check then failed on
+// the draw, not on the relay.
+func (c *crasher) fires(kind string, chance float64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dry == nil {
-		c.dry = map[seam.CrashPoint]int{}
+		c.dry = map[string]int{}
 	}
-	n := c.dry[p] + 1
-	if c.chance(base) || c.rate > 0 && float64(n)*base*c.rate >= 1 {
-		c.dry[p] = 0
+	n := c.dry[kind] + 1
+	if c.chance(chance) || c.rate > 0 && float64(n)*chance*c.rate >= 1 {
+		c.dry[kind] = 0
 		return true
 	}
-	c.dry[p] = n
+	c.dry[kind] = n
 	return false
+}
+
+// crashes decides whether a drain that reached p crashes there (fires).
+func (c *crasher) crashes(p seam.CrashPoint) bool {
+	return c.fires("crash:"+string(p), crashChance[p])
 }
 
 var errKilled = errors.New("soak: killed")
@@ -965,7 +969,7 @@ func (c *crasher) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 	if !c.on.Load() {
 		return nil
 	}
-	if p == seam.AfterProduce && c.chance(c.stall) {
+	if p == seam.AfterProduce && c.fires("relay:stall", c.stall) {
 		// A stalled holder: it sleeps past its lease, then carries on.
 		c.tl.add("relay:stall", 1)
 		c.at.Stalled(bucket, string(p))
