@@ -843,21 +843,7 @@ func TestDrainDoesNotWaitPastItsDeadlineForAWriteInFlight(t *testing.T) {
 	s := &gateStore{countingStore: &countingStore{Store: mem, writes: map[string]int{}},
 		restampGate: make(chan struct{})}
 	defer close(s.restampGate)
-	sched, pub, clk := newManualSched(), newOverlapPublisher(), &fakeClock{}
-	a := newRelay(t, s, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("relay/fn"), outbox.HolderWait(0))
-	fill(t, mem, 0, 1)
-	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Acquired {
-		t.Fatalf("first drain: acquired %v, err %v", st.Acquired, err)
-	}
-	step := func(d time.Duration, seq int64) {
-		sched.Advance(d)
-		clk.Advance(d)
-		fill(t, mem, 0, seq)
-	}
-	step(2*time.Second, 2)
-	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Resumed || !st.Restamped {
-		t.Fatalf("drain at 2 s: resumed %v, restamped %v, err %v", st.Resumed, st.Restamped, err)
-	}
+	a, pub, step := resumedWithRestamp(ctx, t, mem, s)
 	// 3.5 s: the restamp is still out (its gate stays shut) and decides
 	// whether this drain may resume; its invocation's context ends.
 	step(1500*time.Millisecond, 3)
@@ -889,21 +875,7 @@ func TestDrainDoesNotWaitForARestampThatCannotHelp(t *testing.T) {
 	s := &gateStore{countingStore: &countingStore{Store: mem, writes: map[string]int{}},
 		restampGate: make(chan struct{})}
 	defer close(s.restampGate)
-	sched, pub, clk := newManualSched(), newOverlapPublisher(), &fakeClock{}
-	a := newRelay(t, s, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("relay/fn"), outbox.HolderWait(0))
-	fill(t, mem, 0, 1)
-	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Acquired {
-		t.Fatalf("first drain: acquired %v, err %v", st.Acquired, err)
-	}
-	step := func(d time.Duration, seq int64) {
-		sched.Advance(d)
-		clk.Advance(d)
-		fill(t, mem, 0, seq)
-	}
-	step(2*time.Second, 2)
-	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Resumed || !st.Restamped {
-		t.Fatalf("drain at 2 s: resumed %v, restamped %v, err %v", st.Resumed, st.Restamped, err)
-	}
+	a, pub, step := resumedWithRestamp(ctx, t, mem, s)
 	// 4.8 s: the restamp sent at 2 s is still out; landed, it would leave
 	// 2.2 s of window, under half of 5 s.
 	step(2800*time.Millisecond, 3)
@@ -937,6 +909,27 @@ func TestFailedRestampLeavesTheOldWindow(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	mem := memory.New(1)
 	s := failingRestamps{&countingStore{Store: mem, writes: map[string]int{}}}
+	a, pub, step := resumedWithRestamp(ctx, t, mem, s)
+	if !eventually(func() bool { return s.get("RestampRelease") >= 1 }) {
+		t.Fatal("the restamp never returned")
+	}
+	// 3.5 s: 1.5 s of the release's window left (under half of 5 s); the
+	// failed restamp, had it landed, would leave 3.5 s.
+	step(1500*time.Millisecond, 3)
+	st, err := a.DrainBucket(ctx, 0)
+	if err != nil || st.Resumed || !st.Acquired {
+		t.Fatalf("drain at 3.5 s after a failed restamp: resumed %v, acquired %v, err %v; want it to acquire", st.Resumed, st.Acquired, err)
+	}
+	pub.checkOnce(t, []int64{1, 2, 3})
+}
+
+// resumedWithRestamp drains bucket 0 of mem through s with a relay of the
+// function's shared owner id: one drain that acquires (message 1), and at
+// 2 s one that resumes and sends a restamp (message 2). It returns the
+// relay, its publisher and step, which moves both clocks by d and enqueues
+// seq.
+func resumedWithRestamp(ctx context.Context, t *testing.T, mem *memory.Store, s outbox.Store) (*outbox.Relay, *overlapPublisher, func(time.Duration, int64)) {
+	t.Helper()
 	sched, pub, clk := newManualSched(), newOverlapPublisher(), &fakeClock{}
 	a := newRelay(t, s, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("relay/fn"), outbox.HolderWait(0))
 	fill(t, mem, 0, 1)
@@ -952,15 +945,5 @@ func TestFailedRestampLeavesTheOldWindow(t *testing.T) {
 	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Resumed || !st.Restamped {
 		t.Fatalf("drain at 2 s: resumed %v, restamped %v, err %v", st.Resumed, st.Restamped, err)
 	}
-	if !eventually(func() bool { return s.get("RestampRelease") >= 1 }) {
-		t.Fatal("the restamp never returned")
-	}
-	// 3.5 s: 1.5 s of the release's window left (under half of 5 s); the
-	// failed restamp, had it landed, would leave 3.5 s.
-	step(1500*time.Millisecond, 3)
-	st, err := a.DrainBucket(ctx, 0)
-	if err != nil || st.Resumed || !st.Acquired {
-		t.Fatalf("drain at 3.5 s after a failed restamp: resumed %v, acquired %v, err %v; want it to acquire", st.Resumed, st.Acquired, err)
-	}
-	pub.checkOnce(t, []int64{1, 2, 3})
+	return a, pub, step
 }

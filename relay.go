@@ -544,8 +544,7 @@ func (r *Relay) begin(ctx context.Context, bucket int, target int64, wait bool, 
 	// A restamp an earlier drain left in flight: take it if it returned,
 	// and wait for it if it decides whether this drain may resume.
 	d.takeRestamp(ctx, false)
-	if rs := d.loc.restamp; rs != nil && rs.token == d.loc.token && r.resumeLeft(d.loc) < half &&
-		rs.at.Add(r.cfg.resumeWindow-r.cfg.leaseMargin).Sub(r.sched.Now()) >= half {
+	if rs := d.loc.restamp; rs != nil && rs.token == d.loc.token && r.resumeLeft(d.loc) < half && r.leftFrom(rs.at) >= half {
 		// Only a restamp of this hold whose success would leave half a
 		// window is worth the wait: any other answer changes nothing.
 		d.takeRestamp(ctx, true)
@@ -617,7 +616,13 @@ func (r *Relay) resumeLeft(loc *local) time.Duration {
 	if loc.releasedAt.IsZero() {
 		return 0
 	}
-	return loc.releasedAt.Add(r.cfg.resumeWindow - r.cfg.leaseMargin).Sub(r.sched.Now())
+	return r.leftFrom(loc.releasedAt)
+}
+
+// leftFrom is how long a resume window opened at from (scheduler clock)
+// still runs.
+func (r *Relay) leftFrom(from time.Time) time.Duration {
+	return from.Add(r.cfg.resumeWindow - r.cfg.leaseMargin).Sub(r.sched.Now())
 }
 
 // waitForHolder polls the bucket's lease until nobody holds it, HolderWait

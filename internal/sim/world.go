@@ -680,9 +680,6 @@ type faults struct {
 
 var errKilled = errors.New("process killed")
 
-// The shortest stall recorded as one is the publish window of a resumed
-// drain (ResumeWindow - LeaseMargin, Config.window).
-
 func (f *faults) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 	r := f.w.s.Rand()
 	if f.relay.dead {
@@ -693,6 +690,8 @@ func (f *faults) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 		f.w.res.Stalls++
 		d := time.Duration(r.Int64N(int64(45 * time.Second))) // past the lease, sometimes
 		if d >= f.w.cfg.window() {
+			// The shortest stall recorded as one is the publish window of
+			// a resumed drain (ResumeWindow - LeaseMargin, Config.window).
 			// A process paused this long may outlast a resume window or its
 			// lease's cut-off with the bucket's messages undecided.
 			f.w.at.Stalled(bucket, string(p))

@@ -264,7 +264,7 @@ func placement(p map[string]any, c outbox.Config) (string, error) {
 // of the messages table. It writes nothing: the config item has one writing
 // region (docs/design.md §14.1, R1).
 func (h *Handler) attach(ctx context.Context, tables dynamo.Tables, want outbox.Config, p map[string]any) (map[string]any, error) {
-	stored, err := h.waitConfig(ctx, tables)
+	stored, pairing, err := h.waitConfig(ctx, tables)
 	if err != nil {
 		return nil, err
 	}
@@ -296,8 +296,8 @@ func (h *Handler) attach(ctx context.Context, tables dynamo.Tables, want outbox.
 	}
 	// The control table must be this outbox's: the item records its
 	// messages table (the pairing the create path checks).
-	if err := dynamo.CheckPairing(ctx, h.client, tables); err != nil {
-		return nil, fmt.Errorf("Tables attach: %w", err)
+	if pairing != nil {
+		return nil, fmt.Errorf("Tables attach: %w", pairing)
 	}
 	region, _ := p[propRegion].(string)
 	stream, err := h.replicaStream(ctx, tables.Messages, region, stored.Regions)
@@ -358,31 +358,32 @@ func (h *Handler) replicaStream(ctx context.Context, table, region string, regio
 }
 
 // waitConfig reads the config item, waiting every attachPoll while it has
-// not replicated yet, until ctx ends.
-func (h *Handler) waitConfig(ctx context.Context, tables dynamo.Tables) (outbox.Config, error) {
+// not replicated yet, until ctx ends, and returns it with the pairing
+// check's verdict on it (dynamo.ReadConfigPaired: one read).
+func (h *Handler) waitConfig(ctx context.Context, tables dynamo.Tables) (stored outbox.Config, pairing, err error) {
 	start := time.Now()
 	waited := func() error {
 		return fmt.Errorf("Tables attach: no config item in %s after %s: the Tables global stack writes it and replication brings it here; deploy that stack first and wait for it to complete",
 			tables.Control, time.Since(start).Round(time.Second))
 	}
 	for {
-		c, err := dynamo.ReadConfig(ctx, h.client, tables)
+		c, pairing, err := dynamo.ReadConfigPaired(ctx, h.client, tables)
 		var te *dynamo.TableError
 		switch {
 		case err == nil:
-			return c, nil
+			return c, pairing, nil
 		case ctx.Err() != nil:
-			return outbox.Config{}, waited()
+			return outbox.Config{}, nil, waited()
 		case errors.As(err, &te):
-			return outbox.Config{}, fmt.Errorf("Tables attach: %w; deploy the Tables global stack first, with this region in its Regions, and give its table names", err)
+			return outbox.Config{}, nil, fmt.Errorf("Tables attach: %w; deploy the Tables global stack first, with this region in its Regions, and give its table names", err)
 		case !errors.Is(err, dynamo.ErrNoConfig):
-			return outbox.Config{}, fmt.Errorf("Tables attach: read the config item in %s: %w", tables.Control, err)
+			return outbox.Config{}, nil, fmt.Errorf("Tables attach: read the config item in %s: %w", tables.Control, err)
 		}
 		t := time.NewTimer(h.attachPoll)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return outbox.Config{}, waited()
+			return outbox.Config{}, nil, waited()
 		case <-t.C:
 		}
 	}

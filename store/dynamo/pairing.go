@@ -123,17 +123,18 @@ func CheckTables(ctx context.Context, client interface {
 	return errors.Join(err, checkMessagesTable(ctx, client, tables.Messages))
 }
 
-// CheckPairing reads the config item of tables.Control and returns the
-// *outbox.MisconfigurationError of a messages table other than the one it
-// records (nil when it records none: an item from before the record). It
-// writes nothing: for a reader that may not write the item, such as a
-// Tables attach stack's setup function.
-func CheckPairing(ctx context.Context, client interface {
+// ReadConfigPaired is ReadConfig that also returns the pairing check's
+// verdict on the item it read (the *outbox.MisconfigurationError of a
+// messages table other than the one the item records; nil when it records
+// none: an item from before the record), from the one read. It writes
+// nothing: for a reader that may not write the item, such as a Tables
+// attach stack's setup function.
+func ReadConfigPaired(ctx context.Context, client interface {
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
-}, tables Tables) error {
-	_, item, err := readConfigItem(ctx, client, tables.Control)
+}, tables Tables) (c outbox.Config, pairing error, err error) {
+	c, item, err := readConfigItem(ctx, client, tables.Control)
 	if err != nil {
-		return fmt.Errorf("dynamo: read the config item of %s: %w", tables.Control, err)
+		return c, nil, err
 	}
-	return checkPairing(item, tables)
+	return c, checkPairing(item, tables), nil
 }
