@@ -3,6 +3,7 @@ per docs/contract.md ("Writing a message")."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import random
 import threading
@@ -27,6 +28,16 @@ CHANGE_POLL_MIN, CHANGE_POLL_MAX = 0.01, 0.1
 _THROTTLE_CODES = {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
                    "LimitExceededException", "TooManyRequestsException", "Throttling"}
 _AMBIGUOUS_CODES = {"TransactionInProgressException", "InternalServerError", "ServiceUnavailable", "InternalFailure"}
+_ACCESS_DENIED_CODES = {"AccessDeniedException", "AccessDenied"}
+
+# Why a table with replicas is refused outside region mode, and what to do
+# (the Go writer's refusal says the same: store/dynamo/replicas.go).
+_GLOBAL_TABLE_FIX = (
+    "the outbox does not support DynamoDB global tables in the default mode: writers in two regions increment the same "
+    "sequence counter, replication resolves it last-writer-wins, so both regions' messages get the same (bucket, sequence) "
+    "and one overwrites the other — a committed message is lost without an error. Put the outbox in region mode (the "
+    "stack's Regions parameter, outbox init --regions; docs/deploy.md, Global tables) and give the writer region=, or use "
+    "tables without replicas (remove them, or run one outbox with its own tables per region)")
 
 
 @dataclasses.dataclass
@@ -140,6 +151,14 @@ class Writer:
     mode), a malformed config item, or a missing table. Read once: restart
     writers after the mode, topics or regions change.
 
+    Outside region mode it also refuses, with a ConfigError naming the
+    table and its replicas' regions, a messages or control table with
+    replicas (a DynamoDB global table): writers in two regions would
+    reserve the same sequence numbers and one region's message would
+    overwrite the other's, silently. It asks DescribeTable of both tables
+    at once (the writer needs dynamodb:DescribeTable on both; without it,
+    a ConfigError says to grant it). Nothing is written before any refusal.
+
     BucketCount changes online (docs/design.md section 13): every
     reservation is conditional on the BucketCount epoch the writer knows,
     so the writer learns of a change from the reservation it makes anyway.
@@ -189,7 +208,7 @@ class Writer:
         # refused for its epoch replaces them (_await_epoch).
         self._view_lock = threading.Lock()
         self._view = (self.config.bucket_count, self.config.epoch)
-        self._check_messages_table()
+        self._check_tables()
 
     # --- setup -----------------------------------------------------------
 
@@ -223,6 +242,48 @@ class Writer:
         if not regions and self.region:
             raise ConfigError(f"region {self.region!r} given, but the outbox is not in region mode: remove the region, "
                               "or switch the outbox to region mode on an empty outbox (outbox init --regions)")
+
+    def _check_tables(self):
+        """The messages table exists, and outside region mode neither table
+        has replicas (_check_single_region). The DescribeTables and the
+        GetItem go at once: this is on every writer's start."""
+        if self.config.regions:
+            self._check_messages_table()  # region mode: replicas are expected, one per listed region
+            return
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="outbox-describe") as pool:
+            described = [pool.submit(self._describe_replicas, t) for t in (self.messages_table, self.control_table)]
+            self._check_messages_table()  # a missing table is this check's to name
+            self._check_single_region([f.result() for f in described])
+
+    def _describe_replicas(self, table):
+        """table's replicas' regions (empty: none, or the table does not
+        exist, which the other checks name), or the error to raise."""
+        try:
+            out = self._call(self.client.describe_table, TableName=table)
+        except Exception as e:  # noqa: BLE001 - translated at this boundary
+            code = _code(e)
+            if code == "ResourceNotFoundException":
+                return []
+            if code in _ACCESS_DENIED_CODES:
+                err = ConfigError(f"describe table {table}, to refuse a global table: access denied; grant "
+                                  f"dynamodb:DescribeTable on it (the stack's WriterPolicy has it): {e}")
+                err.__cause__ = e
+                return err
+            return e
+        return [r.get("RegionName", "?") for r in (out.get("Table") or {}).get("Replicas") or []]
+
+    def _check_single_region(self, described):
+        """Refuse a messages or control table with replicas (a DynamoDB
+        global table) outside region mode, with a ConfigError naming each
+        table and its replicas' regions, before anything is written."""
+        found = []
+        for (role, table), got in zip((("messages", self.messages_table), ("control", self.control_table)), described):
+            if isinstance(got, Exception):
+                raise got
+            if got:
+                found.append(f"the {role} table {table} has replicas in {', '.join(got)} (a global table)")
+        if found:
+            raise ConfigError("; ".join(found) + f", and the outbox is not in region mode (the config item lists no regions): {_GLOBAL_TABLE_FIX}")
 
     def _check_messages_table(self):
         try:

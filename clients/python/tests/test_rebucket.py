@@ -67,6 +67,9 @@ class Table:
         self.calls.append(("thaw", b, int(vals[":cf"]["N"])))
         return {}
 
+    def describe_table(self, **kw):
+        return {"Table": {"TableName": kw["TableName"]}}  # no replicas (tests/test_writer.py tests the refusal)
+
     def put_item(self, **kw):
         self.calls.append(("fence", int(kw["Item"]["b"]["N"]), int(kw["Item"]["s"]["N"])))
 

@@ -21,11 +21,25 @@ def client_error(code, **extra):
 
 
 class Fake:
-    """Records calls; transact answers pop from self.answers (an exception or None)."""
+    """Records calls; transact answers pop from self.answers (an exception or None).
+    describe_table answers from self.tables (table -> the DescribeTable Table,
+    or an exception; absent: no replicas) and records the tables described
+    in self.described, apart from calls: the writer sends them at once."""
 
     def __init__(self, config=CONFIG, retries=None):
         self.meta = types.SimpleNamespace(config=types.SimpleNamespace(retries=retries or {"total_max_attempts": 1}))
         self.config, self.calls, self.answers, self.counters, self.fences = config, [], [], {}, []
+        self.tables, self.described, self.on_describe = {}, [], None
+
+    def describe_table(self, **kw):
+        name = kw["TableName"]
+        self.described.append(name)
+        if self.on_describe is not None:
+            self.on_describe(name)
+        t = self.tables.get(name, {"TableName": name})
+        if isinstance(t, Exception):
+            raise t
+        return {"Table": t}
 
     def get_item(self, **kw):
         self.calls.append(("get", kw["TableName"]))
@@ -71,6 +85,93 @@ def test_refuses_another_outboxs_messages_table():
     with pytest.raises(ConfigError, match="belongs to messages table other"):
         writer(Fake(config=dict(CONFIG, mt={"S": "other"})))
     writer(Fake(config=dict(CONFIG, mt={"S": "msgs"})))
+
+
+# --- global tables: refused outside region mode (docs/contract.md section 2) ---
+
+REGION_MODE = dict(CONFIG, v={"N": "3"}, rg={"L": [{"S": "us-east-1"}, {"S": "eu-west-1"}]})
+
+
+def global_table(name, *regions):
+    return {"TableName": name, "Replicas": [{"RegionName": r, "ReplicaStatus": "ACTIVE"} for r in regions]}
+
+
+@pytest.mark.parametrize("table,role", [("msgs", "messages"), ("ctl", "control")])
+def test_refuses_a_global_table_outside_region_mode_before_writing(table, role):
+    f = Fake()
+    f.tables[table] = global_table(table, "us-east-1", "eu-west-1")
+    with pytest.raises(ConfigError) as e:
+        writer(f)
+    msg = str(e.value)
+    assert f"the {role} table {table} has replicas in us-east-1, eu-west-1 (a global table)" in msg
+    assert "region mode" in msg and "tables without replicas" in msg and "last-writer-wins" in msg
+    assert not e.value.unknown
+    assert sorted(f.described) == ["ctl", "msgs"]
+    assert [c[0] for c in f.calls] == ["get", "get"]  # reads only: nothing reserved, nothing written
+
+
+def test_refuses_both_global_tables_at_once():
+    f = Fake()
+    f.tables = {"msgs": global_table("msgs", "us-east-1", "eu-west-1"), "ctl": global_table("ctl", "us-east-1", "eu-west-1")}
+    with pytest.raises(ConfigError, match="the messages table msgs has replicas.*; the control table ctl has replicas"):
+        writer(f)
+
+
+def test_accepts_a_global_table_in_region_mode():
+    tables = {"msgs": global_table("msgs", "us-east-1", "eu-west-1"), "ctl": global_table("ctl", "us-east-1", "eu-west-1")}
+    f = Fake()  # the same tables in the default mode: refused
+    f.tables = dict(tables)
+    with pytest.raises(ConfigError, match="replicas"):
+        writer(f)
+    f = Fake(config=REGION_MODE)
+    f.tables = dict(tables)
+    w = writer(f, region="eu-west-1")  # region mode: one replica per listed region is what it needs
+    res = w.write([], [Message("t", b"1", key=b"k")])
+    assert res.messages[0].bucket >= 4 and [c[0] for c in f.calls] == ["get", "get", "reserve", "transact"]
+
+
+@pytest.mark.parametrize("table", [{}, {"Replicas": []}])
+def test_accepts_tables_without_replicas(table):
+    f = Fake()
+    f.tables = {"msgs": dict(table, TableName="msgs"), "ctl": dict(table, TableName="ctl")}
+    writer(f).write([], [Message("t", b"1")])
+    assert sorted(f.described) == ["ctl", "msgs"]  # it did look
+
+
+def test_describe_table_access_denied_names_the_permission():
+    f = Fake()
+    f.tables["ctl"] = client_error("AccessDeniedException")
+    with pytest.raises(ConfigError, match="describe table ctl, to refuse a global table: access denied; grant dynamodb:DescribeTable on it"):
+        writer(f)
+    assert [c[0] for c in f.calls] == ["get", "get"]
+
+
+def test_a_table_describe_table_does_not_find_is_left_to_the_existence_check():
+    f = Fake()
+    f.tables["msgs"] = client_error("ResourceNotFoundException")
+    writer(f)  # the existence check found it: that check decides, not DescribeTable
+    get = f.get_item
+
+    def get_item(**kw):
+        if kw["TableName"] == "msgs":
+            raise client_error("ResourceNotFoundException")
+        return get(**kw)
+
+    f.get_item = get_item
+    with pytest.raises(ConfigError, match="the messages table msgs does not exist$"):
+        writer(f)
+
+
+def test_both_tables_are_described_at_once():
+    """Each DescribeTable waits for the other to be in flight: one after
+    the other, the first one's wait breaks (after 30 s, so a busy machine
+    cannot make it fail)."""
+    import threading
+    f = Fake()
+    both = threading.Barrier(2, timeout=30)
+    f.on_describe = lambda name: both.wait()
+    writer(f)
+    assert sorted(f.described) == ["ctl", "msgs"]
 
 
 def test_reserve_then_one_transaction_with_conditional_puts():
