@@ -196,8 +196,9 @@ func (o *Outbox) vpcPolicy() awsiam.ManagedPolicy {
 // tables: NewWriter's existence check (GetItem of a key that never exists)
 // and the messages in the transaction and fences (PutItem) on the messages
 // table; the config item (GetItem) and the sequence counters (UpdateItem)
-// on the control table. The writer's own items in the same transaction
-// need the service's grants on its own tables.
+// on the control table; DescribeTable on both (a global table is refused
+// at init, by the Go and the Python writer alike). The writer's own items
+// in the same transaction need the service's grants on its own tables.
 func (o *Outbox) writerStatements() []awsiam.PolicyStatement {
 	return []awsiam.PolicyStatement{
 		statement("EnqueueMessages", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DescribeTable"}, o.messagesArn),
