@@ -43,6 +43,9 @@ type drain struct {
 	wakeBase int64
 	// target: stop once head reaches it (0: drain until empty).
 	target int64
+	// pre: the first read of a resumed drain, sent beside its look at the
+	// lease (prefetch); read takes it.
+	pre *prefetched
 	// marking: the tombstones of a held drain's last batch, in flight
 	// while the release that carries its head goes out (finish).
 	marking *pendingMark
@@ -103,12 +106,37 @@ func (d *drain) acquire(ctx context.Context) error {
 		}
 	}
 	d.head, d.cleaned = max(d.head, l.Head), max(d.cleaned, l.Cleaned)
+	if own {
+		// This process's own release: nobody drained the bucket since.
+		d.takeProgress(l.PrevToken)
+	}
 	if l.Wake > 0 {
 		// Wake-ups a failed or crashed holder never honoured: their
 		// messages may be anywhere in the bucket.
 		d.target = 0
 	}
 	return d.inject(ctx, seam.AfterAcquire)
+}
+
+// takeProgress raises the drain's marks to those this process's last drain
+// of the hold token ended with (local.head, local.cleaned): at or below
+// them every message was decided and every item marked by this process,
+// and nobody else drained the bucket under that hold.
+func (d *drain) takeProgress(token string) {
+	if token != "" && d.loc.progress == token {
+		d.head, d.cleaned = max(d.head, d.loc.head), max(d.cleaned, d.loc.cleaned)
+	}
+}
+
+// keepProgress records the marks the drain ended with (err: how it ended)
+// for the next drain of the same hold (takeProgress). A crashed drain's
+// process is gone, and so is what it knew.
+func (d *drain) keepProgress(err error) {
+	if errors.As(err, new(*seam.CrashError)) {
+		d.loc.progress = ""
+		return
+	}
+	d.loc.head, d.loc.cleaned, d.loc.progress = d.head, d.cleaned, d.loc.token
 }
 
 // pendingWrite is a lease write a drain left in flight (local.restamp,
@@ -191,14 +219,19 @@ func (d *drain) goWrite(ctx context.Context, write func(context.Context) error) 
 // of the window has passed since the release or the last restamp sent:
 // the one a drain sends as it finishes opens the window the bucket's next
 // drain resumes in, so that drains of a busy bucket resume however long
-// each one takes, while they follow each other closely. A restamp sent
-// while another is in flight replaces it (the older one's answer is
-// dropped: had it succeeded, it would have opened an earlier window).
+// each one takes, while they follow each other closely. None is sent while
+// the last one is in flight: its answer is still to come, and where lease
+// writes take longer than a quarter window (a store whose writes queue)
+// a restamp sent over it would drop that answer for one that comes later
+// still — every answer dropped, the window would only run down.
 func (d *drain) restampIfDue(ctx context.Context) {
 	cfg := &d.r.cfg
 	now := d.r.sched.Now()
 	if d.held || d.loc.releasedAt.IsZero() || now.Sub(later(d.loc.releasedAt, d.loc.restampSent)) < (cfg.resumeWindow-cfg.leaseMargin)/4 {
 		return
+	}
+	if d.takeRestamp(ctx, false); d.loc.restamp != nil {
+		return // still in flight
 	}
 	l := d.getLease()
 	l.ReleasedAt = cfg.clock.Now()
@@ -355,14 +388,34 @@ func (bt *batch) complete(head int64) bool {
 
 // read reads up to a batch of entries above the cleaned mark, consistently.
 func (d *drain) read(ctx context.Context) (*batch, error) {
+	if p := d.pre; p != nil {
+		d.pre = nil
+		if d.held {
+			// Acquired since: a held drain's reads follow its acquisition.
+			p.drop()
+		} else if bt, ok := p.take(d.cleaned); ok {
+			bt.wakeBefore = d.getLease().Wake
+			return bt, nil
+		}
+	}
+	bt, err := d.readFrom(ctx, d.head, d.cleaned)
+	if err != nil {
+		return nil, err
+	}
+	bt.wakeBefore = d.getLease().Wake
+	return bt, nil
+}
+
+// readFrom reads up to a batch of entries above cleaned, given head.
+func (d *drain) readFrom(ctx context.Context, head, cleaned int64) (*batch, error) {
 	cfg := &d.r.cfg
 	// Entries in (cleaned, head] are tombstones or leftovers; read enough
 	// to also get a batch beyond head.
-	limit := cfg.batchSize + int(min(d.head-d.cleaned, int64(cfg.batchSize)))
-	bt := &batch{wakeBefore: d.getLease().Wake}
-	entries, end, err := d.r.store.Pending(ctx, d.b, d.cleaned, limit)
+	limit := cfg.batchSize + int(min(head-cleaned, int64(cfg.batchSize)))
+	bt := &batch{}
+	entries, end, err := d.r.store.Pending(ctx, d.b, cleaned, limit)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: read bucket %d after %d: %w", d.b, d.cleaned, err)
+		return nil, fmt.Errorf("outbox: read bucket %d after %d: %w", d.b, cleaned, err)
 	}
 	bt.entries, bt.end = entries, end || len(entries) == 0
 	bt.seenThrough = int64(1<<63 - 1)
@@ -370,6 +423,71 @@ func (d *drain) read(ctx context.Context) (*batch, error) {
 		bt.seenThrough = entries[len(entries)-1].Sequence
 	}
 	return bt, nil
+}
+
+// prefetched is a read of the bucket sent beside a drain's look at its
+// lease (drain.prefetch).
+type prefetched struct {
+	wait    func()
+	cancel  context.CancelFunc
+	cleaned int64 // the read is of the entries above it
+	bt      *batch
+	err     error
+}
+
+// prefetch sends the drain's first read beside its look at the lease when
+// this process expects to resume its own hold of the bucket — it released
+// it with at least half a window left (half), and knows the marks its last
+// drain of that hold ended with — and that read is needed (a target not yet
+// decided, as far as this process knows): a warm container's drain then
+// waits for one round trip before it publishes, not two. The read is used
+// only if the lease turns out resumable (begin), and only the entries above
+// the cleaned mark the drain then starts from (prefetched.take): what it
+// read at or below that mark is decided and marked. It decides nothing
+// before the look: a resumer's exclusion is its window (docs/design.md
+// §4.3), which bounds what it publishes and marks, not when it reads; an
+// acquirer drops it (acquire, like a failed look, reads again after).
+// Returns nil when no read is sent.
+func (d *drain) prefetch(ctx context.Context, half time.Duration) *prefetched {
+	r, loc := d.r, d.loc
+	d.takeRestamp(ctx, false)
+	if !r.cfg.resume || loc.token == "" || loc.progress != loc.token || r.resumeLeft(loc) < half ||
+		d.target > 0 && loc.head >= d.target {
+		return nil
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	p := &prefetched{cancel: cancel, cleaned: loc.cleaned}
+	head := loc.head
+	p.wait = r.sched.Go(func() { p.bt, p.err = d.readFrom(pctx, head, p.cleaned) })
+	return p
+}
+
+// take returns the prefetched read as a read from cleaned: false when it
+// failed or started above cleaned (then the drain reads again).
+func (p *prefetched) take(cleaned int64) (*batch, bool) {
+	p.wait()
+	p.cancel()
+	if p.err != nil || p.cleaned > cleaned {
+		return nil, false
+	}
+	bt := p.bt
+	i := 0
+	for i < len(bt.entries) && bt.entries[i].Sequence <= cleaned {
+		i++
+	}
+	if i == len(bt.entries) && !bt.end && i > 0 {
+		return nil, false // all of it at or below cleaned: read on from there
+	}
+	bt.entries = bt.entries[i:]
+	return bt, true
+}
+
+// drop ends a prefetched read that will not be used (nil: none).
+func (p *prefetched) drop() {
+	if p != nil {
+		p.cancel()
+		p.wait()
+	}
 }
 
 // classify sorts what a read found, given the decided head: leftovers at or

@@ -87,6 +87,17 @@ type local struct {
 	restamp, flush *pendingWrite
 	// restampSent: when (scheduler clock) the last restamp was sent.
 	restampSent time.Time
+	// head, cleaned: the marks this process's last drain of the bucket
+	// ended with (drain.head, drain.cleaned), under the hold whose token
+	// is progress. The stored marks lag them (a resumed drain writes its
+	// head only every HeadFlushInterval, and in DeleteMode its cleaned
+	// mark with it), so a later drain of that same hold — resumed, or
+	// acquiring this process's own release — starts from them: nobody
+	// else drained the bucket since (the token), and the stored marks,
+	// which never move back, can only have moved on (the sweeper's head
+	// advance), so the drain takes the greater of each.
+	head, cleaned int64
+	progress      string
 	// releasedAt: when this process began to give up that hold (Release
 	// or Abandon; scheduler clock), recorded in the lease as ReleasedAt by
 	// the lease clock. It resumes the hold only until LeaseMargin before
@@ -446,6 +457,10 @@ func (r *Relay) drainBucket(ctx context.Context, bucket int, target int64, wait 
 	if err != nil {
 		return st, err
 	}
+	defer func() {
+		d.pre.drop() // a resumed drain that had nothing to read
+		d.keepProgress(err)
+	}()
 	for {
 		err := d.run(wctx)
 		st.Head = d.head
@@ -535,12 +550,16 @@ func cleanupContext(ctx context.Context, limit time.Duration) (context.Context, 
 // allows, for another holder to release it or for its lease to expire.
 func (r *Relay) begin(ctx context.Context, bucket int, target int64, wait bool, st *DrainStats) (*drain, error) {
 	d := &drain{r: r, b: bucket, st: st, target: target, loc: r.local(bucket)}
+	half := (r.cfg.resumeWindow - r.cfg.leaseMargin) / 2
 	checked := r.sched.Now()
+	// Where this process expects to resume its own hold, it reads the
+	// bucket beside the lease rather than after it.
+	pre := d.prefetch(ctx, half)
 	l, err := r.store.ReadLease(ctx, bucket)
 	if err != nil {
+		pre.drop()
 		return nil, fmt.Errorf("outbox: read lease of bucket %d: %w", bucket, err)
 	}
-	half := (r.cfg.resumeWindow - r.cfg.leaseMargin) / 2
 	// A restamp an earlier drain left in flight: take it if it returned,
 	// and wait for it if it decides whether this drain may resume.
 	d.takeRestamp(ctx, false)
@@ -551,8 +570,11 @@ func (r *Relay) begin(ctx context.Context, bucket int, target int64, wait bool, 
 	}
 	if r.resumable(l, d.loc) && r.resumeLeft(d.loc) >= half {
 		// Released by this process and acquired by nobody since: drain it
-		// again without a write (docs/design.md, "resuming").
+		// again without a write (docs/design.md, "resuming"), from the
+		// marks its last drain of this hold ended with.
 		d.lease, d.head, d.cleaned = l, l.Head, l.Cleaned
+		d.takeProgress(l.Token)
+		d.pre = pre
 		if checked.After(d.checkedAt) {
 			d.checkedAt = checked
 		}
@@ -563,6 +585,7 @@ func (r *Relay) begin(ctx context.Context, bucket int, target int64, wait bool, 
 		d.restampIfDue(ctx)
 		return d, nil
 	}
+	pre.drop()
 	if wait && r.holderWait() > 0 && l.HeldAt(r.cfg.clock.Now()) {
 		// Held — by another relay, or by another process sharing this
 		// relay's name: wait for it the same way.
