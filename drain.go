@@ -475,7 +475,7 @@ func (p *prefetched) take(cleaned int64) (*batch, bool) {
 	for i < len(bt.entries) && bt.entries[i].Sequence <= cleaned {
 		i++
 	}
-	if i == len(bt.entries) && !bt.end && i > 0 {
+	if i == len(bt.entries) && !bt.end {
 		return nil, false // all of it at or below cleaned: read on from there
 	}
 	bt.entries = bt.entries[i:]

@@ -580,6 +580,7 @@ func (r *Relay) begin(ctx context.Context, bucket int, target int64, wait bool, 
 		}
 		st.Resumed = true
 		if err := d.inject(ctx, seam.AfterAcquire); err != nil {
+			d.pre.drop()
 			return d, err
 		}
 		d.restampIfDue(ctx)
