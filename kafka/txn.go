@@ -98,7 +98,11 @@ func NewTxnPublisher(ctx context.Context, seeds []string, prefix string, opts ..
 // ones before it are committed and err names it, as Publisher.Publish does.
 // Publish waits for every produced record's answer (kgo fails the buffered
 // ones when ctx or DeliveryTimeout ends; one in flight waits for the broker
-// or the request timeout) and, on failure, for the abort.
+// or the request timeout) and, on failure, for the abort. A commit not
+// answered (ctx ended, a connection or the coordinator lost) returns an
+// error wrapping ErrCommitUnknown after an abort, so that no transaction is
+// left open to hold back read_committed consumers; the abort runs on a
+// context of its own until ctx's deadline or abortGrace past it.
 func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acked int, err error) {
 	if len(msgs) == 0 {
 		return 0, nil
@@ -160,37 +164,75 @@ func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acke
 	if failed >= 0 {
 		// Abort: the records appended before the failure are marked aborted
 		// and never reach read_committed consumers.
-		actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.deliveryTimeout)
-		defer acancel()
-		abortErr := cl.AbortBufferedRecords(actx)
-		if abortErr == nil {
-			abortErr = cl.EndTransaction(actx, kgo.TryAbort)
-		}
-		if abortErr != nil {
-			t.drop(b) // a new client re-initialises, which aborts at the coordinator
-		}
 		cause := errs[failed]
 		if fenced(cause) {
-			t.drop(b)
+			t.drop(b) // the newer holder's initialisation aborted it
 			return 0, wrapMessage(msgs[failed], &FencedError{TransactionalID: id, Err: cause})
+		}
+		if t.abort(ctx, cl) != nil {
+			t.drop(b)
 		}
 		return 0, wrapMessage(msgs[failed], p.produceError(ctx, rctx, recs[failed], cause))
 	}
 	if err := cl.EndTransaction(rctx, kgo.TryCommit); err != nil {
-		t.drop(b)
 		// Not known committed (a fence answering a resent commit whose
 		// first answer was lost may follow a commit that applied): report
 		// nothing acknowledged. If the commit did apply, the next publish
 		// duplicates the whole transaction.
 		if fenced(err) {
+			t.drop(b) // the newer holder's initialisation aborted it
 			return 0, wrapMessage(msgs[0], &FencedError{TransactionalID: id, Err: errors.Join(ErrCommitUnknown, err)})
 		}
+		// A commit not sent or not answered (ctx ended, a connection
+		// lost, a coordinator moving) leaves the transaction open at the
+		// broker if it did not apply, and an open transaction holds back
+		// read_committed consumers of every partition it wrote (other
+		// buckets' records on them too) until someone initialises the
+		// transactional id again or the broker's timeout (LeaseDuration)
+		// aborts it. So abort it now, as kgo documents: a TryAbort after an
+		// unconfirmed commit reinitialises the producer, which bumps its
+		// epoch and aborts whatever is still open (and changes nothing if
+		// the commit applied).
+		t.abort(ctx, cl)
+		t.drop(b)
 		return 0, wrapMessage(msgs[0], fmt.Errorf("kafka: commit transaction %q: %w: %w", id, ErrCommitUnknown, err))
 	}
 	if stopErr != nil {
 		return n, wrapMessage(msgs[n], stopErr)
 	}
 	return n, nil
+}
+
+// abortGrace is how long an abort may run past the end of the caller's
+// context (the relay keeps its cleanup reserve, up to a second, after its
+// work context's deadline).
+const abortGrace = 500 * time.Millisecond
+
+// abort aborts cl's open transaction on a context of its own: not cancelled
+// with ctx (an abort is most needed when ctx ended in the middle of the
+// transaction), lasting until ctx's deadline but at least abortGrace (or
+// abortGrace if ctx, without a deadline, was cancelled), and at most
+// DeliveryTimeout. An unconfirmed abort is tried once more, which
+// reinitialises the producer (kgo's documented recovery). A failed abort
+// leaves the transaction to the next initialisation of the transactional id
+// (this process's next Publish of the bucket, or the next holder's) or to
+// the broker's timeout.
+func (t *TxnPublisher) abort(ctx context.Context, cl *kgo.Client) error {
+	d := t.p.cfg.deliveryTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		d = max(abortGrace, time.Until(dl))
+	} else if ctx.Err() != nil {
+		d = abortGrace
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(d, t.p.cfg.deliveryTimeout))
+	defer cancel()
+	err := cl.AbortBufferedRecords(actx)
+	if err == nil {
+		if err = cl.EndTransaction(actx, kgo.TryAbort); err != nil && actx.Err() == nil {
+			err = cl.EndTransaction(actx, kgo.TryAbort)
+		}
+	}
+	return err
 }
 
 // ErrCommitUnknown is in the chain of a TxnPublisher.Publish error when the

@@ -1,17 +1,22 @@
 package brokertest
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"github.com/dynakafka/outbox/kafka"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dynakafka/outbox/internal/kfakeenv"
+	"github.com/dynakafka/outbox/kafka"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/testenv"
@@ -377,4 +382,64 @@ func lowerMaxMessageBytes(t *testing.T, k *testenv.KafkaCluster, topic, lim stri
 		}
 		return false
 	})
+}
+
+// TestTxnUnansweredCommitIsAborted: a commit the coordinator never answers
+// (the Publish's commit requests dropped with their connection, and its
+// context cancelled at the first) is reported as not known committed
+// (ErrCommitUnknown, nothing acknowledged), and Publish aborts the
+// transaction before it returns: a read_committed consumer of the partition
+// reads on at once past a record produced after it, and never sees the
+// transaction's records, while a read_uncommitted one shows they were
+// appended. The bucket's next Publish commits. (Without the abort the
+// transaction stays open at the broker until its timeout, LeaseDuration,
+// here ten minutes: the read_committed read stops at it and fails when the
+// test's context ends.)
+func TestTxnUnansweredCommitIsAborted(t *testing.T) {
+	k := kfakeenv.Kafka(t)
+	kfakeenv.RequireKfake(t, k)
+	topic := newTopic(t, k.KafkaCluster, 1, nil)
+	p := newTxnPublisher(t, k.KafkaCluster, testenv.Name(t, "ob"), kafka.Topics(topic), kafka.LeaseDuration(10*time.Minute))
+
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	var commits atomic.Int32
+	var drop atomic.Bool
+	drop.Store(true)
+	k.Cluster.ControlKey(int16(kmsg.EndTxn), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster.KeepControl()
+		if !kr.(*kmsg.EndTxnRequest).Commit || !drop.Load() {
+			return nil, nil, false
+		}
+		commits.Add(1)
+		cancel() // and any resend is dropped too
+		return nil, errors.New("the coordinator does not answer this commit"), true
+	})
+	msgs := messages(topic, 3, sameKey("k"))
+	for i := range msgs {
+		msgs[i].Value = fmt.Appendf(nil, "unanswered-%d", i)
+	}
+	acked, err := p.Publish(ctx, msgs)
+	drop.Store(false)
+	if acked != 0 || !errors.Is(err, kafka.ErrCommitUnknown) {
+		t.Fatalf("Publish = %d, %v; want 0 and ErrCommitUnknown", acked, err)
+	}
+	if commits.Load() == 0 {
+		t.Fatal("no commit request reached the cluster")
+	}
+	if got := readValues(t, k.KafkaCluster, topic, false); !slices.Contains(got, "unanswered-0") {
+		t.Fatalf("read_uncommitted read %v: the transaction's records were never appended, nothing was tested", got)
+	}
+	if got := readValues(t, k.KafkaCluster, topic, true); len(got) != 0 {
+		t.Fatalf("read_committed read %v from a transaction whose commit was never answered", got)
+	}
+
+	next := messages(topic, 1, sameKey("k"))
+	next[0].Value = []byte("next")
+	if acked, err := p.Publish(testCtx(t), next); acked != 1 || err != nil {
+		t.Fatalf("the next Publish = %d, %v", acked, err)
+	}
+	if got := readValues(t, k.KafkaCluster, topic, true); !slices.Equal(got, []string{"next"}) {
+		t.Fatalf("read_committed read %v, want [next]", got)
+	}
 }
