@@ -102,7 +102,7 @@ func NewTxnPublisher(ctx context.Context, seeds []string, prefix string, opts ..
 // answered (ctx ended, a connection or the coordinator lost) returns an
 // error wrapping ErrCommitUnknown after an abort, so that no transaction is
 // left open to hold back read_committed consumers; the abort runs on a
-// context of its own until ctx's deadline or abortGrace past it.
+// context of its own, for at most abortGrace once ctx has ended.
 func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acked int, err error) {
 	if len(msgs) == 0 {
 		return 0, nil
@@ -210,19 +210,23 @@ const abortGrace = 500 * time.Millisecond
 
 // abort aborts cl's open transaction on a context of its own: not cancelled
 // with ctx (an abort is most needed when ctx ended in the middle of the
-// transaction), lasting until ctx's deadline but at least abortGrace (or
-// abortGrace if ctx, without a deadline, was cancelled), and at most
-// DeliveryTimeout. An unconfirmed abort is tried once more, which
+// transaction), lasting abortGrace if ctx has ended (the relay cancels a
+// publish at its lease's cut-off, LeaseMargin before the lease expires),
+// else until ctx's deadline but at least abortGrace, and at most
+// DeliveryTimeout. An abort that comes after a newer holder initialised the
+// transactional id bumps the epoch again and so aborts that holder's
+// transaction in progress: nothing becomes visible, and that holder's
+// publish fails as fenced (retriable) and is tried again. An unconfirmed abort is tried once more, which
 // reinitialises the producer (kgo's documented recovery). A failed abort
 // leaves the transaction to the next initialisation of the transactional id
 // (this process's next Publish of the bucket, or the next holder's) or to
 // the broker's timeout.
 func (t *TxnPublisher) abort(ctx context.Context, cl *kgo.Client) error {
 	d := t.p.cfg.deliveryTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		d = max(abortGrace, time.Until(dl))
-	} else if ctx.Err() != nil {
+	if ctx.Err() != nil {
 		d = abortGrace
+	} else if dl, ok := ctx.Deadline(); ok {
+		d = max(abortGrace, time.Until(dl))
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(d, t.p.cfg.deliveryTimeout))
 	defer cancel()
