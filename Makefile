@@ -54,7 +54,12 @@ MODULES         := $(LIBRARY_MODULES) $(TOOL_MODULES)
 # users and `go mod tidy` see), so that go test runs their packages in
 # parallel as it did when they were one module.
 LIBRARY_WORK    := $(CACHE)/library.work
-LIBRARY_PKGS    := github.com/dynakafka/outbox/...
+# go test runs at most -p (GOMAXPROCS) test binaries at once, starting them
+# in the order listed; the longest (the soak, the integration suite, the
+# simulator) come first, so that they do not start last and set the lane's
+# length (go test lists a package once).
+LIBRARY_PKGS    := $(addprefix github.com/dynakafka/outbox/,internal/soak integration internal/sim deploy lambda/wiring inbox store/dynamo) \
+	github.com/dynakafka/outbox/...
 MKWORK          = rm -f $(LIBRARY_WORK) && GOWORK=$(LIBRARY_WORK) $(GO) work init $(addprefix $(CURDIR)/,$(LIBRARY_MODULES))
 
 .PHONY: all deps test test-short build lint tidy demo bench soak sim clean
