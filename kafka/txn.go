@@ -102,7 +102,8 @@ func NewTxnPublisher(ctx context.Context, seeds []string, prefix string, opts ..
 // answered (ctx ended, a connection or the coordinator lost) returns an
 // error wrapping ErrCommitUnknown after an abort, so that no transaction is
 // left open to hold back read_committed consumers; the abort runs on a
-// context of its own, for at most abortGrace once ctx has ended.
+// context of its own, within the Publish's DeliveryTimeout and at most
+// AbandonGrace after ctx is done (so it may not complete, see abort).
 func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acked int, err error) {
 	if len(msgs) == 0 {
 		return 0, nil
@@ -169,7 +170,9 @@ func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acke
 			t.drop(b) // the newer holder's initialisation aborted it
 			return 0, wrapMessage(msgs[failed], &FencedError{TransactionalID: id, Err: cause})
 		}
-		if t.abort(ctx, cl) != nil {
+		if err := t.abort(ctx, rctx, cl); err != nil {
+			p.log.Warn("kafka: the abort of a failed transaction did not complete; the next initialisation of its transactional id or the broker's timeout ends it",
+				"transactional_id", id, "error", err)
 			t.drop(b)
 		}
 		return 0, wrapMessage(msgs[failed], p.produceError(ctx, rctx, recs[failed], cause))
@@ -189,11 +192,13 @@ func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acke
 		// read_committed consumers of every partition it wrote (other
 		// buckets' records on them too) until someone initialises the
 		// transactional id again or the broker's timeout (LeaseDuration)
-		// aborts it. So abort it now, as kgo documents: a TryAbort after an
-		// unconfirmed commit reinitialises the producer, which bumps its
-		// epoch and aborts whatever is still open (and changes nothing if
+		// aborts it. So abort it now (abort: the producer is initialised
+		// again, which aborts whatever is still open and changes nothing if
 		// the commit applied).
-		t.abort(ctx, cl)
+		if aerr := t.abort(ctx, rctx, cl); aerr != nil {
+			p.log.Warn("kafka: the abort after an unconfirmed commit did not complete; the next initialisation of its transactional id or the broker's timeout ends the transaction if the commit did not apply",
+				"transactional_id", id, "error", aerr)
+		}
 		t.drop(b)
 		return 0, wrapMessage(msgs[0], fmt.Errorf("kafka: commit transaction %q: %w: %w", id, ErrCommitUnknown, err))
 	}
@@ -203,38 +208,40 @@ func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acke
 	return n, nil
 }
 
-// abortGrace is how long an abort may run past the end of the caller's
-// context (the relay keeps its cleanup reserve, up to a second, after its
-// work context's deadline).
-const abortGrace = 500 * time.Millisecond
-
-// abort aborts cl's open transaction on a context of its own: not cancelled
-// with ctx (an abort is most needed when ctx ended in the middle of the
-// transaction), lasting abortGrace if ctx has ended (the relay cancels a
-// publish at its lease's cut-off, LeaseMargin before the lease expires),
-// else until ctx's deadline but at least abortGrace, and at most
-// DeliveryTimeout. An abort that comes after a newer holder initialised the
-// transactional id bumps the epoch again and so aborts that holder's
-// transaction in progress: nothing becomes visible, and that holder's
-// publish fails as fenced (retriable) and is tried again. An unconfirmed abort is tried once more, which
-// reinitialises the producer (kgo's documented recovery). A failed abort
+// abort ends cl's open transaction with an abort, and returns nil only if
+// the broker-side transaction is known to be over. It runs on a context of
+// its own, because an abort is most needed when ctx ended in the middle of
+// the transaction: until rctx's deadline (the Publish's own, at most
+// DeliveryTimeout after it began) but at least AbandonGrace, and, once ctx
+// is done, for at most AbandonGrace more (counted from the abort's start if
+// ctx was done before it): the relay cancels a publish at its lease's
+// cut-off, LeaseMargin before the lease expires. kgo's TryAbort after a failed commit or abort only marks the
+// producer id for reloading; the reload (InitProducerID, forced here by
+// ProducerID) bumps the epoch, which aborts at the coordinator whatever is
+// still open, and changes nothing if a commit did apply. A failed abort
 // leaves the transaction to the next initialisation of the transactional id
-// (this process's next Publish of the bucket, or the next holder's) or to
-// the broker's timeout.
-func (t *TxnPublisher) abort(ctx context.Context, cl *kgo.Client) error {
-	d := t.p.cfg.deliveryTimeout
-	if ctx.Err() != nil {
-		d = abortGrace
-	} else if dl, ok := ctx.Deadline(); ok {
-		d = max(abortGrace, time.Until(dl))
+// (the bucket's next Publish here, or the next holder's) or to the broker's
+// timeout, LeaseDuration. An abort that comes after a newer holder
+// initialised the id aborts that holder's transaction in progress: nothing
+// becomes visible, and that holder's publish fails as fenced (retriable) and
+// is tried again.
+func (t *TxnPublisher) abort(ctx, rctx context.Context, cl *kgo.Client) error {
+	until := time.Now().Add(AbandonGrace)
+	if dl, ok := rctx.Deadline(); ok && dl.After(until) {
+		until = dl
 	}
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(d, t.p.cfg.deliveryTimeout))
+	actx, cancel := context.WithDeadline(context.WithoutCancel(ctx), until)
 	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(AbandonGrace, cancel) })
+	defer stop()
 	err := cl.AbortBufferedRecords(actx)
 	if err == nil {
 		if err = cl.EndTransaction(actx, kgo.TryAbort); err != nil && actx.Err() == nil {
-			err = cl.EndTransaction(actx, kgo.TryAbort)
+			err = cl.EndTransaction(actx, kgo.TryAbort) // an unconfirmed abort: this one reloads
 		}
+	}
+	if err == nil {
+		_, _, err = cl.ProducerID(actx)
 	}
 	return err
 }

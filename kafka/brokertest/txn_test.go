@@ -1,7 +1,6 @@
 package brokertest
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -384,62 +383,66 @@ func lowerMaxMessageBytes(t *testing.T, k *testenv.KafkaCluster, topic, lim stri
 	})
 }
 
-// TestTxnUnansweredCommitIsAborted: a commit the coordinator never answers
-// (the Publish's commit requests dropped with their connection, and its
-// context cancelled at the first) is reported as not known committed
-// (ErrCommitUnknown, nothing acknowledged), and Publish aborts the
+// TestTxnUnconfirmedCommitIsAborted: a commit whose outcome the coordinator
+// leaves unknown (UNKNOWN_SERVER_ERROR, which kgo treats as unconfirmed) or
+// refuses as abortable (TRANSACTION_ABORTABLE) is reported as not known
+// committed (ErrCommitUnknown, nothing acknowledged), and Publish aborts the
 // transaction before it returns: a read_committed consumer of the partition
-// reads on at once past a record produced after it, and never sees the
-// transaction's records, while a read_uncommitted one shows they were
-// appended. The bucket's next Publish commits. (Without the abort the
-// transaction stays open at the broker until its timeout, LeaseDuration,
-// here ten minutes: the read_committed read stops at it and fails when the
-// test's context ends.)
-func TestTxnUnansweredCommitIsAborted(t *testing.T) {
-	k := kfakeenv.Kafka(t)
-	kfakeenv.RequireKfake(t, k)
-	topic := newTopic(t, k.KafkaCluster, 1, nil)
-	p := newTxnPublisher(t, k.KafkaCluster, testenv.Name(t, "ob"), kafka.Topics(topic), kafka.LeaseDuration(10*time.Minute))
+// reads on past a record produced after it and never sees the transaction's
+// records, while a read_uncommitted one shows they were appended. The
+// bucket's next Publish commits. (Without the abort, or with kgo's TryAbort
+// alone, which only marks the producer id for reloading, the transaction
+// stays open at the broker until its timeout, LeaseDuration, here ten
+// minutes: the read_committed read stops at it and fails when the test's
+// context ends.)
+func TestTxnUnconfirmedCommitIsAborted(t *testing.T) {
+	for _, code := range []*kerr.Error{kerr.UnknownServerError, kerr.TransactionAbortable} {
+		t.Run(code.Message, func(t *testing.T) {
+			k := kfakeenv.Kafka(t)
+			kfakeenv.RequireKfake(t, k)
+			topic := newTopic(t, k.KafkaCluster, 1, nil)
+			p := newTxnPublisher(t, k.KafkaCluster, testenv.Name(t, "ob"), kafka.Topics(topic), kafka.LeaseDuration(10*time.Minute))
 
-	ctx, cancel := context.WithCancel(testCtx(t))
-	defer cancel()
-	var commits atomic.Int32
-	var drop atomic.Bool
-	drop.Store(true)
-	k.Cluster.ControlKey(int16(kmsg.EndTxn), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-		k.Cluster.KeepControl()
-		if !kr.(*kmsg.EndTxnRequest).Commit || !drop.Load() {
-			return nil, nil, false
-		}
-		commits.Add(1)
-		cancel() // and any resend is dropped too
-		return nil, errors.New("the coordinator does not answer this commit"), true
-	})
-	msgs := messages(topic, 3, sameKey("k"))
-	for i := range msgs {
-		msgs[i].Value = fmt.Appendf(nil, "unanswered-%d", i)
-	}
-	acked, err := p.Publish(ctx, msgs)
-	drop.Store(false)
-	if acked != 0 || !errors.Is(err, kafka.ErrCommitUnknown) {
-		t.Fatalf("Publish = %d, %v; want 0 and ErrCommitUnknown", acked, err)
-	}
-	if commits.Load() == 0 {
-		t.Fatal("no commit request reached the cluster")
-	}
-	if got := readValues(t, k.KafkaCluster, topic, false); !slices.Contains(got, "unanswered-0") {
-		t.Fatalf("read_uncommitted read %v: the transaction's records were never appended, nothing was tested", got)
-	}
-	if got := readValues(t, k.KafkaCluster, topic, true); len(got) != 0 {
-		t.Fatalf("read_committed read %v from a transaction whose commit was never answered", got)
-	}
+			var commits atomic.Int32
+			var refuse atomic.Bool
+			refuse.Store(true)
+			k.Cluster.ControlKey(int16(kmsg.EndTxn), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+				k.Cluster.KeepControl()
+				if !kr.(*kmsg.EndTxnRequest).Commit || !refuse.Load() {
+					return nil, nil, false
+				}
+				commits.Add(1)
+				resp := kr.ResponseKind().(*kmsg.EndTxnResponse)
+				resp.ErrorCode = code.Code
+				return resp, nil, true
+			})
+			msgs := messages(topic, 3, sameKey("k"))
+			for i := range msgs {
+				msgs[i].Value = fmt.Appendf(nil, "unconfirmed-%d", i)
+			}
+			acked, err := p.Publish(testCtx(t), msgs)
+			refuse.Store(false)
+			if acked != 0 || !errors.Is(err, kafka.ErrCommitUnknown) || !errors.Is(err, code) {
+				t.Fatalf("Publish = %d, %v; want 0 and ErrCommitUnknown with %v", acked, err, code)
+			}
+			if commits.Load() == 0 {
+				t.Fatal("no commit request reached the cluster")
+			}
+			if got := readValues(t, k.KafkaCluster, topic, false); !slices.Contains(got, "unconfirmed-0") {
+				t.Fatalf("read_uncommitted read %v: the transaction's records were never appended, nothing was tested", got)
+			}
+			if got := readValues(t, k.KafkaCluster, topic, true); len(got) != 0 {
+				t.Fatalf("read_committed read %v from a transaction whose commit was not confirmed", got)
+			}
 
-	next := messages(topic, 1, sameKey("k"))
-	next[0].Value = []byte("next")
-	if acked, err := p.Publish(testCtx(t), next); acked != 1 || err != nil {
-		t.Fatalf("the next Publish = %d, %v", acked, err)
-	}
-	if got := readValues(t, k.KafkaCluster, topic, true); !slices.Equal(got, []string{"next"}) {
-		t.Fatalf("read_committed read %v, want [next]", got)
+			next := messages(topic, 1, sameKey("k"))
+			next[0].Value = []byte("next")
+			if acked, err := p.Publish(testCtx(t), next); acked != 1 || err != nil {
+				t.Fatalf("the next Publish = %d, %v", acked, err)
+			}
+			if got := readValues(t, k.KafkaCluster, topic, true); !slices.Equal(got, []string{"next"}) {
+				t.Fatalf("read_committed read %v, want [next]", got)
+			}
+		})
 	}
 }
