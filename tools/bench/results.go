@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -415,13 +417,31 @@ func (r *results) write(dir string) error {
 	if err := r.writeJSON(filepath.Join(dir, "benchmarks.json")); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "benchmarks.md"), []byte(r.markdown()), 0o644); err != nil {
+	if err := writeKeepingTrailer(filepath.Join(dir, "benchmarks.md"), r.markdown()); err != nil {
 		return err
 	}
 	if err := r.chart(filepath.Join(dir, "benchmarks.png")); err != nil {
 		return err
 	}
 	return r.writeCapacity(dir)
+}
+
+// keptByHand opens the part of benchmarks.md that a run does not write: the
+// partial runs and back-to-back pairs added by hand since, which a run must
+// not erase.
+const keptByHand = "<!-- bench:kept-by-hand (make bench keeps everything below this line as it is) -->"
+
+// writeKeepingTrailer writes page to path, followed by the file's part from
+// keptByHand on, if it has one.
+func writeKeepingTrailer(path, page string) error {
+	if old, err := os.ReadFile(path); err == nil {
+		if i := strings.Index(string(old), keptByHand); i >= 0 {
+			page = strings.TrimRight(page, "\n") + "\n\n" + string(old[i:])
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return os.WriteFile(path, []byte(page), 0o644)
 }
 
 // writeJSON stores the results as JSON at path, making its directory.

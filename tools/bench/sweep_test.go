@@ -68,3 +68,41 @@ func TestCapacityDocHasTheSweepMarkers(t *testing.T) {
 		t.Fatalf("docs/capacity.md lacks the sweep's markers %q ... %q", sweepBegin, sweepEnd)
 	}
 }
+
+// A run rewrites benchmarks.md but keeps, as it is, everything from the
+// kept-by-hand marker on (the partial runs added by hand since); a page
+// without the marker is written whole, and one that does not exist yet too.
+func TestBenchmarksPageKeepsItsHandKeptPart(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "benchmarks.md")
+	if err := writeKeepingTrailer(path, "# Benchmarks\n\nrun 1\n"); err != nil {
+		t.Fatal(err)
+	}
+	kept := keptByHand + "\n\n## A pair added by hand\n\npair 1: 0.33\n"
+	b, _ := os.ReadFile(path)
+	if err := os.WriteFile(path, append(b, []byte("\n"+kept)...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeKeepingTrailer(path, "# Benchmarks\n\nrun 2\n"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(b), "# Benchmarks\n\nrun 2\n\n"+kept; got != want {
+		t.Fatalf("benchmarks.md after a second run:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// The repository's benchmarks.md has the marker, so that make bench keeps
+// the pairs recorded there by hand.
+func TestDocsBenchmarksPageHasTheKeptMarker(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "benchmarks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), keptByHand) {
+		t.Fatalf("docs/benchmarks.md lacks %q: make bench would erase its hand-kept runs", keptByHand)
+	}
+}
