@@ -215,10 +215,11 @@ func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acke
 // DeliveryTimeout after it began) but at least AbandonGrace, and, once ctx
 // is done, for at most AbandonGrace more (counted from the abort's start if
 // ctx was done before it): the relay cancels a publish at its lease's
-// cut-off, LeaseMargin before the lease expires. kgo's TryAbort after a failed commit or abort only marks the
-// producer id for reloading; the reload (InitProducerID, forced here by
-// ProducerID) bumps the epoch, which aborts at the coordinator whatever is
-// still open, and changes nothing if a commit did apply. A failed abort
+// cut-off, LeaseMargin before the lease expires. kgo's TryAbort after a
+// failed commit or abort only marks the producer id for reloading; the
+// reload (InitProducerID, forced here by ProducerID) bumps the epoch, which
+// aborts at the coordinator whatever is still open, and changes nothing if
+// a commit did apply. A failed abort
 // leaves the transaction to the next initialisation of the transactional id
 // (the bucket's next Publish here, or the next holder's) or to the broker's
 // timeout, LeaseDuration. An abort that comes after a newer holder

@@ -70,8 +70,8 @@ func TestCapacityDocHasTheSweepMarkers(t *testing.T) {
 }
 
 // A run rewrites benchmarks.md but keeps, as it is, everything from the
-// kept-by-hand marker on (the partial runs added by hand since); a page
-// without the marker is written whole, and one that does not exist yet too.
+// kept-by-hand marker on (the partial runs added by hand since); the first
+// run writes a page that does not exist yet.
 func TestBenchmarksPageKeepsItsHandKeptPart(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "benchmarks.md")
