@@ -93,8 +93,14 @@ class RejectedError(OutboxError):
 class OutcomeUnknownError(OutboxError):
     """The transaction may have committed (no response). The reserved
     numbers are not fenced: if it did not commit, relays fence them after
-    their gap timeout. Retry with the same client_request_token within 10
-    minutes to learn the outcome without committing twice."""
+    their gap timeout. The writer has already resent it, byte for byte with
+    the same client_request_token, max_attempts times: read your items to
+    learn whether it committed before writing again. Another write() cannot
+    resend it (it reserves new sequence numbers), so with the same token
+    DynamoDB refuses that one for 10 minutes (IdempotentParameterMismatch),
+    which is this error too: an earlier write with the token may have
+    committed; that write wrote nothing and released (fenced) its own
+    numbers."""
 
     code = "Outbox.OutcomeUnknown"
 

@@ -350,13 +350,18 @@ class Writer:
         token = client_request_token or str(uuid.uuid4())
         reserved = self._reserve(msgs, st)
         reservations = 1
+        # Built once per reservation and resent as it is: a resend with the
+        # token must be byte-identical (a TTL taken from the clock again
+        # would differ, and DynamoDB would refuse the resend of a committed
+        # transaction with IdempotentParameterMismatch).
+        tx = self._transaction(items, msgs)
         maybe_committed = False
         last = None
         for attempt in range(1, self.max_attempts + 1):
             if self.after_reserve is not None:
                 self.after_reserve(list(reserved))
             try:
-                self.client.transact_write_items(TransactItems=self._transaction(items, msgs), ClientRequestToken=token)
+                self.client.transact_write_items(TransactItems=tx, ClientRequestToken=token)
                 return st.result(msgs, token, attempt, reservations)
             except Exception as e:  # noqa: BLE001 - classified below
                 last = self._classify(e, len(items), msgs)
@@ -372,6 +377,7 @@ class Writer:
                 self._release(reserved)  # what is left of the old numbers; a relay took the others
                 reserved = self._reserve(msgs, st)
                 reservations += 1
+                tx = self._transaction(items, msgs)
                 token = str(uuid.uuid4())  # new items, new token
                 continue
             if last.kind in ("conflict", "throttled", "ambiguous"):
@@ -628,6 +634,13 @@ class Writer:
 
     def _classify(self, exc, n_items, msgs):
         code = _code(exc)
+        if code == "IdempotentParameterMismatchException":
+            # The token was used in DynamoDB's 10-minute window by a
+            # transaction with other items (this write's resends are
+            # identical): an earlier write with the caller's token, which
+            # reserved other numbers and may have committed. DynamoDB ran
+            # none of this write's attempts.
+            return _Outcome("token_reused", code)
         if code != "TransactionCanceledException":
             return _Outcome(_kind(exc), code or type(exc).__name__)
         reasons = exc.response.get("CancellationReasons") or []
@@ -665,8 +678,18 @@ class Writer:
         return o
 
     def _fail(self, o, maybe_committed, reserved, token):
+        if o.kind == "token_reused":
+            err = OutcomeUnknownError(
+                f"outbox: DynamoDB refused this write ({o.detail}): client request token {token} was used in the last "
+                "10 minutes by a transaction with other items, an earlier write with this token, which may have committed. "
+                "This write wrote nothing (its reserved numbers are fenced); do not write again under new ids: read your "
+                "items to learn whether the earlier write committed", token)
+            self._release_into(err, reserved)
+            return err
         if maybe_committed or o.kind == "ambiguous":
-            return OutcomeUnknownError(f"outbox: the transaction may have committed ({o.detail}); retry with client request token {token} to learn its outcome", token)
+            return OutcomeUnknownError(f"outbox: the transaction may have committed ({o.detail}); read your items to learn "
+                                       "whether it did before writing again: another write() reserves new sequence numbers, "
+                                       f"so with client request token {token} DynamoDB refuses it for 10 minutes", token)
         cls, fix = {
             "condition_failed": (ConditionFailedError, "nothing was written; re-read the aggregate and retry the whole operation"),
             "conflict": (ConflictError, "nothing was written; conflicting transactions on these items, retry later"),
