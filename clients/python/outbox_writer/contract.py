@@ -30,6 +30,9 @@ BUCKET_HEADER = "x-outbox-bucket"
 SEQUENCE_HEADER = "x-outbox-sequence"
 RECORD_OVERHEAD = 128
 HEADER_OVERHEAD = 10
+# The config item's MaxMessageBytes (mb) range: the Kafka publisher's
+# largest (100 MiB less kgo's 4-byte batch length prefix).
+MAX_SHARED_MESSAGE_BYTES = (100 << 20) - 4
 
 CONFIG_KEY = {"pk": {"S": "config"}, "sk": {"S": "config"}}
 
@@ -210,14 +213,15 @@ def new_id(now_ms: int | None = None) -> str:
     return str(uuid.UUID(int=n))
 
 
-def record_size(key, value, headers) -> int:
+def record_size(key, value, headers, stamped=(MESSAGE_ID_HEADER, BUCKET_HEADER, SEQUENCE_HEADER)) -> int:
     """The Kafka record size bound the Go writer checks (outbox.RecordSize):
-    key + value + headers + the three stamped headers at their longest +
-    overheads."""
+    key + value + headers + the three stamped headers (named stamped: id,
+    bucket, sequence) at their longest + overheads."""
     n = RECORD_OVERHEAD + len(key or b"") + len(value or b"")
     for k, v in headers:
         n += HEADER_OVERHEAD + len(k.encode("utf-8")) + len(v or b"")
-    n += 3 * HEADER_OVERHEAD + len(MESSAGE_ID_HEADER) + 36 + len(BUCKET_HEADER) + 4 + len(SEQUENCE_HEADER) + 19
+    hid, hb, hs = (h.encode("utf-8") for h in stamped)
+    n += 3 * HEADER_OVERHEAD + len(hid) + 36 + len(hb) + 4 + len(hs) + 19
     return n
 
 
@@ -294,7 +298,8 @@ class Config:
     """What the config item says."""
 
     def __init__(self, bucket_count: int, version: int, mode: str, retention_seconds: int, topics=(), epoch: int = 0,
-                 next_bucket_count: int = 0, change_deadline_ms: int = 0, regions=(), taken_over=None):
+                 next_bucket_count: int = 0, change_deadline_ms: int = 0, regions=(), taken_over=None,
+                 max_message_bytes: int = 0, headers=("", "", "")):
         self.bucket_count = bucket_count
         self.version = version
         self.mode = mode
@@ -305,6 +310,14 @@ class Config:
         self.change_deadline_ms = change_deadline_ms  # cd: that change's deadline, epoch ms
         self.regions = tuple(regions)  # rg: region mode's regions, in order; empty: the default mode
         self.taken_over = dict(taken_over or {})  # rgt: region -> the region draining its slice (writers ignore it)
+        self.max_message_bytes = max_message_bytes  # mb: the outbox's MaxMessageBytes (0: not stated)
+        self.headers = tuple(headers)  # hi, hb, hs: the stamped headers' names, id, bucket, sequence ("": not stated)
+
+    @property
+    def stamped_headers(self):
+        """The names the relay stamps the id, bucket and sequence under:
+        the item's, the default for a name it does not state."""
+        return _with_defaults(self.headers)
 
     @property
     def changing(self) -> bool:
@@ -319,7 +332,8 @@ class Config:
         return (f"Config(bucket_count={self.bucket_count}, version={self.version}, mode={self.mode!r}, "
                 f"retention_seconds={self.retention_seconds}, topics={self.topics!r}, epoch={self.epoch}, "
                 f"next_bucket_count={self.next_bucket_count}, change_deadline_ms={self.change_deadline_ms}, "
-                f"regions={self.regions!r}, taken_over={self.taken_over!r})")
+                f"regions={self.regions!r}, taken_over={self.taken_over!r}, max_message_bytes={self.max_message_bytes}, "
+                f"headers={self.headers!r})")
 
 
 class ConfigItemError(Exception):
@@ -397,7 +411,42 @@ def parse_config(item) -> Config:
     regions, taken = _regions(item)
     if regions and version < 3:
         raise ConfigItemError(f"a region-mode config item must have format version 3; it has {version}")
-    return Config(bc, version, mode, rt, topics, epoch, nb, cd, regions, taken)
+    mb, headers = _shared(item)
+    return Config(bc, version, mode, rt, topics, epoch, nb, cd, regions, taken, mb, headers)
+
+
+def _with_defaults(headers):
+    """(id, bucket, sequence) header names, each empty one its default."""
+    return tuple(h or d for h, d in zip(headers, (MESSAGE_ID_HEADER, BUCKET_HEADER, SEQUENCE_HEADER)))
+
+
+def _shared(item):
+    """mb and hi/hb/hs, checked as the Go side checks them (checkShared:
+    MaxMessageBytes 128..MAX_SHARED_MESSAGE_BYTES, the names valid UTF-8
+    and distinct once the defaults fill the unstated ones)."""
+    mb = _int_attr(item, "mb", required=False) or 0
+    if mb and not RECORD_OVERHEAD <= mb <= MAX_SHARED_MESSAGE_BYTES:
+        raise ConfigItemError(f"the config item's mb (MaxMessageBytes) is {mb}: it must be {RECORD_OVERHEAD}..{MAX_SHARED_MESSAGE_BYTES}, "
+                              "and at most every topic's max.message.bytes")
+    headers = []
+    for attr in ("hi", "hb", "hs"):
+        av = item.get(attr)
+        if av is None:
+            headers.append("")
+            continue
+        if set(av) != {"S"} or not isinstance(av["S"], str):
+            raise ConfigItemError(f"the config item's {attr} is {av!r}, not a string")
+        try:
+            av["S"].encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigItemError(f"the config item's {attr} is not valid UTF-8 (Kafka header keys are strings)") from None
+        headers.append(av["S"])
+    named = _with_defaults(headers)
+    for i, (attr, name) in enumerate(zip(("hi", "hb", "hs"), named)):
+        for other, o in zip(("hi", "hb", "hs")[:i], named[:i]):
+            if o == name:
+                raise ConfigItemError(f"the config item's {attr} names {name!r}, as does {other}: the stamped headers need distinct names")
+    return mb, tuple(headers)
 
 
 def _regions(item):

@@ -146,7 +146,8 @@ class Writer:
 
     Writer() reads the config item (the bucket count and its epoch, the
     mode and its retention, the topics the outbox serves, region mode's
-    regions) and refuses, with a ConfigError, an outbox it does not
+    regions, MaxMessageBytes and the stamped headers' names: see
+    _resolve_shared) and refuses, with a ConfigError, an outbox it does not
     understand (a config item version other than 1, 2 or 3, an unknown
     mode), a malformed config item, or a missing table. Read once: restart
     writers after the mode, topics or regions change.
@@ -181,7 +182,7 @@ class Writer:
 
     def __init__(self, client, messages_table: str, control_table: str, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                  fence_ttl_seconds: int = contract.DEFAULT_FENCE_TTL_SECONDS,
-                 max_message_bytes: int = contract.DEFAULT_MAX_MESSAGE_BYTES, region: str | None = None,
+                 max_message_bytes: int | None = None, region: str | None = None,
                  change_grace_seconds: float = DEFAULT_CHANGE_GRACE_SECONDS, clock=time.time, sleep=time.sleep):
         if not messages_table or not control_table or messages_table == control_table:
             raise ConfigError("messages_table and control_table are required and must differ")
@@ -189,6 +190,8 @@ class Writer:
             raise ConfigError(f"max_attempts={max_attempts}: must be at least 1")
         if change_grace_seconds < 0:
             raise ConfigError(f"change_grace_seconds={change_grace_seconds}: must be at least 0")
+        if max_message_bytes is not None and not contract.RECORD_OVERHEAD <= max_message_bytes <= contract.MAX_SHARED_MESSAGE_BYTES:
+            raise ConfigError(f"max_message_bytes={max_message_bytes}: must be {contract.RECORD_OVERHEAD}..{contract.MAX_SHARED_MESSAGE_BYTES}")
         retries = getattr(getattr(getattr(client, "meta", None), "config", None), "retries", None)
         if retries is not None and retries.get("total_max_attempts") != 1:
             raise ConfigError("the client retries by itself (botocore retries are on); create it with "
@@ -203,6 +206,7 @@ class Writer:
         self.after_reserve = None
         self.on_change_wait = None
         self.config = self._read_config()
+        self.max_message_bytes, self.stamped_headers = self._resolve_shared(max_message_bytes)
         self._check_region()
         # The BucketCount and epoch messages are put under; a reservation
         # refused for its epoch replaces them (_await_epoch).
@@ -229,6 +233,19 @@ class Writer:
             raise ConfigError(f"control table {self.control_table} belongs to messages table {paired}, not {self.messages_table}: "
                               "use the messages table it was created with (the stack's MessagesTableName output)")
         return cfg
+
+    def _resolve_shared(self, configured):
+        """The outbox's MaxMessageBytes and stamped header names, as the Go
+        side resolves them (outbox.ResolveShared): the config item's mb, or
+        max_message_bytes when the item states none (default 1 MiB); a
+        max_message_bytes other than the item's is refused. The names are
+        the item's hi/hb/hs, the defaults for those it does not state."""
+        stored = self.config.max_message_bytes
+        if configured is not None and stored and configured != stored:
+            raise ConfigError(f"misconfigured MaxMessageBytes: configured {configured} but the outbox table says {stored}; "
+                              "remove max_message_bytes= to take the outbox's value from its config item, or set it to the stored "
+                              "value (every writer, relay, publisher and consumer of one outbox must agree)")
+        return stored or configured or contract.DEFAULT_MAX_MESSAGE_BYTES, self.config.stamped_headers
 
     def _check_region(self):
         regions = self.config.regions
@@ -403,7 +420,7 @@ class Writer:
         now_ms = int(self.clock() * 1000)
         out = []
         seen_ids: dict[str, int] = {}
-        stamped = {contract.MESSAGE_ID_HEADER: "message-id", contract.BUCKET_HEADER: "bucket", contract.SEQUENCE_HEADER: "sequence"}
+        stamped = dict(zip(self.stamped_headers, ("message-id", "bucket", "sequence")))
         for i, m in enumerate(msgs):
             if m.bucket != -1:
                 raise ValidationError(i, "Bucket", f"is {m.bucket}; the writer assigns the bucket from the key (or partition): leave it unset and read it from the result")
@@ -442,9 +459,10 @@ class Writer:
                 m.created_ms = now_ms
             if not isinstance(m.created_ms, int) or m.created_ms < 0:
                 raise ValidationError(i, "CreatedAt", f"{m.created_ms!r} is not Unix milliseconds >= 0")
-            rs = contract.record_size(m.key, m.value, m.headers)
+            rs = contract.record_size(m.key, m.value, m.headers, self.stamped_headers)
             if rs > self.max_message_bytes:
-                raise ValidationError(i, "Value", f"the record is {rs} bytes (key+value+headers+stamped headers+overhead), above max_message_bytes={self.max_message_bytes}")
+                raise ValidationError(i, "Value", f"the record is {rs} bytes (key+value+headers+stamped headers+{contract.RECORD_OVERHEAD} "
+                                      f"overhead), above MaxMessageBytes={self.max_message_bytes}; shrink the key, value or headers")
             m.bucket = self.bucket(m, count)
             size += self._check_size(i, m)
             out.append(m)
