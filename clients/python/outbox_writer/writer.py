@@ -360,7 +360,11 @@ class Writer:
         identical items; if relays fenced the reserved numbers, new ones are
         reserved and the transaction resubmitted with a new token. Every
         failure that certainly wrote nothing fences the reserved numbers at
-        once. Call it after reading the aggregate your items are built from."""
+        once. A client_request_token an earlier write used in the last 10
+        minutes (a retry under your idempotency key: new numbers, other
+        items) is refused by DynamoDB and raises OutcomeUnknownError, since
+        that earlier write may have committed. Call it after reading the
+        aggregate your items are built from."""
         items = list(items)
         st = _WriteState(self.view)
         msgs = self._prepare(items, list(messages), st.view[0])
