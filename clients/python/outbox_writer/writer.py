@@ -234,19 +234,6 @@ class Writer:
                               "use the messages table it was created with (the stack's MessagesTableName output)")
         return cfg
 
-    def _resolve_shared(self, configured):
-        """The outbox's MaxMessageBytes and stamped header names, as the Go
-        side resolves them (outbox.ResolveShared): the config item's mb, or
-        max_message_bytes when the item states none (default 1 MiB); a
-        max_message_bytes other than the item's is refused. The names are
-        the item's hi/hb/hs, the defaults for those it does not state."""
-        stored = self.config.max_message_bytes
-        if configured is not None and stored and configured != stored:
-            raise ConfigError(f"misconfigured MaxMessageBytes: configured {configured} but the outbox table says {stored}; "
-                              "remove max_message_bytes= to take the outbox's value from its config item, or set it to the stored "
-                              "value (every writer, relay, publisher and consumer of one outbox must agree)")
-        return stored or configured or contract.DEFAULT_MAX_MESSAGE_BYTES, self.config.stamped_headers
-
     def _check_region(self):
         regions = self.config.regions
         if regions and not self.region:
@@ -309,6 +296,19 @@ class Writer:
             if _code(e) == "ResourceNotFoundException":
                 raise ConfigError(f"the messages table {self.messages_table} does not exist") from e
             raise
+
+    def _resolve_shared(self, configured):
+        """The outbox's MaxMessageBytes and stamped header names, as the Go
+        side resolves them (outbox.ResolveShared): the config item's mb, or
+        max_message_bytes when the item states none (default 1 MiB); a
+        max_message_bytes other than the item's is refused. The names are
+        the item's hi/hb/hs, the defaults for those it does not state."""
+        stored = self.config.max_message_bytes
+        if configured is not None and stored and configured != stored:
+            raise ConfigError(f"misconfigured MaxMessageBytes: configured {configured} but the outbox table says {stored}; "
+                              "remove max_message_bytes= to take the outbox's value from its config item, or set it to the stored "
+                              "value (every writer, relay, publisher and consumer of one outbox must agree)")
+        return stored or configured or contract.DEFAULT_MAX_MESSAGE_BYTES, self.config.stamped_headers
 
     @property
     def bucket_count(self) -> int:
