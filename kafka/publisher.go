@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -331,7 +332,14 @@ func (p *Publisher) publish(ctx context.Context, cl *kgo.Client, unanswered *ato
 	case acked < n && failed == nil:
 		err = wrapMessage(msgs[acked], p.abandonedError(ctx, rctx, &msgs[acked]))
 	case acked < n:
-		err = wrapMessage(msgs[acked], p.produceError(ctx, rctx, recs[acked], failed))
+		perr := p.produceError(ctx, rctx, recs[acked], failed)
+		if terr, purge := p.lostTopic(ctx, recs[acked].Topic, failed); purge {
+			p.purge(cl, recs[acked].Topic)
+			if terr != nil {
+				perr = terr
+			}
+		}
+		err = wrapMessage(msgs[acked], perr)
 	case stopErr != nil:
 		err = wrapMessage(msgs[n], stopErr)
 	}
@@ -543,6 +551,50 @@ func (p *Publisher) produceError(ctx, rctx context.Context, r *kgo.Record, err e
 		partition = -1
 	}
 	return &ProduceError{Topic: r.Topic, Partition: partition, Err: err}
+}
+
+// lostTopic looks again at topic, whose record kgo failed with err, when err
+// says the broker does not know the topic (UNKNOWN_TOPIC_OR_PARTITION, or
+// UNKNOWN_TOPIC_ID: produce v13 names topics by id). The topic passed its
+// check earlier (kept for the Publisher's life), so it was deleted, or
+// deleted and created again. The check is forgotten and made again, with a
+// Metadata request of its own rather than kgo's cache: a topic that is gone
+// returns its *TopicError (Fatal: the relay stops the bucket with this
+// reason instead of retrying a message that cannot be written until someone
+// creates the topic), and every later Publish fails its check until the
+// topic exists again. purge reports that the client's state for the topic
+// must go: kgo keeps producing to the first instance of a topic it knows
+// and fails the records of a recreated one with UNKNOWN_TOPIC_ID until the
+// topic is purged (franz-go's README, "Topic recreation"), so a topic found
+// gone, or present under an id the client refuses, is purged, and the next
+// Publish produces to the topic's current instance. A topic found present
+// after UNKNOWN_TOPIC_OR_PARTITION (metadata settling, a broker behind) is
+// left alone: purging it would reset its sequence numbers. Retriable when
+// terr is nil.
+func (p *Publisher) lostTopic(ctx context.Context, topic string, err error) (terr error, purge bool) {
+	recreated := errors.Is(err, kerr.UnknownTopicID)
+	if !recreated && !errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return nil, false
+	}
+	p.topics.forget(topic)
+	var te *TopicError
+	if cerr := p.topics.check(ctx, []string{topic})[topic]; errors.As(cerr, &te) {
+		gone := errors.Is(te.Err, kerr.UnknownTopicOrPartition)
+		p.log.Warn("kafka: a topic the publisher produced to is unknown to the broker", "topic", topic,
+			"produce_err", err, "exists", !gone, "err", cerr)
+		return cerr, gone || recreated
+	}
+	return nil, recreated
+}
+
+// purge drops what the clients know of topic (see lostTopic): cl, which
+// failed its record, and the main client, which PublishAlone's isolation
+// client does not share.
+func (p *Publisher) purge(cl *kgo.Client, topic string) {
+	cl.PurgeTopicsFromClient(topic)
+	if cl != p.cl {
+		p.cl.PurgeTopicsFromClient(topic)
+	}
 }
 
 // abandonedError describes m's record, still without a result when the
