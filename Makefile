@@ -91,8 +91,9 @@ TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|kafka-real:|thirdpart
 # consumer-group tests, the reference ordering case (transactional mode
 # included), the end-to-end run in both modes, a short transactional
 # soak with nodes killed (TestRealKafkaSoak) and a topic deleted under a
-# running relay (cmd/outbox's TestTopicDeleted). Each lane's
-# output is printed whole when all are done, the library's first.
+# running relay and under the relay function's handler (TestTopicDeleted*).
+# Each lane's output is printed whole when all are done, the library's
+# first.
 TEST_LOGS := $(CACHE)/test-logs
 REAL_KAFKA_INBOX := 'TestCrashBetweenTransactionAndOffsetCommit|TestRebalanceInTheMiddleOfABatch|TestConsumerStopsAtAFailedRecord|TestRunAgainAfterItsContextEnded|TestConsumerReadsCommittedOnly'
 test: deps
@@ -105,7 +106,7 @@ test: deps
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./kafka ./kafka/brokertest 2>&1 | grep -E $(TEST_FILTER) && \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run $(REAL_KAFKA_INBOX) ./inbox 2>&1 | grep -E $(TEST_FILTER) && \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run 'TestRealEndToEnd|TestOrderAfterPartialFailure|TestRealKafkaSoak' github.com/dynakafka/outbox/integration 2>&1 | grep -E $(TEST_FILTER) && \
-	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run 'TestTopicDeleted' github.com/dynakafka/outbox/cmd/outbox 2>&1 | grep -E $(TEST_FILTER) \
+	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run 'TestTopicDeleted' github.com/dynakafka/outbox/cmd/outbox github.com/dynakafka/outbox/lambda/handler 2>&1 | grep -E $(TEST_FILTER) \
 	) > $(TEST_LOGS)/real-kafka.log 2>&1 & real=$$!; \
 	( for m in $(TOOL_MODULES); do \
 		(cd $$m && GOWORK=off $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./... 2>&1 | grep -E $(TEST_FILTER)) || exit 1; \
