@@ -102,12 +102,14 @@ func TestTopicDeleted(t *testing.T) {
 	// relay holds it for one of its attempts (exit 4), and returns its exit
 	// code (the last one).
 	cliRun := func(args ...string) int {
-		code := exitNotDrained
+		code, tries, stdout, stderr := exitNotDrained, 0, "", ""
 		eventually(func() bool {
-			code, _, _ = c.run(args...)
+			tries++
+			c.now = time.Now() // the CLI's clock: its lease lasts from now, beside the relay's
+			code, stdout, stderr = c.run(args...)
 			return code != exitNotDrained
 		})
-		fmt.Fprintf(&c.out, "$ outbox %s\n[exit %d]\n\n", strings.Join(args, " "), code)
+		fmt.Fprintf(&c.out, "$ outbox %s\n[exit %d after %d tries]\n%s%s\n", strings.Join(args, " "), code, tries, stdout, stderr)
 		return code
 	}
 
@@ -123,6 +125,7 @@ func TestTopicDeleted(t *testing.T) {
 	// The bucket stops with the reason, within the relay's sweeps.
 	var status string
 	reasonShown := eventually(func() bool {
+		c.now = time.Now()
 		_, status, _ = c.run("status")
 		row := ""
 		for _, l := range strings.Split(status, "\n") {
@@ -168,6 +171,7 @@ func TestTopicDeleted(t *testing.T) {
 	if !recreatedResumed {
 		t.Errorf("the recreated topic %s holds %v; want %v, published by the running relay", gone, resumed, resumedID)
 	}
+	c.now = time.Now()
 	c.step(exitOK, "replay", "--bucket", "0", "--seq", "2")
 	if code := cliRun("drain", "0"); code != exitOK {
 		t.Errorf("outbox drain 0 after the topic was recreated: exit %d, want %d", code, exitOK)
