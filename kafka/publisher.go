@@ -239,7 +239,10 @@ const AbandonGrace = 200 * time.Millisecond
 // on the same partition keep their order.
 //
 // Publish returns at the latest AbandonGrace after ctx is done or
-// DeliveryTimeout has passed, whatever the brokers do. Records started but
+// DeliveryTimeout has passed, whatever the brokers do (twice that after
+// DeliveryTimeout when a record failed for its topic, unknown to the broker
+// or not taken in time, and Publish looks at the topic again: a deleted
+// topic is reported as a *TopicError, Fatal). Records started but
 // still without a result then are abandoned: reported as not acknowledged,
 // with an error matching ErrAbandoned and the context's error (or
 // kgo.ErrRecordTimeout), although Kafka may still write them — a duplicate
@@ -329,15 +332,17 @@ func (p *Publisher) publish(ctx context.Context, cl *kgo.Client, unanswered *ato
 
 	acked, abandoned, failed := res.outcome(n)
 	switch {
-	case acked < n && failed == nil:
-		err = wrapMessage(msgs[acked], p.abandonedError(ctx, rctx, &msgs[acked]))
 	case acked < n:
-		perr := p.produceError(ctx, rctx, recs[acked], failed)
-		if terr, purge := p.lostTopic(ctx, recs[acked].Topic, failed); purge {
-			p.purge(cl, recs[acked].Topic)
-			if terr != nil {
-				perr = terr
-			}
+		perr := p.abandonedError(ctx, rctx, &msgs[acked])
+		if failed != nil {
+			perr = p.produceError(ctx, rctx, recs[acked], failed)
+		}
+		terr, purge := p.lostTopic(ctx, msgs[acked].Topic, perr)
+		if purge {
+			p.purge(cl, msgs[acked].Topic)
+		}
+		if terr != nil {
+			perr = terr
 		}
 		err = wrapMessage(msgs[acked], perr)
 	case stopErr != nil:
@@ -553,34 +558,41 @@ func (p *Publisher) produceError(ctx, rctx context.Context, r *kgo.Record, err e
 	return &ProduceError{Topic: r.Topic, Partition: partition, Err: err}
 }
 
-// lostTopic looks again at topic, whose record kgo failed with err, when err
-// says the broker does not know the topic (UNKNOWN_TOPIC_OR_PARTITION, or
-// UNKNOWN_TOPIC_ID: produce v13 names topics by id). The topic passed its
-// check earlier (kept for the Publisher's life), so it was deleted, or
-// deleted and created again. The check is forgotten and made again, with a
-// Metadata request of its own rather than kgo's cache: a topic that is gone
-// returns its *TopicError (Fatal: the relay stops the bucket with this
+// lostTopic looks again at topic, whose record failed with err (as
+// produceError translated it), when err says the broker does not know the
+// topic (UNKNOWN_TOPIC_OR_PARTITION, or UNKNOWN_TOPIC_ID: produce v13 names
+// topics by id) or the record was not delivered within DeliveryTimeout
+// (kgo.ErrRecordTimeout: kgo may still be waiting for the topic to appear,
+// its UnknownTopicRetries not reached). The topic passed its check earlier
+// (kept for the Publisher's life), so it may have been deleted, or deleted
+// and created again. The check is forgotten and made again, with a Metadata
+// request of its own rather than kgo's cache, within AbandonGrace (and only
+// while ctx lasts: a publish cut off by its caller returns at once): a
+// topic that is gone (or can no longer be described)
+// returns its *TopicError, Fatal: the relay stops the bucket with this
 // reason instead of retrying a message that cannot be written until someone
-// creates the topic), and every later Publish fails its check until the
+// creates the topic, and every later Publish fails its check until the
 // topic exists again. purge reports that the client's state for the topic
 // must go: kgo keeps producing to the first instance of a topic it knows
 // and fails the records of a recreated one with UNKNOWN_TOPIC_ID until the
 // topic is purged (franz-go's README, "Topic recreation"), so a topic found
 // gone, or present under an id the client refuses, is purged, and the next
 // Publish produces to the topic's current instance. A topic found present
-// after UNKNOWN_TOPIC_OR_PARTITION (metadata settling, a broker behind) is
-// left alone: purging it would reset its sequence numbers. Retriable when
-// terr is nil.
+// otherwise (metadata settling, a broker behind, a slow partition) is left
+// alone: purging it would reset its sequence numbers. err stands (terr nil)
+// when the check finds the topic or cannot tell.
 func (p *Publisher) lostTopic(ctx context.Context, topic string, err error) (terr error, purge bool) {
 	recreated := errors.Is(err, kerr.UnknownTopicID)
-	if !recreated && !errors.Is(err, kerr.UnknownTopicOrPartition) {
-		return nil, false
+	if !recreated && !errors.Is(err, kerr.UnknownTopicOrPartition) && !errors.Is(err, kgo.ErrRecordTimeout) || ctx.Err() != nil {
+		return nil, recreated
 	}
+	cctx, cancel := context.WithTimeout(ctx, AbandonGrace)
+	defer cancel()
 	p.topics.forget(topic)
 	var te *TopicError
-	if cerr := p.topics.check(ctx, []string{topic})[topic]; errors.As(cerr, &te) {
+	if cerr := p.topics.check(cctx, []string{topic})[topic]; errors.As(cerr, &te) {
 		gone := errors.Is(te.Err, kerr.UnknownTopicOrPartition)
-		p.log.Warn("kafka: a topic the publisher produced to is unknown to the broker", "topic", topic,
+		p.log.Warn("kafka: a topic the publisher produced to failed its check again", "topic", topic,
 			"produce_err", err, "exists", !gone, "err", cerr)
 		return cerr, gone || recreated
 	}

@@ -176,14 +176,15 @@ func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acke
 			t.drop(b)
 		}
 		perr := p.produceError(ctx, rctx, recs[failed], cause)
-		if terr, purge := p.lostTopic(ctx, recs[failed].Topic, cause); purge {
+		terr, purge := p.lostTopic(ctx, msgs[failed].Topic, perr)
+		if purge {
 			// A deleted (or recreated) topic: the bucket's client would
 			// keep refusing the topic's new instance; its next Publish
 			// starts a new one.
 			t.drop(b)
-			if terr != nil {
-				perr = terr
-			}
+		}
+		if terr != nil {
+			perr = terr
 		}
 		return 0, wrapMessage(msgs[failed], perr)
 	}
