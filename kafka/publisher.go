@@ -562,25 +562,23 @@ func (p *Publisher) produceError(ctx, rctx context.Context, r *kgo.Record, err e
 // produceError translated it), when err says the broker does not know the
 // topic (UNKNOWN_TOPIC_OR_PARTITION, or UNKNOWN_TOPIC_ID: produce v13 names
 // topics by id) or the record was not delivered within DeliveryTimeout
-// (kgo.ErrRecordTimeout: kgo may still be waiting for the topic to appear,
-// its UnknownTopicRetries not reached). The topic passed its check earlier
-// (kept for the Publisher's life), so it may have been deleted, or deleted
-// and created again. The check is forgotten and made again, with a Metadata
-// request of its own rather than kgo's cache, within AbandonGrace (and only
-// while ctx lasts: a publish cut off by its caller returns at once): a
-// topic that is gone (or can no longer be described)
-// returns its *TopicError, Fatal: the relay stops the bucket with this
-// reason instead of retrying a message that cannot be written until someone
-// creates the topic, and every later Publish fails its check until the
-// topic exists again. purge reports that the client's state for the topic
-// must go: kgo keeps producing to the first instance of a topic it knows
-// and fails the records of a recreated one with UNKNOWN_TOPIC_ID until the
-// topic is purged (franz-go's README, "Topic recreation"), so a topic found
-// gone, or present under an id the client refuses, is purged, and the next
-// Publish produces to the topic's current instance. A topic found present
-// otherwise (metadata settling, a broker behind, a slow partition) is left
-// alone: purging it would reset its sequence numbers. err stands (terr nil)
-// when the check finds the topic or cannot tell.
+// (kgo.ErrRecordTimeout: kgo may still be waiting for the topic to appear).
+// The topic passed its check earlier, which is kept for the Publisher's
+// life, so it may have been deleted, or deleted and created again. The
+// check is forgotten and made again, with requests of its own rather than
+// kgo's cache, within AbandonGrace and only while ctx lasts. A topic gone
+// (or that can no longer be described) returns its *TopicError, Fatal: the
+// relay stops the bucket with this reason instead of retrying a message
+// that cannot be written until someone acts, and every later Publish fails
+// its check until the topic exists again. purge reports that the client's
+// state for the topic must go: kgo keeps producing to the first instance of
+// a topic it knows and fails a recreated one's records with
+// UNKNOWN_TOPIC_ID until the topic is purged (franz-go's README, "Topic
+// recreation"), so a topic found gone, or refused under a new id, is
+// purged, and the next Publish produces to its current instance. A topic
+// found present otherwise (metadata settling, a slow partition) is left
+// alone, since purging resets its sequence numbers, and err stands (terr
+// nil), as it does when the check cannot tell.
 func (p *Publisher) lostTopic(ctx context.Context, topic string, err error) (terr error, purge bool) {
 	recreated := errors.Is(err, kerr.UnknownTopicID)
 	if !recreated && !errors.Is(err, kerr.UnknownTopicOrPartition) && !errors.Is(err, kgo.ErrRecordTimeout) || ctx.Err() != nil {
