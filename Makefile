@@ -76,8 +76,9 @@ deps:
 
 # Verbose, filtered to the package results, failures and the one-line
 # summaries the suites print (outbox-e2e:, kafka-real:, thirdparty:, soak:,
-# bench:, cdk:, inbox-poison:, containment:, enqueue:, python-writer:, schema:, regions:).
-TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|kafka-real:|thirdparty:|soak:|bench:|cdk:|inbox-poison:|containment:|enqueue:|python-writer:|schema:|regions:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
+# bench:, cdk:, inbox-poison:, containment:, enqueue:, python-writer:, schema:, regions:,
+# topic-deleted:).
+TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|kafka-real:|thirdparty:|soak:|bench:|cdk:|inbox-poison:|containment:|enqueue:|python-writer:|schema:|regions:|topic-deleted:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
 
 # Three lanes at once: the library module (mostly waiting on DynamoDB Local,
 # Kafka and the stream); the tool modules after one another (mostly
@@ -88,9 +89,11 @@ TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|kafka-real:|thirdpart
 # three, the third-party consumer) run instead of skipping: the publisher's
 # whole suite (kfake-only fault injection skips, saying so), the inbox's
 # consumer-group tests, the reference ordering case (transactional mode
-# included), the end-to-end run in both modes and a short transactional
-# soak with nodes killed (TestRealKafkaSoak). Each lane's
-# output is printed whole when all are done, the library's first.
+# included), the end-to-end run in both modes, a short transactional
+# soak with nodes killed (TestRealKafkaSoak) and a topic deleted under a
+# running relay and under the relay function's handler (TestTopicDeleted*).
+# Each lane's output is printed whole when all are done, the library's
+# first.
 TEST_LOGS := $(CACHE)/test-logs
 REAL_KAFKA_INBOX := 'TestCrashBetweenTransactionAndOffsetCommit|TestRebalanceInTheMiddleOfABatch|TestConsumerStopsAtAFailedRecord|TestRunAgainAfterItsContextEnded|TestConsumerReadsCommittedOnly'
 test: deps
@@ -102,7 +105,8 @@ test: deps
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run TestRealKafka ./internal/testenv 2>&1 | grep -E $(TEST_FILTER) && \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./kafka ./kafka/brokertest 2>&1 | grep -E $(TEST_FILTER) && \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run $(REAL_KAFKA_INBOX) ./inbox 2>&1 | grep -E $(TEST_FILTER) && \
-	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run 'TestRealEndToEnd|TestOrderAfterPartialFailure|TestRealKafkaSoak' github.com/dynakafka/outbox/integration 2>&1 | grep -E $(TEST_FILTER) \
+	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run 'TestRealEndToEnd|TestOrderAfterPartialFailure|TestRealKafkaSoak' github.com/dynakafka/outbox/integration 2>&1 | grep -E $(TEST_FILTER) && \
+	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run 'TestTopicDeleted' github.com/dynakafka/outbox/cmd/outbox github.com/dynakafka/outbox/lambda/handler 2>&1 | grep -E $(TEST_FILTER) \
 	) > $(TEST_LOGS)/real-kafka.log 2>&1 & real=$$!; \
 	( for m in $(TOOL_MODULES); do \
 		(cd $$m && GOWORK=off $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./... 2>&1 | grep -E $(TEST_FILTER)) || exit 1; \

@@ -31,10 +31,14 @@
 // Kafka acknowledged, and the first error in message order, wrapped in an
 // *outbox.PublishError that names the message. A message that fails a local
 // check (size, topic, headers, topic existence) is not produced, nor is any
-// after it. Publish returns at the latest AbandonGrace after its context is
-// done or DeliveryTimeout has passed; a record without a result by then is
-// reported not acknowledged (ErrAbandoned), although Kafka may still write
-// it: a duplicate the message-id header lets consumers drop.
+// after it. A topic deleted after its check fails its next records with a
+// *TopicError (Fatal, "does not exist") once the publisher has looked again,
+// and is produced to again once it is recreated, without a restart.
+// Publish returns at the latest AbandonGrace after its context is done or
+// DeliveryTimeout has passed (twice that after DeliveryTimeout when it looks
+// at a record's topic again); a record without a result by then is reported
+// not acknowledged (ErrAbandoned), although Kafka may still write it: a
+// duplicate the message-id header lets consumers drop.
 //
 // # Stamped headers
 //

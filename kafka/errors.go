@@ -198,8 +198,12 @@ func IsRetriable(err error) bool {
 //     error Kafka does not mark retriable. The bucket stops; nothing is
 //     parked; it resumes when the cause is fixed.
 //   - Retriable: everything else, including UNKNOWN_TOPIC_OR_PARTITION while
-//     producing (metadata may be settling), leadership changes, timeouts,
-//     NOT_ENOUGH_REPLICAS and network errors.
+//     producing to a topic that a fresh check still finds (metadata may be
+//     settling; a topic the check finds gone is a *TopicError, Fatal),
+//     UNKNOWN_TOPIC_ID from a topic deleted and created again (the
+//     publisher purges it from its client, and the next Publish produces
+//     to the new topic), leadership changes, timeouts, NOT_ENOUGH_REPLICAS
+//     and network errors.
 func Class(err error) outbox.ErrorClass {
 	var (
 		tooLarge  *RecordTooLargeError

@@ -144,8 +144,10 @@ func ClientOptions(opts ...kgo.Opt) Option {
 // Topics lists topics to check at start: NewPublisher fails unless each
 // exists and its max.message.bytes admits MaxMessageBytes. A topic not listed
 // is checked the same way the first time a message for it is published, and
-// a successful check is remembered for the life of the Publisher. Default:
-// none.
+// a successful check is remembered for the life of the Publisher, until the
+// broker says it does not know the topic (it was deleted): the topic is
+// checked again then, and again at every publish until it exists, and a
+// recreated topic is produced to without a restart. Default: none.
 func Topics(topics ...string) Option {
 	return func(c *cfg) { c.topics = append(c.topics, topics...) }
 }

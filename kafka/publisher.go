@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -238,7 +239,10 @@ const AbandonGrace = 200 * time.Millisecond
 // on the same partition keep their order.
 //
 // Publish returns at the latest AbandonGrace after ctx is done or
-// DeliveryTimeout has passed, whatever the brokers do. Records started but
+// DeliveryTimeout has passed, whatever the brokers do (twice that after
+// DeliveryTimeout when a record failed for its topic, unknown to the broker
+// or not taken in time, and Publish looks at the topic again: a deleted
+// topic is reported as a *TopicError, Fatal). Records started but
 // still without a result then are abandoned: reported as not acknowledged,
 // with an error matching ErrAbandoned and the context's error (or
 // kgo.ErrRecordTimeout), although Kafka may still write them — a duplicate
@@ -328,10 +332,19 @@ func (p *Publisher) publish(ctx context.Context, cl *kgo.Client, unanswered *ato
 
 	acked, abandoned, failed := res.outcome(n)
 	switch {
-	case acked < n && failed == nil:
-		err = wrapMessage(msgs[acked], p.abandonedError(ctx, rctx, &msgs[acked]))
 	case acked < n:
-		err = wrapMessage(msgs[acked], p.produceError(ctx, rctx, recs[acked], failed))
+		perr := p.abandonedError(ctx, rctx, &msgs[acked])
+		if failed != nil {
+			perr = p.produceError(ctx, rctx, recs[acked], failed)
+		}
+		terr, purge := p.lostTopic(ctx, msgs[acked].Topic, perr)
+		if purge {
+			p.purge(cl, msgs[acked].Topic)
+		}
+		if terr != nil {
+			perr = terr
+		}
+		err = wrapMessage(msgs[acked], perr)
 	case stopErr != nil:
 		err = wrapMessage(msgs[n], stopErr)
 	}
@@ -543,6 +556,55 @@ func (p *Publisher) produceError(ctx, rctx context.Context, r *kgo.Record, err e
 		partition = -1
 	}
 	return &ProduceError{Topic: r.Topic, Partition: partition, Err: err}
+}
+
+// lostTopic looks again at topic, whose record failed with err (as
+// produceError translated it), when err says the broker does not know the
+// topic (UNKNOWN_TOPIC_OR_PARTITION, or UNKNOWN_TOPIC_ID: produce v13 names
+// topics by id) or the record was not delivered within DeliveryTimeout
+// (kgo.ErrRecordTimeout: kgo may still be waiting for the topic to appear).
+// The topic passed its check earlier, which is kept for the Publisher's
+// life, so it may have been deleted, or deleted and created again. The
+// check is forgotten and made again, with requests of its own rather than
+// kgo's cache, within AbandonGrace and only while ctx lasts. A topic gone
+// (or that can no longer be described) returns its *TopicError, Fatal: the
+// relay stops the bucket with this reason instead of retrying a message
+// that cannot be written until someone acts, and every later Publish fails
+// its check until the topic exists again. purge reports that the client's
+// state for the topic must go: kgo keeps producing to the first instance of
+// a topic it knows and fails a recreated one's records with
+// UNKNOWN_TOPIC_ID until the topic is purged (franz-go's README, "Topic
+// recreation"), so a topic found gone, or refused under a new id, is
+// purged, and the next Publish produces to its current instance. A topic
+// found present otherwise (metadata settling, a slow partition) is left
+// alone, since purging resets its sequence numbers, and err stands (terr
+// nil), as it does when the check cannot tell.
+func (p *Publisher) lostTopic(ctx context.Context, topic string, err error) (terr error, purge bool) {
+	recreated := errors.Is(err, kerr.UnknownTopicID)
+	if !recreated && !errors.Is(err, kerr.UnknownTopicOrPartition) && !errors.Is(err, kgo.ErrRecordTimeout) || ctx.Err() != nil {
+		return nil, recreated
+	}
+	cctx, cancel := context.WithTimeout(ctx, AbandonGrace)
+	defer cancel()
+	p.topics.forget(topic)
+	var te *TopicError
+	if cerr := p.topics.check(cctx, []string{topic})[topic]; errors.As(cerr, &te) {
+		gone := errors.Is(te.Err, kerr.UnknownTopicOrPartition)
+		p.log.Warn("kafka: a topic the publisher produced to failed its check again", "topic", topic,
+			"produce_err", err, "exists", !gone, "err", cerr)
+		return cerr, gone || recreated
+	}
+	return nil, recreated
+}
+
+// purge drops what the clients know of topic (see lostTopic): cl, which
+// failed its record, and the main client, which PublishAlone's isolation
+// client does not share.
+func (p *Publisher) purge(cl *kgo.Client, topic string) {
+	cl.PurgeTopicsFromClient(topic)
+	if cl != p.cl {
+		p.cl.PurgeTopicsFromClient(topic)
+	}
 }
 
 // abandonedError describes m's record, still without a result when the

@@ -175,7 +175,18 @@ func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acke
 				"transactional_id", id, "error", err)
 			t.drop(b)
 		}
-		return 0, wrapMessage(msgs[failed], p.produceError(ctx, rctx, recs[failed], cause))
+		perr := p.produceError(ctx, rctx, recs[failed], cause)
+		terr, purge := p.lostTopic(ctx, msgs[failed].Topic, perr)
+		if purge {
+			// A deleted (or recreated) topic: the bucket's client would
+			// keep refusing the topic's new instance; its next Publish
+			// starts a new one.
+			t.drop(b)
+		}
+		if terr != nil {
+			perr = terr
+		}
+		return 0, wrapMessage(msgs[failed], perr)
 	}
 	if err := cl.EndTransaction(rctx, kgo.TryCommit); err != nil {
 		// Not known committed (a fence answering a resent commit whose

@@ -208,3 +208,55 @@ func AlterTopicConfig(t testing.TB, k *KafkaCluster, topic, name, value string) 
 		t.Fatalf("testenv.AlterTopicConfig %s %s=%s: %v", topic, name, value, err)
 	}
 }
+
+// DeleteTopic deletes topic and waits until no broker lists it any more, on
+// kfake or real brokers alike, and fails the test if it cannot.
+func DeleteTopic(t testing.TB, k *KafkaCluster, topic string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
+	if err != nil {
+		t.Fatalf("testenv.DeleteTopic: client: %v", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrDeleteTopicsRequest()
+	req.TimeoutMillis = 30_000
+	rt := kmsg.NewDeleteTopicsRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	req.TopicNames = append(req.TopicNames, topic) // versions before 6
+	resp, err := req.RequestWith(ctx, cl)
+	if err == nil && len(resp.Topics) != 1 {
+		err = fmt.Errorf("%d topics in the answer", len(resp.Topics))
+	}
+	if err == nil {
+		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("testenv.DeleteTopic %q: %v", topic, err)
+	}
+	for _, b := range k.Brokers {
+		bc, err := kgo.NewClient(kgo.SeedBrokers(b))
+		if err != nil {
+			t.Fatalf("testenv.DeleteTopic: client: %v", err)
+		}
+		for {
+			mreq := kmsg.NewPtrMetadataRequest()
+			mt := kmsg.NewMetadataRequestTopic()
+			mt.Topic = kmsg.StringPtr(topic)
+			mreq.Topics = append(mreq.Topics, mt)
+			mresp, err := mreq.RequestWith(ctx, bc)
+			if err == nil && (len(mresp.Topics) == 0 || mresp.Topics[0].ErrorCode == kerr.UnknownTopicOrPartition.Code) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				bc.Close()
+				t.Fatalf("testenv.DeleteTopic: broker %s still lists topic %q", b, topic)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		bc.Close()
+	}
+}
