@@ -28,8 +28,10 @@ var trace = flag.Bool("sim.trace", false, "with -sim.seed: log every store call 
 // in sequence order. A third of the schedules publish with Kafka
 // transactions (txn.go): there a read_committed consumer must see nothing of
 // a transaction its publisher reported failed (stale_visible), a bucket's
-// transactions one after another (interleavings), and duplicates only as
-// whole transactions. A failure prints its seed: go test ./internal/sim
+// transactions one after another (interleavings), duplicates only as whole
+// transactions, and no commit after another process acquired the bucket and
+// read it, its producer older than that acquisition (late_commits: the
+// acquirer fences first). A failure prints its seed: go test ./internal/sim
 // -run TestSchedules -sim.seed N replays it.
 func TestSchedules(t *testing.T) {
 	n := 3000
