@@ -21,7 +21,9 @@ import (
 // consumer never sees them).
 //
 // The fence: a new holder of a bucket initialises a producer under the same
-// transactional id, which bumps its epoch at the transaction coordinator.
+// transactional id when it acquires the bucket, before it reads it
+// (FenceHolders, which the relay calls as an outbox.HolderFencer), which
+// bumps the id's epoch at the transaction coordinator.
 // The broker then aborts the previous holder's open transaction and refuses
 // its further produce and commit requests (PRODUCER_FENCED or
 // INVALID_PRODUCER_EPOCH, a *FencedError): a stalled or stale holder's
