@@ -142,7 +142,10 @@ func TestTxnTakeoverFencesBeforeItsRead(t *testing.T) {
 	}()
 	clkA, clkB := &settableClock{}, &settableClock{}
 	clkB.Advance(time.Hour) // B's clock is past A's lease: a takeover
-	opts := []outbox.Option{outbox.LeaseDuration(lease), outbox.DeadlineMargin(0), outbox.RetryBackoff(10*time.Millisecond, 50*time.Millisecond)}
+	// Renewals every 5 minutes: A's watchdog, which would find the lease
+	// lost and cancel A's publish, stays asleep while the gates hold.
+	opts := []outbox.Option{outbox.LeaseDuration(lease), outbox.LeaseRenewInterval(5 * time.Minute), outbox.DeadlineMargin(0),
+		outbox.RetryBackoff(10*time.Millisecond, 50*time.Millisecond)}
 	a, err := outbox.NewRelay(ctx, mem, pubA, append(opts, outbox.RelayID("a"), outbox.WithClock(clkA))...)
 	if err != nil {
 		t.Fatal(err)
