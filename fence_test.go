@@ -72,8 +72,10 @@ func TestRelayFencesEarlierHoldersBeforeItsFirstRead(t *testing.T) {
 	log := &eventLog{}
 	s := fenceReadLog{Store: mem, log: log}
 	p := &fencingPublisher{log: log}
-	clk := &fakeClock{}
-	a := newRelay(t, s, p, outbox.RelayID("a"), outbox.WithClock(clk), outbox.BatchSize(2), outbox.DeadlineMargin(0))
+	// The scheduler's clock stands still (a's resume window never runs out
+	// on a busy machine); the lease clock moves when the test says.
+	sched, clk := newManualSched(), &fakeClock{}
+	a := newRelay(t, s, p, sched.option(), outbox.RelayID("a"), outbox.WithClock(clk), outbox.BatchSize(2), outbox.DeadlineMargin(0))
 	fill(t, mem, 0, 1, 2, 3, 4, 5)
 
 	check := func(who string, from int, st outbox.DrainStats, err error, fences int) {
@@ -109,7 +111,7 @@ func TestRelayFencesEarlierHoldersBeforeItsFirstRead(t *testing.T) {
 	clk.Advance(time.Minute) // a's resume window is long over: b owes it no wait
 	fill(t, mem, 0, 8)
 	n = log.len()
-	b := newRelay(t, s, p, outbox.RelayID("b"), outbox.WithClock(clk), outbox.DeadlineMargin(0))
+	b := newRelay(t, s, p, sched.option(), outbox.RelayID("b"), outbox.WithClock(clk), outbox.DeadlineMargin(0))
 	st, err = b.DrainBucket(ctx, 0)
 	if !st.Acquired {
 		t.Fatalf("b's drain did not acquire: %+v", st)
@@ -137,8 +139,8 @@ func TestFailedFenceReadsAndPublishesNothing(t *testing.T) {
 		}
 		return nil
 	}}
-	clk := &fakeClock{}
-	r := newRelay(t, fenceReadLog{Store: mem, log: log}, p, outbox.RelayID("a"), outbox.WithClock(clk), outbox.DeadlineMargin(0))
+	sched, clk := newManualSched(), &fakeClock{} // the hold given up stays resumable by the clocks
+	r := newRelay(t, fenceReadLog{Store: mem, log: log}, p, sched.option(), outbox.RelayID("a"), outbox.WithClock(clk), outbox.DeadlineMargin(0))
 	fill(t, mem, 0, 1, 2)
 
 	st, err := r.DrainBucket(ctx, 0)
