@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dynakafka/outbox/internal/seam"
@@ -84,6 +85,7 @@ func (d *drain) acquire(ctx context.Context) error {
 	own := l.PrevToken != "" && l.PrevToken == d.loc.token
 	d.loc.token, d.loc.releasedAt = l.Token, time.Time{}
 	d.held = true
+	_, d.loc.fenceDue = d.r.pub.(HolderFencer)
 	d.st.Acquired = true
 	d.st.TakenOver = d.st.TakenOver || l.TakenOver
 	if l.PrevReleasedBy != "" && !own {
@@ -306,6 +308,9 @@ func (d *drain) run(ctx context.Context) error {
 		if err := d.waitForResumer(ctx); err != nil {
 			return err
 		}
+		if err := d.fenceHolders(ctx); err != nil {
+			return err
+		}
 		bt, err := d.read(ctx)
 		if err != nil {
 			return err
@@ -451,7 +456,7 @@ type prefetched struct {
 func (d *drain) prefetch(ctx context.Context, half time.Duration) *prefetched {
 	r, loc := d.r, d.loc
 	d.takeRestamp(ctx, false)
-	if !r.cfg.resume || loc.token == "" || loc.progress != loc.token || r.resumeLeft(loc) < half ||
+	if !r.cfg.resume || loc.token == "" || loc.progress != loc.token || loc.fenceDue || r.resumeLeft(loc) < half ||
 		d.target > 0 && loc.head >= d.target {
 		return nil
 	}
@@ -967,6 +972,42 @@ func (d *drain) waitForResumer(ctx context.Context) error {
 	if !d.r.sched.Sleep(ctx.Done(), wait) {
 		return ErrDeadline
 	}
+	return nil
+}
+
+// fenceHolders has a HolderFencer publisher fence the bucket's earlier
+// holders once after each acquisition, before the first read under it
+// (docs/design.md §7.3): a stalled holder's transaction cannot commit after
+// this drain read the bucket. It comes after waitForResumer, so that a
+// releaser still resuming within its window is not cut off mid-publish. It
+// is bounded by the lease's publish cut-off, like a publish: nothing renews
+// the lease meanwhile. Until it succeeds the hold is not resumed
+// (Relay.resumable).
+func (d *drain) fenceHolders(ctx context.Context) error {
+	f, ok := d.r.pub.(HolderFencer)
+	if !ok || !d.loc.fenceDue {
+		return nil
+	}
+	left := d.cutoff(d.getLease()).Sub(d.r.cfg.clock.Now())
+	if left <= 0 {
+		return fmt.Errorf("outbox: lease of bucket %d is past its publish cut-off before its earlier holders were fenced: %w", d.b, ErrLeaseLost)
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var cut atomic.Bool
+	deadline := d.r.sched.AfterFunc(left, func() {
+		cut.Store(true)
+		cancel()
+	})
+	err := f.FenceHolders(fctx, d.b)
+	deadline.Stop()
+	switch {
+	case err != nil && cut.Load() && ctx.Err() == nil:
+		return fmt.Errorf("outbox: fencing the earlier holders of bucket %d reached its lease's cut-off: %w", d.b, errors.Join(ErrLeaseLost, err))
+	case err != nil:
+		return fmt.Errorf("outbox: fence the earlier holders of bucket %d: %w", d.b, err)
+	}
+	d.loc.fenceDue = false
 	return nil
 }
 

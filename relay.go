@@ -104,6 +104,11 @@ type local struct {
 	// ResumeWindow after it, so that an acquirer waits at most until the
 	// recorded time + ResumeWindow + MaxClockSkew (docs/design.md §4.3).
 	releasedAt time.Time
+	// fenceDue: the hold of token was acquired with a HolderFencer
+	// publisher that has not fenced the bucket's earlier holders since
+	// (drain.fenceHolders); such a hold is not resumed, so that its next
+	// drain acquires and fences before it reads.
+	fenceDue bool
 	// stuck: what this process last saw stop the bucket (lease clock);
 	// recordedAt and loggedAt: when it last recorded it in the store and
 	// logged it, unlogged: the failures since that log line.
@@ -628,7 +633,7 @@ func (r *Relay) HoldToken(bucket int) string {
 // from their own) and no wake-up is pending.
 func (r *Relay) resumable(l Lease, loc *local) bool {
 	return r.cfg.resume && l.Released() && l.Owner == r.cfg.relayID && l.Token != "" && l.Token == loc.token && l.Wake == 0 &&
-		r.resumeLeft(loc) > 0
+		!loc.fenceDue && r.resumeLeft(loc) > 0
 }
 
 // resumeLeft is how long this process may still publish and mark under its

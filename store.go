@@ -375,6 +375,23 @@ type Isolator interface {
 	PublishAlone(ctx context.Context, msg Message) error
 }
 
+// HolderFencer is an optional Publisher capability, for a broker that can
+// shut a bucket's earlier publishers out (Kafka transactions:
+// kafka.TxnPublisher initialises the bucket's transactional id). After each
+// acquisition of a bucket's lease — not for a drain that resumes this
+// process's own release — the relay calls FenceHolders once, before it reads
+// the bucket, and neither reads nor publishes it unless FenceHolders returned
+// nil: from then on nothing that an earlier holder had not made visible
+// (a stalled holder's open transaction, its commit) may become visible, so
+// a stalled holder's commit cannot land between this holder's read and its
+// first publish (docs/design.md §7.3). ctx ends at the lease's publish
+// cut-off at the latest. On an error the drain stops, gives the lease up with
+// its wake-ups kept and returns the error (classified as usual); the
+// bucket's next drain acquires and fences again.
+type HolderFencer interface {
+	FenceHolders(ctx context.Context, bucket int) error
+}
+
 // Clock tells the time. The relay uses it for leases, heartbeats and gap
 // timeouts, so tests can drive time.
 type Clock interface {

@@ -21,7 +21,9 @@ import (
 // consumer never sees them).
 //
 // The fence: a new holder of a bucket initialises a producer under the same
-// transactional id, which bumps its epoch at the transaction coordinator.
+// transactional id when it acquires the bucket, before it reads it
+// (FenceHolders, which the relay calls as an outbox.HolderFencer), which
+// bumps the id's epoch at the transaction coordinator.
 // The broker then aborts the previous holder's open transaction and refuses
 // its further produce and commit requests (PRODUCER_FENCED or
 // INVALID_PRODUCER_EPOCH, a *FencedError): a stalled or stale holder's
@@ -47,8 +49,9 @@ type txnBucket struct {
 }
 
 var (
-	_ outbox.Publisher = (*TxnPublisher)(nil)
-	_ outbox.Isolator  = (*TxnPublisher)(nil)
+	_ outbox.Publisher    = (*TxnPublisher)(nil)
+	_ outbox.Isolator     = (*TxnPublisher)(nil)
+	_ outbox.HolderFencer = (*TxnPublisher)(nil)
 )
 
 // TransactionalID is the transactional id of bucket's producer: prefix (one
@@ -128,9 +131,8 @@ func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acke
 	defer b.mu.Unlock()
 	id := TransactionalID(t.prefix, bucket)
 	if b.cl == nil {
-		opts := append(append([]kgo.Opt(nil), p.kopts...), kgo.TransactionalID(id), kgo.TransactionTimeout(t.txnTTL))
-		if b.cl, err = kgo.NewClient(opts...); err != nil {
-			return 0, wrapMessage(msgs[0], fmt.Errorf("kafka: new transactional client %q: %w", id, err))
+		if b.cl, err = t.newClient(id); err != nil {
+			return 0, wrapMessage(msgs[0], err)
 		}
 	}
 	cl := b.cl
@@ -217,6 +219,54 @@ func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acke
 		return n, wrapMessage(msgs[n], stopErr)
 	}
 	return n, nil
+}
+
+// FenceHolders fences bucket's earlier holders (outbox.HolderFencer): the
+// relay calls it after it acquires the bucket's lease and before it reads
+// the bucket. It replaces the bucket's client by a new one and initialises
+// its producer (InitProducerID), which bumps the transactional id's epoch:
+// the broker aborts the open transaction of any producer initialised before
+// (a stalled holder's, whatever it appended) and refuses that producer's
+// further produce and commit (*FencedError). So a stalled holder's commit
+// cannot land after this holder read the bucket (docs/design.md §7.3). A
+// new client, because a live one's producer may have been fenced since its
+// own initialisation, and kgo reinitialises a healthy producer only when a
+// transaction fails. It costs one InitProducerID (and the new client's
+// connections) per acquisition: the hold's publishes use that client. ctx
+// bounds the initialisation (kgo retries it within ctx, e.g. while the
+// coordinator completes the aborted transaction); it waits for a Publish of
+// the bucket in progress in this process first. An error is classified by
+// Class (TRANSACTIONAL_ID_AUTHORIZATION_FAILED is Fatal: grant Write on the
+// transactional id); nothing was published, and the bucket has no client.
+func (t *TxnPublisher) FenceHolders(ctx context.Context, bucket int) error {
+	if t.p.closed.Load() {
+		return ErrClosed
+	}
+	b := t.bucket(bucket)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t.drop(b)
+	id := TransactionalID(t.prefix, bucket)
+	cl, err := t.newClient(id)
+	if err != nil {
+		return err
+	}
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		cl.Close()
+		return outbox.WithClass(fmt.Errorf("kafka: initialise transactional id %q to fence the bucket's earlier holders: %w", id, err), Class(err))
+	}
+	b.cl = cl
+	return nil
+}
+
+// newClient returns a new transactional client for id.
+func (t *TxnPublisher) newClient(id string) (*kgo.Client, error) {
+	opts := append(append([]kgo.Opt(nil), t.p.kopts...), kgo.TransactionalID(id), kgo.TransactionTimeout(t.txnTTL))
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: new transactional client %q: %w", id, err)
+	}
+	return cl, nil
 }
 
 // abort ends cl's open transaction with an abort, and returns nil only if

@@ -126,6 +126,15 @@ func (v via) PublishAlone(ctx context.Context, m outbox.Message) error {
 	return err
 }
 
+// FenceHolders keeps the inner publisher's outbox.HolderFencer (nil when it
+// has none): the relay fences a bucket's earlier holders through it.
+func (v via) FenceHolders(ctx context.Context, bucket int) error {
+	if f, ok := v.pub.(outbox.HolderFencer); ok {
+		return f.FenceHolders(ctx, bucket)
+	}
+	return nil
+}
+
 // alone publishes its single message through the Isolator, if any.
 type alone struct{ pub outbox.Publisher }
 

@@ -28,8 +28,10 @@ var trace = flag.Bool("sim.trace", false, "with -sim.seed: log every store call 
 // in sequence order. A third of the schedules publish with Kafka
 // transactions (txn.go): there a read_committed consumer must see nothing of
 // a transaction its publisher reported failed (stale_visible), a bucket's
-// transactions one after another (interleavings), and duplicates only as
-// whole transactions. A failure prints its seed: go test ./internal/sim
+// transactions one after another (interleavings), duplicates only as whole
+// transactions, and no commit after another process acquired the bucket and
+// read it, its producer older than that acquisition (late_commits: the
+// acquirer fences first). A failure prints its seed: go test ./internal/sim
 // -run TestSchedules -sim.seed N replays it.
 func TestSchedules(t *testing.T) {
 	n := 3000
@@ -51,7 +53,7 @@ func TestSchedules(t *testing.T) {
 		}
 	}
 	var sum Result
-	var finals, steps, overlaps, watermark, function, sweeper, resends, restamps, dups, txn, whole, partial, partialParked int
+	var finals, steps, overlaps, watermark, function, sweeper, resends, restamps, dups, txn, whole, partial, partialParked, lateFaults int
 	byCause, nAdmitted := map[string]int{}, 0
 	for s := first; s < first+uint64(n); s++ {
 		res, err := Run(s)
@@ -62,8 +64,8 @@ func TestSchedules(t *testing.T) {
 			for _, line := range res.Story {
 				t.Logf("%s: %s", res.Unexplained[0], line)
 			}
-			t.Fatalf("seed %d: stranded %v, out of order %v, unadmitted overlaps %v, unexplained duplicates %v (by cause %v), stale visible %v, interleavings %v, partial duplicates %v (config %+v, committed %d, crashes %d, stalls %d, resends %d)",
-				s, res.Stranded, res.OutOfOrder, first5(res.Unadmitted), first5(res.Unexplained), res.ByCause, first5(res.StaleVisible), first5(res.Interleavings), first5(res.PartialDuplicates),
+			t.Fatalf("seed %d: stranded %v, out of order %v, unadmitted overlaps %v, unexplained duplicates %v (by cause %v), stale visible %v, interleavings %v, partial duplicates %v, late commits %v (config %+v, committed %d, crashes %d, stalls %d, resends %d)",
+				s, res.Stranded, res.OutOfOrder, first5(res.Unadmitted), first5(res.Unexplained), res.ByCause, first5(res.StaleVisible), first5(res.Interleavings), first5(res.PartialDuplicates), first5(res.LateCommits),
 				res.Config, res.Committed, res.Crashes, res.Stalls, res.Resends)
 		}
 		sum.Committed += res.Committed
@@ -98,9 +100,10 @@ func TestSchedules(t *testing.T) {
 		whole += res.DupTxnsWhole
 		partial += res.DupTxnsPartial
 		partialParked += res.DupTxnsPartialParked
+		lateFaults += res.LateCommitFaults
 	}
-	t.Logf("sim: schedules=%d watermark_mode=%d function=%d sweeper=%d txn=%d committed=%d published=%d parked=%d crashes=%d stalls=%d resends=%d restamps=%d final_drains=%d overlaps=%d overlaps_admitted=%d duplicates=%d duplicates_by_cause=%s dup_txns=whole:%d,partial:%d,partial_parked:%d steps=%d stranded=0 unexplained=0 stale_visible=0 interleavings=0",
-		n, watermark, function, sweeper, txn, sum.Committed, sum.Published, sum.Parked, sum.Crashes, sum.Stalls, resends, restamps, finals, overlaps, nAdmitted, dups, causes(byCause), whole, partial, partialParked, steps)
+	t.Logf("sim: schedules=%d watermark_mode=%d function=%d sweeper=%d txn=%d committed=%d published=%d parked=%d crashes=%d stalls=%d resends=%d restamps=%d final_drains=%d overlaps=%d overlaps_admitted=%d duplicates=%d duplicates_by_cause=%s dup_txns=whole:%d,partial:%d,partial_parked:%d late_commit_faults=%d steps=%d stranded=0 unexplained=0 stale_visible=0 interleavings=0 late_commits=0",
+		n, watermark, function, sweeper, txn, sum.Committed, sum.Published, sum.Parked, sum.Crashes, sum.Stalls, resends, restamps, finals, overlaps, nAdmitted, dups, causes(byCause), whole, partial, partialParked, lateFaults, steps)
 }
 
 func first5(s []string) []string { return s[:min(5, len(s))] }

@@ -20,7 +20,13 @@ import (
 // record, a cancelled publish or a fence aborts it, and nothing of it is
 // ever visible. A commit's answer may be lost after it applied: the
 // publisher then reports the commit's outcome unknown (kafka.ErrCommitUnknown),
-// the only failed publish that puts its messages at risk.
+// the only failed publish that puts its messages at risk. The coordinator
+// may also apply a commit late (a slow transaction log): the publish gives
+// up at its context's end (the lease's cut-off), its outcome unknown, and
+// the commit applies later unless a newer producer was initialised first.
+// A relay initialises its producer after each acquisition, before it reads
+// (FenceHolders, docs/design.md §7.3), so no such late commit may land
+// after an acquirer's read (checkLateCommits).
 
 // txnState is a transaction's state at the broker.
 type txnState int8
@@ -40,6 +46,75 @@ type txn struct {
 	// failed, 3 commit outcome unknown.
 	reported int8
 	ids      []string
+	// committedAt: the fenceLog event of its commit (0: not committed).
+	committedAt int
+}
+
+// fenceLog numbers the events of the late-commit check: each process's
+// acquisitions of a bucket, with the transactional id's epoch then, the
+// first read after each, and the commits.
+type fenceLog struct {
+	n     int
+	acq   map[string]map[int]int // process -> bucket -> epoch at its acquisition
+	reads []acqRead
+}
+
+type acqRead struct {
+	who               string
+	bucket, epoch, at int
+}
+
+func (f *fenceLog) next() int {
+	f.n++
+	return f.n
+}
+
+func (f *fenceLog) acquired(who string, b, epoch int) {
+	if f.acq == nil {
+		f.acq = map[string]map[int]int{}
+	}
+	if f.acq[who] == nil {
+		f.acq[who] = map[int]int{}
+	}
+	f.acq[who][b] = epoch
+}
+
+func (f *fenceLog) read(who string, b int) {
+	e, ok := f.acq[who][b]
+	if !ok {
+		return
+	}
+	delete(f.acq[who], b)
+	f.reads = append(f.reads, acqRead{who: who, bucket: b, epoch: e, at: f.next()})
+}
+
+// procStore is the store as the process who calls it: with transactions it
+// records the process's acquisitions and the first read after each.
+type procStore struct {
+	*attrib.Attribution
+	p   *publisher
+	who string
+}
+
+// storeFor is the store of the process who.
+func (w *world) storeFor(who string) outbox.Store {
+	if !w.cfg.Txn {
+		return w.at
+	}
+	return &procStore{Attribution: w.at, p: w.pub, who: who}
+}
+
+func (ps *procStore) Acquire(ctx context.Context, b int, owner string, now time.Time, d time.Duration) (outbox.Lease, error) {
+	l, err := ps.Attribution.Acquire(ctx, b, owner, now, d)
+	if err == nil {
+		ps.p.fl.acquired(ps.who, b, ps.p.epoch[b])
+	}
+	return l, err
+}
+
+func (ps *procStore) Pending(ctx context.Context, b int, after int64, limit int) ([]outbox.Entry, bool, error) {
+	ps.p.fl.read(ps.who, b)
+	return ps.Attribution.Pending(ctx, b, after, limit)
 }
 
 var (
@@ -67,6 +142,36 @@ func (p *publisher) abortOpen(b, e int) {
 			t.state = txnAborted
 		}
 	}
+}
+
+// FenceHolders initialises the process's producer of bucket b
+// (kafka.TxnPublisher.FenceHolders): the id's epoch is bumped and the older
+// epochs' open transactions are aborted. The coordinator may not answer; the
+// initialisation may have applied all the same.
+func (tp *txnProc) FenceHolders(ctx context.Context, b int) error {
+	p := tp.p
+	s, r := p.w.s, p.w.s.Rand()
+	if tp.busy[b] {
+		p.w.fail(fmt.Errorf("%s fences bucket %d during its own publish of it", tp.who, b))
+	}
+	tp.busy[b] = true
+	defer func() { tp.busy[b] = false }()
+	s.Yield()
+	s.Sleep(ctx.Done(), time.Duration(r.Int64N(int64(100*time.Millisecond))))
+	tp.prod[b] = 0
+	failed := ctx.Err() != nil || r.Float64() < p.w.cfg.FaultRate/10
+	if !failed || r.IntN(2) == 0 {
+		p.epoch[b]++
+		p.abortOpen(b, p.epoch[b])
+	}
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case failed:
+		return errRetriable
+	}
+	tp.prod[b] = p.epoch[b]
+	return nil
 }
 
 func (tp *txnProc) Publish(ctx context.Context, msgs []outbox.Message) (int, error) {
@@ -135,10 +240,26 @@ func (tp *txnProc) Publish(ctx context.Context, msgs []outbox.Message) (int, err
 	// The commit: another process may initialise the id meanwhile.
 	s.Yield()
 	s.Sleep(nil, time.Duration(r.Int64N(int64(50*time.Millisecond))))
+	if r.Float64() < p.w.cfg.FaultRate/4 {
+		// The coordinator applies the commit late.
+		until := s.Now().Add(time.Duration(r.Int64N(int64(45 * time.Second))))
+		if !s.Sleep(ctx.Done(), until.Sub(s.Now())) {
+			p.w.res.LateCommitFaults++
+			t.reported = 3
+			tp.prod[b] = 0
+			s.Spawn(fmt.Sprint("late-commit-", tx), func() {
+				s.Sleep(nil, until.Sub(s.Now()))
+				if t.state == txnOpen && p.epoch[b] == t.epoch {
+					t.state, t.committedAt = txnCommitted, p.fl.next()
+				}
+			})
+			return 0, fmt.Errorf("commit transaction: %w", errCommitUnknown)
+		}
+	}
 	if fenced() {
 		return fail(errFenced)
 	}
-	t.state = txnCommitted
+	t.state, t.committedAt = txnCommitted, p.fl.next()
 	if r.Float64() < p.w.cfg.FaultRate/5 {
 		// The commit applied; its answer was lost.
 		t.reported = 3
@@ -174,6 +295,7 @@ func (p *publisher) visible() []record {
 // batch in a new transaction: seed 3532).
 func (w *world) checkTxns(vis []record, parked map[string]bool) {
 	p := w.pub
+	w.checkLateCommits()
 	lastTxn := map[int]int{}
 	ended := map[int]map[int]bool{}
 	lastSeq := map[int]int64{}
@@ -236,6 +358,24 @@ func (w *world) checkTxns(vis []record, parked map[string]bool) {
 				w.res.DupTxnsPartialParked++
 			default:
 				w.res.PartialDuplicates = append(w.res.PartialDuplicates, fmt.Sprintf("transaction %d (%s): %d of %d messages published again, no partial marking recorded and the rest not parked", i+1, t.who, again, len(t.ids)))
+			}
+		}
+	}
+}
+
+// checkLateCommits: no transaction commits after another process acquired
+// its bucket and read it, if its producer was initialised before that
+// acquisition — the acquirer's initialisation came first and fenced it.
+func (w *world) checkLateCommits() {
+	for i, t := range w.pub.txns {
+		if t.committedAt == 0 {
+			continue
+		}
+		for _, rd := range w.pub.fl.reads {
+			if rd.bucket == t.bucket && rd.who != t.who && t.epoch <= rd.epoch && rd.at < t.committedAt {
+				w.res.LateCommits = append(w.res.LateCommits, fmt.Sprintf("transaction %d (%s, epoch %d) of bucket %d committed after %s acquired the bucket at epoch %d and read it",
+					i+1, t.who, t.epoch, t.bucket, rd.who, rd.epoch))
+				break
 			}
 		}
 	}

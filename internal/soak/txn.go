@@ -130,6 +130,15 @@ func (p *txnTagger) Publish(ctx context.Context, msgs []outbox.Message) (int, er
 	return n, err
 }
 
+// FenceHolders keeps the inner publisher's outbox.HolderFencer: the
+// relays fence a bucket's earlier holders at each acquisition.
+func (p *txnTagger) FenceHolders(ctx context.Context, bucket int) error {
+	if f, ok := p.pub.(outbox.HolderFencer); ok {
+		return f.FenceHolders(ctx, bucket)
+	}
+	return nil
+}
+
 func msgIDs(msgs []outbox.Message) []string {
 	out := make([]string, len(msgs))
 	for i, m := range msgs {

@@ -709,6 +709,9 @@ func TestFailuresRaiseTheirAlarms(t *testing.T) {
 			"store/dynamo's TestTwoRegions runs the outage, the backlog in the failed region's slice, the takeover and the hand-back", "../../store/dynamo/regions_test.go", "TestTwoRegions"},
 		"Region mode: a gap in a bucket taken over": {"a slice taken over from another region: the root package's TestRelayRegionMode " +
 			"checks that the gap is never fenced and the bucket waits", "../../region_relay_test.go", "TestRelayRegionMode"},
+		"Transactional mode: a relay that acquired a bucket cannot initialise": {"this rig publishes without transactions; the root package's " +
+			"TestFailedFenceReadsAndPublishesNothing checks that the drain stops before its read with the fence's error and class and gives the lease up: " +
+			"a fence that keeps failing leaves the bucket's messages pending, as any drain that keeps failing", "../../fence_test.go", "TestFailedFenceReadsAndPublishesNothing"},
 	}
 	for row, nd := range notDriven {
 		src, err := os.ReadFile(nd.file)
