@@ -6,12 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/lambda/config"
 	"github.com/dynakafka/outbox/lambda/wiring"
 	"github.com/dynakafka/outbox/replay"
+	"github.com/dynakafka/outbox/store/dynamo"
 )
 
 var replayCommand = &command{
@@ -26,6 +28,13 @@ everything enqueued since it was parked. With --value FILE the record's
 value is replaced by the file's bytes (a repaired payload); id, topic, key,
 partition and headers stay. A dead letter that cannot be decoded needs a
 whole replacement message: use dynamo.Store.ReplayParked from Go, or drop it.
+In region mode the new number is reserved in the bucket's counter, which
+only the bucket's own region writes: run it with OUTBOX_REGION set to that
+region, against that region's tables (--region and the table names); without
+OUTBOX_REGION, for a bucket of another region's slice (a dead letter
+replicated here, or parked by a region that took the slice over), or with
+--region another than OUTBOX_REGION, it is refused (exit 3) and nothing is
+written.
 
 --from and --to (an outbox in watermark mode): publishes again, in sequence
 order, the messages of the bucket numbered --from to --to that the table
@@ -139,7 +148,13 @@ func rangeReplay(a *app, c *connection, env map[string]*string, bucket int, from
 }
 
 func replayParked(ctx context.Context, a *app, s *session, d deadLetterFlags, value []byte) error {
-	st, _, _, err := s.buckets(ctx, d.bucket)
+	var opts []dynamo.Option
+	if region := strings.TrimSpace(a.getenv("OUTBOX_REGION")); region != "" {
+		// Region mode: the replay reserves a number in the bucket's
+		// counter, which only the bucket's region may (ReplayParked).
+		opts = append(opts, dynamo.WithRegion(region))
+	}
+	st, _, _, err := s.buckets(ctx, d.bucket, opts...)
 	if err != nil {
 		return err
 	}
