@@ -149,12 +149,13 @@ func rangeReplay(a *app, c *connection, env map[string]*string, bucket int, from
 
 func replayParked(ctx context.Context, a *app, s *session, d deadLetterFlags, value []byte) error {
 	var opts []dynamo.Option
-	if region := strings.TrimSpace(a.getenv("OUTBOX_REGION")); region != "" {
+	region := strings.TrimSpace(a.getenv("OUTBOX_REGION"))
+	if region != "" {
 		// Region mode: the replay reserves a number in the bucket's
 		// counter, which only the bucket's region may (ReplayParked).
 		opts = append(opts, dynamo.WithRegion(region))
 	}
-	st, _, _, err := s.buckets(ctx, d.bucket, opts...)
+	st, cfg, _, err := s.buckets(ctx, d.bucket, opts...)
 	if err != nil {
 		return err
 	}
@@ -172,6 +173,10 @@ func replayParked(ctx context.Context, a *app, s *session, d deadLetterFlags, va
 		replacement = &m
 	}
 	m, err := st.ReplayParked(ctx, d.bucket, d.seq, replacement)
+	if owner := cfg.RegionOf(d.bucket); err != nil && region == "" && owner != "" && errors.As(err, new(*outbox.MisconfigurationError)) {
+		return &restated{msg: fmt.Sprintf("nothing replayed: the outbox is in region mode, and bucket %d's numbers are reserved only by region %s: "+
+			"run OUTBOX_REGION=%s outbox replay --region %s against %s's tables (%v)", d.bucket, owner, owner, owner, owner, err), err: err}
+	}
 	if err != nil {
 		return notParked(err, d.bucket, d.seq)
 	}

@@ -74,7 +74,7 @@ func TestReplayInRegionMode(t *testing.T) {
 	for _, tc := range []struct {
 		name, region, bucket, seq, says string
 	}{
-		{"no OUTBOX_REGION", "", b1, s1, "OUTBOX_REGION"},
+		{"no OUTBOX_REGION", "", b1, s1, "OUTBOX_REGION=" + r1},
 		{"OUTBOX_REGION another than the client's", r2, b2, s2, "its DynamoDB client is for " + r1},
 		{"a replicated dead letter of another region's slice", r1, b2, s2, "OUTBOX_REGION=" + r2},
 	} {
@@ -83,6 +83,7 @@ func TestReplayInRegionMode(t *testing.T) {
 		if code != exitMisconfigured || !strings.Contains(stderr, tc.says) {
 			t.Errorf("replay, %s: exit %d, want %d naming %q\nstdout: %s\nstderr: %s", tc.name, code, exitMisconfigured, tc.says, stdout, stderr)
 		}
+		t.Logf("replay, %s: exit %d: %s", tc.name, code, strings.TrimSpace(stderr))
 		if after := counters(); after != before {
 			t.Errorf("replay, %s: %s's counters went from %s to %s", tc.name, r1, before, after)
 		}
