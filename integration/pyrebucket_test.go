@@ -304,28 +304,27 @@ func TestPythonWriterRebucket(t *testing.T) {
 }
 
 // TestPythonWriterRegionMode: on an outbox in region mode the Python writer
-// refuses to start without its region, and with it puts every message in
-// its region's slice, in the bucket the Go writer of that region gives.
+// refuses to start without its region, and with it (and a client of its
+// region: each region's replica) puts every message in its region's slice,
+// in the bucket the Go writer of that region gives.
 func TestPythonWriterRegionMode(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	d := testenv.DynamoDB(t)
 	tables := dynamo.Tables{Messages: testenv.Name(t, "msgs"), Control: testenv.Name(t, "ctl")}
-	if err := dynamo.CreateTables(ctx, d.Client, tables, dynamo.BucketCount(8), dynamo.Regions("a", "b")); err != nil {
-		t.Fatal(err)
-	}
+	r1, r2, c2 := regionReplicas(ctx, t, d, tables, 8)
 	refused := startPyLines(ctx, t, d, tables).next()
 	if refused.OK || refused.Error != "Outbox.Config" || !strings.Contains(refused.Message, "region mode") {
 		t.Fatalf("the Python writer without a region on a region-mode outbox: %+v, want Outbox.Config naming region mode", refused)
 	}
 	mismatches, n := 0, 0
-	for _, region := range []string{"a", "b"} {
-		gw, err := dynamo.NewWriter(ctx, d.Client, tables, dynamo.WithRegion(region))
+	for region, client := range map[string]*dynamodb.Client{r1: d.Client, r2: c2} {
+		gw, err := dynamo.NewWriter(ctx, client, tables, dynamo.WithRegion(region))
 		if err != nil {
 			t.Fatal(err)
 		}
-		py := startPyLines(ctx, t, d, tables, "--region-id", region)
+		py := startPyLines(ctx, t, d, tables, "--region-id", region, "--region", region)
 		for i := range 12 {
 			key := fmt.Sprintf("%s-key-%d", region, i)
 			r := py.write(testenv.PythonTx{Messages: []any{map[string]any{"topic": "orders", "key": key, "value": "v"}}})

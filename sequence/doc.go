@@ -43,6 +43,14 @@
 // throttled commit with the same numbers keeps this, since the numbers were
 // still reserved after the read the retried items were built from.
 //
+// # Region mode
+//
+// On a region-mode outbox (a DynamoDB global table) each region's writers
+// alone write its slice's counters, in its own replica. Pass ForOutbox
+// with the config item and the process's region: NewCounter then refuses a
+// process without a region or with a client of another region, and Reserve
+// a bucket of another region's slice (a *RegionError; nothing reserved).
+//
 // Writers that do not serialize on anything (two unconditional writes to
 // one key) have no defined order at the business level either; the outbox
 // then promises nothing beyond "each message is published at least once".

@@ -108,7 +108,9 @@ func conditionFailed(err error) (map[string]types.AttributeValue, bool) {
 // ReserveAt is Reserve for a writer that read BucketCount epoch epoch from
 // the config item: the counter update is conditional on the counter serving
 // that epoch, and fails with an *EpochError (nothing reserved) when it does
-// not — the outbox's BucketCount changed, or is changing.
+// not — the outbox's BucketCount changed, or is changing. In region mode
+// (ForOutbox), a bucket outside the process's region's slice is a
+// *RegionError, and nothing is sent.
 func (c *Counter) ReserveAt(ctx context.Context, bucket, n int, epoch int64) (first int64, err error) {
 	if bucket < 0 || bucket >= outbox.MaxBucketCount {
 		return 0, fmt.Errorf("sequence: reserve in bucket %d: bucket must be 0..%d", bucket, outbox.MaxBucketCount-1)
@@ -118,6 +120,9 @@ func (c *Counter) ReserveAt(ctx context.Context, bucket, n int, epoch int64) (fi
 	}
 	if epoch < 0 {
 		return 0, fmt.Errorf("sequence: reserve in bucket %d: epoch %d is negative", bucket, epoch)
+	}
+	if err := c.owns(bucket); err != nil {
+		return 0, err // region mode: another region's counter
 	}
 	in := &dynamodb.UpdateItemInput{
 		TableName:        aws.String(c.table),

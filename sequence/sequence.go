@@ -35,17 +35,31 @@ const MaxReserve = 10000
 type Counter struct {
 	client API
 	table  string
+	// ForOutbox: the outbox's config item and this process's region,
+	// checked when checked.
+	stored  outbox.Config
+	region  string
+	checked bool
 }
 
-// NewCounter returns a Counter over the counters in controlTable.
-func NewCounter(client API, controlTable string) (*Counter, error) {
+// NewCounter returns a Counter over the counters in controlTable. Options:
+// ForOutbox, which a writer of a region-mode outbox needs (its errors are
+// returned here when the process's region or its client's is wrong).
+func NewCounter(client API, controlTable string, opts ...Option) (*Counter, error) {
 	if client == nil {
 		return nil, &outbox.OptionError{Option: "client", Value: nil, Reason: "a DynamoDB client is required"}
 	}
 	if controlTable == "" {
 		return nil, &outbox.OptionError{Option: "controlTable", Value: controlTable, Reason: "the control table name is required"}
 	}
-	return &Counter{client: client, table: controlTable}, nil
+	c := &Counter{client: client, table: controlTable}
+	for _, o := range opts {
+		o(c)
+	}
+	if err := c.checkRegion(); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // Reserve reserves n consecutive sequence numbers of bucket and returns the

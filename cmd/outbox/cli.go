@@ -280,11 +280,11 @@ type session struct {
 
 // store opens the outbox: it checks that both tables exist and belong
 // together (dynamo.CheckTables), then reads the config item.
-func (s *session) store(ctx context.Context) (*dynamo.Store, error) {
+func (s *session) store(ctx context.Context, opts ...dynamo.Option) (*dynamo.Store, error) {
 	if err := dynamo.CheckTables(ctx, s.db, s.tables); err != nil {
 		return nil, err
 	}
-	return dynamo.NewStore(ctx, s.db, s.tables)
+	return dynamo.NewStore(ctx, s.db, s.tables, opts...)
 }
 
 // connect builds the client: the SDK's default credential chain, with the

@@ -6,12 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/lambda/config"
 	"github.com/dynakafka/outbox/lambda/wiring"
 	"github.com/dynakafka/outbox/replay"
+	"github.com/dynakafka/outbox/store/dynamo"
 )
 
 var replayCommand = &command{
@@ -26,6 +28,13 @@ everything enqueued since it was parked. With --value FILE the record's
 value is replaced by the file's bytes (a repaired payload); id, topic, key,
 partition and headers stay. A dead letter that cannot be decoded needs a
 whole replacement message: use dynamo.Store.ReplayParked from Go, or drop it.
+In region mode the new number is reserved in the bucket's counter, which
+only the bucket's own region writes: run it with OUTBOX_REGION set to that
+region, against that region's tables (--region and the table names); without
+OUTBOX_REGION, for a bucket of another region's slice (a dead letter
+replicated here, or parked by a region that took the slice over), or with
+--region another than OUTBOX_REGION, it is refused (exit 3) and nothing is
+written.
 
 --from and --to (an outbox in watermark mode): publishes again, in sequence
 order, the messages of the bucket numbered --from to --to that the table
@@ -139,7 +148,14 @@ func rangeReplay(a *app, c *connection, env map[string]*string, bucket int, from
 }
 
 func replayParked(ctx context.Context, a *app, s *session, d deadLetterFlags, value []byte) error {
-	st, _, _, err := s.buckets(ctx, d.bucket)
+	var opts []dynamo.Option
+	region := strings.TrimSpace(a.getenv("OUTBOX_REGION"))
+	if region != "" {
+		// Region mode: the replay reserves a number in the bucket's
+		// counter, which only the bucket's region may (ReplayParked).
+		opts = append(opts, dynamo.WithRegion(region))
+	}
+	st, cfg, _, err := s.buckets(ctx, d.bucket, opts...)
 	if err != nil {
 		return err
 	}
@@ -157,6 +173,10 @@ func replayParked(ctx context.Context, a *app, s *session, d deadLetterFlags, va
 		replacement = &m
 	}
 	m, err := st.ReplayParked(ctx, d.bucket, d.seq, replacement)
+	if owner := cfg.RegionOf(d.bucket); err != nil && region == "" && owner != "" && errors.As(err, new(*outbox.MisconfigurationError)) {
+		return &restated{msg: fmt.Sprintf("nothing replayed: the outbox is in region mode, and bucket %d's numbers are reserved only by region %s: "+
+			"run OUTBOX_REGION=%s outbox replay --region %s against %s's tables (%v)", d.bucket, owner, owner, owner, owner, err), err: err}
+	}
 	if err != nil {
 		return notParked(err, d.bucket, d.seq)
 	}

@@ -111,9 +111,10 @@ type PythonResult struct {
 // RunPythonWriter runs the reference Python writer on d's tables, one
 // transaction per entry of txs, in order, and returns one result per
 // transaction and the CLI's exit status (0 when all committed; see
-// clients/python/README.md for the others). It fails the test only when
-// the CLI cannot run or prints something else than its result lines.
-func RunPythonWriter(ctx context.Context, t testing.TB, d *Dynamo, messagesTable, controlTable string, txs []PythonTx) ([]PythonResult, int) {
+// clients/python/README.md for the others). args are added to its command
+// line (a later --region replaces d's). It fails the test only when the CLI
+// cannot run or prints something else than its result lines.
+func RunPythonWriter(ctx context.Context, t testing.TB, d *Dynamo, messagesTable, controlTable string, txs []PythonTx, args ...string) ([]PythonResult, int) {
 	t.Helper()
 	batch, err := json.Marshal(txs)
 	if err != nil {
@@ -123,8 +124,8 @@ func RunPythonWriter(ctx context.Context, t testing.TB, d *Dynamo, messagesTable
 	if err := os.WriteFile(path, batch, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctx, Python(t), "-m", "outbox_writer", "--endpoint", d.Endpoint, "--region", d.Config.Region,
-		"--messages-table", messagesTable, "--control-table", controlTable, "--json-batch", path)
+	cmd := exec.CommandContext(ctx, Python(t), append([]string{"-m", "outbox_writer", "--endpoint", d.Endpoint, "--region", d.Config.Region,
+		"--messages-table", messagesTable, "--control-table", controlTable, "--json-batch", path}, args...)...)
 	cmd.Env = PythonEnv(ctx, t, d)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

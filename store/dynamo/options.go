@@ -38,7 +38,7 @@ type settings struct {
 	topics    []string
 	topicsSet bool
 	// regions: CreateTables' region list (region mode); region: the
-	// region a Writer runs in.
+	// region a Writer or Store runs in.
 	regions []string
 	region  string
 	// target: the constructor being configured (forTables, forStore,
@@ -247,14 +247,21 @@ func Regions(ids ...string) Option {
 	return func(s *settings) { s.set("Regions", forTables, func() { s.regions = ids }) }
 }
 
-// WithRegion is the region a Writer runs in (NewWriter only), required for
-// an outbox in region mode: the writer puts its messages in that region's
-// slice of buckets, reserving their sequence numbers in its counters.
+// WithRegion is the region a Writer or Store runs in (NewWriter,
+// NewStore), required for an outbox in region mode where the process
+// reserves sequence numbers: the writer puts its messages in that region's
+// slice of buckets, reserving their sequence numbers in its counters, and
+// a Store replays dead letters (ReplayParked) only of that slice. It is an
+// AWS region, and the client's must be the same (aws.Config.Region): a
+// reservation through a client of another region would write this
+// region's counters in that region's replica (a *sequence.RegionError).
 // Default "": the single-region mode; NewWriter refuses an empty region in
-// region mode, a region the config item does not list, and any region in
-// the single-region mode (*outbox.MisconfigurationError).
+// region mode, and both refuse a region the config item does not list and
+// any region in the single-region mode (*outbox.MisconfigurationError). A
+// Store without it (relays, status tools) opens a region-mode outbox but
+// replays nothing.
 func WithRegion(id string) Option {
-	return func(s *settings) { s.set("WithRegion", forWriter, func() { s.region = id }) }
+	return func(s *settings) { s.set("WithRegion", forWriter|forStore, func() { s.region = id }) }
 }
 
 // FenceTTL is how long a fence tombstone is kept before the table's TTL

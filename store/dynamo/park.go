@@ -280,6 +280,14 @@ var ErrNotParked = errors.New("dynamo: no parked message at that bucket and sequ
 //
 // Replaying moves the message behind everything enqueued since; consumers
 // see it after them (docs/failures.md).
+//
+// In region mode a replay reserves a sequence number in the bucket's
+// counter, which only the bucket's region writes: it needs a Store opened
+// WithRegion that region, over a client of that region (its replica).
+// Otherwise it is refused before anything is written: no region, a
+// *outbox.MisconfigurationError; a client of another region, or a bucket
+// of another region's slice (a dead letter replicated here, or parked here
+// by a region that took the slice over), a *sequence.RegionError.
 func (s *Store) ReplayParked(ctx context.Context, bucket int, seq int64, replacement *outbox.Message) (outbox.Message, error) {
 	pi, raw, err := s.getParked(ctx, bucket, seq)
 	if err != nil {
@@ -318,9 +326,12 @@ func (s *Store) ReplayParked(ctx context.Context, bucket int, seq int64, replace
 	if err := s.cfg.headers.Validate(m, -1, s.cfg.maxMessageBytes); err != nil {
 		return outbox.Message{}, err
 	}
-	counter, err := sequence.NewCounter(s.client, s.tables.Control)
+	// Region mode: only the bucket's own region reserves in its counter,
+	// through its own replica (design.md §14.1, R1); ForOutbox refuses
+	// the rest, a process without a region first.
+	counter, err := sequence.NewCounter(s.client, s.tables.Control, sequence.ForOutbox(cfg, s.cfg.region))
 	if err != nil {
-		return outbox.Message{}, err
+		return outbox.Message{}, fmt.Errorf("dynamo: replay bucket %d sequence %d: %w", bucket, seq, err)
 	}
 	first, err := counter.ReserveAt(ctx, bucket, 1, cfg.BucketEpoch)
 	if err != nil {

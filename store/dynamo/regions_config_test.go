@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/sequence"
 )
 
 // The config item carries the regions and takeovers (format version 3, so
@@ -35,11 +36,11 @@ func TestRegionModeConfig(t *testing.T) {
 		t.Errorf("region-mode config item has version %d, want %d", v, configV3)
 	}
 
+	var me *outbox.MisconfigurationError
 	for _, tc := range []struct {
 		name string
 		opts []Option
 	}{{"no region", nil}, {"unlisted", []Option{WithRegion("ap-south-1")}}} {
-		var me *outbox.MisconfigurationError
 		if _, err := NewWriter(ctx, client, tables, tc.opts...); !errors.As(err, &me) || me.Setting != "Region" {
 			t.Errorf("NewWriter, %s: %v, want a *MisconfigurationError for Region", tc.name, err)
 		}
@@ -51,7 +52,25 @@ func TestRegionModeConfig(t *testing.T) {
 	if err := CreateTables(ctx, d.Client, tables, WithRegion("us-east-1")); !errors.As(err, &oe) || oe.Option != "WithRegion" {
 		t.Errorf("CreateTables(WithRegion) = %v, want an *OptionError: it applies to NewWriter only", err)
 	}
-	w, err := NewWriter(ctx, client, tables, WithRegion("eu-west-1"))
+	// A writer of eu-west-1 with a client of us-east-1 would reserve
+	// eu-west-1's numbers in us-east-1's replica: refused, nothing written.
+	var re *sequence.RegionError
+	if _, err := NewWriter(ctx, client, tables, WithRegion("eu-west-1")); !errors.As(err, &re) || re.Region != "eu-west-1" || re.ClientRegion != d.Config.Region ||
+		!errors.As(err, &me) || me.Setting != "Region" {
+		t.Errorf("NewWriter(WithRegion(eu-west-1)) with a client for %s = %v, want a *sequence.RegionError", d.Config.Region, err)
+	}
+	for b := range 8 {
+		if n, err := sequence.Last(ctx, d.Client, tables.Control, b); err != nil || n != 0 {
+			t.Fatalf("bucket %d's counter after the refused writer: %d, %v", b, n, err)
+		}
+	}
+	// eu-west-1's writer, on its replica (DynamoDB Local keeps each
+	// region's tables apart).
+	euClient := d.InRegion("eu-west-1")
+	if err := CreateTables(ctx, euClient, tables, BucketCount(8), Regions("us-east-1", "eu-west-1")); err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWriter(ctx, replicated{Client: euClient, table: tables.Messages}, tables, WithRegion("eu-west-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +87,7 @@ func TestRegionModeConfig(t *testing.T) {
 	// Another region list on a non-empty outbox is refused; the same one
 	// with another BucketCount that the regions do not divide too.
 	var rce *RegionsChangeError
-	if _, err := Configure(ctx, d.Client, tables, outbox.Config{BucketCount: 8, Regions: []string{"eu-west-1", "us-east-1"}}); !errors.As(err, &rce) {
+	if _, err := Configure(ctx, euClient, tables, outbox.Config{BucketCount: 8, Regions: []string{"eu-west-1", "us-east-1"}}); !errors.As(err, &rce) {
 		t.Errorf("Configure with the regions swapped, on a non-empty outbox = %v, want a *RegionsChangeError", err)
 	}
 	if _, err := Configure(ctx, d.Client, tables, outbox.Config{BucketCount: 9, Regions: []string{"us-east-1", "eu-west-1"}}); !errors.As(err, &oe) || oe.Option != "Regions" {
@@ -119,7 +138,6 @@ func TestRegionModeConfig(t *testing.T) {
 
 	// A single-region outbox refuses a writer's region.
 	d2, single := newTables(t, BucketCount(4))
-	var me *outbox.MisconfigurationError
 	if _, err := NewWriter(ctx, d2.Client, single, WithRegion("us-east-1")); !errors.As(err, &me) || me.Setting != "Region" {
 		t.Errorf("NewWriter(WithRegion) on a single-region outbox = %v, want a *MisconfigurationError", err)
 	}

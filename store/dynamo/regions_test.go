@@ -23,7 +23,9 @@ import (
 // regionSides are two DynamoDB endpoints standing for two regions, each a
 // DynamoDB Local of its own (started at once), or, when the tests run
 // against an endpoint given by the environment, that endpoint in two
-// regions (DynamoDB Local and LocalStack keep regions' tables apart).
+// regions (DynamoDB Local and LocalStack keep regions' tables apart). Each
+// side is named by its region, an AWS region, which its client is for:
+// region mode reserves only through a client of the process's region.
 //
 // Not testenv's shared instance: by the time this test runs, the package's
 // other tests have left hundreds of tables and their streams in it, and
@@ -31,7 +33,7 @@ import (
 func regionSides(t *testing.T, ctx context.Context) (a, b shimSide) {
 	t.Helper()
 	if endpoint := os.Getenv(testenv.DynamoDBEndpointEnv); endpoint != "" {
-		return regionSide(t, ctx, "a", endpoint, dynamolocal.DefaultRegion), regionSide(t, ctx, "b", endpoint, "eu-west-1")
+		return regionSide(t, ctx, regionA, endpoint), regionSide(t, ctx, regionB, endpoint)
 	}
 	var (
 		insts [2]*dynamolocal.Instance
@@ -57,12 +59,15 @@ func regionSides(t *testing.T, ctx context.Context) (a, b shimSide) {
 			t.Fatalf("start DynamoDB Local for region %d: %v", i, errs[i])
 		}
 	}
-	return regionSide(t, ctx, "a", insts[0].Endpoint, dynamolocal.DefaultRegion), regionSide(t, ctx, "b", insts[1].Endpoint, dynamolocal.DefaultRegion)
+	return regionSide(t, ctx, regionA, insts[0].Endpoint), regionSide(t, ctx, regionB, insts[1].Endpoint)
 }
 
-func regionSide(t *testing.T, ctx context.Context, name, endpoint, region string) shimSide {
+// regionA and regionB are the two regions of TestTwoRegions (a and b).
+const regionA, regionB = "us-east-1", "eu-west-1"
+
+func regionSide(t *testing.T, ctx context.Context, name, endpoint string) shimSide {
 	t.Helper()
-	cfg, err := dynamolocal.NewConfig(ctx, endpoint, region)
+	cfg, err := dynamolocal.NewConfig(ctx, endpoint, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +319,7 @@ func TestTwoRegions(t *testing.T) {
 		log := &pubLog{}
 		var rigs []*regionRig
 		for _, s := range sides {
-			if err := CreateTables(ctx, s.db, tables, BucketCount(8), Regions("a", "b")); err != nil {
+			if err := CreateTables(ctx, s.db, tables, BucketCount(8), Regions(regionA, regionB)); err != nil {
 				t.Fatalf("CreateTables in %s: %v", s.name, err)
 			}
 			streamControl(t, ctx, s.db, tables.Control)
@@ -371,7 +376,7 @@ func TestTwoRegions(t *testing.T) {
 		if before != 0 {
 			t.Errorf("region mode, both regions up: %d items written in both regions (%v); region mode writes each item in one region only", before, shim.conflictedItems())
 		}
-		if _, err := TakeOver(ctx, a.db, tables, "b", "a"); err != nil {
+		if _, err := TakeOver(ctx, a.db, tables, regionB, regionA); err != nil {
 			t.Fatalf("TakeOver: %v", err)
 		}
 		waitPublished(t, ctx, log, moreA, "region a during the outage")
@@ -387,7 +392,7 @@ func TestTwoRegions(t *testing.T) {
 		rb.startRelay(t, ctx)
 
 		// 4. Region a hands b's buckets back; b publishes its new commits.
-		if _, err := HandBack(ctx, a.db, tables, "b"); err != nil {
+		if _, err := HandBack(ctx, a.db, tables, regionB); err != nil {
 			t.Fatalf("HandBack: %v", err)
 		}
 		after := rb.write(t, ctx, 10)

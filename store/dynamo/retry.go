@@ -71,6 +71,15 @@ func (c writerCalls) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInpu
 	return retried(ctx, c.w, "UpdateItem", c.w.client.UpdateItem, in, opts)
 }
 
+// Options are the writer's client's (zero when it does not expose them):
+// the counter checks their region (sequence.ForOutbox).
+func (c writerCalls) Options() dynamodb.Options {
+	if o, ok := c.w.client.(interface{ Options() dynamodb.Options }); ok {
+		return o.Options()
+	}
+	return dynamodb.Options{}
+}
+
 func (c writerCalls) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
 	return retried(ctx, c.w, "PutItem", c.w.client.PutItem, in, opts)
 }

@@ -55,8 +55,9 @@ var (
 // (MaxMessageBytes, the header options) that the item says the same (a
 // *outbox.MisconfigurationError otherwise; left out, the item's are used).
 // Options: BucketCount, WithMode, MaxMessageBytes, MessageIDHeader,
-// BucketHeader, SequenceHeader, FenceTTL, TombstoneTTL, DeleteConcurrency;
-// any other is an *outbox.OptionError.
+// BucketHeader, SequenceHeader, FenceTTL, TombstoneTTL, DeleteConcurrency,
+// WithRegion (region mode: the region ReplayParked reserves in, checked
+// against the config item's list); any other is an *outbox.OptionError.
 func NewStore(ctx context.Context, client StoreAPI, tables Tables, opts ...Option) (*Store, error) {
 	s := defaultSettings()
 	s.apply(forStore, opts)
@@ -76,6 +77,11 @@ func NewStore(ctx context.Context, client StoreAPI, tables Tables, opts ...Optio
 	if regionErr != nil && !stored.RegionMode() {
 		// Region mode is safe on a global table (design.md §14).
 		return nil, regionErr
+	}
+	if s.region != "" {
+		if err := outbox.CheckRegion(stored, s.region); err != nil {
+			return nil, err
+		}
 	}
 	return &Store{client: client, tables: tables, cfg: s, stored: stored}, nil
 }

@@ -105,8 +105,10 @@ type Result struct {
 // two regions would hand out the same sequence numbers and one message
 // would overwrite the other — unless the outbox is in region mode (its
 // config item lists regions, see Regions): the writer then needs
-// WithRegion, and puts every message in its region's slice of buckets
-// (outbox.Config.RegionBuckets), whose counters no other region writes.
+// WithRegion and a client of that region (its replica; a
+// *sequence.RegionError otherwise), and puts every message in its region's
+// slice of buckets (outbox.Config.RegionBuckets), whose counters no other
+// region writes.
 //
 // The writer's IAM permissions: dynamodb:GetItem and dynamodb:DescribeTable
 // on both tables (config item, these checks), dynamodb:UpdateItem on the control table (sequence
@@ -150,7 +152,9 @@ func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...Opt
 	}
 	w.topics = stored.Topics
 	// The counter's UpdateItem goes through the Writer's one retry layer.
-	if w.counter, err = sequence.NewCounter(writerCalls{w}, tables.Control); err != nil {
+	// ForOutbox: in region mode it reserves only in this region's slice,
+	// and only through a client of this region (design.md §14.1, R1).
+	if w.counter, err = sequence.NewCounter(writerCalls{w}, tables.Control, sequence.ForOutbox(stored, s.region)); err != nil {
 		return nil, err
 	}
 	return w, nil

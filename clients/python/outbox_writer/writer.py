@@ -172,8 +172,10 @@ class Writer:
     Region mode (the config item lists regions, for DynamoDB global
     tables): region names this writer's region, required then (a
     ConfigError without it, or with a region not listed) and refused in the
-    default mode. Every message goes to the region's slice of buckets,
-    lo + bucket(key, bc / regions).
+    default mode; it is an AWS region, and the client's (meta.region_name)
+    must be the same (a ConfigError otherwise: the writer would reserve its
+    region's sequence numbers in another region's replica). Every message
+    goes to the region's slice of buckets, lo + bucket(key, bc / regions).
 
     client is a boto3 DynamoDB client with botocore's retries off (see
     new_client); the writer retries itself, MaxAttempts-style: max_attempts
@@ -246,6 +248,15 @@ class Writer:
         if not regions and self.region:
             raise ConfigError(f"region {self.region!r} given, but the outbox is not in region mode: remove the region, "
                               "or switch the outbox to region mode on an empty outbox (outbox init --regions)")
+        # Only this region's writers write its counters, in its replica: a
+        # client of another region would reserve there (docs/contract.md
+        # section 2, region mode).
+        client_region = getattr(getattr(self.client, "meta", None), "region_name", None)
+        if regions and client_region != self.region:
+            raise ConfigError(f"the writer's region is {self.region!r} but its DynamoDB client is for {client_region!r}: it would "
+                              f"reserve {self.region}'s sequence numbers in {client_region}'s replica, where replication keeps only "
+                              "one of two regions' writes (two messages with one sequence number, one lost); give it a client for "
+                              f"{self.region} (new_client(region_name={self.region!r}), --region), or the region of its client")
 
     def _check_tables(self):
         """The messages table exists, and outside region mode neither table

@@ -174,7 +174,12 @@ def test_region_mode_writes_its_slice_and_needs_its_region():
         writer(t, region="c")
     with pytest.raises(ConfigError, match="not in region mode"):
         writer(Table(cfg(8)), region="a")
+    t.meta.region_name = "a"  # the client of region a's replica
+    with pytest.raises(ConfigError, match="region is 'b' but its DynamoDB client is for 'a'"):
+        writer(t, region="b")
+    assert [c for c in t.calls if c != "config"] == []  # refused before anything was reserved
     for region, lo in (("a", 0), ("b", 4)):
+        t.meta.region_name = region
         w = writer(t, region=region)
         for i in range(20):
             key = f"k{i}".encode()

@@ -125,6 +125,7 @@ def test_accepts_a_global_table_in_region_mode():
         writer(f)
     f = Fake(config=REGION_MODE)
     f.tables = dict(tables)
+    f.meta.region_name = "eu-west-1"
     w = writer(f, region="eu-west-1")  # region mode: one replica per listed region is what it needs
     res = w.write([], [Message("t", b"1", key=b"k")])
     assert res.messages[0].bucket >= 4 and [c[0] for c in f.calls] == ["get", "get", "reserve", "transact"]
