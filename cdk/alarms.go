@@ -40,12 +40,22 @@ type Alarms struct {
 	// PublishFailuresFatal: Kafka refused publishes for a whole topic or
 	// cluster; the affected buckets stop until it is fixed.
 	PublishFailuresFatal awscloudwatch.Alarm
+	// EnqueueErrors: the enqueue function answered errors in 3 of the last
+	// 5 minutes (nil without the function).
+	EnqueueErrors awscloudwatch.Alarm
+	// EnqueueFailureQueue: asynchronous invocations of the enqueue
+	// function failed their retries (nil without the function).
+	EnqueueFailureQueue awscloudwatch.Alarm
 }
 
 // All returns every alarm, in the order the dashboard shows them.
 func (a Alarms) All() []awscloudwatch.Alarm {
-	return []awscloudwatch.Alarm{a.OldestPendingAge, a.StuckBuckets, a.ParkedMessages, a.PublishFailuresFatal,
+	all := []awscloudwatch.Alarm{a.OldestPendingAge, a.StuckBuckets, a.ParkedMessages, a.PublishFailuresFatal,
 		a.RelayErrors, a.SweeperErrors, a.RelayIteratorAge, a.FailureQueue}
+	if a.EnqueueErrors != nil {
+		all = append(all, a.EnqueueErrors, a.EnqueueFailureQueue)
+	}
+	return all
 }
 
 // alarm is one alarm's definition, as template.yaml writes it.
@@ -63,7 +73,9 @@ type alarm struct {
 	missingBreaches   bool // TreatMissingData breaching, not notBreaching
 }
 
-func (o *Outbox) newAlarms(relay, sweeper awslambda.CfnFunction) {
+// newAlarms creates template.yaml's alarms; enqueue is the enqueue
+// function, nil without it.
+func (o *Outbox) newAlarms(relay, sweeper, enqueue awslambda.CfnFunction) {
 	n := o.cfg.n
 	gte := awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD
 	gt := awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD
@@ -99,6 +111,14 @@ func (o *Outbox) newAlarms(relay, sweeper awslambda.CfnFunction) {
 		PublishFailuresFatal: o.newAlarm(outbox(alarm{id: "PublishFailuresFatalAlarm",
 			description: "Kafka refused publishes for a whole topic or cluster (authorization, missing topic, configuration); the affected buckets stop until it is fixed.",
 			metric:      "PublishFailuresFatal", statistic: "Sum", period: 300, evaluationPeriods: 1, threshold: 1, comparison: gte})),
+	}
+	if enqueue != nil {
+		o.Alarms.EnqueueErrors = o.newAlarm(errors("EnqueueErrorsAlarm",
+			"The enqueue function answered errors in 3 of the last 5 minutes (requests it refused, transactions that failed or were throttled); its log names each.", enqueue))
+		o.Alarms.EnqueueFailureQueue = o.newAlarm(alarm{id: "EnqueueFailureQueueAlarm",
+			description: "Asynchronous invocations of the enqueue function failed their retries (see its failure queue); their requests were not committed.",
+			namespace:   "AWS/SQS", metric: "ApproximateNumberOfMessagesVisible", dimension: "QueueName", value: o.EnqueueFailureQueue.QueueName(),
+			statistic: "Maximum", period: 300, evaluationPeriods: 1, threshold: 1, comparison: gte})
 	}
 }
 

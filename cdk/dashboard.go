@@ -2,6 +2,7 @@ package outboxcdk
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
@@ -21,7 +22,7 @@ const dashboardBody = `{
       "title": "Alarms", "alarms": [
         "${OldestPendingAgeAlarm}", "${StuckBucketsAlarm}", "${ParkedMessagesAlarm}",
         "${PublishFailuresFatalAlarm}", "${RelayErrorsAlarm}", "${SweeperErrorsAlarm}",
-        "${RelayIteratorAgeAlarm}", "${RelayFailureQueueAlarm}"]}},
+        "${RelayIteratorAgeAlarm}", "${RelayFailureQueueAlarm}"${EnqueueAlarms}]}},
     {"type": "metric", "x": 0, "y": 3, "width": 8, "height": 6, "properties": {
       "title": "Backlog (messages)", "region": "${AWS::Region}", "view": "timeSeries", "stat": "Maximum", "period": 60,
       "metrics": [
@@ -67,13 +68,30 @@ const dashboardBody = `{
         ["Outbox", "LeasesAcquired", "Outbox", "${Outbox}", {"label": "acquired"}],
         [".", "LeasesLost", ".", ".", {"label": "lost"}],
         [".", "LeasesTakenOver", ".", ".", {"label": "taken over"}],
-        [".", "LiveRelays", ".", ".", {"stat": "Maximum", "label": "live relays", "yAxis": "right"}]]}}
+        [".", "LiveRelays", ".", ".", {"stat": "Maximum", "label": "live relays", "yAxis": "right"}]]}}${EnqueueWidget}
   ]
 }`
 
+// enqueueAlarms and enqueueWidget replace ${EnqueueAlarms} and
+// ${EnqueueWidget} in dashboardBody with the enqueue function (empty
+// without it), before the Fn::Sub.
+const (
+	enqueueAlarms = `, "${EnqueueErrorsAlarm}", "${EnqueueFailureQueueAlarm}"`
+	enqueueWidget = `,
+    {"type": "metric", "x": 0, "y": 21, "width": 24, "height": 6, "properties": {
+      "title": "Enqueue function", "region": "${AWS::Region}", "view": "timeSeries", "stat": "Sum", "period": 60,
+      "metrics": [
+        ["AWS/Lambda", "Invocations", "FunctionName", "${EnqueueFunction}", {"label": "invocations"}],
+        [".", "Errors", ".", ".", {"label": "errors"}],
+        [".", "Throttles", ".", ".", {"label": "throttles"}],
+        [".", "ConcurrentExecutions", ".", ".", {"stat": "Maximum", "label": "concurrent (reserved ${EnqueueReservedConcurrency})", "yAxis": "right"}],
+        [".", "AsyncEventsDropped", ".", ".", {"label": "async events dropped"}],
+        ["AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "${EnqueueFailureQueueName}", {"stat": "Maximum", "label": "failure queue"}]]}}`
+)
+
 // newDashboard creates the dashboard, named <stack>-<region>-outbox as
-// template.yaml names it.
-func (o *Outbox) newDashboard(relay, sweeper awslambda.CfnFunction) {
+// template.yaml names it; enqueue is the enqueue function, nil without it.
+func (o *Outbox) newDashboard(relay, sweeper, enqueue awslambda.CfnFunction) {
 	a, n := o.Alarms, o.cfg.n
 	vars := map[string]*string{
 		"Outbox":                    o.messagesName,
@@ -91,8 +109,17 @@ func (o *Outbox) newDashboard(relay, sweeper awslambda.CfnFunction) {
 		"RelayIteratorAgeAlarm":     a.RelayIteratorAge.AlarmArn(),
 		"RelayFailureQueueAlarm":    a.FailureQueue.AlarmArn(),
 	}
+	body := strings.NewReplacer("${EnqueueAlarms}", "", "${EnqueueWidget}", "").Replace(dashboardBody)
+	if enqueue != nil {
+		body = strings.NewReplacer("${EnqueueAlarms}", enqueueAlarms, "${EnqueueWidget}", enqueueWidget).Replace(dashboardBody)
+		vars["EnqueueErrorsAlarm"] = a.EnqueueErrors.AlarmArn()
+		vars["EnqueueFailureQueueAlarm"] = a.EnqueueFailureQueue.AlarmArn()
+		vars["EnqueueFunction"] = enqueue.Ref()
+		vars["EnqueueFailureQueueName"] = o.EnqueueFailureQueue.QueueName()
+		vars["EnqueueReservedConcurrency"] = jsii.String(strconv.Itoa(n["EnqueueReservedConcurrency"]))
+	}
 	o.Dashboard = awscloudwatch.NewCfnDashboard(o.Construct, jsii.String("Dashboard"), &awscloudwatch.CfnDashboardProps{
 		DashboardName: awscdk.Fn_Sub(jsii.String("${AWS::StackName}-${AWS::Region}-outbox"), nil),
-		DashboardBody: awscdk.Fn_Sub(jsii.String(dashboardBody), &vars),
+		DashboardBody: awscdk.Fn_Sub(jsii.String(body), &vars),
 	})
 }

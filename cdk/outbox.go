@@ -58,6 +58,9 @@ type Outbox struct {
 	Enqueue             awslambda.IFunction
 	EnqueueRole         awsiam.Role
 	EnqueueInvokePolicy awsiam.ManagedPolicy
+	// EnqueueFailureQueue is where the enqueue function's asynchronous
+	// invocations go when they fail their retries (nil without it).
+	EnqueueFailureQueue awssqs.Queue
 	// Alarms are the CloudWatch alarms template.yaml defines.
 	Alarms Alarms
 	// Dashboard shows backlog, age, throughput, failures, durations, the
@@ -127,12 +130,13 @@ func New(scope constructs.Construct, id string, props *Props) (*Outbox, error) {
 	sweeper.Node().AddDependency(o.Config)
 	o.newStreamSource(relay)
 	o.newSchedule(sweeper)
-	o.newAlarms(relay, sweeper)
-	o.newDashboard(relay, sweeper)
-	o.newOutputs(relay, sweeper)
+	var enqueue awslambda.CfnFunction // nil without the enqueue function
 	if cfg.enqueue {
-		o.newEnqueue()
+		enqueue = o.newEnqueue()
 	}
+	o.newAlarms(relay, sweeper, enqueue)
+	o.newDashboard(relay, sweeper, enqueue)
+	o.newOutputs(relay, sweeper)
 	return o, nil
 }
 
@@ -142,22 +146,41 @@ func New(scope constructs.Construct, id string, props *Props) (*Outbox, error) {
 // in each transaction, and writes the callers' items to the business tables
 // named, nowhere else. It writes to DynamoDB only, so it stays outside the
 // VPC; it reads OUTBOX_MESSAGES_TABLE, OUTBOX_CONTROL_TABLE and
-// OUTBOX_MAX_MESSAGE_BYTES of the shared environment.
-func (o *Outbox) newEnqueue() {
+// OUTBOX_MAX_MESSAGE_BYTES of the shared environment. Its reserved
+// concurrency caps it; its asynchronous invocations that fail their retries
+// go to EnqueueFailureQueue (its role sends them).
+func (o *Outbox) newEnqueue() awslambda.CfnFunction {
 	c := o.cfg
+	// Retained: what it holds was never committed.
+	o.EnqueueFailureQueue = awssqs.NewQueue(o.Construct, jsii.String("EnqueueFailureQueue"), &awssqs.QueueProps{
+		RetentionPeriod: awscdk.Duration_Days(jsii.Number(14)),
+		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
+		RemovalPolicy:   awscdk.RemovalPolicy_RETAIN,
+	})
 	statements := []awsiam.PolicyStatement{statement("IdempotencyRecords", []string{"dynamodb:PutItem"}, o.controlArn)}
 	if len(c.businessTables) > 0 {
 		statements = append(statements, statement("BusinessTables",
 			[]string{"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem"}, *jsii.Strings(c.businessTables...)...))
 	}
+	statements = append(statements, statement("FailureDestination", []string{"sqs:SendMessage"}, o.EnqueueFailureQueue.QueueArn()))
 	o.EnqueueRole = awsiam.NewRole(o.Construct, jsii.String("EnqueueRole"), &awsiam.RoleProps{
 		AssumedBy:       awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil),
 		ManagedPolicies: &[]awsiam.IManagedPolicy{o.WriterPolicy},
 		InlinePolicies:  &map[string]awsiam.PolicyDocument{"enqueue": awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{Statements: &statements})},
 	})
-	fn := o.newFunction(function{id: "EnqueueFunction", dir: "enqueue", role: o.EnqueueRole, timeout: 30, memory: 256, reserved: -1, env: true,
+	fn := o.newFunction(function{id: "EnqueueFunction", dir: "enqueue", role: o.EnqueueRole, timeout: 30, memory: 256,
+		reserved: c.n["EnqueueReservedConcurrency"], env: true,
 		description: "Commits callers' DynamoDB items and outbox messages in one transaction, once per idempotency key (lambda/enqueue)."})
 	fn.Node().AddDependency(o.Config)
+	awslambda.NewCfnEventInvokeConfig(o.Construct, jsii.String("EnqueueFunctionEventInvokeConfig"), &awslambda.CfnEventInvokeConfigProps{
+		FunctionName:             fn.Ref(),
+		Qualifier:                jsii.String("$LATEST"),
+		MaximumRetryAttempts:     jsii.Number(2),
+		MaximumEventAgeInSeconds: jsii.Number(21600),
+		DestinationConfig: &awslambda.CfnEventInvokeConfig_DestinationConfigProperty{
+			OnFailure: &awslambda.CfnEventInvokeConfig_OnFailureProperty{Destination: o.EnqueueFailureQueue.QueueArn()},
+		},
+	})
 	o.Enqueue = importFunction(o.Construct, "Enqueue", fn, o.EnqueueRole)
 	o.newLogs("Enqueue", fn, o.EnqueueRole)
 	o.EnqueueInvokePolicy = managedPolicy(o, "EnqueueInvokePolicy", "Invoke this outbox's enqueue function.",
@@ -169,9 +192,11 @@ func (o *Outbox) newEnqueue() {
 		{"EnqueueFunctionArn", "The enqueue function, for Step Functions, EventBridge, SQS and Pipes (docs/deploy.md).", fn.AttrArn()},
 		{"EnqueueInvokePolicyArn", "Managed policy to attach to whatever invokes the enqueue function.", o.EnqueueInvokePolicy.ManagedPolicyArn()},
 		{"EnqueueRoleName", "The enqueue function's role, to which an SQS event source adds its queue's permissions.", o.EnqueueRole.RoleName()},
+		{"EnqueueFailureQueueUrl", "The enqueue function's asynchronous invocations that failed their retries.", o.EnqueueFailureQueue.QueueUrl()},
 	} {
 		awscdk.NewCfnOutput(o.Construct, jsii.String(out.id), &awscdk.CfnOutputProps{Value: out.value, Description: jsii.String(out.description)})
 	}
+	return fn
 }
 
 // newTables creates or refers to the tables as Props.Tables says:
@@ -314,7 +339,7 @@ type function struct {
 	id, dir, description string
 	role                 awsiam.Role
 	timeout, memory      int
-	reserved             int  // reserved concurrency, -1 = none
+	reserved             int  // reserved concurrency, -1 = none (relay, sweeper, enqueue)
 	drains               bool // the relay or the sweeper: the outbox's environment and VPC
 	env                  bool // the outbox's environment without the VPC (enqueue)
 }
@@ -350,6 +375,9 @@ func (o *Outbox) newFunction(f function) awslambda.CfnFunction {
 	}
 	if f.drains || f.env {
 		props.Environment = &awslambda.CfnFunction_EnvironmentProperty{Variables: o.environment()}
+		if f.reserved >= 0 {
+			props.ReservedConcurrentExecutions = jsii.Number(float64(f.reserved))
+		}
 	}
 	if f.drains {
 		if c.useVPC() {
@@ -357,9 +385,6 @@ func (o *Outbox) newFunction(f function) awslambda.CfnFunction {
 				SubnetIds:        jsii.Strings(c.subnets...),
 				SecurityGroupIds: jsii.Strings(c.securityGroups...),
 			}
-		}
-		if f.reserved >= 0 {
-			props.ReservedConcurrentExecutions = jsii.Number(float64(f.reserved))
 		}
 	}
 	fn := awslambda.NewCfnFunction(o.Construct, jsii.String(f.id), props)

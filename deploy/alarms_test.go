@@ -46,6 +46,9 @@ func TestAlarms(t *testing.T) {
 		"StuckBucketsAlarm":         {emfNamespace, "StuckBuckets", "Outbox", "!If [AttachTables, !GetAtt OutboxConfig.MessagesTable, !If [GlobalTables, !Ref MessagesGlobalTable, !Ref MessagesTable]]", "Maximum", "GreaterThanOrEqualToThreshold", "1"},
 		"ParkedMessagesAlarm":       {emfNamespace, "ParkedMessages", "Outbox", "!If [AttachTables, !GetAtt OutboxConfig.MessagesTable, !If [GlobalTables, !Ref MessagesGlobalTable, !Ref MessagesTable]]", "Maximum", "GreaterThanThreshold", "0"},
 		"PublishFailuresFatalAlarm": {emfNamespace, "PublishFailuresFatal", "Outbox", "!If [AttachTables, !GetAtt OutboxConfig.MessagesTable, !If [GlobalTables, !Ref MessagesGlobalTable, !Ref MessagesTable]]", "Sum", "GreaterThanOrEqualToThreshold", "1"},
+		// With EnableEnqueueFunction (Condition UseEnqueue).
+		"EnqueueErrorsAlarm":       {"AWS/Lambda", "Errors", "FunctionName", "!Ref EnqueueFunction", "Sum", "GreaterThanOrEqualToThreshold", "1"},
+		"EnqueueFailureQueueAlarm": {"AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "!GetAtt EnqueueFailureQueue.QueueName", "Maximum", "GreaterThanOrEqualToThreshold", "1"},
 	}
 	missingData := map[string]string{}
 	for name := range want {
@@ -157,8 +160,14 @@ func expandRows(t *testing.T, rows []any) []metricRow {
 // namespaces), that it shows backlog, age, throughput, failures, durations
 // and iterator age, and that every alarm is on it.
 func TestDashboard(t *testing.T) {
+	for _, enqueue := range []string{"false", "true"} {
+		t.Run("EnableEnqueueFunction="+enqueue, func(t *testing.T) { checkDashboard(t, enqueue) })
+	}
+}
+
+func checkDashboard(t *testing.T, enqueue string) {
 	tmpl := loadTemplate(t)
-	e, err := newEvaluator(tmpl, map[string]string{"KafkaBootstrapServers": "b:9092", "KafkaAuthMode": "none"})
+	e, err := newEvaluator(tmpl, map[string]string{"KafkaBootstrapServers": "b:9092", "KafkaAuthMode": "none", "EnableEnqueueFunction": enqueue})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,8 +244,18 @@ func TestDashboard(t *testing.T) {
 			t.Errorf("the dashboard does not show %s", want)
 		}
 	}
+	if enqueue == "true" {
+		for _, m := range []string{"AWS/Lambda/Invocations", "AWS/Lambda/Errors", "AWS/Lambda/Throttles", "AWS/Lambda/ConcurrentExecutions"} {
+			if !shown[m] {
+				t.Errorf("the dashboard does not show the enqueue function's %s", m)
+			}
+		}
+	}
 	var want []string
 	for _, a := range resourcesOfType(tmpl, "AWS::CloudWatch::Alarm") {
+		if ok, err := e.Included(a); err != nil || !ok {
+			continue // not deployed with these parameters
+		}
 		want = append(want, "<"+a+".Arn>")
 	}
 	sort.Strings(alarms)

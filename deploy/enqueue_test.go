@@ -1,12 +1,28 @@
 package deploy
 
 import (
+	"context"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambda/messages"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/lambda/handler"
+	"github.com/dynakafka/outbox/store/dynamo"
 )
 
 // The enqueue function is off by default; cfn-lint checks template.yaml
@@ -47,14 +63,7 @@ func TestCfnLintEnqueueRecipes(t *testing.T) {
 // The state machine of the recipes is docs/enqueue-statemachine.asl.json,
 // which the integration test runs through the enqueue function.
 func TestEnqueueRecipeStateMachine(t *testing.T) {
-	src, err := os.ReadFile("../docs/enqueue-recipes.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	recipes, err := parseCFN(src)
-	if err != nil {
-		t.Fatal(err)
-	}
+	recipes := loadRecipes(t)
 	def := at(recipes, "Resources", "PayOrderStateMachine", "Properties", "Definition")
 	b, err := os.ReadFile("../docs/enqueue-statemachine.asl.json")
 	if err != nil {
@@ -80,8 +89,9 @@ func TestEnqueueRecipeStateMachine(t *testing.T) {
 
 // The enqueue role: WriterPolicy (what dynamo.Writer calls), PutItem of
 // the idempotency records on the control table (GetItem of a record is in
-// WriterPolicy's control-table statement), and the callers' four item
-// actions on the business tables named, only when some are.
+// WriterPolicy's control-table statement), the callers' four item
+// actions on the business tables named, only when some are, and SendMessage
+// to its failure queue (Lambda's on-failure destination sends with it).
 func TestEnqueueRole(t *testing.T) {
 	tmpl := loadTemplate(t)
 	role := at(tmpl, "Resources", "EnqueueRole")
@@ -103,6 +113,10 @@ func TestEnqueueRole(t *testing.T) {
     Action: [dynamodb:PutItem, dynamodb:UpdateItem, dynamodb:DeleteItem, dynamodb:ConditionCheckItem]
     Resource: !Ref EnqueueBusinessTableArns
   - !Ref AWS::NoValue
+- Sid: FailureDestination
+  Effect: Allow
+  Action: sqs:SendMessage
+  Resource: !GetAtt EnqueueFailureQueue.Arn
 `)
 	policies, _ := at(role, "Properties", "Policies").([]any)
 	if len(policies) != 1 {
@@ -114,5 +128,237 @@ func TestEnqueueRole(t *testing.T) {
 	invoke := at(tmpl, "Resources", "EnqueueInvokePolicy", "Properties", "PolicyDocument", "Statement")
 	if want := cfn(t, "[{Sid: InvokeEnqueue, Effect: Allow, Action: lambda:InvokeFunction, Resource: !GetAtt EnqueueFunction.Arn}]"); !reflect.DeepEqual(invoke, want) {
 		t.Errorf("EnqueueInvokePolicy statements %s, want %s", canon(invoke), canon(want))
+	}
+}
+
+// TestEnqueueAsync: what the enqueue function's asynchronous and batch
+// callers depend on, each value from what the test observed.
+//   - failure_destination: with EnableEnqueueFunction the function's
+//     EventInvokeConfig sends failed asynchronous invocations to a queue of
+//     the stack that its role may send to (before, they were discarded);
+//   - alarms: an Errors alarm on the function and an alarm on that queue,
+//     both on the dashboard, deployed only with the function;
+//   - poison_only_failed: a Kinesis batch whose first record is unusable,
+//     delivered three times as Kinesis redelivers (from the reported
+//     record), through the handler on DynamoDB Local: each delivery reports
+//     that record alone, and the two good records are committed once;
+//   - array_refused: a direct invocation with an array whose request fails
+//     answers an error (before: a batch response, a success).
+//
+// It also checks the reserved concurrency that caps the function.
+func TestEnqueueAsync(t *testing.T) {
+	tmpl := loadTemplate(t)
+	e, err := newEvaluator(tmpl, map[string]string{"KafkaBootstrapServers": "b:9092", "KafkaAuthMode": "none", "EnableEnqueueFunction": "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, err := e.Eval(at(tmpl, "Resources", "EnqueueFunction", "Properties"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	failureDestination := 0
+	dest, _ := at(fn, "EventInvokeConfig", "DestinationConfig", "OnFailure", "Destination").(string)
+	queue := strings.TrimSuffix(strings.TrimPrefix(dest, "<"), ".Arn>")
+	grants, err := roleGrants(e, "EnqueueRole")
+	if err != nil {
+		t.Fatal(err)
+	}
+	included, _ := e.Included(queue)
+	switch {
+	case at(tmpl, "Resources", queue, "Type") != "AWS::SQS::Queue" || !included:
+		t.Errorf("EnqueueFunction's on-failure destination is %q, not a queue of the stack", dest)
+	case at(fn, "EventInvokeConfig", "DestinationConfig", "OnFailure", "Type") != "SQS":
+		t.Errorf("on-failure destination type %v", at(fn, "EventInvokeConfig", "DestinationConfig", "OnFailure", "Type"))
+	case !slices.Contains(grants, grant{Action: "sqs:SendMessage", Resource: dest}):
+		t.Errorf("EnqueueRole may not send to %s: %v", dest, grants)
+	case at(fn, "EventInvokeConfig", "MaximumRetryAttempts") == nil || at(fn, "EventInvokeConfig", "MaximumEventAgeInSeconds") == nil:
+		t.Errorf("EventInvokeConfig %s: want its retries and event age stated", canon(at(fn, "EventInvokeConfig")))
+	default:
+		failureDestination = 1
+	}
+	// (c) Capped by a reservation of its own, so a backlog of its callers
+	// leaves the account's concurrency to the relay.
+	if got := at(fn, "ReservedConcurrentExecutions"); got != "10" && got != 10 {
+		t.Errorf("EnqueueFunction ReservedConcurrentExecutions = %s, want the EnqueueReservedConcurrency default 10", canon(got))
+	}
+
+	alarms := 0
+	watched := map[string]bool{}
+	for _, a := range resourcesOfType(tmpl, "AWS::CloudWatch::Alarm") {
+		p, err := e.Eval(at(tmpl, "Resources", a, "Properties"))
+		if ok, _ := e.Included(a); err != nil || !ok {
+			continue
+		}
+		v, _ := at(p, "Dimensions", 0, "Value").(string)
+		watched[at(p, "MetricName").(string)+" "+v] = true
+	}
+	dash, err := e.Eval(at(tmpl, "Resources", "Dashboard", "Properties", "DashboardBody"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := dash.(string)
+	off, err := newEvaluator(tmpl, map[string]string{"KafkaBootstrapServers": "b:9092", "KafkaAuthMode": "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onlyWith, _ := off.Included("EnqueueErrorsAlarm")
+	if watched["Errors <EnqueueFunction>"] && watched["ApproximateNumberOfMessagesVisible <"+queue+".QueueName>"] && !onlyWith &&
+		strings.Contains(body, "<EnqueueErrorsAlarm.Arn>") && strings.Contains(body, "<EnqueueFailureQueueAlarm.Arn>") {
+		alarms = 1
+	} else {
+		t.Errorf("alarms on the enqueue function: %v (deployed without it: %v); dashboard:\n%s", watched, onlyWith, body)
+	}
+
+	poisonOnlyFailed := enqueuePoisonBatch(t)
+	arrayRefused := 0
+	h, _ := newEnqueueHandler(t)
+	var ie messages.InvokeResponse_Error
+	_, err = h.Handle(context.Background(), json.RawMessage(`[{"messages": [{"topic": "orders", "key": "o-1"}]}]`))
+	if errors.As(err, &ie) && ie.Type == handler.ErrorValidation && strings.Contains(ie.Message, `"field":"[0].idempotencyKey"`) {
+		arrayRefused = 1
+	} else {
+		t.Errorf("a direct invocation with an array answered %v; want Outbox.Validation naming [0].idempotencyKey", err)
+	}
+	fmt.Printf("enqueue-async: failure_destination=%d alarms=%d poison_only_failed=%d array_refused=%d\n",
+		failureDestination, alarms, poisonOnlyFailed, arrayRefused)
+}
+
+// loadRecipes parses docs/enqueue-recipes.yaml.
+func loadRecipes(t *testing.T) map[string]any {
+	t.Helper()
+	src, err := os.ReadFile("../docs/enqueue-recipes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipes, err := parseCFN(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recipes
+}
+
+// newEnqueueOutbox is the enqueue function's handler on a fresh outbox of
+// bucketCount buckets in DynamoDB Local, through a recordingClient.
+func newEnqueueOutbox(t *testing.T, bucketCount int) (*testenv.Dynamo, dynamo.Tables, *recordingClient, *handler.Enqueue) {
+	t.Helper()
+	d, tables, rec := newRecordedOutbox(t, bucketCount)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := dynamo.NewWriter(ctx, rec, tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := handler.NewEnqueue(w, rec, tables, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, tables, rec, h
+}
+
+// newEnqueueHandler is newEnqueueOutbox's handler, and a count of the
+// messages stored.
+func newEnqueueHandler(t *testing.T) (*handler.Enqueue, func() int32) {
+	t.Helper()
+	d, tables, _, h := newEnqueueOutbox(t, 4)
+	messagesStored := func() int32 {
+		// Not the fences: a replay releases the numbers it reserved.
+		out, err := d.Client.Scan(context.Background(), &dynamodb.ScanInput{TableName: &tables.Messages, Select: types.SelectCount,
+			FilterExpression: aws.String("attribute_not_exists(f)"), ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Count
+	}
+	return h, messagesStored
+}
+
+// enqueuePoisonBatch is 1 when three Kinesis deliveries of [unusable, a, b]
+// each report only the unusable record and commit a and b once.
+func enqueuePoisonBatch(t *testing.T) int {
+	h, messagesStored := newEnqueueHandler(t)
+	record := func(seq int, body string) string {
+		return fmt.Sprintf(`{"eventSource": "aws:kinesis", "eventID": "shardId-000000000000:%d", "kinesis": {"sequenceNumber": "%d", "data": %q}}`,
+			seq, seq, base64.StdEncoding.EncodeToString([]byte(body)))
+	}
+	recs := []string{record(1, `{"messages": [{"key": "poison"}]}`), // no topic
+		record(2, `{"messages": [{"topic": "orders", "key": "a"}]}`), record(3, `{"messages": [{"topic": "orders", "key": "b"}]}`)}
+	ok := 1
+	for delivery := 1; delivery <= 3; delivery++ {
+		out, err := h.Handle(context.Background(), json.RawMessage(`{"Records": [`+strings.Join(recs, ",")+`]}`))
+		resp, _ := out.(events.SQSEventResponse)
+		if err != nil || len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != "1" {
+			t.Errorf("delivery %d answered %+v, %v; want only sequence number 1 reported", delivery, out, err)
+			ok = 0
+		}
+		// Kinesis redelivers from the reported record on: here, all three.
+	}
+	if n := messagesStored(); n != 2 {
+		t.Errorf("%d messages stored after 3 deliveries; want a and b, once each", n)
+		ok = 0
+	}
+	return ok
+}
+
+// TestEnqueueRecipesBoundRetries: every event source of the recipes bounds
+// what a record that keeps failing costs. A Kinesis source reports batch
+// item failures, bisects, retries a finite number of times and sends what it
+// gives up on to a queue its role may send to; an SQS source reports batch
+// item failures, polls at most the function's reserved concurrency (so a
+// backlog is not throttled back into the queue) and its queue, like a
+// Pipe's, moves a message to a dead-letter queue after maxReceiveCount.
+func TestEnqueueRecipesBoundRetries(t *testing.T) {
+	recipes := loadRecipes(t)
+	reserved, _ := at(loadTemplate(t), "Parameters", "EnqueueReservedConcurrency", "Default").(int)
+	source := func(p any) (string, string) { // the source's type and logical id
+		arn, _ := at(p, "Fn::GetAtt").([]any)
+		if len(arn) != 2 {
+			return "", ""
+		}
+		id, _ := arn[0].(string)
+		typ, _ := at(recipes, "Resources", id, "Type").(string)
+		return typ, id
+	}
+	redriven := func(queue string) bool {
+		return at(recipes, "Resources", queue, "Properties", "RedrivePolicy", "maxReceiveCount") != nil
+	}
+	kinds := map[string]bool{}
+	for _, name := range resourcesOfType(recipes, "AWS::Lambda::EventSourceMapping") {
+		p := at(recipes, "Resources", name, "Properties")
+		typ, id := source(at(p, "EventSourceArn"))
+		kinds[typ] = true
+		if got := at(p, "FunctionResponseTypes"); !reflect.DeepEqual(got, []any{"ReportBatchItemFailures"}) {
+			t.Errorf("%s FunctionResponseTypes %s, want [ReportBatchItemFailures]", name, canon(got))
+		}
+		switch typ {
+		case "AWS::Kinesis::Stream":
+			retries, _ := at(p, "MaximumRetryAttempts").(int)
+			dest := at(p, "DestinationConfig", "OnFailure", "Destination")
+			dtyp, did := source(dest)
+			if at(p, "BisectBatchOnFunctionError") != true || at(p, "MaximumRetryAttempts") == nil || retries < 0 || dtyp != "AWS::SQS::Queue" {
+				t.Errorf("%s: BisectBatchOnFunctionError %v, MaximumRetryAttempts %v, on-failure destination %s: want bisect, finite retries, a queue",
+					name, at(p, "BisectBatchOnFunctionError"), at(p, "MaximumRetryAttempts"), canon(dest))
+			}
+			if !strings.Contains(canon(recipes), `"sqs:SendMessage","Effect":"Allow","Resource":{"Fn::GetAtt":["`+did+`","Arn"]}`) {
+				t.Errorf("%s: no statement lets the function's role send to %s", name, did)
+			}
+		case "AWS::SQS::Queue":
+			max, _ := at(p, "ScalingConfig", "MaximumConcurrency").(int)
+			if max < 2 || max > reserved {
+				t.Errorf("%s ScalingConfig.MaximumConcurrency %v, want 2..%d (EnqueueReservedConcurrency's default)", name, at(p, "ScalingConfig"), reserved)
+			}
+			if !redriven(id) {
+				t.Errorf("%s: queue %s has no redrive policy: a message that keeps failing is retried until it expires", name, id)
+			}
+		default:
+			t.Errorf("%s: source %s of type %q", name, id, typ)
+		}
+	}
+	for _, name := range resourcesOfType(recipes, "AWS::Pipes::Pipe") {
+		if _, id := source(at(recipes, "Resources", name, "Properties", "Source")); !redriven(id) {
+			t.Errorf("%s: source queue %s has no redrive policy", name, id)
+		}
+	}
+	if !kinds["AWS::Kinesis::Stream"] || !kinds["AWS::SQS::Queue"] {
+		t.Errorf("the recipes' event sources are %v; want a Kinesis stream and an SQS queue", kinds)
 	}
 }

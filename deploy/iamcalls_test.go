@@ -293,18 +293,10 @@ func TestEnqueuePolicy(t *testing.T) {
 	)
 	diffGrants(t, join(policyGrants(t, "WriterPolicy"), grants([]string{"dynamodb:PutItem"}, "<ControlTable.Arn>", "")), contract)
 
-	d, tables, rec := newRecordedOutbox(t, 8)
+	d, _, rec, h := newEnqueueOutbox(t, 8)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	orders := createOrders(ctx, t, d)
-	w, err := dynamo.NewWriter(ctx, rec, tables)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := handler.NewEnqueue(w, rec, tables, 0, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	req := func(key, order string) json.RawMessage {
 		return json.RawMessage(fmt.Sprintf(`{"idempotencyKey": %q, "transactItems": [{"Put": {"TableName": %q, "Item": {"id": {"S": %q}},
 			"ConditionExpression": "attribute_not_exists(id)"}}], "messages": [{"topic": "orders", "key": %q}, {"topic": "orders", "key": "x"}]}`,

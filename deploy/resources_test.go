@@ -21,8 +21,8 @@ func TestRetainPolicies(t *testing.T) {
 	for _, typ := range []string{"AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::Logs::LogGroup"} {
 		names = append(names, resourcesOfType(tmpl, typ)...)
 	}
-	if len(names) != 2+1+4 {
-		t.Errorf("resources with data: %v, want 2 tables, 1 queue, 4 log groups (relay, sweeper, setup, enqueue)", names)
+	if len(names) != 2+2+4 {
+		t.Errorf("resources with data: %v, want 2 tables, 2 queues (relay, enqueue), 4 log groups (relay, sweeper, setup, enqueue)", names)
 	}
 	for _, name := range names {
 		for _, k := range []string{"DeletionPolicy", "UpdateReplacePolicy"} {
@@ -72,6 +72,7 @@ func TestOutputs(t *testing.T) {
 		"EnqueueFunctionArn":     "!GetAtt EnqueueFunction.Arn",
 		"EnqueueInvokePolicyArn": "!Ref EnqueueInvokePolicy",
 		"EnqueueRoleName":        "!Ref EnqueueRole",
+		"EnqueueFailureQueueUrl": "!Ref EnqueueFailureQueue",
 	}
 	outputs, _ := tmpl["Outputs"].(map[string]any)
 	for name, src := range want {

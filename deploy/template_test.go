@@ -386,6 +386,9 @@ func TestParameters(t *testing.T) {
 		// store/dynamo.
 		{"EnableEnqueueFunction", `{Type: String, Default: "false", AllowedValues: ["true", "false"]}`},
 		{"EnqueueBusinessTableArns", `{Type: CommaDelimitedList, Default: ""}`},
+		// Capped, so a backlog of its callers cannot take the relay's
+		// concurrency (TestEnqueueAsync).
+		{"EnqueueReservedConcurrency", "{Type: Number, Default: 10, MinValue: 1, MaxValue: 10000}"},
 		// Off by default: consumers must read read_committed, and MSK IAM
 		// needs Kafka 3.8 or later.
 		{"KafkaTransactional", `{Type: String, Default: "false", AllowedValues: ["true", "false"]}`},

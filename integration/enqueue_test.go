@@ -302,15 +302,22 @@ func TestEnqueueBootstrapUnderRIE(t *testing.T) {
 		replays += 2
 	})
 
-	// An SQS FIFO batch: after the first failure the rest are reported,
-	// not tried, so the queue redelivers them in order.
+	// An SQS FIFO batch whose first record is unusable: it is reported
+	// alone and the record after it commits, once; a redelivery of the
+	// unusable one writes nothing. (A retryable failure holds the rest
+	// back, reported untried: lambda/handler's
+	// TestEnqueueRetryableFailureHoldsBackTheRest.)
 	fifo := map[string]any{"Records": []any{
 		sqsRecord("f-1", map[string]any{"messages": []any{map[string]any{"key": "x"}}}, map[string]string{"MessageGroupId": "g"}),
 		sqsRecord("f-2", r.request("", "o-fifo", 1), map[string]string{"MessageGroupId": "g"}),
 	}}
-	r.unchanged(ctx, t, "a FIFO batch whose first record fails", func() {
-		if a := r.invoke(ctx, t, fifo); len(a.BatchItemFailures) != 2 {
-			t.Fatalf("FIFO batch answered %s; want both reported", a.raw)
+	if a := r.invoke(ctx, t, fifo); len(a.BatchItemFailures) != 1 || a.BatchItemFailures[0].ItemIdentifier != "f-1" {
+		t.Fatalf("FIFO batch answered %s; want f-1 alone reported", a.raw)
+	}
+	r.recordBatch(t, "sqs", []string{"o-fifo"})
+	r.unchanged(ctx, t, "a redelivered unusable FIFO record", func() {
+		if a := r.invoke(ctx, t, map[string]any{"Records": fifo["Records"].([]any)[:1]}); len(a.BatchItemFailures) != 1 {
+			t.Fatalf("redelivery answered %s", a.raw)
 		}
 	})
 

@@ -60,6 +60,7 @@ var scenarios = []scenario{
 		"LogRetentionInDays": "90", "AlarmTopicArn": alarmARN, "IteratorAgeAlarmMilliseconds": "120000",
 		"OldestPendingAgeAlarmSeconds": "600",
 		"EnableEnqueueFunction":        "true", "EnqueueBusinessTableArns": "arn:aws:dynamodb:us-east-1:123456789012:table/orders,arn:aws:dynamodb:us-east-1:123456789012:table/payments",
+		"EnqueueReservedConcurrency": "25",
 	}},
 	{stack: "Scram256", params: map[string]string{"KafkaBootstrapServers": "b-1.example:9096", "KafkaAuthMode": "sasl-scram-sha-256", "KafkaSaslSecretArn": secretARN}},
 	{stack: "Mtls", params: map[string]string{"KafkaBootstrapServers": "kafka.example:9093", "KafkaAuthMode": "mtls",

@@ -63,6 +63,20 @@ func Token(idempotencyKey string) string {
 	return uuid.NewSHA1(tokenSpace, []byte(idempotencyKey)).String()
 }
 
+// idSpace is the UUID v5 name space of the message ids MessageID derives.
+var idSpace = uuid.MustParse("3b0f6a9e-52c4-4d8a-b7e1-9f2c6d4a8e05")
+
+// MessageID is the id the enqueue function gives the message at position
+// (0-based, in messages) of a request that leaves it empty: a UUID v5 of the
+// request's idempotency key, its body hash (without the key, as the
+// idempotency record keeps it) and the position. The same request gets the
+// same ids on every delivery; the same key with another body (a key reused
+// after its record expired) gets other ids, which the inbox does not take
+// for duplicates.
+func MessageID(idempotencyKey, bodyHash string, position int) string {
+	return uuid.NewSHA1(idSpace, []byte(idempotencyKey+"\x00"+bodyHash+"\x00"+strconv.Itoa(position))).String()
+}
+
 // RecordKey is the control-table key of the idempotency record of a key.
 func RecordKey(idempotencyKey string) map[string]types.AttributeValue {
 	sum := sha256.Sum256([]byte(idempotencyKey))
@@ -141,10 +155,14 @@ func (h *Enqueue) commit(ctx context.Context, raw []byte, defaultKey string) (*E
 	if err := h.checkTables(req.items); err != nil {
 		return nil, toEnqueueError(err, 0)
 	}
-	// Ids are fixed before the transaction so the record can keep them.
+	// Ids are fixed before the transaction so the record can keep them,
+	// and derived from the request so that the same request delivered
+	// again commits under the same ids even where its record cannot stop
+	// it (another region before replication, an expired record): the
+	// inbox then drops the second copy.
 	for i := range req.msgs {
 		if req.msgs[i].ID == "" {
-			req.msgs[i].ID = outbox.NewID()
+			req.msgs[i].ID = MessageID(req.key, req.hash, i)
 		}
 	}
 	items := append(req.items[:len(req.items):len(req.items)], h.record(req))

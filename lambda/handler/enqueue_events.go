@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 
 	"github.com/aws/aws-lambda-go/events"
 )
@@ -26,8 +27,17 @@ import (
 // the runtime's error, errorType Outbox.*). A batch commits each record in
 // its own transaction and answers events.SQSEventResponse listing the
 // records that did not commit (their errors are logged); in an ordered
-// batch (Kinesis, an SQS FIFO queue) the records after the first failure
-// are not tried and are reported too, so the source retries them in order.
+// batch (Kinesis, an SQS FIFO queue) the records after the first retryable
+// failure are not tried and are reported too, so the source retries them in
+// order. An unusable record (Outbox.Validation: it fails on every delivery)
+// is reported alone and the records after it are tried: holding them back
+// would fail them with it on every redelivery until the source gives up.
+//
+// An element of an array that is a request, not an SQS or Kinesis record,
+// cannot be told from a direct invocation's payload (a Step Functions state
+// that passed an array): when one fails, the answer is its error, not a
+// batch response, so a state machine's Retry and Catch see it (a Pipe then
+// retries the whole batch, which commits each request once).
 func (h *Enqueue) Handle(ctx context.Context, raw json.RawMessage) (any, error) {
 	ctx, cancel := workContext(ctx)
 	defer cancel()
@@ -37,7 +47,11 @@ func (h *Enqueue) Handle(ctx context.Context, raw json.RawMessage) (any, error) 
 		if err := json.Unmarshal(raw, &elems); err != nil {
 			return nil, (&EnqueueError{Type: ErrorValidation, Field: "event", Message: "an array that is not a Pipes batch: " + err.Error()}).Lambda()
 		}
-		return h.batch(ctx, elems), nil
+		if len(elems) == 0 {
+			return nil, (&EnqueueError{Type: ErrorValidation, Field: "event", Message: "an empty array; nothing was written: " +
+				"invoke with one request object (an array is an EventBridge Pipes batch, which is never empty)"}).Lambda()
+		}
+		return h.answerBatch(ctx, elems)
 	}
 	var probe struct {
 		Records    []json.RawMessage `json:"Records"`
@@ -50,7 +64,7 @@ func (h *Enqueue) Handle(ctx context.Context, raw json.RawMessage) (any, error) 
 	}
 	switch {
 	case probe.Records != nil:
-		return h.batch(ctx, probe.Records), nil
+		return h.answerBatch(ctx, probe.Records)
 	case probe.DetailType != nil && probe.Detail != nil:
 		return h.single(ctx, probe.Detail, eventKey(probe.ID))
 	}
@@ -80,6 +94,7 @@ type batchRecord struct {
 	key     string // default idempotency key
 	body    []byte
 	ordered bool
+	source  bool          // an SQS or Kinesis record, which id names to its source
 	err     *EnqueueError // the record itself is malformed
 }
 
@@ -100,7 +115,7 @@ func parseRecord(raw json.RawMessage) batchRecord {
 	}
 	switch {
 	case r.EventSource == "aws:sqs" || (r.MessageID != "" && r.Body != nil):
-		b := batchRecord{id: r.MessageID, key: "sqs:" + r.MessageID, ordered: r.Attributes["MessageGroupId"] != ""}
+		b := batchRecord{id: r.MessageID, key: "sqs:" + r.MessageID, ordered: r.Attributes["MessageGroupId"] != "", source: true}
 		if r.Body == nil {
 			b.err = &EnqueueError{Type: ErrorValidation, Field: "body", Message: "an SQS record without a body"}
 		} else {
@@ -113,7 +128,7 @@ func parseRecord(raw json.RawMessage) batchRecord {
 		if r.Kinesis != nil {
 			k = *r.Kinesis
 		}
-		b := batchRecord{id: k.SequenceNumber, key: "kinesis:" + r.EventID, ordered: true}
+		b := batchRecord{id: k.SequenceNumber, key: "kinesis:" + r.EventID, ordered: true, source: true}
 		if r.EventID == "" {
 			b.key = "kinesis:" + k.SequenceNumber
 		}
@@ -133,9 +148,22 @@ type kinesisData struct {
 	SequenceNumber string `json:"sequenceNumber"`
 }
 
-// batch commits each record in its own transaction, in order.
-func (h *Enqueue) batch(ctx context.Context, raws []json.RawMessage) events.SQSEventResponse {
-	resp := events.SQSEventResponse{BatchItemFailures: []events.SQSBatchItemFailure{}}
+// answerBatch is batch's answer: the batch response, or the error of the
+// first element that failed and is not a source's record.
+func (h *Enqueue) answerBatch(ctx context.Context, raws []json.RawMessage) (any, error) {
+	resp, unreported := h.batch(ctx, raws)
+	if unreported != nil {
+		return nil, unreported.Lambda()
+	}
+	return resp, nil
+}
+
+// batch commits each record in its own transaction, in order. unreported
+// is the first failure of an element that is not an SQS or Kinesis record
+// (its itemIdentifier would name nothing the source knows), as the
+// invocation's error: the element's own, its field prefixed with its index.
+func (h *Enqueue) batch(ctx context.Context, raws []json.RawMessage) (resp events.SQSEventResponse, unreported *EnqueueError) {
+	resp = events.SQSEventResponse{BatchItemFailures: []events.SQSBatchItemFailure{}}
 	stopped := false
 	for i, raw := range raws {
 		rec := parseRecord(raw)
@@ -158,7 +186,27 @@ func (h *Enqueue) batch(ctx context.Context, raws []json.RawMessage) events.SQSE
 		h.logger.WarnContext(ctx, "outbox enqueue: record failed", "record", i, "item_identifier", rec.id,
 			"error_type", ee.Type, "field", ee.Field, "err", ee.Message)
 		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.id})
-		stopped = rec.ordered
+		if !rec.source && unreported == nil {
+			unreported = elementError(i, ee)
+		}
+		// An unusable record fails again on every delivery: the records
+		// after it are tried now, not held back behind it (Kinesis
+		// redelivers from the reported record, and those that committed
+		// answer duplicates; a FIFO queue redelivers only the reported one).
+		stopped = rec.ordered && ee.Type != ErrorValidation
 	}
-	return resp
+	return resp, unreported
+}
+
+// elementError is ee, the failure of element i of an array that is not a
+// source's record, as the invocation's error.
+func elementError(i int, ee *EnqueueError) *EnqueueError {
+	out := *ee
+	out.Field = fmt.Sprintf("[%d]", i)
+	if ee.Field != "" {
+		out.Field += "." + ee.Field
+	}
+	out.Message = fmt.Sprintf("element %d of the array: %s (a direct invocation takes one request object; an array is an EventBridge Pipes batch, "+
+		"whose other elements committed or not as their own transactions: a retry with the same keys commits each once)", i, ee.Message)
+	return &out
 }

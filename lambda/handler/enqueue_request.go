@@ -37,7 +37,8 @@ type EnqueueRequest struct {
 
 // EnqueueMessage is one outbox message of a request.
 type EnqueueMessage struct {
-	// ID is the message id (a UUID); empty for a new UUID v7.
+	// ID is the message id (a UUID); empty for MessageID(key, body hash,
+	// position), the same on every delivery of the request.
 	ID    string `json:"id,omitempty"`
 	Topic string `json:"topic"`
 	// Key is the record key as text; KeyBase64 the same as bytes. Neither

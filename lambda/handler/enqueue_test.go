@@ -101,11 +101,15 @@ func TestBodyHash(t *testing.T) {
 }
 
 // fakeWriter commits what it is given, numbering per bucket, or fails the
-// requests whose first message key is in fail.
+// requests whose first message key is in fail. Like DynamoDB it cancels a
+// transaction whose idempotency record (the last item) exists.
 type fakeWriter struct {
-	seq   map[int]int64
-	calls []string // first message key of each call
-	fail  map[string]error
+	seq     map[int]int64
+	calls   []string // first message key of each call
+	commits []string // first message key of each call that committed
+	ids     []string // the message ids committed, in order
+	fail    map[string]error
+	records map[string]map[string]types.AttributeValue // by pk
 }
 
 func (f *fakeWriter) WriteWithToken(_ context.Context, token string, items []types.TransactWriteItem, msgs ...outbox.Message) (dynamo.Result, error) {
@@ -116,6 +120,24 @@ func (f *fakeWriter) WriteWithToken(_ context.Context, token string, items []typ
 	f.calls = append(f.calls, key)
 	if err := f.fail[key]; err != nil {
 		return dynamo.Result{}, err
+	}
+	record := items[len(items)-1].Put.Item
+	pk := record["pk"].(*types.AttributeValueMemberS).Value
+	if old, ok := f.records[pk]; ok {
+		reasons := make([]types.CancellationReason, len(items))
+		for i := range reasons {
+			reasons[i].Code = aws.String("None")
+		}
+		reasons[len(items)-1] = types.CancellationReason{Code: aws.String("ConditionalCheckFailed"), Item: old}
+		return dynamo.Result{}, &dynamo.TransactionError{Err: outbox.ErrConditionFailed, Reasons: reasons, CallerItems: len(items)}
+	}
+	if f.records == nil {
+		f.records = map[string]map[string]types.AttributeValue{}
+	}
+	f.records[pk] = record
+	f.commits = append(f.commits, key)
+	for _, m := range msgs {
+		f.ids = append(f.ids, m.ID)
 	}
 	out := make([]outbox.Message, len(msgs))
 	for i, m := range msgs {
