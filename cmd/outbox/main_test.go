@@ -385,6 +385,10 @@ func TestDropAndInit(t *testing.T) {
 	c.step(exitOK, "init", "--buckets", "4")
 	c.step(exitOK, "status", "--bucket", "3")
 	c.step(exitUsage, "init", "--buckets", "4", "--topics", "orders,order events")
+	// A list that drops a stored topic is refused unless --replace-topics.
+	c.step(exitMisconfigured, "init", "--buckets", "4", "--topics", "orders")
+	c.step(exitUsage, "init", "--buckets", "4", "--replace-topics")
+	c.step(exitOK, "init", "--buckets", "4", "--topics", "orders", "--replace-topics")
 	c.step(exitOK, "init", "--buckets", "4", "--topics", "")
 	golden(t, "drop_init.txt", c.normalise(c.out.String()))
 }
