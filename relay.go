@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"reflect"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -122,10 +123,15 @@ type local struct {
 // fails with a *MisconfigurationError when the BucketCount, WithMode,
 // MaxMessageBytes or header options differ from the stored configuration
 // or the stored format is newer than this code, and with an *OptionError
-// for an invalid option. Options left out take the stored values.
+// for an invalid option. Options left out take the stored values. A nil
+// store or publisher (also a nil pointer in the interface, such as the
+// *kafka.Publisher a failed constructor returned) is an *OptionError.
 func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (*Relay, error) {
-	if store == nil || pub == nil {
-		return nil, &OptionError{Option: "NewRelay", Value: nil, Reason: "store and publisher are required"}
+	switch {
+	case isNil(store):
+		return nil, &OptionError{Option: "NewRelay", Value: store, Reason: "a store is required (nil given)"}
+	case isNil(pub):
+		return nil, &OptionError{Option: "NewRelay", Value: pub, Reason: "a publisher is required (nil given: check the error of the publisher's constructor)"}
 	}
 	cfg := defaultConfig()
 	for _, o := range opts {
@@ -324,6 +330,19 @@ func slicesEqual(a, b []string) bool {
 	return true
 }
 
+// isNil reports whether v is nil or an interface holding a nil pointer,
+// map, channel, function or slice, whose methods would panic when called.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.Slice, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
+}
+
 // CheckConfig verifies a stored configuration against a process's expected
 // bucket count (0 = accept the stored one) and this code's format version.
 func CheckConfig(stored Config, bucketCount int) error {
@@ -333,7 +352,8 @@ func CheckConfig(stored Config, bucketCount int) error {
 	}
 	if bucketCount != 0 && bucketCount != stored.BucketCount {
 		return &MisconfigurationError{Setting: "BucketCount", Configured: fmt.Sprint(bucketCount), Stored: fmt.Sprint(stored.BucketCount),
-			Fix: "every writer and relay of one outbox must use the table's BucketCount; changing it requires draining the outbox first"}
+			Fix: "every writer and relay of one outbox must use the table's BucketCount (or none, to take the table's); to change the outbox's count, " +
+				"run outbox buckets set N, which changes it online and every writer and relay follows"}
 	}
 	if stored.FormatVersion > FormatVersion {
 		return &MisconfigurationError{Setting: "FormatVersion", Configured: fmt.Sprint(FormatVersion), Stored: fmt.Sprint(stored.FormatVersion),

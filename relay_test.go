@@ -713,6 +713,34 @@ func TestOptionValidation(t *testing.T) {
 	}
 }
 
+// A nil store or publisher, also a nil pointer in the interface (the
+// *recorder a failed constructor would return), fails NewRelay with an
+// OptionError instead of a panic at the first drain.
+func TestNewRelayRefusesNilCollaborators(t *testing.T) {
+	var nilPub *recorder
+	var nilStore *memory.Store
+	cases := []struct {
+		name  string
+		store outbox.Store
+		pub   outbox.Publisher
+		want  string
+	}{
+		{"nil publisher", memory.New(1), nil, "publisher"},
+		{"nil pointer publisher", memory.New(1), nilPub, "publisher"},
+		{"nil store", nil, &recorder{}, "store"},
+		{"nil pointer store", nilStore, &recorder{}, "store"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var oe *outbox.OptionError
+			r, err := outbox.NewRelay(context.Background(), c.store, c.pub)
+			if !errors.As(err, &oe) || oe.Option != "NewRelay" || !strings.Contains(oe.Reason, c.want) || r != nil {
+				t.Fatalf("NewRelay = %v, %v; want an OptionError naming the %s", r, err, c.want)
+			}
+		})
+	}
+}
+
 func TestDrainBucketsConcurrently(t *testing.T) {
 	s := memory.New(8)
 	for b := 0; b < 8; b++ {
@@ -847,8 +875,9 @@ func TestRelayStoredConfig(t *testing.T) {
 	})
 	t.Run("given: checked as a read one", func(t *testing.T) {
 		var me *outbox.MisconfigurationError
-		if _, err := outbox.NewRelay(ctx, mem, &recorder{}, outbox.StoredConfig(stored), outbox.BucketCount(16)); !errors.As(err, &me) || me.Configured != "16" || me.Stored != "8" {
-			t.Fatalf("err = %v, want a MisconfigurationError naming 16 and 8", err)
+		if _, err := outbox.NewRelay(ctx, mem, &recorder{}, outbox.StoredConfig(stored), outbox.BucketCount(16)); !errors.As(err, &me) || me.Configured != "16" || me.Stored != "8" ||
+			!strings.Contains(me.Fix, "outbox buckets set") {
+			t.Fatalf("err = %v, want a MisconfigurationError naming 16 and 8 and outbox buckets set", err)
 		}
 		if _, err := outbox.NewRelay(ctx, mem, &recorder{}, outbox.StoredConfig(outbox.Config{})); !errors.As(err, &me) || me.Setting != "BucketCount" {
 			t.Fatalf("err = %v for an empty config item, want a MisconfigurationError for BucketCount", err)

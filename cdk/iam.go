@@ -1,6 +1,8 @@
 package outboxcdk
 
 import (
+	"strings"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/jsii-runtime-go"
@@ -134,7 +136,9 @@ func (o *Outbox) secretsPolicy() awsiam.ManagedPolicy {
 // AddPartitionsToTxn, Produce, EndTxn). No ReadData, no consumer groups,
 // nothing that creates or deletes. Topic ARNs are topic/<cluster
 // name>/<cluster uuid>/<topic>, transactional-id ARNs
-// transactional-id/<cluster name>/<cluster uuid>/<id>. nil unless msk-iam.
+// transactional-id/<cluster name>/<cluster uuid>/<id>; with Topics the
+// topic actions are granted on the listed topics only (mskTopicARNs).
+// nil unless msk-iam.
 func (o *Outbox) mskIAMPolicy() awsiam.ManagedPolicy {
 	c := o.cfg
 	if !c.useMSKIAM() {
@@ -169,14 +173,35 @@ func (o *Outbox) mskIAMPolicy() awsiam.ManagedPolicy {
 	if c.transactional {
 		clusterActions = []string{"kafka-cluster:Connect", "kafka-cluster:DescribeClusterDynamicConfiguration"}
 	}
+	topicResources := []*string{topics}
+	if listed := mskTopicARNs(c.topics); listed != nil {
+		topicResources = listed
+	}
 	statements := []awsiam.PolicyStatement{
 		statement("MskCluster", clusterActions, cluster),
-		statement("MskTopics", []string{"kafka-cluster:DescribeTopic", "kafka-cluster:WriteData", "kafka-cluster:DescribeTopicDynamicConfiguration"}, topics),
+		statement("MskTopics", []string{"kafka-cluster:DescribeTopic", "kafka-cluster:WriteData", "kafka-cluster:DescribeTopicDynamicConfiguration"}, topicResources...),
 	}
 	if c.transactional {
 		statements = append(statements, statement("MskTransactionalIds", []string{"kafka-cluster:DescribeTransactionalId", "kafka-cluster:AlterTransactionalId"}, txnIDs))
 	}
 	return managedPolicy(o, "KafkaMskIamPolicy", "Produce to MSK with IAM access control.", statements...)
+}
+
+// mskTopicARNs are the topic ARNs of the Topics list (spaces dropped:
+// topic names have none), nil when it lists none. Each names the topic and
+// leaves partition, region, account and cluster to the Connect statement,
+// which every topic action needs: the template, which this mirrors, cannot
+// put a computed prefix before each topic of a list.
+func mskTopicARNs(topics string) []*string {
+	topics = strings.ReplaceAll(topics, " ", "")
+	if topics == "" {
+		return nil
+	}
+	var out []*string
+	for _, t := range strings.Split(topics, ",") {
+		out = append(out, jsii.String("arn:*:kafka:*:*:topic/*/*/"+t))
+	}
+	return out
 }
 
 // vpcPolicy is what Lambda needs to attach a function to the VPC; these EC2

@@ -110,9 +110,10 @@ type Props struct {
 	OutboxBatchSize *float64
 	// Topics is OUTBOX_TOPICS, comma-separated topics the outbox serves:
 	// written to its config item (writers refuse any other topic) and
-	// checked by the functions at init. Default: none, meaning any topic (a
-	// misspelt topic then stops its bucket at the relay) and only a check
-	// that a broker answers.
+	// checked by the functions at init; with msk-iam, the only topics the
+	// functions may write. Default: none, meaning any topic (a misspelt
+	// topic then stops its bucket at the relay; with msk-iam, every topic
+	// of the cluster) and only a check that a broker answers.
 	Topics *string
 	// Regions puts the outbox in region mode, for tables made DynamoDB
 	// global tables: the regions in order, comma-separated, the same in

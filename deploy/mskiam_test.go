@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"path"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -619,5 +620,79 @@ func TestMskActionMapping(t *testing.T) {
 	}
 	if _, err := mskActionsFor(findGroup); err == nil {
 		t.Error("FindCoordinator of a group mapped without an entry")
+	}
+}
+
+// iamMatch reports whether an IAM Resource pattern matches arn: * is any
+// run of characters (slashes and colons too), ? any one character.
+func iamMatch(pattern, arn string) bool {
+	re := "^" + strings.NewReplacer(`\*`, ".*", `\?`, ".").Replace(regexp.QuoteMeta(pattern)) + "$"
+	return regexp.MustCompile(re).MatchString(arn)
+}
+
+// TestMskIamTopicsScopedToTheAllowlist: with the stack's Topics, the
+// relay's policy lets it describe and write the listed topics of the
+// cluster and no other; with the default empty Topics, every topic of the
+// cluster (docs/deploy.md, Permissions).
+func TestMskIamTopicsScopedToTheAllowlist(t *testing.T) {
+	const topicOf = "arn:aws:kafka:us-east-1:123456789012:topic/orders/0b1c2d3e-1111-2222-3333-444455556666-7/"
+	cases := []struct {
+		name    string
+		params  map[string]string
+		allowed []string // topics the topic actions may reach
+		denied  []string
+	}{
+		{"named cluster, topics", map[string]string{"MskClusterArn": clusterARN, "Topics": " orders,payments , audit.v2"},
+			[]string{"orders", "payments", "audit.v2"}, []string{"audit", "orders-dlq", "payments2", "other", "audit-v2"}},
+		{"any cluster, transactional, one topic", map[string]string{"Topics": "orders", "KafkaTransactional": "true"},
+			[]string{"orders"}, []string{"payments", "orders.x", "xorders"}},
+		{"named cluster, no topics: any topic", map[string]string{"MskClusterArn": clusterARN},
+			[]string{"orders", "payments", "anything"}, nil},
+	}
+	topicActions := []string{writeData.Action, describeTopic.Action, topicConfigs.Action}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			params := map[string]string{"KafkaBootstrapServers": "b:9098", "KafkaAuthMode": "msk-iam"}
+			for k, v := range c.params {
+				params[k] = v
+			}
+			tmpl := loadTemplate(t)
+			e, err := newEvaluator(tmpl, params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			doc, err := e.Eval(at(tmpl, "Resources", "KafkaMskIamPolicy", "Properties", "PolicyDocument"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			granted := func(action, arn string) bool {
+				for _, s := range at(doc, "Statement").([]any) {
+					for _, a := range stringList(at(s, "Action")) {
+						for _, r := range stringList(at(s, "Resource")) {
+							if a == action && iamMatch(r, arn) {
+								return true
+							}
+						}
+					}
+				}
+				return false
+			}
+			for _, a := range topicActions {
+				for _, topic := range c.allowed {
+					if !granted(a, topicOf+topic) {
+						t.Errorf("%s on topic %s: not granted, want granted", a, topic)
+					}
+				}
+				for _, topic := range c.denied {
+					if granted(a, topicOf+topic) {
+						t.Errorf("%s on topic %s: granted, want refused (not in Topics %q)", a, topic, c.params["Topics"])
+					}
+				}
+			}
+			// The cluster is still the one Connect names.
+			if other := "arn:aws:kafka:us-east-1:123456789012:cluster/other/1111"; c.params["MskClusterArn"] != "" && granted(connect.Action, other) {
+				t.Errorf("Connect granted on %s", other)
+			}
+		})
 	}
 }

@@ -501,6 +501,17 @@ func mskGrants(cluster, topics string) []grant {
 	)
 }
 
+// mskTopicGrants is mskGrants on a Topics list: the topic actions on each
+// listed topic only (any cluster segments: Connect on cluster limits them).
+func mskTopicGrants(cluster string, topics ...string) []grant {
+	out := grants([]string{"kafka-cluster:Connect", "kafka-cluster:WriteDataIdempotently", "kafka-cluster:DescribeClusterDynamicConfiguration"}, cluster, "")
+	for _, t := range topics {
+		out = append(out, grants([]string{"kafka-cluster:DescribeTopic", "kafka-cluster:WriteData", "kafka-cluster:DescribeTopicDynamicConfiguration"},
+			"arn:*:kafka:*:*:topic/*/*/"+t, "")...)
+	}
+	return out
+}
+
 // mskTxnGrants is the MSK IAM policy of the transactional mode: no
 // idempotent producer, and the outbox's transactional ids (txnIDs).
 func mskTxnGrants(cluster, topics, txnIDs string) []grant {
@@ -569,6 +580,20 @@ func scenarios() []scenario {
 			params: map[string]string{"KafkaAuthMode": "msk-iam", "MskClusterArn": clusterARN},
 			extra:  mskGrants(clusterARN, topicARNs),
 			env:    map[string]any{"KAFKA_AUTH": "msk-iam"},
+		},
+		{
+			// The stack's Topics scope the topic actions to those topics
+			// (spaces around the commas are no part of a name).
+			name:   "msk-iam on a named cluster, with topics",
+			params: map[string]string{"KafkaAuthMode": "msk-iam", "MskClusterArn": clusterARN, "Topics": "orders, payments"},
+			extra:  mskTopicGrants(clusterARN, "orders", "payments"),
+			env:    map[string]any{"KAFKA_AUTH": "msk-iam", "OUTBOX_TOPICS": "orders, payments"},
+		},
+		{
+			name:   "msk-iam without a cluster, with a topic",
+			params: map[string]string{"KafkaAuthMode": "msk-iam", "Topics": "orders"},
+			extra:  mskTopicGrants("arn:aws:kafka:us-east-1:123456789012:cluster/*/*", "orders"),
+			env:    map[string]any{"KAFKA_AUTH": "msk-iam", "OUTBOX_TOPICS": "orders"},
 		},
 		{
 			name:   "msk-iam without a cluster",

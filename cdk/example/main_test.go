@@ -67,6 +67,9 @@ var scenarios = []scenario{
 		"KafkaTlsClientCertSecretArn": certARN, "KafkaTlsCaSecretArn": caARN, "KafkaSecretsKmsKeyArn": kmsKeyARN}},
 	{stack: "MskIamCluster", params: map[string]string{"KafkaBootstrapServers": "b-1.example:9098", "KafkaAuthMode": "msk-iam", "MskClusterArn": clusterARN}},
 	{stack: "MskIamAnyCluster", params: map[string]string{"KafkaBootstrapServers": "b-1.example:9098", "KafkaAuthMode": "msk-iam"}},
+	// Topics scope the topic actions to the listed topics.
+	{stack: "MskIamClusterTopics", params: map[string]string{"KafkaBootstrapServers": "b-1.example:9098", "KafkaAuthMode": "msk-iam", "MskClusterArn": clusterARN,
+		"Topics": "orders, payments"}},
 	// Transactional producers: the transactional-id statement, no
 	// WriteDataIdempotently, on one cluster and on any.
 	{stack: "MskIamTxnCluster", params: map[string]string{"KafkaBootstrapServers": "b-1.example:9098", "KafkaAuthMode": "msk-iam", "MskClusterArn": clusterARN,

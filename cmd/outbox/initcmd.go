@@ -22,7 +22,8 @@ is idempotent: run again with the same --buckets it changes nothing.
 --buckets has no default: it must be the BucketCount of the stack (its
 BucketCount parameter) and of every writer. If the outbox already holds
 another one, init changes nothing and exits with 3, naming both values;
-changing BucketCount needs a drained outbox and new tables.
+change BucketCount with outbox buckets set N (online, while writers and
+relays run).
 
 --mode watermark creates an outbox whose relays never delete published
 messages: every message carries a TTL of --retention, after which DynamoDB
@@ -35,7 +36,10 @@ is refused like another BucketCount (exit 3).
 --topics lists the Kafka topics the outbox serves: writers (made after it)
 refuse a message for any other topic, so a misspelt topic fails the write
 instead of stopping a bucket at the relay. Without --topics the stored list
-is kept; --topics "" empties it, which means any topic.
+is kept; a list that adds topics to it is written; a list that leaves out a
+stored topic is refused (exit 3, naming the topics it drops: writers that
+still write them would refuse their messages) unless --replace-topics is
+given too; --topics "" empties it, which means any topic.
 
 --max-message-bytes and the header flags set the outbox's shared settings
 in its config item: writers, relays and publishers that state another
@@ -68,6 +72,7 @@ outbox init --buckets 8 --mode watermark --retention 72h`,
 		idHeader := fs.String("message-id-header", "", "the `NAME` of the message-id header (default: the stored name; x-outbox-message-id)")
 		bucketHeader := fs.String("bucket-header", "", "the `NAME` of the bucket header (default: the stored name; x-outbox-bucket)")
 		seqHeader := fs.String("sequence-header", "", "the `NAME` of the sequence header (default: the stored name; x-outbox-sequence)")
+		replaceTopics := fs.Bool("replace-topics", false, "with --topics: replace the stored list even if that drops topics (default: refuse a list that drops one)")
 		regions := fs.String("regions", "", "region mode: the `REGIONS` of the global table, comma-separated, in the same order everywhere (default: none, single-region)")
 		return func(_ *app, _ *connection, args []string) (action, error) {
 			if err := noArgs(args); err != nil {
@@ -106,6 +111,12 @@ outbox init --buckets 8 --mode watermark --retention 72h`,
 					list = append(list, t)
 				}
 				opts = append(opts, dynamo.Topics(list...))
+			}
+			switch {
+			case *replaceTopics && !topicsSet:
+				return nil, usagef("--replace-topics needs --topics: the list that replaces the stored one")
+			case *replaceTopics:
+				opts = append(opts, dynamo.ReplaceTopics())
 			}
 			switch {
 			case *maxBytes != 0 && (*maxBytes < 1024 || *maxBytes > 100<<20-4):

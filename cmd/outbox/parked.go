@@ -29,7 +29,7 @@ outbox parked --bucket 3 --json`,
 	timeout: 2 * time.Minute,
 	bind: func(fs *flag.FlagSet) func(*app, *connection, []string) (action, error) {
 		asJSON := fs.Bool("json", false, "print JSON instead of a table")
-		bucket := fs.Int("bucket", -1, "list only this `BUCKET`'s")
+		bucket := fs.Int("bucket", -1, "list only this `BUCKET`'s (also one a BucketCount shrink removed)")
 		return func(_ *app, _ *connection, args []string) (action, error) {
 			if err := noArgs(args); err != nil {
 				return nil, err
@@ -56,6 +56,13 @@ outbox parked --bucket 3 --json`,
 }
 
 func listParked(ctx context.Context, s *session, bucket int) ([]dynamo.ParkedItem, error) {
+	if bucket >= 0 {
+		st, err := s.store(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return st.ListParked(ctx, bucket, 0)
+	}
 	st, _, buckets, err := s.buckets(ctx, bucket)
 	if err != nil {
 		return nil, err
@@ -220,7 +227,7 @@ message id and topic of what it deleted.`,
 				return nil, err
 			}
 			return func(ctx context.Context, a *app, s *session) error {
-				st, _, _, err := s.buckets(ctx, d.bucket)
+				st, err := s.store(ctx) // any bucket: see replayParked
 				if err != nil {
 					return err
 				}

@@ -24,9 +24,11 @@ var replayCommand = &command{
 --seq: puts a parked message back at the tail of its bucket: a new sequence
 number, its original message id (consumers that deduplicate on it still
 can), and removes the dead letter, in one transaction. Consumers see it after
-everything enqueued since it was parked. With --value FILE the record's
-value is replaced by the file's bytes (a repaired payload); id, topic, key,
-partition and headers stay. A dead letter that cannot be decoded needs a
+everything enqueued since it was parked. After a BucketCount change (outbox
+buckets set) it goes to its key's bucket under the new count, which keeps
+the key's order; --bucket is the bucket it was parked in, even one a shrink
+removed. With --value FILE the record's value is replaced by the file's
+bytes (a repaired payload); id, topic, key, partition and headers stay. A dead letter that cannot be decoded needs a
 whole replacement message: use dynamo.Store.ReplayParked from Go, or drop it.
 In region mode the new number is reserved in the bucket's counter, which
 only the bucket's own region writes: run it with OUTBOX_REGION set to that
@@ -155,7 +157,13 @@ func replayParked(ctx context.Context, a *app, s *session, d deadLetterFlags, va
 		// counter, which only the bucket's region may (ReplayParked).
 		opts = append(opts, dynamo.WithRegion(region))
 	}
-	st, cfg, _, err := s.buckets(ctx, d.bucket, opts...)
+	// Not s.buckets: a dead letter may be in a bucket a shrink (outbox
+	// buckets set) removed; ReplayParked puts it in its key's bucket.
+	st, err := s.store(ctx, opts...)
+	if err != nil {
+		return err
+	}
+	cfg, err := st.Config(ctx)
 	if err != nil {
 		return err
 	}
@@ -183,6 +191,9 @@ func replayParked(ctx context.Context, a *app, s *session, d deadLetterFlags, va
 	how := ""
 	if replacement != nil {
 		how = fmt.Sprintf(" with a new value of %d bytes", len(value))
+	}
+	if m.Bucket != d.bucket {
+		how += fmt.Sprintf(" into bucket %d, its key's under the BucketCount changed since it was parked", m.Bucket)
 	}
 	_, err = fmt.Fprintf(a.stdout, "replayed bucket %d sequence %d as sequence %d (id %s, topic %s)%s\n", d.bucket, d.seq, m.Sequence, m.ID, m.Topic, how)
 	return err

@@ -100,7 +100,7 @@ func TestBuildOnRealParts(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{"bucket count differs", map[string]string{"OUTBOX_BUCKET_COUNT": "8"}, "BucketCount"},
+		{"bucket count differs", map[string]string{"OUTBOX_BUCKET_COUNT": "8"}, "outbox buckets set"},
 		{"missing table", map[string]string{"OUTBOX_CONTROL_TABLE": "no-such-table"}, "OUTBOX_CONTROL_TABLE=no-such-table"},
 		{"missing topic", map[string]string{"OUTBOX_TOPICS": "no-such-topic"}, "no-such-topic"},
 		// Without topics to check, init still asks a broker (port 1 refuses).

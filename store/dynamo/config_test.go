@@ -236,3 +236,46 @@ func TestSetBucketCountIsConditional(t *testing.T) {
 		t.Fatalf("bucket count %d, want the concurrent writer's 32 kept", got.BucketCount)
 	}
 }
+
+// CreateTables on an existing outbox adds topics to its list, but refuses
+// a list that drops a stored topic (writers that write it would refuse
+// their messages) unless ReplaceTopics says so; an empty list (any topic)
+// and a first list are no drop.
+func TestCreateTablesRefusesToDropTopics(t *testing.T) {
+	d, tables := newTables(t, BucketCount(1), Topics("orders", "audit"))
+	ctx := ctxT(t)
+	topics := func() []string { return storedConfig(t, d.Client, tables).Topics }
+
+	if err := CreateTables(ctx, d.Client, tables, BucketCount(1), Topics("orders", "audit", "payments")); err != nil {
+		t.Fatalf("a list that adds a topic: %v", err)
+	}
+	var tde *TopicsDroppedError
+	var me *outbox.MisconfigurationError
+	err := CreateTables(ctx, d.Client, tables, BucketCount(1), Topics("orders"))
+	if !errors.As(err, &tde) || !slices.Equal(tde.Dropped, []string{"audit", "payments"}) || !errors.As(err, &me) || me.Setting != "Topics" ||
+		!strings.Contains(err.Error(), "audit,payments") || !strings.Contains(err.Error(), "ReplaceTopics") {
+		t.Fatalf("a list that drops audit and payments: %v; want a *TopicsDroppedError naming them", err)
+	}
+	if got := topics(); !slices.Equal(got, []string{"audit", "orders", "payments"}) {
+		t.Fatalf("topics after the refusal %v; want them unchanged", got)
+	}
+	var oe *outbox.OptionError
+	if err := CreateTables(ctx, d.Client, tables, BucketCount(1), ReplaceTopics()); !errors.As(err, &oe) || oe.Option != "ReplaceTopics" {
+		t.Fatalf("ReplaceTopics without Topics: %v; want an OptionError", err)
+	}
+	if err := CreateTables(ctx, d.Client, tables, BucketCount(1), Topics("orders"), ReplaceTopics()); err != nil {
+		t.Fatalf("a replacing list: %v", err)
+	}
+	if got := topics(); !slices.Equal(got, []string{"orders"}) {
+		t.Fatalf("topics after the replacement %v; want [orders]", got)
+	}
+	if err := CreateTables(ctx, d.Client, tables, BucketCount(1), Topics()); err != nil {
+		t.Fatalf("an empty list (any topic): %v", err)
+	}
+	if err := CreateTables(ctx, d.Client, tables, BucketCount(1), Topics("audit")); err != nil {
+		t.Fatalf("a first list on an outbox that serves any topic: %v", err)
+	}
+	if got := topics(); !slices.Equal(got, []string{"audit"}) {
+		t.Fatalf("topics %v; want [audit]", got)
+	}
+}

@@ -34,9 +34,11 @@ type settings struct {
 	mode      outbox.Mode
 	modeSet   bool
 	retention time.Duration
-	// topics: CreateTables' topic list (topicsSet: given).
-	topics    []string
-	topicsSet bool
+	// topics: CreateTables' topic list (topicsSet: given; replaceTopics:
+	// it may drop stored topics).
+	topics        []string
+	topicsSet     bool
+	replaceTopics bool
 	// regions: CreateTables' region list (region mode); region: the
 	// region a Writer or Store runs in.
 	regions []string
@@ -228,10 +230,22 @@ func Retention(d time.Duration) Option {
 // nothing. Default: none, which means any topic — a misspelt topic is then
 // accepted, and the relay stops its bucket until the topic exists or an
 // operator parks the message (outbox park). On an existing outbox the
-// option replaces its list (topics may change at any time; writers read
-// them when they start); without it the stored list is kept.
+// option adds to its list (topics may change at any time; writers read
+// them when they start); a list that leaves out a stored topic is refused
+// with a *TopicsDroppedError unless ReplaceTopics is given too, and an
+// empty list (any topic) replaces it. Without the option the stored list is
+// kept.
 func Topics(names ...string) Option {
 	return func(s *settings) { s.set("Topics", forTables, func() { s.topics, s.topicsSet = names, true }) }
+}
+
+// ReplaceTopics lets CreateTables' Topics replace an existing outbox's list
+// with one that drops stored topics (CreateTables only; it needs Topics).
+// Default off: such a list is refused with a *TopicsDroppedError naming the
+// dropped topics, and nothing is changed, because writers that write them
+// refuse their messages with a *TopicError once they restart.
+func ReplaceTopics() Option {
+	return func(s *settings) { s.set("ReplaceTopics", forTables, func() { s.replaceTopics = true }) }
 }
 
 // Regions puts a new outbox in region mode, for messages and control tables

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -272,20 +273,29 @@ var ErrNotParked = errors.New("dynamo: no parked message at that bucket and sequ
 //     refused (the message's consumers and its key's order are on its
 //     topic; to publish elsewhere, write a new message). When the parked
 //     item's topic cannot be read, the replacement must name one.
-//   - Key or partition: must put it in the same bucket.
+//   - Key or partition: must put it in the parked message's key's bucket
+//     (when the parked item's key, partition and id cannot be read, the
+//     replacement's are taken as given).
 //   - CreatedAt: zero takes the parked message's (now, when unreadable).
 //
 // The replacement is then validated like a write. Every refusal is a
 // *outbox.ValidationError naming the field, and nothing is written.
 //
-// Replaying moves the message behind everything enqueued since; consumers
-// see it after them (docs/failures.md).
+// The message goes to its key's bucket under the outbox's current
+// BucketCount: bucket itself, unless an online BucketCount change
+// (ChangeBucketCount) moved the key to another bucket, or removed bucket,
+// since it was parked. Either way it keeps the key's order: a change ends
+// only after every message of the old count was decided, so none of its
+// key's is pending in the old bucket, and the replay reserves at the
+// current epoch (refused, nothing written, while a change is in progress).
+// Replaying moves the message behind everything enqueued since in that
+// bucket; consumers see it after them (docs/failures.md).
 //
-// In region mode a replay reserves a sequence number in the bucket's
-// counter, which only the bucket's region writes: it needs a Store opened
-// WithRegion that region, over a client of that region (its replica).
-// Otherwise it is refused before anything is written: no region, a
-// *outbox.MisconfigurationError; a client of another region, or a bucket
+// In region mode a replay reserves a sequence number in the destination
+// bucket's counter, which only that bucket's region writes: it needs a
+// Store opened WithRegion that region, over a client of that region (its
+// replica). Otherwise it is refused before anything is written: no region,
+// a *outbox.MisconfigurationError; a client of another region, or a bucket
 // of another region's slice (a dead letter replicated here, or parked here
 // by a region that took the slice over), a *sequence.RegionError.
 func (s *Store) ReplayParked(ctx context.Context, bucket int, seq int64, replacement *outbox.Message) (outbox.Message, error) {
@@ -305,23 +315,9 @@ func (s *Store) ReplayParked(ctx context.Context, bucket int, seq int64, replace
 	if err != nil {
 		return outbox.Message{}, err
 	}
-	lo, n := 0, cfg.BucketCount
-	if cfg.RegionMode() {
-		// Region mode: the key's bucket within the slice of the region
-		// whose writers wrote the parked message.
-		hi, ok := 0, false
-		if lo, hi, ok = cfg.RegionBuckets(cfg.RegionOf(bucket)); !ok {
-			return outbox.Message{}, &outbox.BucketRangeError{Bucket: bucket, BucketCount: cfg.BucketCount}
-		}
-		n = hi - lo
-	}
-	b, err := outbox.BucketFor(m, n)
+	to, err := replayBucket(cfg, bucket, pi, raw, m)
 	if err != nil {
 		return outbox.Message{}, err
-	}
-	b += lo
-	if b != bucket {
-		return outbox.Message{}, &outbox.ValidationError{Index: -1, Field: "Key", Reason: fmt.Sprintf("the replacement belongs to bucket %d, the parked message to %d", b, bucket)}
 	}
 	if err := s.cfg.headers.Validate(m, -1, s.cfg.maxMessageBytes); err != nil {
 		return outbox.Message{}, err
@@ -333,11 +329,15 @@ func (s *Store) ReplayParked(ctx context.Context, bucket int, seq int64, replace
 	if err != nil {
 		return outbox.Message{}, fmt.Errorf("dynamo: replay bucket %d sequence %d: %w", bucket, seq, err)
 	}
-	first, err := counter.ReserveAt(ctx, bucket, 1, cfg.BucketEpoch)
-	if err != nil {
-		return outbox.Message{}, fmt.Errorf("dynamo: replay bucket %d sequence %d: reserve: %w", bucket, seq, err)
+	first, err := counter.ReserveAt(ctx, to, 1, cfg.BucketEpoch)
+	if errors.Is(err, sequence.ErrEpoch) {
+		return outbox.Message{}, fmt.Errorf("dynamo: replay bucket %d sequence %d: the outbox's BucketCount is changing, or changed since it was read; "+
+			"nothing was written, replay it again once the change is over: %w", bucket, seq, err)
 	}
-	m.Bucket, m.Sequence = bucket, first
+	if err != nil {
+		return outbox.Message{}, fmt.Errorf("dynamo: replay bucket %d sequence %d: reserve in bucket %d: %w", bucket, seq, to, err)
+	}
+	m.Bucket, m.Sequence = to, first
 	// Defence in depth: a message at or below head would be taken for a
 	// leftover and deleted unpublished.
 	aboveHead, err := buildExpr("replay", expression.NewBuilder().WithCondition(expression.Or(
@@ -348,10 +348,68 @@ func (s *Store) ReplayParked(ctx context.Context, bucket int, seq int64, replace
 	}
 	if err != nil {
 		// The reserved number is abandoned; fence it so no relay waits.
-		_ = putFence(ctx, s.client, s.tables.Messages, bucket, first, time.Now(), s.cfg.fenceTTL)
+		_ = putFence(ctx, s.client, s.tables.Messages, to, first, time.Now(), s.cfg.fenceTTL)
 		return outbox.Message{}, fmt.Errorf("dynamo: replay bucket %d sequence %d: %w", bucket, seq, err)
 	}
 	return m, nil
+}
+
+// replayBucket is the bucket a replay of the parked message pi (raw as
+// stored; from bucket) appends m, pi's message or its replacement, to: m's
+// bucket under cfg's BucketCount (in region mode, within the slice of the
+// region whose writers wrote pi). A replacement must stay in the bucket of
+// pi's key, partition or id, as far as they can be read.
+func replayBucket(cfg outbox.Config, bucket int, pi ParkedItem, raw map[string]types.AttributeValue, m outbox.Message) (int, error) {
+	lo, n := 0, cfg.BucketCount
+	if cfg.RegionMode() {
+		hi, ok := 0, false
+		if lo, hi, ok = cfg.RegionBuckets(cfg.RegionOf(bucket)); !ok {
+			return 0, &outbox.BucketRangeError{Bucket: bucket, BucketCount: cfg.BucketCount}
+		}
+		n = hi - lo
+	}
+	to, err := outbox.BucketFor(m, n)
+	if err != nil {
+		return 0, err
+	}
+	to += lo
+	origin, ok := placement(pi, raw)
+	if !ok {
+		return to, nil
+	}
+	if was, err := outbox.BucketFor(origin, n); err == nil && was+lo != to {
+		return 0, &outbox.ValidationError{Index: -1, Field: "Key", Reason: fmt.Sprintf(
+			"the replacement belongs to bucket %d, the parked message's key to bucket %d (BucketCount %d); a replay keeps the message in its key's order", to, was+lo, cfg.BucketCount)}
+	}
+	return to, nil
+}
+
+// placement is what decides the parked message's bucket (its id, key and
+// partition), read from an undecodable item's attributes as far as they
+// can be; ok is false when they cannot.
+func placement(pi ParkedItem, raw map[string]types.AttributeValue) (m outbox.Message, ok bool) {
+	if pi.Err == nil {
+		return pi.Message, true
+	}
+	if id := stringOf(raw[attrID]); canonicalUUID(id) {
+		m.ID = id
+	}
+	if av, found := raw[attrKey]; found {
+		k, isB := av.(*types.AttributeValueMemberB)
+		if !isB {
+			return m, false
+		}
+		m.Key = k.Value
+	}
+	p, err := intAttr(raw, attrPartition, false)
+	switch {
+	case errors.Is(err, errMissing):
+	case err != nil || p < 0 || p > math.MaxInt32:
+		return m, false
+	default:
+		m.Partition = outbox.PartitionOf(int32(p))
+	}
+	return m, m.Partition != nil || m.Key != nil || m.ID != ""
 }
 
 // replacing checks replacement r against the parked item pi (raw as
@@ -406,7 +464,7 @@ func (s *Store) replacing(pi ParkedItem, raw map[string]types.AttributeValue, r 
 }
 
 // replayInput moves the parked message at bucket/seq to m's position, if
-// aboveHead holds.
+// aboveHead holds on m's bucket's lease.
 func (s *Store) replayInput(m outbox.Message, bucket int, seq int64, aboveHead expression.Expression) *dynamodb.TransactWriteItemsInput {
 	return &dynamodb.TransactWriteItemsInput{
 		ClientRequestToken: str(uuid.NewString()),
@@ -422,7 +480,7 @@ func (s *Store) replayInput(m outbox.Message, bucket int, seq int64, aboveHead e
 				ConditionExpression: str("attribute_exists(#pk)"), ExpressionAttributeNames: names(attrPK),
 			}},
 			{ConditionCheck: &types.ConditionCheck{
-				TableName: str(s.tables.Control), Key: leaseKey(bucket),
+				TableName: str(s.tables.Control), Key: leaseKey(m.Bucket),
 				ConditionExpression:       aboveHead.Condition(),
 				ExpressionAttributeNames:  aboveHead.Names(),
 				ExpressionAttributeValues: aboveHead.Values(),

@@ -2,6 +2,8 @@ package dynamo
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -284,5 +286,104 @@ func TestGetAndCountParked(t *testing.T) {
 	}
 	if _, err := e.store.GetParked(ctx, 0, 3); !errors.Is(err, ErrNotParked) {
 		t.Fatalf("GetParked of a message that is not parked: %v, want ErrNotParked", err)
+	}
+}
+
+// A dead letter outlives an online BucketCount change: the shrink 8 → 3
+// removes the bucket of one parked key and moves the other to another
+// bucket. Replay appends each to its key's bucket under the new count,
+// behind what the key wrote since (its writer already writes there); a
+// replacement whose key belongs to another bucket is still refused.
+func TestReplayParkedAfterABucketCountChange(t *testing.T) {
+	e := newEnv(t, 8)
+	ctx := ctxT(t)
+	// removed: its bucket of 8 is gone at 3; moved: bucket of 8 below 3,
+	// another bucket of 3.
+	var removed, moved string
+	for i := 0; removed == "" || moved == ""; i++ {
+		k := fmt.Sprint("key-", i)
+		b8, b3 := outbox.BucketForKey([]byte(k), 8), outbox.BucketForKey([]byte(k), 3)
+		switch {
+		case removed == "" && b8 >= 3:
+			removed = k
+		case moved == "" && b8 < 3 && b8 != b3:
+			moved = k
+		}
+	}
+	w, err := NewWriter(ctx, e.d.Client, e.tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parked := map[string]outbox.Message{}
+	for _, k := range []string{removed, moved} {
+		res, err := w.Write(ctx, nil, keyedV(k, "old"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := res.Messages[0]
+		l, err := e.store.Acquire(ctx, m.Bucket, "r", time.Now(), 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l, err = e.store.Park(ctx, l, outbox.Parked{Bucket: m.Bucket, Sequence: m.Sequence, Reason: "INVALID_RECORD"}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.store.Release(ctx, l, l.Head, l.Cleaned); err != nil {
+			t.Fatal(err)
+		}
+		parked[k] = m
+	}
+	if _, err := ChangeBucketCount(ctx, e.d.Client, e.tables, 3, ChangeTimeout(30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// The key writes on under the new count before its dead letter is
+	// replayed.
+	res, err := w.Write(ctx, nil, keyedV(removed, "new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := res.Messages[0]
+
+	pr := parked[removed]
+	wrong := pr
+	for i := 0; outbox.BucketForKey(wrong.Key, 3) == outbox.BucketForKey(pr.Key, 3); i++ {
+		wrong.Key = fmt.Append(nil, "other-", i)
+	}
+	var ve *outbox.ValidationError
+	if _, err := e.store.ReplayParked(ctx, pr.Bucket, pr.Sequence, &wrong); !errors.As(err, &ve) || ve.Field != "Key" {
+		t.Fatalf("replacement with a key of another bucket: %v, want a *ValidationError for Key", err)
+	}
+	fixed := pr
+	fixed.Value = []byte("old, repaired")
+	got, err := e.store.ReplayParked(ctx, pr.Bucket, pr.Sequence, &fixed)
+	if err != nil {
+		t.Fatalf("replay of the dead letter of removed bucket %d: %v", pr.Bucket, err)
+	}
+	if want := outbox.BucketForKey(pr.Key, 3); got.Bucket != want || got.Bucket != newer.Bucket || got.Sequence <= newer.Sequence || got.ID != pr.ID {
+		t.Fatalf("replayed %+v; want id %s in bucket %d behind sequence %d", got, pr.ID, want, newer.Sequence)
+	}
+	pm := parked[moved]
+	if got, err = e.store.ReplayParked(ctx, pm.Bucket, pm.Sequence, nil); err != nil {
+		t.Fatalf("replay of the dead letter of moved key %s (bucket %d of 8): %v", moved, pm.Bucket, err)
+	}
+	if want := outbox.BucketForKey(pm.Key, 3); got.Bucket != want || got.ID != pm.ID {
+		t.Fatalf("replayed %+v; want id %s in bucket %d", got, pm.ID, want)
+	}
+	for _, m := range parked {
+		if left, err := e.store.ListParked(ctx, m.Bucket, 0); err != nil || len(left) != 0 {
+			t.Fatalf("dead letters left in bucket %d: %+v, %v", m.Bucket, left, err)
+		}
+	}
+	pub := &orderPublisher{}
+	r, err := outbox.NewRelay(ctx, e.store, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drainAll(t, r, 3)
+	if got := pub.keys[removed]; !slices.Equal(got, []string{"new", "old, repaired"}) {
+		t.Errorf("key %s published %v, want [new, old, repaired]", removed, got)
+	}
+	if got := pub.keys[moved]; !slices.Equal(got, []string{"old"}) {
+		t.Errorf("key %s published %v, want [old]", moved, got)
 	}
 }

@@ -471,8 +471,8 @@ func TestCreateTables(t *testing.T) {
 	// Another bucket count is refused, naming both.
 	err := CreateTables(ctx, d.Client, tables, BucketCount(8))
 	var me *outbox.MisconfigurationError
-	if !errors.As(err, &me) || me.Configured != "8" || me.Stored != "12" {
-		t.Fatalf("CreateTables with another BucketCount: %v", err)
+	if !errors.As(err, &me) || me.Configured != "8" || me.Stored != "12" || !strings.Contains(me.Fix, "outbox buckets set") {
+		t.Fatalf("CreateTables with another BucketCount: %v; want both counts and outbox buckets set", err)
 	}
 	// Without the option the default (8) is meant, and refused too.
 	if err := CreateTables(ctx, d.Client, tables); !errors.As(err, &me) {
@@ -511,8 +511,9 @@ func TestNewStoreChecksConfig(t *testing.T) {
 	d, tables := newTables(t, BucketCount(4))
 	ctx := ctxT(t)
 	var me *outbox.MisconfigurationError
-	if _, err := NewStore(ctx, d.Client, tables, BucketCount(5)); !errors.As(err, &me) || me.Configured != "5" || me.Stored != "4" {
-		t.Fatalf("NewStore(BucketCount 5) over 4: %v", err)
+	if _, err := NewStore(ctx, d.Client, tables, BucketCount(5)); !errors.As(err, &me) || me.Configured != "5" || me.Stored != "4" ||
+		!strings.Contains(me.Fix, "outbox buckets set") {
+		t.Fatalf("NewStore(BucketCount 5) over 4: %v; want both counts and outbox buckets set", err)
 	}
 	if _, err := NewStore(ctx, d.Client, Tables{Messages: tables.Messages, Control: testenv.Name(t, "none")}); !errors.Is(err, ErrNoConfig) {
 		t.Fatalf("NewStore without an outbox: %v", err)

@@ -119,8 +119,10 @@ const tableWait = 5 * time.Minute
 // It is idempotent: running it again with the same settings changes nothing.
 // An existing table with another key schema (or a messages table without a
 // stream), TTL on another attribute, or a config item with another
-// BucketCount, Mode or Retention is a *outbox.MisconfigurationError; nothing
-// is changed then (Configure changes a config item).
+// BucketCount, Mode or Retention is a *outbox.MisconfigurationError; so is
+// a Topics list that drops a stored topic without ReplaceTopics (a
+// *TopicsDroppedError); nothing is changed then (Configure changes a config
+// item).
 func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...Option) error {
 	s := defaultSettings()
 	s.apply(forTables, opts)
@@ -130,6 +132,9 @@ func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...O
 	topics, err := cleanTopics(s.topics)
 	if err != nil {
 		return &outbox.OptionError{Option: "Topics", Value: s.topics, Reason: err.Error()}
+	}
+	if s.replaceTopics && !s.topicsSet {
+		return &outbox.OptionError{Option: "ReplaceTopics", Value: true, Reason: "needs Topics: the list that replaces the stored one"}
 	}
 	want := outbox.Config{BucketCount: s.bucketCount, Mode: s.mode, Retention: s.retention, Topics: topics,
 		MaxMessageBytes: s.maxMessageBytes, Headers: s.headers, Regions: s.regions}
@@ -168,7 +173,7 @@ func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...O
 			return err
 		}
 	}
-	if err := putConfig(ctx, client, tables.Control, want, s.topicsSet); err != nil {
+	if err := putConfig(ctx, client, tables.Control, want, s.topicsSet, s.replaceTopics); err != nil {
 		return err
 	}
 	return recordPairing(ctx, client, tables)
@@ -281,8 +286,9 @@ func enableTTL(ctx context.Context, client AdminAPI, t tableSpec) error {
 }
 
 // putConfig writes a new config item, or checks an existing one against
-// want; with setTopics it changes the stored topics to want's.
-func putConfig(ctx context.Context, client AdminAPI, table string, want outbox.Config, setTopics bool) error {
+// want; with setTopics it changes the stored topics to want's (refusing a
+// list that drops a stored topic, unless replace).
+func putConfig(ctx context.Context, client AdminAPI, table string, want outbox.Config, setTopics, replace bool) error {
 	err := writeNewConfig(ctx, client, table, want)
 	if !isConditionFailed(err) {
 		return err
@@ -292,7 +298,7 @@ func putConfig(ctx context.Context, client AdminAPI, table string, want outbox.C
 		return err
 	}
 	if err := checkBucketCount(want.BucketCount, stored.BucketCount,
-		"pass the stored BucketCount (changing it needs a drained outbox: see dynamo.Configure)"); err != nil {
+		"pass the stored BucketCount; to change it, run outbox buckets set N (dynamo.ChangeBucketCount), which changes it online while writers and relays run"); err != nil {
 		return err
 	}
 	if want.Mode != stored.Mode {
@@ -312,11 +318,51 @@ func putConfig(ctx context.Context, client AdminAPI, table string, want outbox.C
 		return err
 	}
 	if setTopics && !slices.Equal(want.Topics, stored.Topics) {
+		if dropped := droppedTopics(stored.Topics, want.Topics); len(dropped) > 0 && !replace {
+			return &TopicsDroppedError{Stored: stored.Topics, Requested: want.Topics, Dropped: dropped}
+		}
 		c := stored
 		c.Topics = want.Topics
 		return replaceConfig(ctx, client, table, stored, c)
 	}
 	return nil
+}
+
+// TopicsDroppedError is CreateTables refusing a Topics list that leaves out
+// topics of the stored one: writers that write them would refuse their
+// messages once they restart. Nothing was changed. It matches
+// *outbox.MisconfigurationError.
+type TopicsDroppedError struct {
+	Stored, Requested []string
+	Dropped           []string // in Stored, not in Requested
+}
+
+func (e *TopicsDroppedError) Error() string {
+	return fmt.Sprintf("dynamo: the topic list %s drops %s of the outbox's topics %s; nothing was changed. "+
+		"Add them to the list if writers still write them, or pass ReplaceTopics (outbox init --replace-topics) to drop them",
+		TopicList(e.Requested), strings.Join(e.Dropped, ","), TopicList(e.Stored))
+}
+
+// Unwrap makes a TopicsDroppedError match *outbox.MisconfigurationError.
+func (e *TopicsDroppedError) Unwrap() error {
+	return &outbox.MisconfigurationError{Setting: "Topics", Configured: TopicList(e.Requested), Stored: TopicList(e.Stored),
+		Fix: "keep " + strings.Join(e.Dropped, ",") + " in the list, or pass ReplaceTopics (outbox init --replace-topics) to drop them"}
+}
+
+// droppedTopics returns the topics of stored that want leaves out; none
+// when want is empty (any topic) or stored is (any topic before: a first
+// list is set, not a drop).
+func droppedTopics(stored, want []string) []string {
+	if len(want) == 0 {
+		return nil
+	}
+	var out []string
+	for _, t := range stored {
+		if !slices.Contains(want, t) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // readConfig reads the config item, consistently.
@@ -375,7 +421,8 @@ func openOutbox(ctx context.Context, client getItemAPI, tables Tables, s *settin
 	}
 	if err := checkBucketCount(s.bucketCount, stored.BucketCount,
 		"configure every writer and relay with the outbox's BucketCount, or none to take it from the table "+
-			"(a writer with another count puts messages in buckets that no relay drains, or mixes keys' orders)"); err != nil {
+			"(a writer with another count puts messages in buckets that no relay drains, or mixes keys' orders); "+
+			"to change the outbox's count, run outbox buckets set N, which changes it online and every writer and relay follows"); err != nil {
 		return stored, err
 	}
 	if err := checkMode(s, stored, "configure every writer and relay with the outbox's mode, or none to take it from the table "+
