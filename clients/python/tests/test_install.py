@@ -4,12 +4,14 @@ and without PYTHONPATH, with boto3 its declared dependency and the
 outbox-writer command installed.
 
 The project is copied as it is (tests and all, build outputs left out) so
-that concurrent runs do not share setuptools' build directories, and pip
-builds it the ordinary way: build isolation, setuptools fetched from PyPI
-(pip's cache serves it after the first run). The venv sees the test venv's
-packages through a .pth file, so pip resolves boto3 as installed instead of
-downloading it again; outbox_writer is not among them (the tests import it
-from the source tree), so the import proves the install."""
+that concurrent runs do not share setuptools' build directories. The venv
+sees the test venv's packages through a .pth file, so pip resolves boto3 as
+installed, and builds with the test venv's pinned setuptools
+(requirements-test.txt) without build isolation: the test downloads
+nothing, and the build backend's version is the pinned one, not whatever
+PyPI serves that day. outbox_writer is not among the test venv's packages
+(the tests import it from the source tree), so the import proves the
+install."""
 
 import os
 import shutil
@@ -39,7 +41,8 @@ def test_pip_install_into_a_fresh_venv_then_import(tmp_path):
     with open(os.path.join(site, "test-venv.pth"), "w", encoding="utf-8") as f:
         f.write(sysconfig.get_paths()["purelib"] + "\n")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-    run(sys.executable, "-m", "pip", "--python", py, "install", "--disable-pip-version-check", "--no-input", "./python",
+    run(sys.executable, "-m", "pip", "--python", py, "install", "--disable-pip-version-check", "--no-input", "--no-build-isolation",
+        "--no-index", "./python",
         cwd=tmp_path, env=env)
     out = run(py, "-c", "import importlib.metadata as md, outbox_writer\n"
               "print(outbox_writer.__file__)\n"
