@@ -40,12 +40,16 @@ type Alarms struct {
 	// PublishFailuresFatal: Kafka refused publishes for a whole topic or
 	// cluster; the affected buckets stop until it is fixed.
 	PublishFailuresFatal awscloudwatch.Alarm
+	// BucketCountChangeOverdue: an online BucketCount change is in
+	// progress past its deadline and the sweeper could not abort it; every
+	// writer is paused.
+	BucketCountChangeOverdue awscloudwatch.Alarm
 }
 
 // All returns every alarm, in the order the dashboard shows them.
 func (a Alarms) All() []awscloudwatch.Alarm {
 	return []awscloudwatch.Alarm{a.OldestPendingAge, a.StuckBuckets, a.ParkedMessages, a.PublishFailuresFatal,
-		a.RelayErrors, a.SweeperErrors, a.RelayIteratorAge, a.FailureQueue}
+		a.RelayErrors, a.SweeperErrors, a.RelayIteratorAge, a.FailureQueue, a.BucketCountChangeOverdue}
 }
 
 // alarm is one alarm's definition, as template.yaml writes it.
@@ -99,6 +103,9 @@ func (o *Outbox) newAlarms(relay, sweeper awslambda.CfnFunction) {
 		PublishFailuresFatal: o.newAlarm(outbox(alarm{id: "PublishFailuresFatalAlarm",
 			description: "Kafka refused publishes for a whole topic or cluster (authorization, missing topic, configuration); the affected buckets stop until it is fixed.",
 			metric:      "PublishFailuresFatal", statistic: "Sum", period: 300, evaluationPeriods: 1, threshold: 1, comparison: gte})),
+		BucketCountChangeOverdue: o.newAlarm(outbox(alarm{id: "RebucketOverdueAlarm",
+			description: "An online BucketCount change is in progress past its deadline and the sweeper could not abort it; every writer is paused (outbox status; the sweeper's log says why).",
+			metric:      "BucketCountChangeOverdue", statistic: "Maximum", period: 60, evaluationPeriods: 1, threshold: 0, comparison: gt})),
 	}
 }
 

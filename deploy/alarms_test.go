@@ -46,6 +46,7 @@ func TestAlarms(t *testing.T) {
 		"StuckBucketsAlarm":         {emfNamespace, "StuckBuckets", "Outbox", "!If [AttachTables, !GetAtt OutboxConfig.MessagesTable, !If [GlobalTables, !Ref MessagesGlobalTable, !Ref MessagesTable]]", "Maximum", "GreaterThanOrEqualToThreshold", "1"},
 		"ParkedMessagesAlarm":       {emfNamespace, "ParkedMessages", "Outbox", "!If [AttachTables, !GetAtt OutboxConfig.MessagesTable, !If [GlobalTables, !Ref MessagesGlobalTable, !Ref MessagesTable]]", "Maximum", "GreaterThanThreshold", "0"},
 		"PublishFailuresFatalAlarm": {emfNamespace, "PublishFailuresFatal", "Outbox", "!If [AttachTables, !GetAtt OutboxConfig.MessagesTable, !If [GlobalTables, !Ref MessagesGlobalTable, !Ref MessagesTable]]", "Sum", "GreaterThanOrEqualToThreshold", "1"},
+		"RebucketOverdueAlarm":      {emfNamespace, "BucketCountChangeOverdue", "Outbox", "!If [AttachTables, !GetAtt OutboxConfig.MessagesTable, !If [GlobalTables, !Ref MessagesGlobalTable, !Ref MessagesTable]]", "Maximum", "GreaterThanThreshold", "0"},
 	}
 	missingData := map[string]string{}
 	for name := range want {

@@ -908,3 +908,46 @@ func TestRegions(t *testing.T) {
 		t.Errorf("handback printed %q", got)
 	}
 }
+
+// buckets set --dry-run says what would pause (every counter of both
+// counts), the backlog to drain first and the longest pause, and writes
+// nothing; a change the buckets cannot drain by --change-timeout (no relay
+// runs) is aborted and exits 4, like drain's other refusals.
+func TestBucketsSetDryRunAndAbort(t *testing.T) {
+	c, d, tables := outboxEnv(t)
+	c.step(exitOK, "init", "--buckets", "4")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := dynamo.NewWriter(ctx, d.Client, tables, dynamo.WithClock(fixedClock(t0.Add(-90*time.Second))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := w.Write(ctx, nil, outbox.Message{Topic: "orders", Key: []byte("k"), Value: []byte("pending")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := res.Messages[0].Bucket
+	out := c.step(exitOK, "buckets", "set", "8", "--dry-run", "--change-timeout", "45s")
+	for _, want := range []string{
+		"dry run: nothing was written",
+		"BucketCount 4 → 8, epoch 0 → 1",
+		"buckets 0..7 freeze: every writer",
+		fmt.Sprintf("the 1 pending messages of buckets %d (1) (the oldest is 1m30s old), at most 45s", b),
+		"the change is aborted (BucketCount stays 4)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("buckets set --dry-run printed\n%s\nwant %q in it", out, want)
+		}
+	}
+	cfg, err := dynamo.ReadConfig(ctx, d.Client, tables)
+	if err != nil || cfg.BucketCount != 4 || cfg.BucketEpoch != 0 || cfg.Changing() {
+		t.Errorf("config after --dry-run %+v, %v: want it unchanged", cfg, err)
+	}
+	code, _, stderr := c.run("buckets", "set", "8", "--change-timeout", "300ms")
+	if code != exitNotDrained || !strings.Contains(stderr, "was aborted: buckets ["+fmt.Sprint(b)+"] did not drain") {
+		t.Errorf("buckets set with a bucket that cannot drain: exit %d, stderr %q; want exit %d and the change aborted", code, stderr, exitNotDrained)
+	}
+	if cfg, err := dynamo.ReadConfig(ctx, d.Client, tables); err != nil || cfg.BucketCount != 4 || cfg.BucketEpoch != 1 || cfg.Changing() {
+		t.Errorf("config after the aborted change %+v, %v: want BucketCount 4 at epoch 1", cfg, err)
+	}
+}
