@@ -76,8 +76,8 @@ deps:
 
 # Verbose, filtered to the package results, failures and the one-line
 # summaries the suites print (outbox-e2e:, kafka-real:, thirdparty:, soak:,
-# bench:, cdk:, inbox-poison:, containment:, enqueue:, python-writer:, schema:, regions:).
-TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|kafka-real:|thirdparty:|soak:|bench:|cdk:|inbox-poison:|containment:|enqueue:|python-writer:|schema:|regions:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
+# bench:, cdk:, inbox-poison:, containment:, enqueue:, python-writer:, schema:, regions:, rebucket-cli:).
+TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|kafka-real:|thirdparty:|soak:|bench:|cdk:|inbox-poison:|containment:|enqueue:|python-writer:|schema:|regions:|rebucket-cli:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
 
 # Three lanes at once: the library module (mostly waiting on DynamoDB Local,
 # Kafka and the stream); the tool modules after one another (mostly
