@@ -21,7 +21,8 @@ const dashboardBody = `{
       "title": "Alarms", "alarms": [
         "${OldestPendingAgeAlarm}", "${StuckBucketsAlarm}", "${ParkedMessagesAlarm}",
         "${PublishFailuresFatalAlarm}", "${RelayErrorsAlarm}", "${SweeperErrorsAlarm}",
-        "${RelayIteratorAgeAlarm}", "${RelayFailureQueueAlarm}"]}},
+        "${RelayIteratorAgeAlarm}", "${RelayFailureQueueAlarm}",
+        "${RebucketOverdueAlarm}"]}},
     {"type": "metric", "x": 0, "y": 3, "width": 8, "height": 6, "properties": {
       "title": "Backlog (messages)", "region": "${AWS::Region}", "view": "timeSeries", "stat": "Maximum", "period": 60,
       "metrics": [
@@ -90,6 +91,7 @@ func (o *Outbox) newDashboard(relay, sweeper awslambda.CfnFunction) {
 		"SweeperErrorsAlarm":        a.SweeperErrors.AlarmArn(),
 		"RelayIteratorAgeAlarm":     a.RelayIteratorAge.AlarmArn(),
 		"RelayFailureQueueAlarm":    a.FailureQueue.AlarmArn(),
+		"RebucketOverdueAlarm":      a.BucketCountChangeOverdue.AlarmArn(),
 	}
 	o.Dashboard = awscloudwatch.NewCfnDashboard(o.Construct, jsii.String("Dashboard"), &awscloudwatch.CfnDashboardProps{
 		DashboardName: awscdk.Fn_Sub(jsii.String("${AWS::StackName}-${AWS::Region}-outbox"), nil),

@@ -709,6 +709,10 @@ func TestFailuresRaiseTheirAlarms(t *testing.T) {
 			"store/dynamo's TestTwoRegions runs the outage, the backlog in the failed region's slice, the takeover and the hand-back", "../../store/dynamo/regions_test.go", "TestTwoRegions"},
 		"Region mode: a gap in a bucket taken over": {"a slice taken over from another region: the root package's TestRelayRegionMode " +
 			"checks that the gap is never fenced and the bucket waits", "../../region_relay_test.go", "TestRelayRegionMode"},
+		"The tool that began a `BucketCount` change is killed": {"the sweeper aborts a change past its deadline, so RebucketOverdueAlarm fires only " +
+			"when it cannot (a DynamoDB permission): integration's TestRebucketCLI drives the killed tool's change ended by the relay, the sweeper " +
+			"and the Python writer, lambda/handler's TestSweeperLineGolden the metric of a change the sweeper could not abort",
+			"../../integration/rebucket_cli_test.go", "TestRebucketCLI"},
 	}
 	for row, nd := range notDriven {
 		src, err := os.ReadFile(nd.file)
