@@ -108,8 +108,12 @@ func printPlan(w io.Writer, p dynamo.ChangePlan, now time.Time) error {
 		if capped {
 			more = " or more"
 		}
-		fmt.Fprintf(w, "for      until the relays decide the %d%s pending messages of buckets %s (the oldest is %s old), at most %s\n",
-			total, more, strings.Join(list, ", "), age(now.Sub(p.Oldest)), p.Timeout)
+		oldest := "of unknown age"
+		if !p.Oldest.IsZero() {
+			oldest = age(now.Sub(p.Oldest)) + " old"
+		}
+		fmt.Fprintf(w, "for      until the relays decide the %d%s pending messages of buckets %s (the oldest is %s), at most %s\n",
+			total, more, strings.Join(list, ", "), oldest, p.Timeout)
 	}
 	_, err := fmt.Fprintf(w, "then     BucketCount %d at epoch %d, writers resume; if the buckets have not drained by then, the change is aborted (BucketCount stays %d), writers resume, and buckets set exits 4\n",
 		p.To, p.Epoch+1, p.From)
