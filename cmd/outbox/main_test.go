@@ -951,3 +951,25 @@ func TestBucketsSetDryRunAndAbort(t *testing.T) {
 		t.Errorf("config after the aborted change %+v, %v: want BucketCount 4 at epoch 1", cfg, err)
 	}
 }
+
+// outbox status says who ends a BucketCount change in progress, and that
+// one past its deadline pauses writers until a relay, the sweeper or a
+// writer aborts it (it used to say "(then it is aborted)" of both).
+func TestStatusSaysWhoEndsAChange(t *testing.T) {
+	for _, c := range []struct {
+		deadline time.Time
+		want     string
+	}{
+		{t0.Add(20 * time.Second), "or until 2030-01-02T03:04:25Z; past it the change is aborted by whoever meets it first (outbox buckets set, a relay, the sweeper, a Go or Python writer)"},
+		{t0.Add(-95 * time.Second), "in progress 1m35s past its deadline 2030-01-02T03:02:30Z: writers are paused until a relay, the sweeper or a writer aborts it"},
+	} {
+		r := &statusReport{At: t0, Config: configStatus{BucketCount: 8, Mode: "delete", ChangingTo: 16, ChangeDeadline: &c.deadline}}
+		var out strings.Builder
+		if err := r.render(&out); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), c.want) || strings.Contains(out.String(), "(then it is aborted)") {
+			t.Errorf("status with a change whose deadline is %v:\n%s\nwant %q in it", c.deadline, out.String(), c.want)
+		}
+	}
+}
