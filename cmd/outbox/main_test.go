@@ -868,7 +868,7 @@ func TestBucketsSet(t *testing.T) {
 	if _, err := w.Write(ctx, nil, outbox.Message{Topic: "orders", Key: []byte("k"), Value: []byte("v")}); err != nil {
 		t.Fatal(err)
 	}
-	c.step(exitFailed, "buckets", "set", "2", "--change-timeout", "300ms")
+	c.step(exitNotDrained, "buckets", "set", "2", "--change-timeout", "300ms") // aborted: exit 4, like drain's refusals
 	if out := c.out.String(); !strings.Contains(out, "aborted: buckets [") || !strings.Contains(out, "BucketCount stays 8") {
 		t.Errorf("buckets set 2 with a message pending said %q", out)
 	}
