@@ -49,6 +49,10 @@ type Relay struct {
 	// fair: this relay's fair share as its last sweep computed it (ok: a
 	// sweep did), which Run's notified drains keep to.
 	fair fairShare
+
+	// changesAborted: overdue BucketCount changes this relay ended
+	// (change.go).
+	changesAborted atomic.Int64
 }
 
 // fairShare is a relay's fair share over the buckets its region drains:
@@ -197,12 +201,14 @@ func (r *Relay) adopt(stored Config) {
 // A relay needs no epoch check for order (writers put no message under a
 // new count before every bucket decided its older ones): it calls this when
 // asked for a bucket beyond its count, and at each sweep, to learn of new
-// buckets.
+// buckets. A change in progress past its deadline is aborted on the way
+// (ChangeEnder).
 func (r *Relay) RefreshConfig(ctx context.Context) (int, error) {
 	stored, err := r.store.Config(ctx)
 	if err != nil {
 		return r.BucketCount(), fmt.Errorf("outbox: read config item: %w", err)
 	}
+	stored, _ = r.meetChange(ctx, stored)
 	return r.countFrom(stored)
 }
 

@@ -34,6 +34,10 @@ type SweepReport struct {
 	Errors     map[int]error
 	// Buckets holds what the sweep saw of each bucket in range, in order.
 	Buckets []BucketReport
+	// Change is the online BucketCount change in progress a full sweep saw
+	// (nil: none); one past its deadline the sweep aborted, unless
+	// Change.Err says why it could not.
+	Change *ChangeSeen
 }
 
 // BucketReport is what a sweep saw of one bucket.
@@ -109,12 +113,13 @@ func (r *Relay) Sweep(ctx context.Context) (SweepReport, error) {
 }
 
 // sweepConfig reads the config item once: a full sweep learns an online
-// BucketCount change from it at the latest (docs/design.md §13) and, in
+// BucketCount change from it at the latest (docs/design.md §13), aborts
+// one past its deadline (rep.Change) and, in
 // region mode, the takeovers (§14.2), both from the one read; a partial
 // sweep reads it only in region mode. In the default mode a failed read or
 // a bad item leaves the count as it was, with a warning; in region mode it
 // fails the sweep (its slices may have moved).
-func (r *Relay) sweepConfig(ctx context.Context, full bool) error {
+func (r *Relay) sweepConfig(ctx context.Context, full bool, rep *SweepReport) error {
 	if !full {
 		return r.refreshRegions(ctx)
 	}
@@ -126,6 +131,7 @@ func (r *Relay) sweepConfig(ctx context.Context, full bool) error {
 		r.cfg.logger.WarnContext(ctx, "outbox: sweep could not read the config item again", "err", fmt.Errorf("outbox: read config item: %w", err))
 		return nil
 	}
+	stored, rep.Change = r.meetChange(ctx, stored)
 	if _, err := r.countFrom(stored); err != nil {
 		// The sweep goes on with the count it knows (regionsFrom refuses a
 		// region-mode item that moved).
@@ -145,7 +151,7 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 		return rep, &OptionError{Option: "Store", Value: fmt.Sprintf("%T", r.store), Reason: "Sweep needs a store that implements outbox.BucketProbe"}
 	}
 	cfg := &r.cfg
-	if err := r.sweepConfig(ctx, full); err != nil {
+	if err := r.sweepConfig(ctx, full, &rep); err != nil {
 		return rep, err
 	}
 	count := r.BucketCount()

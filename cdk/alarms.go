@@ -46,12 +46,16 @@ type Alarms struct {
 	// EnqueueFailureQueue: asynchronous invocations of the enqueue
 	// function failed their retries (nil without the function).
 	EnqueueFailureQueue awscloudwatch.Alarm
+	// BucketCountChangeOverdue: an online BucketCount change is in
+	// progress past its deadline and the sweeper could not abort it; every
+	// writer is paused.
+	BucketCountChangeOverdue awscloudwatch.Alarm
 }
 
 // All returns every alarm, in the order the dashboard shows them.
 func (a Alarms) All() []awscloudwatch.Alarm {
 	all := []awscloudwatch.Alarm{a.OldestPendingAge, a.StuckBuckets, a.ParkedMessages, a.PublishFailuresFatal,
-		a.RelayErrors, a.SweeperErrors, a.RelayIteratorAge, a.FailureQueue}
+		a.RelayErrors, a.SweeperErrors, a.RelayIteratorAge, a.FailureQueue, a.BucketCountChangeOverdue}
 	if a.EnqueueErrors != nil {
 		all = append(all, a.EnqueueErrors, a.EnqueueFailureQueue)
 	}
@@ -111,6 +115,9 @@ func (o *Outbox) newAlarms(relay, sweeper, enqueue awslambda.CfnFunction) {
 		PublishFailuresFatal: o.newAlarm(outbox(alarm{id: "PublishFailuresFatalAlarm",
 			description: "Kafka refused publishes for a whole topic or cluster (authorization, missing topic, configuration); the affected buckets stop until it is fixed.",
 			metric:      "PublishFailuresFatal", statistic: "Sum", period: 300, evaluationPeriods: 1, threshold: 1, comparison: gte})),
+		BucketCountChangeOverdue: o.newAlarm(outbox(alarm{id: "RebucketOverdueAlarm",
+			description: "An online BucketCount change is in progress past its deadline and the sweeper could not abort it; every writer is paused (outbox status; the sweeper's log says why).",
+			metric:      "BucketCountChangeOverdue", statistic: "Maximum", period: 60, evaluationPeriods: 1, threshold: 0, comparison: gt})),
 	}
 	if enqueue != nil {
 		o.Alarms.EnqueueErrors = o.newAlarm(errors("EnqueueErrorsAlarm",

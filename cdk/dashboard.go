@@ -22,7 +22,8 @@ const dashboardBody = `{
       "title": "Alarms", "alarms": [
         "${OldestPendingAgeAlarm}", "${StuckBucketsAlarm}", "${ParkedMessagesAlarm}",
         "${PublishFailuresFatalAlarm}", "${RelayErrorsAlarm}", "${SweeperErrorsAlarm}",
-        "${RelayIteratorAgeAlarm}", "${RelayFailureQueueAlarm}"${EnqueueAlarms}]}},
+        "${RelayIteratorAgeAlarm}", "${RelayFailureQueueAlarm}",
+        "${RebucketOverdueAlarm}"${EnqueueAlarms}]}},
     {"type": "metric", "x": 0, "y": 3, "width": 8, "height": 6, "properties": {
       "title": "Backlog (messages)", "region": "${AWS::Region}", "view": "timeSeries", "stat": "Maximum", "period": 60,
       "metrics": [
@@ -108,6 +109,7 @@ func (o *Outbox) newDashboard(relay, sweeper, enqueue awslambda.CfnFunction) {
 		"SweeperErrorsAlarm":        a.SweeperErrors.AlarmArn(),
 		"RelayIteratorAgeAlarm":     a.RelayIteratorAge.AlarmArn(),
 		"RelayFailureQueueAlarm":    a.FailureQueue.AlarmArn(),
+		"RebucketOverdueAlarm":      a.BucketCountChangeOverdue.AlarmArn(),
 	}
 	body := strings.NewReplacer("${EnqueueAlarms}", "", "${EnqueueWidget}", "").Replace(dashboardBody)
 	if enqueue != nil {

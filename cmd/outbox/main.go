@@ -7,6 +7,7 @@
 //	outbox drop   --bucket B --seq S
 //	outbox drain  BUCKET --brokers HOST:PORT,...
 //	outbox init   --buckets N [--mode watermark --retention D] [--regions R1,R2]
+//	outbox buckets set N [--dry-run]
 //	outbox regions [takeover FROM --by REGION | handback REGION]   (region mode)
 //
 // Every command takes the two table names (--messages, --control, or
@@ -26,7 +27,9 @@
 //	   BucketCount or mode, a table of another layout, tables that do not
 //	   belong together (swapped or mistyped names)
 //	4  drain did not finish: another relay holds the bucket (it was woken and
-//	   drains again), a gap is still pending, or the deadline came first
+//	   drains again), a gap is still pending, or the deadline came first;
+//	   buckets set was aborted (not drained by --change-timeout, or Ctrl-C):
+//	   the count stays
 //
 // cmd/outbox uses the standard library's flag package rather than cobra: it
 // lives in the library's module, whose every user would otherwise download

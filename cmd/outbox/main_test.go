@@ -921,7 +921,7 @@ func TestBucketsSet(t *testing.T) {
 	if _, err := w.Write(ctx, nil, outbox.Message{Topic: "orders", Key: []byte("k"), Value: []byte("v")}); err != nil {
 		t.Fatal(err)
 	}
-	c.step(exitFailed, "buckets", "set", "2", "--change-timeout", "300ms")
+	c.step(exitNotDrained, "buckets", "set", "2", "--change-timeout", "300ms") // aborted: exit 4, like drain's refusals
 	if out := c.out.String(); !strings.Contains(out, "aborted: buckets [") || !strings.Contains(out, "BucketCount stays 8") {
 		t.Errorf("buckets set 2 with a message pending said %q", out)
 	}
@@ -959,5 +959,70 @@ func TestRegions(t *testing.T) {
 	}
 	if got := c.step(exitOK, "regions", "handback", "us-east-1"); !strings.Contains(got, "drained by us-east-1\n") {
 		t.Errorf("handback printed %q", got)
+	}
+}
+
+// buckets set --dry-run says what would pause (every counter of both
+// counts), the backlog to drain first and the longest pause, and writes
+// nothing; a change the buckets cannot drain by --change-timeout (no relay
+// runs) is aborted and exits 4, like drain's other refusals.
+func TestBucketsSetDryRunAndAbort(t *testing.T) {
+	c, d, tables := outboxEnv(t)
+	c.step(exitOK, "init", "--buckets", "4")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := dynamo.NewWriter(ctx, d.Client, tables, dynamo.WithClock(fixedClock(t0.Add(-90*time.Second))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := w.Write(ctx, nil, outbox.Message{Topic: "orders", Key: []byte("k"), Value: []byte("pending")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := res.Messages[0].Bucket
+	out := c.step(exitOK, "buckets", "set", "8", "--dry-run", "--change-timeout", "45s")
+	for _, want := range []string{
+		"dry run: nothing was written",
+		"BucketCount 4 → 8, epoch 0 → 1",
+		"buckets 0..7 freeze: every writer",
+		fmt.Sprintf("the 1 pending messages of buckets %d (1) (the oldest is 1m30s old), at most 45s", b),
+		"the change is aborted (BucketCount stays 4)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("buckets set --dry-run printed\n%s\nwant %q in it", out, want)
+		}
+	}
+	cfg, err := dynamo.ReadConfig(ctx, d.Client, tables)
+	if err != nil || cfg.BucketCount != 4 || cfg.BucketEpoch != 0 || cfg.Changing() {
+		t.Errorf("config after --dry-run %+v, %v: want it unchanged", cfg, err)
+	}
+	code, _, stderr := c.run("buckets", "set", "8", "--change-timeout", "300ms")
+	if code != exitNotDrained || !strings.Contains(stderr, "was aborted: buckets ["+fmt.Sprint(b)+"] did not drain") {
+		t.Errorf("buckets set with a bucket that cannot drain: exit %d, stderr %q; want exit %d and the change aborted", code, stderr, exitNotDrained)
+	}
+	if cfg, err := dynamo.ReadConfig(ctx, d.Client, tables); err != nil || cfg.BucketCount != 4 || cfg.BucketEpoch != 1 || cfg.Changing() {
+		t.Errorf("config after the aborted change %+v, %v: want BucketCount 4 at epoch 1", cfg, err)
+	}
+}
+
+// outbox status says who ends a BucketCount change in progress, and that
+// one past its deadline pauses writers until a relay, the sweeper or a
+// writer aborts it (it used to say "(then it is aborted)" of both).
+func TestStatusSaysWhoEndsAChange(t *testing.T) {
+	for _, c := range []struct {
+		deadline time.Time
+		want     string
+	}{
+		{t0.Add(20 * time.Second), "or until 2030-01-02T03:04:25Z; past it the change is aborted by whoever meets it first (outbox buckets set, a relay, the sweeper, a Go or Python writer)"},
+		{t0.Add(-95 * time.Second), "in progress 1m35s past its deadline 2030-01-02T03:02:30Z: writers are paused until a relay, the sweeper or a writer aborts it"},
+	} {
+		r := &statusReport{At: t0, Config: configStatus{BucketCount: 8, Mode: "delete", ChangingTo: 16, ChangeDeadline: &c.deadline}}
+		var out strings.Builder
+		if err := r.render(&out); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), c.want) || strings.Contains(out.String(), "(then it is aborted)") {
+			t.Errorf("status with a change whose deadline is %v:\n%s\nwant %q in it", c.deadline, out.String(), c.want)
+		}
 	}
 }

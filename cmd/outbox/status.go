@@ -417,9 +417,16 @@ func (r *statusReport) render(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "outbox   messages %s, control %s\n", r.MessagesTable, r.ControlTable)
 	fmt.Fprintf(w, "config   BucketCount %d (epoch %d), format version %d, %s\n", r.Config.BucketCount, r.Config.BucketEpoch, r.Config.FormatVersion, mode)
-	if r.Config.ChangingTo != 0 {
-		fmt.Fprintf(w, "change   BucketCount %d → %d in progress: writers pause until the old buckets drained, or until %s (then it is aborted)\n",
+	switch {
+	case r.Config.ChangingTo == 0:
+	case r.Config.ChangeDeadline.After(r.At):
+		fmt.Fprintf(w, "change   BucketCount %d → %d in progress: writers pause until the old buckets drained, or until %s; "+
+			"past it the change is aborted by whoever meets it first (outbox buckets set, a relay, the sweeper, a Go or Python writer)\n",
 			r.Config.BucketCount, r.Config.ChangingTo, r.Config.ChangeDeadline.Format(time.RFC3339))
+	default:
+		fmt.Fprintf(w, "change   BucketCount %d → %d in progress %s past its deadline %s: writers are paused until a relay, the sweeper "+
+			"or a writer aborts it (within a minute while the sweeper runs; outbox buckets set ends it now)\n",
+			r.Config.BucketCount, r.Config.ChangingTo, age(r.At.Sub(*r.Config.ChangeDeadline)), r.Config.ChangeDeadline.Format(time.RFC3339))
 	}
 	fmt.Fprintf(w, "topics   %s\n", dynamo.TopicList(r.Config.Topics))
 	if len(r.Config.Regions) > 0 {

@@ -43,6 +43,14 @@ var (
 	StuckBuckets     = emf.Metric{Name: "StuckBuckets", Unit: emf.Count}
 	ParkedMessages   = emf.Metric{Name: "ParkedMessages", Unit: emf.Count}
 	LiveRelays       = emf.Metric{Name: "LiveRelays", Unit: emf.Count}
+	// BucketCountChangeOverdue: seconds past its deadline of an online
+	// BucketCount change still in progress after the sweep (the sweep
+	// could not abort it: writers stay paused); 0 when the change is
+	// within its deadline or was ended. Both change metrics are absent
+	// when the sweep saw no change in progress.
+	BucketCountChangeOverdue = emf.Metric{Name: "BucketCountChangeOverdue", Unit: emf.Seconds}
+	// BucketCountChangesAborted: overdue changes the sweep aborted (0 or 1).
+	BucketCountChangesAborted = emf.Metric{Name: "BucketCountChangesAborted", Unit: emf.Count}
 )
 
 // RelayMetricSet and SweeperMetricSet list each function's metrics in the
@@ -52,7 +60,8 @@ var (
 	RelayMetricSet = []emf.Metric{MessagesPublished, PublishFailuresRetriable, PublishFailuresFatal, PublishFailuresRecord,
 		PublishDuration, BatchSize, LeasesAcquired, LeasesLost, LeasesTakenOver, MessagesParked, FencesWritten,
 		GapWaitTime, BucketsFailed, InvocationDuration}
-	SweeperMetricSet = []emf.Metric{PendingMessages, OldestPendingAge, StuckBuckets, ParkedMessages, LiveRelays, BucketsFailed}
+	SweeperMetricSet = []emf.Metric{PendingMessages, OldestPendingAge, StuckBuckets, ParkedMessages, LiveRelays, BucketsFailed,
+		BucketCountChangeOverdue, BucketCountChangesAborted}
 )
 
 // NewEmitter returns the functions' EMF emitter: namespace Outbox, dimension

@@ -70,8 +70,18 @@ type regionDrainer interface {
 // RegionRefreshInterval is how often, at most, the handler re-reads a
 // region-mode outbox's takeovers before an invocation (one consistent read
 // of the config item): a takeover or a hand-back reaches the stream path
-// within it, and the sweeper's path at its next sweep.
+// within it, and the sweeper's path at its next sweep. As often, a relay
+// that reports ChangesAborted (*outbox.Relay) reads the config item for an
+// online BucketCount change past its deadline, and aborts it
+// (RefreshConfig): the stream path ends a change its tool abandoned
+// without waiting for the sweeper.
 const RegionRefreshInterval = 15 * time.Second
+
+// changeWatcher is the optional part of a Drainer (*outbox.Relay has it)
+// that aborts overdue BucketCount changes when it reads the config item.
+type changeWatcher interface {
+	ChangesAborted() int64
+}
 
 // Counters are the handler's running totals since init, logged with every
 // invocation's summary.
@@ -85,6 +95,8 @@ type Counters struct {
 	Held       atomic.Int64 // buckets held by another owner (woken)
 	Failed     atomic.Int64 // buckets that could not be drained
 	Published  atomic.Int64 // messages published
+	// ChangesAborted: overdue online BucketCount changes the relay ended.
+	ChangesAborted atomic.Int64
 }
 
 // Relay handles DynamoDB stream events. Build it with NewRelay.
@@ -126,7 +138,8 @@ func NewRelay(r Drainer, concurrency int, log *slog.Logger, opts ...RelayOption)
 // §14.4).
 func (h *Relay) refreshRegions(ctx context.Context) {
 	rd, ok := h.relay.(regionDrainer)
-	if !ok {
+	cw, watches := h.relay.(changeWatcher)
+	if !ok && !watches {
 		return
 	}
 	h.refreshMu.Lock()
@@ -136,6 +149,15 @@ func (h *Relay) refreshRegions(ctx context.Context) {
 	}
 	h.refreshMu.Unlock()
 	if !due {
+		return
+	}
+	if watches {
+		if _, err := h.relay.RefreshConfig(ctx); err != nil {
+			h.log.ErrorContext(ctx, "outbox relay: re-read the config item", "err", err)
+		}
+		h.counters.ChangesAborted.Store(cw.ChangesAborted())
+	}
+	if !ok {
 		return
 	}
 	if err := rd.RefreshRegions(ctx); err != nil {

@@ -80,6 +80,11 @@ type Summary struct {
 	// Stuck lists the buckets pending at the same head for StuckAfter
 	// sweeps.
 	Stuck []int `json:"stuck"`
+	// ChangeAborted: the sweep aborted an online BucketCount change past
+	// its deadline; ChangeOverdueSeconds is how far past it a change
+	// still is that the sweep could not abort (0: none).
+	ChangeAborted        bool    `json:"change_aborted,omitempty"`
+	ChangeOverdueSeconds float64 `json:"change_overdue_s,omitempty"`
 }
 
 // StoppedError fails a sweeper invocation that found buckets which cannot
@@ -164,6 +169,14 @@ func (h *Sweeper) Handle(ctx context.Context, ev events.CloudWatchEvent) (Summar
 		s.OutOfRange = append(s.OutOfRange, b)
 	}
 	slices.Sort(s.OutOfRange)
+	if c := rep.Change; c != nil {
+		s.ChangeAborted = c.Aborted
+		if c.Err != nil {
+			s.ChangeOverdueSeconds = c.Overdue.Seconds()
+			h.log.ErrorContext(ctx, "outbox sweeper: a BucketCount change is in progress past its deadline and could not be aborted; writers stay paused",
+				"from", c.From, "to", c.To, "deadline", c.Deadline, "err", c.Err)
+		}
+	}
 	stuckKnown := false
 	if looked {
 		s.Stuck, stuckKnown = h.track(wctx, prog, perr, rep.Buckets, rep.Drained)
@@ -221,6 +234,20 @@ func sweeperLine(rep outbox.SweepReport, looked bool, start time.Time, stuck []i
 		if rep.Live > 0 {
 			l.Value(LiveRelays, float64(rep.Live))
 		}
+	}
+	// Only while a change is in progress (absent otherwise); the config
+	// item is read before the buckets, so an overdue change is reported
+	// even when the sweep failed later.
+	if c := rep.Change; c != nil {
+		overdue, aborted := 0.0, 0.0
+		if c.Err != nil {
+			overdue = c.Overdue.Seconds()
+		}
+		if c.Aborted {
+			aborted = 1
+		}
+		l.Value(BucketCountChangeOverdue, overdue)
+		l.Value(BucketCountChangesAborted, aborted)
 	}
 	if !looked {
 		live()

@@ -712,6 +712,10 @@ func TestFailuresRaiseTheirAlarms(t *testing.T) {
 		"Transactional mode: a relay that acquired a bucket cannot initialise": {"this rig publishes without transactions; the root package's " +
 			"TestFailedFenceReadsAndPublishesNothing checks that the drain stops before its read with the fence's error and class and gives the lease up: " +
 			"a fence that keeps failing leaves the bucket's messages pending, as any drain that keeps failing", "../../fence_test.go", "TestFailedFenceReadsAndPublishesNothing"},
+		"The tool that began a `BucketCount` change is killed": {"the sweeper aborts a change past its deadline, so RebucketOverdueAlarm fires only " +
+			"when it cannot (a DynamoDB permission): integration's TestRebucketCLI drives the killed tool's change ended by the relay, the sweeper " +
+			"and the Python writer, lambda/handler's TestSweeperLineGolden the metric of a change the sweeper could not abort",
+			"../../integration/rebucket_cli_test.go", "TestRebucketCLI"},
 	}
 	for row, nd := range notDriven {
 		src, err := os.ReadFile(nd.file)

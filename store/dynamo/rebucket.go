@@ -76,18 +76,30 @@ type ChangeResult struct {
 }
 
 // ChangeAbortedError is ChangeBucketCount giving up: the buckets did not
-// drain by the deadline (a stopped relay, a stuck bucket), or a writer
-// aborted the change after its deadline. The outbox keeps its count, at a
-// new epoch; nothing is lost and writers resume.
+// drain by the deadline (a stopped relay, a stuck bucket), another party
+// (a writer, a relay, the sweeper) aborted the change after its deadline,
+// or the caller's context ended first (Interrupted: Ctrl-C, a timeout).
+// The outbox keeps its count, at a new epoch; nothing is lost and writers
+// resume.
 type ChangeAbortedError struct {
 	From, To int
 	Draining []int // buckets not drained at the deadline (when known)
+	// Interrupted is the caller's context's error when the change was
+	// aborted because the context ended (nil otherwise).
+	Interrupted error
 }
 
 func (e *ChangeAbortedError) Error() string {
+	if e.Interrupted != nil {
+		return fmt.Sprintf("dynamo: the BucketCount change from %d to %d was aborted because it was interrupted (%v); BucketCount stays %d and writers resume",
+			e.From, e.To, e.Interrupted, e.From)
+	}
 	return fmt.Sprintf("dynamo: the BucketCount change from %d to %d was aborted: buckets %v did not drain to their fence points by the deadline; "+
 		"BucketCount stays %d. Check that the relays run and no bucket is stuck (outbox status), then try again", e.From, e.To, e.Draining, e.From)
 }
+
+// Unwrap returns Interrupted.
+func (e *ChangeAbortedError) Unwrap() error { return e.Interrupted }
 
 // ChangeBucketCount changes the outbox's BucketCount to to while writers
 // and relays run, and waits until the change is over (at most
@@ -96,12 +108,8 @@ func (e *ChangeAbortedError) Error() string {
 // waits for them to drain every bucket up to the change point, and is
 // aborted (a *ChangeAbortedError) when they do not by the deadline.
 func ChangeBucketCount(ctx context.Context, client StoreAPI, tables Tables, to int, options ...Option) (ChangeResult, error) {
-	if to < 1 || to > outbox.MaxBucketCount {
-		return ChangeResult{}, &outbox.OptionError{Option: "BucketCount", Value: to, Reason: fmt.Sprintf("must be 1..%d", outbox.MaxBucketCount)}
-	}
-	set := defaultSettings()
-	set.apply(forChange, options)
-	if err := set.validate(); err != nil {
+	set, stored, err := prepareChange(ctx, client, tables, to, options)
+	if err != nil {
 		return ChangeResult{}, err
 	}
 	opts := changeOpts{timeout: set.changeTimeout, poll: 50 * time.Millisecond, gap: set.changeGap}
@@ -109,21 +117,15 @@ func ChangeBucketCount(ctx context.Context, client StoreAPI, tables Tables, to i
 		// Leave the flip and the thaw time within ctx.
 		opts.timeout = max(min(opts.timeout, time.Until(dl)-DefaultChangeMargin), 0)
 	}
-	if err := tables.validate(); err != nil {
-		return ChangeResult{}, err
-	}
-	stored, err := readConfig(ctx, client, tables.Control)
-	if err != nil {
-		return ChangeResult{}, err
-	}
-	if stored.RegionMode() && (stored.BucketCount != to || stored.Changing()) {
-		return ChangeResult{}, &RegionModeBucketCountError{Stored: stored.BucketCount, Requested: to, Regions: slices.Clone(stored.Regions)}
-	}
 	resumed := false
 	if stored.Changing() {
 		// An interrupted change that ends aborted (its deadline passed) is
 		// over all the same.
-		if _, err := runChange(ctx, client, tables, stored, opts); err != nil && !errors.As(err, new(*ChangeAbortedError)) {
+		var ae *ChangeAbortedError
+		if res, err := runChange(ctx, client, tables, stored, opts); errors.As(err, &ae) && ae.Interrupted != nil {
+			res.Resumed = true
+			return res, err
+		} else if err != nil && ae == nil {
 			return ChangeResult{}, fmt.Errorf("dynamo: finish the interrupted BucketCount change to %d first: %w", stored.NextBucketCount, err)
 		}
 		resumed = true
@@ -144,6 +146,91 @@ func ChangeBucketCount(ctx context.Context, client StoreAPI, tables Tables, to i
 	return res, err
 }
 
+// ChangePlan is what ChangeBucketCount would do now, as PlanBucketCountChange
+// reads it (outbox buckets set --dry-run); nothing is written.
+type ChangePlan struct {
+	From, To int
+	// Epoch is the BucketCount epoch now; the change ends at Epoch+1.
+	Epoch int64
+	// Finish is the count a change already in progress goes to (0: none):
+	// ChangeBucketCount finishes that change first, and to pauses the
+	// writers again.
+	Finish int
+	// Frozen is how many counters freeze (buckets 0..Frozen-1): every
+	// writer, Go or Python, pauses at its next reservation from then on.
+	Frozen int
+	// Timeout is the longest pause: the change is aborted after it.
+	Timeout time.Duration
+	// Pending maps each bucket with messages the relays must decide before
+	// the change can end to their count (at most PlanProbeLimit each);
+	// Oldest is the creation time of the oldest of them.
+	Pending map[int]int
+	Oldest  time.Time
+}
+
+// PlanProbeLimit bounds the messages PlanBucketCountChange counts per bucket.
+const PlanProbeLimit = 1000
+
+// PlanBucketCountChange says what ChangeBucketCount(ctx, client, tables, to,
+// options...) would pause and for how long, reading the config item and
+// each bucket's backlog; it writes nothing. It refuses what
+// ChangeBucketCount refuses (an invalid count or option, region mode).
+func PlanBucketCountChange(ctx context.Context, client StoreAPI, tables Tables, to int, options ...Option) (ChangePlan, error) {
+	set, stored, err := prepareChange(ctx, client, tables, to, options)
+	if err != nil {
+		return ChangePlan{}, err
+	}
+	p := ChangePlan{From: stored.BucketCount, To: to, Epoch: stored.BucketEpoch, Finish: stored.NextBucketCount, Timeout: set.changeTimeout, Pending: map[int]int{}}
+	if p.From == to && p.Finish == 0 {
+		return p, nil
+	}
+	p.Frozen = max(p.From, p.Finish, to)
+	s := &Store{client: client, tables: tables, cfg: set}
+	var mu sync.Mutex
+	err = forBuckets(ctx, max(p.From, p.Finish), func(ctx context.Context, b int) error {
+		l, err := s.ReadLease(ctx, b)
+		if err != nil {
+			return err
+		}
+		n, oldest, err := s.Peek(ctx, b, l.Head, PlanProbeLimit)
+		if err != nil || n == 0 {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		p.Pending[b] = n
+		if p.Oldest.IsZero() || oldest.Before(p.Oldest) {
+			p.Oldest = oldest
+		}
+		return nil
+	})
+	return p, err
+}
+
+// prepareChange validates a change to to and its options, and reads the
+// config item: how ChangeBucketCount and PlanBucketCountChange begin.
+func prepareChange(ctx context.Context, client StoreAPI, tables Tables, to int, options []Option) (settings, outbox.Config, error) {
+	set := defaultSettings()
+	if to < 1 || to > outbox.MaxBucketCount {
+		return set, outbox.Config{}, &outbox.OptionError{Option: "BucketCount", Value: to, Reason: fmt.Sprintf("must be 1..%d", outbox.MaxBucketCount)}
+	}
+	set.apply(forChange, options)
+	if err := set.validate(); err != nil {
+		return set, outbox.Config{}, err
+	}
+	if err := tables.validate(); err != nil {
+		return set, outbox.Config{}, err
+	}
+	stored, err := readConfig(ctx, client, tables.Control)
+	if err != nil {
+		return set, outbox.Config{}, err
+	}
+	if stored.RegionMode() && (stored.BucketCount != to || stored.Changing()) {
+		return set, outbox.Config{}, &RegionModeBucketCountError{Stored: stored.BucketCount, Requested: to, Regions: slices.Clone(stored.Regions)}
+	}
+	return set, stored, nil
+}
+
 // runChange carries out steps 2–5 of the change c says is in progress. It
 // is safe to run again (a resumed change) and concurrently with another
 // runChange or abortChange of the same change: every step is conditional
@@ -153,17 +240,32 @@ func runChange(ctx context.Context, client StoreAPI, tables Tables, c outbox.Con
 	n := max(from, to)
 	fences := make([]int64, n)
 	start := time.Now()
+	// The counters freeze from here on: a caller whose context ends
+	// (Ctrl-C, a timeout) aborts the change on a context of its own rather
+	// than leave every writer paused until the deadline.
+	interrupted := func(err error) (ChangeResult, error) {
+		if ctx.Err() == nil {
+			return ChangeResult{}, err
+		}
+		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+		defer cancel()
+		if _, aerr := abortChange(endCtx, client, tables, c); aerr != nil {
+			return ChangeResult{}, fmt.Errorf("dynamo: BucketCount change %d → %d interrupted (%w); aborting it failed, writers wait until its deadline %s: %w",
+				from, to, ctx.Err(), c.ChangeDeadline.UTC().Format(time.RFC3339), aerr)
+		}
+		return ChangeResult{From: from, To: to, Epoch: epoch + 1, Frozen: time.Since(start)}, &ChangeAbortedError{From: from, To: to, Interrupted: context.Cause(ctx)}
+	}
 	err := forBuckets(ctx, n, func(ctx context.Context, b int) (err error) {
 		fences[b], err = sequence.Freeze(ctx, client, tables.Control, b, epoch)
 		return err
 	})
 	if err != nil {
-		return ChangeResult{}, fmt.Errorf("dynamo: BucketCount change %d → %d: freeze the counters: %w", from, to, err)
+		return interrupted(fmt.Errorf("dynamo: BucketCount change %d → %d: freeze the counters: %w", from, to, err))
 	}
 	s := &Store{client: client, tables: tables, cfg: defaultSettings()}
 	draining, err := s.waitDrained(ctx, fences, c.ChangeDeadline, opts)
 	if err != nil {
-		return ChangeResult{}, fmt.Errorf("dynamo: BucketCount change %d → %d: %w", from, to, err)
+		return interrupted(fmt.Errorf("dynamo: BucketCount change %d → %d: %w", from, to, err))
 	}
 	final := to
 	if len(draining) > 0 {
@@ -173,7 +275,7 @@ func runChange(ctx context.Context, client StoreAPI, tables Tables, c outbox.Con
 	// or writers wait for its deadline.
 	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 	defer cancel()
-	if err := flipChange(endCtx, client, tables, c, final, fences); err != nil {
+	if _, err := flipChange(endCtx, client, tables, c, final, fences); err != nil {
 		return ChangeResult{}, err
 	}
 	res := ChangeResult{From: from, To: to, Epoch: epoch + 1, Frozen: time.Since(start)}
@@ -191,19 +293,23 @@ func runChange(ctx context.Context, client StoreAPI, tables Tables, c outbox.Con
 // its old count for an abort) at the next epoch, then thaws the counters
 // that were frozen (fences: their fence points; nil: read them from the
 // counters). Whoever flips first decides; a later flip finds the config
-// item at the next epoch and only thaws.
-func flipChange(ctx context.Context, client changeAPI, tables Tables, c outbox.Config, final int, fences []int64) error {
+// item at the next epoch and only thaws. flipped reports that this call's
+// write (or its resend) is the one that ended the change: false when
+// another caller had.
+func flipChange(ctx context.Context, client changeAPI, tables Tables, c outbox.Config, final int, fences []int64) (flipped bool, err error) {
 	done := c
 	done.BucketCount, done.BucketEpoch, done.NextBucketCount, done.ChangeDeadline = final, c.BucketEpoch+1, 0, time.Time{}
+	flipped = true
 	if err := replaceConfig(ctx, client, tables.Control, c, done); err != nil {
 		now, rerr := readConfig(ctx, client, tables.Control)
 		if rerr != nil || now.BucketEpoch <= c.BucketEpoch {
-			return err
+			return false, err
 		}
 		// Another caller (a writer's abort, a resumed change) flipped it.
+		flipped = false
 	}
 	n := max(c.BucketCount, c.NextBucketCount)
-	err := forBuckets(ctx, n, func(ctx context.Context, b int) error {
+	err = forBuckets(ctx, n, func(ctx context.Context, b int) error {
 		var f int64
 		if fences != nil {
 			f = fences[b]
@@ -220,17 +326,32 @@ func flipChange(ctx context.Context, client changeAPI, tables Tables, c outbox.C
 		return sequence.Thaw(ctx, client, tables.Control, b, c.BucketEpoch+1, f)
 	})
 	if err != nil {
-		return fmt.Errorf("dynamo: BucketCount change %d → %d: thaw the counters (writers thaw the ones they need): %w", c.BucketCount, c.NextBucketCount, err)
+		return flipped, fmt.Errorf("dynamo: BucketCount change %d → %d: thaw the counters (writers thaw the ones they need): %w", c.BucketCount, c.NextBucketCount, err)
 	}
-	return nil
+	return flipped, nil
 }
 
 // abortChange ends the change c says is in progress without changing the
-// count: what a writer does when it finds a change past its deadline (its
-// caller crashed, or the relays do not drain). Safe at any step of the
-// change, since writers on either side of it use the same count.
-func abortChange(ctx context.Context, client changeAPI, tables Tables, c outbox.Config) error {
+// count: what a writer, a relay or the sweeper does when it finds a change
+// past its deadline (its caller crashed, or the relays do not drain), and
+// what an interrupted ChangeBucketCount does. Safe at any step of the
+// change, since writers on either side of it use the same count. aborted
+// reports that this call ended it (false: another caller had).
+func abortChange(ctx context.Context, client changeAPI, tables Tables, c outbox.Config) (aborted bool, err error) {
 	return flipChange(ctx, client, tables, c, c.BucketCount, nil)
+}
+
+// EndExpiredChange aborts the online BucketCount change stored (the config
+// item as just read) says is in progress, when now is at or past its
+// deadline: what the relays and the sweeper do (outbox.ChangeEnder), with
+// the function Go writers use. ended reports that this call's write ended
+// it; false when no change is in progress, its deadline is still ahead, or
+// another party ended it first (the counters are thawed all the same).
+func (s *Store) EndExpiredChange(ctx context.Context, stored outbox.Config, now time.Time) (ended bool, err error) {
+	if !stored.Changing() || now.Before(stored.ChangeDeadline) {
+		return false, nil
+	}
+	return abortChange(ctx, s.client, s.tables, stored)
 }
 
 // waitDrained waits until every bucket b has decided every sequence number
@@ -424,7 +545,7 @@ func (w *Writer) awaitEpoch(ctx context.Context, had bucketView, ee *sequence.Ep
 		case c.Changing() && !w.cfg.clock.Now().Before(c.ChangeDeadline):
 			w.cfg.logger.WarnContext(ctx, "outbox writer: aborting a BucketCount change past its deadline", "from", c.BucketCount, "to", c.NextBucketCount,
 				"deadline", c.ChangeDeadline)
-			if err := abortChange(ctx, changeCalls{api, w.client}, w.tables, c); err != nil {
+			if _, err := abortChange(ctx, changeCalls{api, w.client}, w.tables, c); err != nil {
 				return had, err
 			}
 			continue

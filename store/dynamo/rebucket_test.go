@@ -395,3 +395,44 @@ func TestChangeAfterAnAbandonedOneThatCannotDrain(t *testing.T) {
 		t.Fatalf("config %+v; want 8 at epoch 2 (two aborted changes)", c)
 	}
 }
+
+// A change whose caller's context ends while it waits for a bucket that
+// cannot drain (no relay runs: Ctrl-C on outbox buckets set) is aborted
+// before ChangeBucketCount returns, not left for its deadline: the count
+// stays, every counter is thawed, and a writer writes at once.
+func TestChangeInterruptedIsAborted(t *testing.T) {
+	e := newEnv(t, 8)
+	w, err := NewWriter(ctxT(t), e.d.Client, e.tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(ctxT(t), nil, keyedV("a", "1")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctxT(t))
+	done := make(chan error, 1)
+	go func() {
+		_, err := ChangeBucketCount(ctx, e.d.Client, e.tables, 16, ChangeTimeout(5*time.Minute))
+		done <- err
+	}()
+	for frozenCount(t, e, 16) < 16 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	err = <-done
+	var ae *ChangeAbortedError
+	if !errors.As(err, &ae) || !errors.Is(ae.Interrupted, context.Canceled) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("ChangeBucketCount after its context ended = %v, want a *ChangeAbortedError interrupted by context.Canceled", err)
+	}
+	if c := storedConfig(t, e.d.Client, e.tables); c.BucketCount != 8 || c.BucketEpoch != 1 || c.Changing() {
+		t.Fatalf("config after the interrupted change: %+v, want 8 at epoch 1 (aborted)", c)
+	}
+	if n := frozenCount(t, e, 16); n != 0 {
+		t.Errorf("%d counters still frozen", n)
+	}
+	wctx, wcancel := context.WithTimeout(ctxT(t), 30*time.Second) // the change's deadline is 5 minutes away
+	defer wcancel()
+	if _, err := w.Write(wctx, nil, keyedV("a", "2")); err != nil {
+		t.Errorf("a write after the interrupted change: %v", err)
+	}
+}

@@ -16,10 +16,10 @@ from .errors import (BucketCountChangeError, ConditionFailedError, ConfigError, 
 
 DEFAULT_MAX_ATTEMPTS = 6
 # How long past a BucketCount change's deadline (cd) the writer keeps
-# waiting for it to end before it gives up: the changer aborts at its
-# deadline, and so do Go writers; this writer does not abort a change
-# itself. A write's pause for a change is at most the change's deadline
-# minus now plus this.
+# trying to abort it (as Go writers, relays and the sweeper do: the same
+# conditional write on the config item, then the thaw) before it gives up
+# with a BucketCountChangeError. A write's pause for a change is at most
+# the change's deadline minus now, plus the abort.
 DEFAULT_CHANGE_GRACE_SECONDS = 10.0
 # The config item is read again every 10..100 ms (doubling, jittered)
 # while a change is in progress (docs/contract.md section 5).
@@ -73,6 +73,7 @@ class Result:
     paused_seconds: float = 0.0  # how long the write waited for BucketCount changes to end
     bucket_count: int = 0  # the BucketCount the messages were written under
     epoch: int = 0  # and its epoch
+    aborted_changes: int = 0  # BucketCount changes past their deadline this write aborted (docs/design.md section 13)
 
 
 def new_client(endpoint_url: str | None = None, region_name: str | None = None, session=None):
@@ -131,9 +132,11 @@ class _WriteState:
 
     def __init__(self, view):
         self.view, self.rebuckets, self.paused_seconds = view, 0, 0.0
+        self.aborted_changes = 0
 
     def result(self, msgs, token, attempts, reservations):
-        return Result(msgs, token, attempts, reservations, self.rebuckets, self.paused_seconds, self.view[0], self.view[1])
+        return Result(msgs, token, attempts, reservations, self.rebuckets, self.paused_seconds, self.view[0], self.view[1],
+                      self.aborted_changes)
 
 
 class _Outcome:
@@ -575,13 +578,22 @@ class Writer:
                 if not waiting and self.on_change_wait is not None:
                     self.on_change_wait(c)
                 waiting = True
-                limit = c.change_deadline_ms / 1000 + self.change_grace_seconds
-                if now >= limit:
-                    raise BucketCountChangeError(
-                        f"outbox: a BucketCount change from {c.bucket_count} to {c.next_bucket_count} is still in progress "
-                        f"{now - c.change_deadline_ms / 1000:.1f}s past its deadline; nothing was written. The changer "
-                        "(outbox buckets set, the stack) or a Go writer aborts it at its deadline: check that it ran, then retry")
-                wait = min(random.uniform(pause / 2, pause), max(limit - now, 0))
+                deadline = c.change_deadline_ms / 1000
+                limit = deadline + self.change_grace_seconds
+                if now >= deadline:
+                    # Its tool stopped, or the buckets did not drain: end it,
+                    # as a Go writer, a relay or the sweeper would.
+                    try:
+                        if self._abort_change(c):
+                            st.aborted_changes += 1
+                        continue
+                    except Exception as e:  # noqa: BLE001 - retried until the grace ends
+                        if now >= limit:
+                            raise BucketCountChangeError(
+                                f"outbox: a BucketCount change from {c.bucket_count} to {c.next_bucket_count} is still in progress "
+                                f"{now - deadline:.1f}s past its deadline and this writer could not abort it ({e}); nothing was "
+                                "written. Check the writer's access to the control table (UpdateItem on the config item), then retry") from e
+                wait = min(random.uniform(pause / 2, pause), max((limit if now >= deadline else deadline) - now, 0))
                 self.sleep(wait)
                 st.paused_seconds += wait
                 pause = min(2 * pause, CHANGE_POLL_MAX)
@@ -604,6 +616,46 @@ class Writer:
                 if epoch > self._view[1]:
                     self._view = view
             return view
+
+    def _abort_change(self, c) -> bool:
+        """Abort the change c (the config item as read) says is in
+        progress, past its deadline: the Go writer's abortChange
+        (store/dynamo/rebucket.go). The config item moves to the next epoch
+        with the count unchanged, conditional on it still describing this
+        change; then every counter of the change is thawed into that epoch
+        (frozen first where the change had not got to it). Returns whether
+        this call's write ended the change: a failed condition whose item
+        already says what this write would (a resend of it, after a lost
+        response, or an identical abort) counts as this writer's; another
+        party's flip to the new count only thaws."""
+        e = c.epoch
+        _, old = self._config_update(
+            UpdateExpression="SET #be = :be1 REMOVE #nb, #cd",
+            ConditionExpression="#bc = :bc AND #be = :be AND #nb = :nb AND #cd = :cd",
+            ExpressionAttributeNames={"#bc": "bc", "#be": "be", "#nb": "nb", "#cd": "cd"},
+            ExpressionAttributeValues={":bc": {"N": str(c.bucket_count)}, ":be": {"N": str(e)}, ":be1": {"N": str(e + 1)},
+                                       ":nb": {"N": str(c.next_bucket_count)}, ":cd": {"N": str(c.change_deadline_ms)}})
+        ours = old is None
+        if not ours:
+            now = self._read_config()
+            if now.epoch <= e:
+                raise BucketCountChangeError(f"outbox: abort the BucketCount change from {c.bucket_count} to {c.next_bucket_count}: "
+                                             f"the config item changed meanwhile ({now!r}); nothing was written")
+            ours = now.epoch == e + 1 and now.bucket_count == c.bucket_count and not now.changing
+        for b in range(max(c.bucket_count, c.next_bucket_count)):
+            self._thaw(b, e + 1, self._freeze(b, e))
+        return ours
+
+    def _config_update(self, **kw):
+        """A conditional UpdateItem on the config item; a failed condition
+        returns the old item (ALL_OLD) instead of raising."""
+        try:
+            return self._call(self.client.update_item, TableName=self.control_table, Key=contract.CONFIG_KEY,
+                              ReturnValuesOnConditionCheckFailure="ALL_OLD", **kw), None
+        except Exception as e:  # noqa: BLE001
+            if _code(e) == "ConditionalCheckFailedException":
+                return None, e.response.get("Item") or {}
+            raise
 
     def _counter_update(self, **kw):
         """An UpdateItem on a counter; a failed condition returns the old

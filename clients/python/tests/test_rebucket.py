@@ -42,6 +42,8 @@ class Table:
         return {}
 
     def update_item(self, **kw):
+        if kw["Key"]["pk"]["S"] == "config":
+            return self.update_config(**kw)
         b = int(kw["Key"]["pk"]["S"].split("#")[1])
         item = self.counters.setdefault(b, {})
         names, vals, cond = kw["ExpressionAttributeNames"], kw["ExpressionAttributeValues"], kw.get("ConditionExpression")
@@ -66,6 +68,29 @@ class Table:
         item["q"], item["ce"] = vals[":cf"], vals[":e"]
         self.calls.append(("thaw", b, int(vals[":cf"]["N"])))
         return {}
+
+    def update_config(self, **kw):
+        """The abort's conditional write on the config item (the only one a
+        writer makes); config_fault, if set, runs after it applied."""
+        names, vals = kw["ExpressionAttributeNames"], kw["ExpressionAttributeValues"]
+        assert kw["ConditionExpression"] == "#bc = :bc AND #be = :be AND #nb = :nb AND #cd = :cd", kw
+        assert kw["UpdateExpression"] == "SET #be = :be1 REMOVE #nb, #cd", kw
+        if self.config_denied:
+            raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "denied"}}, "UpdateItem")
+        if any(self.config.get(names[k]) != vals[":" + k[1:]] for k in ("#bc", "#be", "#nb", "#cd")):
+            self.calls.append("abort refused")
+            raise ccf(dict(self.config))
+        item = dict(self.config)
+        item["be"] = vals[":be1"]
+        del item["nb"], item["cd"]
+        self.config = item
+        self.calls.append("abort")
+        if self.config_fault:
+            fault, self.config_fault = self.config_fault, None
+            raise fault
+        return {}
+
+    config_denied, config_fault = False, None
 
     def describe_table(self, **kw):
         return {"Table": {"TableName": kw["TableName"]}}  # no replicas (tests/test_writer.py tests the refusal)
@@ -131,13 +156,61 @@ def test_it_pauses_while_a_change_is_in_progress_then_thaws_and_rebuckets():
     assert len(t.commits) == 1
 
 
-def test_a_change_past_its_deadline_fails_after_the_grace_with_nothing_written():
+def abandoned(t, deadline_in=1.0):
+    """A change 8 -> 16 whose tool stopped after freezing every counter."""
+    t.config = cfg(8, v=3, be=0, nb=16, cd=int((t.now + deadline_in) * 1000))
+    t.counters = {b: {"n": {"S": contract.MOVED_COUNTER}, "cf": {"N": "3"}, "ce": {"N": "-1"}} for b in range(16)}
+
+
+def test_a_change_past_its_deadline_is_aborted_by_the_writer():
+    t = Table(cfg(8))
+    w = writer(t)
+    abandoned(t)
+    start = t.now
+    res = w.write(messages=[Message("t", b"1", key=KEY)])
+    assert 1 <= t.now - start <= 1.2  # waited for the deadline, no longer
+    assert res.aborted_changes == 1 and t.calls.count("abort") == 1
+    assert (res.bucket_count, res.epoch, res.messages[0].bucket, res.messages[0].sequence) == (8, 1, contract.bucket_for_key(KEY, 8), 4)
+    assert t.config == cfg(8, v=3, be=1)
+    assert all(c["ce"] == {"N": "1"} and c["q"] == {"N": "3"} for b, c in t.counters.items() if b != 6)  # every counter thawed
+    assert len(t.commits) == 1
+
+
+def test_the_abort_survives_a_resend():
+    # The abort applied, its response was lost, the writer sent it again:
+    # the second one's condition fails on the item the first one wrote.
+    t = Table(cfg(8))
+    w = writer(t)
+    abandoned(t, deadline_in=0)
+    t.config_fault = ClientError({"Error": {"Code": "InternalServerError", "Message": "lost"}, "ResponseMetadata": {"HTTPStatusCode": 500}}, "UpdateItem")
+    res = w.write(messages=[Message("t", b"1", key=KEY)])
+    assert t.calls.count("abort") == 1 and t.calls.count("abort refused") == 1
+    assert res.aborted_changes == 1 and (res.bucket_count, res.epoch) == (8, 1)
+    assert t.config == cfg(8, v=3, be=1) and len(t.commits) == 1
+
+
+def test_a_change_another_party_ended_is_only_thawed():
+    t = Table(cfg(8))
+    w = writer(t)
+    abandoned(t, deadline_in=0)
+
+    def other(**kw):  # the resumed change flipped to 16 between the writer's read and its write
+        t.config = cfg(16, v=3, be=1)
+        return Table.update_config(t, **kw)
+    t.update_config = other
+    res = w.write(messages=[Message("t", b"1", key=KEY)])
+    assert res.aborted_changes == 0 and t.calls.count("abort refused") == 1
+    assert (res.bucket_count, res.epoch) == (16, 1) and len(t.commits) == 1
+    assert all(c["ce"] == {"N": "1"} for c in t.counters.values())  # thawed all the same
+
+
+def test_a_change_it_cannot_abort_fails_after_the_grace_with_nothing_written():
     t = Table(cfg(8))
     w = writer(t, change_grace_seconds=2)
-    t.config = cfg(8, v=3, be=0, nb=16, cd=int((t.now + 1) * 1000))
-    t.counters = {b: {"n": {"S": contract.MOVED_COUNTER}, "cf": {"N": "0"}, "ce": {"N": "-1"}} for b in range(16)}
+    abandoned(t)
+    t.config_denied = True
     start = t.now
-    with pytest.raises(BucketCountChangeError, match="past its deadline"):
+    with pytest.raises(BucketCountChangeError, match="could not abort it"):
         w.write(messages=[Message("t", b"1", key=KEY)])
     assert 3 <= t.now - start <= 3.2  # the deadline (1 s) plus the grace (2 s)
     assert t.commits == []
