@@ -42,7 +42,9 @@ import (
 // the elements after it are not tried, so the retry commits them after it
 // (a Kinesis, DynamoDB stream or FIFO source's later message of a key never
 // lands ahead of an earlier one); after an unusable element (Outbox.Validation)
-// the rest are tried, and the retry answers them as duplicates.
+// the rest are tried, and the retry answers them as duplicates. An array
+// whose elements all commit answers the batch shape (no failures), not each
+// request's EnqueueResponse: a caller that needs the ids sends one request.
 //
 // Kinesis takes a reported record as a checkpoint: it redelivers that record
 // and every one after it. An unusable record therefore re-runs the
@@ -50,7 +52,11 @@ import (
 // event source's MaximumRetryAttempts are spent; each is cancelled by its
 // idempotency record (nothing is written twice) but still consumes write
 // capacity. BisectBatchOnFunctionError, a small MaximumRetryAttempts and an
-// on-failure destination bound that cost (docs/enqueue-recipes.yaml).
+// on-failure destination bound that cost (docs/enqueue-recipes.yaml). On a
+// FIFO queue an unusable message heads its group again on each redelivery,
+// holding the group's newer messages back for maxReceiveCount x the
+// visibility timeout (forever without a redrive policy, which the recipes
+// require); resent from the dead-letter queue, it arrives out of order.
 func (h *Enqueue) Handle(ctx context.Context, raw json.RawMessage) (any, error) {
 	ctx, cancel := workContext(ctx)
 	defer cancel()
