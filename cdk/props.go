@@ -207,7 +207,10 @@ type Props struct {
 	// concurrency, and its limit, so that a burst of its callers (an SQS
 	// backlog, an EventBridge fan-out) cannot take the account's
 	// concurrency from the relay and the sweeper; keep an SQS event
-	// source's MaximumConcurrency at or below it. Default 10, 1..10000.
+	// source's MaximumConcurrency at or below it. Default 10, 2..10000, or
+	// -1 for none: Lambda keeps 100 of the account's concurrency
+	// unreserved, so a reservation needs an account limit of at least 100 +
+	// this + the other reservations (new accounts may have 10).
 	EnqueueReservedConcurrency *float64
 
 	// BinDir is where the function binaries are, laid out as `make build`
@@ -302,8 +305,8 @@ var numbers = []intRange{
 	{name: "FunctionMemorySize", field: func(p *Props) **float64 { return &p.FunctionMemorySize }, def: 512, min: 128, max: 10240, what: "MB"},
 	{name: "RelayReservedConcurrency", field: func(p *Props) **float64 { return &p.RelayReservedConcurrency }, def: -1, min: -1, max: 10000, what: "-1 = none; 0 would stop the relay and is refused"},
 	{name: "SweeperReservedConcurrency", field: func(p *Props) **float64 { return &p.SweeperReservedConcurrency }, def: -1, allowed: []int{-1, 1}, what: "-1 = none"},
-	{name: "EnqueueReservedConcurrency", field: func(p *Props) **float64 { return &p.EnqueueReservedConcurrency }, def: 10, min: 1, max: 10000,
-		what: "the enqueue function's reserved concurrency and limit"},
+	{name: "EnqueueReservedConcurrency", field: func(p *Props) **float64 { return &p.EnqueueReservedConcurrency }, def: 10, min: -1, max: 10000,
+		what: "the enqueue function's reserved concurrency and limit; -1 = none; 0 and 1 are refused"},
 	{name: "LogRetentionInDays", field: func(p *Props) **float64 { return &p.LogRetentionInDays }, def: 30,
 		allowed: []int{1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653}, what: "a retention CloudWatch Logs accepts"},
 	{name: "IteratorAgeAlarmMilliseconds", field: func(p *Props) **float64 { return &p.IteratorAgeAlarmMilliseconds }, def: 60000, min: 1000, what: "milliseconds"},
@@ -406,6 +409,10 @@ func (p *Props) config() (*config, error) {
 	}
 	if c.n["RelayReservedConcurrency"] == 0 {
 		return nil, &PropError{"RelayReservedConcurrency", "0", "0 would throttle every relay invocation; -1 (the default) reserves none"}
+	}
+	if v := c.n["EnqueueReservedConcurrency"]; v == 0 || v == 1 {
+		return nil, &PropError{"EnqueueReservedConcurrency", strconv.Itoa(v), "0 would throttle every enqueue invocation and 1 is below an SQS " +
+			"event source's least MaximumConcurrency (2); use 2..10000, or -1 for no reservation"}
 	}
 	c.topics = str(p.Topics)
 	c.regions = str(p.Regions)

@@ -145,7 +145,8 @@ func TestEnqueueRole(t *testing.T) {
 //   - array_refused: a direct invocation with an array whose request fails
 //     answers an error (before: a batch response, a success).
 //
-// It also checks the reserved concurrency that caps the function.
+// It also checks the reserved concurrency that caps the function, and
+// that EnqueueReservedConcurrency -1 reserves none.
 func TestEnqueueAsync(t *testing.T) {
 	tmpl := loadTemplate(t)
 	e, err := newEvaluator(tmpl, map[string]string{"KafkaBootstrapServers": "b:9092", "KafkaAuthMode": "none", "EnableEnqueueFunction": "true"})
@@ -180,6 +181,16 @@ func TestEnqueueAsync(t *testing.T) {
 	// leaves the account's concurrency to the relay.
 	if got := at(fn, "ReservedConcurrentExecutions"); got != "10" && got != 10 {
 		t.Errorf("EnqueueFunction ReservedConcurrentExecutions = %s, want the EnqueueReservedConcurrency default 10", canon(got))
+	}
+	// -1 reserves none: an account whose limit is below 100 + the
+	// reservation (new accounts may have 10) still deploys the function.
+	uncapped, err := newEvaluator(tmpl, map[string]string{"KafkaBootstrapServers": "b:9092", "KafkaAuthMode": "none",
+		"EnableEnqueueFunction": "true", "EnqueueReservedConcurrency": "-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fn, err := uncapped.Eval(at(tmpl, "Resources", "EnqueueFunction", "Properties")); err != nil || at(fn, "ReservedConcurrentExecutions") != nil {
+		t.Errorf("EnqueueReservedConcurrency -1: ReservedConcurrentExecutions = %s (%v), want none", canon(at(fn, "ReservedConcurrentExecutions")), err)
 	}
 
 	alarms := 0
@@ -306,6 +317,8 @@ func enqueuePoisonBatch(t *testing.T) int {
 // item failures, polls at most the function's reserved concurrency (so a
 // backlog is not throttled back into the queue) and its queue, like a
 // Pipe's, moves a message to a dead-letter queue after maxReceiveCount.
+// Together the sources (SQS MaximumConcurrency, Kinesis provisioned shards
+// x ParallelizationFactor) stay within the reservation they share.
 func TestEnqueueRecipesBoundRetries(t *testing.T) {
 	recipes := loadRecipes(t)
 	reserved, _ := at(loadTemplate(t), "Parameters", "EnqueueReservedConcurrency", "Default").(int)
@@ -322,6 +335,7 @@ func TestEnqueueRecipesBoundRetries(t *testing.T) {
 		return at(recipes, "Resources", queue, "Properties", "RedrivePolicy", "maxReceiveCount") != nil
 	}
 	kinds := map[string]bool{}
+	concurrency := map[string]int{} // by event source mapping: the most invocations it runs at once
 	for _, name := range resourcesOfType(recipes, "AWS::Lambda::EventSourceMapping") {
 		p := at(recipes, "Resources", name, "Properties")
 		typ, id := source(at(p, "EventSourceArn"))
@@ -341,11 +355,23 @@ func TestEnqueueRecipesBoundRetries(t *testing.T) {
 			if !strings.Contains(canon(recipes), `"sqs:SendMessage","Effect":"Allow","Resource":{"Fn::GetAtt":["`+did+`","Arn"]}`) {
 				t.Errorf("%s: no statement lets the function's role send to %s", name, did)
 			}
+			// One invocation per shard and parallelization slot; an
+			// on-demand stream's shards are not bounded.
+			shards, _ := at(recipes, "Resources", id, "Properties", "ShardCount").(int)
+			factor, ok := at(p, "ParallelizationFactor").(int)
+			if !ok {
+				factor = 1
+			}
+			if at(recipes, "Resources", id, "Properties", "StreamModeDetails", "StreamMode") != "PROVISIONED" || shards < 1 {
+				t.Errorf("%s: stream %s is not provisioned with a ShardCount: its concurrency has no bound", name, id)
+			}
+			concurrency[name] = shards * factor
 		case "AWS::SQS::Queue":
 			max, _ := at(p, "ScalingConfig", "MaximumConcurrency").(int)
 			if max < 2 || max > reserved {
 				t.Errorf("%s ScalingConfig.MaximumConcurrency %v, want 2..%d (EnqueueReservedConcurrency's default)", name, at(p, "ScalingConfig"), reserved)
 			}
+			concurrency[name] = max
 			if !redriven(id) {
 				t.Errorf("%s: queue %s has no redrive policy: a message that keeps failing is retried until it expires", name, id)
 			}
@@ -357,6 +383,16 @@ func TestEnqueueRecipesBoundRetries(t *testing.T) {
 		if _, id := source(at(recipes, "Resources", name, "Properties", "Source")); !redriven(id) {
 			t.Errorf("%s: source queue %s has no redrive policy", name, id)
 		}
+	}
+	// The sources share the reservation: their sum, not each alone, stays
+	// within it (before, 5 for the queue and an on-demand stream's
+	// unbounded shards passed one by one).
+	total := 0
+	for _, n := range concurrency {
+		total += n
+	}
+	if total > reserved {
+		t.Errorf("the recipes' event sources run %v at once, %d in all: above EnqueueReservedConcurrency's default %d", concurrency, total, reserved)
 	}
 	if !kinds["AWS::Kinesis::Stream"] || !kinds["AWS::SQS::Queue"] {
 		t.Errorf("the recipes' event sources are %v; want a Kinesis stream and an SQS queue", kinds)

@@ -196,17 +196,18 @@ func TestParametersMatchConfigRanges(t *testing.T) {
 func TestRules(t *testing.T) {
 	tmpl := loadTemplate(t)
 	const (
-		vpc       = "Give VpcSubnetIds and VpcSecurityGroupIds together"
-		saslOnly  = "KafkaSaslSecretArn is used only by"
-		scram256  = "KafkaAuthMode sasl-scram-sha-256 needs KafkaSaslSecretArn."
-		scram512  = "KafkaAuthMode sasl-scram-sha-512 needs KafkaSaslSecretArn."
-		mtls      = "KafkaAuthMode mtls needs KafkaTlsClientCertSecretArn."
-		certOnly  = "KafkaTlsClientCertSecretArn is used only by"
-		caTLS     = "KafkaTlsCaSecretArn needs a TLS mode"
-		zeroRelay = "RelayReservedConcurrency 0"
-		tablesRM  = "Tables global and attach are region mode's"
-		attachIn  = "Tables attach needs MessagesTableName"
-		namesOnly = "MessagesTableName and ControlTableName are used only by"
+		vpc        = "Give VpcSubnetIds and VpcSecurityGroupIds together"
+		saslOnly   = "KafkaSaslSecretArn is used only by"
+		scram256   = "KafkaAuthMode sasl-scram-sha-256 needs KafkaSaslSecretArn."
+		scram512   = "KafkaAuthMode sasl-scram-sha-512 needs KafkaSaslSecretArn."
+		mtls       = "KafkaAuthMode mtls needs KafkaTlsClientCertSecretArn."
+		certOnly   = "KafkaTlsClientCertSecretArn is used only by"
+		caTLS      = "KafkaTlsCaSecretArn needs a TLS mode"
+		zeroRelay  = "RelayReservedConcurrency 0"
+		enqueueCap = "EnqueueReservedConcurrency 0 would throttle"
+		tablesRM   = "Tables global and attach are region mode's"
+		attachIn   = "Tables attach needs MessagesTableName"
+		namesOnly  = "MessagesTableName and ControlTableName are used only by"
 	)
 	cases := []struct {
 		name   string
@@ -228,6 +229,10 @@ func TestRules(t *testing.T) {
 		{"a CA bundle with msk-iam", map[string]string{"KafkaAuthMode": "msk-iam", "KafkaTlsCaSecretArn": caARN}, nil},
 		{"relay reserved 0", map[string]string{"RelayReservedConcurrency": "0"}, []string{zeroRelay}},
 		{"relay reserved 5", map[string]string{"RelayReservedConcurrency": "5"}, nil},
+		{"enqueue reserved 0", map[string]string{"EnableEnqueueFunction": "true", "EnqueueReservedConcurrency": "0"}, []string{enqueueCap}},
+		{"enqueue reserved 1", map[string]string{"EnableEnqueueFunction": "true", "EnqueueReservedConcurrency": "1"}, []string{enqueueCap}},
+		{"enqueue reserved 2", map[string]string{"EnableEnqueueFunction": "true", "EnqueueReservedConcurrency": "2"}, nil},
+		{"enqueue reserved none", map[string]string{"EnableEnqueueFunction": "true", "EnqueueReservedConcurrency": "-1"}, nil},
 		{"global tables", map[string]string{"Tables": "global", "Regions": "us-east-1,eu-west-1"}, nil},
 		{"global tables without Regions", map[string]string{"Tables": "global"}, []string{tablesRM}},
 		{"attach", map[string]string{"Tables": "attach", "Regions": "us-east-1,eu-west-1", "MessagesTableName": "m-t", "ControlTableName": "c-t"}, nil},

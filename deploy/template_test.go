@@ -387,8 +387,9 @@ func TestParameters(t *testing.T) {
 		{"EnableEnqueueFunction", `{Type: String, Default: "false", AllowedValues: ["true", "false"]}`},
 		{"EnqueueBusinessTableArns", `{Type: CommaDelimitedList, Default: ""}`},
 		// Capped, so a backlog of its callers cannot take the relay's
-		// concurrency (TestEnqueueAsync).
-		{"EnqueueReservedConcurrency", "{Type: Number, Default: 10, MinValue: 1, MaxValue: 10000}"},
+		// concurrency (TestEnqueueAsync); -1 = none, for accounts whose
+		// limit cannot spare a reservation (0 and 1 refused: TestRules).
+		{"EnqueueReservedConcurrency", "{Type: Number, Default: 10, MinValue: -1, MaxValue: 10000}"},
 		// Off by default: consumers must read read_committed, and MSK IAM
 		// needs Kafka 3.8 or later.
 		{"KafkaTransactional", `{Type: String, Default: "false", AllowedValues: ["true", "false"]}`},

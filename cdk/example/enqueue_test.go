@@ -7,7 +7,8 @@ import (
 
 // TestEnqueueAsync: the construct's enqueue function (scenario
 // EnqueueOnly) sends its failed asynchronous invocations to a queue of the
-// stack, has a reserved concurrency of its own, and has its alarms on the
+// stack, has a reserved concurrency of its own (none with
+// EnqueueReservedConcurrency -1, scenario EnqueueUncapped), and has its alarms on the
 // dashboard; without the function (scenario Plaintext) none of them exist.
 // TestEquivalence checks they are template.yaml's; this checks they are
 // there at all (deploy's TestEnqueueAsync does the same for template.yaml).
@@ -34,6 +35,9 @@ func TestEnqueueAsync(t *testing.T) {
 	}
 	if got := at(res["EnqueueFunction"], "Properties", "ReservedConcurrentExecutions"); scalar(got) != "10" {
 		t.Errorf("EnqueueFunction ReservedConcurrentExecutions %s, want 10", show(got))
+	}
+	if got := at(stack("EnqueueUncapped")["EnqueueFunction"], "Properties", "ReservedConcurrentExecutions"); got != nil {
+		t.Errorf("EnqueueReservedConcurrency -1: EnqueueFunction ReservedConcurrentExecutions %s, want none", show(got))
 	}
 	body, _ := at(res["Dashboard"], "Properties", "DashboardBody").(string)
 	for alarm, watched := range map[string]string{"EnqueueErrorsAlarm": "<EnqueueFunction>", "EnqueueFailureQueueAlarm": "<" + queue + ".QueueName>"} {

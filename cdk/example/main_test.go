@@ -94,6 +94,9 @@ var scenarios = []scenario{
 	// The enqueue function without business tables: outbox messages only.
 	{stack: "EnqueueOnly", params: map[string]string{"KafkaBootstrapServers": "localhost:9092", "KafkaAuthMode": "none",
 		"EnableEnqueueFunction": "true"}},
+	// Without its reservation, for an account whose limit cannot spare one.
+	{stack: "EnqueueUncapped", params: map[string]string{"KafkaBootstrapServers": "localhost:9092", "KafkaAuthMode": "none",
+		"EnableEnqueueFunction": "true", "EnqueueReservedConcurrency": "-1"}},
 }
 
 // synthesized is what TestMain's synthesis produced.

@@ -186,3 +186,31 @@ func TestEnqueueMessageIDsDerived(t *testing.T) {
 		}
 	}
 }
+
+// A Pipe whose input template makes each element a request retries the
+// whole batch when an element fails: the elements after a retryable
+// failure are not tried, so the retry commits them after it. Before, a
+// later message of the same order (here b2, after b) committed on the first
+// delivery, ahead of b, which committed only on the retry.
+func TestEnqueueRequestElementsKeepOrder(t *testing.T) {
+	h, w := newFakeEnqueue(t, map[string]error{"b": &dynamo.TransactionError{Err: outbox.ErrThrottled}})
+	req := func(key, msgKey string) string {
+		return fmt.Sprintf(`{"idempotencyKey": %q, "messages": [{"topic": "t", "key": %q}]}`, key, msgKey)
+	}
+	batch := json.RawMessage(`[` + req("k1", "a") + `,` + req("k2", "b") + `,` + req("k3", "b2") + `]`)
+	_, err := h.Handle(context.Background(), batch)
+	var ie messages.InvokeResponse_Error
+	if !errors.As(err, &ie) || ie.Type != ErrorThrottled {
+		t.Fatalf("first delivery answered %v; want the throttled element's error", err)
+	}
+	if fmt.Sprint(w.commits) != "[a]" {
+		t.Fatalf("first delivery committed %v; want only [a]: the elements after the throttled one wait for the retry", w.commits)
+	}
+	delete(w.fail, "b")
+	if _, err := h.Handle(context.Background(), batch); err != nil {
+		t.Fatalf("the Pipe's retry: %v", err)
+	}
+	if fmt.Sprint(w.commits) != "[a b b2]" {
+		t.Fatalf("committed %v over the delivery and its retry; want [a b b2], in order", w.commits)
+	}
+}

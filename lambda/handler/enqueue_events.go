@@ -37,7 +37,26 @@ import (
 // cannot be told from a direct invocation's payload (a Step Functions state
 // that passed an array): when one fails, the answer is its error, not a
 // batch response, so a state machine's Retry and Catch see it (a Pipe then
-// retries the whole batch, which commits each request once).
+// retries the whole batch, which commits each request once). Such elements
+// keep their order whatever the Pipe's source: after a retryable failure
+// the elements after it are not tried, so the retry commits them after it
+// (a Kinesis, DynamoDB stream or FIFO source's later message of a key never
+// lands ahead of an earlier one); after an unusable element (Outbox.Validation)
+// the rest are tried, and the retry answers them as duplicates. An array
+// whose elements all commit answers the batch shape (no failures), not each
+// request's EnqueueResponse: a caller that needs the ids sends one request.
+//
+// Kinesis takes a reported record as a checkpoint: it redelivers that record
+// and every one after it. An unusable record therefore re-runs the
+// transactions of all the records after it on each redelivery, until the
+// event source's MaximumRetryAttempts are spent; each is cancelled by its
+// idempotency record (nothing is written twice) but still consumes write
+// capacity. BisectBatchOnFunctionError, a small MaximumRetryAttempts and an
+// on-failure destination bound that cost (docs/enqueue-recipes.yaml). On a
+// FIFO queue an unusable message heads its group again on each redelivery,
+// holding the group's newer messages back for maxReceiveCount x the
+// visibility timeout (forever without a redrive policy, which the recipes
+// require); resent from the dead-letter queue, it arrives out of order.
 func (h *Enqueue) Handle(ctx context.Context, raw json.RawMessage) (any, error) {
 	ctx, cancel := workContext(ctx)
 	defer cancel()
@@ -193,7 +212,11 @@ func (h *Enqueue) batch(ctx context.Context, raws []json.RawMessage) (resp event
 		// after it are tried now, not held back behind it (Kinesis
 		// redelivers from the reported record, and those that committed
 		// answer duplicates; a FIFO queue redelivers only the reported one).
-		stopped = rec.ordered && ee.Type != ErrorValidation
+		// A request element (a Pipe's input template, a direct array) is
+		// ordered too: its failure fails the whole invocation, which the
+		// Pipe retries whole, so a later element that committed now would
+		// land ahead of it.
+		stopped = (rec.ordered || !rec.source) && ee.Type != ErrorValidation
 	}
 	return resp, unreported
 }
