@@ -336,14 +336,17 @@ func slicesEqual(a, b []string) bool {
 	return true
 }
 
-// isNil reports whether v is nil or an interface holding a nil pointer,
-// map, channel, function or slice, whose methods would panic when called.
+// isNil reports whether v is nil or an interface holding a nil pointer or
+// function, whose methods would panic when called.
 func isNil(v any) bool {
 	if v == nil {
 		return true
 	}
+	// Only the kinds whose nil value cannot serve a method call: a nil
+	// pointer (what a failed constructor returns) and a nil func. A nil
+	// channel or map may be a deliberate stand-in (tests use one).
 	switch rv := reflect.ValueOf(v); rv.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.Slice, reflect.Interface:
+	case reflect.Pointer, reflect.Func:
 		return rv.IsNil()
 	}
 	return false
