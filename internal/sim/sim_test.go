@@ -31,7 +31,8 @@ var trace = flag.Bool("sim.trace", false, "with -sim.seed: log every store call 
 // transactions one after another (interleavings), duplicates only as whole
 // transactions, and no commit after another process acquired the bucket and
 // read it, its producer older than that acquisition (late_commits: the
-// acquirer fences first). A failure prints its seed: go test ./internal/sim
+// acquirer fences first, and a holder frozen between produce and commit,
+// commit_stalls, is refused when it thaws). A failure prints its seed: go test ./internal/sim
 // -run TestSchedules -sim.seed N replays it.
 func TestSchedules(t *testing.T) {
 	n := 3000
@@ -53,7 +54,7 @@ func TestSchedules(t *testing.T) {
 		}
 	}
 	var sum Result
-	var finals, steps, overlaps, watermark, function, sweeper, resends, restamps, dups, txn, whole, partial, partialParked, lateFaults int
+	var finals, steps, overlaps, watermark, function, sweeper, resends, restamps, dups, txn, whole, partial, partialParked, lateFaults, commitStalls int
 	byCause, nAdmitted := map[string]int{}, 0
 	// What the summary's invariant counts observed (each one fails its
 	// schedule above; counted again so the line says what was seen).
@@ -104,13 +105,14 @@ func TestSchedules(t *testing.T) {
 		partial += res.DupTxnsPartial
 		partialParked += res.DupTxnsPartialParked
 		lateFaults += res.LateCommitFaults
+		commitStalls += res.CommitStalls
 		seen.add(res)
 	}
 	if seen.any() {
 		t.Errorf("schedules passed with %s: Result.Failed misses them", seen)
 	}
-	fmt.Printf("sim: schedules=%d watermark_mode=%d function=%d sweeper=%d txn=%d committed=%d published=%d parked=%d crashes=%d stalls=%d resends=%d restamps=%d final_drains=%d overlaps=%d overlaps_admitted=%d duplicates=%d duplicates_by_cause=%s dup_txns=whole:%d,partial:%d,partial_parked:%d late_commit_faults=%d steps=%d %s\n",
-		n, watermark, function, sweeper, txn, sum.Committed, sum.Published, sum.Parked, sum.Crashes, sum.Stalls, resends, restamps, finals, overlaps, nAdmitted, dups, causes(byCause), whole, partial, partialParked, lateFaults, steps,
+	fmt.Printf("sim: schedules=%d watermark_mode=%d function=%d sweeper=%d txn=%d committed=%d published=%d parked=%d crashes=%d stalls=%d resends=%d restamps=%d final_drains=%d overlaps=%d overlaps_admitted=%d duplicates=%d duplicates_by_cause=%s dup_txns=whole:%d,partial:%d,partial_parked:%d late_commit_faults=%d commit_stalls=%d steps=%d %s\n",
+		n, watermark, function, sweeper, txn, sum.Committed, sum.Published, sum.Parked, sum.Crashes, sum.Stalls, resends, restamps, finals, overlaps, nAdmitted, dups, causes(byCause), whole, partial, partialParked, lateFaults, commitStalls, steps,
 		seen)
 }
 
