@@ -78,7 +78,7 @@ deps:
 # summaries the suites print (outbox-e2e:, kafka-real:, thirdparty:, soak:,
 # bench:, cdk:, inbox-poison:, containment:, enqueue:, python-writer:, schema:, regions:,
 # topic-deleted:, txn-fence:, region-guard:, enqueue-async:, rebucket-cli:).
-TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|kafka-real:|thirdparty:|soak:|bench:|cdk:|inbox-poison:|containment:|enqueue:|python-writer:|schema:|regions:|topic-deleted:|txn-fence:|region-guard:|enqueue-async:|rebucket-cli:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
+TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|kafka-real:|thirdparty:|soak:|bench:|cdk:|inbox-poison:|containment:|enqueue:|python-writer:|schema:|regions:|topic-deleted:|txn-fence:|region-guard:|enqueue-async:|rebucket-cli:|sim:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
 
 # Three lanes at once: the library module (mostly waiting on DynamoDB Local,
 # Kafka and the stream); the tool modules after one another (mostly

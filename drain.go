@@ -981,12 +981,18 @@ func (d *drain) waitForResumer(ctx context.Context) error {
 // this drain read the bucket. It comes after waitForResumer, so that a
 // releaser still resuming within its window is not cut off mid-publish. It
 // is bounded by the lease's publish cut-off, like a publish: nothing renews
-// the lease meanwhile. Until it succeeds the hold is not resumed
-// (Relay.resumable).
+// the lease meanwhile, so the lease is renewed when due before it (the
+// wait for a resumer spent lease time) and after it: a slow fence must not
+// leave the read and publish so little lease that they fail with
+// ErrLeaseLost, and the next drain fence again. Until it succeeds the hold
+// is not resumed (Relay.resumable).
 func (d *drain) fenceHolders(ctx context.Context) error {
 	f, ok := d.r.pub.(HolderFencer)
 	if !ok || !d.loc.fenceDue {
 		return nil
+	}
+	if err := d.renewIfDue(ctx); err != nil {
+		return err
 	}
 	left := d.cutoff(d.getLease()).Sub(d.r.cfg.clock.Now())
 	if left <= 0 {
@@ -1008,7 +1014,7 @@ func (d *drain) fenceHolders(ctx context.Context) error {
 		return fmt.Errorf("outbox: fence the earlier holders of bucket %d: %w", d.b, err)
 	}
 	d.loc.fenceDue = false
-	return nil
+	return d.renewIfDue(ctx)
 }
 
 // recheck confirms, for a resumed drain, that the lease is still released

@@ -215,3 +215,45 @@ func TestFenceIsBoundedByTheLeaseCutOff(t *testing.T) {
 		t.Fatalf("events %v, want the fence alone", got)
 	}
 }
+
+// slowReads is a store whose reads of the bucket's messages take the lease
+// clock read forward by read.
+type slowReads struct {
+	outbox.Store
+	clk  *fakeClock
+	read time.Duration
+}
+
+func (s slowReads) Pending(ctx context.Context, bucket int, after int64, limit int) ([]outbox.Entry, bool, error) {
+	s.clk.Advance(s.read)
+	return s.Store.Pending(ctx, bucket, after, limit)
+}
+
+// TestSlowFenceRenewsTheLease (issue 29, item 8's review): a fence that
+// returns just before the lease's publish cut-off (19 s of a 30 s lease
+// whose cut-off is at 20 s) is followed by a renewal, so the read after it
+// (2 s) and the publish still hold the lease; without it the publish fails
+// with ErrLeaseLost and every later drain fences again, and a slow
+// coordinator livelocks the bucket. The drain fences once and publishes.
+func TestSlowFenceRenewsTheLease(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	mem := memory.New(1)
+	log := &eventLog{}
+	sched, clk := newManualSched(), &fakeClock{}
+	p := &fencingPublisher{log: log, fence: func(context.Context) error {
+		clk.Advance(19 * time.Second)
+		return nil
+	}}
+	r := newRelay(t, slowReads{Store: mem, clk: clk, read: 2 * time.Second}, p, sched.option(), outbox.WithClock(clk), outbox.DeadlineMargin(0))
+	fill(t, mem, 0, 1)
+	st, err := r.DrainBucket(ctx, 0)
+	if err != nil || !st.Acquired {
+		t.Fatalf("drain after a 19 s fence: acquired %v, %v; want the lease renewed after the fence", st.Acquired, err)
+	}
+	if got := p.seqs(0); !slices.Equal(got, []int64{1}) {
+		t.Fatalf("published %v, want 1", got)
+	}
+	if got := log.since(0); !slices.Equal(got, []string{"fence 0", "publish"}) {
+		t.Fatalf("events %v, want one fence and one publish", got)
+	}
+}

@@ -371,6 +371,17 @@ type Publisher interface {
 // message's own and not a batch mate's. The relay parks a message only after
 // PublishAlone rejected it; with a Publisher that is not an Isolator it
 // relies on Publish with that one message.
+//
+// The relay finds optional capabilities with a type assertion on the
+// Publisher it was given. A Publisher that wraps another (to count, trace
+// or log its calls) must forward each capability its inner Publisher has —
+// Isolator, HolderFencer — with a method that calls the inner one's (or
+// Publish, FenceHolders returning nil, when the inner one lacks it): a
+// wrapper without them silently loses what they give. Without Isolator a
+// rejected record's batch mates are parked with it; without HolderFencer
+// (around a kafka.TxnPublisher) earlier holders are fenced only at the
+// first publish, after the read, and a stalled holder's commit can land in
+// between (docs/design.md §7.3).
 type Isolator interface {
 	PublishAlone(ctx context.Context, msg Message) error
 }
@@ -387,7 +398,8 @@ type Isolator interface {
 // first publish (docs/design.md §7.3). ctx ends at the lease's publish
 // cut-off at the latest. On an error the drain stops, gives the lease up with
 // its wake-ups kept and returns the error (classified as usual); the
-// bucket's next drain acquires and fences again.
+// bucket's next drain acquires and fences again. A wrapper of a
+// HolderFencer must forward it (see Isolator).
 type HolderFencer interface {
 	FenceHolders(ctx context.Context, bucket int) error
 }

@@ -230,7 +230,11 @@ func TestSetupPolicy(t *testing.T) {
 		{wm(12, 48), true, false, false}, {wm(4, 48), false, true, false}}
 	for _, s := range steps {
 		if s.hole {
-			ctr, err := sequence.NewCounter(d.Client, tables.Control)
+			stored, err := dynamo.ReadConfig(ctx, d.Client, tables)
+			var ctr *sequence.Counter
+			if err == nil {
+				ctr, err = sequence.NewCounter(d.Client, tables.Control, stored, "")
+			}
 			if err == nil {
 				_, err = ctr.ReserveAt(ctx, 3, 1, storedEpoch(ctx, t, d.Client, tables))
 			}

@@ -41,11 +41,25 @@ type TxnPublisher struct {
 	buckets map[int]*txnBucket
 }
 
-// txnBucket is one bucket's transactional client; mu serialises its
-// transactions (a producer has one open transaction at a time).
+// txnBucket is one bucket's transactional client; sem (a lock that a
+// context can give up waiting for) serialises its transactions (a producer
+// has one open transaction at a time).
 type txnBucket struct {
-	mu sync.Mutex
-	cl *kgo.Client // nil until the first Publish, and after a fence
+	sem chan struct{}
+	cl  *kgo.Client // nil until the first Publish, and after a fence
+}
+
+func (b *txnBucket) lock()   { b.sem <- struct{}{} }
+func (b *txnBucket) unlock() { <-b.sem }
+
+// lockCtx is lock until ctx is done.
+func (b *txnBucket) lockCtx(ctx context.Context) error {
+	select {
+	case b.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 var (
@@ -127,8 +141,8 @@ func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acke
 		return 0, wrapMessage(msgs[0], stopErr)
 	}
 	b := t.bucket(bucket)
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.lock()
+	defer b.unlock()
 	id := TransactionalID(t.prefix, bucket)
 	if b.cl == nil {
 		if b.cl, err = t.newClient(id); err != nil {
@@ -234,17 +248,30 @@ func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acke
 // transaction fails. It costs one InitProducerID (and the new client's
 // connections) per acquisition: the hold's publishes use that client. ctx
 // bounds the initialisation (kgo retries it within ctx, e.g. while the
-// coordinator completes the aborted transaction); it waits for a Publish of
-// the bucket in progress in this process first. An error is classified by
-// Class (TRANSACTIONAL_ID_AUTHORIZATION_FAILED is Fatal: grant Write on the
+// coordinator completes the aborted transaction) and the wait for a Publish
+// of the bucket in progress in this process (which, aborting, can take
+// until its own deadline or AbandonGrace). An error is classified by Class
+// (TRANSACTIONAL_ID_AUTHORIZATION_FAILED is Fatal: grant Write on the
 // transactional id); nothing was published, and the bucket has no client.
+//
+// kgo's ProducerID returns when ctx is done while its InitProducerID goes
+// on, and an initialisation that lands late would fence the bucket's next
+// holder (its publish fails as fenced and is tried again; nothing is lost).
+// So a failed fence closes its client before it returns: once Close
+// returns the client sends nothing more, and no retry of the initialisation
+// can go out. A request already on the wire may still reach the
+// coordinator; the next holder acquires the lease only after this one's
+// expiry, LeaseMargin and MaxClockSkew after the cut-off that cancels the
+// fence.
 func (t *TxnPublisher) FenceHolders(ctx context.Context, bucket int) error {
 	if t.p.closed.Load() {
 		return ErrClosed
 	}
 	b := t.bucket(bucket)
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	if err := b.lockCtx(ctx); err != nil {
+		return fmt.Errorf("kafka: fence the earlier holders of bucket %d: wait for its publish in progress: %w", bucket, err)
+	}
+	defer b.unlock()
 	t.drop(b)
 	id := TransactionalID(t.prefix, bucket)
 	cl, err := t.newClient(id)
@@ -252,7 +279,7 @@ func (t *TxnPublisher) FenceHolders(ctx context.Context, bucket int) error {
 		return err
 	}
 	if _, _, err := cl.ProducerID(ctx); err != nil {
-		cl.Close()
+		cl.Close() // waits: no initialisation goes out after this (above)
 		return outbox.WithClass(fmt.Errorf("kafka: initialise transactional id %q to fence the bucket's earlier holders: %w", id, err), Class(err))
 	}
 	b.cl = cl
@@ -340,13 +367,13 @@ func (t *TxnPublisher) bucket(b int) *txnBucket {
 	defer t.mu.Unlock()
 	tb := t.buckets[b]
 	if tb == nil {
-		tb = &txnBucket{}
+		tb = &txnBucket{sem: make(chan struct{}, 1)}
 		t.buckets[b] = tb
 	}
 	return tb
 }
 
-// drop closes b's client (b.mu held): the next Publish of the bucket starts
+// drop closes b's client (b locked): the next Publish of the bucket starts
 // a new producer, whose initialisation fences any other.
 func (t *TxnPublisher) drop(b *txnBucket) {
 	if b.cl != nil {
@@ -362,9 +389,9 @@ func (t *TxnPublisher) Close() {
 	t.buckets = make(map[int]*txnBucket)
 	t.mu.Unlock()
 	for _, b := range bs {
-		b.mu.Lock()
+		b.lock()
 		t.drop(b)
-		b.mu.Unlock()
+		b.unlock()
 	}
 	t.p.Close()
 }

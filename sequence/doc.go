@@ -46,10 +46,24 @@
 // # Region mode
 //
 // On a region-mode outbox (a DynamoDB global table) each region's writers
-// alone write its slice's counters, in its own replica. Pass ForOutbox
-// with the config item and the process's region: NewCounter then refuses a
-// process without a region or with a client of another region, and Reserve
-// a bucket of another region's slice (a *RegionError; nothing reserved).
+// alone write its slice's counters, in its own replica. NewCounter takes
+// the config item and the process's region as required arguments, and
+// refuses a process without a region or with a client of another region;
+// Reserve refuses a bucket of another region's slice (a *RegionError;
+// nothing reserved).
+//
+// The check is in the Counter, not in its callers, and cannot be left out:
+// a Counter is the only way this library reserves (the dynamo Writer, the
+// replay of parked messages and the enqueue function all reserve through
+// one), and there is no constructor without the config. An option that
+// switched the check on would leave every caller that forgot it (a tool
+// that pre-fills counters, a test helper) reserving in any region's slice
+// of a region-mode outbox, a loss that nothing reports. The Counter does
+// not read the config item itself because its format belongs to the
+// store (store/dynamo's ReadConfig), and a writer already holds what it
+// read; a zero Config (one not read from a config item) is refused. The
+// Python writer, which does not use this package, makes the same checks
+// when it is created (docs/contract.md section 2).
 //
 // Writers that do not serialize on anything (two unconditional writes to
 // one key) have no defined order at the business level either; the outbox

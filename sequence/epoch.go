@@ -109,7 +109,7 @@ func conditionFailed(err error) (map[string]types.AttributeValue, bool) {
 // the config item: the counter update is conditional on the counter serving
 // that epoch, and fails with an *EpochError (nothing reserved) when it does
 // not — the outbox's BucketCount changed, or is changing. In region mode
-// (ForOutbox), a bucket outside the process's region's slice is a
+// (the stored config lists regions), a bucket outside the process's region's slice is a
 // *RegionError, and nothing is sent.
 func (c *Counter) ReserveAt(ctx context.Context, bucket, n int, epoch int64) (first int64, err error) {
 	if bucket < 0 || bucket >= outbox.MaxBucketCount {

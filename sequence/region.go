@@ -9,23 +9,6 @@ import (
 	"github.com/dynakafka/outbox"
 )
 
-// Option configures a Counter (NewCounter).
-type Option func(*Counter)
-
-// ForOutbox gives a Counter the outbox's configuration, as read from its
-// config item, and this process's region ("" outside region mode). In
-// region mode the Counter then reserves only where that region may
-// (docs/design.md §14.1, R1): NewCounter refuses a process without a
-// region or with one the outbox does not list (outbox.CheckRegion's
-// *outbox.MisconfigurationError), and a client whose region is not the
-// process's (a *RegionError); every reservation in a bucket of another
-// region's slice is a *RegionError, and nothing is reserved. Every writer
-// of a region-mode outbox passes it (the dynamo Writer, replay). Default:
-// no region check, which is right only for an outbox in the default mode.
-func ForOutbox(stored outbox.Config, region string) Option {
-	return func(c *Counter) { c.stored, c.region, c.checked = stored, region, true }
-}
-
 // RegionError is a reservation refused in a region-mode outbox because it
 // would write a counter item that another region's writers write: two
 // regions adding to one counter item are resolved last-writer-wins by
@@ -82,12 +65,9 @@ func clientRegion(client API) string {
 	return ""
 }
 
-// checkRegion is ForOutbox's check at NewCounter: the process's region is
-// the outbox's and its client's.
+// checkRegion is NewCounter's region check: the process's region is the
+// outbox's and its client's.
 func (c *Counter) checkRegion() error {
-	if !c.checked {
-		return nil
-	}
 	if err := outbox.CheckRegion(c.stored, c.region); err != nil {
 		return err
 	}
@@ -100,10 +80,10 @@ func (c *Counter) checkRegion() error {
 	return nil
 }
 
-// owns is ForOutbox's check at every reservation: bucket is in the
+// owns is the region check at every reservation: bucket is in the
 // process's region's slice.
 func (c *Counter) owns(bucket int) error {
-	if !c.checked || !c.stored.RegionMode() {
+	if !c.stored.RegionMode() {
 		return nil
 	}
 	if owner := c.stored.RegionOf(bucket); owner != c.region {

@@ -20,7 +20,7 @@ type regionClient struct {
 
 func (c *regionClient) Options() dynamodb.Options { return dynamodb.Options{Region: c.region} }
 
-// In region mode a Counter made ForOutbox refuses a process without a
+// In region mode a Counter refuses a process without a
 // region, a client of another region or one that does not say, and a
 // reservation outside the region's slice, each without a call to DynamoDB;
 // in the default mode and in its own slice it reserves.
@@ -52,14 +52,14 @@ func TestForOutboxReservesOnlyInTheRegion(t *testing.T) {
 			func(err error) bool { return errors.As(err, &re) && re.ClientRegion == "" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := sequence.NewCounter(tc.client, "ctl", sequence.ForOutbox(tc.cfg, tc.region)); !tc.want(err) {
+			if _, err := sequence.NewCounter(tc.client, "ctl", tc.cfg, tc.region); !tc.want(err) {
 				t.Errorf("NewCounter: %v", err)
 			}
 		})
 	}
 
 	cc := &regionClient{region: "eu-west-1"}
-	c, err := sequence.NewCounter(cc, "ctl", sequence.ForOutbox(regional, "eu-west-1"))
+	c, err := sequence.NewCounter(cc, "ctl", regional, "eu-west-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,29 @@ func TestForOutboxReservesOnlyInTheRegion(t *testing.T) {
 		t.Errorf("Reserve in bucket 2, eu-west-1's: %d calls, %v", cc.calls, err)
 	}
 	// The default mode, without a region: no region check.
-	if _, err := sequence.NewCounter(&countingClient{}, "ctl", sequence.ForOutbox(outbox.Config{BucketCount: 4}, "")); err != nil {
+	if _, err := sequence.NewCounter(&countingClient{}, "ctl", outbox.Config{BucketCount: 4}, ""); err != nil {
 		t.Errorf("NewCounter in the default mode: %v", err)
+	}
+}
+
+// A Counter cannot be made without the outbox's config item, so none
+// reserves on a region-mode outbox without the region check: the zero
+// Config (what a caller that never read the config item has) is an
+// *outbox.OptionError naming it, and nothing is reserved. With a
+// region-mode config and no region it is refused too (above).
+func TestCounterNeedsTheOutboxConfig(t *testing.T) {
+	cc := &regionClient{region: "eu-west-1"}
+	for _, cfg := range []outbox.Config{{}, {Regions: []string{"us-east-1", "eu-west-1"}}, {BucketCount: outbox.MaxBucketCount + 1}} {
+		c, err := sequence.NewCounter(cc, "ctl", cfg, "")
+		var oe *outbox.OptionError
+		if !errors.As(err, &oe) || oe.Option != "stored" {
+			t.Errorf("NewCounter with config %+v: %v, want an *outbox.OptionError about stored", cfg, err)
+		}
+		if c != nil {
+			_, _ = c.Reserve(context.Background(), 0, 1)
+		}
+	}
+	if cc.calls != 0 {
+		t.Fatalf("%d reservations sent without the outbox's config", cc.calls)
 	}
 }

@@ -35,27 +35,35 @@ const MaxReserve = 10000
 type Counter struct {
 	client API
 	table  string
-	// ForOutbox: the outbox's config item and this process's region,
-	// checked when checked.
-	stored  outbox.Config
-	region  string
-	checked bool
+	// The outbox's config item and this process's region ("" outside
+	// region mode), checked at NewCounter and at every reservation.
+	stored outbox.Config
+	region string
 }
 
-// NewCounter returns a Counter over the counters in controlTable. Options:
-// ForOutbox, which a writer of a region-mode outbox needs (its errors are
-// returned here when the process's region or its client's is wrong).
-func NewCounter(client API, controlTable string, opts ...Option) (*Counter, error) {
+// NewCounter returns a Counter over the counters in controlTable of the
+// outbox whose config item is stored (as read from it: dynamo.ReadConfig,
+// Store.Config), for a process in region ("" outside region mode). Both
+// are required, so that no Counter reserves on a region-mode outbox
+// without the region check (see the package documentation, Region mode):
+// a stored config without a BucketCount (the zero Config: not read from a
+// config item) is an *outbox.OptionError; in region mode a process
+// without a region or with one the outbox does not list is an
+// *outbox.MisconfigurationError, and a client whose region is not the
+// process's a *RegionError. Outside region mode, region must be "".
+func NewCounter(client API, controlTable string, stored outbox.Config, region string) (*Counter, error) {
 	if client == nil {
 		return nil, &outbox.OptionError{Option: "client", Value: nil, Reason: "a DynamoDB client is required"}
 	}
 	if controlTable == "" {
 		return nil, &outbox.OptionError{Option: "controlTable", Value: controlTable, Reason: "the control table name is required"}
 	}
-	c := &Counter{client: client, table: controlTable}
-	for _, o := range opts {
-		o(c)
+	if stored.BucketCount < 1 || stored.BucketCount > outbox.MaxBucketCount {
+		return nil, &outbox.OptionError{Option: "stored", Value: stored.BucketCount,
+			Reason: fmt.Sprintf("pass the outbox's config as read from its config item (dynamo.ReadConfig, Store.Config): its BucketCount must be 1..%d, "+
+				"and its Regions tell the Counter whether it may reserve only in region's slice", outbox.MaxBucketCount)}
 	}
+	c := &Counter{client: client, table: controlTable, stored: stored, region: region}
 	if err := c.checkRegion(); err != nil {
 		return nil, err
 	}

@@ -35,7 +35,7 @@ func newTables(t *testing.T) (*sequence.Counter, *dynamodb.Client, string) {
 	if err := dynamo.CreateTables(ctx, d.Client, tables); err != nil {
 		t.Fatal(err)
 	}
-	c, err := sequence.NewCounter(d.Client, tables.Control)
+	c, err := sequence.NewCounter(d.Client, tables.Control, single, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +105,9 @@ func TestReserveConcurrentRangesAreDisjoint(t *testing.T) {
 	}
 }
 
+// single is a default-mode outbox's config item, as a writer reads it.
+var single = outbox.Config{BucketCount: 16}
+
 type countingClient struct{ calls int }
 
 func (c *countingClient) UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
@@ -114,7 +117,7 @@ func (c *countingClient) UpdateItem(context.Context, *dynamodb.UpdateItemInput, 
 
 func TestReserveRefusesBadArguments(t *testing.T) {
 	cc := &countingClient{}
-	c, err := sequence.NewCounter(cc, "ctl")
+	c, err := sequence.NewCounter(cc, "ctl", single, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,14 +146,14 @@ func TestReserveRefusesBadArguments(t *testing.T) {
 }
 
 func TestNewCounterRequiresClientAndTable(t *testing.T) {
-	if _, err := sequence.NewCounter(nil, "ctl"); err == nil {
+	if _, err := sequence.NewCounter(nil, "ctl", single, ""); err == nil {
 		t.Error("nil client accepted")
 	}
-	if _, err := sequence.NewCounter(&countingClient{}, ""); err == nil {
+	if _, err := sequence.NewCounter(&countingClient{}, "", single, ""); err == nil {
 		t.Error("empty table accepted")
 	}
 	var oe *outbox.OptionError
-	if _, err := sequence.NewCounter(nil, "ctl"); !errors.As(err, &oe) || oe.Option != "client" {
+	if _, err := sequence.NewCounter(nil, "ctl", single, ""); !errors.As(err, &oe) || oe.Option != "client" {
 		t.Errorf("nil client: %v, want an *outbox.OptionError about client", err)
 	}
 }

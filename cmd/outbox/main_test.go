@@ -246,6 +246,20 @@ func outboxEnv(t *testing.T) (*cli, *testenv.Dynamo, dynamo.Tables) {
 	return c, d, tables
 }
 
+// newCounter is a Counter over tables' outbox, as its writers reserve.
+func newCounter(ctx context.Context, t *testing.T, d *testenv.Dynamo, tables dynamo.Tables) *sequence.Counter {
+	t.Helper()
+	stored, err := dynamo.ReadConfig(ctx, d.Client, tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter, err := sequence.NewCounter(d.Client, tables.Control, stored, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return counter
+}
+
 type fixedClock time.Time
 
 func (f fixedClock) Now() time.Time { return time.Time(f) }
@@ -275,10 +289,7 @@ func seed(t *testing.T, c *cli, d *testenv.Dynamo, tables dynamo.Tables) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	counter, err := sequence.NewCounter(d.Client, tables.Control)
-	if err != nil {
-		t.Fatal(err)
-	}
+	counter := newCounter(ctx, t, d, tables)
 	n := 0
 	write := func(bucket int, ago time.Duration, value string) {
 		t.Helper()
@@ -882,10 +893,7 @@ func TestStatusExplainsUnknownOldest(t *testing.T) {
 	c.step(exitOK, "init", "--buckets", "2")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	counter, err := sequence.NewCounter(d.Client, tables.Control)
-	if err != nil {
-		t.Fatal(err)
-	}
+	counter := newCounter(ctx, t, d, tables)
 	if _, err := counter.Reserve(ctx, 1, 2); err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,8 @@ var trace = flag.Bool("sim.trace", false, "with -sim.seed: log every store call 
 // transactions one after another (interleavings), duplicates only as whole
 // transactions, and no commit after another process acquired the bucket and
 // read it, its producer older than that acquisition (late_commits: the
-// acquirer fences first). A failure prints its seed: go test ./internal/sim
+// acquirer fences first, and a holder frozen between produce and commit,
+// commit_stalls, is refused when it thaws). A failure prints its seed: go test ./internal/sim
 // -run TestSchedules -sim.seed N replays it.
 func TestSchedules(t *testing.T) {
 	n := 3000
@@ -53,8 +54,11 @@ func TestSchedules(t *testing.T) {
 		}
 	}
 	var sum Result
-	var finals, steps, overlaps, watermark, function, sweeper, resends, restamps, dups, txn, whole, partial, partialParked, lateFaults int
+	var finals, steps, overlaps, watermark, function, sweeper, resends, restamps, dups, txn, whole, partial, partialParked, lateFaults, commitStalls int
 	byCause, nAdmitted := map[string]int{}, 0
+	// What the summary's invariant counts observed (each one fails its
+	// schedule above; counted again so the line says what was seen).
+	var seen violations
 	for s := first; s < first+uint64(n); s++ {
 		res, err := Run(s)
 		if err != nil {
@@ -101,9 +105,49 @@ func TestSchedules(t *testing.T) {
 		partial += res.DupTxnsPartial
 		partialParked += res.DupTxnsPartialParked
 		lateFaults += res.LateCommitFaults
+		commitStalls += res.CommitStalls
+		seen.add(res)
 	}
-	t.Logf("sim: schedules=%d watermark_mode=%d function=%d sweeper=%d txn=%d committed=%d published=%d parked=%d crashes=%d stalls=%d resends=%d restamps=%d final_drains=%d overlaps=%d overlaps_admitted=%d duplicates=%d duplicates_by_cause=%s dup_txns=whole:%d,partial:%d,partial_parked:%d late_commit_faults=%d steps=%d stranded=0 unexplained=0 stale_visible=0 interleavings=0 late_commits=0",
-		n, watermark, function, sweeper, txn, sum.Committed, sum.Published, sum.Parked, sum.Crashes, sum.Stalls, resends, restamps, finals, overlaps, nAdmitted, dups, causes(byCause), whole, partial, partialParked, lateFaults, steps)
+	if seen.any() {
+		t.Errorf("schedules passed with %s: Result.Failed misses them", seen)
+	}
+	fmt.Printf("sim: schedules=%d watermark_mode=%d function=%d sweeper=%d txn=%d committed=%d published=%d parked=%d crashes=%d stalls=%d resends=%d restamps=%d final_drains=%d overlaps=%d overlaps_admitted=%d duplicates=%d duplicates_by_cause=%s dup_txns=whole:%d,partial:%d,partial_parked:%d late_commit_faults=%d commit_stalls=%d steps=%d %s\n",
+		n, watermark, function, sweeper, txn, sum.Committed, sum.Published, sum.Parked, sum.Crashes, sum.Stalls, resends, restamps, finals, overlaps, nAdmitted, dups, causes(byCause), whole, partial, partialParked, lateFaults, commitStalls, steps,
+		seen)
+}
+
+// violations counts the invariant failures schedules observed, for
+// TestSchedules' summary line.
+type violations struct{ stranded, unexplained, staleVisible, interleavings, lateCommits int }
+
+func (v *violations) add(res Result) {
+	v.stranded += len(res.Stranded)
+	v.unexplained += len(res.Unexplained)
+	v.staleVisible += len(res.StaleVisible)
+	v.interleavings += len(res.Interleavings)
+	v.lateCommits += len(res.LateCommits)
+}
+
+func (v violations) any() bool { return v != violations{} }
+
+func (v violations) String() string {
+	return fmt.Sprintf("stranded=%d unexplained=%d stale_visible=%d interleavings=%d late_commits=%d",
+		v.stranded, v.unexplained, v.staleVisible, v.interleavings, v.lateCommits)
+}
+
+// The summary line says what the schedules observed (it once printed
+// stranded=0 … late_commits=0 whatever they saw).
+func TestSummaryCountsWhatWasObserved(t *testing.T) {
+	var v violations
+	v.add(Result{Stranded: []string{"m1"}, LateCommits: []string{"t1", "t2"}})
+	v.add(Result{Unexplained: []string{"m2"}, StaleVisible: []string{"r1"}, Interleavings: []string{"b0"}})
+	want := "stranded=1 unexplained=1 stale_visible=1 interleavings=1 late_commits=2"
+	if got := v.String(); got != want || !v.any() {
+		t.Fatalf("summary %q (any %v), want %q", got, v.any(), want)
+	}
+	if (violations{}).any() {
+		t.Fatal("no violation reported as one")
+	}
 }
 
 func first5(s []string) []string { return s[:min(5, len(s))] }

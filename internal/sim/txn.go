@@ -112,6 +112,14 @@ func (ps *procStore) Acquire(ctx context.Context, b int, owner string, now time.
 	return l, err
 }
 
+// Renew fails while the process is frozen (Publish): it sends nothing.
+func (ps *procStore) Renew(ctx context.Context, l outbox.Lease, now time.Time, d time.Duration) (outbox.Lease, error) {
+	if ps.p.frozen[ps.who] {
+		return outbox.Lease{}, errRetriable
+	}
+	return ps.Attribution.Renew(ctx, l, now, d)
+}
+
 func (ps *procStore) Pending(ctx context.Context, b int, after int64, limit int) ([]outbox.Entry, bool, error) {
 	ps.p.fl.read(ps.who, b)
 	return ps.Attribution.Pending(ctx, b, after, limit)
@@ -237,6 +245,18 @@ func (tp *txnProc) Publish(ctx context.Context, msgs []outbox.Message) (int, err
 		return fail(ctx.Err())
 	}
 	appendRecs(len(msgs))
+	if p.stalls.Float64() < p.w.cfg.FaultRate/4 {
+		// The holder's process freezes (a pause, a frozen container)
+		// between its produce and its commit: deaf to ctx, its lease
+		// renewals stop, the lease expires and another process may
+		// acquire the bucket, fence and read it. Its commit, sent when it
+		// thaws, must be refused (the fence check below).
+		p.w.res.CommitStalls++
+		p.w.at.Stalled(b, "before-commit")
+		p.frozen[tp.who] = true
+		s.Sleep(nil, 20*time.Second+time.Duration(p.stalls.Int64N(int64(40*time.Second))))
+		p.frozen[tp.who] = false
+	}
 	// The commit: another process may initialise the id meanwhile.
 	s.Yield()
 	s.Sleep(nil, time.Duration(r.Int64N(int64(50*time.Millisecond))))

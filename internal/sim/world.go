@@ -200,6 +200,8 @@ type Result struct {
 	// LateCommits: transactions that committed after another process
 	// acquired their bucket and read it, their producer initialised before
 	// that acquisition (docs/design.md §7.3: the acquirer fences first);
+	// CommitStalls counts the processes frozen between produce and commit.
+	CommitStalls int
 	// LateCommitFaults counts the commits the broker applied late.
 	LateCommits      []string
 	LateCommitFaults int
@@ -281,6 +283,7 @@ func Run(seed uint64) (Result, error) {
 	w.at.Now, w.at.Watermark = s.Now, cfg.Watermark
 	if cfg.Txn {
 		w.pub.txns = []*txn{}
+		w.pub.stalls, w.pub.frozen = rand.New(rand.NewPCG(seed, 0x57a11)), map[string]bool{}
 		// An aborted transaction publishes nothing.
 		w.at.PublishRisk = func(err error) string {
 			if errors.Is(err, errCommitUnknown) {
@@ -721,6 +724,12 @@ type publisher struct {
 	epoch map[int]int
 	txns  []*txn   // nil: no transactions
 	fl    fenceLog // with transactions: acquisitions and reads (txn.go)
+	// stalls draws the processes frozen between a produce and its commit
+	// (txn.go), from a fifth random source of the seed, so that the
+	// schedules without such a freeze are what they were; frozen are the
+	// processes frozen now (their lease renewals do not happen).
+	stalls *rand.Rand
+	frozen map[string]bool
 }
 
 // pubFor is the publisher of the process who: the shared log, or with

@@ -52,7 +52,7 @@ func setCleaned(t *testing.T, e *env, bucket int, seq int64) {
 // numbers do.
 func reserve(t *testing.T, e *env, bucket int, n int64) {
 	t.Helper()
-	ctr, err := sequence.NewCounter(e.d.Client, e.tables.Control)
+	ctr, err := sequence.NewCounter(e.d.Client, e.tables.Control, e.config(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,6 +51,16 @@ func newEnv(t *testing.T, bucketCount int, opts ...Option) *env {
 	return &env{d: d, tables: tables, store: s, retention: s.retention()}
 }
 
+// config is the outbox's config item, as a writer reads it.
+func (e *env) config(t *testing.T) outbox.Config {
+	t.Helper()
+	cfg, err := ReadConfig(ctxT(t), e.d.Client, e.tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 // put stores msgs at their Bucket and Sequence in one transaction, as a
 // committed writer would, and returns an error wrapping
 // outbox.ErrAlreadyWritten if a position is taken.

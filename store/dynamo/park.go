@@ -323,9 +323,9 @@ func (s *Store) ReplayParked(ctx context.Context, bucket int, seq int64, replace
 		return outbox.Message{}, err
 	}
 	// Region mode: only the bucket's own region reserves in its counter,
-	// through its own replica (design.md §14.1, R1); ForOutbox refuses
+	// through its own replica (design.md §14.1, R1); the Counter refuses
 	// the rest, a process without a region first.
-	counter, err := sequence.NewCounter(s.client, s.tables.Control, sequence.ForOutbox(cfg, s.cfg.region))
+	counter, err := sequence.NewCounter(s.client, s.tables.Control, cfg, s.cfg.region)
 	if err != nil {
 		return outbox.Message{}, fmt.Errorf("dynamo: replay bucket %d sequence %d: %w", bucket, seq, err)
 	}

@@ -21,7 +21,7 @@ func parkSetup(t *testing.T, e *env, msgs []outbox.Message, seq int64, reason st
 	t.Helper()
 	ctx := ctxT(t)
 	// Take the numbers from the counter, as writers do.
-	c, err := sequence.NewCounter(e.d.Client, e.tables.Control)
+	c, err := sequence.NewCounter(e.d.Client, e.tables.Control, e.config(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestParkKeepsAnUndecodableItemExactly(t *testing.T) {
 func parkRaw(t *testing.T, e *env, item map[string]types.AttributeValue) {
 	t.Helper()
 	ctx := ctxT(t)
-	c, err := sequence.NewCounter(e.d.Client, e.tables.Control)
+	c, err := sequence.NewCounter(e.d.Client, e.tables.Control, e.config(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}

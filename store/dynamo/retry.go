@@ -72,7 +72,7 @@ func (c writerCalls) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInpu
 }
 
 // Options are the writer's client's (zero when it does not expose them):
-// the counter checks their region (sequence.ForOutbox).
+// the counter checks their region (sequence.NewCounter).
 func (c writerCalls) Options() dynamodb.Options {
 	if o, ok := c.w.client.(interface{ Options() dynamodb.Options }); ok {
 		return o.Options()

@@ -152,9 +152,9 @@ func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...Opt
 	}
 	w.topics = stored.Topics
 	// The counter's UpdateItem goes through the Writer's one retry layer.
-	// ForOutbox: in region mode it reserves only in this region's slice,
-	// and only through a client of this region (design.md §14.1, R1).
-	if w.counter, err = sequence.NewCounter(writerCalls{w}, tables.Control, sequence.ForOutbox(stored, s.region)); err != nil {
+	// In region mode it reserves only in this region's slice, and only
+	// through a client of this region (design.md §14.1, R1).
+	if w.counter, err = sequence.NewCounter(writerCalls{w}, tables.Control, stored, s.region); err != nil {
 		return nil, err
 	}
 	return w, nil

@@ -11,7 +11,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox"
-	"github.com/dynakafka/outbox/sequence"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
@@ -145,7 +144,7 @@ func fenceCost(ctx context.Context, st *stage) (local, rule float64, size int, e
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	counter, err := sequence.NewCounter(st.plain, st.tables.Control)
+	counter, err := st.counter(ctx)
 	if err != nil {
 		return 0, 0, 0, err
 	}

@@ -171,6 +171,17 @@ type backlog struct {
 	Last []int64 `json:"-"`
 }
 
+// counter is a Counter over st's outbox as its writers have one: over the
+// config item the stage's outbox was created with (the default mode, so
+// no region).
+func (st *stage) counter(ctx context.Context) (*sequence.Counter, error) {
+	stored, err := dynamo.ReadConfig(ctx, st.plain, st.tables)
+	if err != nil {
+		return nil, err
+	}
+	return sequence.NewCounter(st.plain, st.tables.Control, stored, "")
+}
+
 // prefill stores n messages spread evenly over st's buckets: the counters
 // are advanced with sequence.Counter (one reservation per bucket, as a
 // writer would), and the items written with BatchWriteItem, 25 per call,
@@ -178,7 +189,7 @@ type backlog struct {
 func prefill(ctx context.Context, st *stage, g *gen, t *template, n int) (backlog, error) {
 	start := time.Now()
 	bl := backlog{Messages: n, Buckets: st.buckets, Last: make([]int64, st.buckets)}
-	counter, err := sequence.NewCounter(st.plain, st.tables.Control)
+	counter, err := st.counter(ctx)
 	if err != nil {
 		return bl, err
 	}
