@@ -117,9 +117,9 @@ type local struct {
 	recordedAt, loggedAt time.Time
 	unlogged             int64
 	// retryAt: until when (scheduler clock, Unix nanoseconds; 0: none) a
-	// sweep leaves the bucket alone after a drain stopped it (see
-	// stoppedRetry). Read by sweeps without the turn.
-	retryAt atomic.Int64
+	// sweep leaves the bucket alone after a drain stopped it at retrySeq
+	// (see stoppedRetry). Read by sweeps without the turn.
+	retryAt, retrySeq atomic.Int64
 }
 
 // NewRelay reads the outbox's config item (unless StoredConfig gives it)

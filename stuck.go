@@ -13,7 +13,9 @@ const stuckInterval = time.Minute
 
 // stoppedRetry is how long a sweep (Relay.Run, Relay.Sweep) leaves a bucket
 // alone after a drain stopped it with a Fatal error, or PollInterval if that
-// is longer. Retrying it every sweep would hold its lease for most of the
+// is longer, as long as the message it stopped at is still the first
+// pending one (an operator's park moves the head, and the relay drains the
+// rest at its next sweep, as outbox park says). Retrying it every sweep would hold its lease for most of the
 // time at a short PollInterval, so that outbox park and outbox drain would
 // find it held (ErrLeaseHeld); this way the lease is free for all but one
 // short attempt every stoppedRetry, and a fixed cause (a topic created
@@ -75,6 +77,7 @@ func (d *drain) stopped(ctx context.Context, e Entry, perr error) error {
 		d.failures, d.isolate = 0, false
 		return nil
 	}
+	loc.retrySeq.Store(e.Sequence)
 	loc.retryAt.Store(now.Add(max(stoppedRetry, cfg.pollInterval)).UnixNano())
 	if canRecord && (loc.recordedAt.IsZero() || now.Sub(loc.recordedAt) >= stuckInterval) {
 		if err := rec.RecordStuck(ctx, d.b, s); err != nil {

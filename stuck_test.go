@@ -202,7 +202,8 @@ func TestSweepRetriesAStoppedBucketAfterABackoff(t *testing.T) {
 		}
 		return fail(ctx, msgs)
 	}
-	r := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.WithClock(clk), outbox.PollInterval(200*time.Millisecond))
+	r := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.WithClock(clk), outbox.PollInterval(200*time.Millisecond), outbox.ResumeReleased(false),
+		outbox.LeaseMargin(100*time.Millisecond), outbox.ResumeWindow(300*time.Millisecond))
 	ctx := ctxFor(t, 10*time.Second)
 	sweep := func() outbox.SweepReport {
 		t.Helper()
@@ -228,5 +229,16 @@ func TestSweepRetriesAStoppedBucketAfterABackoff(t *testing.T) {
 	sweep()
 	if n := attempts.Load(); n != 2 {
 		t.Fatalf("5 s after the stop: %d attempts; want the sweep to try the bucket again", n)
+	}
+	// An operator parks the head (another process): the next sweep drains
+	// the rest at once.
+	op := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.WithClock(clk), outbox.RelayID("operator"),
+		outbox.LeaseMargin(100*time.Millisecond), outbox.ResumeWindow(300*time.Millisecond))
+	if _, err := op.Park(ctx, 0, 0, "topic typo"); err != nil {
+		t.Fatalf("Park: %v", err)
+	}
+	clk.Advance(200 * time.Millisecond)
+	if rep := sweep(); len(rep.Errors) != 0 || fmt.Sprint(p.seqs(0)) != "[1 3]" {
+		t.Fatalf("the sweep after the park: %+v, published %v; want the rest of the bucket published", rep, p.seqs(0))
 	}
 }

@@ -139,10 +139,12 @@ func (r *Relay) sweepConfig(ctx context.Context, full bool) error {
 // dead letters, nor reads the counters of buckets with messages: only the
 // report shows them (Last and Parked are -1 there).
 // stoppedRecently reports whether a drain of this relay stopped bucket with
-// a Fatal error less than stoppedRetry before now.
-func (r *Relay) stoppedRecently(bucket int, now time.Time) bool {
-	at := r.local(bucket).retryAt.Load()
-	return at != 0 && now.UnixNano() < at
+// a Fatal error less than stoppedRetry before now, at the message after
+// head.
+func (r *Relay) stoppedRecently(bucket int, head int64, now time.Time) bool {
+	loc := r.local(bucket)
+	at := loc.retryAt.Load()
+	return at != 0 && now.UnixNano() < at && head < loc.retrySeq.Load()
 }
 
 func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
@@ -241,7 +243,7 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 			// (Only when set: a message committed during this sweep, after
 			// now was read, has a negative age and must not wait a poll.)
 			rep.Skipped = append(rep.Skipped, lk.Bucket) // in flight on the stream path
-		case r.stoppedRecently(lk.Bucket, now):
+		case r.stoppedRecently(lk.Bucket, lk.Lease.Head, now):
 			rep.Skipped = append(rep.Skipped, lk.Bucket) // stopped by a Fatal error moments ago (see stoppedRetry)
 		case pos(lk.Bucket) < share || age >= cfg.leaseDuration:
 			ready = append(ready, lk.Bucket)
