@@ -101,11 +101,13 @@ func NewPublisher(ctx context.Context, seeds []string, opts ...Option) (*Publish
 	}
 	// A record waiting on a retriable error is looked at again (and failed
 	// if its context is done) only when kgo retries it, after a metadata
-	// refresh, which kgo does at most once per MetadataMinAge.
-	if minAge, _ := cl.OptValue(kgo.MetadataMinAge).(time.Duration); c.deliveryTimeout+minAge >= c.leaseDuration {
+	// refresh, which kgo does at most once per MetadataMinAge; a publish
+	// then waits up to AbandonGrace for the results and, when the topic
+	// may be lost, up to AbandonGrace more for its check (lostTopic).
+	if minAge, _ := cl.OptValue(kgo.MetadataMinAge).(time.Duration); c.deliveryTimeout+minAge+2*AbandonGrace >= c.leaseDuration {
 		cl.Close()
 		return nil, &outbox.OptionError{Option: "DeliveryTimeout", Value: c.deliveryTimeout,
-			Reason: fmt.Sprintf("plus kgo's MetadataMinAge (%v, the longest a waiting record goes unchecked) must be shorter than LeaseDuration=%v; lower either", minAge, c.leaseDuration)}
+			Reason: fmt.Sprintf("plus kgo's MetadataMinAge (%v, the longest a waiting record goes unchecked) plus twice AbandonGrace (%v, the wait for results and for a lost topic's check) must be shorter than LeaseDuration=%v; lower either", minAge, AbandonGrace, c.leaseDuration)}
 	}
 	// checkClientOptions refused any downgrade and kgo has no option that
 	// could re-enable one after ours, but verify what the client will do.
