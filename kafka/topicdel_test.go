@@ -159,7 +159,9 @@ func defaultDeliveryTimeout() time.Duration {
 // client at B's late failure (as it did) restarted the partition's
 // idempotent sequence at 0 under the same producer id after A had
 // published there: B's record matched a batch the broker had cached and
-// was answered as a duplicate, acknowledged and never written.
+// was answered as a duplicate, acknowledged and never written. A record
+// published alone afterwards goes to the new topic at once: the isolation
+// client, which knew the old topic, was replaced with the shared one.
 func TestTopicRecreatedUnderConcurrentPublishesLosesNothing(t *testing.T) {
 	k := testenv.Kafka(t)
 	ctx := testCtx(t)
@@ -169,11 +171,15 @@ func TestTopicRecreatedUnderConcurrentPublishesLosesNothing(t *testing.T) {
 	for i := range msgs {
 		msgs[i].Bucket = i % 2 // even: bucket A (0), odd: bucket B (1)
 	}
-	// before the deletion: each bucket once, through the shared client
+	// before the deletion: each bucket once through the shared client, and
+	// one message alone (the isolation client knows the old topic too)
 	for i := range 2 {
 		if _, err := p.Publish(ctx, msgs[i:i+1]); err != nil {
 			t.Fatalf("before the deletion: %v", err)
 		}
+	}
+	if err := p.PublishAlone(ctx, msgs[7]); err != nil {
+		t.Fatalf("before the deletion, alone: %v", err)
 	}
 	entered, gate := make(chan struct{}), make(chan struct{})
 	var held atomic.Bool
@@ -229,6 +235,13 @@ func TestTopicRecreatedUnderConcurrentPublishesLosesNothing(t *testing.T) {
 		t.Errorf("bucket B's next publish failed %v; want success at once", errs)
 	}
 	acked = append(acked, msgs[5].ID)
+	// The isolation client was replaced with the shared one: a record
+	// published alone goes to the new topic at once.
+	if err := p.PublishAlone(ctx, msgs[7]); err != nil {
+		t.Errorf("publishing alone after the shared client moved to the new topic: %v; want success at once", err)
+	} else {
+		acked = append(acked, msgs[7].ID)
+	}
 
 	got := make(map[string]bool)
 	for _, id := range ids(t, consumeAll(t, k, topic)) {
