@@ -120,6 +120,10 @@ type local struct {
 	stuck                Stuck
 	recordedAt, loggedAt time.Time
 	unlogged             int64
+	// retryAt: until when (scheduler clock, Unix nanoseconds; 0: none) a
+	// sweep leaves the bucket alone after a drain stopped it at retrySeq
+	// (see stoppedRetry). Read by sweeps without the turn.
+	retryAt, retrySeq atomic.Int64
 }
 
 // NewRelay reads the outbox's config item (unless StoredConfig gives it)

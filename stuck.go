@@ -11,6 +11,18 @@ import (
 // the store, at most, per bucket and process.
 const stuckInterval = time.Minute
 
+// stoppedRetry is how long a sweep (Relay.Run, Relay.Sweep) leaves a bucket
+// alone after a drain stopped it with a Fatal error, or PollInterval if that
+// is longer, as long as the message it stopped at is still the first
+// pending one (an operator's park moves the head, and the relay drains the
+// rest at its next sweep, as outbox park says). Retrying it every sweep would hold its lease for most of the
+// time at a short PollInterval, so that outbox park and outbox drain would
+// find it held (ErrLeaseHeld); this way the lease is free for all but one
+// short attempt every stoppedRetry, and a fixed cause (a topic created
+// again) is still picked up within stoppedRetry. DrainBucket, stream hints
+// and wake-ups are not held back.
+const stoppedRetry = 5 * time.Second
+
 // stoppedError is a drain that stopped at a message because of a permanent
 // topic- or cluster-wide error; the drain logged it (rate-limited), so the
 // relay does not log it again. It matches what it wraps.
@@ -61,9 +73,12 @@ func (d *drain) stopped(ctx context.Context, e Entry, perr error) error {
 			return err
 		}
 		loc.stuck = Stuck{}
+		loc.retryAt.Store(0)
 		d.failures, d.isolate = 0, false
 		return nil
 	}
+	loc.retrySeq.Store(e.Sequence)
+	loc.retryAt.Store(now.Add(max(stoppedRetry, cfg.pollInterval)).UnixNano())
 	if canRecord && (loc.recordedAt.IsZero() || now.Sub(loc.recordedAt) >= stuckInterval) {
 		if err := rec.RecordStuck(ctx, d.b, s); err != nil {
 			cfg.logger.WarnContext(ctx, "outbox: could not record why the bucket stopped", "bucket", d.b, "err", err)
@@ -151,6 +166,7 @@ func (r *Relay) Park(ctx context.Context, bucket int, seq int64, reason string) 
 	d.stop(ctx, err)
 	if err == nil {
 		loc.stuck = Stuck{}
+		loc.retryAt.Store(0)
 	}
 	return p, err
 }

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,5 +184,61 @@ func TestCancelledDrainIsNotAnError(t *testing.T) {
 	}
 	if e := logs.lines("ERROR"); len(e) != 0 {
 		t.Fatalf("a cancelled drain logged ERROR:\n%s", strings.Join(e, "\n"))
+	}
+}
+
+// A sweep leaves a bucket that a drain stopped with a Fatal error alone for
+// stoppedRetry (5 s at this PollInterval), so that its lease is free for
+// outbox park and outbox drain between attempts, and tries it again after.
+func TestSweepRetriesAStoppedBucketAfterABackoff(t *testing.T) {
+	s, _ := stuckBucket(t)
+	clk := &fakeClock{}
+	var attempts atomic.Int32
+	p := missingTopic()
+	fail := p.before
+	p.before = func(ctx context.Context, msgs []outbox.Message) (int, error, bool) {
+		if slices.ContainsFunc(msgs, func(m outbox.Message) bool { return m.Topic == "gone" }) {
+			attempts.Add(1)
+		}
+		return fail(ctx, msgs)
+	}
+	r := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.WithClock(clk), outbox.PollInterval(200*time.Millisecond), outbox.ResumeReleased(false),
+		outbox.LeaseMargin(100*time.Millisecond), outbox.ResumeWindow(300*time.Millisecond))
+	ctx := ctxFor(t, 10*time.Second)
+	sweep := func() outbox.SweepReport {
+		t.Helper()
+		rep, err := r.Sweep(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	if rep := sweep(); attempts.Load() != 1 || rep.Errors[0] == nil {
+		t.Fatalf("first sweep: %d attempts at 2, errors %v; want 1 and bucket 0 stopped", attempts.Load(), rep.Errors)
+	}
+	for i := range 24 { // 4.8 s of sweeps at PollInterval
+		clk.Advance(200 * time.Millisecond)
+		if rep := sweep(); !slices.Contains(rep.Skipped, 0) {
+			t.Fatalf("the sweep %v after the bucket stopped did not skip it: %+v", time.Duration(i+1)*200*time.Millisecond, rep)
+		}
+	}
+	if n := attempts.Load(); n != 1 {
+		t.Fatalf("sweeps within 5 s of the stop tried the bucket %d more times; want none", n-1)
+	}
+	clk.Advance(200 * time.Millisecond)
+	sweep()
+	if n := attempts.Load(); n != 2 {
+		t.Fatalf("5 s after the stop: %d attempts; want the sweep to try the bucket again", n)
+	}
+	// An operator parks the head (another process): the next sweep drains
+	// the rest at once.
+	op := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.WithClock(clk), outbox.RelayID("operator"),
+		outbox.LeaseMargin(100*time.Millisecond), outbox.ResumeWindow(300*time.Millisecond))
+	if _, err := op.Park(ctx, 0, 0, "topic typo"); err != nil {
+		t.Fatalf("Park: %v", err)
+	}
+	clk.Advance(200 * time.Millisecond)
+	if rep := sweep(); len(rep.Errors) != 0 || fmt.Sprint(p.seqs(0)) != "[1 3]" {
+		t.Fatalf("the sweep after the park: %+v, published %v; want the rest of the bucket published", rep, p.seqs(0))
 	}
 }

@@ -24,7 +24,7 @@ type SweepReport struct {
 	Ready   []int
 	Drained []int
 	Held    []int // held by another owner, which was woken to drain again
-	Skipped []int // left to others: outside this relay's range, or younger than SweepMinAge
+	Skipped []int // left to others: outside this relay's range, or younger than SweepMinAge; or stopped by a Fatal error less than 5 s (or PollInterval) ago
 	// CaughtUp lists the buckets whose stored head this sweep advanced over
 	// tombstones and fences (a relay resuming them writes it lazily).
 	CaughtUp []int
@@ -144,6 +144,15 @@ func (r *Relay) sweepConfig(ctx context.Context, full bool, rep *SweepReport) er
 // minutely full ones) neither looks above the bucket range, nor counts the
 // dead letters, nor reads the counters of buckets with messages: only the
 // report shows them (Last and Parked are -1 there).
+// stoppedRecently reports whether a drain of this relay stopped bucket with
+// a Fatal error less than stoppedRetry before now, at the message after
+// head.
+func (r *Relay) stoppedRecently(bucket int, head int64, now time.Time) bool {
+	loc := r.local(bucket)
+	at := loc.retryAt.Load()
+	return at != 0 && now.UnixNano() < at && head < loc.retrySeq.Load()
+}
+
 func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 	rep := SweepReport{OutOfRange: map[int]int{}, Errors: map[int]error{}}
 	probe, ok := r.store.(BucketProbe)
@@ -240,6 +249,8 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 			// (Only when set: a message committed during this sweep, after
 			// now was read, has a negative age and must not wait a poll.)
 			rep.Skipped = append(rep.Skipped, lk.Bucket) // in flight on the stream path
+		case r.stoppedRecently(lk.Bucket, lk.Lease.Head, now):
+			rep.Skipped = append(rep.Skipped, lk.Bucket) // stopped by a Fatal error moments ago (see stoppedRetry)
 		case pos(lk.Bucket) < share || age >= cfg.leaseDuration:
 			ready = append(ready, lk.Bucket)
 		default:

@@ -201,8 +201,8 @@ func IsRetriable(err error) bool {
 //     producing to a topic that a fresh check still finds (metadata may be
 //     settling; a topic the check finds gone is a *TopicError, Fatal),
 //     UNKNOWN_TOPIC_ID from a topic deleted and created again (the
-//     publisher purges it from its client, and the next Publish produces
-//     to the new topic), leadership changes, timeouts, NOT_ENOUGH_REPLICAS
+//     publisher replaces its client, and the next Publish produces to the
+//     new topic), leadership changes, timeouts, NOT_ENOUGH_REPLICAS
 //     and network errors.
 func Class(err error) outbox.ErrorClass {
 	var (

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/dynakafka/outbox"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -34,14 +33,15 @@ import (
 // answered) stays in the client until the broker answers. The next
 // PublishAlone must not share a request with it, so it closes that client
 // (the abandoned record may still be written, as documented for
-// ErrAbandoned) and builds a fresh one.
+// ErrAbandoned) and builds a fresh one. It does the same after a topic was
+// lost (see Publisher.replace).
 type isolation struct {
 	turn chan struct{} // one PublishAlone at a time
-	mu   sync.Mutex    // guards cl and its unanswered count against Close
-	cl   *kgo.Client
-	// unanswered counts the records produced through cl without a result
-	// yet.
-	unanswered *atomic.Int64
+	mu   sync.Mutex    // guards pc and stale against Close
+	pc   *prodClient
+	// stale: pc knows a topic that was lost; the next PublishAlone
+	// replaces it.
+	stale bool
 }
 
 func newIsolation() isolation { return isolation{turn: make(chan struct{}, 1)} }
@@ -63,45 +63,59 @@ func (p *Publisher) PublishAlone(ctx context.Context, msg outbox.Message) error 
 		return wrapMessage(msg, fmt.Errorf("kafka: not produced: waiting for another record published alone: %w", ctx.Err()))
 	}
 	defer func() { <-p.iso.turn }()
-	cl, unanswered, err := p.isolated()
+	pc, err := p.isolated()
 	if err != nil {
 		return wrapMessage(msg, err)
 	}
-	_, err = p.publish(ctx, cl, unanswered, []outbox.Message{msg}, true)
+	_, err = p.publish(ctx, pc, []outbox.Message{msg}, true)
 	return err
 }
 
 // isolated returns the isolation client, building it first if there is none
-// or if the one there still holds a record an earlier call abandoned. The
-// caller holds the turn.
-func (p *Publisher) isolated() (*kgo.Client, *atomic.Int64, error) {
+// or if the one there still holds a record an earlier call abandoned or
+// knows a lost topic. The caller holds the turn.
+func (p *Publisher) isolated() (*prodClient, error) {
 	p.iso.mu.Lock()
 	defer p.iso.mu.Unlock()
 	if p.closed.Load() {
-		return nil, nil, ErrClosed
+		return nil, ErrClosed
 	}
-	if p.iso.cl != nil && p.iso.unanswered.Load() > 0 {
-		old := p.iso.cl
-		p.iso.cl = nil
-		p.log.Debug("kafka: the client for records published alone still holds an abandoned record; replacing it")
-		go old.Close() // fails the abandoned record; Close waits for nothing else
+	if p.iso.pc != nil && (p.iso.stale || p.iso.pc.unanswered.Load() > 0) {
+		old := p.iso.pc
+		p.iso.pc = nil
+		p.log.Debug("kafka: replacing the client for records published alone", "lost_topic", p.iso.stale,
+			"unanswered", old.unanswered.Load())
+		go old.cl.Close() // fails an abandoned record; Close waits for nothing else
 	}
-	if p.iso.cl == nil {
+	p.iso.stale = false
+	if p.iso.pc == nil {
 		cl, err := kgo.NewClient(append(p.kopts[:len(p.kopts):len(p.kopts)], kgo.ProducerLinger(0))...)
 		if err != nil {
-			return nil, nil, fmt.Errorf("kafka: client for records published alone: %w", err)
+			return nil, fmt.Errorf("kafka: client for records published alone: %w", err)
 		}
-		p.iso.cl, p.iso.unanswered = cl, new(atomic.Int64)
+		p.iso.pc = &prodClient{cl: cl}
 	}
-	return p.iso.cl, p.iso.unanswered, nil
+	return p.iso.pc, nil
+}
+
+// dropIsolation has the next PublishAlone replace the isolation client,
+// which knows topic, lost (see Publisher.replace). It never touches the
+// client in use: PublishAlone calls take turns.
+func (p *Publisher) dropIsolation(topic string) {
+	p.iso.mu.Lock()
+	defer p.iso.mu.Unlock()
+	if p.iso.pc != nil && !p.iso.stale {
+		p.iso.stale = true
+		p.log.Debug("kafka: the client for records published alone will be replaced", "lost_topic", topic)
+	}
 }
 
 // closeIsolation closes the isolation client, if any.
 func (p *Publisher) closeIsolation() {
 	p.iso.mu.Lock()
 	defer p.iso.mu.Unlock()
-	if p.iso.cl != nil {
-		p.iso.cl.Close()
-		p.iso.cl = nil
+	if p.iso.pc != nil {
+		p.iso.pc.cl.Close()
+		p.iso.pc = nil
 	}
 }

@@ -242,7 +242,9 @@ func LeaseDuration(d time.Duration) Option {
 // it: Publish stops waiting for it AbandonGrace later (ErrAbandoned). It must
 // be positive and shorter than LeaseDuration, leaving the relay time to
 // record the acknowledged prefix before the lease expires; with kgo's
-// MetadataMinAge added (see DefaultMetadataMinAge) it must still be shorter.
+// MetadataMinAge (see DefaultMetadataMinAge) and twice AbandonGrace added
+// (a publish waits that long for results and for a lost topic's check, see
+// Publish) it must still be shorter.
 // Default LeaseDuration*2/3 (20s with the default lease).
 func DeliveryTimeout(d time.Duration) Option {
 	return func(c *cfg) { c.deliveryTimeout = d }

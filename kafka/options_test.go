@@ -39,6 +39,7 @@ func TestNewPublisherRejectsBadOptions(t *testing.T) {
 		{"delivery timeout above default lease", noBroker, []Option{DeliveryTimeout(time.Minute)}, "DeliveryTimeout"},
 		{"negative delivery timeout", noBroker, []Option{DeliveryTimeout(-time.Second)}, "DeliveryTimeout"},
 		{"metadata min age leaves no room", noBroker, []Option{ClientOptions(kgo.MetadataMinAge(10 * time.Second))}, "DeliveryTimeout"},
+		{"a lost topic's check leaves no room", noBroker, []Option{LeaseDuration(10 * time.Second), DeliveryTimeout(8700 * time.Millisecond)}, "DeliveryTimeout"},
 		{"bad topic", noBroker, []Option{Topics("ok", "not ok")}, "Topics[1]"},
 		{"nil SASL mechanism", noBroker, []Option{SASL(nil)}, "SASL[0]"},
 	}

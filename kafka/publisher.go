@@ -21,17 +21,23 @@ import (
 // buckets at once through one Publisher (one client, one set of connections,
 // one producer id).
 type Publisher struct {
+	// cl is the first client: Publish produces through it until a topic
+	// is lost (see lostTopic), and topic checks and Ping use it for the
+	// Publisher's life.
 	cl     *kgo.Client
 	cfg    cfg
 	log    *slog.Logger
 	topics *topicChecker
 	closed atomic.Bool
 
-	// unanswered counts the records produced through cl that kgo has not
-	// reported yet (abandoned ones included).
-	unanswered atomic.Int64
+	// prod is the client Publish produces through: cl, or the client that
+	// replaced it (see replace). prodMu serializes replacements with
+	// Close; retired holds the replaced clients not yet closed.
+	prod    atomic.Pointer[prodClient]
+	prodMu  sync.Mutex
+	retired map[*prodClient]bool
 	// kopts built cl; PublishAlone builds its own client from them (see
-	// isolation).
+	// isolation), and so does replace.
 	kopts []kgo.Opt
 	iso   isolation
 
@@ -39,6 +45,10 @@ type Publisher struct {
 	// at a time until a publish succeeds.
 	carefulMu sync.Mutex
 	careful   map[int]bool
+
+	// testLostTopic, set by tests, runs in lostTopic before the topic is
+	// checked again (a slow check).
+	testLostTopic func(topic string)
 }
 
 var (
@@ -91,11 +101,13 @@ func NewPublisher(ctx context.Context, seeds []string, opts ...Option) (*Publish
 	}
 	// A record waiting on a retriable error is looked at again (and failed
 	// if its context is done) only when kgo retries it, after a metadata
-	// refresh, which kgo does at most once per MetadataMinAge.
-	if minAge, _ := cl.OptValue(kgo.MetadataMinAge).(time.Duration); c.deliveryTimeout+minAge >= c.leaseDuration {
+	// refresh, which kgo does at most once per MetadataMinAge; a publish
+	// then waits up to AbandonGrace for the results and, when the topic
+	// may be lost, up to AbandonGrace more for its check (lostTopic).
+	if minAge, _ := cl.OptValue(kgo.MetadataMinAge).(time.Duration); c.deliveryTimeout+minAge+2*AbandonGrace >= c.leaseDuration {
 		cl.Close()
 		return nil, &outbox.OptionError{Option: "DeliveryTimeout", Value: c.deliveryTimeout,
-			Reason: fmt.Sprintf("plus kgo's MetadataMinAge (%v, the longest a waiting record goes unchecked) must be shorter than LeaseDuration=%v; lower either", minAge, c.leaseDuration)}
+			Reason: fmt.Sprintf("plus kgo's MetadataMinAge (%v, the longest a waiting record goes unchecked) plus twice AbandonGrace (%v, the wait for results and for a lost topic's check) must be shorter than LeaseDuration=%v; lower either", minAge, AbandonGrace, c.leaseDuration)}
 	}
 	// checkClientOptions refused any downgrade and kgo has no option that
 	// could re-enable one after ours, but verify what the client will do.
@@ -112,7 +124,9 @@ func NewPublisher(ctx context.Context, seeds []string, opts ...Option) (*Publish
 		careful: make(map[int]bool),
 		kopts:   kopts,
 		iso:     newIsolation(),
+		retired: make(map[*prodClient]bool),
 	}
+	p.prod.Store(&prodClient{cl: cl, keep: true})
 	if c.strict {
 		p.topics.strict, p.topics.maxAge = true, c.strictRecheck
 	}
@@ -266,13 +280,15 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) (acked i
 	if len(msgs) == 0 {
 		return 0, nil
 	}
-	return p.publish(ctx, p.cl, &p.unanswered, msgs, false)
+	pc := p.acquire()
+	defer p.release(pc)
+	return p.publish(ctx, pc, msgs, false)
 }
 
-// publish produces msgs through cl, counting in unanswered the records kgo
-// has not reported yet. alone: PublishAlone's single message, which leaves
-// Strict mode's per-bucket state alone.
-func (p *Publisher) publish(ctx context.Context, cl *kgo.Client, unanswered *atomic.Int64, msgs []outbox.Message, alone bool) (acked int, err error) {
+// publish produces msgs through pc. alone: PublishAlone's single message,
+// through the isolation client, which leaves Strict mode's per-bucket state
+// alone.
+func (p *Publisher) publish(ctx context.Context, pc *prodClient, msgs []outbox.Message, alone bool) (acked int, err error) {
 	if p.closed.Load() {
 		return 0, wrapMessage(msgs[0], ErrClosed)
 	}
@@ -308,10 +324,12 @@ func (p *Publisher) publish(ctx context.Context, cl *kgo.Client, unanswered *ato
 			break
 		}
 		recs[i] = p.record(rctx, &msgs[i])
-		unanswered.Add(1)
-		cl.Produce(rctx, recs[i], func(_ *kgo.Record, err error) {
-			unanswered.Add(-1)
+		pc.unanswered.Add(1)
+		pc.cl.Produce(rctx, recs[i], func(_ *kgo.Record, err error) {
 			res.set(i, err)
+			if pc.unanswered.Add(-1) == 0 {
+				p.closeIfDone(pc)
+			}
 		})
 		if careful {
 			// After a failure, one record at a time: the next is produced
@@ -337,9 +355,9 @@ func (p *Publisher) publish(ctx context.Context, cl *kgo.Client, unanswered *ato
 		if failed != nil {
 			perr = p.produceError(ctx, rctx, recs[acked], failed)
 		}
-		terr, purge := p.lostTopic(ctx, msgs[acked].Topic, perr)
-		if purge {
-			p.purge(cl, msgs[acked].Topic)
+		terr, lost := p.lostTopic(ctx, msgs[acked].Topic, perr)
+		if lost {
+			p.replace(pc, alone, msgs[acked].Topic)
 		}
 		if terr != nil {
 			perr = terr
@@ -364,7 +382,7 @@ func (p *Publisher) publish(ctx context.Context, cl *kgo.Client, unanswered *ato
 	}
 	if err != nil {
 		p.log.Debug("kafka publish stopped", "bucket", msgs[0].Bucket, "messages", len(msgs), "alone", alone,
-			"produced", n, "acked", acked, "abandoned", abandoned, "unanswered_in_client", unanswered.Load(), "err", err)
+			"produced", n, "acked", acked, "abandoned", abandoned, "unanswered_in_client", pc.unanswered.Load(), "err", err)
 	}
 	return acked, err
 }
@@ -570,19 +588,22 @@ func (p *Publisher) produceError(ctx, rctx context.Context, r *kgo.Record, err e
 // (or that can no longer be described) returns its *TopicError, Fatal: the
 // relay stops the bucket with this reason instead of retrying a message
 // that cannot be written until someone acts, and every later Publish fails
-// its check until the topic exists again. purge reports that the client's
-// state for the topic must go: kgo keeps producing to the first instance of
-// a topic it knows and fails a recreated one's records with
-// UNKNOWN_TOPIC_ID until the topic is purged (franz-go's README, "Topic
-// recreation"), so a topic found gone, or refused under a new id, is
-// purged, and the next Publish produces to its current instance. A topic
+// its check until the topic exists again. lost reports that the client
+// that failed the record must not produce to the topic again: kgo keeps
+// producing to the first instance of a topic it knows and fails a
+// recreated one's records with UNKNOWN_TOPIC_ID for the client's life
+// (franz-go's README, "Topic recreation"), so on a topic found gone, or
+// refused under a new id, the publisher replaces that client (see replace)
+// and the next Publish produces to the topic's current instance. A topic
 // found present otherwise (metadata settling, a slow partition) is left
-// alone, since purging resets its sequence numbers, and err stands (terr
-// nil), as it does when the check cannot tell.
-func (p *Publisher) lostTopic(ctx context.Context, topic string, err error) (terr error, purge bool) {
+// alone and err stands (terr nil), as it does when the check cannot tell.
+func (p *Publisher) lostTopic(ctx context.Context, topic string, err error) (terr error, lost bool) {
 	recreated := errors.Is(err, kerr.UnknownTopicID)
 	if !recreated && !errors.Is(err, kerr.UnknownTopicOrPartition) && !errors.Is(err, kgo.ErrRecordTimeout) || ctx.Err() != nil {
 		return nil, recreated
+	}
+	if p.testLostTopic != nil {
+		p.testLostTopic(topic)
 	}
 	cctx, cancel := context.WithTimeout(ctx, AbandonGrace)
 	defer cancel()
@@ -597,14 +618,106 @@ func (p *Publisher) lostTopic(ctx context.Context, topic string, err error) (ter
 	return nil, recreated
 }
 
-// purge drops what the clients know of topic (see lostTopic): cl, which
-// failed its record, and the main client, which PublishAlone's isolation
-// client does not share.
-func (p *Publisher) purge(cl *kgo.Client, topic string) {
-	cl.PurgeTopicsFromClient(topic)
-	if cl != p.cl {
-		p.cl.PurgeTopicsFromClient(topic)
+// prodClient is a kgo client that Publish produces through, with the count
+// of its records kgo has not reported yet (abandoned ones included) and of
+// the Publish calls using it.
+type prodClient struct {
+	cl         *kgo.Client
+	unanswered atomic.Int64
+	users      atomic.Int64
+	retired    atomic.Bool
+	keep       bool // Publisher.cl: closed only by Close
+	closeOnce  sync.Once
+}
+
+// acquire returns the client Publish produces through, counted as used
+// until release.
+func (p *Publisher) acquire() *prodClient {
+	for {
+		pc := p.prod.Load()
+		pc.users.Add(1)
+		if !pc.retired.Load() {
+			return pc
+		}
+		p.release(pc) // replaced meanwhile: take its successor
 	}
+}
+
+func (p *Publisher) release(pc *prodClient) {
+	if pc.users.Add(-1) == 0 {
+		p.closeIfDone(pc)
+	}
+}
+
+// closeIfDone closes a replaced client once nothing uses it and kgo has
+// reported every record produced through it.
+func (p *Publisher) closeIfDone(pc *prodClient) {
+	if !pc.retired.Load() || pc.users.Load() != 0 || pc.unanswered.Load() != 0 {
+		return
+	}
+	p.prodMu.Lock()
+	delete(p.retired, pc)
+	p.prodMu.Unlock()
+	go pc.close() // not from kgo's callback, which Close would wait for
+}
+
+// close closes pc's client once, unless it is Publisher.cl.
+func (pc *prodClient) close() {
+	pc.closeOnce.Do(func() {
+		if !pc.keep {
+			pc.cl.Close()
+		}
+	})
+}
+
+// replace makes the next Publish calls produce through a new client when pc
+// lost topic (see lostTopic), instead of purging the topic from pc.
+//
+// Purging is not safe on a client shared by concurrent Publish calls: kgo's
+// PurgeTopicsFromClient fails every record buffered for the topic, other
+// buckets' in flight included (the broker may still write them), and drops
+// the partitions' idempotent sequence numbers while the producer id and
+// epoch stay. A purge that comes after the client already produced to the
+// topic's new instance (another Publish's purge came first, or the check
+// was stale) restarts the sequence at 0 there, and a batch whose sequence
+// range matches one of the last five the broker keeps for the producer and
+// partition is answered as a duplicate, successfully, and not written: the
+// relay would delete messages Kafka never stored. A new client has a new
+// producer id (a new idempotent session, so no sequence the broker saw is
+// used again) and no knowledge of the topic. The replaced client is never
+// purged: its records, on any topic, resolve as they would have (in order
+// within their partitions), and it is closed once kgo reported them all.
+// Only the first failure on pc replaces it; later ones (Publish calls
+// that began on pc) find it replaced already. Replacing a client whose
+// topic turns out to be live is harmless.
+//
+// alone: pc is PublishAlone's isolation client, which is replaced on its
+// own (the shared client is left alone). Replacing the shared client also
+// replaces the isolation client, which knows the lost topic as well.
+func (p *Publisher) replace(pc *prodClient, alone bool, topic string) {
+	p.dropIsolation(topic)
+	if !alone && p.replaceShared(pc, topic) {
+		p.closeIfDone(pc)
+	}
+}
+
+func (p *Publisher) replaceShared(pc *prodClient, topic string) bool {
+	p.prodMu.Lock()
+	defer p.prodMu.Unlock()
+	if p.closed.Load() || p.prod.Load() != pc {
+		return false
+	}
+	cl, err := kgo.NewClient(p.kopts...)
+	if err != nil {
+		p.log.Error("kafka: replacing the client that lost a topic", "topic", topic, "err", err)
+		return false
+	}
+	p.prod.Store(&prodClient{cl: cl})
+	p.retired[pc] = true
+	pc.retired.Store(true)
+	p.log.Warn("kafka: replaced the client that lost a topic", "topic", topic,
+		"unanswered_in_old_client", pc.unanswered.Load())
+	return true
 }
 
 // abandonedError describes m's record, still without a result when the
@@ -643,6 +756,15 @@ func wrapMessage(m outbox.Message, err error) error {
 func (p *Publisher) Close() {
 	if p.closed.Swap(true) {
 		return
+	}
+	p.prodMu.Lock()
+	pcs := []*prodClient{p.prod.Load()}
+	for pc := range p.retired {
+		pcs = append(pcs, pc)
+	}
+	p.prodMu.Unlock()
+	for _, pc := range pcs {
+		pc.close()
 	}
 	p.cl.Close()
 	p.closeIsolation()
