@@ -77,12 +77,15 @@ type cfg struct {
 	compression     []kgo.CompressionCodec
 	leaseDuration   time.Duration
 	deliveryTimeout time.Duration // 0: derived from leaseDuration
-	logger          *slog.Logger
-	tls             *tls.Config
-	tlsSet          bool
-	sasl            []sasl.Mechanism
-	strict          bool
-	strictRecheck   time.Duration
+	// deliveryTimeoutDefault: DeliveryTimeout was not given, so NewPublisher
+	// may lower it to fit a short LeaseDuration (see NewPublisher).
+	deliveryTimeoutDefault bool
+	logger                 *slog.Logger
+	tls                    *tls.Config
+	tlsSet                 bool
+	sasl                   []sasl.Mechanism
+	strict                 bool
+	strictRecheck          time.Duration
 	// stored: the outbox's config item (OutboxConfig); givenBytes and
 	// givenHeaders: what the MaxMessageBytes and header options said (0,
 	// "": not given), checked against it.
@@ -245,7 +248,9 @@ func LeaseDuration(d time.Duration) Option {
 // MetadataMinAge (see DefaultMetadataMinAge) and twice AbandonGrace added
 // (a publish waits that long for results and for a lost topic's check, see
 // Publish) it must still be shorter.
-// Default LeaseDuration*2/3 (20s with the default lease).
+// Default LeaseDuration*2/3 (20s with the default lease), lowered for a
+// short lease to what fits beside MetadataMinAge and twice AbandonGrace
+// (with one AbandonGrace to spare).
 func DeliveryTimeout(d time.Duration) Option {
 	return func(c *cfg) { c.deliveryTimeout = d }
 }
@@ -297,6 +302,7 @@ func (c *cfg) validate() error {
 	}
 	if c.deliveryTimeout == 0 {
 		c.deliveryTimeout = c.leaseDuration * 2 / 3
+		c.deliveryTimeoutDefault = true
 	}
 	if c.deliveryTimeout < 0 || c.deliveryTimeout >= c.leaseDuration {
 		return &outbox.OptionError{Option: "DeliveryTimeout", Value: c.deliveryTimeout,

@@ -69,6 +69,10 @@ func TestNewPublisherDefaults(t *testing.T) {
 		{"defaults", nil, 20 * time.Second, outbox.DefaultMaxMessageBytes + 4, time.Second},
 		{"lease sets delivery timeout", []Option{LeaseDuration(90 * time.Second)}, time.Minute, outbox.DefaultMaxMessageBytes + 4, time.Second},
 		{"explicit delivery timeout", []Option{DeliveryTimeout(5 * time.Second)}, 5 * time.Second, outbox.DefaultMaxMessageBytes + 4, time.Second},
+		// LeaseDuration*2/3 (2.67s) plus MetadataMinAge and twice
+		// AbandonGrace would outlive a 4s lease: the default is lowered
+		// to what fits, with one AbandonGrace to spare (the soak's lease).
+		{"short lease lowers the default", []Option{LeaseDuration(4 * time.Second)}, 4*time.Second - time.Second - 3*AbandonGrace, outbox.DefaultMaxMessageBytes + 4, time.Second},
 		{"MaxMessageBytes sets batch bytes", []Option{MaxMessageBytes(2048)}, 20 * time.Second, 2052, time.Second},
 		{"ClientOptions may set MetadataMinAge", []Option{ClientOptions(kgo.MetadataMinAge(3 * time.Second))}, 20 * time.Second, outbox.DefaultMaxMessageBytes + 4, 3 * time.Second},
 		{"ClientOptions cannot override enforced settings", []Option{ClientOptions(

@@ -104,7 +104,15 @@ func NewPublisher(ctx context.Context, seeds []string, opts ...Option) (*Publish
 	// refresh, which kgo does at most once per MetadataMinAge; a publish
 	// then waits up to AbandonGrace for the results and, when the topic
 	// may be lost, up to AbandonGrace more for its check (lostTopic).
-	if minAge, _ := cl.OptValue(kgo.MetadataMinAge).(time.Duration); c.deliveryTimeout+minAge+2*AbandonGrace >= c.leaseDuration {
+	minAge, _ := cl.OptValue(kgo.MetadataMinAge).(time.Duration)
+	if fits := c.leaseDuration - minAge - 3*AbandonGrace; c.deliveryTimeoutDefault && fits > 0 && c.deliveryTimeout > fits &&
+		c.deliveryTimeout+minAge < c.leaseDuration {
+		// The default (LeaseDuration*2/3) leaves a short lease no room for
+		// the results' and the lost topic's waits: take what does. (A
+		// MetadataMinAge that leaves no room even without them is refused.)
+		c.deliveryTimeout = fits
+	}
+	if c.deliveryTimeout+minAge+2*AbandonGrace >= c.leaseDuration {
 		cl.Close()
 		return nil, &outbox.OptionError{Option: "DeliveryTimeout", Value: c.deliveryTimeout,
 			Reason: fmt.Sprintf("plus kgo's MetadataMinAge (%v, the longest a waiting record goes unchecked) plus twice AbandonGrace (%v, the wait for results and for a lost topic's check) must be shorter than LeaseDuration=%v; lower either", minAge, AbandonGrace, c.leaseDuration)}
