@@ -124,6 +124,10 @@ type local struct {
 	// sweep leaves the bucket alone after a drain stopped it at retrySeq
 	// (see stoppedRetry). Read by sweeps without the turn.
 	retryAt, retrySeq atomic.Int64
+	// stopErr: the error that drain stopped the bucket with, which the
+	// sweeps that leave it alone report, so that each still fails naming
+	// it as a retry would have (the sweeper's errors and its stuck count).
+	stopErr atomic.Pointer[stoppedError]
 }
 
 // NewRelay reads the outbox's config item (unless StoredConfig gives it)

@@ -77,6 +77,7 @@ func (d *drain) stopped(ctx context.Context, e Entry, perr error) error {
 		d.failures, d.isolate = 0, false
 		return nil
 	}
+	loc.stopErr.Store(&stoppedError{err: perr})
 	loc.retrySeq.Store(e.Sequence)
 	loc.retryAt.Store(now.Add(max(stoppedRetry, cfg.pollInterval)).UnixNano())
 	if canRecord && (loc.recordedAt.IsZero() || now.Sub(loc.recordedAt) >= stuckInterval) {

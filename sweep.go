@@ -144,15 +144,6 @@ func (r *Relay) sweepConfig(ctx context.Context, full bool, rep *SweepReport) er
 // minutely full ones) neither looks above the bucket range, nor counts the
 // dead letters, nor reads the counters of buckets with messages: only the
 // report shows them (Last and Parked are -1 there).
-// stoppedRecently reports whether a drain of this relay stopped bucket with
-// a Fatal error less than stoppedRetry before now, at the message after
-// head.
-func (r *Relay) stoppedRecently(bucket int, head int64, now time.Time) bool {
-	loc := r.local(bucket)
-	at := loc.retryAt.Load()
-	return at != 0 && now.UnixNano() < at && head < loc.retrySeq.Load()
-}
-
 func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 	rep := SweepReport{OutOfRange: map[int]int{}, Errors: map[int]error{}}
 	probe, ok := r.store.(BucketProbe)
@@ -249,8 +240,9 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 			// (Only when set: a message committed during this sweep, after
 			// now was read, has a negative age and must not wait a poll.)
 			rep.Skipped = append(rep.Skipped, lk.Bucket) // in flight on the stream path
-		case r.stoppedRecently(lk.Bucket, lk.Lease.Head, now):
-			rep.Skipped = append(rep.Skipped, lk.Bucket) // stopped by a Fatal error moments ago (see stoppedRetry)
+		case r.leaveStopped(lk.Bucket, lk.Lease.Head, now, &rep):
+			// Stopped by a Fatal error moments ago (see stoppedRetry): not
+			// retried, but failed with that error, as a retry would be.
 		case pos(lk.Bucket) < share || age >= cfg.leaseDuration:
 			ready = append(ready, lk.Bucket)
 		default:
@@ -533,4 +525,36 @@ func (r *Relay) ownNotified(buckets []int) []int {
 		}
 	}
 	return out
+}
+
+// stoppedRecently reports whether a drain of this relay stopped bucket with
+// a Fatal error less than stoppedRetry before now, at the message after
+// head, and the error it stopped with.
+func (r *Relay) stoppedRecently(bucket int, head int64, now time.Time) (bool, error) {
+	loc := r.local(bucket)
+	at := loc.retryAt.Load()
+	if at == 0 || now.UnixNano() >= at || head >= loc.retrySeq.Load() {
+		return false, nil
+	}
+	if e := loc.stopErr.Load(); e != nil {
+		return true, e
+	}
+	return true, nil
+}
+
+// leaveStopped reports whether the sweep leaves bucket alone as stopped
+// recently (stoppedRecently); if so it lists it in rep's Skipped and, with
+// the error the drain stopped it with, in its Errors: a sweep that leaves a
+// stopped bucket alone fails naming it, as one that retried it would (the
+// sweeper's BucketsFailed and stuck count, SweeperErrorsAlarm).
+func (r *Relay) leaveStopped(bucket int, head int64, now time.Time, rep *SweepReport) bool {
+	ok, err := r.stoppedRecently(bucket, head, now)
+	if !ok {
+		return false
+	}
+	rep.Skipped = append(rep.Skipped, bucket)
+	if err != nil {
+		rep.Errors[bucket] = err
+	}
+	return true
 }

@@ -49,7 +49,7 @@ func TestAlarms(t *testing.T) {
 		// With EnableEnqueueFunction (Condition UseEnqueue).
 		"EnqueueErrorsAlarm":       {"AWS/Lambda", "Errors", "FunctionName", "!Ref EnqueueFunction", "Sum", "GreaterThanOrEqualToThreshold", "1"},
 		"EnqueueFailureQueueAlarm": {"AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "!GetAtt EnqueueFailureQueue.QueueName", "Maximum", "GreaterThanOrEqualToThreshold", "1"},
-		"RebucketOverdueAlarm":      {emfNamespace, "BucketCountChangeOverdue", "Outbox", "!If [AttachTables, !GetAtt OutboxConfig.MessagesTable, !If [GlobalTables, !Ref MessagesGlobalTable, !Ref MessagesTable]]", "Maximum", "GreaterThanThreshold", "0"},
+		"RebucketOverdueAlarm":     {emfNamespace, "BucketCountChangeOverdue", "Outbox", "!If [AttachTables, !GetAtt OutboxConfig.MessagesTable, !If [GlobalTables, !Ref MessagesGlobalTable, !Ref MessagesTable]]", "Maximum", "GreaterThanThreshold", "0"},
 	}
 	missingData := map[string]string{}
 	for name := range want {

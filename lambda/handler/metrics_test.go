@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -365,7 +366,8 @@ func TestSweeperReportsABucketStoppedByAFatalError(t *testing.T) {
 	s := memory.New(4)
 	put(t, s, 2, 3, time.Now().Add(-time.Minute))
 	p := &fatalPublisher{on: true}
-	r, err := outbox.NewRelay(ctx, s, p, outbox.DeadlineMargin(0), outbox.SweepMinAge(0))
+	clk := &laterClock{}
+	r, err := outbox.NewRelay(ctx, s, p, outbox.DeadlineMargin(0), outbox.SweepMinAge(0), outbox.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,6 +392,10 @@ func TestSweeperReportsABucketStoppedByAFatalError(t *testing.T) {
 		}
 	}
 	p.set(false)
+	// A relay leaves a bucket it stopped alone for a few seconds (the
+	// engine's stoppedRetry, 5 s), reporting the stop; the sweeper runs
+	// once a minute, so the next sweep is a minute later.
+	clk.add(time.Minute)
 	if _, err := h.Handle(ctx, scheduled(t)); err != nil {
 		t.Fatalf("sweep after the fix: %v", err)
 	}
@@ -503,3 +509,9 @@ func TestSweepThatRunsToItsDeadlineStillCountsStuckBuckets(t *testing.T) {
 		}
 	}
 }
+
+// laterClock is the wall clock moved on by what add added.
+type laterClock struct{ by atomic.Int64 }
+
+func (c *laterClock) Now() time.Time      { return time.Now().Add(time.Duration(c.by.Load())) }
+func (c *laterClock) add(d time.Duration) { c.by.Add(int64(d)) }
