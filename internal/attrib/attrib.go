@@ -106,7 +106,11 @@ func (a *Attribution) Via(pub outbox.Publisher) outbox.Publisher { return a.ViaA
 // attribution's bookkeeping, as the process who (its publish intervals are
 // checked against the other processes').
 func (a *Attribution) ViaAs(who string, pub outbox.Publisher) outbox.Publisher {
-	return via{a, pub, who}
+	v := via{a, pub, who}
+	if _, ok := pub.(outbox.HolderFencer); ok {
+		return fencingVia{v}
+	}
+	return v
 }
 
 type via struct {
@@ -126,13 +130,14 @@ func (v via) PublishAlone(ctx context.Context, m outbox.Message) error {
 	return err
 }
 
-// FenceHolders keeps the inner publisher's outbox.HolderFencer (nil when it
-// has none): the relay fences a bucket's earlier holders through it.
-func (v via) FenceHolders(ctx context.Context, bucket int) error {
-	if f, ok := v.pub.(outbox.HolderFencer); ok {
-		return f.FenceHolders(ctx, bucket)
-	}
-	return nil
+// fencingVia is via over a publisher that is an outbox.HolderFencer: the
+// relay fences a bucket's earlier holders through it. Only such a publisher
+// gets the method, so that a relay over one without it (the idempotent
+// publisher) runs the drains it runs when deployed, with no fence.
+type fencingVia struct{ via }
+
+func (v fencingVia) FenceHolders(ctx context.Context, bucket int) error {
+	return v.pub.(outbox.HolderFencer).FenceHolders(ctx, bucket)
 }
 
 // alone publishes its single message through the Isolator, if any.
