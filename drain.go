@@ -31,8 +31,9 @@ type drain struct {
 	// a lease this relay had released, and writes it only lazily.
 	held bool
 	// checkedAt: when (scheduler clock) the last look at the lease that
-	// found it still released by this relay began; a resumed publish ends
-	// LeaseMargin before ResumeWindow after it.
+	// found it still released by this process's hold was sent; a resumed
+	// drain starts and runs no publish or marking past half a ResumeWindow
+	// after it (windowEnd).
 	checkedAt time.Time
 	// head: the decided prefix as this drain knows it (the stored head may
 	// lag). cleaned: every item at or below it is known decided and marked;
@@ -53,6 +54,11 @@ type drain struct {
 	// isolate: the next publish is the head record alone, to tell whether
 	// a record-level rejection is really its own.
 	isolate bool
+	// fenced: the publisher fenced the bucket's earlier holders since the
+	// last publish (a HolderFencer that still answers ErrFenceRequired
+	// then has failed: the error is handled as any publish failure, not
+	// by fencing in a loop).
+	fenced bool
 	// Consecutive publish failures, and the sequence and time of the first.
 	failures     int
 	failedSeq    int64
@@ -83,27 +89,27 @@ func (d *drain) acquire(ctx context.Context) error {
 	}
 	d.setLease(l)
 	own := l.PrevToken != "" && l.PrevToken == d.loc.token
-	d.loc.token, d.loc.releasedAt = l.Token, time.Time{}
+	d.loc.token = l.Token
 	d.held = true
-	_, d.loc.fenceDue = d.r.pub.(HolderFencer)
+	_, fencer := d.r.pub.(HolderFencer)
+	d.loc.fenceDue = fencer
 	d.st.Acquired = true
 	d.st.TakenOver = d.st.TakenOver || l.TakenOver
-	if l.PrevReleasedBy != "" && !own {
+	d.st.HandedOver = d.st.HandedOver || l.PrevReleasedBy != "" && !own
+	if l.PrevReleasedBy != "" && !own && !fencer {
 		// The process that released it — another relay, or another
-		// process sharing this relay's name — may be resuming it, within
-		// ResumeWindow of its last look at the lease, which came before
-		// this acquisition: publish nothing before that window is over.
-		// A release of this process's own hold owes nothing: its drains
-		// of the bucket take turns (Relay.takeTurn). And a releaser
-		// resumes only until ResumeWindow after its release, by its clock
-		// (the one it recorded): past that + MaxClockSkew by this
-		// process's clock it publishes nothing, so a long-released lease
-		// owes no wait.
-		wait := cfg.resumeWindow
-		if !l.PrevReleasedAt.IsZero() {
-			wait = min(wait, l.PrevReleasedAt.Add(cfg.resumeWindow+cfg.maxSkew).Sub(cfg.clock.Now()))
-		}
-		if nb := d.r.sched.Now().Add(wait); wait > 0 && nb.After(d.loc.notBefore) {
+		// process sharing this relay's name — may be resuming it: what it
+		// does on the strength of a look at the lease lands within
+		// ResumeWindow of that look, and every look that found the lease
+		// released was served before this acquisition, which was applied
+		// before its answer came back (now). So read and publish nothing
+		// before ResumeWindow from now (docs/design.md §4.3). A release of
+		// this process's own hold owes nothing: its drains of the bucket
+		// take turns (Relay.takeTurn). With a HolderFencer, the fence
+		// before the first read shuts the resumer out instead: its
+		// publishes fail from then on, and a resumer never initialises a
+		// producer (HolderFencer's contract).
+		if nb := d.r.sched.Now().Add(cfg.resumeWindow); nb.After(d.loc.notBefore) {
 			d.loc.notBefore = nb
 		}
 	}
@@ -141,9 +147,9 @@ func (d *drain) keepProgress(err error) {
 	d.loc.head, d.loc.cleaned, d.loc.progress = d.head, d.cleaned, d.loc.token
 }
 
-// pendingWrite is a lease write a drain left in flight (local.restamp,
-// local.flush): it may outlast the drain, and a later drain of the bucket
-// in this process takes its result.
+// pendingWrite is a lease write a drain left in flight (local.flush): it
+// may outlast the drain, and a later drain of the bucket in this process
+// takes its result.
 type pendingWrite struct {
 	done  chan struct{} // closed once the write returned
 	sched seam.Scheduler
@@ -199,84 +205,6 @@ func (d *drain) goWrite(ctx context.Context, write func(context.Context) error) 
 	return w
 }
 
-// restampIfDue starts, for a resumed drain whose window has run down by a
-// quarter, a write of a new release time on the lease it resumed
-// (Store.RestampRelease: conditional on the lease being still released by
-// this process's hold, and on no later time recorded), and lets the drain
-// go on meanwhile under the window it has. Once the write succeeded
-// (takeRestamp) the window runs from the instant taken before the time it
-// wrote, exactly as a release's does: an acquirer that reads the new time
-// waits until it + ResumeWindow + MaxClockSkew, and one that acquired
-// before the write landed made it fail (the token changed), so the window
-// it waits out is the old one, which this process still keeps to. Nothing
-// waits for the write — the drain may return with it in flight, and a
-// later drain of the bucket takes its result — because wherever and
-// however late it lands its condition is checked there, and the time it
-// writes is no later than what this process assumes. A busy bucket's warm
-// container so keeps resuming with no write on its drains' path, where it
-// acquired its own release and released it again (two writes in a row)
-// every 2.5 s (docs/design.md §4.3).
-//
-// A drain restamps when it begins and when it finishes, whenever a quarter
-// of the window has passed since the release or the last restamp sent:
-// the one a drain sends as it finishes opens the window the bucket's next
-// drain resumes in, so that drains of a busy bucket resume however long
-// each one takes, while they follow each other closely. None is sent while
-// the last one is in flight: its answer is still to come, and where lease
-// writes take longer than a quarter window (a store whose writes queue)
-// a restamp sent over it would drop that answer for one that comes later
-// still — every answer dropped, the window would only run down.
-func (d *drain) restampIfDue(ctx context.Context) {
-	cfg := &d.r.cfg
-	now := d.r.sched.Now()
-	if d.held || d.loc.releasedAt.IsZero() || now.Sub(later(d.loc.releasedAt, d.loc.restampSent)) < (cfg.resumeWindow-cfg.leaseMargin)/4 {
-		return
-	}
-	if d.takeRestamp(ctx, false); d.loc.restamp != nil {
-		return // still in flight
-	}
-	l := d.getLease()
-	l.ReleasedAt = cfg.clock.Now()
-	d.loc.restamp = d.goWrite(ctx, func(ctx context.Context) error {
-		_, err := d.r.store.RestampRelease(ctx, l)
-		return err
-	})
-	d.loc.restamp.at, d.loc.restampSent = now, now
-	d.st.Restamped = true
-}
-
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
-// takeRestamp applies a restamp in flight once it returned: it waits for it
-// when block is set, else only looks. It runs on a drain's goroutine,
-// during its turn, outside any publish or marking (whose watchdog reads
-// the window).
-func (d *drain) takeRestamp(ctx context.Context, block bool) {
-	rs := d.loc.restamp
-	if rs == nil || !rs.over(ctx, block) {
-		return
-	}
-	d.loc.restamp = nil
-	if rs.err != nil || d.held || d.loc.token != rs.token {
-		// Acquired since (by this process or another): the window stands
-		// as it was, or no longer matters.
-		return
-	}
-	if rs.at.After(d.loc.releasedAt) {
-		d.loc.releasedAt = rs.at
-	}
-	if rs.at.After(d.checkedAt) {
-		// The write found the lease still released by this hold: a look.
-		d.checkedAt = rs.at
-	}
-}
-
 // hold makes sure this drain holds the lease before an action that needs
 // it (recording a gap, fencing, parking). It reports whether it had to
 // acquire: the batch read before is then stale and must be read again.
@@ -301,7 +229,6 @@ func (d *drain) run(ctx context.Context) error {
 		if err := d.renewIfDue(ctx); err != nil {
 			return err
 		}
-		d.takeRestamp(ctx, false)
 		if err := d.recheck(ctx); err != nil {
 			return err
 		}
@@ -352,6 +279,19 @@ func (d *drain) run(ctx context.Context) error {
 			}
 			continue
 		}
+		if errors.Is(perr, ErrFenceRequired) && !d.fenced {
+			// A HolderFencer that dropped the producer this process's last
+			// fence made (a failed transaction): fence again before the
+			// next publish, under the lease — a resumed drain acquires its
+			// release first (HolderFencer's contract).
+			d.st.Retries++
+			if _, err := d.hold(ctx); err != nil {
+				return err
+			}
+			d.loc.fenceDue = true
+			continue
+		}
+		d.fenced = false
 		if perr == nil {
 			d.failures, d.isolate = 0, false
 			if bt.complete(d.head) {
@@ -442,21 +382,19 @@ type prefetched struct {
 
 // prefetch sends the drain's first read beside its look at the lease when
 // this process expects to resume its own hold of the bucket — it released
-// it with at least half a window left (half), and knows the marks its last
-// drain of that hold ended with — and that read is needed (a target not yet
-// decided, as far as this process knows): a warm container's drain then
-// waits for one round trip before it publishes, not two. The read is used
-// only if the lease turns out resumable (begin), and only the entries above
-// the cleaned mark the drain then starts from (prefetched.take): what it
-// read at or below that mark is decided and marked. It decides nothing
-// before the look: a resumer's exclusion is its window (docs/design.md
-// §4.3), which bounds what it publishes and marks, not when it reads; an
-// acquirer drops it (acquire, like a failed look, reads again after).
-// Returns nil when no read is sent.
-func (d *drain) prefetch(ctx context.Context, half time.Duration) *prefetched {
+// it, and knows the marks its last drain of that hold ended with — and
+// that read is needed (a target not yet decided, as far as this process
+// knows): a warm container's drain then waits for one round trip before it
+// publishes, not two. The read is used only if the lease turns out
+// resumable (begin), and only the entries above the cleaned mark the drain
+// then starts from (prefetched.take): what it read at or below that mark is
+// decided and marked. It decides nothing before the look: a resumer's
+// exclusion is its window (docs/design.md §4.3), which bounds what it
+// publishes and marks, not when it reads; an acquirer drops it (acquire,
+// like a failed look, reads again after). Returns nil when no read is sent.
+func (d *drain) prefetch(ctx context.Context) *prefetched {
 	r, loc := d.r, d.loc
-	d.takeRestamp(ctx, false)
-	if !r.cfg.resume || loc.token == "" || loc.progress != loc.token || loc.fenceDue || r.resumeLeft(loc) < half ||
+	if !r.cfg.resume || loc.token == "" || loc.progress != loc.token || loc.fenceDue ||
 		d.target > 0 && loc.head >= d.target {
 		return nil
 	}
@@ -599,8 +537,9 @@ func (d *drain) advance(ctx context.Context, bt *batch, acked int, perr error, t
 		newHead = e.Sequence
 	}
 	stats := BatchStats{Bucket: d.b, Messages: len(bt.msgs), Acked: acked, Fenced: fenced, PublishDuration: took, Err: perr}
-	if errors.Is(perr, errResumeWindow) {
-		// Not a publish failure: the rest goes out under the lease.
+	if errors.Is(perr, errResumeWindow) || errors.Is(perr, ErrFenceRequired) {
+		// Not a publish failure: the rest goes out under the lease, after
+		// a fence.
 		stats.Err = nil
 	}
 	if stats.Err != nil {
@@ -737,7 +676,6 @@ func (d *drain) markInWindow(ctx context.Context, seqs []int64) error {
 	if d.held || d.r.mode == WatermarkMode {
 		return d.mark(ctx, seqs)
 	}
-	d.takeRestamp(ctx, false)
 	_, expired, err := d.underWindow(ctx, func(ctx context.Context) (int, error) { return 0, d.mark(ctx, seqs) })
 	if !expired {
 		return err
@@ -1013,20 +951,22 @@ func (d *drain) fenceHolders(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("outbox: fence the earlier holders of bucket %d: %w", d.b, err)
 	}
-	d.loc.fenceDue = false
+	d.loc.fenceDue, d.fenced = false, true
 	return d.renewIfDue(ctx)
 }
 
-// recheck confirms, for a resumed drain, that the lease is still released
-// by this relay, when the last look is older than half the publish window;
-// if it is not, the drain acquires the lease (or fails with ErrLeaseHeld).
+// recheck looks at the lease again, for a resumed drain whose last look is
+// a quarter of ResumeWindow old: the drain publishes and marks only within
+// half a window of its last look (windowEnd), so a look before each read
+// keeps it going while nobody takes the bucket. If the lease is no longer
+// released by this process's hold, the drain acquires it (or fails with
+// ErrLeaseHeld).
 func (d *drain) recheck(ctx context.Context) error {
 	if d.held {
 		return nil
 	}
-	cfg := &d.r.cfg
 	now := d.r.sched.Now()
-	if now.Sub(d.checkedAt) < (cfg.resumeWindow-cfg.leaseMargin)/2 {
+	if now.Sub(d.checkedAt) < d.r.cfg.resumeWindow/4 {
 		return nil
 	}
 	l, err := d.r.store.ReadLease(ctx, d.b)
@@ -1085,7 +1025,6 @@ func (d *drain) finish(ctx context.Context) error {
 	if d.held {
 		l := d.getLease()
 		l.Wake = d.wakeBase
-		d.releasing(&l)
 		// With the last batch's tombstones in flight (markBesideRelease):
 		// cleaned stays below them until they landed.
 		nl, err := d.r.store.Release(cctx, l, d.head, min(d.cleaned, d.head))
@@ -1107,8 +1046,6 @@ func (d *drain) finish(ctx context.Context) error {
 		}
 		return nil
 	}
-	d.takeRestamp(ctx, false)
-	d.restampIfDue(ctx)
 	if d.r.mode == DeleteMode {
 		d.flushBehind(ctx)
 		return nil
@@ -1162,15 +1099,6 @@ func (d *drain) logFlush(ctx context.Context, head int64, err error) {
 	}
 }
 
-// releasing stamps l, about to be released or abandoned, with the release
-// time (lease clock), and notes it (scheduler clock) for this process's
-// resumes of the hold: taken before the write, so that the window it
-// bounds starts no later than the write lands.
-func (d *drain) releasing(l *Lease) {
-	d.loc.releasedAt = d.r.sched.Now()
-	l.ReleasedAt = d.r.cfg.clock.Now()
-}
-
 // flushResumed writes the head of a resumed drain: always in WatermarkMode
 // (its head is all that keeps what Kafka acknowledged from being published
 // again), and in DeleteMode when HeadFlushInterval has passed or force is
@@ -1221,7 +1149,6 @@ func (d *drain) stop(ctx context.Context, err error) {
 		return
 	}
 	l := d.getLease()
-	d.releasing(&l)
 	if aerr := d.r.store.Abandon(cctx, l, d.head, min(d.cleaned, d.head)); aerr != nil {
 		d.r.cfg.logger.WarnContext(ctx, "outbox: could not give the lease up after a failed drain; it expires by itself", "bucket", d.b, "err", aerr)
 	}

@@ -47,6 +47,12 @@ var (
 	// ErrGapPending: the drain stopped while waiting on a sequence gap that
 	// has not reached GapTimeout yet.
 	ErrGapPending = errors.New("outbox: waiting on a sequence gap")
+	// ErrFenceRequired: a HolderFencer publisher has no producer for the
+	// bucket that FenceHolders initialised (none yet, or it dropped it
+	// after a failure) and publishes nothing until FenceHolders is called
+	// again. The relay then fences — under the lease: a resumed drain
+	// acquires first — and publishes again (docs/design.md §4.3).
+	ErrFenceRequired = errors.New("outbox: the publisher publishes the bucket only after it fenced the bucket's earlier holders")
 )
 
 // ValidationError reports bad input: which field, of which message (Index is

@@ -3,9 +3,11 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -240,7 +242,7 @@ func TestOwedResumeWaitSurvivesAContainerSwitch(t *testing.T) {
 	sweeper := newRelay(t, s, pub, append(opts, outbox.RelayID("sweeper"))...)
 	first := newRelay(t, s, pub, append(opts, outbox.RelayID("relay/fn"))...)
 	second := newRelay(t, s, pub, append(opts, outbox.RelayID("relay/fn"))...)
-	const window = 10 * time.Second // the default ResumeWindow
+	const window = outbox.DefaultResumeWindow
 
 	fill(t, s, 0, 1, 2, 3)
 	if _, err := sweeper.DrainBucket(ctx, 0); err != nil {
@@ -298,7 +300,7 @@ func TestConcurrentInvocationsOfOneFunctionExcludeEachOther(t *testing.T) {
 			sched, pub := newManualSched(), newOverlapPublisher()
 			opts := []outbox.Option{sched.option(), outbox.HolderWait(0), outbox.RelayID("relay/fn"), outbox.ResumeReleased(tc.resume)}
 			a, b := newRelay(t, s, pub, opts...), newRelay(t, s, pub, opts...)
-			const window = 10 * time.Second
+			const window = outbox.DefaultResumeWindow
 
 			fill(t, s, 0, 1, 2, 3)
 			if _, err := a.DrainBucket(ctx, 0); err != nil {
@@ -400,8 +402,8 @@ func TestResumerMarkBoundedByWindow(t *testing.T) {
 	sched, pub, log := newManualSched(), newOverlapPublisher(), &eventLog{}
 	ga := &markGate{Store: s, name: "a", entered: make(chan struct{}), release: make(chan struct{}), log: log}
 	gb := &markGate{Store: s, name: "b", log: log}
-	const window, margin = 10 * time.Second, 5 * time.Second // the defaults
-	clk := &fakeClock{}                                      // leases never expire while the test waits
+	const window = outbox.DefaultResumeWindow
+	clk := &fakeClock{} // leases never expire while the test waits
 	a := newRelay(t, ga, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("a"), outbox.HolderWait(0))
 	b := newRelay(t, gb, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("b"), outbox.HolderWait(0))
 
@@ -417,9 +419,10 @@ func TestResumerMarkBoundedByWindow(t *testing.T) {
 	if !eventually(func() bool { return sched.sleepers(window) == 1 }) {
 		t.Fatal("b does not wait ResumeWindow after acquiring from a's release")
 	}
-	sched.Advance(window - margin) // a's bound: LeaseMargin before its window ends
+	sched.Advance(window / 4) // a's watchdog looks: the lease is b's
+	sched.Advance(window / 4) // a's bound: half a window after its look
 	eventually(func() bool { return log.has("a: mark ended") })
-	sched.Advance(margin) // b's wait is over: it reads
+	sched.Advance(window / 2) // b's wait is over: it reads
 	rb := <-bDone
 	close(ga.release)
 	ra := <-aDone
@@ -523,74 +526,200 @@ func TestWatermarkResumedDrainKeepsProgress(t *testing.T) {
 	}
 }
 
-// TestReleaseTimeBoundsResumeAndWait (issue 16, the steady state's
-// container switches): a releaser resumes only until LeaseMargin before
-// ResumeWindow after its release, and records the release time on the
-// lease, so an acquirer from another process (here a container sharing the
-// owner name) waits only until that time + ResumeWindow + MaxClockSkew —
-// nothing for a long-released lease. Before, every such acquisition waited
-// the full ResumeWindow from now: each switch between the relay function's
-// containers stalled the bucket 10 s.
-func TestReleaseTimeBoundsResumeAndWait(t *testing.T) {
-	const window, margin, skew = 10 * time.Second, 5 * time.Second, 5 * time.Second // the defaults
-	type step struct {
+// TestHandoverWaitsResumeWindowFromItsAcquisition (issue 28): a releaser
+// resumes its release however long ago it released it — a look at the
+// lease, no write — and a process that acquires a lease another process
+// released waits ResumeWindow (500 ms by default) from its acquisition,
+// however old the release: the releaser may be resuming it right now.
+// With a HolderFencer publisher the acquirer does not wait at all: its
+// fence shuts the resumer out. Before issue 28 a resume lasted only
+// 5 s after a release (a write to stretch it every 1.25 s) and an
+// acquirer waited up to 10 s: every hand-over of a busy bucket stalled it.
+func TestHandoverWaitsResumeWindowFromItsAcquisition(t *testing.T) {
+	const window = outbox.DefaultResumeWindow
+	for _, tc := range []struct {
+		name       string
 		after      time.Duration // since a's release, on both clocks
 		drainer    string        // "a" (the releaser) or "b" (another container)
+		fencer     bool
 		resumed    bool
 		resumeWait time.Duration
-	}
-	for _, tc := range []struct {
-		name string
-		step step
 	}{
-		{"releaser resumes early in its window", step{after: (window - margin) / 2, drainer: "a", resumed: true}},
-		{"releaser past half its window acquires its own release, no wait", step{after: (window-margin)/2 + time.Millisecond, drainer: "a"}},
-		{"releaser past its window acquires its own release, no wait", step{after: window, drainer: "a"}},
-		{"another container right after the release waits ResumeWindow", step{after: 0, drainer: "b", resumeWait: window}},
-		{"another container later waits until release + window + skew", step{after: 12 * time.Second, drainer: "b", resumeWait: window + skew - 12*time.Second}},
-		{"another container after release + window + skew waits nothing", step{after: window + skew, drainer: "b"}},
+		{name: "releaser resumes right after its release", drainer: "a", resumed: true},
+		{name: "releaser resumes an hour after its release, no write", after: time.Hour, drainer: "a", resumed: true},
+		{name: "another container right after the release waits ResumeWindow", drainer: "b", resumeWait: window},
+		{name: "another container an hour later waits ResumeWindow", after: time.Hour, drainer: "b", resumeWait: window},
+		{name: "another container with a fencing publisher waits nothing", drainer: "b", fencer: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := ctxFor(t, time.Minute)
 			s := memory.New(1)
 			sched, pub, clk := newManualSched(), newOverlapPublisher(), &fakeClock{}
+			var p outbox.Publisher = pub
+			if tc.fencer {
+				p = fencingOverlap{pub}
+			}
 			opts := []outbox.Option{sched.option(), outbox.WithClock(clk), outbox.RelayID("relay/fn"), outbox.HolderWait(0)}
-			relays := map[string]*outbox.Relay{"a": newRelay(t, s, pub, opts...), "b": newRelay(t, s, pub, opts...)}
+			relays := map[string]*outbox.Relay{"a": newRelay(t, s, p, opts...), "b": newRelay(t, s, p, opts...)}
 			fill(t, s, 0, 1, 2, 3)
 			if st, err := relays["a"].DrainBucket(ctx, 0); err != nil || !st.Acquired {
 				t.Fatalf("a's first drain: acquired %v, err %v", st.Acquired, err)
 			}
 			fill(t, s, 0, 4, 5)
-			sched.Advance(tc.step.after)
-			clk.Advance(tc.step.after)
-			done := drainAsync(ctx, relays[tc.step.drainer])
-			if tc.step.resumeWait > 0 {
-				if !eventually(func() bool { return sched.sleepers(tc.step.resumeWait) == 1 }) {
-					t.Fatalf("%s does not wait %v before reading", tc.step.drainer, tc.step.resumeWait)
+			sched.Advance(tc.after)
+			clk.Advance(tc.after)
+			done := drainAsync(ctx, relays[tc.drainer])
+			if tc.resumeWait > 0 {
+				if !eventually(func() bool { return sched.sleepers(tc.resumeWait) == 1 }) {
+					t.Fatalf("%s does not wait %v before reading", tc.drainer, tc.resumeWait)
 				}
-				sched.Advance(tc.step.resumeWait)
+				sched.Advance(tc.resumeWait)
 			}
 			r := <-done
 			if r.err != nil {
 				t.Fatal(r.err)
 			}
-			if r.st.Resumed != tc.step.resumed || r.st.Acquired == tc.step.resumed || r.st.ResumeWait != tc.step.resumeWait {
+			if r.st.Resumed != tc.resumed || r.st.Acquired == tc.resumed || r.st.ResumeWait != tc.resumeWait {
 				t.Errorf("%s's drain %v after the release: resumed %v, acquired %v, waited %v; want resumed %v, waited %v",
-					tc.step.drainer, tc.step.after, r.st.Resumed, r.st.Acquired, r.st.ResumeWait, tc.step.resumed, tc.step.resumeWait)
+					tc.drainer, tc.after, r.st.Resumed, r.st.Acquired, r.st.ResumeWait, tc.resumed, tc.resumeWait)
 			}
 			pub.checkOnce(t, []int64{1, 2, 3, 4, 5})
 		})
 	}
 }
 
+// fencingOverlap is an overlapPublisher that is a HolderFencer whose
+// fences always succeed.
+type fencingOverlap struct{ *overlapPublisher }
+
+func (fencingOverlap) FenceHolders(context.Context, int) error { return nil }
+
+// TestResumedPublishEndsHalfAWindowAfterItsLook (issue 28): relay a
+// resumes bucket 0 and its publish hangs; relay b acquires the bucket at
+// once and waits ResumeWindow. a's watchdog finds the lease taken, so a's
+// publish is cancelled half a window after a's look, before b reads at a
+// whole window after its acquisition. Without the bound (a publishing on
+// after its look) b published beside it.
+func TestResumedPublishEndsHalfAWindowAfterItsLook(t *testing.T) {
+	const window = outbox.DefaultResumeWindow
+	ctx := ctxFor(t, time.Minute)
+	mem := memory.New(1)
+	log := &eventLog{}
+	sched, clk := newManualSched(), &fakeClock{}
+	entered := make(chan struct{})
+	var once sync.Once
+	pub := &recorder{before: func(ctx context.Context, msgs []outbox.Message) (int, error, bool) {
+		if msgs[0].Sequence != 4 {
+			log.add(fmt.Sprint("publish ", msgs[0].Sequence))
+			return len(msgs), nil, true
+		}
+		hang := false
+		once.Do(func() { hang = true })
+		if !hang {
+			log.add("publish 4 again")
+			return len(msgs), nil, true
+		}
+		close(entered)
+		<-ctx.Done() // a broker that does not answer
+		log.add("a: publish cancelled")
+		return 0, ctx.Err(), true
+	}}
+	ga := &markGate{Store: mem, name: "a", log: log}
+	gb := &markGate{Store: mem, name: "b", log: log}
+	a := newRelay(t, ga, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("a"), outbox.HolderWait(0))
+	b := newRelay(t, gb, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("b"), outbox.HolderWait(0))
+	fill(t, mem, 0, 1, 2, 3)
+	if _, err := a.DrainBucket(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	fill(t, mem, 0, 4, 5)
+	aDone := drainAsync(ctx, a) // resumes: its look is at scheduler time 0
+	<-entered
+	bDone := drainAsync(ctx, b)
+	if !eventually(func() bool { return sched.sleepers(window) == 1 }) {
+		t.Fatal("b does not wait ResumeWindow after acquiring from a's release")
+	}
+	sched.Advance(window / 4) // a's watchdog looks: the lease is b's
+	sched.Advance(window / 4) // half a window after a's look: cancelled
+	if !eventually(func() bool { return log.has("a: publish cancelled") }) {
+		t.Fatal("a's publish is still running half a window after its look")
+	}
+	ra := <-aDone
+	sched.Advance(window / 2) // b's wait is over
+	rb := <-bDone
+	if !ra.st.Resumed || rb.err != nil || !rb.st.Acquired || rb.st.ResumeWait != window {
+		t.Fatalf("a resumed %v (err %v); b acquired %v, waited %v, err %v: the race was not set up", ra.st.Resumed, ra.err, rb.st.Acquired, rb.st.ResumeWait, rb.err)
+	}
+	if c, r := log.index("a: publish cancelled"), log.index("b: read"); c < 0 || r < c {
+		t.Fatalf("events %v: b read the bucket while a's publish still ran", log.events)
+	}
+}
+
+// TestResumedPublishRunsOnWhileNobodyTakesTheBucket (issue 28): a resumed
+// publish that outlasts many windows is not cut off while the lease stays
+// released by its hold: the watchdog's looks (reads, no writes) move its
+// bound every quarter window.
+func TestResumedPublishRunsOnWhileNobodyTakesTheBucket(t *testing.T) {
+	const window = outbox.DefaultResumeWindow
+	ctx := ctxFor(t, time.Minute)
+	mem := memory.New(1)
+	s := &gateStore{countingStore: &countingStore{Store: mem, writes: map[string]int{}}}
+	sched, clk := newManualSched(), &fakeClock{}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	pub := &recorder{before: func(ctx context.Context, msgs []outbox.Message) (int, error, bool) {
+		if msgs[0].Sequence == 4 {
+			once.Do(func() { close(entered) })
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return 0, ctx.Err(), true
+			}
+		}
+		return len(msgs), nil, true
+	}}
+	a := newRelay(t, s, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("a"), outbox.HolderWait(0))
+	fill(t, mem, 0, 1, 2, 3)
+	if _, err := a.DrainBucket(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	fill(t, mem, 0, 4, 5)
+	looks := s.get("ReadLease")
+	done := drainAsync(ctx, a)
+	<-entered
+	for i := 1; i <= 40; i++ { // ten windows, a quarter at a time
+		n := s.get("ReadLease")
+		sched.Advance(window / 4)
+		if !eventually(func() bool { return s.get("ReadLease") > n }) {
+			t.Fatalf("the watchdog did not look at the lease after %d quarter windows", i)
+		}
+	}
+	close(release)
+	r := <-done
+	if r.err != nil || !r.st.Resumed || r.st.Acquired {
+		t.Fatalf("resumed %v, acquired %v, err %v; want the publish to run on, resumed", r.st.Resumed, r.st.Acquired, r.err)
+	}
+	if got := pub.seqs(0); !slices.Equal(got, span(1, 5)) {
+		t.Fatalf("published %v, want 1..5 once", got)
+	}
+	if n := s.get("ReadLease") - looks; n < 40 {
+		t.Errorf("looks at the lease: %d, want one per quarter window", n)
+	}
+	if n := s.get("Acquire"); n != 1 {
+		t.Errorf("acquisitions: %d, want only the first drain's", n)
+	}
+}
+
 // markOnce is a store whose first MarkPublished of hold blocks until its
 // context ends (a slow BatchWriteItem that the SDK keeps retrying); later
-// ones go through.
+// ones go through. While it blocks, lease reads fail (the store throttles
+// them).
 type markOnce struct {
 	outbox.Store
-	hold    int64
-	entered chan struct{}
-	once    sync.Once
+	hold     int64
+	entered  chan struct{}
+	once     sync.Once
+	blocking atomic.Bool
 }
 
 func (g *markOnce) MarkPublished(ctx context.Context, bucket int, seqs []int64, now time.Time) error {
@@ -601,20 +730,30 @@ func (g *markOnce) MarkPublished(ctx context.Context, bucket int, seqs []int64, 
 	if !first {
 		return g.Store.MarkPublished(ctx, bucket, seqs, now)
 	}
+	g.blocking.Store(true)
+	defer g.blocking.Store(false)
 	close(g.entered)
 	<-ctx.Done()
 	return ctx.Err()
 }
 
+func (g *markOnce) ReadLease(ctx context.Context, bucket int) (outbox.Lease, error) {
+	if g.blocking.Load() {
+		return outbox.Lease{}, errors.New("throttled by the test")
+	}
+	return g.Store.ReadLease(ctx, bucket)
+}
+
 // TestResumerFinishesMarkingUnderItsOwnRelease (issue 16): a resumed drain
-// whose window ends while its tombstone write is still pending, with
-// nobody else on the bucket. The process acquires its own release (no
-// wait: the released hold is its own) and writes the tombstones under the
-// lease: the drain succeeds and nothing is published twice. Before, the
-// drain failed with "outlasted a resumed drain's window" and left the
-// acknowledged messages unmarked.
+// whose window ends while its tombstone write is still pending — its
+// watchdog could not look at the lease to move the bound — with nobody
+// else on the bucket. The process acquires its own release (no wait: the
+// released hold is its own) and writes the tombstones under the lease: the
+// drain succeeds and nothing is published twice. Before, the drain failed
+// with "outlasted a resumed drain's window" and left the acknowledged
+// messages unmarked.
 func TestResumerFinishesMarkingUnderItsOwnRelease(t *testing.T) {
-	const window, margin = 10 * time.Second, 5 * time.Second
+	const window = outbox.DefaultResumeWindow
 	ctx := ctxFor(t, time.Minute)
 	s := memory.New(1)
 	sched, pub, clk := newManualSched(), newOverlapPublisher(), &fakeClock{}
@@ -627,7 +766,8 @@ func TestResumerFinishesMarkingUnderItsOwnRelease(t *testing.T) {
 	fill(t, s, 0, 4, 5, 6)
 	done := drainAsync(ctx, a) // resumes; Kafka acknowledges at once; the marking hangs
 	<-g.entered
-	sched.Advance(window - margin) // the window's end cancels the marking
+	sched.Advance(window / 4) // the watchdog's look fails: the bound stands
+	sched.Advance(window / 4) // the window's end cancels the marking
 	r := <-done
 	if r.err != nil || !r.st.Resumed || !r.st.ResumeMarkHeld || r.st.ResumeWait != 0 {
 		t.Fatalf("resumed %v, marked under its own release %v, waited %v, err %v; want the marking finished under the lease, no wait",
@@ -666,102 +806,65 @@ func (c *countingStore) Acquire(ctx context.Context, b int, o string, now time.T
 	return c.Store.Acquire(ctx, b, o, now, d)
 }
 
-// RestampRelease counts the restamps that returned (a drain leaves them in
-// flight).
-func (c *countingStore) RestampRelease(ctx context.Context, l outbox.Lease) (outbox.Lease, error) {
-	defer c.count("RestampRelease")
-	return c.Store.RestampRelease(ctx, l)
+func (c *countingStore) Release(ctx context.Context, l outbox.Lease, head, cleaned int64) (outbox.Lease, error) {
+	c.count("Release")
+	return c.Store.Release(ctx, l, head, cleaned)
 }
 
-// TestResumerRestampsItsRelease (issue 21): a warm container that drains a
-// busy bucket every 2 s keeps resuming it — no acquire, no release — because
-// each drain that finds a quarter of its window gone writes a new release
-// time beside its work (one write, off its path); and another container that
-// acquires afterwards waits out the window from the newest time, not the
-// first release's. Before, the drain 4 s after the release acquired its own
-// release (and released it again): two writes in a row on its path. The
-// restamps are left in flight by the drains that send them; the test lets
-// each land before the next drain, as a busy bucket's next invocation
-// usually finds.
-func TestResumerRestampsItsRelease(t *testing.T) {
-	const window, skew = 10 * time.Second, 5 * time.Second // the defaults
-	ctx := ctxFor(t, time.Minute)
-	mem := memory.New(1)
-	s := &countingStore{Store: mem, writes: map[string]int{}}
-	sched, pub, clk := newManualSched(), newOverlapPublisher(), &fakeClock{}
-	opts := []outbox.Option{sched.option(), outbox.WithClock(clk), outbox.RelayID("relay/fn"), outbox.HolderWait(0)}
-	a, b := newRelay(t, s, pub, opts...), newRelay(t, s, pub, opts...)
-	fill(t, mem, 0, 1, 2)
-	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Acquired {
-		t.Fatalf("a's first drain: acquired %v, err %v", st.Acquired, err)
-	}
-	var last time.Duration // since the release, when a's latest restamp began
-	seq := int64(3)
-	for i, after := range []time.Duration{2 * time.Second, 4 * time.Second, 6 * time.Second, 8 * time.Second} {
-		// The drain before left its restamp in flight: let it land (a
-		// drain that finds it still out resumes under the older window).
-		if !eventually(func() bool { return s.get("RestampRelease") == i }) {
-			t.Fatalf("restamps returned before drain %d: %d", i+2, s.get("RestampRelease"))
-		}
-		sched.Advance(after - last)
-		clk.Advance(after - last)
-		fill(t, mem, 0, seq)
-		seq++
-		st, err := a.DrainBucket(ctx, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !st.Resumed || st.Acquired || !st.Restamped {
-			t.Fatalf("a's drain %v after its release (last restamp at %v): resumed %v, acquired %v, restamped %v; want a resume that restamps",
-				after, last, st.Resumed, st.Acquired, st.Restamped)
-		}
-		last = after
-	}
-	if n := s.get("Acquire"); n != 1 {
-		t.Errorf("acquisitions: %d, want 1 (the first drain's)", n)
-	}
-	if !eventually(func() bool { return s.get("RestampRelease") == 4 }) {
-		t.Fatalf("restamps: %d, want 4", s.get("RestampRelease"))
-	}
-	// Another container, 7 s after a's last restamp: it waits until that
-	// restamp + ResumeWindow + MaxClockSkew, 8 s from now; after the first
-	// release + 15 s, now, it would wait nothing.
-	sched.Advance(7 * time.Second)
-	clk.Advance(7 * time.Second)
-	fill(t, mem, 0, seq)
-	done := drainAsync(ctx, b)
-	want := window + skew - 7*time.Second
-	if !eventually(func() bool { return sched.sleepers(want) == 1 }) {
-		t.Fatalf("b does not wait %v before reading", want)
-	}
-	sched.Advance(want)
-	r := <-done
-	if r.err != nil || r.st.ResumeWait != want {
-		t.Fatalf("b's drain: waited %v, err %v; want %v", r.st.ResumeWait, r.err, want)
-	}
-	pub.checkOnce(t, []int64{1, 2, 3, 4, 5, 6, 7})
-	if n := pub.overlapCount(); n != 0 {
-		t.Errorf("%d overlapping publishes", n)
+// TestBusyBucketResumesWithoutLeaseWrites (issue 28): a warm container
+// that drains a bucket every 2 s for two minutes writes its lease only to
+// flush the head, once per HeadFlushInterval (30 s): every drain after the
+// first resumes with a look, however long since the release. Before issue
+// 28 a resume lasted 5 s after its release or last restamp: the bucket
+// cost a restamp every 1.25 s of drains, and at a message every 8 s an
+// acquire and a release per message.
+func TestBusyBucketResumesWithoutLeaseWrites(t *testing.T) {
+	for _, every := range []time.Duration{2 * time.Second, 8 * time.Second} {
+		t.Run(fmt.Sprint("every ", every), func(t *testing.T) {
+			ctx := ctxFor(t, time.Minute)
+			mem := memory.New(1)
+			s := &gateStore{countingStore: &countingStore{Store: mem, writes: map[string]int{}}}
+			sched, clk, pub := newManualSched(), &fakeClock{}, newOverlapPublisher()
+			a := newRelay(t, s, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("relay/fn"), outbox.HolderWait(0))
+			fill(t, mem, 0, 1)
+			if _, err := a.DrainBucket(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			seq := int64(2)
+			for elapsed := every; elapsed <= 2*time.Minute; elapsed += every {
+				sched.Advance(every)
+				clk.Advance(every)
+				fill(t, mem, 0, seq)
+				st, err := a.DrainBucket(ctx, 0)
+				if err != nil || !st.Resumed {
+					t.Fatalf("drain at %v: resumed %v, err %v", elapsed, st.Resumed, err)
+				}
+				seq++
+			}
+			if n := s.get("Acquire") + s.get("Release"); n != 2 {
+				t.Errorf("acquisitions and releases: %d, want 2 (the first drain's)", n)
+			}
+			if !eventually(func() bool { return mem.Lease(0).Head > 1 }) {
+				t.Errorf("stored head %d: no head flush landed", mem.Lease(0).Head)
+			}
+			if n := s.get("Advance"); n > 5 {
+				t.Errorf("head flushes in two minutes: %d, want one per 30 s at most", n)
+			}
+			pub.checkOnce(t, span(1, seq-1))
+		})
 	}
 }
 
-// gateStore holds each RestampRelease and Advance until its gate is closed
-// (nil: no gate), and counts them and the lease reads.
+// gateStore holds each Advance until its gate is closed (nil: no gate),
+// and counts them and the lease reads.
 type gateStore struct {
 	*countingStore
-	restampGate, advanceGate chan struct{}
+	advanceGate chan struct{}
 }
 
 func (g *gateStore) ReadLease(ctx context.Context, b int) (outbox.Lease, error) {
 	defer g.count("ReadLease")
 	return g.countingStore.ReadLease(ctx, b)
-}
-
-func (g *gateStore) RestampRelease(ctx context.Context, l outbox.Lease) (outbox.Lease, error) {
-	if g.restampGate != nil {
-		<-g.restampGate
-	}
-	return g.countingStore.RestampRelease(ctx, l)
 }
 
 func (g *gateStore) Advance(ctx context.Context, l outbox.Lease, head, cleaned int64, now time.Time) (outbox.Lease, error) {
@@ -772,17 +875,14 @@ func (g *gateStore) Advance(ctx context.Context, l outbox.Lease, head, cleaned i
 	return g.countingStore.Advance(ctx, l, head, cleaned, now)
 }
 
-// TestResumedDrainLeavesItsLeaseWritesInFlight (issue 21): a resumed
-// DeleteMode drain returns with its restamp and its head flush still in
-// flight (both would otherwise be on the invocation's path), a later drain
-// sends no second flush while one is out, and a drain that finds less than
-// half its window left waits for the restamp in flight — which lets it
-// resume — rather than acquiring its own release.
-func TestResumedDrainLeavesItsLeaseWritesInFlight(t *testing.T) {
+// TestResumedDrainLeavesItsHeadFlushInFlight (issue 21): a resumed
+// DeleteMode drain returns with its head flush still in flight (it would
+// otherwise be on the invocation's path), and a later drain sends no
+// second flush while one is out.
+func TestResumedDrainLeavesItsHeadFlushInFlight(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	mem := memory.New(1)
-	s := &gateStore{countingStore: &countingStore{Store: mem, writes: map[string]int{}},
-		restampGate: make(chan struct{}), advanceGate: make(chan struct{})}
+	s := &gateStore{countingStore: &countingStore{Store: mem, writes: map[string]int{}}, advanceGate: make(chan struct{})}
 	sched, pub, clk := newManualSched(), newOverlapPublisher(), &fakeClock{}
 	a := newRelay(t, s, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("relay/fn"), outbox.HolderWait(0),
 		outbox.HeadFlushInterval(time.Second))
@@ -795,28 +895,19 @@ func TestResumedDrainLeavesItsLeaseWritesInFlight(t *testing.T) {
 		clk.Advance(d)
 		fill(t, mem, 0, seq)
 	}
-	// 2 s after the release: a restamp and a head flush are due; both are
-	// held at their gates, and the drain returns.
+	// 2 s after the release: a head flush is due; it is held at its gate,
+	// and the drain returns.
 	step(2*time.Second, 3)
-	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Resumed || !st.Restamped {
-		t.Fatalf("drain at 2 s: resumed %v, restamped %v, err %v", st.Resumed, st.Restamped, err)
+	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Resumed {
+		t.Fatalf("drain at 2 s: resumed %v, err %v", st.Resumed, err)
 	}
 	if !eventually(func() bool { return s.get("Advance") == 1 }) {
 		t.Fatalf("head flushes sent: %d, want 1", s.get("Advance"))
 	}
-	// 3.5 s: 1.5 s of the first release's window left, the restamp still
-	// out: the drain waits for it and resumes from it.
-	step(1500*time.Millisecond, 4)
-	reads := s.get("ReadLease")
-	done := drainAsync(ctx, a)
-	if !eventually(func() bool { return s.get("ReadLease") > reads }) {
-		t.Fatal("the drain at 3.5 s does not read the lease")
-	}
-	close(s.restampGate)
-	r := <-done
-	if r.err != nil || !r.st.Resumed || r.st.Acquired {
-		t.Fatalf("drain at 3.5 s with a restamp in flight: resumed %v, acquired %v, err %v; want it to wait for the restamp and resume",
-			r.st.Resumed, r.st.Acquired, r.err)
+	// 4 s: another flush would be due, but one is still out.
+	step(2*time.Second, 4)
+	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Resumed || st.Acquired {
+		t.Fatalf("drain at 4 s with a flush in flight: resumed %v, acquired %v, err %v", st.Resumed, st.Acquired, err)
 	}
 	if n := s.get("Advance"); n != 1 {
 		t.Errorf("head flushes sent with one in flight: %d, want 1", n)
@@ -829,121 +920,4 @@ func TestResumedDrainLeavesItsLeaseWritesInFlight(t *testing.T) {
 		t.Errorf("acquisitions: %d, want 1", n)
 	}
 	pub.checkOnce(t, []int64{1, 2, 3, 4})
-}
-
-// TestDrainDoesNotWaitPastItsDeadlineForAWriteInFlight (issue 21): a
-// restamp left in flight by an earlier invocation may never return in time
-// (a container frozen with the request out). The drain that would wait for
-// it, because it decides whether the drain may resume, stops waiting when
-// its own context ends instead of outliving its invocation's deadline.
-// Before, it waited on the write alone (bounded only by LeaseDuration).
-func TestDrainDoesNotWaitPastItsDeadlineForAWriteInFlight(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
-	mem := memory.New(1)
-	s := &gateStore{countingStore: &countingStore{Store: mem, writes: map[string]int{}},
-		restampGate: make(chan struct{})}
-	defer close(s.restampGate)
-	a, pub, step := resumedWithRestamp(ctx, t, mem, s)
-	// 3.5 s: the restamp is still out (its gate stays shut) and decides
-	// whether this drain may resume; its invocation's context ends.
-	step(1500*time.Millisecond, 3)
-	ictx, cancel := context.WithCancel(ctx)
-	reads := s.get("ReadLease")
-	done := drainAsync(ictx, a)
-	if !eventually(func() bool { return s.get("ReadLease") > reads }) {
-		t.Fatal("the drain at 3.5 s does not read the lease")
-	}
-	cancel()
-	select {
-	case r := <-done:
-		if r.st.Resumed || !errors.Is(r.err, context.Canceled) {
-			t.Fatalf("drain whose context ended while a restamp was in flight: resumed %v, err %v; want it to return with its context's error", r.st.Resumed, r.err)
-		}
-	case <-time.After(30 * time.Second): // a hang guard, not a speed bound
-		t.Fatal("the drain is still waiting for the restamp in flight 30 s after its context ended")
-	}
-	pub.checkOnce(t, []int64{1, 2})
-}
-
-// TestDrainDoesNotWaitForARestampThatCannotHelp: a restamp still in flight
-// whose success would leave less than half a window decides nothing (the
-// drain acquires either way), so a drain that finds it out does not wait
-// for it. Before, it waited whenever its own window was under half.
-func TestDrainDoesNotWaitForARestampThatCannotHelp(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
-	mem := memory.New(1)
-	s := &gateStore{countingStore: &countingStore{Store: mem, writes: map[string]int{}},
-		restampGate: make(chan struct{})}
-	defer close(s.restampGate)
-	a, pub, step := resumedWithRestamp(ctx, t, mem, s)
-	// 4.8 s: the restamp sent at 2 s is still out; landed, it would leave
-	// 2.2 s of window, under half of 5 s.
-	step(2800*time.Millisecond, 3)
-	done := drainAsync(ctx, a)
-	select {
-	case r := <-done:
-		if r.err != nil || r.st.Resumed || !r.st.Acquired {
-			t.Fatalf("drain at 4.8 s: resumed %v, acquired %v, err %v; want it to acquire", r.st.Resumed, r.st.Acquired, r.err)
-		}
-	case <-time.After(30 * time.Second): // a hang guard, not a speed bound
-		t.Fatal("the drain at 4.8 s waits for a restamp that cannot let it resume")
-	}
-	pub.checkOnce(t, []int64{1, 2, 3})
-}
-
-// failingRestamps refuses every RestampRelease without applying it (a
-// throttle, a timeout before the write reached the table).
-type failingRestamps struct{ *countingStore }
-
-func (f failingRestamps) RestampRelease(ctx context.Context, l outbox.Lease) (outbox.Lease, error) {
-	f.count("RestampRelease")
-	return outbox.Lease{}, errors.New("restamp refused by the test")
-}
-
-// TestFailedRestampLeavesTheOldWindow: a restamp that failed opens no new
-// window; a later drain finding less than half of the release's window
-// left acquires instead of resuming from the failed restamp's time (which
-// would let it publish past the window an acquirer in another container
-// waits out). The simulator rarely reaches this (docs/design.md §4.3).
-func TestFailedRestampLeavesTheOldWindow(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
-	mem := memory.New(1)
-	s := failingRestamps{&countingStore{Store: mem, writes: map[string]int{}}}
-	a, pub, step := resumedWithRestamp(ctx, t, mem, s)
-	if !eventually(func() bool { return s.get("RestampRelease") >= 1 }) {
-		t.Fatal("the restamp never returned")
-	}
-	// 3.5 s: 1.5 s of the release's window left (under half of 5 s); the
-	// failed restamp, had it landed, would leave 3.5 s.
-	step(1500*time.Millisecond, 3)
-	st, err := a.DrainBucket(ctx, 0)
-	if err != nil || st.Resumed || !st.Acquired {
-		t.Fatalf("drain at 3.5 s after a failed restamp: resumed %v, acquired %v, err %v; want it to acquire", st.Resumed, st.Acquired, err)
-	}
-	pub.checkOnce(t, []int64{1, 2, 3})
-}
-
-// resumedWithRestamp drains bucket 0 of mem through s with a relay of the
-// function's shared owner id: one drain that acquires (message 1), and at
-// 2 s one that resumes and sends a restamp (message 2). It returns the
-// relay, its publisher and step, which moves both clocks by d and enqueues
-// seq.
-func resumedWithRestamp(ctx context.Context, t *testing.T, mem *memory.Store, s outbox.Store) (*outbox.Relay, *overlapPublisher, func(time.Duration, int64)) {
-	t.Helper()
-	sched, pub, clk := newManualSched(), newOverlapPublisher(), &fakeClock{}
-	a := newRelay(t, s, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("relay/fn"), outbox.HolderWait(0))
-	fill(t, mem, 0, 1)
-	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Acquired {
-		t.Fatalf("first drain: acquired %v, err %v", st.Acquired, err)
-	}
-	step := func(d time.Duration, seq int64) {
-		sched.Advance(d)
-		clk.Advance(d)
-		fill(t, mem, 0, seq)
-	}
-	step(2*time.Second, 2)
-	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Resumed || !st.Restamped {
-		t.Fatalf("drain at 2 s: resumed %v, restamped %v, err %v", st.Resumed, st.Restamped, err)
-	}
-	return a, pub, step
 }

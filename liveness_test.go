@@ -278,7 +278,7 @@ func TestDrainPastItsCutOffGivesTheLeaseUp(t *testing.T) {
 		t.Fatalf("lease %+v still held by a drain that returned", l)
 	}
 	other := newRelay(t, mem, &recorder{}, outbox.RelayID("other"), outbox.WithClock(clk), outbox.DeadlineMargin(0), outbox.HolderWait(0),
-		outbox.LeaseMargin(50*time.Millisecond), outbox.ResumeWindow(200*time.Millisecond))
+		outbox.ResumeWindow(outbox.MinResumeWindow))
 	if _, err := other.DrainBucket(ctxFor(t, 5*time.Second), 0); err != nil {
 		t.Fatalf("the next relay: %v, want it to drain at once", err)
 	}

@@ -59,9 +59,9 @@ func defaultConfig() config {
 		renewInterval:  10 * time.Second,
 		leaseMargin:    5 * time.Second,
 		maxSkew:        5 * time.Second,
-		flushInterval:  5 * time.Second,
+		flushInterval:  30 * time.Second,
 		resume:         true,
-		resumeWindow:   10 * time.Second,
+		resumeWindow:   DefaultResumeWindow,
 		holderWait:     -1,
 		gapTimeout:     DefaultGapTimeout,
 		gapPoll:        50 * time.Millisecond,
@@ -130,18 +130,18 @@ func MaxClockSkew(d time.Duration) Option { return func(c *config) { c.maxSkew =
 // released, see docs/design.md). In DeleteMode the tombstones of published
 // messages mark them decided, so the head is written at most once per
 // interval per bucket, and the drain does not wait for the write; the
-// sweeper advances the heads of quiet buckets. WatermarkMode writes it
-// after every drain, before the drain returns. Default 5s; 0 writes it
+// sweeper advances the heads of quiet buckets. A stale head costs only the
+// next acquirer a longer read over tombstones. WatermarkMode writes it
+// after every drain, before the drain returns. Default 30s; 0 writes it
 // every time.
 func HeadFlushInterval(d time.Duration) Option { return func(c *config) { c.flushInterval = d } }
 
 // ResumeReleased lets a relay drain a bucket whose lease it released last,
-// and nobody acquired since, without acquiring it again: no lease write on
-// the drains' path in the steady state of a warm relay (a busy bucket's
-// drains rewrite the release time at most every 1.25 s, beside their work:
-// docs/design.md §4.3). Default true. With false every drain
-// acquires and releases the lease (two writes), as relays before version
-// 0.2 did.
+// and nobody acquired since, without acquiring it again: in the steady
+// state of a warm relay its drains write nothing to the lease on their
+// path (a look at the lease is a read; docs/design.md §4.3). Default true.
+// With false every drain acquires and releases the lease (two writes), as
+// relays before version 0.2 did.
 func ResumeReleased(on bool) Option { return func(c *config) { c.resume = on } }
 
 // HolderWait is how long DrainBucket waits for another relay that holds the
@@ -154,17 +154,30 @@ func ResumeReleased(on bool) Option { return func(c *config) { c.resume = on } }
 // DeadlineMargin; 0 never waits. Sweeps never wait.
 func HolderWait(d time.Duration) Option { return func(c *config) { c.holderWait = d } }
 
-// ResumeWindow bounds how long a relay drains a bucket it resumed (see
-// ResumeReleased) on the strength of one look at the bucket's lease: a
-// publish stops LeaseMargin before ResumeWindow has passed since the last
-// look that found the lease still released by this relay (a watchdog looks
-// again while a publish runs, every half window: reads, not writes). In
-// exchange, a relay that acquires a bucket another relay released reads and
-// publishes nothing until ResumeWindow after its acquisition, so the two never
-// publish one bucket at once. Both are measured by each process's monotonic
-// clock from events the store orders, so clock skew does not enter. Default
-// 10s; must exceed LeaseMargin by at least 100ms.
+// ResumeWindow is what a hand-over of a busy bucket costs: a relay that
+// acquires a bucket another process released (and may still be resuming,
+// see ResumeReleased) reads and publishes nothing until ResumeWindow after
+// its acquisition; in exchange, a resumed drain starts no publish and no
+// tombstone write later than half a ResumeWindow after its last look at
+// the lease that found it still released by its own hold, and cancels any
+// still running then (the other half is for a cancelled publish to
+// return: the Kafka publisher's AbandonGrace, 200ms). A watchdog looks at
+// the lease every quarter window while a publish or a marking runs (a
+// read, not a write), so a long publish goes on while nobody takes the
+// bucket. Both sides count on their own monotonic clocks from events the
+// store orders (a look served before the acquisition, the acquisition
+// answered after it), so clock skew does not enter. With a HolderFencer
+// publisher (kafka.TxnPublisher) an acquirer does not wait: its fence shuts
+// the resumer out (docs/design.md §4.3). Default 500ms (DefaultResumeWindow);
+// at least 400ms.
 func ResumeWindow(d time.Duration) Option { return func(c *config) { c.resumeWindow = d } }
+
+// DefaultResumeWindow is ResumeWindow's default.
+const DefaultResumeWindow = 500 * time.Millisecond
+
+// MinResumeWindow is ResumeWindow's least value: its second half must
+// cover a cancelled publish's return (kafka.AbandonGrace, 200ms).
+const MinResumeWindow = 400 * time.Millisecond
 
 // SweepMinAge leaves a sweep's hands off messages younger than this: they are
 // in flight on the stream path, which drains them within a second, and a
@@ -303,13 +316,13 @@ func (c *config) validate() error {
 		return bad("MaxClockSkew", c.maxSkew, "must not be negative")
 	case c.renewInterval <= 0 || c.renewInterval >= c.leaseDuration-c.leaseMargin-c.maxSkew:
 		return bad("LeaseRenewInterval", c.renewInterval, fmt.Sprintf("must be positive and below LeaseDuration-LeaseMargin-MaxClockSkew (%v): a renewal must be due before the publish cut-off", c.leaseDuration-c.leaseMargin-c.maxSkew))
-	case c.resumeWindow < c.leaseMargin+100*time.Millisecond:
-		return bad("ResumeWindow", c.resumeWindow, fmt.Sprintf("must exceed LeaseMargin (%v) by at least 100ms: a resumed publish stops LeaseMargin before the window ends", c.leaseMargin))
+	case c.resumeWindow < MinResumeWindow:
+		return bad("ResumeWindow", c.resumeWindow, fmt.Sprintf("must be at least %v: a resumed drain cancels its publish half a window after its last look, and a cancelled publish may take AbandonGrace (200ms) to return", MinResumeWindow))
 	case c.leaseDuration < c.resumeWindow+c.maxSkew:
 		// Taking over an expired hold owes no wait: the holder may have
-		// acquired from a release and owed a resumer ResumeWindow, which
-		// began before its acquisition; its lease, compared by a clock up
-		// to MaxClockSkew ahead, must outlast that window.
+		// acquired from a release and owed a resumer ResumeWindow from its
+		// acquisition; its lease, compared by a clock up to MaxClockSkew
+		// ahead, must outlast that window.
 		return bad("LeaseDuration", c.leaseDuration, fmt.Sprintf("must be at least ResumeWindow (%v) + MaxClockSkew (%v) = %v: a lease taken over at expiry must outlast the ResumeWindow its holder owed a relay that may still be resuming the bucket",
 			c.resumeWindow, c.maxSkew, c.resumeWindow+c.maxSkew))
 	case c.sweepMinAge < 0:

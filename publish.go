@@ -126,14 +126,14 @@ func (d *drain) publishResumed(ctx context.Context, msgs []Message, call func(co
 }
 
 // underWindow runs f for a resumed drain: its publish and its marks. Its
-// bound is LeaseMargin before ResumeWindow after the drain's last look at the
-// lease that found it still released by this process; a watchdog looks again
-// before the bound and moves it, so f runs as long as it needs while nobody
-// takes the bucket, and is cancelled before a relay that did may read or
-// publish it. expired reports that the bound cancelled f (and not ctx).
+// bound is half a ResumeWindow after the drain's last look at the lease
+// that found it still released by this process's hold (windowEnd); a
+// watchdog looks again every quarter window and moves the bound, so f runs
+// as long as it needs while nobody takes the bucket, and is cancelled half
+// a window before a relay that did may read or publish it (docs/design.md
+// §4.3). expired reports that the bound cancelled f (and not ctx).
 func (d *drain) underWindow(ctx context.Context, f func(context.Context) (int, error)) (n int, expired bool, err error) {
 	cfg := &d.r.cfg
-	bound := cfg.resumeWindow - cfg.leaseMargin
 	left := d.windowEnd().Sub(d.r.sched.Now())
 	if left <= 0 {
 		return 0, true, errResumeWindow
@@ -148,8 +148,7 @@ func (d *drain) underWindow(ctx context.Context, f func(context.Context) (int, e
 	done := make(chan struct{})
 	wait := d.r.sched.Go(func() {
 		for {
-			// Look again half-way to the bound.
-			if !d.r.sched.Sleep(done, d.checkedAt.Add(bound/2).Sub(d.r.sched.Now())) {
+			if !d.r.sched.Sleep(done, d.checkedAt.Add(cfg.resumeWindow/4).Sub(d.r.sched.Now())) {
 				return
 			}
 			checked := d.r.sched.Now()
@@ -177,17 +176,13 @@ func (d *drain) underWindow(ctx context.Context, f func(context.Context) (int, e
 }
 
 // windowEnd is when a resumed drain's publishes and marks must be over:
-// LeaseMargin before ResumeWindow after the earlier of its last look at the
-// lease that found it still released by this process and the release
-// itself (an acquirer that read the release time waits only until it +
-// ResumeWindow + MaxClockSkew; docs/design.md §4.3).
+// half a ResumeWindow after its last look at the lease that found it still
+// released by this process's hold. Whatever it cancels then returns within
+// the other half (the publisher's AbandonGrace), so everything it decided
+// on that look has landed ResumeWindow after the look was sent, before any
+// relay that acquired the bucket since reads it.
 func (d *drain) windowEnd() time.Time {
-	cfg := &d.r.cfg
-	from := d.checkedAt
-	if rel := d.loc.releasedAt; !rel.IsZero() && rel.Before(from) {
-		from = rel
-	}
-	return from.Add(cfg.resumeWindow - cfg.leaseMargin)
+	return d.checkedAt.Add(d.r.cfg.resumeWindow / 2)
 }
 
 // checkAcked validates a publisher's answer for n messages.

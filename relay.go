@@ -76,22 +76,20 @@ func (f fairShare) index(b int) int {
 type local struct {
 	turn      chan struct{} // holds a token while a drain of this Relay runs
 	flushedAt time.Time     // when this relay last wrote the bucket's head (lease clock)
-	// notBefore: no publish of this bucket before it (scheduler clock):
-	// ResumeWindow after this relay acquired it from a relay that had
-	// released it and may still be resuming it. It binds this process
-	// only, which is enough: no other process can resume a hold of this
-	// one (token), and whoever acquires after this one owes its own wait.
+	// notBefore: no read or publish of this bucket before it (scheduler
+	// clock): ResumeWindow after this process acquired it from a release
+	// by another process, which may still be resuming it. It binds this
+	// process only, which is enough: no other process can resume a hold of
+	// this one (token), and whoever acquires after this one owes its own
+	// wait.
 	notBefore time.Time
 	// token: the lease token of this process's last acquisition of the
 	// bucket. Only a release of that hold may be resumed without a write:
 	// the owner name may be shared by other processes (docs/design.md §4.3).
 	token string
-	// restamp, flush: a RestampRelease and a DeleteMode head flush
-	// (Advance) that a resumed drain left in flight; a later drain takes
-	// them (drain.takeRestamp, drain.flushBehind).
-	restamp, flush *pendingWrite
-	// restampSent: when (scheduler clock) the last restamp was sent.
-	restampSent time.Time
+	// flush: a DeleteMode head flush (Advance) that a resumed drain left
+	// in flight; a later drain takes it (drain.flushBehind).
+	flush *pendingWrite
 	// head, cleaned: the marks this process's last drain of the bucket
 	// ended with (drain.head, drain.cleaned), under the hold whose token
 	// is progress. The stored marks lag them (a resumed drain writes its
@@ -103,12 +101,6 @@ type local struct {
 	// advance), so the drain takes the greater of each.
 	head, cleaned int64
 	progress      string
-	// releasedAt: when this process began to give up that hold (Release
-	// or Abandon; scheduler clock), recorded in the lease as ReleasedAt by
-	// the lease clock. It resumes the hold only until LeaseMargin before
-	// ResumeWindow after it, so that an acquirer waits at most until the
-	// recorded time + ResumeWindow + MaxClockSkew (docs/design.md §4.3).
-	releasedAt time.Time
 	// fenceDue: the hold of token was acquired with a HolderFencer
 	// publisher that has not fenced the bucket's earlier holders since
 	// (drain.fenceHolders); such a hold is not resumed, so that its next
@@ -405,25 +397,25 @@ type DrainStats struct {
 	Head      int64 // the bucket's head (decided prefix) when the drain stopped
 
 	// How the drain held the bucket.
-	Resumed   bool          // drained a lease this relay had released, without acquiring it
-	Acquired  bool          // acquired the lease (a write)
-	TakenOver bool          // acquired it from a holder whose lease had expired unreleased
-	LeaseLost bool          // lost the lease (expired or taken over) while draining
-	Waited    time.Duration // waited for another holder to release the bucket
+	Resumed   bool // drained a lease this relay had released, without acquiring it
+	Acquired  bool // acquired the lease (a write)
+	TakenOver bool // acquired it from a holder whose lease had expired unreleased
+	// HandedOver: acquired it from a release by another process (which
+	// may have been resuming it): a hand-over, which waited ResumeWait or
+	// fenced the earlier holders.
+	HandedOver bool
+	LeaseLost  bool          // lost the lease (expired or taken over) while draining
+	Waited     time.Duration // waited for another holder to release the bucket
 	// ResumeWait: waited before reading, after acquiring a lease that
-	// another process released and might still be resuming (at most
-	// ResumeWindow; nothing when its release is older than ResumeWindow +
-	// MaxClockSkew).
+	// another process released and might still be resuming (ResumeWindow
+	// from the acquisition; nothing with a HolderFencer publisher).
 	ResumeWait time.Duration
 	// ResumeMarkHeld: a resumed drain's window ended before its
 	// tombstones landed, and it acquired its own release to write them
 	// under the lease.
 	ResumeMarkHeld bool
-	// Restamped: a resumed drain wrote a new release time on the lease
-	// (Store.RestampRelease) and resumes from it (docs/design.md §4.3).
-	Restamped bool
-	GapWait   time.Duration // waited on missing sequence numbers
-	Duration  time.Duration
+	GapWait        time.Duration // waited on missing sequence numbers
+	Duration       time.Duration
 	// Err is the error DrainBucket returned (nil when drained), and Class
 	// its class.
 	Err   error
@@ -592,40 +584,29 @@ func cleanupContext(ctx context.Context, limit time.Duration) (context.Context, 
 // allows, for another holder to release it or for its lease to expire.
 func (r *Relay) begin(ctx context.Context, bucket int, target int64, wait bool, st *DrainStats) (*drain, error) {
 	d := &drain{r: r, b: bucket, st: st, target: target, loc: r.local(bucket)}
-	half := (r.cfg.resumeWindow - r.cfg.leaseMargin) / 2
 	checked := r.sched.Now()
 	// Where this process expects to resume its own hold, it reads the
 	// bucket beside the lease rather than after it.
-	pre := d.prefetch(ctx, half)
+	pre := d.prefetch(ctx)
 	l, err := r.store.ReadLease(ctx, bucket)
 	if err != nil {
 		pre.drop()
 		return nil, fmt.Errorf("outbox: read lease of bucket %d: %w", bucket, err)
 	}
-	// A restamp an earlier drain left in flight: take it if it returned,
-	// and wait for it if it decides whether this drain may resume.
-	d.takeRestamp(ctx, false)
-	if rs := d.loc.restamp; rs != nil && rs.token == d.loc.token && r.resumeLeft(d.loc) < half && r.leftFrom(rs.at) >= half {
-		// Only a restamp of this hold whose success would leave half a
-		// window is worth the wait: any other answer changes nothing.
-		d.takeRestamp(ctx, true)
-	}
-	if r.resumable(l, d.loc) && r.resumeLeft(d.loc) >= half {
+	if r.resumable(l, d.loc) {
 		// Released by this process and acquired by nobody since: drain it
-		// again without a write (docs/design.md, "resuming"), from the
-		// marks its last drain of this hold ended with.
+		// again without a write (docs/design.md §4.3), from the marks its
+		// last drain of this hold ended with, within ResumeWindow of this
+		// look (sent at checked).
 		d.lease, d.head, d.cleaned = l, l.Head, l.Cleaned
 		d.takeProgress(l.Token)
 		d.pre = pre
-		if checked.After(d.checkedAt) {
-			d.checkedAt = checked
-		}
+		d.checkedAt = checked
 		st.Resumed = true
 		if err := d.inject(ctx, seam.AfterAcquire); err != nil {
 			d.pre.drop()
 			return d, err
 		}
-		d.restampIfDue(ctx)
 		return d, nil
 	}
 	pre.drop()
@@ -667,28 +648,11 @@ func (r *Relay) HoldToken(bucket int) string {
 // resumable reports whether this relay may drain the bucket of l without
 // acquiring it: this process released the lease last (its own hold, by
 // token: processes sharing the owner name cannot tell each other's releases
-// from their own) and no wake-up is pending.
+// from their own), no wake-up is pending, and its publisher need not fence
+// the bucket's earlier holders first.
 func (r *Relay) resumable(l Lease, loc *local) bool {
 	return r.cfg.resume && l.Released() && l.Owner == r.cfg.relayID && l.Token != "" && l.Token == loc.token && l.Wake == 0 &&
-		!loc.fenceDue && r.resumeLeft(loc) > 0
-}
-
-// resumeLeft is how long this process may still publish and mark under its
-// last released hold of the bucket: until LeaseMargin before ResumeWindow
-// after it began to release it. A drain does not start resuming with less
-// than half of that left: it acquires its own release instead (one write,
-// no wait), and its next release opens a new window.
-func (r *Relay) resumeLeft(loc *local) time.Duration {
-	if loc.releasedAt.IsZero() {
-		return 0
-	}
-	return r.leftFrom(loc.releasedAt)
-}
-
-// leftFrom is how long a resume window opened at from (scheduler clock)
-// still runs.
-func (r *Relay) leftFrom(from time.Time) time.Duration {
-	return from.Add(r.cfg.resumeWindow - r.cfg.leaseMargin).Sub(r.sched.Now())
+		!loc.fenceDue
 }
 
 // waitForHolder polls the bucket's lease until nobody holds it, HolderWait

@@ -195,7 +195,7 @@ func TestGapTimeoutHoldsAcrossRelays(t *testing.T) {
 	p := &recorder{}
 	// A short ResumeWindow: r2 takes over a bucket r1 released.
 	opts := []outbox.Option{outbox.GapTimeout(10 * time.Second), outbox.GapPollInterval(time.Millisecond), outbox.WithClock(clk), outbox.DeadlineMargin(0),
-		outbox.LeaseMargin(50 * time.Millisecond), outbox.ResumeWindow(200 * time.Millisecond)}
+		outbox.ResumeWindow(outbox.MinResumeWindow)}
 	// Invocation 1 sees the gap and runs out of time.
 	r1 := newRelay(t, s, p, append(opts, outbox.RelayID("r1"))...)
 	_, err := r1.DrainBucket(ctxFor(t, 50*time.Millisecond), 0)

@@ -156,23 +156,12 @@ type Lease struct {
 	// was released: the owner and token of the hold that released it, the
 	// acquirer's own name included. Whoever released it may still be
 	// draining the bucket as its resumer, within ResumeWindow of its last
-	// look at the lease, so the new holder publishes nothing before
-	// ResumeWindow has passed — unless PrevToken is a hold the acquiring
-	// process released itself.
+	// look at the lease, so the new holder reads and publishes nothing
+	// before ResumeWindow has passed since its acquisition — unless
+	// PrevToken is a hold the acquiring process released itself, or its
+	// publisher fences earlier holders (HolderFencer).
 	PrevReleasedBy string
 	PrevToken      string
-	// ReleasedAt is when the hold that released the lease decided to
-	// release it, by its own clock: Release and Abandon write the value the
-	// caller sets on the Lease it passes (zero: none), tied to the hold's
-	// token; the next acquisition keeps it as PrevReleasedAt. A releaser
-	// resumes only within ResumeWindow of that moment (docs/design.md §4.3).
-	ReleasedAt time.Time
-	// PrevReleasedAt is set by Acquire only, with PrevReleasedBy: the
-	// ReleasedAt the released hold recorded (zero when it recorded none).
-	// Its resume is over by PrevReleasedAt + ResumeWindow, by its clock,
-	// so an acquirer waits at most until PrevReleasedAt + ResumeWindow +
-	// MaxClockSkew by its own.
-	PrevReleasedAt time.Time
 	// Stuck is why the bucket last stopped, as a relay recorded it (a
 	// StuckRecorder store): current while Stuck.Sequence > Head, stale
 	// once the head passed it. Zero when nothing was recorded.
@@ -266,22 +255,13 @@ type Store interface {
 	// head and cleaned (neither moves backwards). If a wake-up arrived it
 	// returns ErrWoken with the lease, still held, carrying the current
 	// Wake. ErrLeaseLost if l's hold is no longer the lease's. A release
-	// that already applied returns nil. It records l.ReleasedAt with l's
-	// token (see Lease.ReleasedAt).
+	// that already applied returns nil.
 	Release(ctx context.Context, l Lease, head, cleaned int64) (Lease, error)
 	// Abandon ends l.Owner's hold after a failed drain without honouring
 	// wake-ups: they stay on the lease, so whoever acquires it next drains
-	// the bucket to its end. It writes head, cleaned and l.ReleasedAt like
-	// Release. Nil if l's hold is no longer the lease's.
+	// the bucket to its end. It writes head and cleaned like Release. Nil
+	// if l's hold is no longer the lease's.
 	Abandon(ctx context.Context, l Lease, head, cleaned int64) error
-	// RestampRelease records l.ReleasedAt as the release time of l's hold
-	// if the lease is still released by that hold (l.Owner and l.Token, no
-	// expiry) and the time it records for the hold is not later: the
-	// releaser's resume window then runs from the new time (docs/design.md
-	// §4.3), one write where acquiring its own release and releasing it
-	// again were two. ErrLeaseLost otherwise. A resend that already applied
-	// succeeds.
-	RestampRelease(ctx context.Context, l Lease) (Lease, error)
 	// Advance moves head and cleaned (and clears a gap they pass) on the
 	// lease of a bucket nobody holds at now — free, released or expired —
 	// if its head and gap are still l's. The caller guarantees that every
@@ -393,13 +373,24 @@ type Isolator interface {
 // process's own release — the relay calls FenceHolders once, before it reads
 // the bucket, and neither reads nor publishes it unless FenceHolders returned
 // nil: from then on nothing that an earlier holder had not made visible
-// (a stalled holder's open transaction, its commit) may become visible, so
-// a stalled holder's commit cannot land between this holder's read and its
-// first publish (docs/design.md §7.3). ctx ends at the lease's publish
-// cut-off at the latest. On an error the drain stops, gives the lease up with
-// its wake-ups kept and returns the error (classified as usual); the
-// bucket's next drain acquires and fences again. A wrapper of a
-// HolderFencer must forward it (see Isolator).
+// (a stalled holder's open transaction, its commit, a resumer's next
+// transaction) may become visible, so a stalled holder's commit cannot land
+// between this holder's read and its first publish (docs/design.md §7.3),
+// and the acquirer need not wait out ResumeWindow for a process that may
+// still be resuming the bucket (§4.3). ctx ends at the lease's publish
+// cut-off at the latest. On an error the drain stops, gives the lease up
+// with its wake-ups kept and returns the error (classified as usual); the
+// bucket's next drain acquires and fences again.
+//
+// For that, Publish must never make a producer of its own: it publishes a
+// bucket only with the producer FenceHolders initialised for it in this
+// process, and once that producer failed (the publisher dropped it) or
+// before FenceHolders was ever called, it publishes nothing and returns an
+// error wrapping ErrFenceRequired. The relay calls FenceHolders only while
+// it holds the bucket's lease (a resumed drain acquires first), so a
+// process that lost the bucket can never fence its new holder and then
+// commit after that holder's read. A wrapper of a HolderFencer must
+// forward it (see Isolator).
 type HolderFencer interface {
 	FenceHolders(ctx context.Context, bucket int) error
 }

@@ -203,7 +203,7 @@ func TestSweepRetriesAStoppedBucketAfterABackoff(t *testing.T) {
 		return fail(ctx, msgs)
 	}
 	r := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.WithClock(clk), outbox.PollInterval(200*time.Millisecond), outbox.ResumeReleased(false),
-		outbox.LeaseMargin(100*time.Millisecond), outbox.ResumeWindow(300*time.Millisecond))
+		outbox.ResumeWindow(outbox.MinResumeWindow))
 	ctx := ctxFor(t, 10*time.Second)
 	sweep := func() outbox.SweepReport {
 		t.Helper()
@@ -233,7 +233,7 @@ func TestSweepRetriesAStoppedBucketAfterABackoff(t *testing.T) {
 	// An operator parks the head (another process): the next sweep drains
 	// the rest at once.
 	op := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.WithClock(clk), outbox.RelayID("operator"),
-		outbox.LeaseMargin(100*time.Millisecond), outbox.ResumeWindow(300*time.Millisecond))
+		outbox.ResumeWindow(outbox.MinResumeWindow))
 	if _, err := op.Park(ctx, 0, 0, "topic typo"); err != nil {
 		t.Fatalf("Park: %v", err)
 	}

@@ -137,9 +137,10 @@ type Props struct {
 	// ControlTableName outputs); required there, refused otherwise.
 	MessagesTableName *string
 	ControlTableName  *string
-	// LeaseDurationSeconds is OUTBOX_LEASE_DURATION. Default 30, 12..900 (it
-	// must outlast the relay's ResumeWindow, 10 s, plus MaxClockSkew, a sixth
-	// of the lease); keep it well below RelayTimeout.
+	// LeaseDurationSeconds is OUTBOX_LEASE_DURATION. Default 30, 12..900
+	// (renewals every third of it, and the publish cut-off a third before
+	// it ends, need that room on a loaded container); keep it well below
+	// RelayTimeout.
 	LeaseDurationSeconds *float64
 	// GapTimeoutSeconds is OUTBOX_GAP_TIMEOUT. Default 10, 1..3600.
 	GapTimeoutSeconds *float64
@@ -294,7 +295,7 @@ var numbers = []intRange{
 	{name: "StreamBatchSize", field: func(p *Props) **float64 { return &p.StreamBatchSize }, def: 1000, min: 1, max: 10000, what: "the stream event source allows at most 10000 records per batch"},
 	{name: "StreamBatchingWindowSeconds", field: func(p *Props) **float64 { return &p.StreamBatchingWindowSeconds }, def: 0, min: 0, max: 300, what: "the event source's MaximumBatchingWindowInSeconds"},
 	{name: "OutboxBatchSize", field: func(p *Props) **float64 { return &p.OutboxBatchSize }, def: 500, min: 1, max: 10000, what: "OUTBOX_BATCH_SIZE"},
-	{name: "LeaseDurationSeconds", field: func(p *Props) **float64 { return &p.LeaseDurationSeconds }, def: 30, min: 12, max: 900, what: "OUTBOX_LEASE_DURATION in seconds, at least ResumeWindow (10 s) + MaxClockSkew"},
+	{name: "LeaseDurationSeconds", field: func(p *Props) **float64 { return &p.LeaseDurationSeconds }, def: 30, min: 12, max: 900, what: "OUTBOX_LEASE_DURATION in seconds, at least 12"},
 	{name: "GapTimeoutSeconds", field: func(p *Props) **float64 { return &p.GapTimeoutSeconds }, def: 10, min: 1, max: 3600, what: "OUTBOX_GAP_TIMEOUT in seconds"},
 	{name: "SweepMinAgeSeconds", field: func(p *Props) **float64 { return &p.SweepMinAgeSeconds }, def: 10, min: 0, max: 600, what: "OUTBOX_SWEEP_MIN_AGE in seconds"},
 	{name: "ParkStuckAfterSeconds", field: func(p *Props) **float64 { return &p.ParkStuckAfterSeconds }, def: 0, min: 0, max: 604800, what: "OUTBOX_PARK_STUCK_AFTER in seconds; 0 = off"},

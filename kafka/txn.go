@@ -145,9 +145,10 @@ func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acke
 	defer b.unlock()
 	id := TransactionalID(t.prefix, bucket)
 	if b.cl == nil {
-		if b.cl, err = t.newClient(id); err != nil {
-			return 0, wrapMessage(msgs[0], err)
-		}
+		// Never a producer of its own: only FenceHolders, which the relay
+		// calls under the bucket's lease, initialises one
+		// (outbox.HolderFencer's contract).
+		return 0, wrapMessage(msgs[0], fmt.Errorf("kafka: bucket %d (transactional id %q) has no producer this process fenced with: %w", bucket, id, outbox.ErrFenceRequired))
 	}
 	cl := b.cl
 
@@ -189,17 +190,16 @@ func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acke
 		if err := t.abort(ctx, rctx, cl); err != nil {
 			p.log.Warn("kafka: the abort of a failed transaction did not complete; the next initialisation of its transactional id or the broker's timeout ends it",
 				"transactional_id", id, "error", err)
-			t.drop(b)
 		}
+		// The abort initialised the producer again: never publish with a
+		// producer this Publish made (a newer holder may have fenced this
+		// process meanwhile, and the abort fenced it back). The bucket's
+		// next Publish needs a fence, under the lease.
+		t.drop(b)
 		perr := p.produceError(ctx, rctx, recs[failed], cause)
-		terr, purge := p.lostTopic(ctx, msgs[failed].Topic, perr)
-		if purge {
-			// A deleted (or recreated) topic: the bucket's client would
-			// keep refusing the topic's new instance; its next Publish
-			// starts a new one.
-			t.drop(b)
-		}
-		if terr != nil {
+		// A deleted (or recreated) topic: the client is dropped above, so
+		// the bucket's next one (after a fence) knows the new instance.
+		if terr, _ := p.lostTopic(ctx, msgs[failed].Topic, perr); terr != nil {
 			perr = terr
 		}
 		return 0, wrapMessage(msgs[failed], perr)
@@ -309,11 +309,13 @@ func (t *TxnPublisher) newClient(id string) (*kgo.Client, error) {
 // aborts at the coordinator whatever is still open, and changes nothing if
 // a commit did apply. A failed abort
 // leaves the transaction to the next initialisation of the transactional id
-// (the bucket's next Publish here, or the next holder's) or to the broker's
-// timeout, LeaseDuration. An abort that comes after a newer holder
-// initialised the id aborts that holder's transaction in progress: nothing
-// becomes visible, and that holder's publish fails as fenced (retriable) and
-// is tried again.
+// (the relay's next fence of the bucket, here or in the next holder) or to
+// the broker's timeout, LeaseDuration. An abort that comes after a newer
+// holder initialised the id aborts that holder's transaction in progress:
+// nothing becomes visible, and that holder's publish fails as fenced
+// (retriable) and is tried again after its next fence. The producer the
+// abort initialised is never used to publish: Publish drops the client
+// after it (outbox.HolderFencer: only a fence makes a producer).
 func (t *TxnPublisher) abort(ctx, rctx context.Context, cl *kgo.Client) error {
 	until := time.Now().Add(AbandonGrace)
 	if dl, ok := rctx.Deadline(); ok && dl.After(until) {
@@ -373,8 +375,8 @@ func (t *TxnPublisher) bucket(b int) *txnBucket {
 	return tb
 }
 
-// drop closes b's client (b locked): the next Publish of the bucket starts
-// a new producer, whose initialisation fences any other.
+// drop closes b's client (b locked): the bucket's next Publish answers
+// outbox.ErrFenceRequired until FenceHolders initialised a new producer.
 func (t *TxnPublisher) drop(b *txnBucket) {
 	if b.cl != nil {
 		b.cl.Close()

@@ -28,6 +28,11 @@
 //     ended before its marking, a resumer stalled past its window: design.md
 //     §7.13), and its head write on the way out was refused because another
 //     relay acquired the bucket;
+//   - handover-fenced (Kafka transactions): its bucket was acquired from a
+//     release while it was in flight; the acquirer fences the releaser
+//     instead of waiting out its resume (docs/design.md §4.3), so a
+//     transaction the releaser committed before its marks landed is
+//     published again, whole;
 //   - whatever a harness records itself through the checker (e.g. a Kafka
 //     request that timed out after the broker appended it).
 //
@@ -41,7 +46,8 @@
 // that began while another process's publish of it was under way (I4), and
 // admits one only if that other publish had already been cancelled (the
 // records its client had accepted before its cut-off may still land,
-// docs/design.md §7.3).
+// docs/design.md §7.3) or, with Kafka transactions, its producer had
+// already been fenced (nothing of it can become visible: §4.3).
 package attrib
 
 import (
@@ -81,6 +87,11 @@ type Attribution struct {
 	// transactions a failed publish is aborted unless its commit's outcome
 	// is unknown, so only that puts anything at risk (set before any drain).
 	PublishRisk func(error) string
+	// Fenced reports whether who's publish of bucket can no longer make
+	// anything visible: a newer holder fenced its producer (Kafka
+	// transactions). An overlap of two publishes one of which is fenced
+	// is admitted (nil: none is; set before any drain).
+	Fenced func(who string, bucket int) bool
 
 	mu       sync.Mutex
 	inFlight map[int]map[int64]string // bucket -> sequence -> message id: published, not decided
@@ -377,6 +388,13 @@ func (a *Attribution) Acquire(ctx context.Context, bucket int, owner string, now
 	case errors.Is(err, outbox.ErrLeaseHeld) && a.Watermark:
 		// A resumed drain that must hold the lease finds an acquirer there.
 		a.risk(bucket, 0, "handover")
+	case err == nil && l.PrevReleasedBy != "" && a.Fenced != nil:
+		// With Kafka transactions an acquirer from a release fences the
+		// releaser instead of waiting for it (docs/design.md §4.3): a
+		// transaction the releaser committed while resuming, whose
+		// tombstones or head had not landed, is read and published again
+		// whole.
+		a.risk(bucket, l.Head, "handover-fenced")
 	}
 	a.note(a.inFlightOf(bucket), "acquire bucket %d by %s head %d takeover %v released_by %q err %v", bucket, owner, l.Head, l.TakenOver, l.PrevReleasedBy, err)
 	return l, err
@@ -468,6 +486,17 @@ func (a *Attribution) begin(ctx context.Context, who string, bucket int, first i
 			a.overlaps.Admitted++
 			if len(a.overlaps.AdmittedBy) < 5 {
 				a.overlaps.AdmittedBy = append(a.overlaps.AdmittedBy, desc+fmt.Sprintf(" (admitted: %s's publish was cancelled, %v)", o.who, context.Cause(o.ctx)))
+			}
+			continue
+		}
+		if a.Fenced != nil && (a.Fenced(o.who, bucket) || a.Fenced(who, bucket)) {
+			stale := o.who
+			if !a.Fenced(o.who, bucket) {
+				stale = who
+			}
+			a.overlaps.Admitted++
+			if len(a.overlaps.AdmittedBy) < 5 {
+				a.overlaps.AdmittedBy = append(a.overlaps.AdmittedBy, desc+fmt.Sprintf(" (admitted: %s's producer was fenced: its transaction cannot commit)", stale))
 			}
 			continue
 		}

@@ -48,6 +48,9 @@ type txn struct {
 	ids      []string
 	// committedAt: the fenceLog event of its commit (0: not committed).
 	committedAt int
+	// acqAt: the fenceLog event of the acquisition after which its
+	// producer was initialised (0: none — a producer no fence made).
+	acqAt int
 }
 
 // fenceLog numbers the events of the late-commit check: each process's
@@ -55,7 +58,8 @@ type txn struct {
 // first read after each, and the commits.
 type fenceLog struct {
 	n     int
-	acq   map[string]map[int]int // process -> bucket -> epoch at its acquisition
+	acq   map[string]map[int]int // process -> bucket -> epoch at its acquisition, until its first read
+	last  map[string]map[int]int // process -> bucket -> event of its last acquisition
 	reads []acqRead
 }
 
@@ -71,13 +75,17 @@ func (f *fenceLog) next() int {
 
 func (f *fenceLog) acquired(who string, b, epoch int) {
 	if f.acq == nil {
-		f.acq = map[string]map[int]int{}
+		f.acq, f.last = map[string]map[int]int{}, map[string]map[int]int{}
 	}
 	if f.acq[who] == nil {
-		f.acq[who] = map[int]int{}
+		f.acq[who], f.last[who] = map[int]int{}, map[int]int{}
 	}
 	f.acq[who][b] = epoch
+	f.last[who][b] = f.next()
 }
+
+// lastAcquired is the event of who's last acquisition of b (0: none).
+func (f *fenceLog) lastAcquired(who string, b int) int { return f.last[who][b] }
 
 func (f *fenceLog) read(who string, b int) {
 	e, ok := f.acq[who][b]
@@ -134,12 +142,29 @@ var (
 type txnProc struct {
 	p    *publisher
 	who  string
-	prod map[int]int // bucket -> its producer's epoch (0: none yet, or dropped after a fence)
-	busy map[int]bool
+	prod map[int]int // bucket -> its producer's epoch (0: none yet, or dropped after a failure)
+	// acqAt: bucket -> the fenceLog event of the acquisition after which
+	// FenceHolders initialised its producer.
+	acqAt map[int]int
+	busy  map[int]bool
 }
 
 func (p *publisher) txnFor(who string) *txnProc {
-	return &txnProc{p: p, who: who, prod: map[int]int{}, busy: map[int]bool{}}
+	tp := &txnProc{p: p, who: who, prod: map[int]int{}, acqAt: map[int]int{}, busy: map[int]bool{}}
+	if p.procs == nil {
+		p.procs = map[string]*txnProc{}
+	}
+	p.procs[who] = tp
+	return tp
+}
+
+// fenced reports whether who's publish of bucket b can make nothing
+// visible (attrib.Fenced): its producer is older than the transactional
+// id's epoch (a newer producer fenced it), or it has none (its Publish
+// answers ErrFenceRequired without producing).
+func (p *publisher) fenced(who string, b int) bool {
+	tp := p.procs[who]
+	return tp != nil && (tp.prod[b] == 0 || tp.prod[b] != p.epoch[b])
 }
 
 // abortOpen aborts bucket b's open transactions of epochs before e (the new
@@ -178,7 +203,7 @@ func (tp *txnProc) FenceHolders(ctx context.Context, b int) error {
 	case failed:
 		return errRetriable
 	}
-	tp.prod[b] = p.epoch[b]
+	tp.prod[b], tp.acqAt[b] = p.epoch[b], p.fl.lastAcquired(tp.who, b)
 	return nil
 }
 
@@ -196,11 +221,11 @@ func (tp *txnProc) Publish(ctx context.Context, msgs []outbox.Message) (int, err
 	defer func() { tp.busy[b] = false }()
 	s.Yield()
 	if tp.prod[b] == 0 {
-		p.epoch[b]++
-		tp.prod[b] = p.epoch[b]
-		p.abortOpen(b, tp.prod[b])
+		// kafka.TxnPublisher makes no producer of its own: only a fence,
+		// under the lease, does (outbox.HolderFencer).
+		return 0, fmt.Errorf("%s has no producer of bucket %d: %w", tp.who, b, outbox.ErrFenceRequired)
 	}
-	t := &txn{bucket: b, epoch: tp.prod[b], who: tp.who}
+	t := &txn{bucket: b, epoch: tp.prod[b], who: tp.who, acqAt: tp.acqAt[b]}
 	p.txns = append(p.txns, t)
 	tx := len(p.txns) // 1-based: 0 is "no transaction"
 	appendRecs := func(n int) {
@@ -214,9 +239,9 @@ func (tp *txnProc) Publish(ctx context.Context, msgs []outbox.Message) (int, err
 			t.state = txnAborted
 		}
 		t.reported = 2
-		if errors.Is(err, errFenced) {
-			tp.prod[b] = 0 // a new client, whose initialisation fences any other
-		}
+		// kafka.TxnPublisher drops the client after any failure: the
+		// next publish needs a fence, under the lease.
+		tp.prod[b] = 0
 		return 0, err
 	}
 	s.Sleep(ctx.Done(), time.Duration(r.Int64N(int64(300*time.Millisecond))))
@@ -384,17 +409,21 @@ func (w *world) checkTxns(vis []record, parked map[string]bool) {
 }
 
 // checkLateCommits: no transaction commits after another process acquired
-// its bucket and read it, if its producer was initialised before that
-// acquisition — the acquirer's initialisation came first and fenced it.
+// its bucket and read it, unless its own process acquired the bucket after
+// that read and initialised its producer after that acquisition (it then
+// holds the bucket). A stale holder's producer, initialised before the
+// other's acquisition, was fenced by it; a resumer's, had it made one
+// after the other's fence, would commit here unfenced (docs/design.md
+// §4.3: a resumer never initialises a producer).
 func (w *world) checkLateCommits() {
 	for i, t := range w.pub.txns {
 		if t.committedAt == 0 {
 			continue
 		}
 		for _, rd := range w.pub.fl.reads {
-			if rd.bucket == t.bucket && rd.who != t.who && t.epoch <= rd.epoch && rd.at < t.committedAt {
-				w.res.LateCommits = append(w.res.LateCommits, fmt.Sprintf("transaction %d (%s, epoch %d) of bucket %d committed after %s acquired the bucket at epoch %d and read it",
-					i+1, t.who, t.epoch, t.bucket, rd.who, rd.epoch))
+			if rd.bucket == t.bucket && rd.who != t.who && t.acqAt < rd.at && rd.at < t.committedAt {
+				w.res.LateCommits = append(w.res.LateCommits, fmt.Sprintf("transaction %d (%s, epoch %d, producer made after its acquisition at event %d) of bucket %d committed after %s acquired the bucket at epoch %d and read it (event %d)",
+					i+1, t.who, t.epoch, t.acqAt, t.bucket, rd.who, rd.epoch, rd.at))
 				break
 			}
 		}

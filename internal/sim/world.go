@@ -62,30 +62,28 @@ type Config struct {
 	// (txn.go), drawn from a third random source of the seed.
 	Txn bool
 
-	// Restamps, drawn from a fourth random source of the seed (so the
-	// schedules above stay as they were): the schedule puts acquisitions
-	// next to restamps (docs/design.md §4.3). The resume window's options
-	// are drawn (LeaseMargin, ResumeWindow, MaxClockSkew; Skew is then up
-	// to MaxClockSkew, and exactly it in half of them, so that an
-	// acquirer's margin is used), writers commit every eighth to three
-	// quarters of the window (drains resume and restamp), and each restamp
-	// may bring another process's drain of its bucket (a container of the
-	// relay function, with the same owner id, where Function) right then
-	// or a little later, while its write is delayed, fails, or lands after
-	// its caller was told it timed out (yieldStore.RestampRelease).
-	Restamps                           bool
-	LeaseMargin, ResumeWindow, MaxSkew time.Duration
+	// Handovers, drawn from a fourth random source of the seed (so the
+	// schedules above stay as they were): the schedule hands busy buckets
+	// over (docs/design.md §4.3). ResumeWindow and MaxClockSkew are drawn
+	// (Skew is then up to MaxClockSkew, and exactly it in half of them),
+	// writers commit every tenth of a window to two windows (drains
+	// resume, and acquirers come while they do), and a look at a bucket's
+	// lease — a resumer's, its watchdog's — brings another process's drain
+	// of the bucket (a container of the relay function, with the same
+	// owner id, where Function) right then or within a window, half of the
+	// times while writers write (yieldStore.ReadLease).
+	Handovers             bool
+	ResumeWindow, MaxSkew time.Duration
 }
 
-// drawRestamps draws the restamp schedules' shape from r.
-func drawRestamps(c *Config, r *rand.Rand) {
-	c.Restamps = r.IntN(3) == 0
-	if !c.Restamps {
+// drawHandovers draws the hand-over schedules' shape from r.
+func drawHandovers(c *Config, r *rand.Rand) {
+	c.Handovers = r.IntN(3) == 0
+	if !c.Handovers {
 		return
 	}
 	c.MaxSkew = time.Second + time.Duration(r.Int64N(int64(4*time.Second)))
-	c.LeaseMargin = 300*time.Millisecond + time.Duration(r.Int64N(int64(3*time.Second)))
-	c.ResumeWindow = c.LeaseMargin + 2*time.Second + time.Duration(r.Int64N(int64(8*time.Second)))
+	c.ResumeWindow = outbox.MinResumeWindow + time.Duration(r.Int64N(int64(3*time.Second)))
 	c.Skew = c.MaxSkew
 	if r.IntN(2) == 0 {
 		c.Skew = time.Duration(r.Int64N(int64(c.MaxSkew)))
@@ -94,22 +92,25 @@ func drawRestamps(c *Config, r *rand.Rand) {
 	c.Resume = true
 }
 
-// window is a resumed drain's publish window (ResumeWindow - LeaseMargin)
-// under the schedule's options.
-func (c Config) window() time.Duration {
-	if !c.Restamps {
-		return 5 * time.Second // the defaults': 10 s - 5 s
+// resumeWindow is the schedule's ResumeWindow.
+func (c Config) resumeWindow() time.Duration {
+	if !c.Handovers {
+		return outbox.DefaultResumeWindow
 	}
-	return c.ResumeWindow - c.LeaseMargin
+	return c.ResumeWindow
 }
+
+// window is how long after a look at the lease a resumed drain may still
+// publish and mark (half a ResumeWindow) under the schedule's options.
+func (c Config) window() time.Duration { return c.resumeWindow() / 2 }
 
 // windowOpts are the resume window's options every process of the schedule
 // runs with (none: the defaults).
 func (c Config) windowOpts() []outbox.Option {
-	if !c.Restamps {
+	if !c.Handovers {
 		return nil
 	}
-	return []outbox.Option{outbox.LeaseMargin(c.LeaseMargin), outbox.ResumeWindow(c.ResumeWindow), outbox.MaxClockSkew(c.MaxSkew)}
+	return []outbox.Option{outbox.ResumeWindow(c.ResumeWindow), outbox.MaxClockSkew(c.MaxSkew)}
 }
 
 // drawDeployed draws the deployment's shape from r.
@@ -176,9 +177,9 @@ type Result struct {
 	Story []string
 	// Resends counts conditional writes the SDK sent twice.
 	Resends int
-	// Restamps counts release times a resumer rewrote (RestampRelease that
-	// succeeded), each opening a new resume window without an acquisition.
-	Restamps int
+	// Handovers counts acquisitions of a lease another process released
+	// (DrainStats.HandedOver): each waited ResumeWindow, or fenced.
+	Handovers int
 	// OutOfOrder: first deliveries of a bucket out of sequence order.
 	OutOfOrder []string
 	// Overlaps counts publishes of a bucket by one process that began while
@@ -242,9 +243,12 @@ type world struct {
 	chk       *checker.Checker
 	hints     []hint
 	inFlight  map[int]int // bucket -> deliveries running
-	writing   int
-	running   int // deliveries running
-	res       Result
+	// contending: bucket -> contenders (contend) running; a look spawns
+	// one only while none runs, so contenders' own looks do not multiply.
+	contending map[int]int
+	writing    int
+	running    int // deliveries running
+	res        Result
 }
 
 // relay is one relay process.
@@ -273,8 +277,8 @@ func Run(seed uint64) (Result, error) {
 	cfg.Watermark = seed%3 == 0
 	drawDeployed(&cfg, rand.New(rand.NewPCG(seed, 0xdeb10e)))
 	cfg.Txn = rand.New(rand.NewPCG(seed, 0x7c0de)).IntN(3) == 0
-	drawRestamps(&cfg, rand.New(rand.NewPCG(seed, 0x5e57a3b)))
-	w := &world{s: s, cfg: cfg, mem: memory.New(cfg.Buckets), committed: map[string]record{}, inFlight: map[int]int{}}
+	drawHandovers(&cfg, rand.New(rand.NewPCG(seed, 0x5e57a3b)))
+	w := &world{s: s, cfg: cfg, mem: memory.New(cfg.Buckets), committed: map[string]record{}, inFlight: map[int]int{}, contending: map[int]int{}}
 	w.res.Config = cfg
 	w.store = &yieldStore{Store: w.mem, s: s, w: w}
 	w.pub = &publisher{w: w, epoch: map[int]int{}}
@@ -284,6 +288,7 @@ func Run(seed uint64) (Result, error) {
 	if cfg.Txn {
 		w.pub.txns = []*txn{}
 		w.pub.stalls, w.pub.frozen = rand.New(rand.NewPCG(seed, 0x57a11)), map[string]bool{}
+		w.at.Fenced = w.pub.fenced
 		// An aborted transaction publishes nothing.
 		w.at.PublishRisk = func(err error) string {
 			if errors.Is(err, errCommitUnknown) {
@@ -463,11 +468,10 @@ func (w *world) write(n int) {
 			break
 		}
 		w.s.Sleep(nil, time.Duration(r.Int64N(int64(200*time.Millisecond))))
-		if w.cfg.Restamps {
-			// Drains of the bucket resume, a quarter window after a release
-			// or restamp they restamp, and at half a window they acquire.
-			win := w.cfg.window()
-			w.s.Sleep(nil, win/8+time.Duration(r.Int64N(int64(win*5/8))))
+		if w.cfg.Handovers {
+			// Drains of the bucket resume; acquirers come while they do.
+			win := w.cfg.resumeWindow()
+			w.s.Sleep(nil, win/10+time.Duration(r.Int64N(int64(2*win))))
 		}
 		if w.cfg.Pauses && r.Float64() < 0.15 {
 			w.s.Sleep(nil, 4*time.Second+time.Duration(r.Int64N(int64(16*time.Second))))
@@ -512,6 +516,9 @@ func (w *world) deliver() {
 				defer func() { w.inFlight[b]--; w.running-- }()
 				w.tracef("%s drain b%d to %d", rl.id, b, seq)
 				st, err := rl.r.DrainBucketTo(context.Background(), b, seq)
+				if st.HandedOver {
+					w.res.Handovers++
+				}
 				w.tracef("%s drained b%d to %d: head %d published %d resumed=%v acquired=%v err=%v", rl.id, b, seq, st.Head, st.Published, st.Resumed, st.Acquired, err)
 				if err != nil && !errors.Is(err, outbox.ErrLeaseHeld) {
 					// The mapping retries the batch after a while.
@@ -528,19 +535,25 @@ func (w *world) deliver() {
 }
 
 // contend has a random live relay (another container, often) drain bucket
-// b now or within half a window: an acquisition next to a restamp.
+// b now or within a ResumeWindow: an acquisition next to a look at the
+// lease, which may be a resumer's.
 func (w *world) contend(b int) {
 	rl := w.liveRelay()
 	d := time.Duration(0)
 	if w.s.Rand().IntN(2) == 0 {
-		d = time.Duration(w.s.Rand().Int64N(int64(w.cfg.window() / 2)))
+		d = time.Duration(w.s.Rand().Int64N(int64(w.cfg.resumeWindow())))
 	}
+	w.contending[b]++
 	w.s.Spawn("contender", func() {
+		defer func() { w.contending[b]-- }()
 		w.s.Sleep(nil, d)
 		if rl.dead {
 			return
 		}
 		st, err := rl.r.DrainBucket(context.Background(), b)
+		if st.HandedOver {
+			w.res.Handovers++
+		}
 		w.tracef("%s contended b%d: head %d published %d resumed=%v acquired=%v err=%v", rl.id, b, st.Head, st.Published, st.Resumed, st.Acquired, err)
 	})
 }
@@ -700,7 +713,7 @@ func (f *faults) At(ctx context.Context, p seam.CrashPoint, bucket int) error {
 		d := time.Duration(r.Int64N(int64(45 * time.Second))) // past the lease, sometimes
 		if d >= f.w.cfg.window() {
 			// The shortest stall recorded as one is the publish window of
-			// a resumed drain (ResumeWindow - LeaseMargin, Config.window).
+			// a resumed drain (half a ResumeWindow, Config.window).
 			// A process paused this long may outlast a resume window or its
 			// lease's cut-off with the bucket's messages undecided.
 			f.w.at.Stalled(bucket, string(p))
@@ -730,6 +743,8 @@ type publisher struct {
 	// processes frozen now (their lease renewals do not happen).
 	stalls *rand.Rand
 	frozen map[string]bool
+	// procs: each process's transactional publisher (txnFor).
+	procs map[string]*txnProc
 }
 
 // pubFor is the publisher of the process who: the shared log, or with
@@ -814,6 +829,11 @@ func (y *yieldStore) Config(ctx context.Context) (outbox.Config, error) {
 }
 func (y *yieldStore) ReadLease(ctx context.Context, b int) (outbox.Lease, error) {
 	y.s.Yield()
+	if y.w.cfg.Handovers && y.w.writing > 0 && y.w.contending[b] == 0 && y.s.Rand().IntN(2) == 0 {
+		// An acquisition by another process next to this look, which may
+		// be a resumer's (its first look, a recheck, its watchdog's).
+		y.w.contend(b)
+	}
 	return y.Store.ReadLease(ctx, b)
 }
 
@@ -864,46 +884,6 @@ func (y *yieldStore) Abandon(ctx context.Context, l outbox.Lease, head, cleaned 
 	return err
 }
 
-// errRestampFault is a restamp the store refused (throttled): not applied.
-var errRestampFault = errors.New("sim: restamp of the release failed (throttled)")
-
-func (y *yieldStore) RestampRelease(ctx context.Context, l outbox.Lease) (outbox.Lease, error) {
-	y.s.Yield()
-	if y.w.cfg.Restamps {
-		r, win := y.s.Rand(), y.w.cfg.window()
-		if y.w.writing > 0 && r.IntN(3) != 0 {
-			// (While writers write: a contender's drain restamps too.)
-			y.w.contend(l.Bucket)
-		}
-		switch x := r.Float64(); {
-		case x < 0.25: // a slow write: it lands a while after it was sent
-			y.s.Sleep(nil, time.Duration(r.Int64N(int64(2*win))))
-		case x < 0.4:
-			y.w.tracef("  RestampRelease b%d by %s failed, not applied", l.Bucket, l.Owner)
-			return outbox.Lease{}, errRestampFault
-		case x < 0.55:
-			// The caller is told it timed out; the write lands later.
-			d := time.Duration(r.Int64N(int64(win)))
-			y.s.Spawn("late-restamp", func() {
-				y.s.Sleep(nil, d)
-				nl, err := y.Store.RestampRelease(context.WithoutCancel(ctx), l)
-				if err == nil {
-					y.w.res.Restamps++
-				}
-				y.lease("RestampRelease (late)", l.Bucket, l.Owner, nl, err)
-			})
-			y.w.tracef("  RestampRelease b%d by %s timed out, lands in %v", l.Bucket, l.Owner, d)
-			return outbox.Lease{}, context.DeadlineExceeded
-		}
-	}
-	var nl outbox.Lease
-	err := y.resent("RestampRelease", l.Bucket, func() (err error) { nl, err = y.Store.RestampRelease(ctx, l); return err })
-	if err == nil {
-		y.w.res.Restamps++
-	}
-	y.lease("RestampRelease", l.Bucket, l.Owner, nl, err)
-	return nl, err
-}
 func (y *yieldStore) Advance(ctx context.Context, l outbox.Lease, head, cleaned int64, now time.Time) (outbox.Lease, error) {
 	y.s.Yield()
 	var nl outbox.Lease

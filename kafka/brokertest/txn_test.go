@@ -390,7 +390,8 @@ func lowerMaxMessageBytes(t *testing.T, k *testenv.KafkaCluster, topic, lim stri
 // transaction before it returns: a read_committed consumer of the partition
 // reads on past a record produced after it and never sees the transaction's
 // records, while a read_uncommitted one shows they were appended. The
-// bucket's next Publish commits. (Without the abort, or with kgo's TryAbort
+// bucket's next Publish refuses to publish with a producer of its own
+// (ErrFenceRequired); after a fence it commits. (Without the abort, or with kgo's TryAbort
 // alone, which only marks the producer id for reloading, the transaction
 // stays open at the broker until its timeout, LeaseDuration, here ten
 // minutes: the read_committed read stops at it and fails when the test's
@@ -420,6 +421,9 @@ func TestTxnUnconfirmedCommitIsAborted(t *testing.T) {
 			for i := range msgs {
 				msgs[i].Value = fmt.Appendf(nil, "unconfirmed-%d", i)
 			}
+			if err := p.FenceHolders(testCtx(t), msgs[0].Bucket); err != nil {
+				t.Fatal(err)
+			}
 			acked, err := p.Publish(testCtx(t), msgs)
 			refuse.Store(false)
 			if acked != 0 || !errors.Is(err, kafka.ErrCommitUnknown) || !errors.Is(err, code) {
@@ -435,8 +439,17 @@ func TestTxnUnconfirmedCommitIsAborted(t *testing.T) {
 				t.Fatalf("read_committed read %v from a transaction whose commit was not confirmed", got)
 			}
 
+			// The failed transaction's producer is gone: the bucket
+			// publishes again only after a fence (which the relay makes
+			// under the lease: outbox.HolderFencer).
 			next := messages(topic, 1, sameKey("k"))
 			next[0].Value = []byte("next")
+			if acked, err := p.Publish(testCtx(t), next); acked != 0 || !errors.Is(err, outbox.ErrFenceRequired) {
+				t.Fatalf("Publish after the failed transaction = %d, %v; want 0 and ErrFenceRequired", acked, err)
+			}
+			if err := p.FenceHolders(testCtx(t), next[0].Bucket); err != nil {
+				t.Fatal(err)
+			}
 			if acked, err := p.Publish(testCtx(t), next); acked != 1 || err != nil {
 				t.Fatalf("the next Publish = %d, %v", acked, err)
 			}

@@ -95,11 +95,9 @@ func (r Range) String() string {
 
 // Ranges of the numeric variables.
 //
-// The lease is at least MinLeaseSeconds (12 s): it must outlast ResumeWindow
-// (10 s) plus MaxClockSkew (a sixth of the lease), because a relay that takes
-// over an expired lease owes no ResumeWindow wait, and the holder it replaces
-// may have owed one to a relay still resuming the bucket; at most 15 min, the longest a
-// Lambda invocation runs (a longer lease only delays takeover after a crash).
+// The lease is at least MinLeaseSeconds (12 s), at most 15 min, the longest
+// a Lambda invocation runs (a longer lease only delays takeover after a
+// crash).
 // The gap timeout is at least 1 s because a writer's reservation and commit
 // take tens of milliseconds and a shorter wait fences live writers; at most
 // 1 h, beyond which a stuck writer holds its bucket for no benefit (the
@@ -174,12 +172,16 @@ func Load(getenv func(string) string) (Config, error) {
 	return c, errors.Join(l.errs...)
 }
 
-// ResumeWindow is the engine's default (10s): the functions do not change it.
-func (c Config) ResumeWindow() time.Duration { return 10 * time.Second }
+// ResumeWindow is the engine's default (outbox.DefaultResumeWindow, 500ms):
+// the functions do not change it.
+func (c Config) ResumeWindow() time.Duration { return outbox.DefaultResumeWindow }
 
-// MinLeaseSeconds is the shortest OUTBOX_LEASE_DURATION: the lease must last
-// at least ResumeWindow + MaxClockSkew (10 s + a sixth of the lease), because
-// a takeover at expiry owes no ResumeWindow wait (docs/design.md §4.1).
+// MinLeaseSeconds is the shortest OUTBOX_LEASE_DURATION. The lease must last
+// at least ResumeWindow + MaxClockSkew (a takeover at expiry owes no
+// ResumeWindow wait: docs/design.md §4.1), which any lease of a second does;
+// below 12 s the renewals (every third of it) and the publish cut-off
+// (LeaseMargin + MaxClockSkew, a third of it) leave a loaded container's
+// pauses too little room, and a live holder's lease is taken over.
 const MinLeaseSeconds = 12
 
 // RenewInterval is a third of the lease, as the defaults are.

@@ -83,7 +83,7 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{set: "OUTBOX_CONCURRENCY", value: "257", variable: "OUTBOX_CONCURRENCY", reason: "1..256"},
 		{set: "OUTBOX_LEASE_DURATION", value: "30", variable: "OUTBOX_LEASE_DURATION", reason: "Go duration"},
 		{set: "OUTBOX_LEASE_DURATION", value: "5s", variable: "OUTBOX_LEASE_DURATION", reason: "12s..15m0s"},
-		// Below ResumeWindow (10s) + MaxClockSkew (a sixth of the lease).
+		// Below the 12 s that renewals and the cut-off need on a loaded container.
 		{set: "OUTBOX_LEASE_DURATION", value: "11s", variable: "OUTBOX_LEASE_DURATION", reason: "12s..15m0s"},
 		{set: "OUTBOX_LEASE_DURATION", value: "24h", variable: "OUTBOX_LEASE_DURATION", reason: "12s..15m0s"},
 		{set: "OUTBOX_GAP_TIMEOUT", value: "-1s", variable: "OUTBOX_GAP_TIMEOUT", reason: "1s..1h0m0s"},

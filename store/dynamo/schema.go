@@ -61,14 +61,9 @@ const (
 	attrPrevOwner   = "po"
 	attrPrevExpires = "pe"
 	attrPrevToken   = "ptk"
-	// When the hold that released the lease decided to (ms, its clock) and
-	// that hold's token, written by Release and Abandon; an acquisition
-	// keeps both as prt, prtk (outbox.Lease.ReleasedAt, PrevReleasedAt).
-	attrReleasedAt      = "rt"
-	attrReleasedToken   = "rtk"
-	attrPrevReleasedAt  = "prt"
-	attrPrevReleasedTok = "prtk"
-	attrSeen            = "seen"
+	// rt, rtk, prt and prtk (a release's time and token, before issue 28)
+	// are no longer written or read; lease items may still carry them.
+	attrSeen = "seen"
 	// Why a bucket stopped, on its lease item (outbox.Stuck): ks sequence,
 	// ki message id, kt topic, kc class, km reason, kf since (ms), kl last
 	// (ms), kn count.

@@ -160,11 +160,11 @@ func (s *Store) Acquire(ctx context.Context, bucket int, owner string, now time.
 			// owner's name is another holder.
 			ConditionExpression: str("attribute_not_exists(#o) OR #e <= :now"),
 			UpdateExpression: str("SET #o = :me, #e = :exp, #tk = :tk, #po = if_not_exists(#o, :none), #pe = if_not_exists(#e, :zero), " +
-				"#ptk = if_not_exists(#tk, :none), #prt = if_not_exists(#rt, :zero), #prtk = if_not_exists(#rtk, :none), " +
+				"#ptk = if_not_exists(#tk, :none), " +
 				"#v = :v, #hd = if_not_exists(#hd, :zero), " +
 				"#cl = if_not_exists(#cl, :zero), #w = if_not_exists(#w, :zero) ADD #ep :one"),
 			ExpressionAttributeNames: names(attrOwner, attrExpires, attrToken, attrPrevOwner, attrPrevExpires, attrPrevToken,
-				attrReleasedAt, attrReleasedToken, attrPrevReleasedAt, attrPrevReleasedTok, attrVersion, attrHead, attrCleaned, attrWake, attrEpoch),
+				attrVersion, attrHead, attrCleaned, attrWake, attrEpoch),
 			ExpressionAttributeValues: map[string]types.AttributeValue{
 				":now": numAttr(millis(now)), ":me": strAttr(owner), ":exp": numAttr(exp), ":tk": strAttr(token),
 				":none": strAttr(""), ":v": numAttr(outbox.FormatVersion), ":zero": numAttr(0), ":one": numAttr(1),
@@ -218,11 +218,6 @@ func acquired(bucket int, item map[string]types.AttributeValue) (outbox.Lease, e
 	l.TakenOver = prevOwner != "" && prevExp != 0
 	if prevOwner != "" && prevExp == 0 {
 		l.PrevReleasedBy, l.PrevToken = prevOwner, strField(item, attrPrevToken)
-		// A release time counts only if the hold that released wrote it:
-		// a release by a version that writes none leaves an older one.
-		if at, _ := intAttr(item, attrPrevReleasedAt, false); at > 0 && l.PrevToken != "" && strField(item, attrPrevReleasedTok) == l.PrevToken {
-			l.PrevReleasedAt = fromMillis(at)
-		}
 	}
 	return l, nil
 }
@@ -323,20 +318,8 @@ func endHold(l outbox.Lease, head, cleaned int64) (cond, update string, attrs ma
 		attrs["#g"], attrs["#gs"] = attrGap, attrGapSince
 	}
 	values = map[string]types.AttributeValue{":zero": numAttr(0), ":hd": numAttr(head), ":cl": numAttr(cleaned)}
-	update += releasedAt(l, attrs, values)
 	cond = mine(l, attrs, values) + " AND (attribute_not_exists(#hd) OR #hd <= :hd) AND (attribute_not_exists(#cl) OR #cl <= :cl)"
 	return cond, update, attrs, values
-}
-
-// releasedAt is the part of an update that ends l's hold recording
-// l.ReleasedAt with l's token ("" when either is unset).
-func releasedAt(l outbox.Lease, attrs map[string]string, values map[string]types.AttributeValue) string {
-	if l.ReleasedAt.IsZero() || l.Token == "" {
-		return ""
-	}
-	attrs["#rt"], attrs["#rtk"] = attrReleasedAt, attrReleasedToken
-	values[":rt"], values[":rtk"] = numAttr(millis(l.ReleasedAt)), strAttr(l.Token)
-	return ", #rt = :rt, #rtk = :rtk"
 }
 
 // Release implements outbox.Store: one conditional UpdateItem (condition:
@@ -394,7 +377,7 @@ func (s *Store) Abandon(ctx context.Context, l outbox.Lease, head, cleaned int64
 	}
 	// Ours, but a mark would move backwards: give the hold up, marks as they are.
 	attrs, values = names(attrExpires), map[string]types.AttributeValue{":zero": numAttr(0)}
-	update = "SET #e = :zero" + releasedAt(l, attrs, values)
+	update = "SET #e = :zero"
 	_, _, err = s.updateLease(ctx, l.Bucket, &dynamodb.UpdateItemInput{
 		ConditionExpression:       str(mine(l, attrs, values)),
 		UpdateExpression:          str(update),
@@ -452,33 +435,6 @@ func (s *Store) Advance(ctx context.Context, l outbox.Lease, head, cleaned int64
 		return cur, nil
 	}
 	return outbox.Lease{}, fmt.Errorf("dynamo: advance bucket %d: the lease changed since it was read: %w", l.Bucket, outbox.ErrLeaseLost)
-}
-
-// RestampRelease implements outbox.Store: one conditional UpdateItem of
-// the release time, on the lease as released by l's hold.
-func (s *Store) RestampRelease(ctx context.Context, l outbox.Lease) (outbox.Lease, error) {
-	if l.Bucket < 0 || l.Owner == "" || l.Token == "" || l.ReleasedAt.IsZero() {
-		return outbox.Lease{}, fmt.Errorf("dynamo: restamp the release of bucket %d: no owner, token or release time", l.Bucket)
-	}
-	rt := millis(l.ReleasedAt)
-	nl, old, err := s.updateLease(ctx, l.Bucket, &dynamodb.UpdateItemInput{
-		// Released by this hold, and no later time recorded for it: a
-		// delayed resend never moves the time back.
-		ConditionExpression:      str("#o = :me AND #tk = :tk AND #e = :zero AND #rtk = :tk AND #rt <= :rt"),
-		UpdateExpression:         str("SET #rt = :rt"),
-		ExpressionAttributeNames: names(attrOwner, attrToken, attrExpires, attrReleasedToken, attrReleasedAt),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":me": strAttr(l.Owner), ":tk": strAttr(l.Token), ":zero": numAttr(0), ":rt": numAttr(rt),
-		},
-	})
-	if !errors.Is(err, errChanged) {
-		return nl, wrapLease("restamp the release of", l.Bucket, err)
-	}
-	if cur, derr := decodeLease(l.Bucket, old); derr == nil && cur.Released() && cur.Owner == l.Owner && cur.Token == l.Token &&
-		!cur.ReleasedAt.IsZero() && millis(cur.ReleasedAt) == rt {
-		return cur, nil // a resend of this write that applied
-	}
-	return outbox.Lease{}, fmt.Errorf("dynamo: restamp the release of bucket %d: no longer released by this hold: %w", l.Bucket, outbox.ErrLeaseLost)
 }
 
 // updateLease runs one conditional UpdateItem on bucket's lease and returns
@@ -540,9 +496,6 @@ func decodeLease(bucket int, item map[string]types.AttributeValue) (outbox.Lease
 	l.GapSince = fromMillis(num(attrGapSince))
 	l.Wake = num(attrWake)
 	l.Epoch = num(attrEpoch)
-	if l.Token != "" && strField(item, attrReleasedToken) == l.Token {
-		l.ReleasedAt = fromMillis(num(attrReleasedAt))
-	}
 	if seq := num(attrStuckSeq); seq > 0 {
 		l.Stuck = outbox.Stuck{Sequence: seq, MessageID: stringOf(item[attrStuckID]), Topic: stringOf(item[attrStuckTopic]),
 			Class: outbox.ErrorClass(num(attrStuckClass)), Reason: stringOf(item[attrStuckReason]),

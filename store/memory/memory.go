@@ -24,8 +24,7 @@ type Store struct {
 	leases      map[int]*outbox.Lease
 	relays      map[string]time.Time
 	parked      map[int][]outbox.Parked
-	releasedBy  map[int]string // the token whose release recorded the lease's ReleasedAt
-	tokens      int64          // acquisitions so far: each gets a fresh token
+	tokens      int64 // acquisitions so far: each gets a fresh token
 	shared      outbox.Config
 
 	// Hook, when set, is called at the start of every Store method with the
@@ -51,7 +50,6 @@ func New(bucketCount int) *Store {
 		leases:      make(map[int]*outbox.Lease),
 		relays:      make(map[string]time.Time),
 		parked:      make(map[int][]outbox.Parked),
-		releasedBy:  make(map[int]string),
 	}
 }
 
@@ -187,9 +185,6 @@ func (s *Store) Acquire(ctx context.Context, bucket int, owner string, now time.
 		out.TakenOver = !l.Expires.IsZero()
 		if l.Expires.IsZero() {
 			out.PrevReleasedBy, out.PrevToken = l.Owner, l.Token
-			if s.releasedBy[bucket] == l.Token {
-				out.PrevReleasedAt = l.ReleasedAt
-			}
 		}
 	}
 	s.tokens++
@@ -287,12 +282,9 @@ func (s *Store) Abandon(ctx context.Context, l outbox.Lease, head, cleaned int64
 	return ctx.Err()
 }
 
-// giveUp ends l's hold: owner kept, expiry cleared, marks moved forward,
-// the release time recorded with the hold's token.
+// giveUp ends l's hold: owner kept, expiry cleared, marks moved forward.
 func (s *Store) giveUp(cur *outbox.Lease, l outbox.Lease, head, cleaned int64) {
 	cur.Expires = time.Time{}
-	cur.ReleasedAt = l.ReleasedAt
-	s.releasedBy[cur.Bucket] = cur.Token
 	if head > cur.Head {
 		cur.Head = head
 		if cur.Gap != 0 && cur.Gap <= head {
@@ -300,24 +292,6 @@ func (s *Store) giveUp(cur *outbox.Lease, l outbox.Lease, head, cleaned int64) {
 		}
 	}
 	cur.Cleaned = max(cur.Cleaned, min(cleaned, cur.Head))
-}
-
-// RestampRelease implements outbox.Store.
-func (s *Store) RestampRelease(ctx context.Context, l outbox.Lease) (outbox.Lease, error) {
-	if err := s.hook("RestampRelease", l.Bucket); err != nil {
-		return outbox.Lease{}, err
-	}
-	if l.Token == "" || l.ReleasedAt.IsZero() {
-		return outbox.Lease{}, fmt.Errorf("memory: restamp the release of bucket %d: no token or release time", l.Bucket)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cur := s.lease(l.Bucket)
-	if !ours(cur, l) || !cur.Expires.IsZero() || s.releasedBy[l.Bucket] != l.Token || cur.ReleasedAt.After(l.ReleasedAt) {
-		return outbox.Lease{}, outbox.ErrLeaseLost
-	}
-	cur.ReleasedAt = l.ReleasedAt
-	return *cur, ctx.Err()
 }
 
 // Advance implements outbox.Store.
