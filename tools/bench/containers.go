@@ -50,7 +50,8 @@ type switchStats struct {
 	Drains        int     `json:"drains"`
 	Resumed       int     `json:"resumed"`
 	Acquired      int     `json:"acquired"`
-	Waited        int     `json:"waited"` // acquisitions that owed a ResumeWindow wait
+	HandedOver    int     `json:"handed_over"` // acquisitions from another container's release
+	Waited        int     `json:"waited"`      // acquisitions that waited ResumeWindow (a hand-over)
 	WaitP50ms     float64 `json:"wait_p50_ms"`
 	WaitMaxms     float64 `json:"wait_max_ms"`
 	WaitTotalS    float64 `json:"wait_total_s"`
@@ -70,7 +71,7 @@ func (l *drainLog) result(run steadyRun) *switchStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := &switchStats{Containers: run.containers, SwitchEveryS: run.switchEvery.Seconds(), Drains: len(l.drains),
-		PerSwitchNote: "an acquisition from another container's release waits until that release + ResumeWindow + MaxClockSkew, at most ResumeWindow"}
+		PerSwitchNote: "an acquisition from another container's release waits ResumeWindow (500 ms) before its first read, or fences with Kafka transactions"}
 	var waits, durs []float64
 	for _, d := range l.drains {
 		durs = append(durs, ms(d.Duration))
@@ -79,6 +80,9 @@ func (l *drainLog) result(run steadyRun) *switchStats {
 			s.Resumed++
 		case d.Acquired:
 			s.Acquired++
+		}
+		if d.HandedOver {
+			s.HandedOver++
 		}
 		if d.ResumeWait > 0 {
 			s.Waited++
@@ -110,6 +114,7 @@ func startContainers(ctx context.Context, st *stage, run steadyRun, drains *drai
 		MessagesTable: st.tables.Messages, ControlTable: st.tables.Control, BatchSize: relayBatch, Topics: []string{st.topic},
 		LeaseDuration: 30 * time.Second, GapTimeout: 10 * time.Second, MaxMessageBytes: outbox.DefaultMaxMessageBytes,
 		Concurrency: relayConcurrency, Brokers: st.brokers, Auth: config.AuthNone, Region: st.awsCfg.Region, DynamoEndpoint: st.endpoint,
+		Transactional: run.mode.Transactional,
 	}
 	var (
 		handlers []*handler.Relay

@@ -21,6 +21,7 @@
 //	cd tools && go run ./bench -only runrelay            # the runrelay lines alone
 //	cd tools && go run ./bench -only steady -sweep -out /tmp/s   # + cost by rate and window
 //	cd tools && go run ./bench -only txn                 # the transactional mode beside the default
+//	cd tools && go run ./bench -only handover            # the handover lines alone
 //
 // It ends with the lines:
 //
@@ -30,6 +31,7 @@
 //	steady: rate=50 …
 //	steady: rate=200 …
 //	steady: rate=burst …
+//	handover: mode=delete … added_p99_ms=…   (and mode=watermark, mode=txn)
 //	scale: buckets=8 offered_msgs_per_s=2000 … limit=dynamodb-local|none …
 //	scale: buckets=16 …, 32, 64
 //	runrelay: p50_ms=… p99_ms=… poll_ms=200 …
@@ -87,6 +89,7 @@ type options struct {
 	switchEvery time.Duration
 	sweep       sweepOptions
 	scale       scaleOptions
+	handover    handoverOptions
 	// prebuilt: bootstraps built before the run (tests build them before
 	// any time budget starts); empty: the footprint stage builds them.
 	prebuilt prebuilt
@@ -130,7 +133,8 @@ func fullOptions() options {
 			seconds: func(rate float64) float64 { return min(120, max(20, 600/rate)) }},
 		// Ten times the steady stage's 200 msgs/s; 128 writers commit
 		// 2,000 msgs/s while a commit takes under 64 ms.
-		scale: scaleOptions{buckets: []int{8, 16, 32, 64}, rate: 2000, seconds: 5, warmup: time.Second, writers: 128},
+		scale:    scaleOptions{buckets: []int{8, 16, 32, 64}, rate: 2000, seconds: 5, warmup: time.Second, writers: 128},
+		handover: handoverDefaults,
 	}
 }
 
@@ -147,7 +151,8 @@ func smokeOptions() options {
 		steadyWarmup: 300 * time.Millisecond, modes: []relayMode{modeDelete, modeWatermark},
 		sweep: sweepOptions{rates: []float64{50}, windows: []time.Duration{time.Second},
 			seconds: func(float64) float64 { return 1.5 }},
-		scale: scaleOptions{buckets: []int{64}, rate: 200, seconds: 0.5, warmup: 200 * time.Millisecond, writers: 16},
+		scale:    scaleOptions{buckets: []int{64}, rate: 200, seconds: 0.5, warmup: 200 * time.Millisecond, writers: 16},
+		handover: handoverOptions{modes: []relayMode{modeDelete}, rate: 50, seconds: 0.6, buckets: 8},
 	}
 }
 
@@ -155,7 +160,7 @@ func main() {
 	smoke := flag.Bool("smoke", false, "tiny volumes: check that every stage runs (seconds, not minutes)")
 	out := flag.String("out", "docs", "directory for benchmarks.json, benchmarks.md and benchmarks.png (empty: write nothing); with -only, for steady.json or txn.json")
 	render := flag.String("render", "", "write benchmarks.md and benchmarks.png again from this benchmarks.json, running nothing")
-	only := flag.String("only", "", `"steady": run only the capacity and steady stages (and -sweep); "txn": only the transactional mode beside the default (their backlog drains in turns, the steady stage at 50 msgs/s) and the txn: line; "scale": only the capacity and scale stages; "footprint": only the capacity and footprint stages; "runrelay": only the long-running relay's latency; and print their lines`)
+	only := flag.String("only", "", `"steady": run only the capacity and steady stages (and -sweep); "txn": only the transactional mode beside the default (their backlog drains in turns, the steady stage at 50 msgs/s) and the txn: line; "scale": only the capacity and scale stages; "footprint": only the capacity and footprint stages; "runrelay": only the long-running relay's latency; "handover": only the capacity and hand-over stages; and print their lines`)
 	scaleBuckets := flag.String("scale-buckets", "", "bucket counts of the scale stage (default 8,16,32,64)")
 	scaleRate := flag.Float64("scale-rate", 0, "offered rate of the scale stage, msgs/s (default 2000)")
 	scaleSeconds := flag.Float64("scale-seconds", 0, "measured seconds of each scale run (default 5, after a 1 s warm-up)")
@@ -244,9 +249,9 @@ func main() {
 // validate refuses options the stages cannot run with.
 func (o options) validate() error {
 	switch o.only {
-	case "", "steady", "txn", "scale", "footprint", "runrelay":
+	case "", "steady", "txn", "scale", "footprint", "runrelay", "handover":
 	default:
-		return fmt.Errorf(`-only %q: the partial runs are "steady", "txn", "scale", "footprint" and "runrelay"`, o.only)
+		return fmt.Errorf(`-only %q: the partial runs are "steady", "txn", "scale", "footprint", "runrelay" and "handover"`, o.only)
 	}
 	if len(o.scale.buckets) > 0 && (!(o.scale.rate > 0) || !(o.scale.seconds > 0) || o.scale.writers < 1) {
 		return fmt.Errorf("scale stage: rate %v, seconds %v and writers %d must be positive", o.scale.rate, o.scale.seconds, o.scale.writers)
@@ -382,6 +387,11 @@ func run(ctx context.Context, o options) (*results, error) {
 
 	if o.only == "" || o.only == "steady" || o.only == "txn" {
 		if err := steadyStage(ctx, e, g, o, res); err != nil {
+			return nil, err
+		}
+	}
+	if o.only == "" || o.only == "handover" {
+		if err := handoverStage(ctx, e, g, o, res); err != nil {
 			return nil, err
 		}
 	}

@@ -46,6 +46,10 @@ type results struct {
 	// RunRelay is the long-running relay's commit → Kafka latency on an
 	// idle outbox, polling alone and with the writer's notifier.
 	RunRelay []runRelayResult `json:"runrelay,omitempty"`
+	// Handover has, per publish mode, a busy outbox handed between two
+	// containers at every invocation beside one warm container
+	// (handover.go).
+	Handover []handoverResult `json:"handover,omitempty"`
 }
 
 // watermark compares the relay's watermark mode with its default (issue
@@ -357,6 +361,9 @@ func (r *results) lines() []string {
 	}
 	for _, s := range r.Sweep {
 		out = append(out, s.sweepLine())
+	}
+	for _, h := range r.Handover {
+		out = append(out, h.line())
 	}
 	for _, s := range r.Scale {
 		out = append(out, s.scaleLine(r.Scale[0]))
