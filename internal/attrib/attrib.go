@@ -307,9 +307,12 @@ func (a *Attribution) Release(ctx context.Context, l outbox.Lease, head, cleaned
 	last := a.inFlightOf(l.Bucket)
 	nl, err := a.Store.Release(ctx, l, head, cleaned)
 	switch {
-	case err == nil, errors.Is(err, outbox.ErrWoken):
-		// Woken: the head is written, the drain goes on.
+	case err == nil:
 		a.decided(l.Bucket, head)
+	case errors.Is(err, outbox.ErrWoken):
+		// Refused, the hold kept and nothing written (the head neither):
+		// the drain goes on, and what it published is still in flight
+		// until its next write decides it.
 	default:
 		a.risk(l.Bucket, 0, "store-fault:release")
 	}
