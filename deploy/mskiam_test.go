@@ -376,8 +376,9 @@ func publishRounds(ctx context.Context, p outbox.Publisher, bucket int, listed, 
 // OUTBOX_KAFKA_TRANSACTIONAL=true (wiring.NewTxnPublisher): it also
 // publishes a record alone (PublishAlone, a transaction of its own), and a
 // second holder of the bucket fences the first, whose next publish fails
-// fenced and whose one after that starts a new producer (what a relay does
-// after losing and regaining a bucket).
+// fenced, whose one after that publishes nothing (ErrFenceRequired) and
+// which fences again to publish (what a relay does after losing and
+// regaining a bucket).
 func publishTransactionallyLikeTheFunctions(ctx context.Context, brokers []string, listed, unlisted string, extra ...kafka.Option) error {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := config.Config{Brokers: brokers, Auth: config.AuthNone, MaxMessageBytes: outbox.DefaultMaxMessageBytes, LeaseDuration: 30 * time.Second,
@@ -392,10 +393,18 @@ func publishTransactionallyLikeTheFunctions(ctx context.Context, brokers []strin
 		return fmt.Errorf("init with OUTBOX_TOPICS=%s: %w", listed, err)
 	}
 	defer p.Close()
+	// The relay fences a bucket's earlier holders after it acquires the
+	// bucket, before it publishes (outbox.HolderFencer).
+	if err := p.FenceHolders(ctx, 1); err != nil {
+		return fmt.Errorf("fence: %w", err)
+	}
 	if err := publishRounds(ctx, p, 1, listed, unlisted); err != nil {
 		return err
 	}
 	alone := outbox.Message{ID: outbox.NewID(), Bucket: 2, Sequence: 1, Topic: listed, Key: []byte("k"), Value: []byte("v"), CreatedAt: time.Now()}
+	if err := p.FenceHolders(ctx, 2); err != nil {
+		return fmt.Errorf("fence bucket 2: %w", err)
+	}
 	if err := p.PublishAlone(ctx, alone); err != nil {
 		return fmt.Errorf("publish alone: %w", err)
 	}
@@ -404,12 +413,22 @@ func publishTransactionallyLikeTheFunctions(ctx context.Context, brokers []strin
 		return fmt.Errorf("second holder's init: %w", err)
 	}
 	defer newer.Close()
+	if err := newer.FenceHolders(ctx, 1); err != nil {
+		return fmt.Errorf("second holder's fence: %w", err)
+	}
 	if err := publishRounds(ctx, newer, 1, listed, unlisted); err != nil {
 		return fmt.Errorf("second holder: %w", err)
 	}
 	var fe *kafka.FencedError
 	if err := publishRounds(ctx, p, 1, listed, unlisted); !errors.As(err, &fe) {
 		return fmt.Errorf("the first holder after the second one's init: %v, want a *kafka.FencedError", err)
+	}
+	// The first holder takes the bucket back: a new fence, a new producer.
+	if err := publishRounds(ctx, p, 1, listed, unlisted); !errors.Is(err, outbox.ErrFenceRequired) {
+		return fmt.Errorf("the fenced holder publishing again without a fence: %v, want ErrFenceRequired", err)
+	}
+	if err := p.FenceHolders(ctx, 1); err != nil {
+		return fmt.Errorf("the first holder's fence after it took the bucket back: %w", err)
 	}
 	return publishRounds(ctx, p, 1, listed, unlisted)
 }
