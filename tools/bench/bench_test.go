@@ -72,6 +72,8 @@ func TestSmoke(t *testing.T) {
 		{"footprint: drained", res.Footprint.Messages, o.footprintMsgs},
 		{"footprint: cold starts", len(res.Footprint.ColdStarts), o.footprintColdStarts},
 		{"runrelay: variants (polling, notifier)", len(res.RunRelay), 2},
+		{"handover: modes", len(res.Handover), len(o.handover.modes)},
+		{"rebucket: writes during the change", min(rebucketWrites(res), 1), 1},
 		{"footprint: binaries", len(res.Footprint.Binaries), len(o.arches)},
 	}
 	for _, m := range moved {
@@ -114,6 +116,15 @@ func TestSmoke(t *testing.T) {
 		{"init", res.Footprint.InitMs},
 		{"peak RSS", float64(res.Footprint.PeakRSSBytes)},
 		{"binary size", float64(res.Footprint.Binaries[0].Bytes)},
+	}
+	for _, h := range res.Handover {
+		positive = append(positive, struct {
+			name string
+			v    float64
+		}{"handover p99, " + h.Mode, h.Switched.P99ms}, struct {
+			name string
+			v    float64
+		}{"handover one-container p99, " + h.Mode, h.Base.P99ms})
 	}
 	for _, rr := range res.RunRelay {
 		if rr.Messages != o.runRelayMsgs {
@@ -374,4 +385,12 @@ func checkSteady(t *testing.T, o options, res *results) {
 	if goals != 3 {
 		t.Errorf("%d steady goals at 50 msgs/s, want 3", goals)
 	}
+}
+
+// rebucketWrites is how many writes ran during the rebucket stage's change.
+func rebucketWrites(res *results) int {
+	if res.Rebucket == nil || res.Rebucket.Run.Change == nil {
+		return 0
+	}
+	return res.Rebucket.Run.Change.DuringWrites
 }

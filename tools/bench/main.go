@@ -22,6 +22,7 @@
 //	cd tools && go run ./bench -only steady -sweep -out /tmp/s   # + cost by rate and window
 //	cd tools && go run ./bench -only txn                 # the transactional mode beside the default
 //	cd tools && go run ./bench -only handover            # the handover lines alone
+//	cd tools && go run ./bench -only rebucket            # the rebucket line alone
 //
 // It ends with the lines:
 //
@@ -32,8 +33,9 @@
 //	steady: rate=200 …
 //	steady: rate=burst …
 //	handover: mode=delete … added_p99_ms=…   (and mode=watermark, mode=txn)
+//	rebucket: rate=200 from=8 to=16 … write_pause_p99_ms=…
 //	scale: buckets=8 offered_msgs_per_s=2000 … limit=dynamodb-local|none …
-//	scale: buckets=16 …, 32, 64
+//	scale: buckets=16 …, 32, 64, 128
 //	runrelay: p50_ms=… p99_ms=… poll_ms=200 …
 //	runrelay: p50_ms=… p99_ms=… poll_ms=200 … notifier=true
 //
@@ -90,6 +92,7 @@ type options struct {
 	sweep       sweepOptions
 	scale       scaleOptions
 	handover    handoverOptions
+	rebucket    rebucketOptions
 	// prebuilt: bootstraps built before the run (tests build them before
 	// any time budget starts); empty: the footprint stage builds them.
 	prebuilt prebuilt
@@ -133,8 +136,9 @@ func fullOptions() options {
 			seconds: func(rate float64) float64 { return min(120, max(20, 600/rate)) }},
 		// Ten times the steady stage's 200 msgs/s; 128 writers commit
 		// 2,000 msgs/s while a commit takes under 64 ms.
-		scale:    scaleOptions{buckets: []int{8, 16, 32, 64}, rate: 2000, seconds: 5, warmup: time.Second, writers: 128},
+		scale:    scaleOptions{buckets: []int{8, 16, 32, 64, 128}, rate: 2000, seconds: 5, warmup: time.Second, writers: 128},
 		handover: handoverDefaults,
+		rebucket: rebucketDefaults,
 	}
 }
 
@@ -153,6 +157,7 @@ func smokeOptions() options {
 			seconds: func(float64) float64 { return 1.5 }},
 		scale:    scaleOptions{buckets: []int{64}, rate: 200, seconds: 0.5, warmup: 200 * time.Millisecond, writers: 16},
 		handover: handoverOptions{modes: []relayMode{modeDelete}, rate: 50, seconds: 0.6, buckets: 8},
+		rebucket: rebucketOptions{rate: 50, seconds: 1, changeAt: 0.3, buckets: 4, to: 8},
 	}
 }
 
@@ -160,8 +165,8 @@ func main() {
 	smoke := flag.Bool("smoke", false, "tiny volumes: check that every stage runs (seconds, not minutes)")
 	out := flag.String("out", "docs", "directory for benchmarks.json, benchmarks.md and benchmarks.png (empty: write nothing); with -only, for steady.json or txn.json")
 	render := flag.String("render", "", "write benchmarks.md and benchmarks.png again from this benchmarks.json, running nothing")
-	only := flag.String("only", "", `"steady": run only the capacity and steady stages (and -sweep); "txn": only the transactional mode beside the default (their backlog drains in turns, the steady stage at 50 msgs/s) and the txn: line; "scale": only the capacity and scale stages; "footprint": only the capacity and footprint stages; "runrelay": only the long-running relay's latency; "handover": only the capacity and hand-over stages; and print their lines`)
-	scaleBuckets := flag.String("scale-buckets", "", "bucket counts of the scale stage (default 8,16,32,64)")
+	only := flag.String("only", "", `"steady": run only the capacity and steady stages (and -sweep); "txn": only the transactional mode beside the default (their backlog drains in turns, the steady stage at 50 msgs/s) and the txn: line; "scale": only the capacity and scale stages; "footprint": only the capacity and footprint stages; "runrelay": only the long-running relay's latency; "handover": only the capacity and hand-over stages; "rebucket": only the capacity stage and an online BucketCount change under writers; and print their lines`)
+	scaleBuckets := flag.String("scale-buckets", "", "bucket counts of the scale stage (default 8,16,32,64,128)")
 	scaleRate := flag.Float64("scale-rate", 0, "offered rate of the scale stage, msgs/s (default 2000)")
 	scaleSeconds := flag.Float64("scale-seconds", 0, "measured seconds of each scale run (default 5, after a 1 s warm-up)")
 	scaleWarmup := flag.Duration("scale-warmup", 0, "warm-up of each scale run, at its rate (default 1s)")
@@ -249,9 +254,9 @@ func main() {
 // validate refuses options the stages cannot run with.
 func (o options) validate() error {
 	switch o.only {
-	case "", "steady", "txn", "scale", "footprint", "runrelay", "handover":
+	case "", "steady", "txn", "scale", "footprint", "runrelay", "handover", "rebucket":
 	default:
-		return fmt.Errorf(`-only %q: the partial runs are "steady", "txn", "scale", "footprint", "runrelay" and "handover"`, o.only)
+		return fmt.Errorf(`-only %q: the partial runs are "steady", "txn", "scale", "footprint", "runrelay", "handover" and "rebucket"`, o.only)
 	}
 	if len(o.scale.buckets) > 0 && (!(o.scale.rate > 0) || !(o.scale.seconds > 0) || o.scale.writers < 1) {
 		return fmt.Errorf("scale stage: rate %v, seconds %v and writers %d must be positive", o.scale.rate, o.scale.seconds, o.scale.writers)
@@ -392,6 +397,11 @@ func run(ctx context.Context, o options) (*results, error) {
 	}
 	if o.only == "" || o.only == "handover" {
 		if err := handoverStage(ctx, e, g, o, res); err != nil {
+			return nil, err
+		}
+	}
+	if o.only == "" || o.only == "rebucket" {
+		if err := rebucketStage(ctx, e, g, o, res); err != nil {
 			return nil, err
 		}
 	}

@@ -50,6 +50,8 @@ type results struct {
 	// containers at every invocation beside one warm container
 	// (handover.go).
 	Handover []handoverResult `json:"handover,omitempty"`
+	// Rebucket is an online BucketCount change under writers (rebucket.go).
+	Rebucket *rebucketResult `json:"rebucket,omitempty"`
 }
 
 // watermark compares the relay's watermark mode with its default (issue
@@ -364,6 +366,9 @@ func (r *results) lines() []string {
 	}
 	for _, h := range r.Handover {
 		out = append(out, h.line())
+	}
+	if r.Rebucket != nil {
+		out = append(out, r.Rebucket.line())
 	}
 	for _, s := range r.Scale {
 		out = append(out, s.scaleLine(r.Scale[0]))

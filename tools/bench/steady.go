@@ -125,6 +125,11 @@ type steadyRun struct {
 	switchEvery time.Duration
 	// writers offer the load (0: steadyWriters of the profile).
 	writers int
+	// change, when set, runs once changeAt seconds after the warm-up,
+	// beside the writers (the rebucket stage: an online BucketCount
+	// change); its outcome and span land in steadyResult.Change.
+	change   func(context.Context) error
+	changeAt float64
 }
 
 // steadyResult is one run's figures. Per-message figures divide by
@@ -197,6 +202,8 @@ type steadyResult struct {
 	// Switches is what the drains of the relay's containers did (one
 	// container: the drains of the warm one).
 	Switches *switchStats `json:"container_switches,omitempty"`
+	// Change: what the writers saw of run.change (rebucket.go).
+	Change *changeStats `json:"change,omitempty"`
 
 	handlerSeconds float64 // the measured invocations' total time
 }
@@ -291,6 +298,9 @@ func steady(ctx context.Context, st *stage, g *gen, run steadyRun) (steadyResult
 	}
 	res.Load = loadavg()
 	res.Switches = switches.result(run)
+	if run.change != nil {
+		res.Change = changeResult(load)
+	}
 	consumed, dups := cons.result()
 	missing := res.tally(load, consumed, dups)
 	switch {
@@ -351,7 +361,10 @@ type commit struct {
 type offered struct {
 	commits   map[string]commit // by message id
 	commitLat []float64         // ms, the messages offered after the warm-up
-	count     int               // messages offered after the warm-up
+	spans     []span            // every write after the warm-up: when it began and returned
+	change    *span             // run.change's, when it ran
+	changeErr error
+	count     int // messages offered after the warm-up
 	late      int
 	failures  int64
 	seconds   float64 // from the scheduled end of the warm-up until the last write returned
@@ -394,6 +407,7 @@ func offer(ctx context.Context, st *stage, g *gen, run steadyRun, writers int, g
 				o.commits[r.Messages[0].ID] = commit{done, measured, p.inBurst(sched[i])}
 				if measured {
 					o.commitLat = append(o.commitLat, ms(done.Sub(start)))
+					o.spans = append(o.spans, span{start, done})
 				}
 				mu.Unlock()
 			}
@@ -401,6 +415,16 @@ func offer(ctx context.Context, st *stage, g *gen, run steadyRun, writers int, g
 	}
 	begin := time.Now()
 	measureStart := begin.Add(run.warmup) // as scheduled: a send loop running late does not shorten the period
+	if run.change != nil {
+		wg.Go(func() {
+			time.Sleep(time.Until(measureStart.Add(time.Duration(run.changeAt * float64(time.Second)))))
+			start := time.Now()
+			err := run.change(ctx)
+			mu.Lock()
+			o.change, o.changeErr = &span{start, time.Now()}, err
+			mu.Unlock()
+		})
+	}
 	for i, at := range sched {
 		time.Sleep(time.Until(begin.Add(time.Duration((at + run.warmup.Seconds()) * float64(time.Second)))))
 		if at >= 0 {
