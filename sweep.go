@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dynakafka/outbox/internal/fanout"
 )
 
 // SweepReport summarises one Sweep.
@@ -181,21 +182,16 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 	}
 	looks := make([]BucketReport, upper)
 	fair := r.drainOrder()
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
-	for b := range upper {
+	// Every bucket gets its report, also once ctx ends: a probe that fails
+	// says so in its report's Err.
+	_ = fanout.Each(context.WithoutCancel(ctx), upper, 16, func(_ context.Context, b int) error {
 		if fair.index(b) < 0 && b < count {
 			looks[b] = BucketReport{Bucket: b, Last: -1, Parked: -1, Foreign: true}
-			continue
-		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(b int) {
-			defer func() { <-sem; wg.Done() }()
+		} else {
 			looks[b] = r.look(ctx, probe, b, b < count, full)
-		}(b)
-	}
-	wg.Wait()
+		}
+		return nil
+	})
 	<-liveDone
 	if liveErr != nil {
 		return rep, liveErr

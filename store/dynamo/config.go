@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/fanout"
 )
 
 // BucketCountChangeError is SetBucketCount refusing to change the outbox's
@@ -676,47 +677,28 @@ const emptyProbeConcurrency = 16
 // it holds (0, 0 when none), among the buckets a relay or a sweeper of
 // either count would look at.
 func (s *Store) firstPending(ctx context.Context, stored, requested int) (bucket, pending int, err error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	upper := outbox.OutOfRangeProbe(max(stored, requested))
 	type found struct{ bucket, pending int }
 	var (
-		mu       sync.Mutex
-		first    *found
-		firstErr error
-		wg       sync.WaitGroup
-		sem      = make(chan struct{}, emptyProbeConcurrency)
+		mu    sync.Mutex
+		first *found
 	)
-	for b := range upper {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
+	err = fanout.Each(ctx, upper, emptyProbeConcurrency, func(ctx context.Context, b int) error {
+		n, err := s.pendingIn(ctx, b)
+		if err != nil || n == 0 {
+			return err
 		}
-		if ctx.Err() != nil {
-			break
+		mu.Lock()
+		defer mu.Unlock()
+		if first == nil || b < first.bucket {
+			first = &found{b, n}
 		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			n, err := s.pendingIn(ctx, b)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil && firstErr == nil && ctx.Err() == nil:
-				firstErr = err
-				cancel()
-			case err == nil && n > 0 && (first == nil || b < first.bucket):
-				first = &found{b, n}
-			}
-		})
+		return nil
+	})
+	if err != nil || first == nil {
+		return 0, 0, err
 	}
-	wg.Wait()
-	switch {
-	case firstErr != nil:
-		return 0, 0, firstErr
-	case first != nil:
-		return first.bucket, first.pending, nil
-	}
-	return 0, 0, ctx.Err()
+	return first.bucket, first.pending, nil
 }
 
 // pendingIn counts the messages of bucket b after its cleaned mark: first

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/fanout"
 	"github.com/dynakafka/outbox/sequence"
 )
 
@@ -440,41 +441,9 @@ func (s *Store) drainedTo(ctx context.Context, b int, fence int64) (ok bool, mis
 }
 
 // forBuckets runs f for 0..n-1, emptyProbeConcurrency at a time, and
-// returns the first error.
+// returns the first error (fanout.Each).
 func forBuckets(ctx context.Context, n int, f func(ctx context.Context, i int) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-		sem   = make(chan struct{}, emptyProbeConcurrency)
-	)
-	for i := range n {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := f(ctx, i); err != nil {
-				mu.Lock()
-				if first == nil {
-					first = err
-					cancel()
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	if first != nil {
-		return first
-	}
-	return ctx.Err()
+	return fanout.Each(ctx, n, emptyProbeConcurrency, f)
 }
 
 // decodeEpoch reads the BucketCount epoch attributes of a config item.
