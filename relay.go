@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -175,7 +177,7 @@ func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (
 	if err := CheckRegion(stored, cfg.region); err != nil {
 		return nil, err
 	}
-	if cfg.region != "" && !hasPrefix(cfg.relayID, cfg.region+"/") {
+	if cfg.region != "" && !strings.HasPrefix(cfg.relayID, cfg.region+"/") {
 		cfg.relayID = cfg.region + "/" + cfg.relayID
 	}
 	sched := cfg.hooks.Scheduler
@@ -228,7 +230,7 @@ func (r *Relay) countFrom(stored Config) (int, error) {
 	r.mu.Lock()
 	regions := r.regions.Regions
 	r.mu.Unlock()
-	if !slicesEqual(stored.Regions, regions) {
+	if !slices.Equal(stored.Regions, regions) {
 		// Region mode turned on or off, or another list: not something a
 		// running relay adopts (refreshRegions says so at the sweep).
 		return r.BucketCount(), &MisconfigurationError{Setting: "Regions", Configured: fmt.Sprint(regions), Stored: fmt.Sprint(stored.Regions),
@@ -238,8 +240,6 @@ func (r *Relay) countFrom(stored Config) (int, error) {
 	r.setRegions(stored)
 	return r.BucketCount(), nil
 }
-
-func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 
 // setRegions records the regions and takeovers of stored and the buckets
 // this relay's region drains by them.
@@ -321,7 +321,7 @@ func (r *Relay) regionsFrom(stored Config) error {
 	if !r.regionMode() {
 		return nil
 	}
-	if stored.BucketCount != r.BucketCount() || !slicesEqual(stored.Regions, r.regions.Regions) {
+	if stored.BucketCount != r.BucketCount() || !slices.Equal(stored.Regions, r.regions.Regions) {
 		return &MisconfigurationError{Setting: "Regions", Configured: fmt.Sprint(r.regions.Regions, " over ", r.BucketCount(), " buckets"),
 			Stored: fmt.Sprint(stored.Regions, " over ", stored.BucketCount, " buckets"), Fix: "the outbox's regions or bucket count changed: restart the relay"}
 	}
@@ -330,18 +330,6 @@ func (r *Relay) regionsFrom(stored Config) error {
 	}
 	r.setRegions(stored)
 	return nil
-}
-
-func slicesEqual(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // isNil reports whether v is nil or an interface holding a nil pointer or

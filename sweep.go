@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -257,7 +259,7 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 		}
 	}
 	for _, b := range ready {
-		if _, failed := rep.Errors[b]; !failed && !contains(rep.Held, b) {
+		if _, failed := rep.Errors[b]; !failed && !slices.Contains(rep.Held, b) {
 			rep.Drained = append(rep.Drained, b)
 		}
 	}
@@ -355,15 +357,6 @@ func (r *Relay) catchUp(ctx context.Context, lk BucketReport, now time.Time) (Le
 	return nl, true
 }
 
-func contains(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
 func ageSeconds(now, t time.Time) float64 {
 	if t.IsZero() {
 		return 0
@@ -394,7 +387,7 @@ func (r *Relay) ownRegion(live []string) []string {
 	}
 	out := live[:0:0]
 	for _, id := range live {
-		if hasPrefix(id, r.cfg.region+"/") {
+		if strings.HasPrefix(id, r.cfg.region+"/") {
 			out = append(out, id)
 		}
 	}
