@@ -351,7 +351,7 @@ func isNil(v any) bool {
 // CheckConfig verifies a stored configuration against a process's expected
 // bucket count (0 = accept the stored one) and this code's format version.
 func CheckConfig(stored Config, bucketCount int) error {
-	if stored.BucketCount < 1 || stored.BucketCount > MaxBucketCount {
+	if !ValidBucketCount(stored.BucketCount) {
 		return &MisconfigurationError{Setting: "BucketCount", Configured: fmt.Sprint(bucketCount), Stored: fmt.Sprint(stored.BucketCount),
 			Fix: fmt.Sprintf("the config item is corrupt: BucketCount must be 1..%d", MaxBucketCount)}
 	}

@@ -174,7 +174,7 @@ func sharedHeaderAttrs(h outbox.HeaderNames) map[string]string {
 // contradicts itself with an *ItemError.
 func decodeConfig(item map[string]types.AttributeValue) (outbox.Config, error) {
 	bc, err := intAttr(item, attrBuckets, true)
-	if err == nil && (bc < 1 || bc > outbox.MaxBucketCount) {
+	if err == nil && !outbox.ValidBucketCount(bc) {
 		err = &ItemError{Attribute: attrBuckets, Reason: fmt.Sprintf("bucket count %d is outside 1..%d", bc, outbox.MaxBucketCount)}
 	}
 	if err != nil {
@@ -300,7 +300,7 @@ func decodeRegions(item map[string]types.AttributeValue) ([]string, map[string]s
 func checkWanted(c outbox.Config) (outbox.Config, error) {
 	s := defaultSettings()
 	s.bucketCount, s.mode, s.modeSet, s.retention = c.BucketCount, c.Mode, true, c.Retention
-	if c.BucketCount < 1 {
+	if !outbox.ValidBucketCount(c.BucketCount) {
 		return c, &outbox.OptionError{Option: "BucketCount", Value: c.BucketCount, Reason: fmt.Sprintf("must be 1..%d", outbox.MaxBucketCount)}
 	}
 	if err := s.validate(); err != nil {
@@ -367,7 +367,7 @@ func sameConfig(a, b outbox.Config) bool {
 // alone; with no config item yet it writes a DeleteMode one. It returns the
 // count stored before, 0 when there was none.
 func SetBucketCount(ctx context.Context, client StoreAPI, tables Tables, bucketCount int) (previous int, err error) {
-	if bucketCount < 1 || bucketCount > outbox.MaxBucketCount {
+	if !outbox.ValidBucketCount(bucketCount) {
 		return 0, &outbox.OptionError{Option: "BucketCount", Value: bucketCount, Reason: fmt.Sprintf("must be 1..%d", outbox.MaxBucketCount)}
 	}
 	prev, err := configure(ctx, client, tables, func(stored outbox.Config) outbox.Config {

@@ -212,7 +212,7 @@ func PlanBucketCountChange(ctx context.Context, client StoreAPI, tables Tables, 
 // config item: how ChangeBucketCount and PlanBucketCountChange begin.
 func prepareChange(ctx context.Context, client StoreAPI, tables Tables, to int, options []Option) (settings, outbox.Config, error) {
 	set := defaultSettings()
-	if to < 1 || to > outbox.MaxBucketCount {
+	if !outbox.ValidBucketCount(to) {
 		return set, outbox.Config{}, &outbox.OptionError{Option: "BucketCount", Value: to, Reason: fmt.Sprintf("must be 1..%d", outbox.MaxBucketCount)}
 	}
 	set.apply(forChange, options)
@@ -468,7 +468,7 @@ func decodeEpoch(item map[string]types.AttributeValue, c *outbox.Config) error {
 		}
 	}
 	switch {
-	case c.NextBucketCount > outbox.MaxBucketCount:
+	case c.NextBucketCount != 0 && !outbox.ValidBucketCount(c.NextBucketCount):
 		return &ItemError{Attribute: attrNextBkts, Reason: fmt.Sprintf("next bucket count %d is outside 1..%d", c.NextBucketCount, outbox.MaxBucketCount)}
 	case c.Changing() && c.ChangeDeadline.IsZero():
 		return &ItemError{Attribute: attrChangeDL, Reason: "a BucketCount change in progress without a deadline"}
