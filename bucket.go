@@ -13,6 +13,13 @@ const DefaultBucketCount = 8
 // and one lease; more buckets than this buys nothing on one stream shard.
 const MaxBucketCount = 4096
 
+// ValidBucketCount reports whether n is a bucket count an outbox can have:
+// 1..MaxBucketCount. It is the one check of a BucketCount's range in Go
+// (an int64 as decoded from an item is checked before it is converted);
+// the Python writer (clients/python) keeps its own, which its tests hold to
+// this one.
+func ValidBucketCount[N ~int | ~int64](n N) bool { return n >= 1 && n <= MaxBucketCount }
+
 // Murmur2 is Kafka's murmur2 hash (the Java client's Utils.murmur2, seed
 // 0x9747b28c), as used by its default partitioner. It is reproduced here so
 // that writers in any language can compute buckets: every Kafka client ships it.
@@ -70,7 +77,7 @@ func BucketForKey(key []byte, bucketCount int) int {
 // Mixing an explicit partition and a partitioner-chosen one for the same key
 // puts that key in two buckets, and therefore gives it two independent orders.
 func BucketFor(m Message, bucketCount int) (int, error) {
-	if bucketCount < 1 || bucketCount > MaxBucketCount {
+	if !ValidBucketCount(bucketCount) {
 		return 0, &ValidationError{Index: -1, Field: "BucketCount", Reason: fmt.Sprintf("%d is outside 1..%d", bucketCount, MaxBucketCount)}
 	}
 	switch {

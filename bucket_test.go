@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"testing"
 	"unicode/utf8"
@@ -310,4 +311,20 @@ func golden[T any](t *testing.T, path string, computed []T) []T {
 		t.Fatalf("%s: %d committed vectors, %d computed (go test -run %s -update rewrites it)", path, len(committed), len(computed), t.Name())
 	}
 	return committed
+}
+
+func TestValidBucketCount(t *testing.T) {
+	for _, c := range []struct {
+		n    int64
+		want bool
+	}{{math.MinInt64, false}, {-1, false}, {0, false}, {1, true}, {outbox.MaxBucketCount, true}, {outbox.MaxBucketCount + 1, false}, {math.MaxInt64, false}} {
+		if got := outbox.ValidBucketCount(c.n); got != c.want {
+			t.Errorf("ValidBucketCount(int64 %d) = %v, want %v", c.n, got, c.want)
+		}
+		if c.n >= math.MinInt32 && c.n <= math.MaxInt32 {
+			if got := outbox.ValidBucketCount(int(c.n)); got != c.want {
+				t.Errorf("ValidBucketCount(%d) = %v, want %v", c.n, got, c.want)
+			}
+		}
+	}
 }

@@ -304,7 +304,7 @@ func WithMetrics(m Metrics) Option { return func(c *config) { c.metrics = m } }
 func (c *config) validate() error {
 	bad := func(opt string, v any, why string) error { return &OptionError{Option: opt, Value: v, Reason: why} }
 	switch {
-	case c.bucketCount < 0 || c.bucketCount > MaxBucketCount:
+	case c.bucketCount != 0 && !ValidBucketCount(c.bucketCount):
 		return bad("BucketCount", c.bucketCount, fmt.Sprintf("must be 0 (from the table) or 1..%d", MaxBucketCount))
 	case c.batchSize < 1 || c.batchSize > 10000:
 		return bad("BatchSize", c.batchSize, "must be 1..10000")

@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -167,7 +169,7 @@ func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (
 	if err := CheckRegion(stored, cfg.region); err != nil {
 		return nil, err
 	}
-	if cfg.region != "" && !hasPrefix(cfg.relayID, cfg.region+"/") {
+	if cfg.region != "" && !strings.HasPrefix(cfg.relayID, cfg.region+"/") {
 		cfg.relayID = cfg.region + "/" + cfg.relayID
 	}
 	sched := cfg.hooks.Scheduler
@@ -220,7 +222,7 @@ func (r *Relay) countFrom(stored Config) (int, error) {
 	r.mu.Lock()
 	regions := r.regions.Regions
 	r.mu.Unlock()
-	if !slicesEqual(stored.Regions, regions) {
+	if !slices.Equal(stored.Regions, regions) {
 		// Region mode turned on or off, or another list: not something a
 		// running relay adopts (refreshRegions says so at the sweep).
 		return r.BucketCount(), &MisconfigurationError{Setting: "Regions", Configured: fmt.Sprint(regions), Stored: fmt.Sprint(stored.Regions),
@@ -230,8 +232,6 @@ func (r *Relay) countFrom(stored Config) (int, error) {
 	r.setRegions(stored)
 	return r.BucketCount(), nil
 }
-
-func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 
 // setRegions records the regions and takeovers of stored and the buckets
 // this relay's region drains by them.
@@ -313,7 +313,7 @@ func (r *Relay) regionsFrom(stored Config) error {
 	if !r.regionMode() {
 		return nil
 	}
-	if stored.BucketCount != r.BucketCount() || !slicesEqual(stored.Regions, r.regions.Regions) {
+	if stored.BucketCount != r.BucketCount() || !slices.Equal(stored.Regions, r.regions.Regions) {
 		return &MisconfigurationError{Setting: "Regions", Configured: fmt.Sprint(r.regions.Regions, " over ", r.BucketCount(), " buckets"),
 			Stored: fmt.Sprint(stored.Regions, " over ", stored.BucketCount, " buckets"), Fix: "the outbox's regions or bucket count changed: restart the relay"}
 	}
@@ -322,18 +322,6 @@ func (r *Relay) regionsFrom(stored Config) error {
 	}
 	r.setRegions(stored)
 	return nil
-}
-
-func slicesEqual(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // isNil reports whether v is nil or an interface holding a nil pointer or
@@ -355,7 +343,7 @@ func isNil(v any) bool {
 // CheckConfig verifies a stored configuration against a process's expected
 // bucket count (0 = accept the stored one) and this code's format version.
 func CheckConfig(stored Config, bucketCount int) error {
-	if stored.BucketCount < 1 || stored.BucketCount > MaxBucketCount {
+	if !ValidBucketCount(stored.BucketCount) {
 		return &MisconfigurationError{Setting: "BucketCount", Configured: fmt.Sprint(bucketCount), Stored: fmt.Sprint(stored.BucketCount),
 			Fix: fmt.Sprintf("the config item is corrupt: BucketCount must be 1..%d", MaxBucketCount)}
 	}

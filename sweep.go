@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
-	"sync"
+	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/dynakafka/outbox/internal/fanout"
 )
 
 // SweepReport summarises one Sweep.
@@ -181,21 +184,16 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 	}
 	looks := make([]BucketReport, upper)
 	fair := r.drainOrder()
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
-	for b := range upper {
+	// Every bucket gets its report, also once ctx ends: a probe that fails
+	// says so in its report's Err.
+	_ = fanout.Each(context.WithoutCancel(ctx), upper, 16, func(_ context.Context, b int) error {
 		if fair.index(b) < 0 && b < count {
 			looks[b] = BucketReport{Bucket: b, Last: -1, Parked: -1, Foreign: true}
-			continue
-		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(b int) {
-			defer func() { <-sem; wg.Done() }()
+		} else {
 			looks[b] = r.look(ctx, probe, b, b < count, full)
-		}(b)
-	}
-	wg.Wait()
+		}
+		return nil
+	})
 	<-liveDone
 	if liveErr != nil {
 		return rep, liveErr
@@ -261,7 +259,7 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 		}
 	}
 	for _, b := range ready {
-		if _, failed := rep.Errors[b]; !failed && !contains(rep.Held, b) {
+		if _, failed := rep.Errors[b]; !failed && !slices.Contains(rep.Held, b) {
 			rep.Drained = append(rep.Drained, b)
 		}
 	}
@@ -359,15 +357,6 @@ func (r *Relay) catchUp(ctx context.Context, lk BucketReport, now time.Time) (Le
 	return nl, true
 }
 
-func contains(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
 func ageSeconds(now, t time.Time) float64 {
 	if t.IsZero() {
 		return 0
@@ -398,7 +387,7 @@ func (r *Relay) ownRegion(live []string) []string {
 	}
 	out := live[:0:0]
 	for _, id := range live {
-		if hasPrefix(id, r.cfg.region+"/") {
+		if strings.HasPrefix(id, r.cfg.region+"/") {
 			out = append(out, id)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -85,16 +86,16 @@ func TestComposeFile(t *testing.T) {
 		}
 	})
 	t.Run("localstack wiring", func(t *testing.T) {
-		if !hasSuffix(ls.Ports, ":4566:4566") && !contains(ls.Ports, "4566:4566") {
+		if !hasSuffix(ls.Ports, ":4566:4566") && !slices.Contains(ls.Ports, "4566:4566") {
 			t.Errorf("localstack ports %v do not publish 4566", ls.Ports)
 		}
-		if !contains(ls.Volumes, "/var/run/docker.sock:/var/run/docker.sock") {
+		if !slices.Contains(ls.Volumes, "/var/run/docker.sock:/var/run/docker.sock") {
 			t.Errorf("localstack volumes %v: the Docker socket is needed to run Lambda containers", ls.Volumes)
 		}
 		if network == "" || ls.Environment["LAMBDA_DOCKER_NETWORK"] != network {
 			t.Errorf("LAMBDA_DOCKER_NETWORK = %q, want the network's fixed name %q", ls.Environment["LAMBDA_DOCKER_NETWORK"], network)
 		}
-		if !contains(ls.Networks, "outbox") || !contains(kafka.Networks, "outbox") {
+		if !slices.Contains(ls.Networks, "outbox") || !slices.Contains(kafka.Networks, "outbox") {
 			t.Errorf("localstack (%v) and kafka (%v) must share network outbox", ls.Networks, kafka.Networks)
 		}
 	})
@@ -104,7 +105,7 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("kafka image %q: want apache/kafka:X.Y.Z pinned", kafka.Image)
 		}
 		env := kafka.Environment
-		if roles := strings.Split(env["KAFKA_PROCESS_ROLES"], ","); !contains(roles, "broker") || !contains(roles, "controller") {
+		if roles := strings.Split(env["KAFKA_PROCESS_ROLES"], ","); !slices.Contains(roles, "broker") || !slices.Contains(roles, "controller") {
 			t.Errorf("KAFKA_PROCESS_ROLES = %q, want broker,controller", env["KAFKA_PROCESS_ROLES"])
 		}
 		if env["KAFKA_CONTROLLER_QUORUM_VOTERS"] != env["KAFKA_NODE_ID"]+"@kafka:9093" {
@@ -115,7 +116,7 @@ func TestComposeFile(t *testing.T) {
 				t.Errorf("%s = %q, want 1 on a single node", k, env[k])
 			}
 		}
-		if !hasSuffix(kafka.Ports, ":9092:9092") && !contains(kafka.Ports, "9092:9092") {
+		if !hasSuffix(kafka.Ports, ":9092:9092") && !slices.Contains(kafka.Ports, "9092:9092") {
 			t.Errorf("kafka ports %v do not publish 9092 for the host", kafka.Ports)
 		}
 		if kafka.Healthcheck == nil || len(kafka.Healthcheck.Test) == 0 {
@@ -169,15 +170,6 @@ func keyOf(m map[string]string, value string) string {
 		}
 	}
 	return ""
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func hasSuffix(list []string, s string) bool {

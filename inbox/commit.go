@@ -147,7 +147,7 @@ func (ib *Inbox) commit(ctx context.Context, in *dynamodb.TransactWriteItemsInpu
 		if err == nil {
 			return Applied, attempt, 0, nil
 		}
-		c := classify(err, ours, token)
+		c := classify(err, ours, len(in.TransactItems)-ours, token)
 		switch c.outcome {
 		case outApplied:
 			return Applied, attempt, 0, nil
@@ -246,80 +246,47 @@ func (ib *Inbox) get(ctx context.Context, pk string) (map[string]types.Attribute
 	return out.Item, nil
 }
 
-// Cancellation reason codes.
-const (
-	codeNone        = dynamoerr.CodeNone
-	codeCondition   = dynamoerr.CodeCondition
-	codeConflict    = dynamoerr.CodeConflict
-	codeThrottling  = dynamoerr.CodeThrottling
-	codeProvisioned = dynamoerr.CodeProvisioned
-)
-
-// classify sorts a TransactWriteItems error; ours is how many of the items
-// are the inbox's, token the call's client request token.
-func classify(err error, ours int, token string) classification {
-	var tc *types.TransactionCanceledException
-	if errors.As(err, &tc) {
-		return classifyCancellation(tc.CancellationReasons, ours, token)
-	}
-	kind, detail := dynamoerr.Classify(err)
-	return classification{outcome: [...]outcome{
-		dynamoerr.Ambiguous: outAmbiguous, dynamoerr.Throttled: outThrottled,
-		dynamoerr.Conflict: outConflict, dynamoerr.Rejected: outRejected,
-	}[kind], detail: detail}
+// kindOutcome is the outcome of each dynamoerr.Kind.
+var kindOutcome = [...]outcome{
+	dynamoerr.Ambiguous: outAmbiguous, dynamoerr.Throttled: outThrottled,
+	dynamoerr.Conflict: outConflict, dynamoerr.Rejected: outRejected,
 }
 
-func classifyCancellation(reasons []types.CancellationReason, ours int, token string) classification {
-	c := classification{cancelled: true, reasons: reasons}
+// classify sorts a TransactWriteItems error; ours is how many of the items
+// are the inbox's (the first ones), theirs how many the caller's (the
+// rest), token the call's client request token.
+func classify(err error, ours, theirs int, token string) classification {
+	t := dynamoerr.ClassifyTx(err, dynamoerr.TxLayout{Own: "inbox item", CallerFrom: ours, CallerItems: theirs})
+	c := classification{outcome: kindOutcome[t.Kind], cancelled: t.Cancelled, reasons: t.Reasons, detail: t.Detail}
 	var duplicate, stale, own bool
-	callerFailed, rejected, throttled, conflict := -1, -1, -1, -1
-	for i, r := range reasons {
-		code := aws.ToString(r.Code)
+	callerFailed := -1
+	for _, i := range t.Conditions {
+		r := t.Reasons[i]
 		switch {
-		case code == "" || code == codeNone:
-		case code == codeCondition && i < ours:
+		case i >= ours:
+			if callerFailed < 0 {
+				callerFailed = i
+			}
+		default:
 			own = own || stringOf(r.Item[attrToken]) == token
 			if i == 0 {
 				duplicate = true
 			} else {
 				stale, c.old = true, intOf(r.Item[attrSeq])
 			}
-		case code == codeCondition:
-			if callerFailed < 0 {
-				callerFailed = i
-			}
-		case code == codeConflict:
-			conflict = i
-		case code == codeThrottling || code == codeProvisioned:
-			throttled = i
-		default:
-			rejected = i
 		}
 	}
-	describe := func(i int) string {
-		who := fmt.Sprintf("your item %d", i-ours)
-		if i < ours {
-			who = fmt.Sprintf("inbox item %d", i)
-		}
-		return dynamoerr.DescribeReason(who, reasons[i])
-	}
+	// A refused item decides after the inbox's own conditions, before the
+	// caller's.
 	switch {
 	case own:
-		c.outcome = outApplied
+		c.outcome, c.detail = outApplied, ""
 	case duplicate:
-		c.outcome = outDuplicate
+		c.outcome, c.detail = outDuplicate, ""
 	case stale:
-		c.outcome = outStale
-	case rejected >= 0:
-		c.outcome, c.detail = outRejected, describe(rejected)
-	case callerFailed >= 0:
-		c.outcome, c.detail = outCallerFailed, describe(callerFailed)
-	case throttled >= 0:
-		c.outcome, c.detail = outThrottled, describe(throttled)
-	case conflict >= 0:
-		c.outcome, c.detail = outConflict, describe(conflict)
-	default:
-		c.outcome, c.detail = outConflict, "cancelled without a known reason"
+		c.outcome, c.detail = outStale, ""
+	case t.Kind != dynamoerr.Rejected && callerFailed >= 0:
+		c.outcome, c.detail = outCallerFailed, t.Describe(callerFailed)
 	}
 	return c
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/dynamoerr"
 	"github.com/dynakafka/outbox/internal/faults"
 	"github.com/dynakafka/outbox/local/dynamolocal"
 	"github.com/dynakafka/outbox/store/dynamo"
@@ -380,9 +381,9 @@ func TestCreateTable(t *testing.T) {
 func TestClassifyCancellation(t *testing.T) {
 	const tok = "token-1"
 	ccf := func(item map[string]types.AttributeValue) types.CancellationReason {
-		return types.CancellationReason{Code: aws.String(codeCondition), Item: item}
+		return types.CancellationReason{Code: aws.String(dynamoerr.CodeCondition), Item: item}
 	}
-	none := types.CancellationReason{Code: aws.String(codeNone)}
+	none := types.CancellationReason{Code: aws.String(dynamoerr.CodeNone)}
 	code := func(c string) types.CancellationReason { return types.CancellationReason{Code: aws.String(c)} }
 	idItem := func(token string) map[string]types.AttributeValue {
 		return map[string]types.AttributeValue{attrToken: str(token)}
@@ -404,14 +405,15 @@ func TestClassifyCancellation(t *testing.T) {
 		{"stale", []types.CancellationReason{none, ccf(posItem("other", 9)), ccf(nil)}, 2, outStale, 9},
 		{"duplicate without an old image", []types.CancellationReason{ccf(nil)}, 1, outDuplicate, 0},
 		{"caller's condition", []types.CancellationReason{none, ccf(nil)}, 1, outCallerFailed, 0},
-		{"conflict", []types.CancellationReason{code(codeConflict), none}, 1, outConflict, 0},
-		{"throttled", []types.CancellationReason{none, code(codeThrottling)}, 1, outThrottled, 0},
+		{"conflict", []types.CancellationReason{code(dynamoerr.CodeConflict), none}, 1, outConflict, 0},
+		{"throttled", []types.CancellationReason{none, code(dynamoerr.CodeThrottling)}, 1, outThrottled, 0},
 		{"validation", []types.CancellationReason{none, code("ValidationError")}, 1, outRejected, 0},
 		{"no reason", []types.CancellationReason{none, none}, 1, outConflict, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := classifyCancellation(c.reasons, c.ours, tok)
+			cancelled := &types.TransactionCanceledException{CancellationReasons: c.reasons}
+			got := classify(cancelled, c.ours, len(c.reasons)-c.ours, tok)
 			if got.outcome != c.want || got.old != c.old || !got.cancelled {
 				t.Fatalf("outcome %d old %d, want %d old %d", got.outcome, got.old, c.want, c.old)
 			}

@@ -142,28 +142,25 @@ func (e *ProduceError) Unwrap() error { return e.Err }
 //
 // It is false for errors that repeat until someone acts: a message larger
 // than MaxMessageBytes or rejected by the broker (MESSAGE_TOO_LARGE,
-// INVALID_RECORD, ...), a missing or too small topic, missing permissions, an
-// invalid message or explicit partition, a refused option, and for errors it
-// does not recognise. A relay can alert on those instead of retrying in a
-// loop.
+// INVALID_RECORD, CORRUPT_MESSAGE, ...), a missing or too small topic,
+// missing permissions, an invalid message or explicit partition, a refused
+// option, and for errors it does not recognise. A relay can alert on those
+// instead of retrying in a loop.
+//
+// It is Class's verdict: true only where Class says outbox.Retriable.
+// Class also calls retriable what it does not recognise (the relay tries
+// it again); IsRetriable is narrower there.
 func IsRetriable(err error) bool {
-	if err == nil {
-		return false
-	}
-	// Permanent conditions first: some of them wrap retriable-looking errors.
-	var (
-		tooLarge  *RecordTooLargeError
-		limit     *TopicLimitError
-		topic     *TopicError
-		downgrade *DowngradeError
-		invalid   *outbox.ValidationError
-	)
-	if errors.As(err, &tooLarge) || errors.As(err, &limit) || errors.As(err, &topic) ||
-		errors.As(err, &downgrade) || errors.As(err, &invalid) {
-		return false
-	}
-	if ke, ok := errors.AsType[*kerr.Error](err); ok {
-		return ke.Retriable
+	return err != nil && Class(err) == outbox.Retriable && transient(err)
+}
+
+// transient reports whether err is one of the errors known to pass: a
+// broker error (Class has sorted out those that do not), the end of a
+// context, a record the client gave up on or a closed client, or a network
+// error.
+func transient(err error) bool {
+	if _, ok := errors.AsType[*kerr.Error](err); ok {
+		return true
 	}
 	switch {
 	case errors.Is(err, context.Canceled),

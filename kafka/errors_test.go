@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"strings"
 	"testing"
@@ -54,7 +55,38 @@ func TestIsRetriable(t *testing.T) {
 			if got := IsRetriable(tt.err); got != tt.want {
 				t.Errorf("IsRetriable(%v) = %v, want %v", tt.err, got, tt.want)
 			}
+			if IsRetriable(tt.err) && Class(tt.err) != outbox.Retriable {
+				t.Errorf("IsRetriable(%v) but Class = %v", tt.err, Class(tt.err))
+			}
 		})
+	}
+}
+
+// Over every broker error code, IsRetriable is Class's verdict, which is
+// Kafka's own retriable flag except where Class knows better: the codes
+// that condemn the record (RecordPermanent). Of those, Kafka marks only
+// CORRUPT_MESSAGE retriable; IsRetriable said so too before it was derived
+// from Class, while the relay parked the record.
+func TestIsRetriableByErrorCode(t *testing.T) {
+	condemned := map[*kerr.Error]bool{kerr.CorruptMessage: true}
+	seen := 0
+	for code := math.MinInt16; code <= math.MaxInt16; code++ {
+		ke, ok := errors.AsType[*kerr.Error](kerr.ErrorForCode(int16(code)))
+		if !ok || (ke == kerr.UnknownServerError && code != -1) {
+			continue // not a code Kafka defines
+		}
+		seen++
+		err := &outbox.PublishError{Bucket: 1, Sequence: 2, Err: &ProduceError{Topic: "t", Partition: 0, Err: fmt.Errorf("produce: %w", ke)}}
+		got, class := IsRetriable(err), Class(err)
+		if got != (class == outbox.Retriable) {
+			t.Errorf("%s: IsRetriable = %v, Class = %v", ke.Message, got, class)
+		}
+		if want := ke.Retriable && !condemned[ke]; got != want {
+			t.Errorf("%s: IsRetriable = %v, want %v (Kafka's retriable flag: %v)", ke.Message, got, want, ke.Retriable)
+		}
+	}
+	if seen < 100 {
+		t.Fatalf("only %d broker error codes", seen)
 	}
 }
 

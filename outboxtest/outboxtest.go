@@ -121,7 +121,7 @@ func New(t testing.TB, opts ...Option) *Outbox {
 	switch {
 	case c.partitions < 1:
 		t.Fatalf("outboxtest.New: Partitions(%d): must be at least 1", c.partitions)
-	case c.buckets < 1 || c.buckets > outbox.MaxBucketCount:
+	case !outbox.ValidBucketCount(c.buckets):
 		t.Fatalf("outboxtest.New: BucketCount(%d): must be 1..%d", c.buckets, outbox.MaxBucketCount)
 	case c.poll <= 0 || c.timeout <= 0:
 		t.Fatalf("outboxtest.New: PollInterval and WaitTimeout must be positive")

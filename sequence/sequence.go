@@ -58,7 +58,7 @@ func NewCounter(client API, controlTable string, stored outbox.Config, region st
 	if controlTable == "" {
 		return nil, &outbox.OptionError{Option: "controlTable", Value: controlTable, Reason: "the control table name is required"}
 	}
-	if stored.BucketCount < 1 || stored.BucketCount > outbox.MaxBucketCount {
+	if !outbox.ValidBucketCount(stored.BucketCount) {
 		return nil, &outbox.OptionError{Option: "stored", Value: stored.BucketCount,
 			Reason: fmt.Sprintf("pass the outbox's config as read from its config item (dynamo.ReadConfig, Store.Config): its BucketCount must be 1..%d, "+
 				"and its Regions tell the Counter whether it may reserve only in region's slice", outbox.MaxBucketCount)}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -72,12 +73,8 @@ func grants(t *testing.T, doc any) []string {
 	return out
 }
 
+// contains reports whether list, a JSON array, holds the string s.
 func contains(list any, s string) bool {
 	l, _ := list.([]any)
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(l, any(s))
 }

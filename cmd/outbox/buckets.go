@@ -45,7 +45,7 @@ outbox buckets set 16 --change-timeout 30s`,
 				return nil, usagef("buckets: want `buckets set N`")
 			}
 			n, err := strconv.Atoi(args[1])
-			if err != nil || n < 1 || n > outbox.MaxBucketCount {
+			if err != nil || !outbox.ValidBucketCount(n) {
 				return nil, usagef("buckets set %s: N must be 1..%d", args[1], outbox.MaxBucketCount)
 			}
 			if *wait <= 0 || *gap <= 0 {

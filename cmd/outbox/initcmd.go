@@ -81,7 +81,7 @@ outbox init --buckets 8 --mode watermark --retention 72h`,
 			switch {
 			case *buckets == 0:
 				return nil, usagef("--buckets is required: the BucketCount of the stack and of every writer (no default, so a forgotten flag cannot create a wrong outbox)")
-			case *buckets < 1 || *buckets > outbox.MaxBucketCount:
+			case !outbox.ValidBucketCount(*buckets):
 				return nil, usagef("--buckets %d: must be 1..%d", *buckets, outbox.MaxBucketCount)
 			}
 			mode, err := outbox.ParseMode(*modeName)

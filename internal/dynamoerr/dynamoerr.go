@@ -1,7 +1,8 @@
-// Package dynamoerr sorts the errors of DynamoDB write calls that were not a
-// transaction's cancellation, for the two places that retry transactions
-// (store/dynamo's writer and the inbox): whether the call may have been
-// executed, was throttled, conflicted, or was refused.
+// Package dynamoerr sorts the errors of DynamoDB write calls for the two
+// places that retry transactions (store/dynamo's writer and the inbox):
+// whether the call may have been executed, was throttled, conflicted, or
+// was refused (Classify), and what a transaction's cancellation says
+// (ClassifyTx).
 package dynamoerr
 
 import (
@@ -27,8 +28,8 @@ const (
 	Rejected
 )
 
-// Classify sorts err (not a *types.TransactionCanceledException, which
-// callers read themselves) and says why in detail.
+// Classify sorts err (not a *types.TransactionCanceledException: ClassifyTx
+// reads those) and says why in detail.
 func Classify(err error) (kind Kind, detail string) {
 	switch code := Code(err); code {
 	case "TransactionInProgressException":

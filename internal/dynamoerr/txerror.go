@@ -1,6 +1,7 @@
 package dynamoerr
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -104,9 +105,97 @@ const (
 	CodeProvisioned = "ProvisionedThroughputExceeded"
 )
 
-// DescribeReason is a cancellation reason for an error's detail, with who
-// it concerns ("your item 2", "outbox put 0"): "who: Code (Message)".
-func DescribeReason(who string, r types.CancellationReason) string {
+// TxLayout says whose the items of a transaction are: the caller's are the
+// CallerItems items from CallerFrom on; the others are the package's own,
+// named Own ("outbox put", "inbox item") and numbered among themselves.
+type TxLayout struct {
+	Own                     string
+	CallerFrom, CallerItems int
+}
+
+// Caller reports whether item i is one of the caller's.
+func (l TxLayout) Caller(i int) bool { return i >= l.CallerFrom && i < l.CallerFrom+l.CallerItems }
+
+// Who names item i for an error's detail: "your item 2", "outbox put 0".
+func (l TxLayout) Who(i int) string {
+	switch {
+	case l.Caller(i):
+		return fmt.Sprintf("your item %d", i-l.CallerFrom)
+	case i < l.CallerFrom:
+		return fmt.Sprintf("%s %d", l.Own, i)
+	default:
+		return fmt.Sprintf("%s %d", l.Own, i-l.CallerItems)
+	}
+}
+
+// Tx is a failed TransactWriteItems call, sorted: the one reading of a
+// transaction's failure for the packages that send them (store/dynamo's
+// Writer and the inbox). A failed condition means something else for each
+// of their items (a duplicate, a fence, the caller's own condition), so
+// Tx lists those items (Conditions) and leaves them to the package; every
+// other reason means the same for any item, and decides Kind.
+type Tx struct {
+	// Kind of the failure apart from the failed conditions. For a
+	// cancellation: Rejected when DynamoDB refused an item (validation,
+	// size, ...), else Throttled when an item was throttled, else
+	// Conflict (a conflicting transaction, or no reason known: nothing was
+	// written, so retrying is safe). For any other error, Classify's.
+	Kind Kind
+	// Detail names the item and reason that decided Kind ("outbox put 2:
+	// ThrottlingError (...)"), or says why (Classify's detail).
+	Detail string
+	// Cancelled is true when DynamoDB evaluated and cancelled the call (a
+	// *types.TransactionCanceledException), which proves that no call with
+	// its token committed.
+	Cancelled bool
+	// Reasons are the cancellation's reasons, one per item.
+	Reasons []types.CancellationReason
+	// Conditions are the items whose condition failed, in order.
+	Conditions []int
+
+	layout TxLayout
+}
+
+// ClassifyTx sorts the error of a TransactWriteItems call whose items are
+// laid out as l.
+func ClassifyTx(err error, l TxLayout) Tx {
+	var tc *types.TransactionCanceledException
+	if !errors.As(err, &tc) {
+		kind, detail := Classify(err)
+		return Tx{Kind: kind, Detail: detail, layout: l}
+	}
+	t := Tx{Cancelled: true, Reasons: tc.CancellationReasons, layout: l}
+	rejected, throttled, conflict := -1, -1, -1
+	for i, r := range t.Reasons {
+		switch aws.ToString(r.Code) {
+		case "", CodeNone:
+		case CodeCondition:
+			t.Conditions = append(t.Conditions, i)
+		case CodeConflict:
+			conflict = i
+		case CodeThrottling, CodeProvisioned:
+			throttled = i
+		default:
+			rejected = i
+		}
+	}
+	switch {
+	case rejected >= 0:
+		t.Kind, t.Detail = Rejected, t.Describe(rejected)
+	case throttled >= 0:
+		t.Kind, t.Detail = Throttled, t.Describe(throttled)
+	case conflict >= 0:
+		t.Kind, t.Detail = Conflict, t.Describe(conflict)
+	default:
+		t.Kind, t.Detail = Conflict, "cancelled without a known reason"
+	}
+	return t
+}
+
+// Describe is item i's cancellation reason for an error's detail: "who:
+// Code (Message)", who as the layout names it.
+func (t Tx) Describe(i int) string {
+	r, who := t.Reasons[i], t.layout.Who(i)
 	if m := aws.ToString(r.Message); m != "" {
 		return fmt.Sprintf("%s: %s (%s)", who, aws.ToString(r.Code), m)
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dynakafka/outbox"
 )
 
 func getenv(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -231,5 +233,18 @@ func TestLoadEnqueue(t *testing.T) {
 	}
 	if strings.Join(names, " ") != "OUTBOX_MESSAGES_TABLE OUTBOX_CONTROL_TABLE OUTBOX_MAX_MESSAGE_BYTES" {
 		t.Fatalf("errors name %v", names)
+	}
+}
+
+// OUTBOX_BUCKET_COUNT's range (a row of Ranges, which the template's
+// parameters follow) is outbox.ValidBucketCount's, the one Go check of it.
+func TestBucketCountRangeIsValidBucketCount(t *testing.T) {
+	for _, n := range []int{-1, 0, 1, 2, outbox.MaxBucketCount - 1, outbox.MaxBucketCount, outbox.MaxBucketCount + 1} {
+		m := base()
+		m["OUTBOX_BUCKET_COUNT"] = strconv.Itoa(n)
+		_, err := Load(getenv(m))
+		if ok := err == nil; ok != outbox.ValidBucketCount(n) {
+			t.Errorf("OUTBOX_BUCKET_COUNT=%d: Load error %v, but ValidBucketCount = %v", n, err, outbox.ValidBucketCount(n))
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -83,7 +84,7 @@ func TestStartStreamStop(t *testing.T) {
 		}
 	}
 
-	if got := readStreamSeqs(ctx, t, streams, table); !equalInts(got, []int{1, 2, 3}) {
+	if got := readStreamSeqs(ctx, t, streams, table); !slices.Equal(got, []int{1, 2, 3}) {
 		t.Errorf("stream INSERT sequences = %v, want [1 2 3]", got)
 	}
 
@@ -202,18 +203,6 @@ func readStreamSeqs(ctx context.Context, t *testing.T, streams *dynamodbstreams.
 		}
 	}
 	return seqs
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestStartReportsJavaOutput(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/fanout"
 )
 
 // BucketCountChangeError is SetBucketCount refusing to change the outbox's
@@ -173,7 +174,7 @@ func sharedHeaderAttrs(h outbox.HeaderNames) map[string]string {
 // contradicts itself with an *ItemError.
 func decodeConfig(item map[string]types.AttributeValue) (outbox.Config, error) {
 	bc, err := intAttr(item, attrBuckets, true)
-	if err == nil && (bc < 1 || bc > outbox.MaxBucketCount) {
+	if err == nil && !outbox.ValidBucketCount(bc) {
 		err = &ItemError{Attribute: attrBuckets, Reason: fmt.Sprintf("bucket count %d is outside 1..%d", bc, outbox.MaxBucketCount)}
 	}
 	if err != nil {
@@ -299,7 +300,7 @@ func decodeRegions(item map[string]types.AttributeValue) ([]string, map[string]s
 func checkWanted(c outbox.Config) (outbox.Config, error) {
 	s := defaultSettings()
 	s.bucketCount, s.mode, s.modeSet, s.retention = c.BucketCount, c.Mode, true, c.Retention
-	if c.BucketCount < 1 {
+	if !outbox.ValidBucketCount(c.BucketCount) {
 		return c, &outbox.OptionError{Option: "BucketCount", Value: c.BucketCount, Reason: fmt.Sprintf("must be 1..%d", outbox.MaxBucketCount)}
 	}
 	if err := s.validate(); err != nil {
@@ -366,7 +367,7 @@ func sameConfig(a, b outbox.Config) bool {
 // alone; with no config item yet it writes a DeleteMode one. It returns the
 // count stored before, 0 when there was none.
 func SetBucketCount(ctx context.Context, client StoreAPI, tables Tables, bucketCount int) (previous int, err error) {
-	if bucketCount < 1 || bucketCount > outbox.MaxBucketCount {
+	if !outbox.ValidBucketCount(bucketCount) {
 		return 0, &outbox.OptionError{Option: "BucketCount", Value: bucketCount, Reason: fmt.Sprintf("must be 1..%d", outbox.MaxBucketCount)}
 	}
 	prev, err := configure(ctx, client, tables, func(stored outbox.Config) outbox.Config {
@@ -676,47 +677,28 @@ const emptyProbeConcurrency = 16
 // it holds (0, 0 when none), among the buckets a relay or a sweeper of
 // either count would look at.
 func (s *Store) firstPending(ctx context.Context, stored, requested int) (bucket, pending int, err error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	upper := outbox.OutOfRangeProbe(max(stored, requested))
 	type found struct{ bucket, pending int }
 	var (
-		mu       sync.Mutex
-		first    *found
-		firstErr error
-		wg       sync.WaitGroup
-		sem      = make(chan struct{}, emptyProbeConcurrency)
+		mu    sync.Mutex
+		first *found
 	)
-	for b := range upper {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
+	err = fanout.Each(ctx, upper, emptyProbeConcurrency, func(ctx context.Context, b int) error {
+		n, err := s.pendingIn(ctx, b)
+		if err != nil || n == 0 {
+			return err
 		}
-		if ctx.Err() != nil {
-			break
+		mu.Lock()
+		defer mu.Unlock()
+		if first == nil || b < first.bucket {
+			first = &found{b, n}
 		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			n, err := s.pendingIn(ctx, b)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil && firstErr == nil && ctx.Err() == nil:
-				firstErr = err
-				cancel()
-			case err == nil && n > 0 && (first == nil || b < first.bucket):
-				first = &found{b, n}
-			}
-		})
+		return nil
+	})
+	if err != nil || first == nil {
+		return 0, 0, err
 	}
-	wg.Wait()
-	switch {
-	case firstErr != nil:
-		return 0, 0, firstErr
-	case first != nil:
-		return first.bucket, first.pending, nil
-	}
-	return 0, 0, ctx.Err()
+	return first.bucket, first.pending, nil
 }
 
 // pendingIn counts the messages of bucket b after its cleaned mark: first

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/dynamoerr"
 	"github.com/dynakafka/outbox/internal/testenv"
 )
 
@@ -78,7 +79,7 @@ func (e *env) put(ctx context.Context, msgs ...outbox.Message) error {
 	var tc *types.TransactionCanceledException
 	if errors.As(err, &tc) {
 		for _, r := range tc.CancellationReasons {
-			if r.Code != nil && *r.Code == codeCondition {
+			if r.Code != nil && *r.Code == dynamoerr.CodeCondition {
 				return errors.Join(outbox.ErrAlreadyWritten, err)
 			}
 		}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/dynakafka/outbox/internal/dynamoerr"
 )
 
 // updateFailing answers the first fails counter updates with a server error,
@@ -42,9 +44,9 @@ func TestWriterLogsRetries(t *testing.T) {
 	w.client.fault = func(call int, in *dynamodb.TransactWriteItemsInput) (bool, error) {
 		switch call {
 		case 1:
-			return false, cancelledBy(codeConflict, len(in.TransactItems))
+			return false, cancelledBy(dynamoerr.CodeConflict, len(in.TransactItems))
 		case 2:
-			return false, cancelledBy(codeThrottling, len(in.TransactItems))
+			return false, cancelledBy(dynamoerr.CodeThrottling, len(in.TransactItems))
 		}
 		return true, nil
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -12,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/fanout"
 	"github.com/dynakafka/outbox/sequence"
 )
 
@@ -89,22 +89,6 @@ func (s *Store) MarkPublished(ctx context.Context, bucket int, seqs []int64, now
 	seqs = slices.Compact(seqs)
 	expires := expiresAt(now, s.cfg.tombstoneTTL)
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-		sem      = make(chan struct{}, s.cfg.deleteConcurrency)
-	)
-	fail := func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if firstErr == nil {
-			firstErr = err
-			cancel()
-		}
-	}
 	// The marking takes as long as its slowest call, so the puts are spread
 	// evenly over the DeleteConcurrency calls (25 at most each): 20
 	// tombstones go out as 4 calls of 5, not one of 20. On DynamoDB Local a
@@ -112,29 +96,15 @@ func (s *Store) MarkPublished(ctx context.Context, bucket int, seqs []int64, now
 	// of ~19 took 582 ms, calls of ~6 at once 262 ms); DynamoDB charges the
 	// same units either way (per item).
 	per := min(batchWriteMax, (len(seqs)+s.cfg.deleteConcurrency-1)/s.cfg.deleteConcurrency)
-	for chunk := range slices.Chunk(seqs, per) {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := s.markChunk(ctx, bucket, chunk, now, expires); err != nil {
-				fail(err)
-			}
-		})
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
-	}
-	if err := ctx.Err(); err != nil {
+	chunks := slices.Collect(slices.Chunk(seqs, per))
+	err := fanout.Each(ctx, len(chunks), s.cfg.deleteConcurrency, func(ctx context.Context, i int) error {
+		return s.markChunk(ctx, bucket, chunks[i], now, expires)
+	})
+	if err != nil && err == ctx.Err() {
+		// The context ended before every chunk was sent.
 		return fmt.Errorf("dynamo: mark published in bucket %d: %w", bucket, err)
 	}
-	return nil
+	return err
 }
 
 const (

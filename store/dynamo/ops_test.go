@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/dynamoerr"
 )
 
 // order is a business item as a service would declare it.
@@ -164,7 +165,7 @@ func TestOperationsCommitAndFail(t *testing.T) {
 						t.Fatalf("failing condition: %v, want a *TransactionError matching ErrConditionFailed", err)
 					}
 					reasons := te.CallerReasons()
-					if len(reasons) != 1 || aws.ToString(reasons[0].Code) != codeCondition {
+					if len(reasons) != 1 || aws.ToString(reasons[0].Code) != dynamoerr.CodeCondition {
 						t.Fatalf("caller reasons %+v, want one ConditionalCheckFailed", reasons)
 					}
 					if got := stringOf(reasons[0].Item["status"]); got != s.wantOld {

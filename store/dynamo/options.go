@@ -436,7 +436,7 @@ func (s *settings) validate() error {
 		return s.misplaced[0]
 	}
 	switch {
-	case s.bucketCount < 0 || s.bucketCount > outbox.MaxBucketCount:
+	case s.bucketCount != 0 && !outbox.ValidBucketCount(s.bucketCount):
 		return bad("BucketCount", s.bucketCount, fmt.Sprintf("must be 1..%d (or 0 for the default)", outbox.MaxBucketCount))
 	case s.fenceTTL < MinFenceTTL:
 		return bad("FenceTTL", s.fenceTTL, fmt.Sprintf("must be at least %v, and should be days: a fence must outlive any writer that could still commit at its sequence", MinFenceTTL))

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/fanout"
 	"github.com/dynakafka/outbox/sequence"
 )
 
@@ -211,7 +212,7 @@ func PlanBucketCountChange(ctx context.Context, client StoreAPI, tables Tables, 
 // config item: how ChangeBucketCount and PlanBucketCountChange begin.
 func prepareChange(ctx context.Context, client StoreAPI, tables Tables, to int, options []Option) (settings, outbox.Config, error) {
 	set := defaultSettings()
-	if to < 1 || to > outbox.MaxBucketCount {
+	if !outbox.ValidBucketCount(to) {
 		return set, outbox.Config{}, &outbox.OptionError{Option: "BucketCount", Value: to, Reason: fmt.Sprintf("must be 1..%d", outbox.MaxBucketCount)}
 	}
 	set.apply(forChange, options)
@@ -440,41 +441,9 @@ func (s *Store) drainedTo(ctx context.Context, b int, fence int64) (ok bool, mis
 }
 
 // forBuckets runs f for 0..n-1, emptyProbeConcurrency at a time, and
-// returns the first error.
+// returns the first error (fanout.Each).
 func forBuckets(ctx context.Context, n int, f func(ctx context.Context, i int) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-		sem   = make(chan struct{}, emptyProbeConcurrency)
-	)
-	for i := range n {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := f(ctx, i); err != nil {
-				mu.Lock()
-				if first == nil {
-					first = err
-					cancel()
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	if first != nil {
-		return first
-	}
-	return ctx.Err()
+	return fanout.Each(ctx, n, emptyProbeConcurrency, f)
 }
 
 // decodeEpoch reads the BucketCount epoch attributes of a config item.
@@ -499,7 +468,7 @@ func decodeEpoch(item map[string]types.AttributeValue, c *outbox.Config) error {
 		}
 	}
 	switch {
-	case c.NextBucketCount > outbox.MaxBucketCount:
+	case c.NextBucketCount != 0 && !outbox.ValidBucketCount(c.NextBucketCount):
 		return &ItemError{Attribute: attrNextBkts, Reason: fmt.Sprintf("next bucket count %d is outside 1..%d", c.NextBucketCount, outbox.MaxBucketCount)}
 	case c.Changing() && c.ChangeDeadline.IsZero():
 		return &ItemError{Attribute: attrChangeDL, Reason: "a BucketCount change in progress without a deadline"}

@@ -1,10 +1,8 @@
 package dynamo
 
 import (
-	"errors"
 	"fmt"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox"
@@ -69,91 +67,50 @@ type classification struct {
 	detail string
 }
 
-// Cancellation reason codes (TransactionCanceledException).
-const (
-	codeNone        = dynamoerr.CodeNone
-	codeCondition   = dynamoerr.CodeCondition
-	codeConflict    = dynamoerr.CodeConflict
-	codeThrottling  = dynamoerr.CodeThrottling
-	codeProvisioned = dynamoerr.CodeProvisioned
-)
+// kindOutcome is the outcome of each dynamoerr.Kind.
+var kindOutcome = [...]outcome{
+	dynamoerr.Ambiguous: outAmbiguous, dynamoerr.Throttled: outThrottled,
+	dynamoerr.Conflict: outConflict, dynamoerr.Rejected: outRejected,
+}
 
 // classify sorts a TransactWriteItems error. callerItems is how many of the
 // submitted items are the caller's; ids are the ids of the outbox messages
 // that follow them, in order.
 func classify(err error, callerItems int, ids []string) classification {
-	var tc *types.TransactionCanceledException
-	if errors.As(err, &tc) {
-		return classifyCancellation(tc.CancellationReasons, callerItems, ids)
-	}
-	kind, detail := dynamoerr.Classify(err)
-	return classification{outcome: [...]outcome{
-		dynamoerr.Ambiguous: outAmbiguous, dynamoerr.Throttled: outThrottled,
-		dynamoerr.Conflict: outConflict, dynamoerr.Rejected: outRejected,
-	}[kind], detail: detail}
-}
-
-func classifyCancellation(reasons []types.CancellationReason, callerItems int, ids []string) classification {
-	c := classification{cancelled: true, reasons: reasons}
-	var (
-		callerFailed, rejected, foreign, fenced, throttled, conflict = -1, -1, -1, -1, -1, -1
-	)
-	for i, r := range reasons {
-		code := aws.ToString(r.Code)
+	t := dynamoerr.ClassifyTx(err, dynamoerr.TxLayout{Own: "outbox put", CallerItems: callerItems})
+	c := classification{outcome: kindOutcome[t.Kind], cancelled: t.Cancelled, reasons: t.Reasons, detail: t.Detail}
+	callerFailed, foreign, fenced := -1, -1, -1
+	for _, i := range t.Conditions {
+		r, j := t.Reasons[i], i-callerItems
 		switch {
-		case code == "" || code == codeNone:
-		case code == codeCondition && i < callerItems:
+		case i < callerItems:
 			if callerFailed < 0 {
 				callerFailed = i
 			}
-		case code == codeCondition:
-			j := i - callerItems
-			switch {
-			case len(r.Item) == 0:
-				// No old image (an engine that does not return one): the
-				// only thing that can be at a reserved sequence is a fence.
-				fenced = i
-			case j < len(ids) && stringOf(r.Item[attrID]) == ids[j]:
-				c.outcome, c.detail = outCommitted, fmt.Sprintf("outbox put %d already holds this message", j)
-				return c
-			case r.Item[attrFence] != nil:
-				fenced = i
-			default:
-				foreign = i
-			}
-		case code == codeConflict:
-			conflict = i
-		case code == codeThrottling || code == codeProvisioned:
-			throttled = i
+		case len(r.Item) == 0:
+			// No old image (an engine that does not return one): the
+			// only thing that can be at a reserved sequence is a fence.
+			fenced = i
+		case j < len(ids) && stringOf(r.Item[attrID]) == ids[j]:
+			c.outcome, c.detail = outCommitted, fmt.Sprintf("outbox put %d already holds this message", j)
+			return c
+		case r.Item[attrFence] != nil:
+			fenced = i
 		default:
-			rejected = i
+			foreign = i
 		}
 	}
-	describe := func(i int) string {
-		who := fmt.Sprintf("your item %d", i)
-		if i >= callerItems {
-			who = fmt.Sprintf("outbox put %d", i-callerItems)
-		}
-		return dynamoerr.DescribeReason(who, reasons[i])
-	}
+	// A refused item decides after the caller's own condition, before the
+	// outbox puts' conditions.
+	refused := t.Kind == dynamoerr.Rejected
 	switch {
 	case callerFailed >= 0:
-		c.outcome, c.detail = outConditionFailed, describe(callerFailed)
-	case rejected >= 0:
-		c.outcome, c.detail = outRejected, describe(rejected)
-	case foreign >= 0:
-		c.outcome, c.detail = outRejected, describe(foreign)+": the reserved sequence number holds another outbox's message; "+
+		c.outcome, c.detail = outConditionFailed, t.Describe(callerFailed)
+	case !refused && foreign >= 0:
+		c.outcome, c.detail = outRejected, t.Describe(foreign)+": the reserved sequence number holds another outbox's message; "+
 			"the sequence counter was reset or two outboxes share the messages table"
-	case fenced >= 0:
-		c.outcome, c.detail = outFenced, describe(fenced)
-	case throttled >= 0:
-		c.outcome, c.detail = outThrottled, describe(throttled)
-	case conflict >= 0:
-		c.outcome, c.detail = outConflict, describe(conflict)
-	default:
-		// Cancelled without a reason we know: nothing was written; treat as
-		// a conflict (retryable).
-		c.outcome, c.detail = outConflict, "cancelled without a known reason"
+	case !refused && fenced >= 0:
+		c.outcome, c.detail = outFenced, t.Describe(fenced)
 	}
 	return c
 }

@@ -12,6 +12,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/dynamoerr"
 )
 
 func reason(code string) types.CancellationReason {
@@ -44,23 +45,23 @@ func TestClassify(t *testing.T) {
 	fence := fenceItem(1, 5, t0, t0)
 	mine := map[string]types.AttributeValue{attrBucket: numAttr(1), attrSeq: numAttr(5), attrID: strAttr(ours)}
 	other := map[string]types.AttributeValue{attrBucket: numAttr(1), attrSeq: numAttr(5), attrID: strAttr("someone-else")}
-	none := reason(codeNone)
+	none := reason(dynamoerr.CodeNone)
 	cases := []struct {
 		name      string
 		err       error
 		want      outcome
 		cancelled bool
 	}{
-		{"caller condition", cancelled(reason(codeCondition), none), outConditionFailed, true},
-		{"caller condition beats fence", cancelled(reason(codeCondition), reasonItem(codeCondition, fence)), outConditionFailed, true},
-		{"fenced", cancelled(none, reasonItem(codeCondition, fence)), outFenced, true},
-		{"fenced, no old image", cancelled(none, reason(codeCondition)), outFenced, true},
-		{"own message already there", cancelled(reason(codeCondition), reasonItem(codeCondition, mine)), outCommitted, true},
-		{"another message at our sequence", cancelled(none, reasonItem(codeCondition, other)), outRejected, true},
-		{"conflict", cancelled(reason(codeConflict), none), outConflict, true},
-		{"throttled item", cancelled(none, reason(codeThrottling)), outThrottled, true},
-		{"provisioned item", cancelled(reason(codeProvisioned), none), outThrottled, true},
-		{"fence beats conflict", cancelled(reason(codeConflict), reasonItem(codeCondition, fence)), outFenced, true},
+		{"caller condition", cancelled(reason(dynamoerr.CodeCondition), none), outConditionFailed, true},
+		{"caller condition beats fence", cancelled(reason(dynamoerr.CodeCondition), reasonItem(dynamoerr.CodeCondition, fence)), outConditionFailed, true},
+		{"fenced", cancelled(none, reasonItem(dynamoerr.CodeCondition, fence)), outFenced, true},
+		{"fenced, no old image", cancelled(none, reason(dynamoerr.CodeCondition)), outFenced, true},
+		{"own message already there", cancelled(reason(dynamoerr.CodeCondition), reasonItem(dynamoerr.CodeCondition, mine)), outCommitted, true},
+		{"another message at our sequence", cancelled(none, reasonItem(dynamoerr.CodeCondition, other)), outRejected, true},
+		{"conflict", cancelled(reason(dynamoerr.CodeConflict), none), outConflict, true},
+		{"throttled item", cancelled(none, reason(dynamoerr.CodeThrottling)), outThrottled, true},
+		{"provisioned item", cancelled(reason(dynamoerr.CodeProvisioned), none), outThrottled, true},
+		{"fence beats conflict", cancelled(reason(dynamoerr.CodeConflict), reasonItem(dynamoerr.CodeCondition, fence)), outFenced, true},
 		{"validation reason", cancelled(reason("ValidationError"), none), outRejected, true},
 		{"no known reason", cancelled(none, none), outConflict, true},
 		{"in progress", &types.TransactionInProgressException{}, outAmbiguous, false},
@@ -85,9 +86,9 @@ func TestClassify(t *testing.T) {
 }
 
 func TestTransactionErrorMatches(t *testing.T) {
-	cause := cancelled(reason(codeCondition), reason(codeNone))
+	cause := cancelled(reason(dynamoerr.CodeCondition), reason(dynamoerr.CodeNone))
 	err := error(&TransactionError{Err: outbox.ErrConditionFailed, Cause: cause, Attempts: 1,
-		Reasons: []types.CancellationReason{reason(codeCondition), reason(codeNone)}, CallerItems: 1, Fix: "re-read"})
+		Reasons: []types.CancellationReason{reason(dynamoerr.CodeCondition), reason(dynamoerr.CodeNone)}, CallerItems: 1, Fix: "re-read"})
 	if !errors.Is(err, outbox.ErrConditionFailed) {
 		t.Error("errors.Is(ErrConditionFailed) = false")
 	}
@@ -99,7 +100,7 @@ func TestTransactionErrorMatches(t *testing.T) {
 		t.Errorf("errors.As(TransactionCanceledException) = %v", tc)
 	}
 	var te *TransactionError
-	if !errors.As(err, &te) || len(te.CallerReasons()) != 1 || aws.ToString(te.CallerReasons()[0].Code) != codeCondition {
+	if !errors.As(err, &te) || len(te.CallerReasons()) != 1 || aws.ToString(te.CallerReasons()[0].Code) != dynamoerr.CodeCondition {
 		t.Errorf("CallerReasons = %v", te.CallerReasons())
 	}
 }

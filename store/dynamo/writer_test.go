@@ -18,6 +18,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/inbox"
+	"github.com/dynakafka/outbox/internal/dynamoerr"
 	"github.com/dynakafka/outbox/internal/testenv"
 	"github.com/dynakafka/outbox/sequence"
 )
@@ -494,7 +495,7 @@ func TestWriteBusinessConditionFailedFencesReservations(t *testing.T) {
 	if !errors.As(err, &te) || te.Attempts != 1 || te.ReleaseErr != nil {
 		t.Fatalf("err = %#v", err)
 	}
-	if rs := te.CallerReasons(); len(rs) != 1 || aws.ToString(rs[0].Code) != codeCondition {
+	if rs := te.CallerReasons(); len(rs) != 1 || aws.ToString(rs[0].Code) != dynamoerr.CodeCondition {
 		t.Errorf("CallerReasons = %+v", rs)
 	}
 	// One TransactionError shape: the inbox's name matches the Writer's
@@ -583,7 +584,7 @@ func TestWriteFencedOnEveryAttempt(t *testing.T) {
 func cancelledBy(code string, items int) error {
 	rs := make([]types.CancellationReason, items)
 	for i := range rs {
-		rs[i] = reason(codeNone)
+		rs[i] = reason(dynamoerr.CodeNone)
 	}
 	rs[0] = reason(code)
 	return cancelled(rs...)
@@ -595,8 +596,8 @@ func TestWriteRetriesTransientFailures(t *testing.T) {
 		inject func(items int) error
 		want   error
 	}{
-		{"conflict", func(n int) error { return cancelledBy(codeConflict, n) }, outbox.ErrConflict},
-		{"throttled item", func(n int) error { return cancelledBy(codeThrottling, n) }, outbox.ErrThrottled},
+		{"conflict", func(n int) error { return cancelledBy(dynamoerr.CodeConflict, n) }, outbox.ErrConflict},
+		{"throttled item", func(n int) error { return cancelledBy(dynamoerr.CodeThrottling, n) }, outbox.ErrThrottled},
 		{"throttled request", func(int) error {
 			return &types.ProvisionedThroughputExceededException{Message: aws.String("slow down")}
 		}, outbox.ErrThrottled},

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/fanout"
 	"github.com/dynakafka/outbox/kafka"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
@@ -142,29 +143,9 @@ func deleteItems(ctx context.Context, st *stage, bucket int, items []map[string]
 }
 
 // forBuckets runs fn(0..n-1), at most parallel at once, and returns the
-// first error.
+// first error (fanout.Each: no call starts after it).
 func forBuckets(n, parallel int, fn func(int) error) error {
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-		sem   = make(chan struct{}, parallel)
-	)
-	for i := range n {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := fn(i); err != nil {
-				mu.Lock()
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	return first
+	return fanout.Each(context.Background(), n, parallel, func(_ context.Context, i int) error { return fn(i) })
 }
 
 // rawKafka produces the same number of records as the backlog (same sizes,

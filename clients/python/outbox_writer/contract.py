@@ -87,11 +87,18 @@ def bucket_for_key(key: bytes, bucket_count: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % bucket_count
 
 
+def valid_bucket_count(n: int) -> bool:
+    """Whether n is a bucket count an outbox can have: 1..MAX_BUCKET_COUNT
+    (the Go side's outbox.ValidBucketCount; test_contract holds them
+    together)."""
+    return 1 <= n <= MAX_BUCKET_COUNT
+
+
 def bucket_for(message_id: str, key, partition, bucket_count: int) -> int:
     """The bucket of one message: partition mod bucket_count when it has an
     explicit partition; else its key's bucket (None is keyless, b"" is a key);
     else, keyless, the bucket of its id's 16 UUID bytes."""
-    if not 1 <= bucket_count <= MAX_BUCKET_COUNT:
+    if not valid_bucket_count(bucket_count):
         raise ValueError(f"bucket count {bucket_count} is outside 1..{MAX_BUCKET_COUNT}")
     if partition is not None:
         if partition < 0:
@@ -375,7 +382,7 @@ def parse_config(item) -> Config:
             f"config item format version {version}; this writer understands {CONFIG_VERSIONS[0]}..{CONFIG_VERSIONS[-1]} "
             "(the outbox was created by a newer version: upgrade the writer)", unknown=version > CONFIG_VERSIONS[-1])
     bc = _int_attr(item, "bc")
-    if not 1 <= bc <= MAX_BUCKET_COUNT:
+    if not valid_bucket_count(bc):
         raise ConfigItemError(f"bucket count {bc} is outside 1..{MAX_BUCKET_COUNT}")
     mode = "delete"
     if "md" in item:
@@ -404,7 +411,7 @@ def parse_config(item) -> Config:
     for name, val in (("be", epoch), ("nb", nb), ("cd", cd)):
         if val < 0:
             raise ConfigItemError(f"the config item's {name} is {val}, negative")
-    if nb > MAX_BUCKET_COUNT:
+    if nb and not valid_bucket_count(nb):
         raise ConfigItemError(f"next bucket count {nb} is outside 1..{MAX_BUCKET_COUNT}")
     if nb and not cd:
         raise ConfigItemError("a BucketCount change in progress (nb) without a deadline (cd)")

@@ -160,3 +160,18 @@ def test_moved_counter_is_the_go_sides():
     with open(os.path.join(REPO, "sequence", "epoch.go"), encoding="utf-8") as f:
         src = f.read()
     assert f'MovedCounter = "{contract.MOVED_COUNTER}"' in src
+
+
+def test_bucket_count_range_is_the_go_sides():
+    """The writers of both languages accept the same bucket counts: Go's one
+    check is outbox.ValidBucketCount, 1..MaxBucketCount (bucket.go)."""
+    with open(os.path.join(REPO, "bucket.go"), encoding="utf-8") as f:
+        src = f.read()
+    assert f"const MaxBucketCount = {contract.MAX_BUCKET_COUNT}\n" in src
+    assert "bool { return n >= 1 && n <= MaxBucketCount }" in src
+    n = contract.MAX_BUCKET_COUNT
+    assert [contract.valid_bucket_count(c) for c in (-1, 0, 1, n, n + 1)] == [False, False, True, True, False]
+    for c in (0, n + 1):
+        with pytest.raises(ValueError):
+            contract.bucket_for(str(uuid.uuid4()), b"k", None, c)
+    assert contract.bucket_for(str(uuid.uuid4()), None, n - 1, n) == n - 1
