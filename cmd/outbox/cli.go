@@ -308,6 +308,17 @@ func connect(ctx context.Context, c connection) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load the AWS configuration: %w", err)
 	}
+	// Before anything is sent: without credentials the SDK's chain ends at
+	// the EC2 instance metadata service, whose error names neither cause
+	// nor fix.
+	if cfg.Credentials == nil {
+		return nil, errors.New("load the AWS configuration: it has no credentials provider")
+	}
+	if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
+		return nil, &restated{msg: "no AWS credentials: the SDK's chain (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE and the shared " +
+			"config files, SSO, the container or instance role) found none. Set AWS_PROFILE or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; " +
+			"for DynamoDB Local, paste the lines `outbox local` prints, or pass --local --endpoint URL. (The SDK said: " + err.Error() + ")", err: err}
+	}
 	s.aws = cfg
 	s.db = dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
 		if c.endpoint != "" {

@@ -653,6 +653,42 @@ func TestEndpointKeepsTheCredentialChain(t *testing.T) {
 	}
 }
 
+// TestNoCredentialsSaysWhatToDo: without credentials (and without --local)
+// the SDK's chain ends at the EC2 instance metadata service, whose error
+// named neither cause nor fix; the CLI says how to give credentials, before
+// anything is sent.
+func TestNoCredentialsSaysWhatToDo(t *testing.T) {
+	isolateAWSEnv(t)
+	t.Setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://127.0.0.1:1") // nothing listens there
+	t.Setenv("AWS_REGION", "us-east-1")
+	c := newCLI(t)
+	code, stdout, stderr := c.run("status", "--messages", "orders-outbox", "--control", "orders-outbox-control", "--timeout", "2m")
+	if code != exitFailed || stdout != "" {
+		t.Fatalf("exit %d, stdout %q, want 1 and nothing", code, stdout)
+	}
+	for _, want := range []string{"no AWS credentials", "AWS_PROFILE", "AWS_ACCESS_KEY_ID", "outbox local", "--local --endpoint"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, stderr)
+		}
+	}
+}
+
+// isolateAWSEnv clears the AWS settings of the environment the test runs
+// in (a developer's profile, credentials or endpoints), so that only what a
+// test sets counts.
+func isolateAWSEnv(t *testing.T) {
+	t.Helper()
+	none := filepath.Join(t.TempDir(), "none")
+	for _, k := range []string{"AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+		"AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+		"AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	t.Setenv("AWS_CONFIG_FILE", none)
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", none)
+}
+
 // A bucket stopped by a missing topic shows its REASON in status (and
 // --json); park refuses what is not its first pending message and a bucket
 // another relay holds, writing nothing, and parks the head, after which
