@@ -60,7 +60,8 @@ type command struct {
 	bind func(fs *flag.FlagSet) func(a *app, c *connection, args []string) (action, error)
 }
 
-var commands = []*command{statusCommand, parkedCommand, parkCommand, replayCommand, dropCommand, drainCommand, initCommand, bucketsCommand, regionsCommand}
+var commands = []*command{statusCommand, parkedCommand, parkCommand, replayCommand, dropCommand, drainCommand, initCommand, bucketsCommand, regionsCommand,
+	enqueueCommand}
 
 func lookup(name string) *command {
 	for _, c := range commands {

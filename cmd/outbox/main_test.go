@@ -202,6 +202,10 @@ func TestUsageErrorsBeforeAnyIO(t *testing.T) {
 		with("init", "--buckets", "8", "--mode", "archive"),
 		with("init", "--buckets", "8", "--retention", "48h"),
 		with("init", "--buckets", "8", "--mode", "watermark", "--retention", "30m"),
+		with("enqueue"),
+		with("enqueue", "testdata/no-such-file"),
+		with("enqueue", "a.json", "b.json"),
+		with("enqueue", "testdata/help/outbox.txt"),
 	} {
 		c.step(exitUsage, args...)
 	}
