@@ -54,6 +54,9 @@ type command struct {
 	description string
 	example     string
 	timeout     time.Duration // default of --timeout
+	// standalone commands (outbox local) take no connection flags and get
+	// no session: they run until they are done or interrupted.
+	standalone bool
 	// bind registers the command's flags on fs and returns the check that
 	// runs after parsing: it validates everything it can without I/O and
 	// returns the action or a *usageError.
@@ -61,7 +64,7 @@ type command struct {
 }
 
 var commands = []*command{statusCommand, parkedCommand, parkCommand, replayCommand, dropCommand, drainCommand, initCommand, bucketsCommand, regionsCommand,
-	enqueueCommand}
+	enqueueCommand, localCommand}
 
 func lookup(name string) *command {
 	for _, c := range commands {
@@ -117,43 +120,12 @@ func exitCode(err error) int {
 
 // run runs one command line and returns the exit code.
 func (a *app) run(ctx context.Context, args []string) int {
-	if len(args) == 0 {
-		a.topUsage(a.stderr)
-		return exitUsage
+	c, conn, act, code := a.prepare(args)
+	if act == nil {
+		return code
 	}
-	switch args[0] {
-	case "-h", "-help", "--help", "help":
-		if len(args) > 1 && args[0] == "help" {
-			c := lookup(args[1])
-			if c == nil {
-				return a.fail("", usagef("unknown command %q", args[1]))
-			}
-			fs, _, _ := c.flags()
-			c.usage(a.stdout, fs)
-			return exitOK
-		}
-		a.topUsage(a.stdout)
-		return exitOK
-	}
-	c := lookup(args[0])
-	if c == nil {
-		return a.fail("", usagef("unknown command %q", args[0]))
-	}
-	fs, conn, check := c.flags()
-	pos, err := parseArgs(fs, args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		c.usage(a.stdout, fs)
-		return exitOK
-	}
-	if err != nil {
-		return a.fail(c.name, flagError(err))
-	}
-	if err := conn.resolve(a.getenv); err != nil {
-		return a.fail(c.name, err)
-	}
-	act, err := check(a, conn, pos)
-	if err != nil {
-		return a.fail(c.name, err)
+	if c.standalone {
+		return a.fail(c.name, act(ctx, a, nil))
 	}
 	ctx, cancel := context.WithTimeout(ctx, conn.timeout)
 	defer cancel()
@@ -162,6 +134,53 @@ func (a *app) run(ctx context.Context, args []string) int {
 		err = act(ctx, a, s)
 	}
 	return a.fail(c.name, err)
+}
+
+// prepare checks a command line completely, without I/O: it returns the
+// command, its connection and its action, or a nil action and the exit code
+// (help was printed, or a usage error reported).
+func (a *app) prepare(args []string) (*command, *connection, action, int) {
+	if len(args) == 0 {
+		a.topUsage(a.stderr)
+		return nil, nil, nil, exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		if len(args) > 1 && args[0] == "help" {
+			c := lookup(args[1])
+			if c == nil {
+				return nil, nil, nil, a.fail("", usagef("unknown command %q", args[1]))
+			}
+			fs, _, _ := c.flags()
+			c.usage(a.stdout, fs)
+			return nil, nil, nil, exitOK
+		}
+		a.topUsage(a.stdout)
+		return nil, nil, nil, exitOK
+	}
+	c := lookup(args[0])
+	if c == nil {
+		return nil, nil, nil, a.fail("", usagef("unknown command %q", args[0]))
+	}
+	fs, conn, check := c.flags()
+	pos, err := parseArgs(fs, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		c.usage(a.stdout, fs)
+		return nil, nil, nil, exitOK
+	}
+	if err != nil {
+		return nil, nil, nil, a.fail(c.name, flagError(err))
+	}
+	if !c.standalone {
+		if err := conn.resolve(a.getenv); err != nil {
+			return nil, nil, nil, a.fail(c.name, err)
+		}
+	}
+	act, err := check(a, conn, pos)
+	if err != nil {
+		return nil, nil, nil, a.fail(c.name, err)
+	}
+	return c, conn, act, exitOK
 }
 
 // fail reports err (if any) on stderr and returns its exit code.
@@ -187,7 +206,9 @@ func (c *command) flags() (*flag.FlagSet, *connection, func(*app, *connection, [
 	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	conn := &connection{}
-	conn.register(fs, c.timeout)
+	if !c.standalone {
+		conn.register(fs, c.timeout)
+	}
 	return fs, conn, c.bind(fs)
 }
 
@@ -355,7 +376,7 @@ Commands:
 		fmt.Fprintf(tw, "  %s\t%s\n", c.name, c.summary)
 	}
 	tw.Flush()
-	fmt.Fprint(w, "\nConnection flags (every command):\n")
+	fmt.Fprint(w, "\nConnection flags (every command but local):\n")
 	fs := flag.NewFlagSet("outbox", flag.ContinueOnError)
 	(&connection{}).register(fs, 0)
 	printFlags(w, fs, func(string) bool { return true })
@@ -369,9 +390,11 @@ func (c *command) usage(w io.Writer, fs *flag.FlagSet) {
 	}
 	fmt.Fprintf(w, "Usage: %s [flags]\n\n%s\n", synopsis, strings.TrimSpace(c.description))
 	fmt.Fprint(w, "\nFlags:\n")
-	printFlags(w, fs, func(name string) bool { return !connectionFlags[name] })
-	fmt.Fprint(w, "\nConnection flags:\n")
-	printFlags(w, fs, func(name string) bool { return connectionFlags[name] })
+	printFlags(w, fs, func(name string) bool { return c.standalone || !connectionFlags[name] })
+	if !c.standalone {
+		fmt.Fprint(w, "\nConnection flags:\n")
+		printFlags(w, fs, func(name string) bool { return connectionFlags[name] })
+	}
 	fmt.Fprintf(w, "\nExample:\n%s\n", indent(strings.TrimSpace(c.example), "  "))
 	fmt.Fprint(w, "\n"+exitCodesHelp)
 }

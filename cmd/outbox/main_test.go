@@ -206,6 +206,13 @@ func TestUsageErrorsBeforeAnyIO(t *testing.T) {
 		with("enqueue", "testdata/no-such-file"),
 		with("enqueue", "a.json", "b.json"),
 		with("enqueue", "testdata/help/outbox.txt"),
+		{"local", "--messages", "m", "--control", "m"},
+		{"local", "--topics", " , "},
+		{"local", "--buckets", "0"},
+		{"local", "--dynamodb-port", "65536"},
+		{"local", "--kafka-port", "-1"},
+		{"local", "extra"},
+		{"local", "--endpoint", "http://127.0.0.1:8000"},
 	} {
 		c.step(exitUsage, args...)
 	}
