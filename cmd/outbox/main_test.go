@@ -664,6 +664,37 @@ func TestEndpointKeepsTheCredentialChain(t *testing.T) {
 	}
 }
 
+// TestLocalEndpointSkipsTheChecksum: DynamoDB Local sends no CRC32 with its
+// error responses, and the SDK warned of a checksum mismatch on standard
+// error at every expected error of a CLI pointed at it by the lines
+// `outbox local` prints (AWS_ENDPOINT_URL_DYNAMODB); a remote endpoint keeps
+// the check.
+func TestLocalEndpointSkipsTheChecksum(t *testing.T) {
+	isolateAWSEnv(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDFROMTHECHAIN")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	t.Setenv("AWS_REGION", "us-east-1")
+	for _, tc := range []struct {
+		env, flag string
+		skip      bool
+	}{
+		{"http://127.0.0.1:8000", "", true},
+		{"http://localhost:8000", "", true},
+		{"", "http://127.0.0.1:8000", true},
+		{"", "https://dynamodb-fips.us-east-1.amazonaws.com", false},
+		{"", "", false},
+	} {
+		t.Setenv("AWS_ENDPOINT_URL_DYNAMODB", tc.env)
+		s, err := connect(context.Background(), connection{messages: "m", control: "c", endpoint: tc.flag})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.db.Options().DisableValidateResponseChecksum; got != tc.skip {
+			t.Errorf("AWS_ENDPOINT_URL_DYNAMODB=%q --endpoint %q: checksum validation off = %v, want %v", tc.env, tc.flag, got, tc.skip)
+		}
+	}
+}
+
 // TestNoCredentialsSaysWhatToDo: without credentials (and without --local)
 // the SDK's chain ends at the EC2 instance metadata service, whose error
 // named neither cause nor fix; the CLI says how to give credentials, before
