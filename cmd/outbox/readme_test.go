@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dynakafka/outbox/local/dynamolocal"
+	"github.com/dynakafka/outbox/store/dynamo"
 )
 
 // TestReadmeCommands holds the README's command lines to the CLI: every
@@ -198,4 +201,18 @@ func shellWords(s string) []string {
 		words = append(words, cur.String())
 	}
 	return words
+}
+
+// TestReadmeLocalSettings: the settings the README shows are what
+// `make local TOPICS=order-events,payments` prints (its default ports).
+func TestReadmeLocalSettings(t *testing.T) {
+	doc, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := localOptions{tables: dynamo.Tables{Messages: "orders-outbox", Control: "orders-outbox-control"}, topics: []string{"order-events", "payments"}}
+	want := localEnv("http://127.0.0.1:8000", dynamolocal.DefaultRegion, o, []string{"127.0.0.1:9092"})
+	if !strings.Contains(string(doc), "```sh\n"+want+"```\n") {
+		t.Errorf("README's \"Run it locally for your service\" does not show the lines outbox local prints:\n%s", want)
+	}
 }
