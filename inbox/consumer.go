@@ -208,10 +208,12 @@ func checkClientOptions(opts []kgo.Opt) error {
 // Run polls and processes records (each as Handler.Handle does: retries of
 // transient errors, then the poison policy) until ctx is done (it returns
 // nil) or a record stops it (policy Stop, or a dead letter not written):
-// then it returns that record's error (a *RecordError, fn's error, a
-// *TransactionError, ...) and the Consumer stays failed, with the records
-// before the failed one marked for commit. Close it and build a new
-// Consumer to resume, from the failed record.
+// then it returns a *StoppedError naming the record, which wraps that
+// record's error (a *RecordError, fn's error, a *TransactionError, ...;
+// errors.Is and errors.As see it), and the Consumer stays failed, with the
+// records before the failed one marked for commit: every later Run returns
+// the same error. Close it and build a new Consumer to resume, from the
+// failed record.
 //
 // Run may be called again after it returned nil: it resumes at the first
 // record it had polled and not processed (each partition's fetch position is
@@ -253,7 +255,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 				c.cfg.logger.WarnContext(ctx, "inbox: fetch error", "topic", topic, "partition", partition, "err", err)
 			}
 		})
-		undone, err := c.process(ctx, parts)
+		undone, failed, err := c.process(ctx, parts)
 		// Before AllowRebalance: the partitions are still ours.
 		c.rewind(undone)
 		c.cl.AllowRebalance()
@@ -261,6 +263,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
+			err = c.stopped(failed, err)
 			c.mu.Lock()
 			c.failed = err
 			c.mu.Unlock()
@@ -268,6 +271,50 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// StoppedError is what Run returns when a record stopped the Consumer: the
+// poison policy is Stop (the default) and the record failed permanently, or
+// transiently RecordRetries more times; or the dead letter of a record
+// could not be written. Err is the record's last error. The records before
+// it are committed at Close; nothing at or after it in its partition was
+// processed. The Consumer stays stopped: fix the cause (or choose another
+// OnPoison policy), Close it and build a new Consumer, which resumes at the
+// record.
+type StoppedError struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	// Attempts is how many times the record was processed: 1 for a
+	// permanent error, 1 + RecordRetries for a transient one.
+	Attempts int
+	Err      error
+}
+
+func (e *StoppedError) Error() string {
+	how := fmt.Sprintf("failed %d times (1 + RecordRetries)", e.Attempts)
+	if e.Attempts == 1 {
+		how = "failed permanently (not retried)"
+	}
+	return fmt.Sprintf("inbox: consumer stopped at record %s/%d@%d, which %s: %v. The records before it are committed at Close; "+
+		"nothing at or after it in partition %d was processed, and this Consumer stays stopped (Run returns this error again). "+
+		"Fix the cause, then Close it and build a new Consumer with NewConsumer: it resumes at this record. "+
+		"To go past records that fail instead of stopping, use OnPoison(Skip()) or OnPoison(DeadLetterTo(...))",
+		e.Topic, e.Partition, e.Offset, how, e.Err, e.Partition)
+}
+
+func (e *StoppedError) Unwrap() error { return e.Err }
+
+// stopped is the error of Run stopped at r by err.
+func (c *Consumer) stopped(r *kgo.Record, err error) error {
+	if r == nil {
+		return err
+	}
+	attempts := 1 + c.cfg.retries
+	if permanent(err) {
+		attempts = 1
+	}
+	return &StoppedError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Attempts: attempts, Err: err}
 }
 
 // ErrClosed: the Consumer was closed.
@@ -303,9 +350,10 @@ func (c *Consumer) rewind(first []*kgo.Record) {
 
 // process processes each partition's records in order, partitions in
 // parallel, marking each record for commit once Process returned, and
-// returns the first error (a partition stops at its first failure) and,
-// per partition that did not finish, its first record not processed.
-func (c *Consumer) process(ctx context.Context, parts []kgo.FetchTopicPartition) (undone []*kgo.Record, first error) {
+// returns the first error and the record that failed with it (a partition
+// stops at its first failure) and, per partition that did not finish, its
+// first record not processed.
+func (c *Consumer) process(ctx context.Context, parts []kgo.FetchTopicPartition) (undone []*kgo.Record, failed *kgo.Record, first error) {
 	var (
 		wg  sync.WaitGroup
 		mu  sync.Mutex
@@ -324,7 +372,7 @@ func (c *Consumer) process(ctx context.Context, parts []kgo.FetchTopicPartition)
 					mu.Lock()
 					undone = append(undone, r)
 					if first == nil {
-						first = err
+						first, failed = err, r
 					}
 					mu.Unlock()
 					return
@@ -334,7 +382,7 @@ func (c *Consumer) process(ctx context.Context, parts []kgo.FetchTopicPartition)
 		})
 	}
 	wg.Wait()
-	return undone, first
+	return undone, failed, first
 }
 
 // Close commits the marked offsets (everything processed), leaves the group

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -292,9 +293,20 @@ func TestConsumerStopsAtAFailedRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Run returns by itself: the policy stops it.
-	if err := c.Run(ctxT(t)); !errors.Is(err, poison) {
+	// Run returns by itself: the policy stops it, naming the record and
+	// what to do.
+	err = c.Run(ctxT(t))
+	if !errors.Is(err, poison) {
 		t.Fatalf("Run = %v, want the callback's error", err)
+	}
+	var se *StoppedError
+	if !errors.As(err, &se) || se.Topic != topic || se.Partition != 0 || se.Offset != 5 || se.Attempts != 2 {
+		t.Fatalf("Run = %#v, want a *StoppedError at %s/0@5 after 2 attempts", err, topic)
+	}
+	for _, want := range []string{topic + "/0@5", "failed 2 times", "build a new Consumer", "resumes at this record", "OnPoison"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Run's error does not say %q: %v", want, err)
+		}
 	}
 	if err := c.Run(ctxT(t)); !errors.Is(err, poison) {
 		t.Fatalf("Run again = %v, want the Consumer to stay failed", err)

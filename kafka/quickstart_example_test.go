@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"log"
+	"log/slog"
 	"os/signal"
 	"syscall"
 	"time"
@@ -29,12 +30,13 @@ func Example_runRelay() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	pub, err := kafka.NewPublisher(ctx, []string{"localhost:9092"}, kafka.Topics("order-events"))
+	logger := slog.Default() // without one the relay and the publisher log nothing, a stuck relay included
+	pub, err := kafka.NewPublisher(ctx, []string{"localhost:9092"}, kafka.Topics("order-events"), kafka.WithLogger(logger))
 	if err != nil {
 		log.Fatal(err) // e.g. a *kafka.TopicError: the topic does not exist
 	}
 	defer pub.Close()
-	relay, err := outbox.NewRelay(ctx, store, pub, outbox.PollInterval(200*time.Millisecond))
+	relay, err := outbox.NewRelay(ctx, store, pub, outbox.PollInterval(200*time.Millisecond), outbox.WithLogger(logger))
 	if err != nil {
 		log.Fatal(err)
 	}

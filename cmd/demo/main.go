@@ -40,13 +40,11 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -57,12 +55,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dynakafka/outbox"
-	"github.com/dynakafka/outbox/lambda/config"
-	"github.com/dynakafka/outbox/lambda/handler"
-	"github.com/dynakafka/outbox/lambda/wiring"
+	"github.com/dynakafka/outbox/cmd/internal/pipeline"
 	"github.com/dynakafka/outbox/local/dynamolocal"
-	"github.com/dynakafka/outbox/local/esm"
-	"github.com/dynakafka/outbox/local/schedule"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
@@ -94,7 +88,7 @@ func main() {
 	flag.DurationVar(&o.drainTimeout, "drain-timeout", 3*time.Minute, "how long to wait for the last deliveries")
 	flag.Parse()
 	o.dynamoEndpoint = os.Getenv("OUTBOX_DYNAMODB_ENDPOINT")
-	o.brokers = splitList(os.Getenv("KAFKA_BOOTSTRAP_SERVERS"))
+	o.brokers = pipeline.SplitList(os.Getenv("KAFKA_BOOTSTRAP_SERVERS"))
 	o.logs, o.out = os.Stderr, os.Stdout
 	if o.orders < 1 || o.writers < 1 {
 		fmt.Fprintln(os.Stderr, "demo: -orders and -writers must be positive")
@@ -147,7 +141,6 @@ func run(ctx context.Context, o options) (int, error) {
 	}
 	awsCfg.APIOptions = append(awsCfg.APIOptions, o.apiOptions...)
 	db := dynamolocal.NewClient(awsCfg, endpoint)
-	streams := dynamolocal.NewStreamsClient(awsCfg, endpoint)
 
 	// Kafka: the given brokers, or kfake in process.
 	brokers := o.brokers
@@ -186,68 +179,21 @@ func run(ctx context.Context, o options) (int, error) {
 	if err := createOrdersTable(ctx, db, ordersTable); err != nil {
 		return 0, err
 	}
-	desc, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(tables.Messages)})
-	if err != nil {
-		return 0, err
-	}
-	streamARN := aws.ToString(desc.Table.LatestStreamArn)
-	progress("tables %s, %s, %s; stream %s", tables.Messages, tables.Control, ordersTable, streamARN)
+	progress("tables %s, %s, %s", tables.Messages, tables.Control, ordersTable)
 
-	// The two functions, built by the same wiring the Lambda bootstraps use.
-	cfg := config.Config{
-		MessagesTable: tables.Messages, ControlTable: tables.Control, BatchSize: 500, Topics: []string{o.topic},
-		LeaseDuration: 30 * time.Second, GapTimeout: 10 * time.Second, MaxMessageBytes: outbox.DefaultMaxMessageBytes,
-		Concurrency: 8, Brokers: brokers, Auth: config.AuthNone, Region: awsCfg.Region, DynamoEndpoint: endpoint,
-	}
-	relayParts, err := wiring.BuildWith(ctx, cfg, awsCfg, logger, "demo-relay")
+	// The relay function on the table's stream and the sweeper on its
+	// schedule. Stopping the pipeline stops new invocations; one in flight
+	// runs to its end, as under the Lambda service, unless ctx (Ctrl-C) ends
+	// first.
+	pipe, err := pipeline.Start(ctx, ctx, pipeline.Options{AWS: awsCfg, Endpoint: endpoint, Tables: tables, Brokers: brokers,
+		Topics: []string{o.topic}, Logger: logger, Name: "demo", SweeperError: func(err error) { progress("sweeper: %v", err) }})
 	if err != nil {
 		return 0, err
 	}
-	defer relayParts.Close()
-	sweeperParts, err := wiring.BuildWith(ctx, cfg, awsCfg, logger, "demo-sweeper")
-	if err != nil {
-		return 0, err
-	}
-	defer sweeperParts.Close()
-	relayFn := handler.NewRelay(relayParts.Relay, cfg.Concurrency, logger)
-	sweeperFn, err := handler.NewSweeper(sweeperParts.Relay, logger)
-	if err != nil {
-		return 0, err
-	}
-	// Stopping the pipeline stops new invocations; one in flight runs to its
-	// end, as under the Lambda service, unless ctx (Ctrl-C) ends first.
-	relay := func(ictx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
-		ictx, cancel := detach(ictx, ctx)
-		defer cancel()
-		return relayFn.Handle(ictx, ev)
-	}
-
+	defer pipe.Stop()
+	progress("relay function on stream %s", pipe.StreamARN)
 	pipeCtx, stopPipe := context.WithCancel(context.Background())
 	defer stopPipe()
-	var bg sync.WaitGroup
-	mapping, err := esm.New(streams, streamARN, esm.InProcess(relay, esm.Timeout(2*time.Minute)),
-		// As template.yaml deploys it.
-		esm.BatchSize(1000), esm.MaximumBatchingWindow(0), esm.Filter(esm.InsertsOnly),
-		esm.MaximumRetryAttempts(5), esm.BisectBatchOnFunctionError(true), esm.ReportBatchItemFailures(true),
-		esm.MaximumRecordAge(time.Hour),
-		esm.Logger(logger))
-	if err != nil {
-		return 0, err
-	}
-	bg.Add(2)
-	go func() { defer bg.Done(); _ = mapping.Run(pipeCtx) }()
-	var sweeps atomic.Int64
-	go func() {
-		defer bg.Done()
-		_ = schedule.Run(pipeCtx, schedule.Options{Rate: time.Minute, Region: awsCfg.Region, Timeout: time.Minute},
-			func(ictx context.Context, ev events.CloudWatchEvent) error {
-				sweeps.Add(1)
-				ictx, cancel := detach(ictx, ctx)
-				defer cancel()
-				_, err := sweeperFn.Handle(ictx, ev)
-				return err
-			}, func(err error) { progress("sweeper: %v", err) })
-	}()
 
 	// The consumer: the example read-model service on the inbox (readmodel.go).
 	st := newStats()
@@ -309,9 +255,9 @@ loop:
 			break loop
 		case <-tick.C:
 			enq, uniq, dup := st.counts()
-			ms := mapping.Stats()
+			ms := pipe.Stats()
 			progress("enqueued=%d delivered_unique=%d duplicates=%d in_flight=%d stream_records=%d invocations=%d sweeps=%d write_errors=%d",
-				enq, uniq, dup, enq-uniq, ms.RecordsSeen, ms.Invocations, sweeps.Load(), werrs.Load())
+				enq, uniq, dup, enq-uniq, ms.RecordsSeen, ms.Invocations, pipe.Sweeps(), werrs.Load())
 			if writersDone == nil && uniq >= enq {
 				break loop
 			}
@@ -320,7 +266,7 @@ loop:
 	wg.Wait()
 	time.Sleep(300 * time.Millisecond) // let late duplicates arrive before counting
 	stopPipe()
-	bg.Wait()
+	pipe.Stop()
 	if err := rm.wait(); err != nil {
 		return 0, err
 	}
@@ -469,28 +415,4 @@ func createOrdersTable(ctx context.Context, db *dynamodb.Client, name string) er
 		return err
 	}
 	return dynamodb.NewTableExistsWaiter(db).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)}, time.Minute)
-}
-
-// detach returns a context with ctx's values and deadline that ends only at
-// that deadline or when hard ends, not when ctx is cancelled.
-func detach(ctx, hard context.Context) (context.Context, context.CancelFunc) {
-	d, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	if deadline, ok := ctx.Deadline(); ok {
-		var cancelDeadline context.CancelFunc
-		d, cancelDeadline = context.WithDeadline(d, deadline)
-		prev := cancel
-		cancel = func() { cancelDeadline(); prev() }
-	}
-	stop := context.AfterFunc(hard, cancel)
-	return d, func() { stop(); cancel() }
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/cmd/internal/pipeline"
 	"github.com/dynakafka/outbox/internal/testenv"
 )
 
@@ -63,7 +64,7 @@ func TestEnsureTopic(t *testing.T) {
 				if err != nil {
 					t.Fatalf("ensureTopic: %v", err)
 				}
-				if n, ok, err := partitionCount(ctx, cl, topic); err != nil || !ok || n != 4 {
+				if n, ok, err := pipeline.PartitionCount(ctx, cl, topic); err != nil || !ok || n != 4 {
 					t.Errorf("topic has %d partitions (exists %v, %v), want 4", n, ok, err)
 				}
 				return

@@ -8,7 +8,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/dynakafka/outbox/cmd/internal/pipeline"
 )
 
 // TopicError reports an existing topic that the demo cannot use as it is.
@@ -29,7 +30,7 @@ func (e *TopicError) Error() string {
 // first, so that a cluster where the demo may not create topics still works
 // with a topic created beforehand. created is false for an existing topic.
 func ensureTopic(ctx context.Context, cl *kgo.Client, topic string, partitions int32) (created bool, err error) {
-	n, exists, err := partitionCount(ctx, cl, topic)
+	n, exists, err := pipeline.PartitionCount(ctx, cl, topic)
 	if err != nil {
 		return false, err
 	}
@@ -43,7 +44,7 @@ func ensureTopic(ctx context.Context, cl *kgo.Client, topic string, partitions i
 			return false, fmt.Errorf("create topic %s with %d partitions: %w", topic, partitions, err)
 		}
 		// Created meanwhile, by someone else.
-		if n, _, err = partitionCount(ctx, cl, topic); err != nil {
+		if n, _, err = pipeline.PartitionCount(ctx, cl, topic); err != nil {
 			return false, err
 		}
 	}
@@ -51,32 +52,4 @@ func ensureTopic(ctx context.Context, cl *kgo.Client, topic string, partitions i
 		return false, &TopicError{Topic: topic, Partitions: n, Want: partitions}
 	}
 	return false, nil
-}
-
-// partitionCount returns how many partitions topic has, and whether it
-// exists. It asks a broker each time: kadm's listings answer from a metadata
-// cache that still says "unknown topic" for seconds after a creation.
-func partitionCount(ctx context.Context, cl *kgo.Client, topic string) (int32, bool, error) {
-	req := kmsg.NewPtrMetadataRequest()
-	rt := kmsg.NewMetadataRequestTopic()
-	rt.Topic = kmsg.StringPtr(topic)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		return 0, false, fmt.Errorf("describe topic %s: %w", topic, err)
-	}
-	for _, t := range resp.Topics {
-		if t.Topic == nil || *t.Topic != topic {
-			continue
-		}
-		err := kerr.ErrorForCode(t.ErrorCode)
-		switch {
-		case errors.Is(err, kerr.UnknownTopicOrPartition):
-			return 0, false, nil
-		case err != nil:
-			return 0, false, fmt.Errorf("describe topic %s: %w", topic, err)
-		}
-		return int32(len(t.Partitions)), true, nil
-	}
-	return 0, false, nil
 }

@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -54,13 +56,17 @@ type command struct {
 	description string
 	example     string
 	timeout     time.Duration // default of --timeout
+	// standalone commands (outbox local) take no connection flags and get
+	// no session: they run until they are done or interrupted.
+	standalone bool
 	// bind registers the command's flags on fs and returns the check that
 	// runs after parsing: it validates everything it can without I/O and
 	// returns the action or a *usageError.
 	bind func(fs *flag.FlagSet) func(a *app, c *connection, args []string) (action, error)
 }
 
-var commands = []*command{statusCommand, parkedCommand, parkCommand, replayCommand, dropCommand, drainCommand, initCommand, bucketsCommand, regionsCommand}
+var commands = []*command{statusCommand, parkedCommand, parkCommand, replayCommand, dropCommand, drainCommand, initCommand, bucketsCommand, regionsCommand,
+	enqueueCommand, localCommand}
 
 func lookup(name string) *command {
 	for _, c := range commands {
@@ -116,43 +122,12 @@ func exitCode(err error) int {
 
 // run runs one command line and returns the exit code.
 func (a *app) run(ctx context.Context, args []string) int {
-	if len(args) == 0 {
-		a.topUsage(a.stderr)
-		return exitUsage
+	c, conn, act, code := a.prepare(args)
+	if act == nil {
+		return code
 	}
-	switch args[0] {
-	case "-h", "-help", "--help", "help":
-		if len(args) > 1 && args[0] == "help" {
-			c := lookup(args[1])
-			if c == nil {
-				return a.fail("", usagef("unknown command %q", args[1]))
-			}
-			fs, _, _ := c.flags()
-			c.usage(a.stdout, fs)
-			return exitOK
-		}
-		a.topUsage(a.stdout)
-		return exitOK
-	}
-	c := lookup(args[0])
-	if c == nil {
-		return a.fail("", usagef("unknown command %q", args[0]))
-	}
-	fs, conn, check := c.flags()
-	pos, err := parseArgs(fs, args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		c.usage(a.stdout, fs)
-		return exitOK
-	}
-	if err != nil {
-		return a.fail(c.name, flagError(err))
-	}
-	if err := conn.resolve(a.getenv); err != nil {
-		return a.fail(c.name, err)
-	}
-	act, err := check(a, conn, pos)
-	if err != nil {
-		return a.fail(c.name, err)
+	if c.standalone {
+		return a.fail(c.name, act(ctx, a, nil))
 	}
 	ctx, cancel := context.WithTimeout(ctx, conn.timeout)
 	defer cancel()
@@ -161,6 +136,53 @@ func (a *app) run(ctx context.Context, args []string) int {
 		err = act(ctx, a, s)
 	}
 	return a.fail(c.name, err)
+}
+
+// prepare checks a command line completely, without I/O: it returns the
+// command, its connection and its action, or a nil action and the exit code
+// (help was printed, or a usage error reported).
+func (a *app) prepare(args []string) (*command, *connection, action, int) {
+	if len(args) == 0 {
+		a.topUsage(a.stderr)
+		return nil, nil, nil, exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		if len(args) > 1 && args[0] == "help" {
+			c := lookup(args[1])
+			if c == nil {
+				return nil, nil, nil, a.fail("", usagef("unknown command %q", args[1]))
+			}
+			fs, _, _ := c.flags()
+			c.usage(a.stdout, fs)
+			return nil, nil, nil, exitOK
+		}
+		a.topUsage(a.stdout)
+		return nil, nil, nil, exitOK
+	}
+	c := lookup(args[0])
+	if c == nil {
+		return nil, nil, nil, a.fail("", usagef("unknown command %q", args[0]))
+	}
+	fs, conn, check := c.flags()
+	pos, err := parseArgs(fs, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		c.usage(a.stdout, fs)
+		return nil, nil, nil, exitOK
+	}
+	if err != nil {
+		return nil, nil, nil, a.fail(c.name, flagError(err))
+	}
+	if !c.standalone {
+		if err := conn.resolve(a.getenv); err != nil {
+			return nil, nil, nil, a.fail(c.name, err)
+		}
+	}
+	act, err := check(a, conn, pos)
+	if err != nil {
+		return nil, nil, nil, a.fail(c.name, err)
+	}
+	return c, conn, act, exitOK
 }
 
 // fail reports err (if any) on stderr and returns its exit code.
@@ -186,7 +208,9 @@ func (c *command) flags() (*flag.FlagSet, *connection, func(*app, *connection, [
 	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	conn := &connection{}
-	conn.register(fs, c.timeout)
+	if !c.standalone {
+		conn.register(fs, c.timeout)
+	}
 	return fs, conn, c.bind(fs)
 }
 
@@ -308,13 +332,44 @@ func connect(ctx context.Context, c connection) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load the AWS configuration: %w", err)
 	}
+	// Before anything is sent: without credentials the SDK's chain ends at
+	// the EC2 instance metadata service, whose error names neither cause
+	// nor fix.
+	if cfg.Credentials == nil {
+		return nil, errors.New("load the AWS configuration: it has no credentials provider")
+	}
+	if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
+		return nil, &restated{msg: "no AWS credentials: the SDK's chain (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE and the shared " +
+			"config files, SSO, the container or instance role) found none. Set AWS_PROFILE or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; " +
+			"for DynamoDB Local, paste the lines `outbox local` prints, or pass --local --endpoint URL. (The SDK said: " + err.Error() + ")", err: err}
+	}
 	s.aws = cfg
+	endpoint := c.endpoint
+	for _, v := range []string{"AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL"} { // as the SDK reads them
+		if endpoint == "" {
+			endpoint = os.Getenv(v)
+		}
+	}
 	s.db = dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
 		if c.endpoint != "" {
 			o.BaseEndpoint = aws.String(c.endpoint)
 		}
+		// DynamoDB Local (the lines `outbox local` prints) sends no CRC32
+		// with its error responses: the SDK would warn of a checksum
+		// mismatch at every expected error.
+		o.DisableValidateResponseChecksum = loopback(endpoint)
 	})
 	return s, nil
+}
+
+// loopback reports whether endpoint is a URL on this machine.
+func loopback(endpoint string) bool {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(u.Hostname())
+	return u.Hostname() == "localhost" || ip != nil && ip.IsLoopback()
 }
 
 const exitCodesHelp = `Exit codes:
@@ -343,7 +398,7 @@ Commands:
 		fmt.Fprintf(tw, "  %s\t%s\n", c.name, c.summary)
 	}
 	tw.Flush()
-	fmt.Fprint(w, "\nConnection flags (every command):\n")
+	fmt.Fprint(w, "\nConnection flags (every command but local):\n")
 	fs := flag.NewFlagSet("outbox", flag.ContinueOnError)
 	(&connection{}).register(fs, 0)
 	printFlags(w, fs, func(string) bool { return true })
@@ -357,9 +412,11 @@ func (c *command) usage(w io.Writer, fs *flag.FlagSet) {
 	}
 	fmt.Fprintf(w, "Usage: %s [flags]\n\n%s\n", synopsis, strings.TrimSpace(c.description))
 	fmt.Fprint(w, "\nFlags:\n")
-	printFlags(w, fs, func(name string) bool { return !connectionFlags[name] })
-	fmt.Fprint(w, "\nConnection flags:\n")
-	printFlags(w, fs, func(name string) bool { return connectionFlags[name] })
+	printFlags(w, fs, func(name string) bool { return c.standalone || !connectionFlags[name] })
+	if !c.standalone {
+		fmt.Fprint(w, "\nConnection flags:\n")
+		printFlags(w, fs, func(name string) bool { return connectionFlags[name] })
+	}
 	fmt.Fprintf(w, "\nExample:\n%s\n", indent(strings.TrimSpace(c.example), "  "))
 	fmt.Fprint(w, "\n"+exitCodesHelp)
 }

@@ -9,12 +9,17 @@
 //	outbox init   --buckets N [--mode watermark --retention D] [--regions R1,R2]
 //	outbox buckets set N [--dry-run]
 //	outbox regions [takeover FROM --by REGION | handback REGION]   (region mode)
+//	outbox enqueue REQUEST.json       a request through the enqueue function's handler, here
+//	outbox local [--topics T1,T2] [--real]   DynamoDB Local, Kafka and the relay for your service, until Ctrl-C
 //
-// Every command takes the two table names (--messages, --control, or
-// OUTBOX_MESSAGES_TABLE and OUTBOX_CONTROL_TABLE), and --help with an
-// example. AWS credentials come from the SDK's default chain, also with
-// --endpoint (LocalStack, VPC or FIPS endpoints); only --local selects the
-// static credentials of DynamoDB Local.
+// Every command but local takes the two table names (--messages, --control,
+// or OUTBOX_MESSAGES_TABLE and OUTBOX_CONTROL_TABLE), and every command
+// --help with an example. AWS credentials come from the SDK's default chain,
+// also with --endpoint (LocalStack, VPC or FIPS endpoints); only --local
+// selects the static credentials of DynamoDB Local. Without credentials the
+// command fails before anything is sent, saying how to give them.
+//
+// Build it with `make cli` (bin/outbox): cmd/ is a module of its own.
 //
 // The command line is checked completely before anything is sent: a typo
 // never half-runs. Exit codes:

@@ -202,6 +202,17 @@ func TestUsageErrorsBeforeAnyIO(t *testing.T) {
 		with("init", "--buckets", "8", "--mode", "archive"),
 		with("init", "--buckets", "8", "--retention", "48h"),
 		with("init", "--buckets", "8", "--mode", "watermark", "--retention", "30m"),
+		with("enqueue"),
+		with("enqueue", "testdata/no-such-file"),
+		with("enqueue", "a.json", "b.json"),
+		with("enqueue", "testdata/help/outbox.txt"),
+		{"local", "--messages", "m", "--control", "m"},
+		{"local", "--topics", " , "},
+		{"local", "--buckets", "0"},
+		{"local", "--dynamodb-port", "65536"},
+		{"local", "--kafka-port", "-1"},
+		{"local", "extra"},
+		{"local", "--endpoint", "http://127.0.0.1:8000"},
 	} {
 		c.step(exitUsage, args...)
 	}
@@ -651,6 +662,73 @@ func TestEndpointKeepsTheCredentialChain(t *testing.T) {
 			t.Errorf("local=%v: region %q", tc.local, s.aws.Region)
 		}
 	}
+}
+
+// TestLocalEndpointSkipsTheChecksum: DynamoDB Local sends no CRC32 with its
+// error responses, and the SDK warned of a checksum mismatch on standard
+// error at every expected error of a CLI pointed at it by the lines
+// `outbox local` prints (AWS_ENDPOINT_URL_DYNAMODB); a remote endpoint keeps
+// the check.
+func TestLocalEndpointSkipsTheChecksum(t *testing.T) {
+	isolateAWSEnv(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDFROMTHECHAIN")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	t.Setenv("AWS_REGION", "us-east-1")
+	for _, tc := range []struct {
+		env, flag string
+		skip      bool
+	}{
+		{"http://127.0.0.1:8000", "", true},
+		{"http://localhost:8000", "", true},
+		{"", "http://127.0.0.1:8000", true},
+		{"", "https://dynamodb-fips.us-east-1.amazonaws.com", false},
+		{"", "", false},
+	} {
+		t.Setenv("AWS_ENDPOINT_URL_DYNAMODB", tc.env)
+		s, err := connect(context.Background(), connection{messages: "m", control: "c", endpoint: tc.flag})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.db.Options().DisableValidateResponseChecksum; got != tc.skip {
+			t.Errorf("AWS_ENDPOINT_URL_DYNAMODB=%q --endpoint %q: checksum validation off = %v, want %v", tc.env, tc.flag, got, tc.skip)
+		}
+	}
+}
+
+// TestNoCredentialsSaysWhatToDo: without credentials (and without --local)
+// the SDK's chain ends at the EC2 instance metadata service, whose error
+// named neither cause nor fix; the CLI says how to give credentials, before
+// anything is sent.
+func TestNoCredentialsSaysWhatToDo(t *testing.T) {
+	isolateAWSEnv(t)
+	t.Setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://127.0.0.1:1") // nothing listens there
+	t.Setenv("AWS_REGION", "us-east-1")
+	c := newCLI(t)
+	code, stdout, stderr := c.run("status", "--messages", "orders-outbox", "--control", "orders-outbox-control", "--timeout", "2m")
+	if code != exitFailed || stdout != "" {
+		t.Fatalf("exit %d, stdout %q, want 1 and nothing", code, stdout)
+	}
+	for _, want := range []string{"no AWS credentials", "AWS_PROFILE", "AWS_ACCESS_KEY_ID", "outbox local", "--local --endpoint"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, stderr)
+		}
+	}
+}
+
+// isolateAWSEnv clears the AWS settings of the environment the test runs
+// in (a developer's profile, credentials or endpoints), so that only what a
+// test sets counts.
+func isolateAWSEnv(t *testing.T) {
+	t.Helper()
+	none := filepath.Join(t.TempDir(), "none")
+	for _, k := range []string{"AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+		"AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+		"AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	t.Setenv("AWS_CONFIG_FILE", none)
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", none)
 }
 
 // A bucket stopped by a missing topic shows its REASON in status (and

@@ -114,6 +114,20 @@ func RealKafka(t testing.TB, nodes int) *RealCluster {
 	return c
 }
 
+// StartRealKafka starts a new cluster of nodes nodes outside a test (for
+// `outbox local --real`), installing Apache Kafka first if needed; ctx
+// bounds the start. The caller stops it with Stop.
+func StartRealKafka(ctx context.Context, nodes int) (*RealCluster, error) {
+	if nodes < 1 {
+		return nil, fmt.Errorf("testenv.StartRealKafka: %d nodes; want at least 1", nodes)
+	}
+	return startRealKafka(ctx, nodes)
+}
+
+// Stop kills the cluster's nodes and removes their data. A cluster from
+// RealKafka is stopped by Main instead.
+func (c *RealCluster) Stop() { c.stop() }
+
 // stopRealKafka stops every cluster RealKafka started (called by Main).
 func stopRealKafka() {
 	realMu.Lock()

@@ -16,9 +16,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 
 	"github.com/dynakafka/outbox/lambda/config"
-	"github.com/dynakafka/outbox/lambda/handler"
 	"github.com/dynakafka/outbox/lambda/wiring"
-	"github.com/dynakafka/outbox/store/dynamo"
 )
 
 func main() {
@@ -35,21 +33,7 @@ func main() {
 		logger.Error("outbox enqueue: init failed: load AWS configuration", "err", err)
 		os.Exit(2)
 	}
-	client := wiring.DynamoClient(awsCfg, cfg.DynamoEndpoint)
-	tables := dynamo.Tables{Messages: cfg.MessagesTable, Control: cfg.ControlTable}
-	var wopts []dynamo.Option
-	if cfg.MaxMessageBytes != 0 { // 0: the config item's
-		wopts = append(wopts, dynamo.MaxMessageBytes(cfg.MaxMessageBytes))
-	}
-	if cfg.OutboxRegion != "" {
-		wopts = append(wopts, dynamo.WithRegion(cfg.OutboxRegion))
-	}
-	writer, err := dynamo.NewWriter(ctx, client, tables, wopts...)
-	if err != nil {
-		logger.Error("outbox enqueue: init failed: the outbox tables (OUTBOX_MESSAGES_TABLE, OUTBOX_CONTROL_TABLE)", "err", err)
-		os.Exit(2)
-	}
-	h, err := handler.NewEnqueue(writer, client, tables, 0, logger)
+	h, writer, err := wiring.Enqueue(ctx, cfg, wiring.DynamoClient(awsCfg, cfg.DynamoEndpoint), logger)
 	if err != nil {
 		logger.Error("outbox enqueue: init failed", "err", err)
 		os.Exit(2)

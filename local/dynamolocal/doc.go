@@ -17,7 +17,9 @@
 // timeout), so no java process outlives its owner.
 //
 // DynamoDB Local keeps the data of each access key and region apart, so every
-// client of one engine should share a Config from NewConfig. Its error
+// client of one engine should share a Config from NewConfig, unless it was
+// started with Options.SharedDB (one database for all, as `outbox local`
+// starts it). Its error
 // responses carry no X-Amz-Crc32 header, which the SDK would report as a
 // checksum mismatch on every expected error; NewClient turns that validation
 // off.

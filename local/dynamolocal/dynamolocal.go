@@ -61,6 +61,12 @@ type Options struct {
 	// written. Default: nil; the last 64 KiB are kept either way and quoted
 	// in errors.
 	Output io.Writer
+	// SharedDB starts the engine with -sharedDb: one database for every
+	// access key and region, so that clients with other credentials (a
+	// shell's AWS_ACCESS_KEY_ID, boto3's, the AWS CLI's) see the same
+	// tables. Default: false, a database per access key and region (tests
+	// that emulate a global table's replicas rely on it).
+	SharedDB bool
 }
 
 // OptionError reports an invalid or unusable option: which field, and how to
@@ -196,6 +202,9 @@ func resolveJava(java string) (string, error) {
 func launchAndWait(ctx context.Context, java, dir string, port int, timeout time.Duration, opts Options) (*Instance, error) {
 	args := append([]string{"-Djava.library.path=" + filepath.Join(dir, libName)}, opts.JavaArgs...)
 	args = append(args, "-jar", filepath.Join(dir, jarName), "-inMemory", "-disableTelemetry", "-port", strconv.Itoa(port))
+	if opts.SharedDB {
+		args = append(args, "-sharedDb")
+	}
 	cmd := exec.Command(java, args...)
 	cmd.Dir = dir
 	out := &tailBuffer{limit: outputLimit, tee: opts.Output}

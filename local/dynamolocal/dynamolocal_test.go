@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
@@ -162,6 +163,38 @@ func createStreamTable(ctx context.Context, t *testing.T, db *dynamodb.Client, t
 	})
 	if err != nil {
 		t.Fatalf("CreateTable: %v", err)
+	}
+}
+
+// TestSharedDB: by default another access key or region sees none of the
+// tables (the "table does not exist" a user met with the Python writer's
+// own credentials); with SharedDB every key and region sees the same ones.
+func TestSharedDB(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, shared := range []bool{false, true} {
+		inst, err := Start(ctx, Options{SharedDB: shared})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := NewConfig(ctx, inst.Endpoint, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		createStreamTable(ctx, t, NewClient(cfg, inst.Endpoint), "owned")
+		other := cfg.Copy()
+		other.Region = "eu-west-1"
+		other.Credentials = aws.NewCredentialsCache(credentials.NewStaticCredentialsProvider("someoneelse", "theirsecret", ""))
+		lt, err := NewClient(other, inst.Endpoint).ListTables(ctx, &dynamodb.ListTablesInput{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen := slices.Contains(lt.TableNames, "owned"); seen != shared {
+			t.Errorf("SharedDB %v: another key and region see tables %v", shared, lt.TableNames)
+		}
+		if err := inst.Stop(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
