@@ -597,10 +597,12 @@ type pendingMark struct {
 
 // endsWithRelease tells whether a held drain's batch is its last, decided
 // whole: the drain releases the lease next (run returns at its target or at
-// the end of the bucket), in DeleteMode and without a fault injector (whose
-// crash points fall between the head write and the marking).
+// the end of the bucket), without a fault injector (whose crash points fall
+// between the head write and the marking). In WatermarkMode there is
+// nothing to mark: the release alone carries the head, one write where
+// there were two in a row (head, release).
 func (d *drain) endsWithRelease(bt *batch, acked int, perr error) bool {
-	return d.r.mode == DeleteMode && d.r.cfg.hooks.Faults == nil && perr == nil && acked == len(bt.msgs) && acked > 0 &&
+	return d.r.cfg.hooks.Faults == nil && perr == nil && acked == len(bt.msgs) && acked > 0 &&
 		(d.target > 0 && d.head >= d.target || bt.complete(d.head))
 }
 

@@ -811,6 +811,11 @@ func (c *countingStore) Release(ctx context.Context, l outbox.Lease, head, clean
 	return c.Store.Release(ctx, l, head, cleaned)
 }
 
+func (c *countingStore) Update(ctx context.Context, l outbox.Lease, u outbox.LeaseUpdate, now time.Time) (outbox.Lease, error) {
+	c.count("Update")
+	return c.Store.Update(ctx, l, u, now)
+}
+
 // TestBusyBucketResumesWithoutLeaseWrites (issue 28): a warm container
 // that drains a bucket every 2 s for two minutes writes its lease only to
 // flush the head, once per HeadFlushInterval (30 s): every drain after the

@@ -122,3 +122,32 @@ func TestResumedDrainRacingAnAcquirer(t *testing.T) {
 		})
 	}
 }
+
+// TestWatermarkHeldDrainReleasesWithItsHead (issue 28): a held drain in
+// WatermarkMode whose last batch Kafka acknowledged whole writes that
+// batch's head with its release — two lease writes for a one-batch drain
+// (acquire, release), where it wrote the head and then released (three,
+// two of them in a row on the drain's path: a hand-over of a busy bucket
+// paid for both). The head is still stored: the next drain starts there.
+func TestWatermarkHeldDrainReleasesWithItsHead(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	mem := memory.New(1)
+	s := &gateStore{countingStore: &countingStore{Store: modeStore{mem, outbox.WatermarkMode}, writes: map[string]int{}}}
+	pub := newOverlapPublisher()
+	r := newRelay(t, s, pub, outbox.RelayID("a"), outbox.ResumeReleased(false))
+	fill(t, mem, 0, 1, 2, 3)
+	if st, err := r.DrainBucket(ctx, 0); err != nil || !st.Acquired {
+		t.Fatalf("drain: acquired %v, %v", st.Acquired, err)
+	}
+	if n := s.get("Update"); n != 0 {
+		t.Errorf("head writes before the release: %d, want 0 (the release carries the head)", n)
+	}
+	if h := mem.Lease(0).Head; h != 3 {
+		t.Fatalf("stored head %d, want 3", h)
+	}
+	fill(t, mem, 0, 4)
+	if _, err := r.DrainBucket(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	pub.checkOnce(t, []int64{1, 2, 3, 4})
+}
