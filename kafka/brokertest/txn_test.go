@@ -31,6 +31,16 @@ func newTxnPublisher(t *testing.T, k *testenv.KafkaCluster, prefix string, opts 
 	return p
 }
 
+// fence has p fence bucket's earlier holders, as the relay does after it
+// acquires the bucket and again, under the lease, after a failed
+// transaction (outbox.HolderFencer: Publish never makes a producer).
+func fence(t *testing.T, p *kafka.TxnPublisher, bucket int) {
+	t.Helper()
+	if err := p.FenceHolders(testCtx(t), bucket); err != nil {
+		t.Fatalf("FenceHolders(%d): %v", bucket, err)
+	}
+}
+
 // readValues appends a sentinel record to topic's partition 0 (outside any
 // transaction), reads the partition up to it with isolation level
 // read_committed or read_uncommitted, and returns the values before it,
@@ -106,6 +116,7 @@ func TestRealTxnCommits(t *testing.T) {
 	k := realTxnCluster(t)
 	topic := newTopic(t, k, 1, nil)
 	p := newTxnPublisher(t, k, testenv.Name(t, "ob"), kafka.Topics(topic))
+	fence(t, p, 3) // messages() puts every message in bucket 3
 	for round := range 2 {
 		msgs := messages(topic, 5, sameKey("k"))
 		for i := range msgs {
@@ -140,6 +151,7 @@ func TestRealTxnFencesTheStaleHolder(t *testing.T) {
 	ctx := testCtx(t)
 
 	stalePub := newTxnPublisher(t, k, prefix, kafka.Topics(topic))
+	fence(t, stalePub, bucket)
 	first := messages(topic, 1, sameKey("k"))
 	first[0].Value = []byte("old-holder-committed")
 	if acked, err := stalePub.Publish(ctx, first); acked != 1 || err != nil {
@@ -165,6 +177,7 @@ func TestRealTxnFencesTheStaleHolder(t *testing.T) {
 
 	// The new holder takes the bucket over and publishes.
 	newPub := newTxnPublisher(t, k, prefix, kafka.Topics(topic))
+	fence(t, newPub, bucket)
 	fresh := messages(topic, 2, sameKey("k"))
 	fresh[0].Value, fresh[1].Value = []byte("new-1"), []byte("new-2")
 	if acked, err := newPub.Publish(ctx, fresh); acked != 2 || err != nil {
@@ -232,6 +245,7 @@ func TestRealTxnReferenceCase(t *testing.T) {
 			if got := (outbox.HeaderNames{}).RecordSize(rows[0]); got != 1999 {
 				t.Fatalf("row 1 is %d bytes, want 1999", got)
 			}
+			fence(t, p, rows[0].Bucket)
 			acked, err := p.Publish(testCtx(t), rows)
 			if acked != 0 || err == nil {
 				t.Fatalf("Publish(1, 2, 3) = %d, %v; want 0 and row 1's error", acked, err)
@@ -243,7 +257,9 @@ func TestRealTxnReferenceCase(t *testing.T) {
 			if !errors.As(err, &pe) || pe.Sequence != 1 {
 				t.Fatalf("error %v does not name row 1", err)
 			}
-			// The relay parks row 1 and publishes the rest.
+			// The relay parks row 1, fences again (the failed
+			// transaction's producer is gone) and publishes the rest.
+			fence(t, p, rows[0].Bucket)
 			if acked, err := p.Publish(testCtx(t), rows[1:]); acked != 2 || err != nil {
 				t.Fatalf("Publish(2, 3) = %d, %v", acked, err)
 			}
@@ -271,6 +287,7 @@ func TestRealTxnAbortHidesAppendedRecords(t *testing.T) {
 	p0, p1 := int32(0), int32(1)
 	msgs[0].Partition, msgs[0].Value = &p0, []byte("small")
 	msgs[1].Partition, msgs[1].Value = &p1, []byte(strings.Repeat("x", 3000))
+	fence(t, p, msgs[0].Bucket)
 	acked, err := p.Publish(testCtx(t), msgs)
 	if acked != 0 || !errors.Is(err, kerr.MessageTooLarge) {
 		t.Fatalf("Publish = %d, %v; want 0 and MESSAGE_TOO_LARGE", acked, err)
@@ -302,11 +319,12 @@ func TestRealTxnPublishAlone(t *testing.T) {
 	stale := newTxnPublisher(t, k, prefix, opts...)
 	var iso outbox.Isolator = stale // the relay finds it by this assertion
 	// The new holder, built (its topic checked) before the limit is lowered;
-	// its producer is initialised on its first Publish.
+	// its producer is initialised by its fence.
 	newer := newTxnPublisher(t, k, prefix, opts...)
 
 	alone := messages(topic, 3, sameKey("k"))
 	alone[0].Value = []byte("alone-1")
+	fence(t, stale, alone[0].Bucket)
 	if err := iso.PublishAlone(ctx, alone[0]); err != nil {
 		t.Fatalf("PublishAlone: %v", err)
 	}
@@ -320,9 +338,13 @@ func TestRealTxnPublishAlone(t *testing.T) {
 		t.Fatalf("PublishAlone of a record above the topic's limit: %v (%v), want MESSAGE_TOO_LARGE, RecordPermanent", err, outbox.Classify(err))
 	}
 
-	// The new holder of the bucket initialises its transactional id.
+	// The stale holder, still holding the bucket, fences again after the
+	// failed transaction; then the new holder takes the bucket and
+	// initialises its transactional id.
+	fence(t, stale, alone[1].Bucket)
 	fresh := messages(topic, 1, sameKey("k"))
 	fresh[0].Value = []byte("new-holder")
+	fence(t, newer, fresh[0].Bucket)
 	if acked, err := newer.Publish(ctx, fresh); acked != 1 || err != nil {
 		t.Fatalf("new holder's Publish = %d, %v", acked, err)
 	}
