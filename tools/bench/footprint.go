@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/dynakafka/outbox/local/dynamolocal"
 	"github.com/dynakafka/outbox/local/esm"
+	"github.com/dynakafka/outbox/store/dynamo"
 )
 
 type binarySize struct {
@@ -58,12 +60,20 @@ type footprintResult struct {
 	PeakRSSBytes  int64   `json:"peak_rss_bytes"` // VmHWM of the bootstrap process
 	RSSAfterBytes int64   `json:"rss_after_bytes"`
 	Backlog       backlog `json:"backlog"`
-	// ColdStarts are every start of the bootstrap (-footprint-cold-starts):
-	// the first right after the pre-fill (InitMs and InitSteps are its),
-	// the others a second apart; the last one drains.
+	// ColdStarts are the starts of the bootstrap whose init is measured
+	// (-footprint-cold-starts), a second apart after the pre-fill, on an
+	// empty twin of the drained outbox (InitMs and InitSteps are the
+	// first's): DynamoDB Local's DescribeTable counts the items a table
+	// holds, which DynamoDB's does not (its ItemCount is refreshed about
+	// every six hours), so an init on the filled tables would time the
+	// emulator's scan.
 	ColdStarts []coldStart `json:"cold_starts,omitempty"`
-	// ProbeEmpty is the probe on the stage's tables before the pre-fill.
-	ProbeEmpty probe `json:"probe_before_prefill"`
+	// ProbeFilled is the same probe on the filled tables, showing the
+	// scan the inits leave out.
+	ProbeFilled probe `json:"probe_filled_tables"`
+	// DrainStart is the start of the process that drains, on the filled
+	// tables (its init is not the measured one).
+	DrainStart coldStart `json:"drain_start"`
 }
 
 // buildFlags are the release build's flags (the Makefile's build target).
@@ -155,7 +165,7 @@ type probe struct {
 	Ms              float64 `json:"ms"`                // all three, at once
 }
 
-func probeStore(ctx context.Context, st *stage) (probe, error) {
+func probeStore(ctx context.Context, st *stage, tables dynamo.Tables) (probe, error) {
 	var (
 		p    probe
 		wg   sync.WaitGroup
@@ -164,11 +174,11 @@ func probeStore(ctx context.Context, st *stage) (probe, error) {
 	)
 	start := time.Now()
 	wg.Go(func() {
-		_, errs[0] = st.plain.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Control), ConsistentRead: aws.Bool(true),
+		_, errs[0] = st.plain.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(tables.Control), ConsistentRead: aws.Bool(true),
 			Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "config"}, "sk": &types.AttributeValueMemberS{Value: "config"}}})
 		took[0] = time.Since(start)
 	})
-	for i, t := range []string{st.tables.Messages, st.tables.Control} {
+	for i, t := range []string{tables.Messages, tables.Control} {
 		wg.Go(func() {
 			_, errs[i+1] = st.plain.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(t)})
 			took[i+1] = time.Since(start)
@@ -180,9 +190,10 @@ func probeStore(ctx context.Context, st *stage) (probe, error) {
 	return p, errors.Join(errs[:]...)
 }
 
-// startCold starts the bootstrap under the emulator and times its init
-// through the first (empty) invocation. The caller closes the process.
-func startCold(ctx context.Context, st *stage, rie, bootstrap string, env map[string]string) (*esm.RIEProcess, coldStart, func() string, error) {
+// startCold starts the bootstrap under the emulator on tables and times
+// its init through the first (empty) invocation. The caller closes the
+// process.
+func startCold(ctx context.Context, st *stage, tables dynamo.Tables, rie, bootstrap string, env map[string]string) (*esm.RIEProcess, coldStart, func() string, error) {
 	var (
 		c       coldStart
 		logMu   sync.Mutex
@@ -200,9 +211,11 @@ func startCold(ctx context.Context, st *stage, rie, bootstrap string, env map[st
 	}
 	output := func() string { logMu.Lock(); defer logMu.Unlock(); return logs.String() }
 	var err error
-	if c.Probe, err = probeStore(ctx, st); err != nil {
+	if c.Probe, err = probeStore(ctx, st, tables); err != nil {
 		return nil, c, output, fmt.Errorf("probe DynamoDB Local: %w", err)
 	}
+	env = maps.Clone(env)
+	env["OUTBOX_MESSAGES_TABLE"], env["OUTBOX_CONTROL_TABLE"] = tables.Messages, tables.Control
 	proc, err := esm.StartRIE(ctx, esm.RIEOptions{
 		RIEPath: rie, BootstrapPath: bootstrap, Timeout: 900 * time.Second, Output: writerFunc(record), Env: env,
 	})
@@ -237,11 +250,15 @@ func startCold(ctx context.Context, st *stage, rie, bootstrap string, env map[st
 	return proc, c, output, nil
 }
 
-func footprint(ctx context.Context, st *stage, rie, bootstrap string, bl backlog, coldStarts int) (footprintResult, error) {
-	res := footprintResult{RunArch: runtime.GOARCH, Backlog: bl, Messages: bl.Messages, GoMemLimit: footprintGoMemLimit}
+// footprint measures the inits on empty, an outbox created beside the
+// stage's as the stage's was (same schema, bucket count, config item and
+// stream; no items), after the stage's tables were pre-filled with bl, so
+// DynamoDB Local is as warm as for them: only the items are missing, which
+// only DynamoDB Local's DescribeTable pays for (it counts them). Then it
+// starts the bootstrap on the stage's tables and drains the backlog.
+func footprint(ctx context.Context, st *stage, empty dynamo.Tables, rie, bootstrap string, bl backlog, coldStarts int) (footprintResult, error) {
+	res := footprintResult{RunArch: runtime.GOARCH, GoMemLimit: footprintGoMemLimit, Backlog: bl, Messages: bl.Messages}
 	env := map[string]string{
-		"OUTBOX_MESSAGES_TABLE":      st.tables.Messages,
-		"OUTBOX_CONTROL_TABLE":       st.tables.Control,
 		"OUTBOX_TOPICS":              st.topic,
 		"OUTBOX_DYNAMODB_ENDPOINT":   st.endpoint,
 		"KAFKA_BOOTSTRAP_SERVERS":    strings.Join(st.brokers, ","),
@@ -261,33 +278,48 @@ func footprint(ctx context.Context, st *stage, rie, bootstrap string, bl backlog
 		}
 		env["OUTBOX_PROFILE_DIR"] = dir
 	}
-	// The first cold start comes right after the pre-fill, as before;
-	// the others each a second after the previous one's init, DynamoDB
-	// Local having settled a little more each time. The last one's
-	// process drains the backlog.
+	// The measured cold starts, on the empty outbox, each a second after
+	// the previous one's init; then the start that drains, on the filled
+	// one.
 	var (
 		proc   *esm.RIEProcess
 		output func() string
 	)
+	pause := func() error {
+		proc.Close()
+		select {
+		case <-time.After(time.Second):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	for i := range max(coldStarts, 1) {
 		if proc != nil {
-			proc.Close()
-			select {
-			case <-time.After(time.Second):
-			case <-ctx.Done():
-				return res, ctx.Err()
+			if err := pause(); err != nil {
+				return res, err
 			}
 		}
 		var c coldStart
 		var err error
-		if proc, c, output, err = startCold(ctx, st, rie, bootstrap, env); err != nil {
+		if proc, c, output, err = startCold(ctx, st, empty, rie, bootstrap, env); err != nil {
 			return res, fmt.Errorf("cold start %d: %w", i+1, err)
 		}
 		res.ColdStarts = append(res.ColdStarts, c)
 	}
-	defer proc.Close()
 	first := res.ColdStarts[0]
 	res.InitMs, res.InitSteps, res.ColdInvokeMs, res.ReportInitMs = first.InitMs, first.InitSteps, first.ColdInvokeMs, first.ReportInitMs
+	if err := pause(); err != nil {
+		return res, err
+	}
+	var err error
+	if res.ProbeFilled, err = probeStore(ctx, st, st.tables); err != nil {
+		return res, fmt.Errorf("probe DynamoDB Local on the filled tables: %w", err)
+	}
+	if proc, res.DrainStart, output, err = startCold(ctx, st, st.tables, rie, bootstrap, env); err != nil {
+		return res, fmt.Errorf("the draining start: %w", err)
+	}
+	defer proc.Close()
 	pid, err := pidOf(bootstrap)
 	if err != nil {
 		return res, err
