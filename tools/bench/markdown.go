@@ -157,6 +157,7 @@ func (r *results) markdown() string {
 	r.steadyMarkdown(p)
 
 	r.runRelayMarkdown(p)
+	r.Model.markdown(p)
 
 	f := r.Footprint
 	p("## Footprint of the relay Lambda\n\n")

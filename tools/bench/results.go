@@ -46,6 +46,9 @@ type results struct {
 	// RunRelay is the long-running relay's commit → Kafka latency on an
 	// idle outbox, polling alone and with the writer's notifier.
 	RunRelay []runRelayResult `json:"runrelay,omitempty"`
+	// Model is the modelled stage and its check against DynamoDB Local
+	// (modelled.go).
+	Model *modelResults `json:"model,omitempty"`
 }
 
 // watermark compares the relay's watermark mode with its default (issue
@@ -252,6 +255,7 @@ func (r *results) finish(e *env) {
 		{Name: "dynamodb_round_trips_per_relayed_msg", Target: "<= 0.05 at BatchSize 500", Value: s.RoundTripsPerMsg, Met: s.RoundTripsPerMsg > 0 && s.RoundTripsPerMsg <= 0.05},
 	}
 	r.Goals = append(r.Goals, r.steadyGoals()...)
+	r.Goals = append(r.Goals, r.Model.goals()...)
 	for _, rr := range r.RunRelay {
 		name := "runrelay_p99_ms"
 		if rr.Notifier {
@@ -381,6 +385,14 @@ func (r *results) lines() []string {
 	}
 	for _, rr := range r.RunRelay {
 		out = append(out, rr.line())
+	}
+	if m := r.Model; m != nil {
+		if m.Check != nil && m.Check.Model.Messages > 0 {
+			out = append(out, m.Check.line())
+		}
+		for _, p := range m.Points {
+			out = append(out, p.modelLine())
+		}
 	}
 	if w := r.Watermark; w != nil {
 		out = append(out, fmt.Sprintf("watermark: relay_msgs_per_s=%.0f delete_mode_msgs_per_s=%.0f wcu_per_msg=%.3f",
