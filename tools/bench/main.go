@@ -184,7 +184,7 @@ func main() {
 	modes := flag.String("modes", "", `the relay modes of the steady stage ("delete,watermark"; empty: both)`)
 	containers := flag.Int("containers", 1, "the relay function's containers in the steady stage: separate processes sharing the owner id (1: one warm container)")
 	switchEvery := flag.Duration("switch-every", 0, "with -containers above 1: send invocations to one container this long, then to the next (0: every invocation to the next, the worst case)")
-	coldStarts := flag.Int("footprint-cold-starts", 0, "the footprint stage starts the bootstrap this many times, a second apart, after the pre-fill, on an empty outbox of the same schema (DynamoDB Local's DescribeTable counts the items; DynamoDB's does not), and reports each init (min and median too); then once more on the filled tables, to drain (default 5; -smoke: 2)")
+	coldStarts := flag.Int("footprint-cold-starts", 0, "the footprint stage starts the bootstrap this many times, a second apart, on an empty outbox of the drained one's schema in a DynamoDB Local of its own (DynamoDB Local's DescribeTable slows with every item its database holds; DynamoDB's does not), and reports each init (min and median too); then once more on the filled tables, to drain (default 5; -smoke: 2)")
 	flag.StringVar(&footprintBootstrap, "footprint-bootstrap", "", "the footprint stage runs this relay bootstrap instead of building one (to compare two builds; no binary sizes)")
 	flag.StringVar(&footprintPprof, "footprint-pprof", "", "the footprint stage runs bench/profrelay (the relay bootstrap with heap profiles) instead of the release bootstrap and writes heap-peak.pprof and allocs.pprof into this directory")
 	serve := flag.String("model-serve", "", "serve the DynamoDB model's HTTP API on this address (host:port) with no latency or capacity limits, running nothing else: point a test suite at it (OUTBOX_TEST_DYNAMODB_ENDPOINT=http://host:port)")
@@ -776,12 +776,12 @@ func footprintStage(ctx context.Context, e *env, g *gen, tmpl *template, o optio
 		if err != nil {
 			return err
 		}
-		// The inits' outbox: created as the stage's was, left empty.
-		empty := dynamo.Tables{Messages: st.tables.Messages + "-init", Control: st.tables.Control + "-init"}
-		if err := dynamo.CreateTables(ctx, st.plain, empty, dynamo.BucketCount(st.buckets)); err != nil {
-			return fmt.Errorf("create the inits' tables: %w", err)
+		empty, initOn, stop, err := e.initTarget(ctx, st)
+		if err != nil {
+			return err
 		}
-		r, err := footprint(ctx, st, empty, rie, host, bl, o.footprintColdStarts)
+		defer stop()
+		r, err := footprint(ctx, st, empty, initOn, rie, host, bl, o.footprintColdStarts)
 		r.Binaries, r.BuildFlags = f.Binaries, f.BuildFlags
 		*f = r
 		return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -469,12 +470,13 @@ func (r *results) writeJSON(path string) error {
 }
 
 // coldLine summarises the footprint stage's measured cold starts, on an
-// empty outbox of the drained one's schema (init_on=empty-tables): each
-// init with its store step and the bench's own probe of the same round
-// trips just before, then the min and median of the init, of the store
-// step and of the probe over every start; then the same probe on the
-// filled tables and the init of the start that drains them (DynamoDB
-// Local's DescribeTable counts the items, which DynamoDB's does not).
+// empty outbox of the drained one's schema (init_on: in a DynamoDB Local
+// of its own, or beside the filled one): each init with its store step
+// and the bench's own probe of the same round trips just before, then the
+// min and median of the init, of the store step and of the probe over
+// every start; then the same probe on the filled tables and the init of
+// the start that drains them (DynamoDB Local's DescribeTable slows with
+// the items its database holds, which DynamoDB's does not).
 func (f footprintResult) coldLine() string {
 	var inits, stores, probes, gets, describes []float64
 	each := ""
@@ -486,8 +488,8 @@ func (f footprintResult) coldLine() string {
 		}
 		each += fmt.Sprintf("%.1f/%.1f/%.1f", c.InitMs, c.InitSteps["store"], c.Probe.Ms)
 	}
-	return fmt.Sprintf("footprint-cold: starts=%d init_on=empty-tables init_ms_min=%.1f init_ms_median=%.1f store_ms_min=%.1f store_ms_median=%.1f probe_ms_min=%.1f probe_ms_median=%.1f probe_get_item_ms_median=%.1f probe_describe_table_ms_median=%.1f filled_probe_get_item_ms=%.1f filled_probe_describe_table_ms=%.1f filled_init_ms=%.1f each_init/store/probe_ms=%s",
-		len(inits), slices.Min(inits), medianOf(inits), slices.Min(stores), medianOf(stores), slices.Min(probes), medianOf(probes), medianOf(gets), medianOf(describes),
+	return fmt.Sprintf("footprint-cold: starts=%d init_on=%s init_ms_min=%.1f init_ms_median=%.1f store_ms_min=%.1f store_ms_median=%.1f probe_ms_min=%.1f probe_ms_median=%.1f probe_get_item_ms_median=%.1f probe_describe_table_ms_median=%.1f filled_probe_get_item_ms=%.1f filled_probe_describe_table_ms=%.1f filled_init_ms=%.1f each_init/store/probe_ms=%s",
+		len(inits), cmp.Or(f.InitOn, "filled-tables"), slices.Min(inits), medianOf(inits), slices.Min(stores), medianOf(stores), slices.Min(probes), medianOf(probes), medianOf(gets), medianOf(describes),
 		f.ProbeFilled.GetItemMs, f.ProbeFilled.DescribeTableMs, f.DrainStart.InitMs, each)
 }
 
