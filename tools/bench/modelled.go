@@ -666,8 +666,8 @@ func (m *modelResults) markdown(p func(format string, args ...any)) {
 	p("model's HTTP API and whose publisher produces to kfake. Model: %s.\n\n", strings.Join(sortedValues(m.Params), "; "))
 	if c := m.Check; c != nil && c.Model.Messages > 0 {
 		p("**The check.** The same pipeline (relay in process) on DynamoDB Local and on the model at %g msgs/s over %d\n", c.Rate, c.Buckets)
-		p("buckets, the model's latency per operation drawn from what DynamoDB Local's calls took in the same run (less the\n")
-		p("SDK's %.2f ms round trip to the model):\n\n```\n%s\n```\n\n", c.Overhead, c.line())
+		p("buckets, the model's latency per operation replaying, in time, what DynamoDB Local's calls took in the same run\n")
+		p("(less the SDK's %.2f ms round trip to the model):\n\n```\n%s\n```\n\n", c.Overhead, c.line())
 	}
 	p("```\n")
 	for _, pt := range m.Points {
