@@ -15,7 +15,20 @@ import (
 	"github.com/dynakafka/outbox/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) {
+	if childMain() { // the modelled stage's handler process: this binary, started again
+		return
+	}
+	testenv.Main(m)
+}
+
+// testProgress logs the bench's progress with the seconds since it began.
+func testProgress(t *testing.T) func(format string, args ...any) {
+	began := time.Now()
+	return func(format string, args ...any) {
+		t.Logf("%5.1fs "+format, append([]any{time.Since(began).Seconds()}, args...)...)
+	}
+}
 
 // TestSmoke runs every stage of the benchmark with tiny volumes on the test
 // binary's DynamoDB and Kafka. It checks that each stage ran, moved every
@@ -40,10 +53,7 @@ func TestSmoke(t *testing.T) {
 	d := testenv.DynamoDB(t)
 	k := testenv.Kafka(t)
 	o.endpoint, o.brokers, o.out = d.Endpoint, k.Brokers, t.TempDir()
-	began := time.Now()
-	o.progress = func(format string, args ...any) {
-		t.Logf("%5.1fs "+format, append([]any{time.Since(began).Seconds()}, args...)...)
-	}
+	o.progress = testProgress(t)
 	res, err := run(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +85,7 @@ func TestSmoke(t *testing.T) {
 		{"handover: modes", len(res.Handover), len(o.handover.modes)},
 		{"rebucket: writes during the change", min(rebucketWrites(res), 1), 1},
 		{"footprint: binaries", len(res.Footprint.Binaries), len(o.arches)},
+		{"model: points", len(modelOf(res).Points), len(o.model.rates) * len(o.model.buckets)},
 	}
 	for _, m := range moved {
 		t.Run("moved/"+m.stage, func(t *testing.T) {
@@ -200,6 +211,14 @@ func checkTxn(t *testing.T, res *results) {
 	if n := res.Relay.KafkaRequests["EndTxn"]; n != 0 {
 		t.Errorf("the default publisher sent %d EndTxn requests", n)
 	}
+}
+
+// modelOf is res.Model, or an empty one when the stage did not fill it.
+func modelOf(res *results) modelResults {
+	if res.Model == nil {
+		return modelResults{}
+	}
+	return *res.Model
 }
 
 // watermarkOf is res.Watermark, or a zero one (whose figures then fail

@@ -16,16 +16,18 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/kafka"
 	"github.com/dynakafka/outbox/local/dynamolocal"
+	"github.com/dynakafka/outbox/local/esm"
 	"github.com/dynakafka/outbox/store/dynamo"
+	"github.com/dynakafka/outbox/tools/bench/ddbmodel"
 )
 
 // env knows where the stages run: a fresh DynamoDB Local and a fresh kfake
@@ -48,25 +50,72 @@ type stage struct {
 	plain    *dynamodb.Client // set-up and checks: not metered
 	meter    *meter
 	metered  *dynamodb.Client // the code under measurement
-	streams  *dynamodbstreams.Client
+	streams  esm.StreamsAPI
 	brokers  []string
-	admin    *kadm.Client
-	tables   dynamo.Tables
-	topic    string
-	buckets  int
-	closers  []func()
+	// model is the modelled DynamoDB the stage runs on (modelled.go), nil
+	// on DynamoDB Local or a given endpoint; directWriters makes the
+	// writers call it in process (modelClient).
+	model         *ddbmodel.DB
+	directWriters bool
+	// writerMeter is the meter of the last writers' SDK client.
+	writerMeter *meter
+	admin       *kadm.Client
+	tables      dynamo.Tables
+	topic       string
+	buckets     int
+	closers     []func()
+}
+
+// modelSpec runs a stage on the DynamoDB model instead of DynamoDB Local:
+// cfg is the model's behaviour, brokers the kfake cluster's broker count
+// and produce the latency kfake adds to each Produce request (nil: none).
+type modelSpec struct {
+	cfg     ddbmodel.Config
+	brokers int
+	produce ddbmodel.Dist
 }
 
 // open starts what the stage needs and creates its outbox (BucketCount
 // buckets, and opts: the mode) and its topic (one partition per bucket).
 func (e *env) open(ctx context.Context, name string, buckets int, opts ...dynamo.Option) (_ *stage, err error) {
+	return e.openOn(ctx, name, buckets, nil, opts...)
+}
+
+// openOn opens a stage on the model spec describes (nil: DynamoDB Local
+// or the given endpoint, and the given brokers or a kfake of one broker).
+func (e *env) openOn(ctx context.Context, name string, buckets int, spec *modelSpec, opts ...dynamo.Option) (_ *stage, err error) {
 	st := &stage{name: name, endpoint: e.endpoint, brokers: e.brokers, buckets: buckets, meter: newMeter()}
 	defer func() {
 		if err != nil {
 			st.close()
 		}
 	}()
-	if st.endpoint == "" {
+	var create dynamo.AdminAPI
+	switch {
+	case spec != nil:
+		// The model serves the code under measurement on one listener
+		// (calls counted under "handler") and the bench's own set-up and
+		// checks on another ("plain"); the tables are created in process.
+		st.model = ddbmodel.New(spec.cfg)
+		url, stop, err := st.model.Serve(roleHandler)
+		if err != nil {
+			return nil, err
+		}
+		st.closers = append(st.closers, stop)
+		plainURL, stopPlain, err := st.model.Serve("plain")
+		if err != nil {
+			return nil, err
+		}
+		st.closers = append(st.closers, stopPlain)
+		st.endpoint = url
+		if st.awsCfg, err = awsConfig(ctx, url); err != nil {
+			return nil, err
+		}
+		st.plain = dynamolocal.NewClient(st.awsCfg, plainURL)
+		st.metered = dynamolocal.NewClient(st.awsCfg, st.endpoint, st.meter.option)
+		st.streams = st.model.Streams()
+		create = modelClient{st.model, "setup"}
+	case st.endpoint == "":
 		// A JVM on a loaded 2-core machine can take longer than the
 		// default 30 s to answer; the bench times stages, not starts.
 		inst, err := dynamolocal.Start(ctx, dynamolocal.Options{StartTimeout: 3 * time.Minute})
@@ -80,16 +129,26 @@ func (e *env) open(ctx context.Context, name string, buckets int, opts ...dynamo
 		e.instances++
 		e.mu.Unlock()
 	}
-	if st.awsCfg, err = awsConfig(ctx, st.endpoint); err != nil {
-		return nil, err
+	if st.model == nil {
+		if st.awsCfg, err = awsConfig(ctx, st.endpoint); err != nil {
+			return nil, err
+		}
+		st.plain = dynamolocal.NewClient(st.awsCfg, st.endpoint)
+		st.metered = dynamolocal.NewClient(st.awsCfg, st.endpoint, st.meter.option)
+		st.streams = dynamolocal.NewStreamsClient(st.awsCfg, st.endpoint)
+		create = st.plain
 	}
-	st.plain = dynamolocal.NewClient(st.awsCfg, st.endpoint)
-	st.metered = dynamolocal.NewClient(st.awsCfg, st.endpoint, st.meter.option)
-	st.streams = dynamolocal.NewStreamsClient(st.awsCfg, st.endpoint)
-	if len(st.brokers) == 0 {
-		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if len(st.brokers) == 0 || spec != nil {
+		n, produce := 1, ddbmodel.Dist(nil)
+		if spec != nil {
+			n, produce = max(1, spec.brokers), spec.produce
+		}
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(n))
 		if err != nil {
 			return nil, err
+		}
+		if produce != nil {
+			delayProduce(cluster, produce)
 		}
 		st.closers = append(st.closers, cluster.Close)
 		st.brokers = cluster.ListenAddrs()
@@ -97,7 +156,7 @@ func (e *env) open(ctx context.Context, name string, buckets int, opts ...dynamo
 	base := "bench-" + name + "-" + e.run
 	st.tables = dynamo.Tables{Messages: base + "-outbox", Control: base + "-outbox-control"}
 	st.topic = base
-	if err := dynamo.CreateTables(ctx, st.plain, st.tables, append([]dynamo.Option{dynamo.BucketCount(buckets)}, opts...)...); err != nil {
+	if err := dynamo.CreateTables(ctx, create, st.tables, append([]dynamo.Option{dynamo.BucketCount(buckets)}, opts...)...); err != nil {
 		return nil, fmt.Errorf("stage %s: create tables: %w", name, err)
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(st.brokers...))
@@ -114,6 +173,20 @@ func (e *env) open(ctx context.Context, name string, buckets int, opts ...dynamo
 		return nil, fmt.Errorf("stage %s: create topic %s: %w", name, st.topic, err)
 	}
 	return st, nil
+}
+
+// delayProduce makes the cluster answer each Produce request after a
+// latency drawn from d, as a broker replicating to its followers would
+// (acks=all); other requests, fetches among them, are not delayed. The
+// sleeping request yields to the others (kfake.SleepControl).
+func delayProduce(cluster *kfake.Cluster, d ddbmodel.Dist) {
+	cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		if lat := d.Sample(); lat > 0 {
+			cluster.SleepControl(func() { time.Sleep(lat) })
+		}
+		return nil, nil, false
+	})
 }
 
 func (st *stage) close() {

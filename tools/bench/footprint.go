@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/dynakafka/outbox/local/dynamolocal"
 	"github.com/dynakafka/outbox/local/esm"
+	"github.com/dynakafka/outbox/store/dynamo"
 )
 
 type binarySize struct {
@@ -58,12 +60,24 @@ type footprintResult struct {
 	PeakRSSBytes  int64   `json:"peak_rss_bytes"` // VmHWM of the bootstrap process
 	RSSAfterBytes int64   `json:"rss_after_bytes"`
 	Backlog       backlog `json:"backlog"`
-	// ColdStarts are every start of the bootstrap (-footprint-cold-starts):
-	// the first right after the pre-fill (InitMs and InitSteps are its),
-	// the others a second apart; the last one drains.
+	// ColdStarts are the starts of the bootstrap whose init is measured
+	// (-footprint-cold-starts), a second apart, on an empty outbox of the
+	// drained one's schema (InitMs and InitSteps are the first's), in a
+	// DynamoDB Local of its own (InitOn "empty-dynamodb-local"), warmed up
+	// by probes, or, on a given endpoint, beside the filled one
+	// ("empty-tables"): DynamoDB Local's DescribeTable takes longer the
+	// more items its database holds, in any table (57 ms with the 100,000
+	// pre-filled messages against 11 ms empty, and as long on an empty
+	// table beside them), which DynamoDB's does not (its ItemCount is
+	// refreshed about every six hours).
 	ColdStarts []coldStart `json:"cold_starts,omitempty"`
-	// ProbeEmpty is the probe on the stage's tables before the pre-fill.
-	ProbeEmpty probe `json:"probe_before_prefill"`
+	InitOn     string      `json:"init_on,omitempty"`
+	// ProbeFilled is the same probe on the filled tables, showing the
+	// scan the inits leave out.
+	ProbeFilled probe `json:"probe_filled_tables"`
+	// DrainStart is the start of the process that drains, on the filled
+	// tables (its init is not the measured one).
+	DrainStart coldStart `json:"drain_start"`
 }
 
 // buildFlags are the release build's flags (the Makefile's build target).
@@ -155,7 +169,17 @@ type probe struct {
 	Ms              float64 `json:"ms"`                // all three, at once
 }
 
-func probeStore(ctx context.Context, st *stage) (probe, error) {
+// dbTarget is an outbox the bootstrap starts on: an endpoint, a client
+// for the bench's probes and the tables.
+type dbTarget struct {
+	endpoint string
+	client   *dynamodb.Client
+	tables   dynamo.Tables
+}
+
+func (st *stage) target() dbTarget { return dbTarget{st.endpoint, st.plain, st.tables} }
+
+func probeStore(ctx context.Context, t dbTarget) (probe, error) {
 	var (
 		p    probe
 		wg   sync.WaitGroup
@@ -164,13 +188,13 @@ func probeStore(ctx context.Context, st *stage) (probe, error) {
 	)
 	start := time.Now()
 	wg.Go(func() {
-		_, errs[0] = st.plain.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Control), ConsistentRead: aws.Bool(true),
+		_, errs[0] = t.client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(t.tables.Control), ConsistentRead: aws.Bool(true),
 			Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "config"}, "sk": &types.AttributeValueMemberS{Value: "config"}}})
 		took[0] = time.Since(start)
 	})
-	for i, t := range []string{st.tables.Messages, st.tables.Control} {
+	for i, name := range []string{t.tables.Messages, t.tables.Control} {
 		wg.Go(func() {
-			_, errs[i+1] = st.plain.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(t)})
+			_, errs[i+1] = t.client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)})
 			took[i+1] = time.Since(start)
 		})
 	}
@@ -180,9 +204,10 @@ func probeStore(ctx context.Context, st *stage) (probe, error) {
 	return p, errors.Join(errs[:]...)
 }
 
-// startCold starts the bootstrap under the emulator and times its init
-// through the first (empty) invocation. The caller closes the process.
-func startCold(ctx context.Context, st *stage, rie, bootstrap string, env map[string]string) (*esm.RIEProcess, coldStart, func() string, error) {
+// startCold starts the bootstrap under the emulator on t and times its
+// init through the first (empty) invocation. The caller closes the
+// process.
+func startCold(ctx context.Context, t dbTarget, rie, bootstrap string, env map[string]string) (*esm.RIEProcess, coldStart, func() string, error) {
 	var (
 		c       coldStart
 		logMu   sync.Mutex
@@ -200,9 +225,12 @@ func startCold(ctx context.Context, st *stage, rie, bootstrap string, env map[st
 	}
 	output := func() string { logMu.Lock(); defer logMu.Unlock(); return logs.String() }
 	var err error
-	if c.Probe, err = probeStore(ctx, st); err != nil {
+	if c.Probe, err = probeStore(ctx, t); err != nil {
 		return nil, c, output, fmt.Errorf("probe DynamoDB Local: %w", err)
 	}
+	env = maps.Clone(env)
+	env["OUTBOX_MESSAGES_TABLE"], env["OUTBOX_CONTROL_TABLE"] = t.tables.Messages, t.tables.Control
+	env["OUTBOX_DYNAMODB_ENDPOINT"] = t.endpoint
 	proc, err := esm.StartRIE(ctx, esm.RIEOptions{
 		RIEPath: rie, BootstrapPath: bootstrap, Timeout: 900 * time.Second, Output: writerFunc(record), Env: env,
 	})
@@ -237,13 +265,15 @@ func startCold(ctx context.Context, st *stage, rie, bootstrap string, env map[st
 	return proc, c, output, nil
 }
 
-func footprint(ctx context.Context, st *stage, rie, bootstrap string, bl backlog, coldStarts int) (footprintResult, error) {
-	res := footprintResult{RunArch: runtime.GOARCH, Backlog: bl, Messages: bl.Messages, GoMemLimit: footprintGoMemLimit}
+// footprint measures the inits on empty, an outbox created as the stage's
+// was (same schema, bucket count, config item and stream; no items) in a
+// DynamoDB Local holding nothing else (initOn says which), then starts
+// the bootstrap on the stage's tables, pre-filled with bl, and drains the
+// backlog.
+func footprint(ctx context.Context, st *stage, empty dbTarget, initOn, rie, bootstrap string, bl backlog, coldStarts int) (footprintResult, error) {
+	res := footprintResult{RunArch: runtime.GOARCH, GoMemLimit: footprintGoMemLimit, Backlog: bl, Messages: bl.Messages, InitOn: initOn}
 	env := map[string]string{
-		"OUTBOX_MESSAGES_TABLE":      st.tables.Messages,
-		"OUTBOX_CONTROL_TABLE":       st.tables.Control,
 		"OUTBOX_TOPICS":              st.topic,
-		"OUTBOX_DYNAMODB_ENDPOINT":   st.endpoint,
 		"KAFKA_BOOTSTRAP_SERVERS":    strings.Join(st.brokers, ","),
 		"KAFKA_AUTH":                 "none",
 		"AWS_REGION":                 st.awsCfg.Region,
@@ -261,33 +291,48 @@ func footprint(ctx context.Context, st *stage, rie, bootstrap string, bl backlog
 		}
 		env["OUTBOX_PROFILE_DIR"] = dir
 	}
-	// The first cold start comes right after the pre-fill, as before;
-	// the others each a second after the previous one's init, DynamoDB
-	// Local having settled a little more each time. The last one's
-	// process drains the backlog.
+	// The measured cold starts, on the empty outbox, each a second after
+	// the previous one's init; then the start that drains, on the filled
+	// one.
 	var (
 		proc   *esm.RIEProcess
 		output func() string
 	)
+	pause := func() error {
+		proc.Close()
+		select {
+		case <-time.After(time.Second):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	for i := range max(coldStarts, 1) {
 		if proc != nil {
-			proc.Close()
-			select {
-			case <-time.After(time.Second):
-			case <-ctx.Done():
-				return res, ctx.Err()
+			if err := pause(); err != nil {
+				return res, err
 			}
 		}
 		var c coldStart
 		var err error
-		if proc, c, output, err = startCold(ctx, st, rie, bootstrap, env); err != nil {
+		if proc, c, output, err = startCold(ctx, empty, rie, bootstrap, env); err != nil {
 			return res, fmt.Errorf("cold start %d: %w", i+1, err)
 		}
 		res.ColdStarts = append(res.ColdStarts, c)
 	}
-	defer proc.Close()
 	first := res.ColdStarts[0]
 	res.InitMs, res.InitSteps, res.ColdInvokeMs, res.ReportInitMs = first.InitMs, first.InitSteps, first.ColdInvokeMs, first.ReportInitMs
+	if err := pause(); err != nil {
+		return res, err
+	}
+	var err error
+	if res.ProbeFilled, err = probeStore(ctx, st.target()); err != nil {
+		return res, fmt.Errorf("probe DynamoDB Local on the filled tables: %w", err)
+	}
+	if proc, res.DrainStart, output, err = startCold(ctx, st.target(), rie, bootstrap, env); err != nil {
+		return res, fmt.Errorf("the draining start: %w", err)
+	}
+	defer proc.Close()
 	pid, err := pidOf(bootstrap)
 	if err != nil {
 		return res, err
@@ -466,4 +511,47 @@ func installRIE(ctx context.Context, root string) (string, error) {
 		return "", fmt.Errorf("install the Lambda RIE: %v\n%s", err, stderr.String())
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// initWarmProbes is how many probes warm the inits' DynamoDB Local up
+// before the first measured start (its JVM compiles the calls' code as
+// the drained outbox's pre-fill compiled its own).
+const initWarmProbes = 300
+
+// initTarget makes the outbox the measured inits start on: created as
+// st's was, empty, in a DynamoDB Local of its own warmed up with probes
+// ("empty-dynamodb-local"); with a given endpoint, beside st's
+// ("empty-tables", where the other items still slow DynamoDB Local's
+// DescribeTable). stop stops what it started.
+func (e *env) initTarget(ctx context.Context, st *stage) (t dbTarget, initOn string, stop func(), err error) {
+	stop = func() {}
+	t = dbTarget{endpoint: st.endpoint, client: st.plain, tables: dynamo.Tables{Messages: st.tables.Messages + "-init", Control: st.tables.Control + "-init"}}
+	initOn = "empty-tables"
+	if e.endpoint == "" {
+		inst, err := dynamolocal.Start(ctx, dynamolocal.Options{StartTimeout: 3 * time.Minute})
+		if err != nil {
+			return t, "", stop, fmt.Errorf("start the inits' DynamoDB Local: %w", err)
+		}
+		stop = func() { _ = inst.Stop() }
+		e.mu.Lock()
+		e.instances++
+		e.mu.Unlock()
+		cfg, err := awsConfig(ctx, inst.Endpoint)
+		if err != nil {
+			stop()
+			return t, "", func() {}, err
+		}
+		t.endpoint, t.client, t.tables, initOn = inst.Endpoint, dynamolocal.NewClient(cfg, inst.Endpoint), st.tables, "empty-dynamodb-local"
+	}
+	if err := dynamo.CreateTables(ctx, t.client, t.tables, dynamo.BucketCount(st.buckets)); err != nil {
+		stop()
+		return t, "", func() {}, fmt.Errorf("create the inits' tables: %w", err)
+	}
+	for range initWarmProbes {
+		if _, err := probeStore(ctx, t); err != nil {
+			stop()
+			return t, "", func() {}, fmt.Errorf("warm the inits' DynamoDB Local up: %w", err)
+		}
+	}
+	return t, initOn, stop, nil
 }

@@ -6,8 +6,10 @@
 // the steady state (offered rates through the local event-source mapping and
 // the relay Lambda's handler, beside the floor of the architecture: cost and
 // commit-to-consume latency), the relay Lambda's footprint (binary size, init
-// time, peak RSS under the Lambda Runtime Interface Emulator) and the relay's
-// overhead per bucket.
+// time, peak RSS under the Lambda Runtime Interface Emulator), the relay's
+// overhead per bucket, and the modelled stage: the same pipeline at 1,000 to
+// 20,000 msgs/s on a model of DynamoDB (ddbmodel) with the relay in a process
+// of its own, checked against DynamoDB Local at a rate Local sustains.
 //
 // Each stage gets a fresh DynamoDB Local (its throughput drops as stream
 // records pile up) and a fresh in-process Kafka (kfake), unless
@@ -23,6 +25,7 @@
 //	cd tools && go run ./bench -only txn                 # the transactional mode beside the default
 //	cd tools && go run ./bench -only handover            # the handover lines alone
 //	cd tools && go run ./bench -only rebucket            # the rebucket line alone
+//	cd tools && go run ./bench -only model               # the model check and the modelled stage
 //
 // It ends with the lines:
 //
@@ -38,6 +41,9 @@
 //	scale: buckets=16 …, 32, 64, 128
 //	runrelay: p50_ms=… p99_ms=… poll_ms=200 …
 //	runrelay: p50_ms=… p99_ms=… poll_ms=200 … notifier=true
+//	model-check: rate=100 buckets=8 shards=… local_calls_per_msg=… model_calls_per_msg=… calls_diff=…% local_p99_ms=… model_p99_ms=… p99_diff=…% … agree_within_25%=yes|no …
+//	model: buckets=16 offered_msgs_per_s=1000 sustained_msgs_per_s=… p50_ms=… p99_ms=… floor_p99_ms=… vs_floor_p99=… relay_cpu_ms_per_1000=… relay_peak_rss_mib=… dynamodb_calls_per_msg=… wcu_per_msg=… … limit=none|partition|generator|relay|floor
+//	model: … one per bucket count (16, 64, 256) and offered rate (1000, 5000, 10000, 20000)
 //
 // and, with -sweep, one sweep: line per rate, batching window and relay mode.
 package main
@@ -48,16 +54,19 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/dynakafka/outbox/store/dynamo"
+	"github.com/dynakafka/outbox/tools/bench/ddbmodel"
 )
 
 // options are the volumes and places of one run.
@@ -93,6 +102,7 @@ type options struct {
 	scale       scaleOptions
 	handover    handoverOptions
 	rebucket    rebucketOptions
+	model       modelOptions
 	// prebuilt: bootstraps built before the run (tests build them before
 	// any time budget starts); empty: the footprint stage builds them.
 	prebuilt prebuilt
@@ -139,6 +149,7 @@ func fullOptions() options {
 		scale:    scaleOptions{buckets: []int{8, 16, 32, 64, 128}, rate: 2000, seconds: 5, warmup: time.Second, writers: 128},
 		handover: handoverDefaults,
 		rebucket: rebucketDefaults,
+		model:    fullModelOptions(),
 	}
 }
 
@@ -158,14 +169,18 @@ func smokeOptions() options {
 		scale:    scaleOptions{buckets: []int{64}, rate: 200, seconds: 0.5, warmup: 200 * time.Millisecond, writers: 16},
 		handover: handoverOptions{modes: []relayMode{modeDelete}, rate: 50, seconds: 0.6, buckets: 8},
 		rebucket: rebucketOptions{rate: 50, seconds: 1, changeAt: 0.3, buckets: 4, to: 8},
+		model:    smokeModelOptions(),
 	}
 }
 
 func main() {
+	if childMain() {
+		return
+	}
 	smoke := flag.Bool("smoke", false, "tiny volumes: check that every stage runs (seconds, not minutes)")
 	out := flag.String("out", "docs", "directory for benchmarks.json, benchmarks.md and benchmarks.png (empty: write nothing); with -only, for steady.json or txn.json")
 	render := flag.String("render", "", "write benchmarks.md and benchmarks.png again from this benchmarks.json, running nothing")
-	only := flag.String("only", "", `"steady": run only the capacity and steady stages (and -sweep); "txn": only the transactional mode beside the default (their backlog drains in turns, the steady stage at 50 msgs/s) and the txn: line; "scale": only the capacity and scale stages; "footprint": only the capacity and footprint stages; "runrelay": only the long-running relay's latency; "handover": only the capacity and hand-over stages; "rebucket": only the capacity stage and an online BucketCount change under writers; and print their lines`)
+	only := flag.String("only", "", `"steady": run only the capacity and steady stages (and -sweep); "txn": only the transactional mode beside the default (their backlog drains in turns, the steady stage at 50 msgs/s) and the txn: line; "scale": only the capacity and scale stages; "footprint": only the capacity and footprint stages; "runrelay": only the long-running relay's latency; "handover": only the capacity and hand-over stages; "rebucket": only the capacity stage and an online BucketCount change under writers; "model": only the capacity stage, the model check and the modelled stage; and print their lines`)
 	scaleBuckets := flag.String("scale-buckets", "", "bucket counts of the scale stage (default 8,16,32,64,128)")
 	scaleRate := flag.Float64("scale-rate", 0, "offered rate of the scale stage, msgs/s (default 2000)")
 	scaleSeconds := flag.Float64("scale-seconds", 0, "measured seconds of each scale run (default 5, after a 1 s warm-up)")
@@ -179,11 +194,34 @@ func main() {
 	modes := flag.String("modes", "", `the relay modes of the steady stage ("delete,watermark"; empty: both)`)
 	containers := flag.Int("containers", 1, "the relay function's containers in the steady stage: separate processes sharing the owner id (1: one warm container)")
 	switchEvery := flag.Duration("switch-every", 0, "with -containers above 1: send invocations to one container this long, then to the next (0: every invocation to the next, the worst case)")
-	coldStarts := flag.Int("footprint-cold-starts", 0, "the footprint stage starts the bootstrap this many times, a second apart, the first right after the pre-fill, and reports each init (min and median too); the last one drains (default 5; -smoke: 2)")
+	coldStarts := flag.Int("footprint-cold-starts", 0, "the footprint stage starts the bootstrap this many times, a second apart, on an empty outbox of the drained one's schema in a DynamoDB Local of its own (DynamoDB Local's DescribeTable slows with every item its database holds; DynamoDB's does not), and reports each init (min and median too); then once more on the filled tables, to drain (default 5; -smoke: 2)")
 	flag.StringVar(&footprintBootstrap, "footprint-bootstrap", "", "the footprint stage runs this relay bootstrap instead of building one (to compare two builds; no binary sizes)")
 	flag.StringVar(&footprintPprof, "footprint-pprof", "", "the footprint stage runs bench/profrelay (the relay bootstrap with heap profiles) instead of the release bootstrap and writes heap-peak.pprof and allocs.pprof into this directory")
+	serve := flag.String("model-serve", "", "serve the DynamoDB model's HTTP API on this address (host:port) with no latency or capacity limits, running nothing else: point a test suite at it (OUTBOX_TEST_DYNAMODB_ENDPOINT=http://host:port)")
+	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile (the bench: writers, model, kfake, mapping, consumer) to this file")
+	mf := modelFlags()
 	flag.StringVar(&footprintGoMemLimit, "footprint-gomemlimit", "", `the footprint stage's bootstrap runs with this GOMEMLIMIT ("48MiB"; empty: none)`)
 	flag.Parse()
+	if *serve != "" {
+		db := ddbmodel.New(ddbmodel.Config{Latency: ddbmodel.Fixed(0), WCUPerKey: -1, RCUPerKey: -1})
+		fmt.Fprintln(os.Stderr, "bench: serving the DynamoDB model on http://"+*serve)
+		if err := http.ListenAndServe(*serve, db.Handler("serve")); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if *render != "" {
 		if err := rerender(*render, *out); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -213,6 +251,10 @@ func main() {
 	o.scale.seconds = cmp.Or(*scaleSeconds, o.scale.seconds)
 	o.scale.writers = cmp.Or(*scaleWriters, o.scale.writers)
 	o.scale.warmup = cmp.Or(*scaleWarmup, o.scale.warmup)
+	if err := mf.apply(&o.model); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
 	if *sweep {
 		var err error
 		if o.sweep.rates, o.sweep.windows, err = parseSweep(*rates, *windows); err != nil {
@@ -254,9 +296,12 @@ func main() {
 // validate refuses options the stages cannot run with.
 func (o options) validate() error {
 	switch o.only {
-	case "", "steady", "txn", "scale", "footprint", "runrelay", "handover", "rebucket":
+	case "", "steady", "txn", "scale", "footprint", "runrelay", "handover", "rebucket", "model":
 	default:
-		return fmt.Errorf(`-only %q: the partial runs are "steady", "txn", "scale", "footprint", "runrelay", "handover" and "rebucket"`, o.only)
+		return fmt.Errorf(`-only %q: the partial runs are "steady", "txn", "scale", "footprint", "runrelay", "handover", "rebucket" and "model"`, o.only)
+	}
+	if err := o.model.validate(); err != nil {
+		return err
 	}
 	if len(o.scale.buckets) > 0 && (!(o.scale.rate > 0) || !(o.scale.seconds > 0) || o.scale.writers < 1) {
 		return fmt.Errorf("scale stage: rate %v, seconds %v and writers %d must be positive", o.scale.rate, o.scale.seconds, o.scale.writers)
@@ -413,6 +458,14 @@ func run(ctx context.Context, o options) (*results, error) {
 
 	if o.only == "" {
 		if err := runRelayStage(ctx, e, o, res); err != nil {
+			return nil, err
+		}
+	}
+	if o.only == "" || o.only == "model" {
+		if err := modelCheck(ctx, e, o, res); err != nil {
+			return nil, err
+		}
+		if err := modelStage(ctx, e, o, res); err != nil {
 			return nil, err
 		}
 	}
@@ -739,18 +792,16 @@ func footprintStage(ctx context.Context, e *env, g *gen, tmpl *template, o optio
 	}
 	o.progress("footprint: %d messages drained by the bootstrap under the Lambda RIE", o.footprintMsgs)
 	return withStage(ctx, e, "footprint", 8, func(st *stage) error {
-		// The same round trips on the empty tables: what DynamoDB Local
-		// answers before the pre-fill, to tell its cost from the code's.
-		empty, err := probeStore(ctx, st)
-		if err != nil {
-			return err
-		}
 		bl, err := prefill(ctx, st, g, tmpl, o.footprintMsgs)
 		if err != nil {
 			return err
 		}
-		r, err := footprint(ctx, st, rie, host, bl, o.footprintColdStarts)
-		r.ProbeEmpty = empty
+		empty, initOn, stop, err := e.initTarget(ctx, st)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		r, err := footprint(ctx, st, empty, initOn, rie, host, bl, o.footprintColdStarts)
 		r.Binaries, r.BuildFlags = f.Binaries, f.BuildFlags
 		*f = r
 		return err

@@ -157,6 +157,7 @@ func (r *results) markdown() string {
 	r.steadyMarkdown(p)
 
 	r.runRelayMarkdown(p)
+	r.Model.markdown(p)
 
 	f := r.Footprint
 	p("## Footprint of the relay Lambda\n\n")
@@ -168,13 +169,20 @@ func (r *results) markdown() string {
 	p("| init: request → \"ready\" | cold invocation, as seen by the caller | drained | invocations | drain time | peak RSS (VmHWM) of the bootstrap |\n|---:|---:|---:|---:|---:|---:|\n")
 	p("| %.1f ms | %.1f ms | %d msgs | %d | %.1f s | %.1f MiB |\n\n", f.InitMs, f.ColdInvokeMs, f.Messages, f.Invocations, f.DrainSeconds, float64(f.PeakRSSBytes)/(1<<20))
 	p("Init is measured from the first invocation's request to the bootstrap's `outbox relay: ready` log line (process start,\n")
-	p("Go runtime, configuration, clients, the config-item read and the topic check, against local endpoints). The emulator's\n")
+	p("Go runtime, configuration, clients, the config-item read and the topic check, against local endpoints), on an empty\n")
+	p("outbox created as the drained one was (same schema, bucket count, config item and stream) in a DynamoDB Local of its\n")
+	p("own, warmed up with %d of the probes below (`init_on=%s`): DynamoDB Local's DescribeTable slows with every item its\n", initWarmProbes, f.InitOn)
+	p("database holds, in any table, which DynamoDB's does not (its ItemCount is refreshed about every six hours), so an init\n")
+	p("measured beside the filled tables would time the emulator's scan (below). A last start, on the filled tables, drains\n")
+	p("the backlog; the peak RSS is that process's. The emulator's\n")
 	p("own REPORT line says `Init Duration: %.2f ms`: it starts the function asynchronously and stops that clock at once, so\n", f.ReportInitMs)
 	p("its figure is not an init time. On Lambda, add the sandbox's own start.\n\n")
 	if len(f.ColdStarts) > 0 {
-		p("Every cold start of the stage (the first right after the pre-fill, the others a second apart), beside the bench's own\n")
-		p("GetItem of the config item and DescribeTable of both tables, sent at once as `dynamo.NewStore` sends them, just before\n")
-		p("the start (before the pre-fill: GetItem %.1f ms, DescribeTable %.1f ms):\n\n", f.ProbeEmpty.GetItemMs, f.ProbeEmpty.DescribeTableMs)
+		p("Every measured cold start of the stage (a second apart, on the empty outbox), beside the bench's own GetItem of the\n")
+		p("config item and DescribeTable of both tables, sent at once as `dynamo.NewStore` sends them, just before the start (the\n")
+		p("same probe on the tables filled with %d messages: GetItem %.1f ms, DescribeTable %.1f ms — the emulator counting\n",
+			f.Messages, f.ProbeFilled.GetItemMs, f.ProbeFilled.DescribeTableMs)
+		p("them; the draining start's init there took %.1f ms):\n\n", f.DrainStart.InitMs)
 		p("| start | init | of which `dynamo.NewStore` | the bench's probe | its GetItem | its DescribeTable |\n|---:|---:|---:|---:|---:|---:|\n")
 		for i, c := range f.ColdStarts {
 			p("| %d | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms |\n", i+1, c.InitMs, c.InitSteps["store"], c.Probe.Ms, c.Probe.GetItemMs, c.Probe.DescribeTableMs)

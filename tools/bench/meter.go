@@ -36,7 +36,20 @@ type meter struct {
 	// (a delete request does not carry the item, and AWS charges a delete
 	// by the deleted item's size): the backlog's largest item.
 	deletedBytes int
+	// samples, when keepSamples is set, are the calls (when each began,
+	// how long it took) by operation (at most maxSamples each; reset keeps
+	// them): the model check calibrates the model's latency with them.
+	keepSamples bool
+	samples     map[string][]callSample
 }
+
+// callSample is one call: when it began and how long it took.
+type callSample struct {
+	at time.Time
+	d  time.Duration
+}
+
+const maxSamples = 50_000
 
 type opKey struct{ op, table string }
 
@@ -98,7 +111,7 @@ func (m *meter) register(stack *middleware.Stack) error {
 			if err == nil {
 				units = awsUnits(in.Parameters, out.Result, m.deletedBytes)
 			}
-			m.record(awsmiddleware.GetOperationName(ctx), table, out.Result, err, units, took)
+			m.record(awsmiddleware.GetOperationName(ctx), table, out.Result, err, units, began, took)
 			return out, md, err
 		}), middleware.Before)
 	if err != nil {
@@ -164,7 +177,7 @@ func deref(s *string) string {
 	return *s
 }
 
-func (m *meter) record(op, table string, result any, err error, units float64, took time.Duration) {
+func (m *meter) record(op, table string, result any, err error, units float64, began time.Time, took time.Duration) {
 	var reported []types.ConsumedCapacity
 	one := func(c *types.ConsumedCapacity) {
 		if c != nil {
@@ -195,6 +208,15 @@ func (m *meter) record(op, table string, result any, err error, units float64, t
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.keepSamples && err == nil {
+		if m.samples == nil {
+			m.samples = map[string][]callSample{}
+		}
+		base, _, _ := strings.Cut(op, "(") // Query(empty) is a Query
+		if len(m.samples[base]) < maxSamples {
+			m.samples[base] = append(m.samples[base], callSample{began, took})
+		}
+	}
 	m.get(op, table).AWSUnits += units
 	m.get(op, table).Seconds += took.Seconds()
 	if len(reported) == 0 {
@@ -262,18 +284,22 @@ func (m *meter) snapshot(roles map[string]string) snapshot {
 		if r, ok := roles[t]; ok {
 			t = r
 		}
-		key := k.op + " " + t
-		cur := s.Ops[key]
-		cur.Calls += v.Calls
-		cur.Attempts += v.Attempts
-		cur.Errors += v.Errors
-		cur.Capacity += v.Capacity
-		cur.Reported += v.Reported
-		cur.AWSUnits += v.AWSUnits
-		cur.Seconds += v.Seconds
-		s.Ops[key] = cur
+		s.add(k.op+" "+t, *v)
 	}
 	return s
+}
+
+// add adds v to the totals of key.
+func (s snapshot) add(key string, v opStats) {
+	cur := s.Ops[key]
+	cur.Calls += v.Calls
+	cur.Attempts += v.Attempts
+	cur.Errors += v.Errors
+	cur.Capacity += v.Capacity
+	cur.Reported += v.Reported
+	cur.AWSUnits += v.AWSUnits
+	cur.Seconds += v.Seconds
+	s.Ops[key] = cur
 }
 
 // calls is the number of API calls, attempts the number of HTTP requests.

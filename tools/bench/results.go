@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,6 +53,9 @@ type results struct {
 	Handover []handoverResult `json:"handover,omitempty"`
 	// Rebucket is an online BucketCount change under writers (rebucket.go).
 	Rebucket *rebucketResult `json:"rebucket,omitempty"`
+	// Model is the modelled stage and its check against DynamoDB Local
+	// (modelled.go).
+	Model *modelResults `json:"model,omitempty"`
 }
 
 // watermark compares the relay's watermark mode with its default (issue
@@ -258,6 +262,7 @@ func (r *results) finish(e *env) {
 		{Name: "dynamodb_round_trips_per_relayed_msg", Target: "<= 0.05 at BatchSize 500", Value: s.RoundTripsPerMsg, Met: s.RoundTripsPerMsg > 0 && s.RoundTripsPerMsg <= 0.05},
 	}
 	r.Goals = append(r.Goals, r.steadyGoals()...)
+	r.Goals = append(r.Goals, r.Model.goals()...)
 	for _, rr := range r.RunRelay {
 		name := "runrelay_p99_ms"
 		if rr.Notifier {
@@ -394,6 +399,14 @@ func (r *results) lines() []string {
 	for _, rr := range r.RunRelay {
 		out = append(out, rr.line())
 	}
+	if m := r.Model; m != nil {
+		if m.Check != nil && m.Check.Model.Messages > 0 {
+			out = append(out, m.Check.line())
+		}
+		for _, p := range m.Points {
+			out = append(out, p.modelLine())
+		}
+	}
 	if w := r.Watermark; w != nil {
 		out = append(out, fmt.Sprintf("watermark: relay_msgs_per_s=%.0f delete_mode_msgs_per_s=%.0f wcu_per_msg=%.3f",
 			w.RelayMsgsPerS, w.DeleteModeMsgsPerS, w.WCUPerMsg))
@@ -468,11 +481,14 @@ func (r *results) writeJSON(path string) error {
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
-// coldLine summarises the footprint stage's cold starts: each init with
-// its store step and the bench's own probe of the same round trips just
-// before, then the min and median of the init, of the store step and of
-// the probe over every start (the first, right after the pre-fill,
-// included).
+// coldLine summarises the footprint stage's measured cold starts, on an
+// empty outbox of the drained one's schema (init_on: in a DynamoDB Local
+// of its own, or beside the filled one): each init with its store step
+// and the bench's own probe of the same round trips just before, then the
+// min and median of the init, of the store step and of the probe over
+// every start; then the same probe on the filled tables and the init of
+// the start that drains them (DynamoDB Local's DescribeTable slows with
+// the items its database holds, which DynamoDB's does not).
 func (f footprintResult) coldLine() string {
 	var inits, stores, probes, gets, describes []float64
 	each := ""
@@ -484,8 +500,9 @@ func (f footprintResult) coldLine() string {
 		}
 		each += fmt.Sprintf("%.1f/%.1f/%.1f", c.InitMs, c.InitSteps["store"], c.Probe.Ms)
 	}
-	return fmt.Sprintf("footprint-cold: starts=%d init_ms_min=%.1f init_ms_median=%.1f store_ms_min=%.1f store_ms_median=%.1f probe_ms_min=%.1f probe_ms_median=%.1f probe_get_item_ms_median=%.1f probe_describe_table_ms_median=%.1f probe_before_prefill_get_item_ms=%.1f probe_before_prefill_describe_table_ms=%.1f each_init/store/probe_ms=%s",
-		len(inits), slices.Min(inits), medianOf(inits), slices.Min(stores), medianOf(stores), slices.Min(probes), medianOf(probes), medianOf(gets), medianOf(describes), f.ProbeEmpty.GetItemMs, f.ProbeEmpty.DescribeTableMs, each)
+	return fmt.Sprintf("footprint-cold: starts=%d init_on=%s init_ms_min=%.1f init_ms_median=%.1f store_ms_min=%.1f store_ms_median=%.1f probe_ms_min=%.1f probe_ms_median=%.1f probe_get_item_ms_median=%.1f probe_describe_table_ms_median=%.1f filled_probe_get_item_ms=%.1f filled_probe_describe_table_ms=%.1f filled_init_ms=%.1f each_init/store/probe_ms=%s",
+		len(inits), cmp.Or(f.InitOn, "filled-tables"), slices.Min(inits), medianOf(inits), slices.Min(stores), medianOf(stores), slices.Min(probes), medianOf(probes), medianOf(gets), medianOf(describes),
+		f.ProbeFilled.GetItemMs, f.ProbeFilled.DescribeTableMs, f.DrainStart.InitMs, each)
 }
 
 func medianOf(v []float64) float64 {

@@ -22,7 +22,6 @@ import (
 	"github.com/dynakafka/outbox/lambda/config"
 	"github.com/dynakafka/outbox/lambda/handler"
 	"github.com/dynakafka/outbox/lambda/wiring"
-	"github.com/dynakafka/outbox/local/dynamolocal"
 	"github.com/dynakafka/outbox/local/esm"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
@@ -130,6 +129,18 @@ type steadyRun struct {
 	// change); its outcome and span land in steadyResult.Change.
 	change   func(context.Context) error
 	changeAt float64
+	// child runs the handler in a process of its own (child.go), on the
+	// stage's model; cpuProfile, if set, is where it writes a CPU profile.
+	child      bool
+	cpuProfile string
+	// settle bounds the wait for every committed message to be consumed
+	// (0: 2 minutes); with partial, messages still unconsumed then are
+	// counted (Unconsumed) instead of failing the run.
+	settle  time.Duration
+	partial bool
+	// began, if set, is told when the writers begin (the warm-up's
+	// first message).
+	began func(time.Time)
 }
 
 // steadyResult is one run's figures. Per-message figures divide by
@@ -145,21 +156,24 @@ type steadyResult struct {
 	Writers int     `json:"writers"`
 
 	// The messages offered after the warm-up.
-	Offered       int     `json:"offered"`
-	Committed     int     `json:"committed"`
-	Consumed      int     `json:"consumed"`
-	Late          int     `json:"sends_behind_schedule"`
-	WriteFailures int64   `json:"write_failures"`
-	Duplicates    int     `json:"duplicate_records"` // records consumed more than once (all messages)
-	Seconds       float64 `json:"seconds"`
-	AchievedPerS  float64 `json:"committed_msgs_per_s"`
-	P50ms         float64 `json:"p50_ms"`
-	P90ms         float64 `json:"p90_ms"`
-	P99ms         float64 `json:"p99_ms"`
-	MaxMs         float64 `json:"max_ms"`
-	BurstP99ms    float64 `json:"burst_p99_ms,omitempty"` // the messages offered during the burst
-	CommitP50ms   float64 `json:"commit_p50_ms"`
-	CommitP99ms   float64 `json:"commit_p99_ms"`
+	Offered       int   `json:"offered"`
+	Committed     int   `json:"committed"`
+	Consumed      int   `json:"consumed"`
+	Late          int   `json:"sends_behind_schedule"`
+	WriteFailures int64 `json:"write_failures"`
+	Duplicates    int   `json:"duplicate_records"` // records consumed more than once (all messages)
+	// Unconsumed is how many committed messages were not consumed when
+	// the run stopped waiting (only runs with partial stop so).
+	Unconsumed   int     `json:"unconsumed,omitempty"`
+	Seconds      float64 `json:"seconds"`
+	AchievedPerS float64 `json:"committed_msgs_per_s"`
+	P50ms        float64 `json:"p50_ms"`
+	P90ms        float64 `json:"p90_ms"`
+	P99ms        float64 `json:"p99_ms"`
+	MaxMs        float64 `json:"max_ms"`
+	BurstP99ms   float64 `json:"burst_p99_ms,omitempty"` // the messages offered during the burst
+	CommitP50ms  float64 `json:"commit_p50_ms"`
+	CommitP99ms  float64 `json:"commit_p99_ms"`
 
 	// The handler's side, from the first invocation after the warm-up
 	// until the stream was idle.
@@ -204,6 +218,23 @@ type steadyResult struct {
 	Switches *switchStats `json:"container_switches,omitempty"`
 	// Change: what the writers saw of run.change (rebucket.go).
 	Change *changeStats `json:"change,omitempty"`
+
+	// Set when the handler ran in a process of its own (the modelled
+	// stage): its CPU time (user and system) from the first measured
+	// invocation until the stream was idle, per 1,000 messages published;
+	// its peak RSS; and the calls of the handler and of the writers that
+	// the model refused for a partition key's capacity (whole or in part).
+	HandlerCPUSeconds   float64 `json:"handler_cpu_seconds,omitempty"`
+	HandlerCPUMsPer1000 float64 `json:"handler_cpu_ms_per_1000_msgs,omitempty"`
+	HandlerPeakRSSBytes int64   `json:"handler_peak_rss_bytes,omitempty"`
+	HandlerThrottled    int64   `json:"handler_throttled_calls,omitempty"`
+	WriterThrottled     int64   `json:"writer_throttled_calls,omitempty"`
+	// MachineBusy is the share of the machine's CPU time (all cores) that
+	// was not idle while the run offered its load and settled; BenchCPUs
+	// the cores this process (writers, model, kfake, mapping, consumer)
+	// kept busy on average meanwhile.
+	MachineBusy float64 `json:"machine_cpu_busy,omitempty"`
+	BenchCPUs   float64 `json:"bench_process_cpus,omitempty"`
 
 	handlerSeconds float64 // the measured invocations' total time
 }
@@ -251,13 +282,33 @@ func steady(ctx context.Context, st *stage, g *gen, run steadyRun) (steadyResult
 	arn := aws.ToString(desc.Table.LatestStreamArn)
 	st.meter.deletedBytes = run.itemBytes
 	switches := &drainLog{}
-	handle, published, closeHandler, err := startHandler(ctx, st, run, switches)
-	if err != nil {
+	var (
+		handle       esm.Handler
+		published    func() int64
+		closeHandler func()
+		child        *childProc
+	)
+	if run.child {
+		if child, err = startChild(ctx, st, run.handler, run.cpuProfile); err != nil {
+			return res, err
+		}
+		handle, published, closeHandler = child.handle, child.published, child.close
+	} else if handle, published, closeHandler, err = startHandler(ctx, st, run, switches); err != nil {
 		return res, err
 	}
 	defer closeHandler()
 	gt := &gate{next: handle, published: published, reset: st.meter.reset, snap: func() snapshot { return st.meter.snapshot(st.roles()) }}
-	mapping, err := esm.New(st.streams, arn, esm.InProcess(gt.handle, esm.Timeout(time.Minute)), mappingOptions(run.window)...)
+	invoker := esm.InProcess(gt.handle, esm.Timeout(time.Minute))
+	if child != nil {
+		// The child decodes the event itself; the model counts its calls.
+		invoker = invokerFunc(gt.handle)
+		gt.reset = func() {
+			st.model.ResetCounts(roleHandler)
+			child.mark()
+		}
+		gt.snap = func() snapshot { return modelSnapshot(st.model.Counts(roleHandler), st.roles()) }
+	}
+	mapping, err := esm.New(st.streams, arn, invoker, mappingOptions(run.window)...)
 	if err != nil {
 		return res, err
 	}
@@ -273,19 +324,29 @@ func steady(ctx context.Context, st *stage, g *gen, run steadyRun) (steadyResult
 	}
 	bg.Go(cons.run)
 
+	busy0, self0 := machineCPU(), processCPU()
 	load, err := offer(ctx, st, g, run, res.Writers, gt)
 	if err != nil {
 		return res, err
 	}
 	// Settle: every committed message consumed, every hint delivered, no
 	// invocation running (a relay releases its leases after producing).
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(cmp.Or(run.settle, 2*time.Minute))
 	for !(cons.seenAll(load.commits) && gt.idle(int64(len(load.commits)))) && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	var inv, pub int64
 	var measured time.Duration
 	res.HandlerDynamo, inv, pub, measured = gt.counts()
+	if child != nil {
+		res.HandlerCPUSeconds, res.HandlerPeakRSSBytes = child.cpuSinceMark().Seconds(), child.peakRSS()
+		res.HandlerThrottled, res.WriterThrottled = throttledCalls(st.model, roleHandler), throttledCalls(st.model, roleWriter)
+		if pub > 0 {
+			res.HandlerCPUMsPer1000 = res.HandlerCPUSeconds * 1e6 / float64(pub)
+		}
+	}
+	res.MachineBusy = machineCPU().busySince(busy0)
+	res.BenchCPUs = (processCPU() - self0).Seconds() / max(time.Since(busy0.at).Seconds(), 1e-9)
 	stats := mapping.Stats()
 	stop()
 	bg.Wait()
@@ -303,7 +364,9 @@ func steady(ctx context.Context, st *stage, g *gen, run steadyRun) (steadyResult
 	}
 	consumed, dups := cons.result()
 	missing := res.tally(load, consumed, dups)
+	res.Unconsumed = missing
 	switch {
+	case missing > 0 && run.partial:
 	case missing > 0:
 		return res, fmt.Errorf("steady %s: %d of %d committed messages were not consumed within 2 minutes (event-source mapping: %v)",
 			run.handler, missing, len(load.commits), <-mapErr)
@@ -376,13 +439,12 @@ type offered struct {
 // with any handler) on run's schedule, and tells gt when the warm-up is
 // over.
 func offer(ctx context.Context, st *stage, g *gen, run steadyRun, writers int, gt *gate) (*offered, error) {
-	wm := newMeter()
-	wm.idleConns = writers
-	w, err := dynamo.NewWriter(ctx, dynamolocal.NewClient(st.awsCfg, st.endpoint, wm.option), st.tables)
+	client, snap, reset := st.writerClient(writers)
+	w, err := dynamo.NewWriter(ctx, client, st.tables)
 	if err != nil {
 		return nil, err
 	}
-	wm.reset() // not the writer's check of the table
+	reset() // not the writer's check of the table
 	p := run.profile
 	sched := p.schedule(run.warmup)
 	o := &offered{commits: map[string]commit{}}
@@ -414,6 +476,9 @@ func offer(ctx context.Context, st *stage, g *gen, run steadyRun, writers int, g
 		})
 	}
 	begin := time.Now()
+	if run.began != nil {
+		run.began(begin)
+	}
 	measureStart := begin.Add(run.warmup) // as scheduled: a send loop running late does not shorten the period
 	if run.change != nil {
 		wg.Go(func() {
@@ -444,7 +509,7 @@ func offer(ctx context.Context, st *stage, g *gen, run steadyRun, writers int, g
 	wg.Wait()
 	o.seconds = time.Since(measureStart).Seconds()
 	o.failures = failures.Load()
-	o.writer = wm.snapshot(st.roles())
+	o.writer = snap()
 	return o, nil
 }
 
