@@ -132,10 +132,10 @@ func TestSmoke(t *testing.T) {
 		positive = append(positive, struct {
 			name string
 			v    float64
-		}{"handover p99, " + h.Mode, h.Switched.P99ms}, struct {
+		}{"handover p99, " + h.Mode, h.SwitchedP99ms}, struct {
 			name string
 			v    float64
-		}{"handover one-container p99, " + h.Mode, h.Base.P99ms})
+		}{"handover one-container p99, " + h.Mode, h.BaseP99ms})
 	}
 	for _, rr := range res.RunRelay {
 		if rr.Messages != o.runRelayMsgs {

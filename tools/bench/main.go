@@ -167,7 +167,7 @@ func smokeOptions() options {
 		sweep: sweepOptions{rates: []float64{50}, windows: []time.Duration{time.Second},
 			seconds: func(float64) float64 { return 1.5 }},
 		scale:    scaleOptions{buckets: []int{64}, rate: 200, seconds: 0.5, warmup: 200 * time.Millisecond, writers: 16},
-		handover: handoverOptions{modes: []relayMode{modeDelete}, rate: 50, seconds: 0.6, buckets: 8},
+		handover: handoverOptions{modes: []relayMode{modeDelete}, rate: 50, seconds: 0.6, buckets: 8, switchEvery: 100 * time.Millisecond, rounds: 1},
 		rebucket: rebucketOptions{rate: 50, seconds: 1, changeAt: 0.3, buckets: 4, to: 8},
 		model:    smokeModelOptions(),
 	}
@@ -192,6 +192,7 @@ func main() {
 	windows := flag.String("sweep-windows", "0,1s,5s", "batching windows of the sweep")
 	profiles := flag.String("profiles", "", `the steady stage's profiles to run, by name ("10,50,200,burst"; empty: all)`)
 	modes := flag.String("modes", "", `the relay modes of the steady stage ("delete,watermark"; empty: both)`)
+	handoverSwitch := flag.Duration("handover-switch", -1, "the hand-over stage's switch interval between the two containers (default 1s; 0: every invocation to the other container)")
 	containers := flag.Int("containers", 1, "the relay function's containers in the steady stage: separate processes sharing the owner id (1: one warm container)")
 	switchEvery := flag.Duration("switch-every", 0, "with -containers above 1: send invocations to one container this long, then to the next (0: every invocation to the next, the worst case)")
 	coldStarts := flag.Int("footprint-cold-starts", 0, "the footprint stage starts the bootstrap this many times, a second apart, on an empty outbox of the drained one's schema in a DynamoDB Local of its own (DynamoDB Local's DescribeTable slows with every item its database holds; DynamoDB's does not), and reports each init (min and median too); then once more on the filled tables, to drain (default 5; -smoke: 2)")
@@ -235,6 +236,9 @@ func main() {
 	}
 	o.out, o.only, o.steadyWindow = *out, *only, *window
 	o.containers, o.switchEvery = *containers, *switchEvery
+	if *handoverSwitch >= 0 {
+		o.handover.switchEvery = *handoverSwitch
+	}
 	o.footprintColdStarts = cmp.Or(*coldStarts, o.footprintColdStarts)
 	if *scaleBuckets != "" {
 		o.scale.buckets = nil
