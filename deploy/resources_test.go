@@ -154,18 +154,18 @@ Region: !Ref AWS::Region`)
 }
 
 // TestParametersMatchConfigRanges: the template refuses what the functions
-// would refuse at init, and nothing they accept.
+// would refuse at init, and nothing they accept. (BucketCount and
+// MaxMessageBytes are the setup's, not the functions': TestParameters pins
+// them, lambda/setup's tests its checks.)
 func TestParametersMatchConfigRanges(t *testing.T) {
 	tmpl := loadTemplate(t)
 	params := map[string]string{
-		"OUTBOX_BUCKET_COUNT":      "BucketCount",
-		"OUTBOX_BATCH_SIZE":        "OutboxBatchSize",
-		"OUTBOX_MAX_MESSAGE_BYTES": "MaxMessageBytes",
-		"OUTBOX_CONCURRENCY":       "RelayConcurrency",
-		"OUTBOX_LEASE_DURATION":    "LeaseDurationSeconds",
-		"OUTBOX_GAP_TIMEOUT":       "GapTimeoutSeconds",
-		"OUTBOX_SWEEP_MIN_AGE":     "SweepMinAgeSeconds",
-		"OUTBOX_PARK_STUCK_AFTER":  "ParkStuckAfterSeconds",
+		"OUTBOX_BATCH_SIZE":       "OutboxBatchSize",
+		"OUTBOX_CONCURRENCY":      "RelayConcurrency",
+		"OUTBOX_LEASE_DURATION":   "LeaseDurationSeconds",
+		"OUTBOX_GAP_TIMEOUT":      "GapTimeoutSeconds",
+		"OUTBOX_SWEEP_MIN_AGE":    "SweepMinAgeSeconds",
+		"OUTBOX_PARK_STUCK_AFTER": "ParkStuckAfterSeconds",
 	}
 	for _, r := range config.Ranges {
 		name, ok := params[r.Variable]

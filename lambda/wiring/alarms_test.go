@@ -690,8 +690,19 @@ func TestFailuresRaiseTheirAlarms(t *testing.T) {
 			r.env["KAFKA_BOOTSTRAP_SERVERS"] = "127.0.0.1:1" // refuses
 			r.env["OUTBOX_TOPICS"] = ""
 		}},
-		{fault: "A relay or writer configured for the other mode", setup: func(r *faultRig, _ context.Context) {
-			r.env["OUTBOX_MODE"] = "watermark"
+		// The config item says a format version above this release's
+		// (as an older release meets a watermark or rebucketed outbox).
+		{fault: "A release older than the outbox's config item", setup: func(r *faultRig, ctx context.Context) {
+			if _, err := r.d.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+				TableName: aws.String(r.tables.Control),
+				Key: map[string]types.AttributeValue{
+					"pk": &types.AttributeValueMemberS{Value: "config"}, "sk": &types.AttributeValueMemberS{Value: "config"},
+				},
+				UpdateExpression:          aws.String("SET v = :v"),
+				ExpressionAttributeValues: map[string]types.AttributeValue{":v": &types.AttributeValueMemberN{Value: "99"}},
+			}); err != nil {
+				r.t.Fatal(err)
+			}
 		}},
 	}
 	// The rows whose alarms this test does not drive, why, and the test

@@ -20,9 +20,6 @@ import (
 func Enqueue(ctx context.Context, cfg config.EnqueueConfig, client *dynamodb.Client, logger *slog.Logger) (*handler.Enqueue, *dynamo.Writer, error) {
 	tables := dynamo.Tables{Messages: cfg.MessagesTable, Control: cfg.ControlTable}
 	var wopts []dynamo.Option
-	if cfg.MaxMessageBytes != 0 { // 0: the config item's
-		wopts = append(wopts, dynamo.MaxMessageBytes(cfg.MaxMessageBytes))
-	}
 	if cfg.OutboxRegion != "" {
 		wopts = append(wopts, dynamo.WithRegion(cfg.OutboxRegion))
 	}
