@@ -130,9 +130,12 @@ func endToEnd(t *testing.T, mode outbox.Mode, target int, run e2eRun, opts ...dy
 		// Each relay publishes through its own probe: the I4 check compares
 		// their publish intervals per bucket.
 		r, err := outbox.NewRelay(ctx, at, at.ViaAs(fmt.Sprint("e2e-relay-", i), env.pub), outbox.RelayID(fmt.Sprint("e2e-relay-", i)), outbox.PollInterval(100*time.Millisecond), outbox.WithMetrics(metrics),
-			outbox.WithMode(mode), outbox.ResumeReleased(mode == outbox.DeleteMode))
+			outbox.ResumeReleased(mode == outbox.DeleteMode))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if r.Mode() != mode {
+			t.Fatalf("relay in %v mode on tables created in %v mode: it must take the config item's", r.Mode(), mode)
 		}
 		relays.Add(1)
 		go func() {

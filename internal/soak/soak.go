@@ -547,7 +547,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 			outbox.LeaseMargin(time.Second), outbox.MaxClockSkew(500 * time.Millisecond), outbox.ResumeWindow(2 * time.Second), outbox.GapTimeout(gapTimeout), outbox.GapPollInterval(20 * time.Millisecond),
 			outbox.RetryBackoff(20*time.Millisecond, 500*time.Millisecond), outbox.DeadlineMargin(500 * time.Millisecond),
 			// Small batches: more batches, so more chances for every fault.
-			outbox.BatchSize(25), outbox.WithMode(cfg.Mode), seam.With(seam.Hooks{Faults: crash}).(outbox.Option)}
+			outbox.BatchSize(25), seam.With(seam.Hooks{Faults: crash}).(outbox.Option)}
 	}
 	// The relay function as deployed: containers that share one owner id
 	// (lambda/wiring), each its own process. The mapping invokes the first;

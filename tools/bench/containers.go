@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -128,8 +127,7 @@ func startContainers(ctx context.Context, st *stage, run steadyRun, drains *drai
 	for range run.containers {
 		relayAWS := st.awsCfg.Copy()
 		relayAWS.APIOptions = append(relayAWS.APIOptions, st.meter.register)
-		opts := append(slices.Clone(run.mode.Opts), outbox.WithMetrics(drains))
-		parts, err := wiring.BuildWith(ctx, cfg, relayAWS, quiet, "bench-relay", opts...)
+		parts, err := wiring.BuildWith(ctx, cfg, relayAWS, quiet, "bench-relay", outbox.WithMetrics(drains))
 		if err != nil {
 			closeAll()
 			return nil, nil, nil, err
