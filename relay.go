@@ -128,8 +128,9 @@ type local struct {
 // and returns a relay for it, on the item's shared settings: BucketCount,
 // the mode, MaxMessageBytes and the stamped header names (docs/design.md
 // §11.1). It fails with a *MisconfigurationError when the stored format is
-// newer than this code or the Region option does not fit the item, and
-// with an *OptionError for an invalid option. A nil store or publisher
+// newer than this code, the Region option does not fit the item, or the
+// publisher's settings are not the item's (ConfigChecker), and with an
+// *OptionError for an invalid option. A nil store or publisher
 // (also a nil pointer in the interface, such as the *kafka.Publisher a
 // failed constructor returned) is an *OptionError.
 func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (*Relay, error) {
@@ -161,6 +162,11 @@ func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (
 	cfg.maxMessageBytes, cfg.headers = stored.SharedMaxMessageBytes(), stored.SharedHeaders()
 	if err := cfg.headers.Check(); err != nil {
 		return nil, err
+	}
+	if cc, ok := pub.(ConfigChecker); ok {
+		if err := cc.CheckConfig(stored); err != nil {
+			return nil, err
+		}
 	}
 	if err := CheckRegion(stored, cfg.region); err != nil {
 		return nil, err

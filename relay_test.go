@@ -695,6 +695,38 @@ func TestOptionValidation(t *testing.T) {
 	}
 }
 
+// checkingPublisher is a ConfigChecker: it records the config item it is
+// checked against and answers err.
+type checkingPublisher struct {
+	recorder
+	err     error
+	checked []outbox.Config
+}
+
+func (p *checkingPublisher) CheckConfig(c outbox.Config) error {
+	p.checked = append(p.checked, c)
+	return p.err
+}
+
+// NewRelay checks a ConfigChecker publisher against the config item it
+// runs on, and refuses it on an error: a publisher with other shared
+// settings than the item's cannot publish for it.
+func TestNewRelayChecksThePublishersConfig(t *testing.T) {
+	s := memory.New(4)
+	s.SetConfig(outbox.Config{BucketCount: 4, MaxMessageBytes: 2048})
+	ok := &checkingPublisher{}
+	if _, err := outbox.NewRelay(context.Background(), s, ok); err != nil {
+		t.Fatal(err)
+	}
+	if len(ok.checked) != 1 || ok.checked[0].MaxMessageBytes != 2048 {
+		t.Fatalf("checked against %+v, want the config item once", ok.checked)
+	}
+	refusal := &outbox.MisconfigurationError{Setting: "MaxMessageBytes", Configured: "1048576", Stored: "2048"}
+	if _, err := outbox.NewRelay(context.Background(), s, &checkingPublisher{err: refusal}); !errors.Is(err, refusal) {
+		t.Fatalf("NewRelay = %v, want the publisher's refusal", err)
+	}
+}
+
 // A nil store or publisher, also a nil pointer in the interface (the
 // *recorder a failed constructor would return), fails NewRelay with an
 // OptionError instead of a panic at the first drain.

@@ -81,7 +81,7 @@ func newEnvOn(t *testing.T, k *testenv.KafkaCluster, bucketCount int, opts ...dy
 	if e.store, err = dynamo.NewStore(ctx, e.dynamo.Client, e.tables); err != nil {
 		t.Fatal(err)
 	}
-	if e.pub, err = kafka.NewPublisher(ctx, e.kafka.Brokers, kafka.Topics(e.topic)); err != nil {
+	if e.pub, err = kafka.NewPublisher(ctx, e.kafka.Brokers, kafka.Topics(e.topic), kafka.OutboxConfig(e.store.Opened())); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.pub.Close)
