@@ -71,10 +71,10 @@ func TestEndToEnd(t *testing.T) {
 	for _, c := range []struct {
 		mode   outbox.Mode
 		target int
-		opts   []dynamo.Option
+		opts   []dynamo.TablesOption
 	}{
 		{outbox.DeleteMode, 4_000, nil},
-		{outbox.WatermarkMode, 2_000, []dynamo.Option{dynamo.WithMode(outbox.WatermarkMode), dynamo.Retention(2 * time.Hour)}},
+		{outbox.WatermarkMode, 2_000, []dynamo.TablesOption{dynamo.WithMode(outbox.WatermarkMode), dynamo.Retention(2 * time.Hour)}},
 	} {
 		t.Run(c.mode.String(), func(t *testing.T) { endToEnd(t, c.mode, c.target, e2eRun{}, c.opts...) })
 	}
@@ -91,7 +91,7 @@ type e2eRun struct {
 
 // endToEnd runs the end-to-end scenario and returns the checker's result and
 // the environment it ran in; it fails t if a promise is broken.
-func endToEnd(t *testing.T, mode outbox.Mode, target int, run e2eRun, opts ...dynamo.Option) (checker.Result, *env) {
+func endToEnd(t *testing.T, mode outbox.Mode, target int, run e2eRun, opts ...dynamo.TablesOption) (checker.Result, *env) {
 	const (
 		writers    = 20
 		aggregates = 500

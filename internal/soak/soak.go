@@ -453,7 +453,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	name := fmt.Sprintf("soak-%d-%d", time.Now().UnixNano()%1_000_000_000, round)
 	tables := dynamo.Tables{Messages: name + "-msgs", Control: name + "-ctl"}
 	aggTable, topic := name+"-aggs", name
-	topts := []dynamo.Option{dynamo.BucketCount(cfg.Buckets), dynamo.WithMode(cfg.Mode)}
+	topts := []dynamo.TablesOption{dynamo.BucketCount(cfg.Buckets), dynamo.WithMode(cfg.Mode)}
 	if cfg.Mode == outbox.WatermarkMode && cfg.Retention != 0 {
 		topts = append(topts, dynamo.Retention(cfg.Retention))
 	}
@@ -726,7 +726,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	cfg.logf("round %d: %d messages, endpoint %s, topic %s", round, target, endpoint, topic)
 
 	// The writers.
-	w, err := dynamo.NewWriter(ctx, &crashableClient{Client: faulty}, tables, dynamo.MaxAttempts(8), dynamo.WithMode(cfg.Mode))
+	w, err := dynamo.NewWriter(ctx, &crashableClient{Client: faulty}, tables, dynamo.MaxAttempts(8))
 	if err != nil {
 		return 0, err
 	}

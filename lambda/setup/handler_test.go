@@ -173,7 +173,7 @@ func TestCustomResource(t *testing.T) {
 			if c.stored >= 0 {
 				// The stack's tables (CreateTables makes the same ones),
 				// without the config item when stored is 0.
-				opts := []dynamo.Option{dynamo.BucketCount(max(c.stored, 1))}
+				opts := []dynamo.TablesOption{dynamo.BucketCount(max(c.stored, 1))}
 				if c.storedW {
 					opts = append(opts, dynamo.WithMode(outbox.WatermarkMode))
 				}

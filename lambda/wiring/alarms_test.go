@@ -424,9 +424,9 @@ func (r *faultRig) viaStream(ctx context.Context, h *handler.Relay) (err error, 
 // newFaultRig creates the rig's outbox (tables in the mode opts give, and a
 // topic) and writes its message. It may run beside other rigs' creation:
 // it returns its failure.
-func newFaultRig(t *testing.T, ctx context.Context, d *testenv.Dynamo, k *kfakeenv.Cluster, opts ...dynamo.Option) (*faultRig, error) {
+func newFaultRig(t *testing.T, ctx context.Context, d *testenv.Dynamo, k *kfakeenv.Cluster, opts ...dynamo.TablesOption) (*faultRig, error) {
 	r := &faultRig{t: t, d: d, k: k, tables: dynamo.Tables{Messages: testenv.Name(t, "m"), Control: testenv.Name(t, "c")}, topic: testenv.Name(t, "t")}
-	if err := dynamo.CreateTables(ctx, d.Client, r.tables, append([]dynamo.Option{dynamo.BucketCount(4)}, opts...)...); err != nil {
+	if err := dynamo.CreateTables(ctx, d.Client, r.tables, append([]dynamo.TablesOption{dynamo.BucketCount(4)}, opts...)...); err != nil {
 		return nil, err
 	}
 	if err := r.createTopic(ctx); err != nil {
@@ -558,7 +558,7 @@ func TestFailuresRaiseTheirAlarms(t *testing.T) {
 		}
 	}
 	block := []outbox.Option{outbox.OnRecordError(outbox.Block)}
-	watermark := []dynamo.Option{dynamo.WithMode(outbox.WatermarkMode)}
+	watermark := []dynamo.TablesOption{dynamo.WithMode(outbox.WatermarkMode)}
 	type scenario struct {
 		name           string
 		fault, variant string // the row (a prefix of its first cell; "": a control) and the variant
@@ -567,7 +567,7 @@ func TestFailuresRaiseTheirAlarms(t *testing.T) {
 		cause  string
 		setup  func(*faultRig, context.Context)
 		extra  []outbox.Option
-		tables []dynamo.Option
+		tables []dynamo.TablesOption
 		kafka  *kfakeenv.Cluster // default k
 		// lasting: the fault fails every call of the functions at the
 		// bucket until the invocation's deadline; they get the smallest

@@ -59,7 +59,7 @@ type stage struct {
 
 // open starts what the stage needs and creates its outbox (BucketCount
 // buckets, and opts: the mode) and its topic (one partition per bucket).
-func (e *env) open(ctx context.Context, name string, buckets int, opts ...dynamo.Option) (_ *stage, err error) {
+func (e *env) open(ctx context.Context, name string, buckets int, opts ...dynamo.TablesOption) (_ *stage, err error) {
 	st := &stage{name: name, endpoint: e.endpoint, brokers: e.brokers, buckets: buckets, meter: newMeter()}
 	defer func() {
 		if err != nil {
@@ -97,7 +97,7 @@ func (e *env) open(ctx context.Context, name string, buckets int, opts ...dynamo
 	base := "bench-" + name + "-" + e.run
 	st.tables = dynamo.Tables{Messages: base + "-outbox", Control: base + "-outbox-control"}
 	st.topic = base
-	if err := dynamo.CreateTables(ctx, st.plain, st.tables, append([]dynamo.Option{dynamo.BucketCount(buckets)}, opts...)...); err != nil {
+	if err := dynamo.CreateTables(ctx, st.plain, st.tables, append([]dynamo.TablesOption{dynamo.BucketCount(buckets)}, opts...)...); err != nil {
 		return nil, fmt.Errorf("stage %s: create tables: %w", name, err)
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(st.brokers...))

@@ -45,7 +45,7 @@ const (
 // prefix by tombstones, has none.
 type relayMode struct {
 	Name   string
-	Tables []dynamo.Option
+	Tables []dynamo.TablesOption
 	// Transactional publishes through kafka.TxnPublisher
 	// (OUTBOX_KAFKA_TRANSACTIONAL=true).
 	Transactional bool
@@ -56,7 +56,7 @@ var (
 	modeDelete = relayMode{Name: "delete"}
 	// modeWatermark writes nothing per message: the messages carry a TTL
 	// (the writer's, from the config item) and stay until it passes.
-	modeWatermark = relayMode{Name: "watermark", Tables: []dynamo.Option{dynamo.WithMode(outbox.WatermarkMode)}}
+	modeWatermark = relayMode{Name: "watermark", Tables: []dynamo.TablesOption{dynamo.WithMode(outbox.WatermarkMode)}}
 )
 
 // profile is a load offered to the steady stage: Rate messages per second
