@@ -22,8 +22,7 @@ import (
 //     take different options gives each kind an interface type of its own
 //     (…Option) whose methods are unexported markers, so that an option
 //     given to a constructor of another kind does not compile (kgo's
-//     ProducerOpt and ConsumerOpt). No other exported option types but
-//     deprecated aliases;
+//     ProducerOpt and ConsumerOpt). No other exported option types;
 //  2. every exported option constructor returns one of its package's option
 //     types, and every exported constructor's variadic options are one;
 //  3. every option's doc comment states its default;
@@ -31,9 +30,9 @@ import (
 //     argument's type (Mode, Clock, Logger, Tracer, Metrics), the name is
 //     With + that type, never the bare type name;
 //  5. no exported struct type of options (…Options, …Opts, …Settings,
-//     …Config) beyond the ones listed in structConfigExceptions.
-//
-// Deprecated declarations are exempt: they keep old code compiling.
+//     …Config) beyond the ones listed in structConfigExceptions;
+//  6. no deprecated declarations: there are no release tags yet, so a
+//     former name goes rather than staying as an alias or a wrapper.
 
 // optionPackages are the library packages the rule covers: everything a
 // user imports. Left out, with the reason: internal/ (not API), cmd/ and
@@ -84,7 +83,13 @@ func TestOptionStyle(t *testing.T) {
 		for _, f := range files {
 			for _, decl := range f.Decls {
 				d, ok := decl.(*ast.FuncDecl)
-				if !ok || !d.Name.IsExported() || d.Recv != nil || deprecated(d.Doc) {
+				if !ok || !d.Name.IsExported() {
+					continue
+				}
+				if deprecated(d.Doc) {
+					t.Errorf("%s: %s is deprecated: remove it (no release tags yet; docs/design.md §11 rule 6)", where(d), d.Name.Name)
+				}
+				if d.Recv != nil {
 					continue
 				}
 				checkVariadicOptions(t, where(d), d, kinds)
@@ -127,6 +132,9 @@ func optionKinds(t *testing.T, dir string, files []*ast.File, where func(ast.Nod
 				continue
 			}
 			for _, spec := range d.Specs {
+				if vs, ok := spec.(*ast.ValueSpec); ok && vs.Names[0].IsExported() && (deprecated(vs.Doc) || deprecated(d.Doc)) {
+					t.Errorf("%s: %s is deprecated: remove it (no release tags yet; docs/design.md §11 rule 6)", where(vs), vs.Names[0].Name)
+				}
 				ts, ok := spec.(*ast.TypeSpec)
 				if !ok || !ts.Name.IsExported() {
 					continue
@@ -136,18 +144,15 @@ func optionKinds(t *testing.T, dir string, files []*ast.File, where func(ast.Nod
 					doc = d.Doc
 				}
 				name := ts.Name.Name
+				if deprecated(doc) {
+					t.Errorf("%s: %s is deprecated: remove it (no release tags yet; docs/design.md §11 rule 6)", where(ts), name)
+				}
 				if st, ok := ts.Type.(*ast.StructType); ok && st != nil && isConfigStructName(name) {
 					if _, ok := structConfigExceptions[pkgName(dir)+"."+name]; !ok {
 						t.Errorf("%s: struct config type %s: settings are options, not structs", where(ts), name)
 					}
 				}
 				if !isOptionName(name) {
-					continue
-				}
-				if deprecated(doc) {
-					if !ts.Assign.IsValid() {
-						t.Errorf("%s: deprecated option type %s must be an alias so old code keeps compiling", where(ts), name)
-					}
 					continue
 				}
 				if _, ok := optionTypeExceptions[pkgName(dir)+"."+name]; ok {
