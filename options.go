@@ -15,7 +15,6 @@ import (
 type Option func(*config)
 
 type config struct {
-	bucketCount     int
 	batchSize       int
 	leaseDuration   time.Duration
 	renewInterval   time.Duration
@@ -26,14 +25,11 @@ type config struct {
 	resumeWindow    time.Duration
 	holderWait      time.Duration // <0: LeaseDuration + MaxClockSkew
 	sweepMinAge     time.Duration
-	mode            Mode
-	modeSet         bool
 	gapTimeout      time.Duration
 	gapPoll         time.Duration
 	deadlineMargin  time.Duration
-	maxMessageBytes int
-	headers         HeaderNames
-	emptyIDHeader   bool
+	maxMessageBytes int         // the config item's (NewRelay)
+	headers         HeaderNames // the config item's (NewRelay)
 	relayID         string
 	region          string
 	concurrency     int
@@ -87,11 +83,6 @@ func defaultConfig() config {
 // process's init, never a saved one. Default: none (NewRelay reads the
 // config item from the Store).
 func StoredConfig(c Config) Option { return func(cfg *config) { cfg.stored = &c } }
-
-// BucketCount states the bucket count this relay expects. Default 0: take it
-// from the outbox's config item. When set and different from the config item,
-// NewRelay fails with a *MisconfigurationError naming both values.
-func BucketCount(n int) Option { return func(c *config) { c.bucketCount = n } }
 
 // BatchSize is the most messages read and published per store round trip.
 // Default 500; 1..10000.
@@ -186,11 +177,6 @@ const MinResumeWindow = 400 * time.Millisecond
 // sweeper Lambda uses OUTBOX_SWEEP_MIN_AGE (default 10s).
 func SweepMinAge(d time.Duration) Option { return func(c *config) { c.sweepMinAge = d } }
 
-// WithMode states the mode this relay expects the outbox to be in. Default:
-// take it from the outbox's config item. When set and different, NewRelay
-// fails with a *MisconfigurationError naming both.
-func WithMode(m Mode) Option { return func(c *config) { c.mode, c.modeSet = m, true } }
-
 // GapTimeout is how long a missing sequence number (head+1 absent while a
 // later one is present) is waited on before it is fenced. It is measured from
 // the first time any relay saw the gap, stored on the lease, so it holds
@@ -208,28 +194,6 @@ func GapPollInterval(d time.Duration) Option { return func(c *config) { c.gapPol
 // DeadlineMargin is how long before the context's deadline the relay stops
 // claiming new work (a Lambda invocation's deadline). Default 5s.
 func DeadlineMargin(d time.Duration) Option { return func(c *config) { c.deadlineMargin = d } }
-
-// MaxMessageBytes bounds a record as computed by RecordSize. The relay checks
-// it before publishing (a stored message above it was written by a writer
-// configured differently). A shared setting: default, the outbox's config
-// item's (DefaultMaxMessageBytes when it has none); another value than the
-// stored one is a *MisconfigurationError.
-func MaxMessageBytes(n int) Option { return func(c *config) { c.maxMessageBytes = n } }
-
-// MessageIDHeader is the header name the publisher stamps the message id
-// under, used in record size checks. A shared setting: default, the config
-// item's (DefaultMessageIDHeader when it has none); another name than the
-// stored one is a *MisconfigurationError.
-func MessageIDHeader(name string) Option {
-	return func(c *config) { c.headers.MessageID, c.emptyIDHeader = name, name == "" }
-}
-
-// StampedHeaders names the headers the publisher stamps (message id, bucket,
-// sequence), as the relay counts them in record size checks. Shared
-// settings: default, the config item's names (the default names when it
-// has none); an empty name takes the stored one, another name than the
-// stored one is a *MisconfigurationError.
-func StampedHeaders(h HeaderNames) Option { return func(c *config) { c.headers = h } }
 
 // Region is the region this relay runs in, for an outbox in region mode
 // (Config.Regions, a DynamoDB global table): the relay drains only the
@@ -304,8 +268,6 @@ func WithMetrics(m Metrics) Option { return func(c *config) { c.metrics = m } }
 func (c *config) validate() error {
 	bad := func(opt string, v any, why string) error { return &OptionError{Option: opt, Value: v, Reason: why} }
 	switch {
-	case c.bucketCount != 0 && !ValidBucketCount(c.bucketCount):
-		return bad("BucketCount", c.bucketCount, fmt.Sprintf("must be 0 (from the table) or 1..%d", MaxBucketCount))
 	case c.batchSize < 1 || c.batchSize > 10000:
 		return bad("BatchSize", c.batchSize, "must be 1..10000")
 	case c.leaseDuration < time.Second:
@@ -331,20 +293,12 @@ func (c *config) validate() error {
 		return bad("HolderWait", c.holderWait, "must not be negative")
 	case c.flushInterval < 0:
 		return bad("HeadFlushInterval", c.flushInterval, "must not be negative")
-	case c.modeSet && c.mode != DeleteMode && c.mode != WatermarkMode:
-		return bad("WithMode", c.mode, "must be DeleteMode or WatermarkMode")
 	case c.gapTimeout <= 0:
 		return bad("GapTimeout", c.gapTimeout, "must be positive")
 	case c.gapPoll <= 0:
 		return bad("GapPollInterval", c.gapPoll, "must be positive")
 	case c.deadlineMargin < 0:
 		return bad("DeadlineMargin", c.deadlineMargin, "must not be negative")
-	case c.maxMessageBytes != 0 && c.maxMessageBytes < RecordOverhead:
-		return bad("MaxMessageBytes", c.maxMessageBytes, fmt.Sprintf("must be at least %d", RecordOverhead))
-	case c.emptyIDHeader:
-		return bad("MessageIDHeader", "", "must not be empty")
-	case c.headers.Check() != nil:
-		return c.headers.Check()
 	case c.relayID == "" || len(c.relayID) > 128:
 		return bad("RelayID", c.relayID, "must be 1..128 characters")
 	case c.region != "" && ValidateRegionID(c.region) != nil:

@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,19 +16,23 @@ import (
 // The option rule (docs/design.md, "Options"), checked over the exported
 // API of the library's packages:
 //
-//  1. one option type per package, named Option, a func over a pointer to
-//     an unexported config (functional options, as franz-go's kgo);
-//     other exported option types are deprecated aliases of it;
-//  2. every exported option constructor returns that Option, and every
-//     exported constructor's variadic options are ...Option;
+//  1. option types: a package whose constructors take the same options has
+//     one, Option, a func over a pointer to an unexported config
+//     (functional options, as franz-go's kgo); a package whose constructors
+//     take different options gives each kind an interface type of its own
+//     (…Option) whose methods are unexported markers, so that an option
+//     given to a constructor of another kind does not compile (kgo's
+//     ProducerOpt and ConsumerOpt). No other exported option types;
+//  2. every exported option constructor returns one of its package's option
+//     types, and every exported constructor's variadic options are one;
 //  3. every option's doc comment states its default;
 //  4. an option is named after its setting; when the setting is its
 //     argument's type (Mode, Clock, Logger, Tracer, Metrics), the name is
 //     With + that type, never the bare type name;
 //  5. no exported struct type of options (…Options, …Opts, …Settings,
-//     …Config) beyond the ones listed in structConfigExceptions.
-//
-// Deprecated declarations are exempt: they keep old code compiling.
+//     …Config) beyond the ones listed in structConfigExceptions;
+//  6. no deprecated declarations: there are no release tags yet, so a
+//     former name goes rather than staying as an alias or a wrapper.
 
 // optionPackages are the library packages the rule covers: everything a
 // user imports. Left out, with the reason: internal/ (not API), cmd/ and
@@ -41,8 +46,8 @@ var optionPackages = []string{
 	"otel", "outboxtest", "replay", "sequence", "store/dynamo", "store/memory", "storetest",
 }
 
-// optionTypeExceptions are packages with more than one option type, each
-// named with the reason it is allowed. Do not add to it.
+// optionTypeExceptions are option types outside rule 1, each named with the
+// reason it is allowed. Do not add to it.
 var optionTypeExceptions = map[string]string{
 	// The Lambda handlers' packages: RelayOption and SweeperOption
 	// configure two handlers that lambda/relay and lambda/sweeper build
@@ -74,72 +79,37 @@ func TestOptionStyle(t *testing.T) {
 			p := fset.Position(n.Pos())
 			return filepath.Join(dir, filepath.Base(p.Filename)) + ":" + strconv.Itoa(p.Line)
 		}
-		optionTypes := 0
+		kinds := optionKinds(t, dir, files, where)
 		for _, f := range files {
 			for _, decl := range f.Decls {
-				switch d := decl.(type) {
-				case *ast.GenDecl:
-					for _, spec := range d.Specs {
-						ts, ok := spec.(*ast.TypeSpec)
-						if !ok || !ts.Name.IsExported() {
-							continue
-						}
-						doc := ts.Doc
-						if doc == nil {
-							doc = d.Doc
-						}
-						name := ts.Name.Name
-						if deprecated(doc) {
-							if isOptionName(name) && !ts.Assign.IsValid() {
-								t.Errorf("%s: deprecated option type %s must be an alias (type %s = Option) so old code keeps compiling", where(ts), name, name)
-							}
-							continue
-						}
-						if isOptionName(name) {
-							if _, ok := optionTypeExceptions[pkgName(dir)+"."+name]; ok {
-								continue
-							}
-							optionTypes++
-							if name != "Option" {
-								t.Errorf("%s: option type %s: a package's one option type is named Option (keep %s as a deprecated alias: type %s = Option)", where(ts), name, name, name)
-							} else if !isFuncOverUnexported(ts.Type) {
-								t.Errorf("%s: Option must be a func over a pointer to an unexported config (type Option func(*config))", where(ts))
-							}
-						}
-						if st, ok := ts.Type.(*ast.StructType); ok && st != nil && isConfigStructName(name) {
-							if _, ok := structConfigExceptions[pkgName(dir)+"."+name]; !ok {
-								t.Errorf("%s: struct config type %s: settings are functional options (type Option func(*config)), not structs", where(ts), name)
-							}
-						}
-					}
-				case *ast.FuncDecl:
-					if !d.Name.IsExported() || d.Recv != nil || deprecated(d.Doc) {
-						continue
-					}
-					checkVariadicOptions(t, where(d), d)
-					res := d.Type.Results
-					if res == nil || len(res.List) != 1 || len(res.List[0].Names) > 1 {
-						continue
-					}
-					rt, ok := res.List[0].Type.(*ast.Ident)
-					if !ok || !isOptionName(rt.Name) {
-						continue
-					}
-					checked++
-					if rt.Name != "Option" {
-						if _, ok := optionTypeExceptions[pkgName(dir)+"."+rt.Name]; !ok {
-							t.Errorf("%s: option %s returns %s: every option returns the package's Option", where(d), d.Name.Name, rt.Name)
-						}
-					}
-					if !strings.Contains(d.Doc.Text(), "Default") && !strings.Contains(d.Doc.Text(), "default") {
-						t.Errorf("%s: option %s: its doc comment must state its default", where(d), d.Name.Name)
-					}
-					checkOptionName(t, where(d), d)
+				d, ok := decl.(*ast.FuncDecl)
+				if !ok || !d.Name.IsExported() {
+					continue
 				}
+				if deprecated(d.Doc) {
+					t.Errorf("%s: %s is deprecated: remove it (no release tags yet; docs/design.md §11 rule 6)", where(d), d.Name.Name)
+				}
+				if d.Recv != nil {
+					continue
+				}
+				checkVariadicOptions(t, where(d), d, kinds)
+				res := d.Type.Results
+				if res == nil || len(res.List) != 1 || len(res.List[0].Names) > 1 {
+					continue
+				}
+				rt, ok := res.List[0].Type.(*ast.Ident)
+				if !ok || !isOptionName(rt.Name) {
+					continue
+				}
+				checked++
+				if !kinds[rt.Name] {
+					t.Errorf("%s: option %s returns %s, which is not one of the package's option types %v", where(d), d.Name.Name, rt.Name, slices.Sorted(maps.Keys(kinds)))
+				}
+				if !strings.Contains(d.Doc.Text(), "Default") && !strings.Contains(d.Doc.Text(), "default") {
+					t.Errorf("%s: option %s: its doc comment must state its default", where(d), d.Name.Name)
+				}
+				checkOptionName(t, where(d), d)
 			}
-		}
-		if optionTypes > 1 {
-			t.Errorf("%s: %d option types; a package has one, Option", dir, optionTypes)
 		}
 	}
 	// The check found the options it is about.
@@ -147,6 +117,90 @@ func TestOptionStyle(t *testing.T) {
 		t.Fatalf("checked only %d option constructors; is the package list stale?", checked)
 	}
 	t.Logf("optionstyle: packages=%d options=%d", len(optionPackages), checked)
+}
+
+// optionKinds applies rules 1 and 5 to a package's exported types and
+// returns its option types.
+func optionKinds(t *testing.T, dir string, files []*ast.File, where func(ast.Node) string) map[string]bool {
+	t.Helper()
+	kinds := map[string]bool{}
+	var funcs, markers []string
+	for _, f := range files {
+		for _, decl := range f.Decls {
+			d, ok := decl.(*ast.GenDecl)
+			if !ok {
+				continue
+			}
+			for _, spec := range d.Specs {
+				if vs, ok := spec.(*ast.ValueSpec); ok && vs.Names[0].IsExported() && (deprecated(vs.Doc) || deprecated(d.Doc)) {
+					t.Errorf("%s: %s is deprecated: remove it (no release tags yet; docs/design.md §11 rule 6)", where(vs), vs.Names[0].Name)
+				}
+				ts, ok := spec.(*ast.TypeSpec)
+				if !ok || !ts.Name.IsExported() {
+					continue
+				}
+				doc := ts.Doc
+				if doc == nil {
+					doc = d.Doc
+				}
+				name := ts.Name.Name
+				if deprecated(doc) {
+					t.Errorf("%s: %s is deprecated: remove it (no release tags yet; docs/design.md §11 rule 6)", where(ts), name)
+				}
+				if st, ok := ts.Type.(*ast.StructType); ok && st != nil && isConfigStructName(name) {
+					if _, ok := structConfigExceptions[pkgName(dir)+"."+name]; !ok {
+						t.Errorf("%s: struct config type %s: settings are options, not structs", where(ts), name)
+					}
+				}
+				if !isOptionName(name) {
+					continue
+				}
+				if _, ok := optionTypeExceptions[pkgName(dir)+"."+name]; ok {
+					kinds[name] = true
+					continue
+				}
+				switch {
+				case isFuncOverUnexported(ts.Type):
+					funcs = append(funcs, name)
+				case isMarkerInterface(ts.Type):
+					markers = append(markers, name)
+				default:
+					t.Errorf("%s: option type %s is neither a func over a pointer to an unexported config nor an interface of unexported marker methods", where(ts), name)
+				}
+				kinds[name] = true
+			}
+		}
+	}
+	switch {
+	case len(funcs) > 0 && len(markers) > 0:
+		t.Errorf("%s: option types %v (funcs) and %v (marker interfaces): a package uses one style", dir, funcs, markers)
+	case len(funcs) > 1:
+		t.Errorf("%s: %d option types %v; a package whose constructors take the same options has one, Option (give each kind an interface of its own otherwise)", dir, len(funcs), funcs)
+	case len(funcs) == 1 && funcs[0] != "Option":
+		t.Errorf("%s: option type %s: a package's one option type is named Option", dir, funcs[0])
+	}
+	return kinds
+}
+
+// isMarkerInterface reports whether e is an interface whose methods are all
+// unexported (the markers and the apply method) and whose embedded types
+// are identifiers of the same package (other option kinds).
+func isMarkerInterface(e ast.Expr) bool {
+	it, ok := e.(*ast.InterfaceType)
+	if !ok || it.Methods == nil || len(it.Methods.List) == 0 {
+		return false
+	}
+	for _, m := range it.Methods.List {
+		switch {
+		case len(m.Names) == 0:
+			if _, ok := m.Type.(*ast.Ident); !ok {
+				return false
+			}
+		case m.Names[0].IsExported():
+			return false
+		}
+	}
+	return true
 }
 
 // checkOptionName applies rule 4 to an option constructor.
@@ -169,7 +223,7 @@ func checkOptionName(t *testing.T, where string, d *ast.FuncDecl) {
 }
 
 // checkVariadicOptions applies rule 2 to a constructor's variadic options.
-func checkVariadicOptions(t *testing.T, where string, d *ast.FuncDecl) {
+func checkVariadicOptions(t *testing.T, where string, d *ast.FuncDecl, kinds map[string]bool) {
 	t.Helper()
 	params := d.Type.Params.List
 	if len(params) == 0 {
@@ -179,27 +233,11 @@ func checkVariadicOptions(t *testing.T, where string, d *ast.FuncDecl) {
 	if !ok {
 		return
 	}
-	var name string
-	switch x := el.Elt.(type) {
-	case *ast.Ident:
-		name = x.Name
-	case *ast.SelectorExpr:
-		// Another module's options (kgo.Opt, func(*dynamodb.Options))
-		// are theirs.
-		if pkg, ok := x.X.(*ast.Ident); ok && slices.Contains([]string{"outbox", "dynamo", "kafka", "inbox", "replay", "otel", "emf", "outboxtest"}, pkg.Name) {
-			name = x.Sel.Name
-		}
-	}
-	if isOptionName(name) && name != "Option" {
-		if _, ok := optionTypeExceptions[name]; ok {
-			return
-		}
-		for k := range optionTypeExceptions {
-			if strings.HasSuffix(k, "."+name) {
-				return
-			}
-		}
-		t.Errorf("%s: %s takes ...%s: constructors take ...Option", where, d.Name.Name, name)
+	name, ok := el.Elt.(*ast.Ident)
+	// Another package's options (kgo.Opt, func(*dynamodb.Options),
+	// outbox.Option given through) are that package's.
+	if ok && isOptionName(name.Name) && !kinds[name.Name] {
+		t.Errorf("%s: %s takes ...%s, which is not one of the package's option types", where, d.Name.Name, name.Name)
 	}
 }
 

@@ -125,13 +125,14 @@ type local struct {
 }
 
 // NewRelay reads the outbox's config item (unless StoredConfig gives it)
-// and returns a relay for it. It
-// fails with a *MisconfigurationError when the BucketCount, WithMode,
-// MaxMessageBytes or header options differ from the stored configuration
-// or the stored format is newer than this code, and with an *OptionError
-// for an invalid option. Options left out take the stored values. A nil
-// store or publisher (also a nil pointer in the interface, such as the
-// *kafka.Publisher a failed constructor returned) is an *OptionError.
+// and returns a relay for it, on the item's shared settings: BucketCount,
+// the mode, MaxMessageBytes and the stamped header names (docs/design.md
+// §11.1). It fails with a *MisconfigurationError when the stored format is
+// newer than this code, the Region option does not fit the item, or the
+// publisher's settings are not the item's (ConfigChecker), and with an
+// *OptionError for an invalid option. A nil store or publisher
+// (also a nil pointer in the interface, such as the *kafka.Publisher a
+// failed constructor returned) is an *OptionError.
 func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (*Relay, error) {
 	switch {
 	case isNil(store):
@@ -155,16 +156,17 @@ func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (
 			return nil, fmt.Errorf("outbox: read config item: %w", err)
 		}
 	}
-	var err error
-	if err := CheckConfig(stored, cfg.bucketCount); err != nil {
+	if err := CheckConfig(stored); err != nil {
 		return nil, err
 	}
-	if cfg.modeSet && cfg.mode != stored.Mode {
-		return nil, &MisconfigurationError{Setting: "Mode", Configured: cfg.mode.String(), Stored: stored.Mode.String(),
-			Fix: "a relay must run in the mode the outbox was created with; remove the option or fix it"}
-	}
-	if cfg.maxMessageBytes, cfg.headers, err = ResolveShared(stored, cfg.maxMessageBytes, cfg.headers); err != nil {
+	cfg.maxMessageBytes, cfg.headers = stored.SharedMaxMessageBytes(), stored.SharedHeaders()
+	if err := cfg.headers.Check(); err != nil {
 		return nil, err
+	}
+	if cc, ok := pub.(ConfigChecker); ok {
+		if err := cc.CheckConfig(stored); err != nil {
+			return nil, err
+		}
 	}
 	if err := CheckRegion(stored, cfg.region); err != nil {
 		return nil, err
@@ -216,7 +218,7 @@ func (r *Relay) RefreshConfig(ctx context.Context) (int, error) {
 
 // countFrom is RefreshConfig on a config item already read.
 func (r *Relay) countFrom(stored Config) (int, error) {
-	if err := CheckConfig(stored, 0); err != nil {
+	if err := CheckConfig(stored); err != nil {
 		return r.BucketCount(), err
 	}
 	r.mu.Lock()
@@ -340,17 +342,14 @@ func isNil(v any) bool {
 	return false
 }
 
-// CheckConfig verifies a stored configuration against a process's expected
-// bucket count (0 = accept the stored one) and this code's format version.
-func CheckConfig(stored Config, bucketCount int) error {
+// CheckConfig verifies that a stored configuration is one this code can
+// run on: a valid BucketCount and mode, and a format version it knows.
+// Processes take the shared settings from it as they are; none states its
+// own (docs/design.md §11.1).
+func CheckConfig(stored Config) error {
 	if !ValidBucketCount(stored.BucketCount) {
-		return &MisconfigurationError{Setting: "BucketCount", Configured: fmt.Sprint(bucketCount), Stored: fmt.Sprint(stored.BucketCount),
+		return &MisconfigurationError{Setting: "BucketCount", Configured: fmt.Sprintf("1..%d", MaxBucketCount), Stored: fmt.Sprint(stored.BucketCount),
 			Fix: fmt.Sprintf("the config item is corrupt: BucketCount must be 1..%d", MaxBucketCount)}
-	}
-	if bucketCount != 0 && bucketCount != stored.BucketCount {
-		return &MisconfigurationError{Setting: "BucketCount", Configured: fmt.Sprint(bucketCount), Stored: fmt.Sprint(stored.BucketCount),
-			Fix: "every writer and relay of one outbox must use the table's BucketCount (or none, to take the table's); to change the outbox's count, " +
-				"run outbox buckets set N, which changes it online and every writer and relay follows"}
 	}
 	if stored.FormatVersion > FormatVersion {
 		return &MisconfigurationError{Setting: "FormatVersion", Configured: fmt.Sprint(FormatVersion), Stored: fmt.Sprint(stored.FormatVersion),

@@ -581,54 +581,47 @@ func TestNewerItemFormatStopsTheBucket(t *testing.T) {
 	}
 }
 
+// The relay sizes records by the config item: its MaxMessageBytes and its
+// stamped header names. A record above the bound is parked; with the
+// item's longer names a record that fits under the default names is too.
 func TestOversizedStoredRecordIsParked(t *testing.T) {
-	s := memory.New(1)
-	big := message(0, 1)
-	big.Value = make([]byte, 2048)
-	if err := s.Put(big, message(0, 2)); err != nil {
-		t.Fatal(err)
-	}
-	s.SetConfig(outbox.Config{MaxMessageBytes: 1024})
-	p := &recorder{}
-	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
-	if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); err != nil {
-		t.Fatal(err)
-	}
-	if fmt.Sprint(p.seqs(0)) != "[2]" || len(s.Parked(0)) != 1 || !strings.Contains(s.Parked(0)[0].Reason, "MaxMessageBytes") {
-		t.Fatalf("published %v parked %+v", p.seqs(0), s.Parked(0))
-	}
-}
-
-// The relay reads the shared settings from the config item: a local one
-// that differs is refused naming both values, an equal one is fine, and
-// without one the stored value is used (TestOversizedStoredRecordIsParked).
-func TestRelaySharedSettingsFromConfigItem(t *testing.T) {
-	stored := outbox.Config{MaxMessageBytes: 4096, Headers: outbox.HeaderNames{Bucket: "b"}}
+	long := func(c byte) string { return strings.Repeat(string(c), 200) }
 	cases := []struct {
-		name    string
-		opt     outbox.Option
-		setting string // "" when accepted
+		name   string
+		stored outbox.Config
+		value  int
 	}{
-		{"other MaxMessageBytes", outbox.MaxMessageBytes(1024), "MaxMessageBytes"},
-		{"same MaxMessageBytes", outbox.MaxMessageBytes(4096), ""},
-		{"other bucket header", outbox.StampedHeaders(outbox.HeaderNames{Bucket: "x"}), "BucketHeader"},
-		{"default id header, stored default", outbox.MessageIDHeader(outbox.DefaultMessageIDHeader), ""},
-		{"an id header the item does not state", outbox.MessageIDHeader("id"), ""},
-		{"none", outbox.RelayID("r"), ""},
+		{"above MaxMessageBytes", outbox.Config{MaxMessageBytes: 1024}, 2048},
+		{"above it with the stored header names", outbox.Config{MaxMessageBytes: 1024,
+			Headers: outbox.HeaderNames{MessageID: long('i'), Bucket: long('b'), Sequence: long('s')}}, 600},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := memory.New(2)
-			s.SetConfig(stored)
-			_, err := outbox.NewRelay(context.Background(), s, &recorder{}, c.opt)
-			var me *outbox.MisconfigurationError
-			switch {
-			case c.setting == "" && err != nil:
-				t.Fatalf("NewRelay = %v, want it accepted", err)
-			case c.setting != "" && (!errors.As(err, &me) || me.Setting != c.setting || me.Stored == "" || me.Configured == ""):
-				t.Fatalf("NewRelay = %v, want a *MisconfigurationError for %s", err, c.setting)
+			big := message(0, 1)
+			big.Value = make([]byte, c.value)
+			if n := c.stored.SharedHeaders().RecordSize(big); n <= 1024 {
+				t.Fatalf("record size %d with the stored names; the case needs one above 1024", n)
+			}
+			s := memory.New(1)
+			if err := s.Put(big, message(0, 2)); err != nil {
+				t.Fatal(err)
+			}
+			s.SetConfig(c.stored)
+			p := &recorder{}
+			r := newRelay(t, s, p, outbox.DeadlineMargin(0))
+			if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(p.seqs(0)) != "[2]" || len(s.Parked(0)) != 1 || !strings.Contains(s.Parked(0)[0].Reason, "MaxMessageBytes") {
+				t.Fatalf("published %v parked %+v; want the first parked above MaxMessageBytes", p.seqs(0), s.Parked(0))
 			}
 		})
+	}
+	// The second case's record fits under the default names.
+	m := message(0, 1)
+	m.Value = make([]byte, 600)
+	if n := (outbox.HeaderNames{}).RecordSize(m); n > 1024 {
+		t.Fatalf("record size %d with the default names; the second case needs one within 1024", n)
 	}
 }
 
@@ -673,14 +666,6 @@ func TestBucketOutOfRange(t *testing.T) {
 	}
 }
 
-func TestRelayRefusesOtherBucketCount(t *testing.T) {
-	_, err := outbox.NewRelay(context.Background(), memory.New(8), &recorder{}, outbox.BucketCount(16))
-	var me *outbox.MisconfigurationError
-	if !errors.As(err, &me) || me.Configured != "16" || me.Stored != "8" {
-		t.Fatalf("err = %v, want a MisconfigurationError naming 16 and 8", err)
-	}
-}
-
 func TestOptionValidation(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -693,10 +678,7 @@ func TestOptionValidation(t *testing.T) {
 		{"renew too slow", outbox.LeaseRenewInterval(26 * time.Second), "LeaseRenewInterval"},
 		{"gap zero", outbox.GapTimeout(0), "GapTimeout"},
 		{"negative margin", outbox.DeadlineMargin(-1), "DeadlineMargin"},
-		{"tiny records", outbox.MaxMessageBytes(10), "MaxMessageBytes"},
-		{"empty header", outbox.MessageIDHeader(""), "MessageIDHeader"},
 		{"empty id", outbox.RelayID(""), "RelayID"},
-		{"bucket count", outbox.BucketCount(-1), "BucketCount"},
 		{"concurrency", outbox.Concurrency(0), "Concurrency"},
 		{"policy", outbox.OnRecordError(7), "OnRecordError"},
 		{"backoff", outbox.RetryBackoff(time.Second, time.Millisecond), "RetryBackoff"},
@@ -710,6 +692,38 @@ func TestOptionValidation(t *testing.T) {
 				t.Fatalf("err = %v, want an OptionError for %s", err, c.option)
 			}
 		})
+	}
+}
+
+// checkingPublisher is a ConfigChecker: it records the config item it is
+// checked against and answers err.
+type checkingPublisher struct {
+	recorder
+	err     error
+	checked []outbox.Config
+}
+
+func (p *checkingPublisher) CheckConfig(c outbox.Config) error {
+	p.checked = append(p.checked, c)
+	return p.err
+}
+
+// NewRelay checks a ConfigChecker publisher against the config item it
+// runs on, and refuses it on an error: a publisher with other shared
+// settings than the item's cannot publish for it.
+func TestNewRelayChecksThePublishersConfig(t *testing.T) {
+	s := memory.New(4)
+	s.SetConfig(outbox.Config{BucketCount: 4, MaxMessageBytes: 2048})
+	ok := &checkingPublisher{}
+	if _, err := outbox.NewRelay(context.Background(), s, ok); err != nil {
+		t.Fatal(err)
+	}
+	if len(ok.checked) != 1 || ok.checked[0].MaxMessageBytes != 2048 {
+		t.Fatalf("checked against %+v, want the config item once", ok.checked)
+	}
+	refusal := &outbox.MisconfigurationError{Setting: "MaxMessageBytes", Configured: "1048576", Stored: "2048"}
+	if _, err := outbox.NewRelay(context.Background(), s, &checkingPublisher{err: refusal}); !errors.Is(err, refusal) {
+		t.Fatalf("NewRelay = %v, want the publisher's refusal", err)
 	}
 }
 
@@ -875,10 +889,6 @@ func TestRelayStoredConfig(t *testing.T) {
 	})
 	t.Run("given: checked as a read one", func(t *testing.T) {
 		var me *outbox.MisconfigurationError
-		if _, err := outbox.NewRelay(ctx, mem, &recorder{}, outbox.StoredConfig(stored), outbox.BucketCount(16)); !errors.As(err, &me) || me.Configured != "16" || me.Stored != "8" ||
-			!strings.Contains(me.Fix, "outbox buckets set") {
-			t.Fatalf("err = %v, want a MisconfigurationError naming 16 and 8 and outbox buckets set", err)
-		}
 		if _, err := outbox.NewRelay(ctx, mem, &recorder{}, outbox.StoredConfig(outbox.Config{})); !errors.As(err, &me) || me.Setting != "BucketCount" {
 			t.Fatalf("err = %v for an empty config item, want a MisconfigurationError for BucketCount", err)
 		}

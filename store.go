@@ -355,9 +355,10 @@ type Publisher interface {
 // The relay finds optional capabilities with a type assertion on the
 // Publisher it was given. A Publisher that wraps another (to count, trace
 // or log its calls) must forward each capability its inner Publisher has —
-// Isolator, HolderFencer — with a method that calls the inner one's (or
-// Publish, FenceHolders returning nil, when the inner one lacks it): a
-// wrapper without them silently loses what they give. Without Isolator a
+// Isolator, HolderFencer, ConfigChecker — with a method that calls the
+// inner one's (or Publish, FenceHolders and CheckConfig returning nil, when
+// the inner one lacks it): a wrapper without them silently loses what they
+// give. Without Isolator a
 // rejected record's batch mates are parked with it; without HolderFencer
 // (around a kafka.TxnPublisher) earlier holders are fenced only at the
 // first publish, after the read, and a stalled holder's commit can land in
@@ -393,6 +394,18 @@ type Isolator interface {
 // forward it (see Isolator).
 type HolderFencer interface {
 	FenceHolders(ctx context.Context, bucket int) error
+}
+
+// ConfigChecker is an optional Publisher capability, for a publisher that
+// uses shared settings of the outbox (kafka.Publisher: MaxMessageBytes and
+// the stamped header names, which it takes from the config item it is
+// given). NewRelay calls CheckConfig with the config item it runs on and
+// refuses the publisher when it returns an error (a
+// *MisconfigurationError naming the setting), so that a publisher built
+// for another outbox, or without its config item, cannot publish records
+// that the item's writers and consumers do not expect.
+type ConfigChecker interface {
+	CheckConfig(stored Config) error
 }
 
 // Clock tells the time. The relay uses it for leases, heartbeats and gap

@@ -125,9 +125,8 @@ func New(scope constructs.Construct, id string, props *Props) (*Outbox, error) {
 			TableName: o.messagesName, TableStreamArn: o.streamArn})
 	}
 	o.fillStreamPolicy()
-	// The functions wait for a ready outbox.
-	relay.Node().AddDependency(o.Config)
-	sweeper.Node().AddDependency(o.Config)
+	// The functions wait for a ready outbox (the digest's GetAtt).
+	o.restartOnConfigChange(relay, sweeper)
 	o.newStreamSource(relay)
 	o.newSchedule(sweeper)
 	var enqueue awslambda.CfnFunction // nil without the enqueue function
@@ -146,7 +145,7 @@ func New(scope constructs.Construct, id string, props *Props) (*Outbox, error) {
 // in each transaction, and writes the callers' items to the business tables
 // named, nowhere else. It writes to DynamoDB only, so it stays outside the
 // VPC; it reads OUTBOX_MESSAGES_TABLE, OUTBOX_CONTROL_TABLE and
-// OUTBOX_MAX_MESSAGE_BYTES of the shared environment. Its reserved
+// OUTBOX_REGION of the shared environment. Its reserved
 // concurrency caps it; its asynchronous invocations that fail their retries
 // go to EnqueueFailureQueue (its role sends them).
 func (o *Outbox) newEnqueue() awslambda.CfnFunction {
@@ -171,7 +170,7 @@ func (o *Outbox) newEnqueue() awslambda.CfnFunction {
 	fn := o.newFunction(function{id: "EnqueueFunction", dir: "enqueue", role: o.EnqueueRole, timeout: 30, memory: 256,
 		reserved: c.n["EnqueueReservedConcurrency"], env: true,
 		description: "Commits callers' DynamoDB items and outbox messages in one transaction, once per idempotency key (lambda/enqueue)."})
-	fn.Node().AddDependency(o.Config)
+	o.restartOnConfigChange(fn)
 	awslambda.NewCfnEventInvokeConfig(o.Construct, jsii.String("EnqueueFunctionEventInvokeConfig"), &awslambda.CfnEventInvokeConfigProps{
 		FunctionName:             fn.Ref(),
 		Qualifier:                jsii.String("$LATEST"),
@@ -293,15 +292,12 @@ func (o *Outbox) environment() map[string]*string {
 	env := map[string]*string{
 		"OUTBOX_MESSAGES_TABLE":      o.messagesName,
 		"OUTBOX_CONTROL_TABLE":       o.controlName,
-		"OUTBOX_BUCKET_COUNT":        num(c.n["BucketCount"]),
 		"OUTBOX_BATCH_SIZE":          num(c.n["OutboxBatchSize"]),
 		"OUTBOX_TOPICS":              jsii.String(c.topics),
 		"OUTBOX_LEASE_DURATION":      jsii.String(strconv.Itoa(c.n["LeaseDurationSeconds"]) + "s"),
 		"OUTBOX_GAP_TIMEOUT":         jsii.String(strconv.Itoa(c.n["GapTimeoutSeconds"]) + "s"),
 		"OUTBOX_SWEEP_MIN_AGE":       jsii.String(strconv.Itoa(c.n["SweepMinAgeSeconds"]) + "s"),
 		"OUTBOX_PARK_STUCK_AFTER":    jsii.String(strconv.Itoa(c.n["ParkStuckAfterSeconds"]) + "s"),
-		"OUTBOX_MODE":                jsii.String(c.mode),
-		"OUTBOX_MAX_MESSAGE_BYTES":   num(c.n["MaxMessageBytes"]),
 		"OUTBOX_CONCURRENCY":         num(c.n["RelayConcurrency"]),
 		"OUTBOX_KAFKA_TRANSACTIONAL": jsii.String(strconv.FormatBool(c.transactional)),
 		"KAFKA_BOOTSTRAP_SERVERS":    jsii.String(c.bootstrap),
@@ -320,6 +316,18 @@ func (o *Outbox) environment() map[string]*string {
 		env["OUTBOX_REGION"] = awscdk.Aws_REGION()
 	}
 	return env
+}
+
+// restartOnConfigChange gives fns OUTBOX_CONFIG_DIGEST, the setup's digest
+// of what the functions read from the config item only when they start
+// (template.yaml's Globals): not a setting, and nothing reads it, but when
+// the setup changes one of those settings the digest changes, and the
+// update replaces the functions' warm containers. Its GetAtt also makes
+// the functions wait for a ready outbox.
+func (o *Outbox) restartOnConfigChange(fns ...awslambda.CfnFunction) {
+	for _, fn := range fns {
+		fn.AddPropertyOverride(jsii.String("Environment.Variables.OUTBOX_CONFIG_DIGEST"), o.Config.GetAtt(jsii.String("ConfigDigest"), awscdk.ResolutionTypeHint_STRING))
+	}
 }
 
 // alarmName is the alarms' Outbox dimension: the messages table, with
@@ -422,8 +430,8 @@ func (o *Outbox) newConfig(setup awslambda.CfnFunction, logs []constructs.IConst
 			"Mode":           o.cfg.mode,
 			"RetentionHours": o.cfg.n["OutboxRetentionHours"],
 			"Topics":         jsii.String(o.cfg.topics),
-			// A shared setting: the functions' OUTBOX_MAX_MESSAGE_BYTES
-			// agrees with the config item.
+			// A shared setting: every component reads it from the
+			// config item.
 			"MaxMessageBytes": o.cfg.n["MaxMessageBytes"],
 			"Regions":         jsii.String(o.cfg.regions),
 			// attach: check the replicated config item instead of writing

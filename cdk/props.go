@@ -80,14 +80,14 @@ type Props struct {
 	// Kafka secrets, a Secrets Manager interface endpoint or a NAT.
 	VpcSubnetIds        *[]*string
 	VpcSecurityGroupIds *[]*string
-	// BucketCount is the outbox's bucket count (OUTBOX_BUCKET_COUNT), which
-	// the stack writes to its config item; a change happens online while
+	// BucketCount is the outbox's bucket count, which the stack writes to
+	// its config item, where writers and relays read it; a change happens online while
 	// writers and relays run (writers pause until the old buckets drain; an
 	// aborted change rolls the update back: docs/deploy.md). Default 8,
 	// 1..4096.
 	BucketCount *float64
-	// OutboxMode is the outbox's mode (OUTBOX_MODE), which the stack writes
-	// to its config item: delete (each published message is replaced by a
+	// OutboxMode is the outbox's mode, which the stack writes to its config
+	// item, where writers and relays read it: delete (each published message is replaced by a
 	// tombstone) or watermark (the relay writes nothing per message;
 	// messages stay until OutboxRetentionHours and can be replayed by
 	// range). A change is refused (the update rolls back) unless the outbox
@@ -152,8 +152,10 @@ type Props struct {
 	// has stopped its bucket this long with a permanent topic- or
 	// cluster-wide error, so the rest flows. Default 0 (off), 0..604800.
 	ParkStuckAfterSeconds *float64
-	// MaxMessageBytes is OUTBOX_MAX_MESSAGE_BYTES; match the topics'
-	// max.message.bytes. Default 1048576, 1024..104857596.
+	// MaxMessageBytes is the outbox's MaxMessageBytes, which the stack
+	// writes to its config item, where writers, relays and publishers read
+	// it; match the topics' max.message.bytes. Default 1048576,
+	// 1024..104857596.
 	MaxMessageBytes *float64
 	// RelayConcurrency is OUTBOX_CONCURRENCY, buckets one invocation drains
 	// at once. Default 8, 1..256.
@@ -232,7 +234,7 @@ const (
 	AuthMSKIAM       = "msk-iam"
 )
 
-// Modes, as OUTBOX_MODE spells them.
+// Modes, as the OutboxMode parameter spells them.
 const (
 	ModeDelete    = "delete"
 	ModeWatermark = "watermark"
@@ -289,7 +291,7 @@ type intRange struct {
 }
 
 var numbers = []intRange{
-	{name: "BucketCount", field: func(p *Props) **float64 { return &p.BucketCount }, def: 8, min: 1, max: 4096, what: "OUTBOX_BUCKET_COUNT"},
+	{name: "BucketCount", field: func(p *Props) **float64 { return &p.BucketCount }, def: 8, min: 1, max: 4096, what: "the outbox's bucket count"},
 	{name: "OutboxRetentionHours", field: func(p *Props) **float64 { return &p.OutboxRetentionHours }, def: 24, min: 1, max: 8760,
 		what: "hours a watermark-mode message is kept; at least 1, far above any backlog"},
 	{name: "StreamBatchSize", field: func(p *Props) **float64 { return &p.StreamBatchSize }, def: 1000, min: 1, max: 10000, what: "the stream event source allows at most 10000 records per batch"},
@@ -299,7 +301,7 @@ var numbers = []intRange{
 	{name: "GapTimeoutSeconds", field: func(p *Props) **float64 { return &p.GapTimeoutSeconds }, def: 10, min: 1, max: 3600, what: "OUTBOX_GAP_TIMEOUT in seconds"},
 	{name: "SweepMinAgeSeconds", field: func(p *Props) **float64 { return &p.SweepMinAgeSeconds }, def: 10, min: 0, max: 600, what: "OUTBOX_SWEEP_MIN_AGE in seconds"},
 	{name: "ParkStuckAfterSeconds", field: func(p *Props) **float64 { return &p.ParkStuckAfterSeconds }, def: 0, min: 0, max: 604800, what: "OUTBOX_PARK_STUCK_AFTER in seconds; 0 = off"},
-	{name: "MaxMessageBytes", field: func(p *Props) **float64 { return &p.MaxMessageBytes }, def: 1048576, min: 1024, max: 104857596, what: "OUTBOX_MAX_MESSAGE_BYTES"},
+	{name: "MaxMessageBytes", field: func(p *Props) **float64 { return &p.MaxMessageBytes }, def: 1048576, min: 1024, max: 104857596, what: "the largest record, in bytes"},
 	{name: "RelayConcurrency", field: func(p *Props) **float64 { return &p.RelayConcurrency }, def: 8, min: 1, max: 256, what: "OUTBOX_CONCURRENCY"},
 	{name: "RelayTimeout", field: func(p *Props) **float64 { return &p.RelayTimeout }, def: 120, min: 30, max: 900, what: "seconds"},
 	{name: "SweeperTimeout", field: func(p *Props) **float64 { return &p.SweeperTimeout }, def: 50, min: 15, max: 55, what: "seconds, below the one-minute schedule"},

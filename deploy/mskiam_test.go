@@ -342,7 +342,7 @@ const txnMessagesTable = "orders-outbox"
 // come last (SASL for the ACL test).
 func publishLikeTheFunctions(ctx context.Context, brokers []string, listed, unlisted string, extra ...kafka.Option) error {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg := config.Config{Brokers: brokers, Auth: config.AuthNone, MaxMessageBytes: outbox.DefaultMaxMessageBytes, LeaseDuration: 30 * time.Second}
+	cfg := config.Config{Brokers: brokers, Auth: config.AuthNone, LeaseDuration: 30 * time.Second}
 	p, err := wiring.NewPublisher(ctx, cfg, aws.Config{}, log, extra...)
 	if err != nil {
 		return fmt.Errorf("init without topics: %w", err)
@@ -381,7 +381,7 @@ func publishRounds(ctx context.Context, p outbox.Publisher, bucket int, listed, 
 // regaining a bucket).
 func publishTransactionallyLikeTheFunctions(ctx context.Context, brokers []string, listed, unlisted string, extra ...kafka.Option) error {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg := config.Config{Brokers: brokers, Auth: config.AuthNone, MaxMessageBytes: outbox.DefaultMaxMessageBytes, LeaseDuration: 30 * time.Second,
+	cfg := config.Config{Brokers: brokers, Auth: config.AuthNone, LeaseDuration: 30 * time.Second,
 		MessagesTable: txnMessagesTable, Transactional: true}
 	p, err := wiring.NewTxnPublisher(ctx, cfg, aws.Config{}, log, extra...)
 	if err != nil {

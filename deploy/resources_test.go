@@ -5,6 +5,7 @@ import (
 	"os"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -154,18 +155,18 @@ Region: !Ref AWS::Region`)
 }
 
 // TestParametersMatchConfigRanges: the template refuses what the functions
-// would refuse at init, and nothing they accept.
+// would refuse at init, and nothing they accept. (BucketCount and
+// MaxMessageBytes are the setup's, not the functions': TestParameters pins
+// them, lambda/setup's tests its checks.)
 func TestParametersMatchConfigRanges(t *testing.T) {
 	tmpl := loadTemplate(t)
 	params := map[string]string{
-		"OUTBOX_BUCKET_COUNT":      "BucketCount",
-		"OUTBOX_BATCH_SIZE":        "OutboxBatchSize",
-		"OUTBOX_MAX_MESSAGE_BYTES": "MaxMessageBytes",
-		"OUTBOX_CONCURRENCY":       "RelayConcurrency",
-		"OUTBOX_LEASE_DURATION":    "LeaseDurationSeconds",
-		"OUTBOX_GAP_TIMEOUT":       "GapTimeoutSeconds",
-		"OUTBOX_SWEEP_MIN_AGE":     "SweepMinAgeSeconds",
-		"OUTBOX_PARK_STUCK_AFTER":  "ParkStuckAfterSeconds",
+		"OUTBOX_BATCH_SIZE":       "OutboxBatchSize",
+		"OUTBOX_CONCURRENCY":      "RelayConcurrency",
+		"OUTBOX_LEASE_DURATION":   "LeaseDurationSeconds",
+		"OUTBOX_GAP_TIMEOUT":      "GapTimeoutSeconds",
+		"OUTBOX_SWEEP_MIN_AGE":    "SweepMinAgeSeconds",
+		"OUTBOX_PARK_STUCK_AFTER": "ParkStuckAfterSeconds",
 	}
 	for _, r := range config.Ranges {
 		name, ok := params[r.Variable]
@@ -313,4 +314,68 @@ func TestDocsRunbook(t *testing.T) {
 	if !strings.Contains(string(failures), "| alarm") && !strings.Contains(string(failures), "| Alarm") {
 		t.Error("docs/failures.md has no alarm column")
 	}
+}
+
+// TestSharedParametersReachOnlyTheSetup: the stack's parameters for the
+// outbox's shared settings (BucketCount, the mode and its retention,
+// MaxMessageBytes) are the setup's inputs and nothing else's: the config
+// item is where every function reads them (docs/design.md §11.1). A !Ref or
+// ${...} of one anywhere but the OutboxConfig resource's properties (a
+// function's environment, say) fails.
+func TestSharedParametersReachOnlyTheSetup(t *testing.T) {
+	tmpl := loadTemplate(t)
+	shared := []string{"BucketCount", "OutboxMode", "OutboxRetentionHours", "MaxMessageBytes"}
+	found := map[string]int{}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, c := range x {
+				var used []string
+				switch c := c.(type) {
+				case string:
+					for _, p := range shared {
+						if k == "Ref" && c == p || k == "Fn::Sub" && strings.Contains(c, "${"+p+"}") {
+							used = append(used, p)
+						}
+					}
+				case []any:
+					if s, ok := firstString(c); ok && k == "Fn::Sub" {
+						for _, p := range shared {
+							if strings.Contains(s, "${"+p+"}") {
+								used = append(used, p)
+							}
+						}
+					}
+				}
+				for _, p := range used {
+					found[p]++
+					if !strings.HasPrefix(path, "Resources/OutboxConfig/Properties/") {
+						t.Errorf("%s uses the parameter %s: it is the setup's input only; read the setting from the config item", path, p)
+					}
+				}
+				walk(path+"/"+k, c)
+			}
+		case []any:
+			for i, c := range x {
+				walk(path+"/"+strconv.Itoa(i), c)
+			}
+		}
+	}
+	for _, section := range []string{"Resources", "Outputs", "Rules", "Conditions", "Globals"} {
+		walk(section, tmpl[section])
+	}
+	for _, p := range shared {
+		if found[p] == 0 {
+			t.Errorf("the parameter %s reaches nothing; is the walk broken, or the setup no longer given it?", p)
+		}
+	}
+}
+
+func firstString(l []any) (string, bool) {
+	if len(l) == 0 {
+		return "", false
+	}
+	s, ok := l[0].(string)
+	return s, ok
 }

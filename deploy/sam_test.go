@@ -89,9 +89,13 @@ func TestSAMTransform(t *testing.T) {
 			t.Errorf("%s resources %v, want %v", typ, byType[typ], names)
 		}
 	}
+	// Each function waits for its config item, and is replaced when a
+	// setting it reads only at start changes: its environment takes the
+	// setup's digest (a GetAtt, which orders it after OutboxConfig).
 	for _, fn := range []string{"RelayFunction", "SweeperFunction", "EnqueueFunction"} {
-		if got := at(tmpl, "Resources", fn, "DependsOn"); !reflect.DeepEqual(got, "OutboxConfig") && !reflect.DeepEqual(got, []any{"OutboxConfig"}) {
-			t.Errorf("%s DependsOn %s: it could start before its config item exists", fn, canon(got))
+		got := at(tmpl, "Resources", fn, "Properties", "Environment", "Variables", "OUTBOX_CONFIG_DIGEST")
+		if want := map[string]any{"Fn::GetAtt": []any{"OutboxConfig", "ConfigDigest"}}; !reflect.DeepEqual(got, want) {
+			t.Errorf("%s OUTBOX_CONFIG_DIGEST = %s, want %s: it could start before its config item exists, or outlive a change of it", fn, canon(got), canon(want))
 		}
 	}
 	for _, fn := range byType["AWS::Lambda::Function"] {

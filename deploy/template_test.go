@@ -153,9 +153,9 @@ func TestFunctions(t *testing.T) {
 		reserved                string // ReservedConcurrentExecutions as YAML; "" for none
 		ownNetwork              bool   // outside the VPC, without the shared environment
 	}{
-		{"RelayFunction", "lambda/relay", "RelayRole", "!Ref RelayTimeout", "!Ref FunctionMemorySize", "OutboxConfig",
+		{"RelayFunction", "lambda/relay", "RelayRole", "!Ref RelayTimeout", "!Ref FunctionMemorySize", "",
 			"!If [HasRelayReservedConcurrency, !Ref RelayReservedConcurrency, !Ref AWS::NoValue]", false},
-		{"SweeperFunction", "lambda/sweeper", "SweeperRole", "!Ref SweeperTimeout", "!Ref FunctionMemorySize", "OutboxConfig",
+		{"SweeperFunction", "lambda/sweeper", "SweeperRole", "!Ref SweeperTimeout", "!Ref FunctionMemorySize", "",
 			"!If [HasSweeperReservedConcurrency, !Ref SweeperReservedConcurrency, !Ref AWS::NoValue]", false},
 		{"SetupFunction", "lambda/setup", "SetupRole", "300", "256", "", "", true},
 	}
@@ -362,6 +362,8 @@ func TestParameters(t *testing.T) {
 		{"Regions", `{Type: String, Default: "", AllowedPattern: "^$|^[a-z0-9-]{1,32}(,[a-z0-9-]{1,32}){0,5}$"}`},
 		// Region mode's stacks: create by default (one region).
 		{"Tables", `{Type: String, Default: create, AllowedValues: [create, global, attach]}`},
+		// The setup's MaxMessageBytes property check (lambda/setup).
+		{"MaxMessageBytes", "{Type: Number, Default: 1048576, MinValue: 1024, MaxValue: 104857596}"},
 		{"MessagesTableName", `{Type: String, Default: "", AllowedPattern: "^$|^[a-zA-Z0-9_.-]{3,255}$"}`},
 		{"ControlTableName", `{Type: String, Default: "", AllowedPattern: "^$|^[a-zA-Z0-9_.-]{3,255}$"}`},
 		// lambda/config's ranges (TestParametersMatchConfigRanges).
@@ -369,7 +371,6 @@ func TestParameters(t *testing.T) {
 		{"GapTimeoutSeconds", "{Type: Number, Default: 10, MinValue: 1, MaxValue: 3600}"},
 		{"SweepMinAgeSeconds", "{Type: Number, Default: 10, MinValue: 0, MaxValue: 600}"},
 		{"ParkStuckAfterSeconds", "{Type: Number, Default: 0, MinValue: 0, MaxValue: 604800}"},
-		{"MaxMessageBytes", "{Type: Number, Default: 1048576, MinValue: 1024, MaxValue: 104857596}"},
 		{"RelayConcurrency", "{Type: Number, Default: 8, MinValue: 1, MaxValue: 256}"},
 		{"RelayTimeout", "{Type: Number, Default: 120, MinValue: 30, MaxValue: 900}"},
 		{"SweeperTimeout", "{Type: Number, Default: 50, MinValue: 15, MaxValue: 55}"},
@@ -643,7 +644,6 @@ func scenarios() []scenario {
 		{
 			name:   "watermark",
 			params: map[string]string{"KafkaAuthMode": "none", "OutboxMode": "watermark", "OutboxRetentionHours": "72"},
-			env:    map[string]any{"OUTBOX_MODE": "watermark"},
 		},
 		{
 			name:       "alarm topic",
@@ -655,8 +655,8 @@ func scenarios() []scenario {
 			params: map[string]string{"KafkaAuthMode": "none", "BucketCount": "64", "OutboxBatchSize": "200", "Topics": "orders,payments",
 				"LeaseDurationSeconds": "45", "GapTimeoutSeconds": "20", "MaxMessageBytes": "2097152", "RelayConcurrency": "16",
 				"RelayReservedConcurrency": "20", "SweeperReservedConcurrency": "1"},
-			env: map[string]any{"OUTBOX_BUCKET_COUNT": "64", "OUTBOX_BATCH_SIZE": "200", "OUTBOX_TOPICS": "orders,payments",
-				"OUTBOX_LEASE_DURATION": "45s", "OUTBOX_GAP_TIMEOUT": "20s", "OUTBOX_MAX_MESSAGE_BYTES": "2097152", "OUTBOX_CONCURRENCY": "16"},
+			env: map[string]any{"OUTBOX_BATCH_SIZE": "200", "OUTBOX_TOPICS": "orders,payments",
+				"OUTBOX_LEASE_DURATION": "45s", "OUTBOX_GAP_TIMEOUT": "20s", "OUTBOX_CONCURRENCY": "16"},
 			reserved: map[string]any{"RelayFunction": "20", "SweeperFunction": "1"},
 		},
 	}
@@ -676,19 +676,17 @@ func baseEnv() map[string]any {
 	return map[string]any{
 		"OUTBOX_MESSAGES_TABLE":      "<MessagesTable>",
 		"OUTBOX_CONTROL_TABLE":       "<ControlTable>",
-		"OUTBOX_BUCKET_COUNT":        "8",
 		"OUTBOX_BATCH_SIZE":          "500",
 		"OUTBOX_TOPICS":              "",
 		"OUTBOX_LEASE_DURATION":      "30s",
 		"OUTBOX_GAP_TIMEOUT":         "10s",
 		"OUTBOX_SWEEP_MIN_AGE":       "10s",
 		"OUTBOX_PARK_STUCK_AFTER":    "0s",
-		"OUTBOX_MODE":                "delete",
-		"OUTBOX_MAX_MESSAGE_BYTES":   "1048576",
 		"OUTBOX_CONCURRENCY":         "8",
 		"OUTBOX_KAFKA_TRANSACTIONAL": "false",
 		"KAFKA_BOOTSTRAP_SERVERS":    "b-1.example:9092,b-2.example:9092",
 		"KAFKA_AUTH":                 "none",
+		"OUTBOX_CONFIG_DIGEST":       "<OutboxConfig.ConfigDigest>",
 	}
 }
 

@@ -37,16 +37,14 @@ type Consumer struct {
 }
 
 type consumerConfig struct {
-	clientOpts     []kgo.Opt
-	maxPoll        int
-	maxPollSet     bool
-	concurrency    int
-	concurrencySet bool
-	logger         *slog.Logger
-	policy         Policy
-	policySet      int
-	retries        int
-	retryBase      time.Duration
+	clientOpts  []kgo.Opt
+	maxPoll     int
+	concurrency int
+	logger      *slog.Logger
+	policy      Policy
+	policySet   int
+	retries     int
+	retryBase   time.Duration
 }
 
 func defaultConsumerConfig() consumerConfig {
@@ -85,28 +83,22 @@ const closeTimeout = 10 * time.Second
 // processed and marked), and refuses kgo.DisableAutoCommit and
 // kgo.GreedyAutoCommit (which would commit records before their
 // transaction) with an *outbox.OptionError. Default: none (required).
-func ClientOptions(opts ...kgo.Opt) Option {
-	return func(c *config) {
-		c.set("ClientOptions", forConsumers, func() { c.consumer.clientOpts = append(c.consumer.clientOpts, opts...) })
-	}
+func ClientOptions(opts ...kgo.Opt) ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) { c.clientOpts = append(c.clientOpts, opts...) })
 }
 
 // MaxPollRecords bounds the records one poll returns, so a poll's records
 // are processed well within the group's rebalance timeout (kgo's default
 // 60s; rebalances wait for them). Default DefaultMaxPollRecords (1000);
 // at least 1.
-func MaxPollRecords(n int) Option {
-	return func(c *config) {
-		c.set("MaxPollRecords", forConsumers, func() { c.consumer.maxPoll, c.consumer.maxPollSet = n, true })
-	}
+func MaxPollRecords(n int) ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) { c.maxPoll = n })
 }
 
 // Concurrency is how many partitions are processed at once. Default
 // DefaultConcurrency (16); at least 1.
-func Concurrency(n int) Option {
-	return func(c *config) {
-		c.set("Concurrency", forConsumers, func() { c.consumer.concurrency, c.consumer.concurrencySet = n, true })
-	}
+func Concurrency(n int) ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) { c.concurrency = n })
 }
 
 // OnPoison sets what is done with a record that cannot be processed: a
@@ -116,10 +108,8 @@ func Concurrency(n int) Option {
 // after RecordRetries. Stop, Skip or DeadLetterTo(DeadLetterTopic(...) or
 // DeadLetterTable(...)). Default Stop(): the consumer stops at the record.
 // Given once.
-func OnPoison(p Policy) Option {
-	return func(c *config) {
-		c.set("OnPoison", forConsumers, func() { c.consumer.policy, c.consumer.policySet = p, c.consumer.policySet+1 })
-	}
+func OnPoison(p Policy) HandlerOption {
+	return handlerOpt(func(c *consumerConfig) { c.policy, c.policySet = p, c.policySet+1 })
 }
 
 // RecordRetries is how many times a record whose processing failed with a
@@ -132,27 +122,23 @@ func OnPoison(p Policy) Option {
 // record makes at most MaxAttempts × (1 + n) of them. Default
 // DefaultRecordRetries (3) from DefaultRecordBackoff (500ms); n 0..10,
 // backoff 1ms..1m.
-func RecordRetries(n int, backoff time.Duration) Option {
-	return func(c *config) {
-		c.set("RecordRetries", forConsumers, func() { c.consumer.retries, c.consumer.retryBase = n, backoff })
-	}
+func RecordRetries(n int, backoff time.Duration) HandlerOption {
+	return handlerOpt(func(c *consumerConfig) { c.retries, c.retryBase = n, backoff })
 }
 
 // WithLogger sets the logger that receives the consumer's logs (fetch
 // errors, failures) and the kgo client's. Default: nothing is logged.
-// NewConsumer and NewHandler.
-func WithLogger(l *slog.Logger) Option {
-	return func(c *config) { c.set("WithLogger", forConsumers, func() { c.consumer.logger = l }) }
+func WithLogger(l *slog.Logger) HandlerOption {
+	return handlerOpt(func(c *consumerConfig) { c.logger = l })
 }
 
 // NewConsumer builds the group consumer: fn is called for every record, as
 // in Inbox.Process. It joins the group in the background; Run processes.
-func NewConsumer(ib *Inbox, fn func(tx *Tx) error, opts ...Option) (*Consumer, error) {
-	all := defaultConfig()
-	if err := all.apply(forConsumer, opts); err != nil {
+func NewConsumer(ib *Inbox, fn func(tx *Tx) error, opts ...ConsumerOption) (*Consumer, error) {
+	c := defaultConsumerConfig()
+	if err := applyConsumer(&c, opts); err != nil {
 		return nil, err
 	}
-	c := all.consumer
 	bad := func(opt string, v any, why string) error {
 		return &outbox.OptionError{Option: opt, Value: v, Reason: why}
 	}
@@ -397,8 +383,3 @@ func (c *Consumer) Close() error {
 	}
 	return nil
 }
-
-// Logger is the former name of WithLogger.
-//
-// Deprecated: use WithLogger.
-func Logger(l *slog.Logger) Option { return WithLogger(l) }

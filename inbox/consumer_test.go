@@ -248,14 +248,14 @@ func TestNewConsumerRefuses(t *testing.T) {
 	cases := []struct {
 		name   string
 		ib     *Inbox
-		opts   []Option
+		opts   []ConsumerOption
 		option string
 	}{
-		{"no inbox", nil, []Option{ClientOptions(seeds, kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"))}, "ib"},
-		{"no group", ib, []Option{ClientOptions(seeds, kgo.ConsumeTopics("t"))}, "ClientOptions"},
-		{"auto commit off", ib, []Option{ClientOptions(seeds, kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"), kgo.DisableAutoCommit())}, "ClientOptions"},
-		{"greedy", ib, []Option{ClientOptions(seeds, kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"), kgo.GreedyAutoCommit())}, "ClientOptions"},
-		{"poll size", ib, []Option{ClientOptions(seeds, kgo.ConsumerGroup("g")), MaxPollRecords(0)}, "MaxPollRecords"},
+		{"no inbox", nil, []ConsumerOption{ClientOptions(seeds, kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"))}, "ib"},
+		{"no group", ib, []ConsumerOption{ClientOptions(seeds, kgo.ConsumeTopics("t"))}, "ClientOptions"},
+		{"auto commit off", ib, []ConsumerOption{ClientOptions(seeds, kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"), kgo.DisableAutoCommit())}, "ClientOptions"},
+		{"greedy", ib, []ConsumerOption{ClientOptions(seeds, kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"), kgo.GreedyAutoCommit())}, "ClientOptions"},
+		{"poll size", ib, []ConsumerOption{ClientOptions(seeds, kgo.ConsumerGroup("g")), MaxPollRecords(0)}, "MaxPollRecords"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -26,28 +26,16 @@ type Handler struct {
 
 // NewHandler builds a Handler: fn is called for every record, as in
 // Inbox.Process, and the options are a Consumer's poison and retry options
-// (OnPoison, RecordRetries, WithLogger). The Consumer-only options
-// (ClientOptions, MaxPollRecords, Concurrency) are refused with an
-// *outbox.OptionError, and so is a DeadLetterTopic without a client.
-func NewHandler(ib *Inbox, fn func(tx *Tx) error, opts ...Option) (*Handler, error) {
-	all := defaultConfig()
-	if err := all.apply(forHandler, opts); err != nil {
+// (HandlerOption: OnPoison, RecordRetries, WithLogger). A DeadLetterTopic
+// without a client is an *outbox.OptionError.
+func NewHandler(ib *Inbox, fn func(tx *Tx) error, opts ...HandlerOption) (*Handler, error) {
+	c := defaultConsumerConfig()
+	if err := applyConsumer(&c, opts); err != nil {
 		return nil, err
 	}
-	c := all.consumer
-	bad := func(opt string, v any, why string) error {
-		return &outbox.OptionError{Option: opt, Value: v, Reason: why}
-	}
-	switch {
-	case len(c.clientOpts) > 0:
-		return nil, bad("ClientOptions", len(c.clientOpts), "a Handler has no Kafka client of its own; use NewConsumer for a group consumer")
-	case c.maxPollSet:
-		return nil, bad("MaxPollRecords", c.maxPoll, "a Handler does not poll; use NewConsumer for a group consumer")
-	case c.concurrencySet:
-		return nil, bad("Concurrency", c.concurrency, "a Handler processes the records it is given; use NewConsumer for a group consumer")
-	}
 	if ts, ok := c.policy.sink.(*topicSink); ok && ts.cl == nil {
-		return nil, bad("DeadLetterTopic", ts.topic, "a Handler has no Kafka client: pass one (kgo.NewClient with the dead-letter cluster's seed brokers)")
+		return nil, &outbox.OptionError{Option: "DeadLetterTopic", Value: ts.topic,
+			Reason: "a Handler has no Kafka client: pass one (kgo.NewClient with the dead-letter cluster's seed brokers)"}
 	}
 	return newHandler(ib, fn, c)
 }

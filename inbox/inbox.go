@@ -54,8 +54,11 @@ type position struct {
 // never stored.
 func New(ctx context.Context, client API, table string, opts ...Option) (*Inbox, error) {
 	c := defaultConfig()
-	if err := c.apply(forInbox, opts); err != nil {
-		return nil, err
+	for _, o := range opts {
+		if o == nil {
+			return nil, errNilOption
+		}
+		o.applyInbox(&c)
 	}
 	if err := c.validate(); err != nil {
 		return nil, err
@@ -93,8 +96,8 @@ type Message struct {
 	Sequenced bool
 }
 
-// Parse reads the stamped headers of r (names as in Headers; the zero value
-// means the defaults). A record without a message id, or with a malformed or
+// Parse reads the stamped headers of r, named as the outbox's config item
+// says (Config.SharedHeaders; the zero value means the default names). A record without a message id, or with a malformed or
 // half-present bucket and sequence, is a *RecordError.
 func Parse(r *kgo.Record, names outbox.HeaderNames) (Message, error) {
 	names = names.WithDefaults()

@@ -345,7 +345,7 @@ func TestNewValidates(t *testing.T) {
 		{"attempts", e.table, MaxAttempts(0), "MaxAttempts"},
 		{"clock", e.table, WithClock(nil), "WithClock"},
 		{"metrics", e.table, WithMetrics(nil), "WithMetrics"},
-		{"headers", e.table, Headers(outbox.HeaderNames{Bucket: "x", Sequence: "x"}), "SequenceHeader"},
+		{"the config item's headers", e.table, OutboxConfig(outbox.Config{Headers: outbox.HeaderNames{Bucket: "x", Sequence: "x"}}), "SequenceHeader"},
 		{"table name", "a b", InOrder(), "table"},
 		{"missing table", e.table + "-missing", InOrder(), ""},
 	}

@@ -20,52 +20,47 @@ const MinRetention = time.Hour
 // Process makes at most.
 const DefaultMaxAttempts = 6
 
-// Option configures New, NewConsumer and NewHandler: the package's one
-// option type (docs/design.md, "Options"). Each option's comment says its
-// default and which constructors it applies to; giving one to a constructor
-// it does not apply to is an *outbox.OptionError naming it.
-type Option func(*config)
+// Option configures New, the Inbox. NewConsumer and NewHandler take their
+// own kinds, ConsumerOption and HandlerOption: an option given to a
+// constructor it does not serve does not compile (docs/design.md §11, after
+// franz-go's kgo.ProducerOpt and kgo.ConsumerOpt). Each option's comment
+// states its default.
+type Option interface{ applyInbox(*config) }
 
-// ConsumerOption is the former name of an Option for NewConsumer and
-// NewHandler.
-//
-// Deprecated: use Option.
-type ConsumerOption = Option
+// ConsumerOption configures NewConsumer: the Kafka client's options
+// (ClientOptions, MaxPollRecords, Concurrency), and every HandlerOption.
+type ConsumerOption interface{ applyConsumer(*consumerConfig) }
 
-// The constructors an option applies to.
-const (
-	forInbox = 1 << iota
-	forConsumer
-	forHandler
-	forConsumers = forConsumer | forHandler
-)
-
-// set runs change when the constructor being configured is one of to, and
-// otherwise records option name as misplaced.
-func (c *config) set(name string, to int, change func()) {
-	if c.target != 0 && c.target&to == 0 {
-		where := "inbox.New"
-		if to&forInbox == 0 {
-			where = "NewConsumer and NewHandler"
-		}
-		c.misplaced = append(c.misplaced, &outbox.OptionError{Option: name, Value: nil,
-			Reason: "applies to " + where + " only; give it there"})
-		return
-	}
-	change()
+// HandlerOption configures NewHandler and NewConsumer both (a Consumer is a
+// Handler with a Kafka client of its own): OnPoison, RecordRetries,
+// WithLogger.
+type HandlerOption interface {
+	ConsumerOption
+	handlerOption()
 }
 
-// apply applies opts for the constructor target.
-func (c *config) apply(target int, opts []Option) error {
-	c.target = target
+type (
+	inboxOpt    func(*config)
+	consumerOpt func(*consumerConfig)
+	handlerOpt  func(*consumerConfig)
+)
+
+func (o inboxOpt) applyInbox(c *config)               { o(c) }
+func (o consumerOpt) applyConsumer(c *consumerConfig) { o(c) }
+func (o handlerOpt) applyConsumer(c *consumerConfig)  { o(c) }
+func (handlerOpt) handlerOption()                     {}
+
+// errNilOption is a nil option given to a constructor.
+var errNilOption = &outbox.OptionError{Option: "opts", Value: nil, Reason: "an option must not be nil"}
+
+// applyConsumer applies opts, which are ConsumerOptions or HandlerOptions,
+// to c.
+func applyConsumer[O ConsumerOption](c *consumerConfig, opts []O) error {
 	for _, o := range opts {
-		if o == nil {
-			return &outbox.OptionError{Option: "opts", Value: nil, Reason: "an option must not be nil"}
+		if ConsumerOption(o) == nil {
+			return errNilOption
 		}
-		o(c)
-	}
-	if len(c.misplaced) > 0 {
-		return c.misplaced[0]
+		o.applyConsumer(c)
 	}
 	return nil
 }
@@ -78,16 +73,9 @@ type config struct {
 	clock       outbox.Clock
 	tracer      outbox.Tracer
 	metrics     Metrics
-	// stored: the outbox's config item (OutboxConfig); givenHeaders: what
-	// Headers said, checked against it.
-	stored       *outbox.Config
-	givenHeaders outbox.HeaderNames
-	// consumer holds the options of NewConsumer and NewHandler.
-	consumer consumerConfig
-	// target: the constructor being configured; misplaced: options given
-	// to a constructor they do not apply to.
-	target    int
-	misplaced []error
+	// stored: the outbox's config item (OutboxConfig), whose header
+	// names are headers.
+	stored *outbox.Config
 }
 
 func defaultConfig() config {
@@ -97,7 +85,6 @@ func defaultConfig() config {
 		maxAttempts: DefaultMaxAttempts,
 		clock:       outbox.SystemClock,
 		metrics:     noMetrics{},
-		consumer:    defaultConsumerConfig(),
 	}
 }
 
@@ -112,7 +99,7 @@ func defaultConfig() config {
 // without the bucket and sequence headers are deduplicated by id only.
 // Default off (id-only mode). docs/inbox.md states what each mode guarantees.
 func InOrder() Option {
-	return func(c *config) { c.set("InOrder", forInbox, func() { c.inOrder = true }) }
+	return inboxOpt(func(c *config) { c.inOrder = true })
 }
 
 // Retention is how long a processed message id is remembered (the id item's
@@ -124,27 +111,18 @@ func InOrder() Option {
 // Default DefaultRetention (15 days); at least MinRetention. Storage is the
 // only cost: about 150 bytes per message id for the whole window.
 func Retention(d time.Duration) Option {
-	return func(c *config) { c.set("Retention", forInbox, func() { c.retention = d }) }
-}
-
-// Headers names the stamped headers the inbox reads: the message id, bucket
-// and sequence (empty names take their defaults). They must match the
-// relay's (kafka.MessageIDHeader, BucketHeader, SequenceHeader). Default
-// outbox.DefaultMessageIDHeader, DefaultBucketHeader, DefaultSequenceHeader.
-func Headers(h outbox.HeaderNames) Option {
-	return func(c *config) {
-		c.set("Headers", forInbox, func() { c.headers, c.givenHeaders = h.WithDefaults(), h })
-	}
+	return inboxOpt(func(c *config) { c.retention = d })
 }
 
 // OutboxConfig gives the inbox the config item of the outbox its records
 // come from (dynamo.ReadConfig, with read access to that outbox's control
-// table), whose header names it then reads. A Headers name that differs
-// from the stored one is an *outbox.MisconfigurationError naming it and
-// both values; an equal one is fine. Default: none (Headers, or the
-// default names, which must then match the outbox's by hand). inbox.New.
+// table), whose names of the stamped headers (message id, bucket, sequence)
+// it then reads records with. They are set nowhere else (docs/design.md
+// §11.1). Default: none, which is the names of a config item that states
+// none: outbox.DefaultMessageIDHeader, DefaultBucketHeader and
+// DefaultSequenceHeader.
 func OutboxConfig(stored outbox.Config) Option {
-	return func(c *config) { c.set("OutboxConfig", forInbox, func() { c.stored = &stored }) }
+	return inboxOpt(func(c *config) { c.stored = &stored })
 }
 
 // MaxAttempts is the most TransactWriteItems requests one Process sends,
@@ -154,13 +132,13 @@ func OutboxConfig(stored outbox.Config) Option {
 // client's retryer is switched off for these calls, whatever the client was
 // configured with, as the writer does. Default DefaultMaxAttempts (6); 1..20.
 func MaxAttempts(n int) Option {
-	return func(c *config) { c.set("MaxAttempts", forInbox, func() { c.maxAttempts = n }) }
+	return inboxOpt(func(c *config) { c.maxAttempts = n })
 }
 
 // WithClock sets the clock for TTLs and processing times. Default
 // outbox.SystemClock.
 func WithClock(clk outbox.Clock) Option {
-	return func(c *config) { c.set("WithClock", forInbox, func() { c.clock = clk }) }
+	return inboxOpt(func(c *config) { c.clock = clk })
 }
 
 // WithTracer traces every Process as a consumer span ("process <topic>"),
@@ -169,13 +147,13 @@ func WithClock(clk outbox.Clock) Option {
 // consumer. Tx.Context carries the span. Default: none.
 // github.com/dynakafka/outbox/otel provides an OpenTelemetry Tracer.
 func WithTracer(t outbox.Tracer) Option {
-	return func(c *config) { c.set("WithTracer", forInbox, func() { c.tracer = t }) }
+	return inboxOpt(func(c *config) { c.tracer = t })
 }
 
 // WithMetrics receives one call per Process. Default: none.
 // github.com/dynakafka/outbox/otel provides an OpenTelemetry adapter.
 func WithMetrics(m Metrics) Option {
-	return func(c *config) { c.set("WithMetrics", forInbox, func() { c.metrics = m }) }
+	return inboxOpt(func(c *config) { c.metrics = m })
 }
 
 // Metrics receives the outcome of every Process: its Result (Status, Gap,
@@ -204,10 +182,7 @@ func (c *config) validate() error {
 		return bad("WithMetrics", nil, "must not be nil")
 	}
 	if c.stored != nil {
-		var err error
-		if _, c.headers, err = outbox.ResolveShared(*c.stored, 0, c.givenHeaders); err != nil {
-			return err
-		}
+		c.headers = c.stored.SharedHeaders()
 	}
 	return c.headers.Check()
 }

@@ -4,55 +4,43 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/dynakafka/outbox"
 )
 
-// One option type serves New, NewConsumer and NewHandler: an option given to
-// a constructor it does not apply to is refused, naming it, before any I/O.
-func TestOptionRefusedWhereItDoesNotApply(t *testing.T) {
+// A nil option is refused by each constructor, naming opts, before any I/O.
+// (An option given to a constructor it does not serve does not compile:
+// the root package's TestMisplacedOptionsDoNotCompile.)
+func TestNilOptionRefused(t *testing.T) {
 	ib := &Inbox{}
 	fn := func(*Tx) error { return nil }
-	cases := []struct {
-		name   string
-		open   func() error
-		option string
-	}{
-		{"consumer option to New", func() error { _, err := New(context.Background(), nil, "t", OnPoison(Skip())); return err }, "OnPoison"},
-		{"inbox option to NewConsumer", func() error { _, err := NewConsumer(ib, fn, Retention(48*time.Hour)); return err }, "Retention"},
-		{"inbox option to NewHandler", func() error { _, err := NewHandler(ib, fn, InOrder()); return err }, "InOrder"},
-		{"a nil option", func() error { _, err := NewHandler(ib, fn, nil); return err }, "opts"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			var oe *outbox.OptionError
-			if err := c.open(); !errors.As(err, &oe) || oe.Option != c.option {
-				t.Fatalf("got %v, want an *OptionError for %s", err, c.option)
-			}
-		})
+	for name, open := range map[string]func() error{
+		"New":         func() error { _, err := New(context.Background(), nil, "t", nil); return err },
+		"NewConsumer": func() error { _, err := NewConsumer(ib, fn, MaxPollRecords(10), nil); return err },
+		"NewHandler":  func() error { _, err := NewHandler(ib, fn, nil); return err },
+	} {
+		var oe *outbox.OptionError
+		if err := open(); !errors.As(err, &oe) || oe.Option != "opts" {
+			t.Errorf("%s: got %v, want an *OptionError for opts", name, err)
+		}
 	}
 }
 
-// With OutboxConfig the inbox reads the header names from the config item,
-// accepts equal Headers and refuses others naming both values.
+// With OutboxConfig the inbox reads the header names from the config item;
+// without it, those of an item that states none. No option states them.
 func TestOutboxConfigHeaders(t *testing.T) {
 	stored := outbox.Config{BucketCount: 2, Headers: outbox.HeaderNames{Bucket: "bkt"}}
 	build := func(opts ...Option) (config, error) {
 		c := defaultConfig()
-		if err := c.apply(forInbox, append([]Option{OutboxConfig(stored)}, opts...)); err != nil {
-			return c, err
+		for _, o := range opts {
+			o.applyInbox(&c)
 		}
 		return c, c.validate()
 	}
-	if c, err := build(); err != nil || c.headers != stored.SharedHeaders() {
-		t.Fatalf("absent: headers %+v, %v; want the config item's", c.headers, err)
+	if c, err := build(OutboxConfig(stored)); err != nil || c.headers != stored.SharedHeaders() {
+		t.Fatalf("headers %+v, %v; want the config item's", c.headers, err)
 	}
-	if _, err := build(Headers(outbox.HeaderNames{Bucket: "bkt"})); err != nil {
-		t.Fatalf("equal Headers: %v", err)
-	}
-	var me *outbox.MisconfigurationError
-	if _, err := build(Headers(outbox.HeaderNames{Bucket: outbox.DefaultBucketHeader})); !errors.As(err, &me) || me.Setting != "BucketHeader" || me.Stored != `"bkt"` {
-		t.Fatalf("other Headers: %v, want a *MisconfigurationError for BucketHeader", err)
+	if c, err := build(); err != nil || c.headers != (outbox.HeaderNames{}).WithDefaults() {
+		t.Fatalf("without the item: headers %+v, %v; want the default names", c.headers, err)
 	}
 }

@@ -317,30 +317,28 @@ func TestPoisonOptionsRefused(t *testing.T) {
 	defer cl.Close()
 	for _, c := range []struct {
 		name     string
-		consumer bool
-		opts     []Option
+		consumer []ConsumerOption // NewConsumer's; nil: NewHandler's
+		handler  []HandlerOption
 		option   string
 	}{
-		{"two policies", true, []Option{client, OnPoison(Skip()), OnPoison(Stop())}, "OnPoison"},
-		{"dead letter without a sink", true, []Option{client, OnPoison(DeadLetterTo(nil))}, "OnPoison"},
-		{"dead-letter topic without a name", true, []Option{client, OnPoison(DeadLetterTo(DeadLetterTopic("", nil)))}, "DeadLetterTopic"},
-		{"dead-letter table without a client", true, []Option{client, OnPoison(DeadLetterTo(DeadLetterTable(nil, "dlq")))}, "DeadLetterTable"},
-		{"retries", true, []Option{client, RecordRetries(11, time.Second)}, "RecordRetries"},
-		{"backoff", true, []Option{client, RecordRetries(1, 0)}, "RecordRetries"},
-		{"handler with a client", false, []Option{client}, "ClientOptions"},
-		{"handler with two policies", false, []Option{OnPoison(Skip()), OnPoison(Stop())}, "OnPoison"},
-		{"handler polling", false, []Option{MaxPollRecords(10)}, "MaxPollRecords"},
-		{"handler's dead-letter topic without a client", false, []Option{OnPoison(DeadLetterTo(DeadLetterTopic("dlq", nil)))}, "DeadLetterTopic"},
+		{"two policies", []ConsumerOption{client, OnPoison(Skip()), OnPoison(Stop())}, nil, "OnPoison"},
+		{"dead letter without a sink", []ConsumerOption{client, OnPoison(DeadLetterTo(nil))}, nil, "OnPoison"},
+		{"dead-letter topic without a name", []ConsumerOption{client, OnPoison(DeadLetterTo(DeadLetterTopic("", nil)))}, nil, "DeadLetterTopic"},
+		{"dead-letter table without a client", []ConsumerOption{client, OnPoison(DeadLetterTo(DeadLetterTable(nil, "dlq")))}, nil, "DeadLetterTable"},
+		{"retries", []ConsumerOption{client, RecordRetries(11, time.Second)}, nil, "RecordRetries"},
+		{"backoff", []ConsumerOption{client, RecordRetries(1, 0)}, nil, "RecordRetries"},
+		{"handler with two policies", nil, []HandlerOption{OnPoison(Skip()), OnPoison(Stop())}, "OnPoison"},
+		{"handler's dead-letter topic without a client", nil, []HandlerOption{OnPoison(DeadLetterTo(DeadLetterTopic("dlq", nil)))}, "DeadLetterTopic"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var err error
-			if c.consumer {
+			if c.consumer != nil {
 				var co *Consumer
-				if co, err = NewConsumer(ib, e.apply, c.opts...); err == nil {
+				if co, err = NewConsumer(ib, e.apply, c.consumer...); err == nil {
 					co.Close()
 				}
 			} else {
-				_, err = NewHandler(ib, e.apply, c.opts...)
+				_, err = NewHandler(ib, e.apply, c.handler...)
 			}
 			var oe *outbox.OptionError
 			if !errors.As(err, &oe) || oe.Option != c.option {

@@ -71,10 +71,10 @@ func TestEndToEnd(t *testing.T) {
 	for _, c := range []struct {
 		mode   outbox.Mode
 		target int
-		opts   []dynamo.Option
+		opts   []dynamo.TablesOption
 	}{
 		{outbox.DeleteMode, 4_000, nil},
-		{outbox.WatermarkMode, 2_000, []dynamo.Option{dynamo.WithMode(outbox.WatermarkMode), dynamo.Retention(2 * time.Hour)}},
+		{outbox.WatermarkMode, 2_000, []dynamo.TablesOption{dynamo.WithMode(outbox.WatermarkMode), dynamo.Retention(2 * time.Hour)}},
 	} {
 		t.Run(c.mode.String(), func(t *testing.T) { endToEnd(t, c.mode, c.target, e2eRun{}, c.opts...) })
 	}
@@ -91,7 +91,7 @@ type e2eRun struct {
 
 // endToEnd runs the end-to-end scenario and returns the checker's result and
 // the environment it ran in; it fails t if a promise is broken.
-func endToEnd(t *testing.T, mode outbox.Mode, target int, run e2eRun, opts ...dynamo.Option) (checker.Result, *env) {
+func endToEnd(t *testing.T, mode outbox.Mode, target int, run e2eRun, opts ...dynamo.TablesOption) (checker.Result, *env) {
 	const (
 		writers    = 20
 		aggregates = 500
@@ -130,9 +130,12 @@ func endToEnd(t *testing.T, mode outbox.Mode, target int, run e2eRun, opts ...dy
 		// Each relay publishes through its own probe: the I4 check compares
 		// their publish intervals per bucket.
 		r, err := outbox.NewRelay(ctx, at, at.ViaAs(fmt.Sprint("e2e-relay-", i), env.pub), outbox.RelayID(fmt.Sprint("e2e-relay-", i)), outbox.PollInterval(100*time.Millisecond), outbox.WithMetrics(metrics),
-			outbox.WithMode(mode), outbox.ResumeReleased(mode == outbox.DeleteMode))
+			outbox.ResumeReleased(mode == outbox.DeleteMode))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if r.Mode() != mode {
+			t.Fatalf("relay in %v mode on tables created in %v mode: it must take the config item's", r.Mode(), mode)
 		}
 		relays.Add(1)
 		go func() {

@@ -39,7 +39,7 @@ type env struct {
 	consumedTo map[int32]int64
 }
 
-func newEnv(t *testing.T, bucketCount int, opts ...dynamo.Option) *env {
+func newEnv(t *testing.T, bucketCount int, opts ...dynamo.TablesOption) *env {
 	t.Helper()
 	k := kfakeenv.Kafka(t)
 	e := newEnvOn(t, k.KafkaCluster, bucketCount, opts...)
@@ -48,7 +48,7 @@ func newEnv(t *testing.T, bucketCount int, opts ...dynamo.Option) *env {
 }
 
 // newEnvOn is newEnv on the Kafka cluster k.
-func newEnvOn(t *testing.T, k *testenv.KafkaCluster, bucketCount int, opts ...dynamo.Option) *env {
+func newEnvOn(t *testing.T, k *testenv.KafkaCluster, bucketCount int, opts ...dynamo.TablesOption) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -59,7 +59,7 @@ func newEnvOn(t *testing.T, k *testenv.KafkaCluster, bucketCount int, opts ...dy
 		business: testenv.Name(t, "aggs"),
 		topic:    testenv.Name(t, "topic"),
 	}
-	if err := dynamo.CreateTables(ctx, e.dynamo.Client, e.tables, append([]dynamo.Option{dynamo.BucketCount(bucketCount)}, opts...)...); err != nil {
+	if err := dynamo.CreateTables(ctx, e.dynamo.Client, e.tables, append([]dynamo.TablesOption{dynamo.BucketCount(bucketCount)}, opts...)...); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.dynamo.Client.CreateTable(ctx, &dynamodb.CreateTableInput{
@@ -81,7 +81,7 @@ func newEnvOn(t *testing.T, k *testenv.KafkaCluster, bucketCount int, opts ...dy
 	if e.store, err = dynamo.NewStore(ctx, e.dynamo.Client, e.tables); err != nil {
 		t.Fatal(err)
 	}
-	if e.pub, err = kafka.NewPublisher(ctx, e.kafka.Brokers, kafka.Topics(e.topic)); err != nil {
+	if e.pub, err = kafka.NewPublisher(ctx, e.kafka.Brokers, kafka.Topics(e.topic), kafka.OutboxConfig(e.store.Opened())); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.pub.Close)

@@ -320,7 +320,7 @@ func TestPythonWriterRegionMode(t *testing.T) {
 	}
 	mismatches, n := 0, 0
 	for region, client := range map[string]*dynamodb.Client{r1: d.Client, r2: c2} {
-		gw, err := dynamo.NewWriter(ctx, client, tables, dynamo.WithRegion(region))
+		gw, err := dynamo.NewWriter(ctx, client, tables, dynamo.Region(region))
 		if err != nil {
 			t.Fatal(err)
 		}

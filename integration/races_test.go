@@ -199,18 +199,6 @@ func TestCommitDuringAnotherHoldersDrain(t *testing.T) {
 	}
 }
 
-func TestBucketCountMismatchRefusesToStart(t *testing.T) {
-	e := newEnv(t, 8)
-	ctx := context.Background()
-	var me *outbox.MisconfigurationError
-	if _, err := outbox.NewRelay(ctx, e.store, e.pub, outbox.BucketCount(16)); !errors.As(err, &me) || me.Configured != "16" || me.Stored != "8" {
-		t.Fatalf("relay: %v, want a MisconfigurationError naming 16 and 8", err)
-	}
-	if _, err := dynamo.NewWriter(ctx, e.dynamo.Client, e.tables, dynamo.BucketCount(4)); !errors.As(err, &me) || me.Configured != "4" || me.Stored != "8" {
-		t.Fatalf("writer: %v, want a MisconfigurationError naming 4 and 8", err)
-	}
-}
-
 // crashAt crashes a drain once at the armed crash point.
 type crashAt struct{ point atomic.Value }
 

@@ -37,10 +37,10 @@ func TestRealEndToEnd(t *testing.T) {
 	for _, m := range []struct {
 		mode   outbox.Mode
 		target int
-		opts   []dynamo.Option
+		opts   []dynamo.TablesOption
 	}{
 		{outbox.DeleteMode, 1500, nil},
-		{outbox.WatermarkMode, 800, []dynamo.Option{dynamo.WithMode(outbox.WatermarkMode), dynamo.Retention(2 * time.Hour)}},
+		{outbox.WatermarkMode, 800, []dynamo.TablesOption{dynamo.WithMode(outbox.WatermarkMode), dynamo.Retention(2 * time.Hour)}},
 	} {
 		t.Run(m.mode.String(), func(t *testing.T) {
 			const victim = 1 // node 2 of 3

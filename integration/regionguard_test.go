@@ -47,7 +47,7 @@ func (parkOnly) Publish(context.Context, []outbox.Message) (int, error) {
 // sequence.
 func parkOne(ctx context.Context, t *testing.T, client *dynamodb.Client, tables dynamo.Tables, region string) (int, int64) {
 	t.Helper()
-	w, err := dynamo.NewWriter(ctx, client, tables, dynamo.WithRegion(region))
+	w, err := dynamo.NewWriter(ctx, client, tables, dynamo.Region(region))
 	if err != nil {
 		t.Fatalf("NewWriter in %s: %v", region, err)
 	}
@@ -118,7 +118,7 @@ func TestRegionGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, errNoRegion := noRegion.ReplayParked(ctx, b1, s1, nil)
-	inR1, err := dynamo.NewStore(ctx, d.Client, tables, dynamo.WithRegion(r1))
+	inR1, err := dynamo.NewStore(ctx, d.Client, tables, dynamo.Region(r1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,19 +143,19 @@ func TestRegionGuard(t *testing.T) {
 	// 2. A Go writer told r2, given r1's client.
 	before = counters()
 	wrongClientRefused := 0
-	w, err := dynamo.NewWriter(ctx, d.Client, tables, dynamo.WithRegion(r2))
+	w, err := dynamo.NewWriter(ctx, d.Client, tables, dynamo.Region(r2))
 	if w != nil {
 		res, werr := w.Write(ctx, nil, outbox.Message{Topic: "orders", Key: []byte("k"), Value: []byte("v")})
-		t.Errorf("NewWriter(WithRegion(%s)) with a client for %s was accepted; its write: %+v, %v", r2, r1, res.Messages, werr)
+		t.Errorf("NewWriter(Region(%s)) with a client for %s was accepted; its write: %+v, %v", r2, r1, res.Messages, werr)
 	}
 	switch {
 	case !errors.As(err, &re) || re.Region != r2 || re.ClientRegion != r1 || !errors.As(err, &me) || me.Setting != "Region":
-		t.Errorf("NewWriter(WithRegion(%s)) with a client for %s: %v, want a *sequence.RegionError", r2, r1, err)
+		t.Errorf("NewWriter(Region(%s)) with a client for %s: %v, want a *sequence.RegionError", r2, r1, err)
 	case unchanged("the refused writer", before):
 		wrongClientRefused = 1
 	}
-	if w, err := dynamo.NewWriter(ctx, c2, tables, dynamo.WithRegion(r2)); err != nil {
-		t.Errorf("NewWriter(WithRegion(%s)) with its own client: %v", r2, err)
+	if w, err := dynamo.NewWriter(ctx, c2, tables, dynamo.Region(r2)); err != nil {
+		t.Errorf("NewWriter(Region(%s)) with its own client: %v", r2, err)
 	} else if res, err := w.Write(ctx, nil, outbox.Message{Topic: "orders", Key: []byte("k"), Value: []byte("v")}); err != nil || res.Messages[0].Bucket < 2 {
 		t.Errorf("the writer of %s wrote %+v, %v; want its slice 2..3", r2, res.Messages, err)
 	}

@@ -43,8 +43,8 @@
 // # Stamped headers
 //
 // After the message's own headers, every record carries three headers (the
-// wire contract; names configurable with MessageIDHeader, BucketHeader and
-// SequenceHeader, which must match the writers'):
+// wire contract; other names can be set in the outbox's config item, where
+// writers, the publisher (OutboxConfig) and consumers read them):
 //
 //	x-outbox-message-id  the message id, a canonical UUID (v7 from the writer API)
 //	x-outbox-bucket      the message's bucket, decimal: (murmur2(key) & 0x7fffffff) mod BucketCount

@@ -78,7 +78,7 @@ type TopicLimitError struct {
 }
 
 func (e *TopicLimitError) Error() string {
-	return fmt.Sprintf("kafka: topic %q admits record batches of at most %d bytes (max.message.bytes, from %s) but MaxMessageBytes is %d; raise the topic's max.message.bytes to at least %d or lower MaxMessageBytes on the writers and the relay",
+	return fmt.Sprintf("kafka: topic %q admits record batches of at most %d bytes (max.message.bytes, from %s) but MaxMessageBytes is %d; raise the topic's max.message.bytes to at least %d or lower the outbox's MaxMessageBytes (its config item)",
 		e.Topic, e.TopicMaxMessageBytes, e.Source, e.MaxMessageBytes, e.MaxMessageBytes)
 }
 
@@ -96,7 +96,7 @@ func (e *RecordTooLargeError) Error() string {
 	if e.Topic != "" {
 		return fmt.Sprintf("kafka: record is %d bytes, above topic %q's max.message.bytes=%d; it was not produced (was the topic's limit lowered?)", e.Size, e.Topic, e.MaxMessageBytes)
 	}
-	return fmt.Sprintf("kafka: record is %d bytes, above MaxMessageBytes=%d; it was not produced (a writer with a larger MaxMessageBytes wrote it?)", e.Size, e.MaxMessageBytes)
+	return fmt.Sprintf("kafka: record is %d bytes, above MaxMessageBytes=%d; it was not produced (the outbox's MaxMessageBytes was lowered after it was written, or this publisher was built without the outbox's config item: kafka.OutboxConfig)", e.Size, e.MaxMessageBytes)
 }
 
 func (e *RecordTooLargeError) Unwrap() error { return kerr.MessageTooLarge }

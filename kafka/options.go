@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -63,11 +64,6 @@ func DefaultCompression() []kgo.CompressionCodec {
 // *outbox.OptionError naming the option (docs/design.md, "Options").
 type Option func(*cfg)
 
-// Opt is the former name of Option.
-//
-// Deprecated: use Option.
-type Opt = Option
-
 type cfg struct {
 	clientOpts      []kgo.Opt
 	topics          []string
@@ -86,16 +82,14 @@ type cfg struct {
 	sasl                   []sasl.Mechanism
 	strict                 bool
 	strictRecheck          time.Duration
-	// stored: the outbox's config item (OutboxConfig); givenBytes and
-	// givenHeaders: what the MaxMessageBytes and header options said (0,
-	// "": not given), checked against it.
-	stored       *outbox.Config
-	givenBytes   int
-	givenHeaders outbox.HeaderNames
+	// stored: the outbox's config item (OutboxConfig), whose
+	// MaxMessageBytes and header names are maxMessageBytes and headers.
+	stored *outbox.Config
 }
 
 func defaultCfg() cfg {
 	return cfg{
+		// Those of a config item that states none (takeShared).
 		maxMessageBytes: outbox.DefaultMaxMessageBytes,
 		headers:         outbox.HeaderNames{}.WithDefaults(),
 		compression:     DefaultCompression(),
@@ -155,52 +149,23 @@ func Topics(topics ...string) Option {
 	return func(c *cfg) { c.topics = append(c.topics, topics...) }
 }
 
-// MaxMessageBytes bounds one message as a Kafka record, as measured by
-// outbox.HeaderNames.RecordSize with the stamped headers (which includes the record
-// batch overhead, so it bounds a batch holding the record alone). It must
-// equal the writers' MaxMessageBytes. A larger message is not produced and
-// fails with a *RecordTooLargeError. Each topic's max.message.bytes must be
-// at least this (checked). Range 512 to 100 MiB-4. Default
-// outbox.DefaultMaxMessageBytes (1 MiB), which Kafka's default topic limit
-// (1048588) admits.
-func MaxMessageBytes(n int) Option {
-	return func(c *cfg) { c.maxMessageBytes, c.givenBytes = n, n }
-}
-
-// MessageIDHeader names the header that carries the message id, stamped after
-// the message's own headers. Consumers deduplicate on it. It must not be empty
-// and must match the writers'. Default outbox.DefaultMessageIDHeader
-// ("x-outbox-message-id").
-func MessageIDHeader(name string) Option {
-	return func(c *cfg) { c.headers.MessageID, c.givenHeaders.MessageID = name, name }
-}
-
-// BucketHeader names the header that carries the message's bucket (a decimal
-// string), stamped after the message-id header. Consumers order by bucket and
-// sequence (the inbox package does). It must not be empty and must match the
-// writers'. Default outbox.DefaultBucketHeader ("x-outbox-bucket").
-func BucketHeader(name string) Option {
-	return func(c *cfg) { c.headers.Bucket, c.givenHeaders.Bucket = name, name }
-}
-
-// SequenceHeader names the header that carries the message's sequence number
-// in its bucket (a decimal string), stamped after the bucket header. It must
-// not be empty and must match the writers'. Default
-// outbox.DefaultSequenceHeader ("x-outbox-sequence").
-func SequenceHeader(name string) Option {
-	return func(c *cfg) { c.headers.Sequence, c.givenHeaders.Sequence = name, name }
-}
-
 // OutboxConfig gives the publisher the outbox's config item (read with
-// dynamo.ReadConfig), whose shared settings it then uses: MaxMessageBytes
-// and the header names where the item states them (an item that does not
-// keeps the options' values). A MaxMessageBytes or header option that
-// differs from a stored value, or a Topics topic outside a non-empty stored
-// topic list, is an *outbox.MisconfigurationError naming the setting and
-// both values; an equal one is fine. The stored topics are not checked at
-// start (a missing topic stops its buckets, not the publisher): list them
-// with Topics for that. Default: none (the options' own values, which must
-// then match the config item by hand).
+// dynamo.ReadConfig, or a Store's Opened), whose shared settings it then
+// uses: MaxMessageBytes, which bounds one message as a Kafka record (as
+// measured by outbox.HeaderNames.RecordSize with the stamped headers,
+// batch overhead included: a larger message is not produced and fails with
+// a *RecordTooLargeError, and each topic's max.message.bytes must admit
+// it), and the names of the stamped headers: the message id (consumers
+// deduplicate on it), the bucket and the sequence number, stamped after
+// the message's own headers. They are set nowhere else (docs/design.md
+// §11.1). A Topics topic outside a non-empty stored topic list is an
+// *outbox.MisconfigurationError naming it. The stored topics are not
+// checked at start (a missing topic stops its buckets, not the publisher):
+// list them with Topics for that. The relay refuses a publisher whose
+// settings are not its config item's (CheckConfig). Default: none, which
+// is the settings of a config item that states none:
+// outbox.DefaultMaxMessageBytes (1 MiB, which Kafka's default topic limit
+// admits) and the default header names.
 func OutboxConfig(stored outbox.Config) Option {
 	return func(c *cfg) { c.stored = &stored }
 }
@@ -261,36 +226,10 @@ func WithLogger(l *slog.Logger) Option {
 	return func(c *cfg) { c.logger = l }
 }
 
-// Logger is the former name of WithLogger.
-//
-// Deprecated: use WithLogger.
-func Logger(l *slog.Logger) Option { return WithLogger(l) }
-
 // validate checks the options and fills in derived defaults.
 func (c *cfg) validate() error {
-	if c.maxMessageBytes < minMaxMessageBytes || c.maxMessageBytes > maxMaxMessageBytes {
-		return &outbox.OptionError{Option: "MaxMessageBytes", Value: c.maxMessageBytes,
-			Reason: fmt.Sprintf("must be between %d and %d; set it to the writers' MaxMessageBytes", minMaxMessageBytes, maxMaxMessageBytes)}
-	}
-	for _, h := range []struct{ option, name, def string }{
-		{"MessageIDHeader", c.headers.MessageID, outbox.DefaultMessageIDHeader},
-		{"BucketHeader", c.headers.Bucket, outbox.DefaultBucketHeader},
-		{"SequenceHeader", c.headers.Sequence, outbox.DefaultSequenceHeader},
-	} {
-		if h.name == "" {
-			return &outbox.OptionError{Option: h.option, Value: `""`,
-				Reason: fmt.Sprintf("must not be empty; omit the option for %q", h.def)}
-		}
-	}
 	if err := c.takeShared(); err != nil {
 		return err
-	}
-	if err := c.headers.Check(); err != nil {
-		return err
-	}
-	if smallest := c.headers.RecordSize(outbox.Message{}); smallest > c.maxMessageBytes {
-		return &outbox.OptionError{Option: "MessageIDHeader", Value: c.headers.MessageID,
-			Reason: fmt.Sprintf("an empty message with the stamped headers is %d bytes, above MaxMessageBytes=%d; use shorter header names", smallest, c.maxMessageBytes)}
 	}
 	if len(c.compression) == 0 {
 		return &outbox.OptionError{Option: "Compression", Value: "none given",
@@ -324,23 +263,57 @@ func (c *cfg) validate() error {
 	return nil
 }
 
-// takeShared checks the given shared settings against the config item
-// (OutboxConfig) and then uses the stored ones.
+// takeShared takes the shared settings from the config item (OutboxConfig;
+// without one, those of an item that states none) and checks that the
+// publisher can work with them.
 func (c *cfg) takeShared() error {
-	if c.stored == nil {
-		return nil
+	stored := outbox.Config{}
+	if c.stored != nil {
+		stored = *c.stored
 	}
-	var err error
-	if c.maxMessageBytes, c.headers, err = outbox.ResolveShared(*c.stored, c.givenBytes, c.givenHeaders); err != nil {
+	c.maxMessageBytes, c.headers = stored.SharedMaxMessageBytes(), stored.SharedHeaders()
+	fix := "change the outbox's config item (outbox init on new tables, dynamo.Configure, the stack's MaxMessageBytes)"
+	if c.maxMessageBytes < minMaxMessageBytes || c.maxMessageBytes > maxMaxMessageBytes {
+		return &outbox.MisconfigurationError{Setting: "MaxMessageBytes", Configured: fmt.Sprintf("%d..%d (what the publisher supports)", minMaxMessageBytes, maxMaxMessageBytes),
+			Stored: strconv.Itoa(c.maxMessageBytes), Fix: fix}
+	}
+	if err := c.headers.Check(); err != nil {
 		return err
 	}
-	if len(c.stored.Topics) == 0 {
+	if smallest := c.headers.RecordSize(outbox.Message{}); smallest > c.maxMessageBytes {
+		return &outbox.MisconfigurationError{Setting: "MaxMessageBytes", Configured: fmt.Sprintf("at least %d (an empty message with the stamped headers %q, %q, %q)", smallest, c.headers.MessageID, c.headers.Bucket, c.headers.Sequence),
+			Stored: strconv.Itoa(c.maxMessageBytes), Fix: fix + ", or shorter header names"}
+	}
+	if c.stored == nil || len(c.stored.Topics) == 0 {
 		return nil
 	}
 	for _, t := range c.topics {
 		if !slices.Contains(c.stored.Topics, t) {
 			return &outbox.MisconfigurationError{Setting: "Topics", Configured: t, Stored: strings.Join(c.stored.Topics, ","),
 				Fix: "the outbox serves only the config item's topics: drop this one from Topics, or add it with outbox init --topics"}
+		}
+	}
+	return nil
+}
+
+// CheckConfig implements outbox.ConfigChecker: it returns an
+// *outbox.MisconfigurationError unless the publisher's MaxMessageBytes and
+// stamped header names are stored's, the config item the relay runs on. A
+// publisher built without OutboxConfig has the settings of an item that
+// states none, and passes for such an item only.
+func (p *Publisher) CheckConfig(stored outbox.Config) error {
+	fix := "build the publisher with kafka.OutboxConfig and this outbox's config item (dynamo.ReadConfig, or the store's Opened)"
+	if mb := stored.SharedMaxMessageBytes(); mb != p.cfg.maxMessageBytes {
+		return &outbox.MisconfigurationError{Setting: "MaxMessageBytes", Configured: strconv.Itoa(p.cfg.maxMessageBytes), Stored: strconv.Itoa(mb), Fix: fix}
+	}
+	h := stored.SharedHeaders()
+	for _, n := range []struct{ setting, mine, stored string }{
+		{"MessageIDHeader", p.cfg.headers.MessageID, h.MessageID},
+		{"BucketHeader", p.cfg.headers.Bucket, h.Bucket},
+		{"SequenceHeader", p.cfg.headers.Sequence, h.Sequence},
+	} {
+		if n.mine != n.stored {
+			return &outbox.MisconfigurationError{Setting: n.setting, Configured: strconv.Quote(n.mine), Stored: strconv.Quote(n.stored), Fix: fix}
 		}
 	}
 	return nil

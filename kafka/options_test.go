@@ -23,16 +23,6 @@ func TestNewPublisherRejectsBadOptions(t *testing.T) {
 		option string
 	}{
 		{"no seeds", nil, nil, "seeds"},
-		{"MaxMessageBytes too small", noBroker, []Option{MaxMessageBytes(511)}, "MaxMessageBytes"},
-		{"MaxMessageBytes too large", noBroker, []Option{MaxMessageBytes(100 << 20)}, "MaxMessageBytes"},
-		{"MaxMessageBytes zero", noBroker, []Option{MaxMessageBytes(0)}, "MaxMessageBytes"},
-		{"empty id header", noBroker, []Option{MessageIDHeader("")}, "MessageIDHeader"},
-		{"id header not UTF-8", noBroker, []Option{MessageIDHeader("x-\xff")}, "MessageIDHeader"},
-		{"id header longer than MaxMessageBytes", noBroker, []Option{MaxMessageBytes(512), MessageIDHeader(strings.Repeat("h", 400))}, "MessageIDHeader"},
-		{"empty bucket header", noBroker, []Option{BucketHeader("")}, "BucketHeader"},
-		{"sequence header not UTF-8", noBroker, []Option{SequenceHeader("s-\xff")}, "SequenceHeader"},
-		{"bucket header named like the id header", noBroker, []Option{BucketHeader(outbox.DefaultMessageIDHeader)}, "BucketHeader"},
-		{"sequence header named like the bucket header", noBroker, []Option{BucketHeader("b"), SequenceHeader("b")}, "SequenceHeader"},
 		{"no compression codec", noBroker, []Option{Compression()}, "Compression"},
 		{"lease too short", noBroker, []Option{LeaseDuration(500 * time.Millisecond)}, "LeaseDuration"},
 		{"delivery timeout equals lease", noBroker, []Option{LeaseDuration(10 * time.Second), DeliveryTimeout(10 * time.Second)}, "DeliveryTimeout"},
@@ -73,7 +63,7 @@ func TestNewPublisherDefaults(t *testing.T) {
 		// AbandonGrace would outlive a 4s lease: the default is lowered
 		// to what fits, with one AbandonGrace to spare (the soak's lease).
 		{"short lease lowers the default", []Option{LeaseDuration(4 * time.Second)}, 4*time.Second - time.Second - 3*AbandonGrace, outbox.DefaultMaxMessageBytes + 4, time.Second},
-		{"MaxMessageBytes sets batch bytes", []Option{MaxMessageBytes(2048)}, 20 * time.Second, 2052, time.Second},
+		{"the config item's MaxMessageBytes sets batch bytes", []Option{OutboxConfig(outbox.Config{MaxMessageBytes: 2048})}, 20 * time.Second, 2052, time.Second},
 		{"ClientOptions may set MetadataMinAge", []Option{ClientOptions(kgo.MetadataMinAge(3 * time.Second))}, 20 * time.Second, outbox.DefaultMaxMessageBytes + 4, 3 * time.Second},
 		{"ClientOptions cannot override enforced settings", []Option{ClientOptions(
 			kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),

@@ -52,8 +52,9 @@ type Publisher struct {
 }
 
 var (
-	_ outbox.Publisher = (*Publisher)(nil)
-	_ outbox.Isolator  = (*Publisher)(nil)
+	_ outbox.Publisher     = (*Publisher)(nil)
+	_ outbox.Isolator      = (*Publisher)(nil)
+	_ outbox.ConfigChecker = (*Publisher)(nil)
 )
 
 // NewPublisher validates the options, builds the kgo client for seeds (host:port

@@ -155,7 +155,7 @@ func TestPublishHeadersAndTimestamp(t *testing.T) {
 	k := testenv.Kafka(t)
 	topic := newTopic(t, k, 1, nil)
 	const idHeader, bucketHeader, seqHeader = "x-msg-id", "x-b", "x-s"
-	p := newPublisher(t, k, Topics(topic), MessageIDHeader(idHeader), BucketHeader(bucketHeader), SequenceHeader(seqHeader))
+	p := newPublisher(t, k, Topics(topic), OutboxConfig(outbox.Config{Headers: outbox.HeaderNames{MessageID: idHeader, Bucket: bucketHeader, Sequence: seqHeader}}))
 
 	created := time.Date(2024, 2, 29, 23, 59, 58, 123_000_000, time.UTC)
 	msgs := messages(topic, 2, sameKey("k"))
@@ -222,7 +222,7 @@ func TestPublishRecordTooLarge(t *testing.T) {
 	k := testenv.Kafka(t)
 	topic := newTopic(t, k, 1, nil)
 	const max = 4096
-	p := newPublisher(t, k, Topics(topic), MaxMessageBytes(max))
+	p := newPublisher(t, k, Topics(topic), OutboxConfig(outbox.Config{MaxMessageBytes: max}))
 
 	msgs := messages(topic, 3, sameKey("k"))
 	msgs[1].Value = bytes.Repeat([]byte("x"), max)
@@ -257,8 +257,7 @@ func TestPublishRecordAtTheLimit(t *testing.T) {
 	const max = 1024
 	names := outbox.HeaderNames{Bucket: "x-outbox-" + strings.Repeat("b", 60), Sequence: "x-outbox-" + strings.Repeat("s", 60)}
 	topic := newTopic(t, k, 1, map[string]string{"max.message.bytes": fmt.Sprint(max)})
-	p := newPublisher(t, k, Topics(topic), MaxMessageBytes(max), Compression(kgo.NoCompression()),
-		BucketHeader(names.Bucket), SequenceHeader(names.Sequence))
+	p := newPublisher(t, k, Topics(topic), OutboxConfig(outbox.Config{MaxMessageBytes: max, Headers: names}), Compression(kgo.NoCompression()))
 
 	msgs := messages(topic, 1, sameKey("k"))
 	msgs[0].Headers = []outbox.Header{{Key: "traceparent", Value: []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")}}

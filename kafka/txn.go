@@ -63,9 +63,10 @@ func (b *txnBucket) lockCtx(ctx context.Context) error {
 }
 
 var (
-	_ outbox.Publisher    = (*TxnPublisher)(nil)
-	_ outbox.Isolator     = (*TxnPublisher)(nil)
-	_ outbox.HolderFencer = (*TxnPublisher)(nil)
+	_ outbox.Publisher     = (*TxnPublisher)(nil)
+	_ outbox.Isolator      = (*TxnPublisher)(nil)
+	_ outbox.HolderFencer  = (*TxnPublisher)(nil)
+	_ outbox.ConfigChecker = (*TxnPublisher)(nil)
 )
 
 // TransactionalID is the transactional id of bucket's producer: prefix (one
@@ -400,3 +401,6 @@ func (t *TxnPublisher) Close() {
 
 // Ping checks that a broker answers (Publisher.Ping).
 func (t *TxnPublisher) Ping(ctx context.Context) error { return t.p.Ping(ctx) }
+
+// CheckConfig is Publisher.CheckConfig.
+func (t *TxnPublisher) CheckConfig(stored outbox.Config) error { return t.p.CheckConfig(stored) }

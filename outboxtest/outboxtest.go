@@ -163,7 +163,13 @@ func New(t testing.TB, opts ...Option) *Outbox {
 		o.Store, o.Writer = st, w
 	}
 
-	pub, err := kafka.NewPublisher(ctx, o.Brokers, kafka.Topics(c.topics...))
+	// The publisher's MaxMessageBytes and header names are the config
+	// item's, as everywhere.
+	stored, err := o.Store.Config(ctx)
+	if err != nil {
+		t.Fatalf("outboxtest.New: read the config item: %v", err)
+	}
+	pub, err := kafka.NewPublisher(ctx, o.Brokers, kafka.Topics(c.topics...), kafka.OutboxConfig(stored))
 	if err != nil {
 		t.Fatalf("outboxtest.New: publisher: %v", err)
 	}

@@ -186,7 +186,7 @@ func TestReplayAfterAWatermarkRelay(t *testing.T) {
 		}
 	}
 	relayed := &recorder{}
-	r, err := outbox.NewRelay(ctx, watermark{s}, relayed, outbox.WithMode(outbox.WatermarkMode), outbox.BatchSize(10))
+	r, err := outbox.NewRelay(ctx, watermark{s}, relayed, outbox.BatchSize(10))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func (e *RegionError) fix() string {
 	case e.ClientRegion != e.Region:
 		return fmt.Sprintf("this process's region is %s but its DynamoDB client is for %s: a reservation would write %s's counters in %s's "+
 			"replica, where replication keeps only one of two regions' writes (two messages with one sequence number, one lost); "+
-			"give it a client for %s (aws.Config.Region), or the region of its client (dynamo.WithRegion, OUTBOX_REGION)",
+			"give it a client for %s (aws.Config.Region), or the region of its client (dynamo.Region, OUTBOX_REGION)",
 			e.Region, e.ClientRegion, e.Region, e.ClientRegion, e.Region)
 	}
 	return fmt.Sprintf("the bucket is in region %s's slice, whose counters only %s's writers write (this process is in %s): "+

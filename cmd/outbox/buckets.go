@@ -55,7 +55,7 @@ outbox buckets set 16 --change-timeout 30s`,
 				if _, err := s.store(ctx); err != nil {
 					return err
 				}
-				opts := []dynamo.Option{dynamo.ChangeTimeout(*wait), dynamo.ChangeGapTimeout(*gap)}
+				opts := []dynamo.ChangeOption{dynamo.ChangeTimeout(*wait), dynamo.ChangeGapTimeout(*gap)}
 				if *dry {
 					p, err := dynamo.PlanBucketCountChange(ctx, s.db, s.tables, n, opts...)
 					if err != nil {

@@ -304,7 +304,7 @@ type session struct {
 
 // store opens the outbox: it checks that both tables exist and belong
 // together (dynamo.CheckTables), then reads the config item.
-func (s *session) store(ctx context.Context, opts ...dynamo.Option) (*dynamo.Store, error) {
+func (s *session) store(ctx context.Context, opts ...dynamo.StoreOption) (*dynamo.Store, error) {
 	if err := dynamo.CheckTables(ctx, s.db, s.tables); err != nil {
 		return nil, err
 	}

@@ -28,9 +28,10 @@ cause was fixed, without waiting for the sweeper.
 
 The relay is configured exactly like the relay Lambda: from the variables it
 reads (KAFKA_BOOTSTRAP_SERVERS, KAFKA_AUTH, KAFKA_SASL_SECRET_ARN,
-OUTBOX_TOPICS, OUTBOX_MAX_MESSAGE_BYTES, OUTBOX_LEASE_DURATION,
-OUTBOX_GAP_TIMEOUT, ...; docs/deploy.md lists them), and a flag wins over its
-variable. Kafka authentication uses the same credentials as DynamoDB.
+OUTBOX_TOPICS, OUTBOX_LEASE_DURATION, OUTBOX_GAP_TIMEOUT, ...;
+docs/deploy.md lists them), and a flag wins over its variable; BucketCount,
+the mode, MaxMessageBytes and the header names are the outbox's config
+item's. Kafka authentication uses the same credentials as DynamoDB.
 
 If another relay holds the bucket, drain leaves it a wake-up (it drains again
 before it lets go) and exits with 4. A gap is waited on for GapTimeout and
@@ -144,8 +145,7 @@ func overlay(getenv func(string) string, c *connection, flags map[string]*string
 }
 
 func drain(ctx context.Context, a *app, s *session, cfg config.Config, logger *slog.Logger, bucket int) error {
-	// The tables, the bucket and the mode are checked before Kafka is
-	// contacted.
+	// The tables and the bucket are checked before Kafka is contacted.
 	_, oc, _, err := s.buckets(ctx, bucket)
 	var ue *usageError
 	if errors.As(err, &ue) {
@@ -153,10 +153,6 @@ func drain(ctx context.Context, a *app, s *session, cfg config.Config, logger *s
 	}
 	if err != nil {
 		return err
-	}
-	if m, _ := outbox.ParseMode(cfg.Mode); cfg.Mode != "" && m != oc.Mode { // validated by config.Load
-		return &outbox.MisconfigurationError{Setting: "Mode", Configured: cfg.Mode, Stored: oc.Mode.String(),
-			Fix: "unset OUTBOX_MODE (drain takes the outbox's mode) or set it to the stored one"}
 	}
 	// An operator wants an answer now: a held bucket is woken, not waited on.
 	// This process never resumes a bucket it released (it ends after the

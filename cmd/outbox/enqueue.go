@@ -37,8 +37,8 @@ function refuses prints its error as the Lambda would answer it
 ({"errorType": "Outbox.Validation", "errorMessage": ...}) and exits 1; so
 does a batch with failed records (batchItemFailures).
 
-OUTBOX_MAX_MESSAGE_BYTES and OUTBOX_REGION are read as the function reads
-them.`,
+OUTBOX_REGION is read as the function reads it; MaxMessageBytes and the
+header names are the outbox's config item's.`,
 	example: `outbox enqueue pay-order.json
 echo '{"idempotencyKey":"k-1","messages":[{"topic":"order-events","key":"o-1","value":{"type":"OrderPaid"}}]}' | outbox enqueue -`,
 	timeout: time.Minute,

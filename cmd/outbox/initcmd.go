@@ -88,7 +88,7 @@ outbox init --buckets 8 --mode watermark --retention 72h`,
 			if err != nil {
 				return nil, usagef("--mode %q: must be delete or watermark", *modeName)
 			}
-			opts := []dynamo.Option{dynamo.BucketCount(*buckets), dynamo.WithMode(mode)}
+			opts := []dynamo.TablesOption{dynamo.BucketCount(*buckets), dynamo.WithMode(mode)}
 			switch {
 			case *retention != 0 && mode != outbox.WatermarkMode:
 				return nil, usagef("--retention applies to --mode watermark only (a delete-mode outbox deletes messages once published)")
@@ -126,7 +126,7 @@ outbox init --buckets 8 --mode watermark --retention 72h`,
 			}
 			for _, h := range []struct {
 				name string
-				opt  func(string) dynamo.Option
+				opt  func(string) dynamo.TablesOption
 			}{{*idHeader, dynamo.MessageIDHeader}, {*bucketHeader, dynamo.BucketHeader}, {*seqHeader, dynamo.SequenceHeader}} {
 				if h.name != "" {
 					opts = append(opts, h.opt(h.name))

@@ -150,12 +150,12 @@ func rangeReplay(a *app, c *connection, env map[string]*string, bucket int, from
 }
 
 func replayParked(ctx context.Context, a *app, s *session, d deadLetterFlags, value []byte) error {
-	var opts []dynamo.Option
+	var opts []dynamo.StoreOption
 	region := strings.TrimSpace(a.getenv("OUTBOX_REGION"))
 	if region != "" {
 		// Region mode: the replay reserves a number in the bucket's
 		// counter, which only the bucket's region may (ReplayParked).
-		opts = append(opts, dynamo.WithRegion(region))
+		opts = append(opts, dynamo.Region(region))
 	}
 	// Not s.buckets: a dead letter may be in a bucket a shrink (outbox
 	// buckets set) removed; ReplayParked puts it in its key's bucket.

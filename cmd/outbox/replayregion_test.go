@@ -40,7 +40,7 @@ func TestReplayInRegionMode(t *testing.T) {
 	// park, as that region's operator would.
 	park := func(c *cli, client *dynamodb.Client, region string) (string, string) {
 		t.Helper()
-		w, err := dynamo.NewWriter(ctx, client, tables, dynamo.WithRegion(region))
+		w, err := dynamo.NewWriter(ctx, client, tables, dynamo.Region(region))
 		if err != nil {
 			t.Fatal(err)
 		}

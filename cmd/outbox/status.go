@@ -279,7 +279,7 @@ func readStatus(ctx context.Context, s *session, now time.Time, bucket int, live
 
 // buckets opens the outbox and returns its config and every bucket, or only
 // bucket when it is not -1.
-func (s *session) buckets(ctx context.Context, bucket int, opts ...dynamo.Option) (*dynamo.Store, outbox.Config, []int, error) {
+func (s *session) buckets(ctx context.Context, bucket int, opts ...dynamo.StoreOption) (*dynamo.Store, outbox.Config, []int, error) {
 	st, err := s.store(ctx, opts...)
 	if err != nil {
 		return nil, outbox.Config{}, nil, err

@@ -59,7 +59,7 @@ func TestFaultFreeDrainsPutNothingAtRisk(t *testing.T) {
 			k := &log{}
 			a := New(modeStore{mem, mode}, k, chk)
 			a.Watermark = mode == outbox.WatermarkMode
-			r, err := outbox.NewRelay(ctx, a, a.ViaAs("r", k), outbox.RelayID("r"), outbox.BatchSize(3), outbox.WithMode(mode), outbox.DeadlineMargin(0))
+			r, err := outbox.NewRelay(ctx, a, a.ViaAs("r", k), outbox.RelayID("r"), outbox.BatchSize(3), outbox.DeadlineMargin(0))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -453,7 +453,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	name := fmt.Sprintf("soak-%d-%d", time.Now().UnixNano()%1_000_000_000, round)
 	tables := dynamo.Tables{Messages: name + "-msgs", Control: name + "-ctl"}
 	aggTable, topic := name+"-aggs", name
-	topts := []dynamo.Option{dynamo.BucketCount(cfg.Buckets), dynamo.WithMode(cfg.Mode)}
+	topts := []dynamo.TablesOption{dynamo.BucketCount(cfg.Buckets), dynamo.WithMode(cfg.Mode)}
 	if cfg.Mode == outbox.WatermarkMode && cfg.Retention != 0 {
 		topts = append(topts, dynamo.Retention(cfg.Retention))
 	}
@@ -547,7 +547,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 			outbox.LeaseMargin(time.Second), outbox.MaxClockSkew(500 * time.Millisecond), outbox.ResumeWindow(2 * time.Second), outbox.GapTimeout(gapTimeout), outbox.GapPollInterval(20 * time.Millisecond),
 			outbox.RetryBackoff(20*time.Millisecond, 500*time.Millisecond), outbox.DeadlineMargin(500 * time.Millisecond),
 			// Small batches: more batches, so more chances for every fault.
-			outbox.BatchSize(25), outbox.WithMode(cfg.Mode), seam.With(seam.Hooks{Faults: crash}).(outbox.Option)}
+			outbox.BatchSize(25), seam.With(seam.Hooks{Faults: crash}).(outbox.Option)}
 	}
 	// The relay function as deployed: containers that share one owner id
 	// (lambda/wiring), each its own process. The mapping invokes the first;
@@ -726,7 +726,7 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 	cfg.logf("round %d: %d messages, endpoint %s, topic %s", round, target, endpoint, topic)
 
 	// The writers.
-	w, err := dynamo.NewWriter(ctx, &crashableClient{Client: faulty}, tables, dynamo.MaxAttempts(8), dynamo.WithMode(cfg.Mode))
+	w, err := dynamo.NewWriter(ctx, &crashableClient{Client: faulty}, tables, dynamo.MaxAttempts(8))
 	if err != nil {
 		return 0, err
 	}

@@ -51,9 +51,9 @@ func TestNewPublisherChecksTopics(t *testing.T) {
 	}{
 		{name: "defaults pass", max: outbox.DefaultMaxMessageBytes},
 		{name: "missing topic", missing: true, max: outbox.DefaultMaxMessageBytes},
-		{name: "topic limit below kafka.MaxMessageBytes", topicConfig: map[string]string{"max.message.bytes": "100000"},
+		{name: "topic limit below MaxMessageBytes", topicConfig: map[string]string{"max.message.bytes": "100000"},
 			max: 100001, wantLimit: 100000, wantSource: "max.message.bytes"},
-		{name: "topic limit equal to kafka.MaxMessageBytes", topicConfig: map[string]string{"max.message.bytes": "100000"}, max: 100000},
+		{name: "topic limit equal to MaxMessageBytes", topicConfig: map[string]string{"max.message.bytes": "100000"}, max: 100000},
 		{name: "topic limit raised above the default", topicConfig: map[string]string{"max.message.bytes": "5000000"}, max: 4 << 20},
 		{name: "broker limit inherited", cluster: []kfake.Opt{kfake.BrokerConfigs(map[string]string{"message.max.bytes": "600000"})},
 			max: outbox.DefaultMaxMessageBytes, wantLimit: 600000, wantSource: "message.max.bytes"},
@@ -77,7 +77,7 @@ func TestNewPublisherChecksTopics(t *testing.T) {
 			if tt.strip {
 				stripTopicLimits(k.Cluster)
 			}
-			p, err := kafka.NewPublisher(testCtx(t), k.Brokers, kafka.Topics(topic), kafka.MaxMessageBytes(tt.max))
+			p, err := kafka.NewPublisher(testCtx(t), k.Brokers, kafka.Topics(topic), kafka.OutboxConfig(outbox.Config{MaxMessageBytes: tt.max}))
 			if p != nil {
 				defer p.Close()
 			}
@@ -96,7 +96,7 @@ func TestNewPublisherChecksTopics(t *testing.T) {
 					t.Fatalf("error %v (%T): want a *kafka.TopicLimitError", err, err)
 				}
 				if le.Topic != topic || le.TopicMaxMessageBytes != tt.wantLimit || le.MaxMessageBytes != tt.max || !strings.Contains(le.Source, tt.wantSource) {
-					t.Fatalf("got %+v, want topic %q, limit %d from %q, kafka.MaxMessageBytes %d", le, topic, tt.wantLimit, tt.wantSource, tt.max)
+					t.Fatalf("got %+v, want topic %q, limit %d from %q, MaxMessageBytes %d", le, topic, tt.wantLimit, tt.wantSource, tt.max)
 				}
 				for _, s := range []string{topic, strconv.Itoa(tt.wantLimit), strconv.Itoa(tt.max)} {
 					if !strings.Contains(err.Error(), s) {
@@ -126,7 +126,7 @@ func TestPublishChecksUnlistedTopics(t *testing.T) {
 	good := newTopic(t, k.KafkaCluster, 1, nil)
 	small := newTopic(t, k.KafkaCluster, 1, map[string]string{"max.message.bytes": "50000"})
 	missing := testenv.Name(t, "later")
-	p := newPublisher(t, k.KafkaCluster, kafka.MaxMessageBytes(60000))
+	p := newPublisher(t, k.KafkaCluster, kafka.OutboxConfig(outbox.Config{MaxMessageBytes: 60000}))
 	if n := describes.Load(); n != 0 {
 		t.Fatalf("NewPublisher without kafka.Topics described %d topics", n)
 	}

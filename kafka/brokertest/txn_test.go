@@ -227,7 +227,7 @@ func TestRealTxnReferenceCase(t *testing.T) {
 		t.Run(fmt.Sprintf("strict=%v", strict), func(t *testing.T) {
 			topic := newTopic(t, k, 1, map[string]string{"max.message.bytes": "2000"})
 			// Uncompressed: the broker's limit applies to the batch as sent.
-			opts := []kafka.Option{kafka.Topics(topic), kafka.MaxMessageBytes(2000), kafka.Compression(kgo.NoCompression())}
+			opts := []kafka.Option{kafka.Topics(topic), kafka.OutboxConfig(outbox.Config{MaxMessageBytes: 2000}), kafka.Compression(kgo.NoCompression())}
 			if strict {
 				opts = append(opts, kafka.Strict())
 			}
@@ -281,7 +281,7 @@ func TestRealTxnReferenceCase(t *testing.T) {
 func TestRealTxnAbortHidesAppendedRecords(t *testing.T) {
 	k := realTxnCluster(t)
 	topic := newTopic(t, k, 2, map[string]string{"max.message.bytes": "4000"})
-	p := newTxnPublisher(t, k, testenv.Name(t, "ob"), kafka.Topics(topic), kafka.MaxMessageBytes(4000), kafka.Compression(kgo.NoCompression()))
+	p := newTxnPublisher(t, k, testenv.Name(t, "ob"), kafka.Topics(topic), kafka.OutboxConfig(outbox.Config{MaxMessageBytes: 4000}), kafka.Compression(kgo.NoCompression()))
 	lowerMaxMessageBytes(t, k, topic, "1500")
 	msgs := messages(topic, 2, sameKey("k"))
 	p0, p1 := int32(0), int32(1)
@@ -315,7 +315,7 @@ func TestRealTxnPublishAlone(t *testing.T) {
 	topic := newTopic(t, k, 1, map[string]string{"max.message.bytes": "4000"})
 	prefix := testenv.Name(t, "ob")
 	ctx := testCtx(t)
-	opts := []kafka.Option{kafka.Topics(topic), kafka.MaxMessageBytes(4000), kafka.Compression(kgo.NoCompression())}
+	opts := []kafka.Option{kafka.Topics(topic), kafka.OutboxConfig(outbox.Config{MaxMessageBytes: 4000}), kafka.Compression(kgo.NoCompression())}
 	stale := newTxnPublisher(t, k, prefix, opts...)
 	var iso outbox.Isolator = stale // the relay finds it by this assertion
 	// The new holder, built (its topic checked) before the limit is lowered;

@@ -2,6 +2,11 @@
 // environment variables. Every invalid variable is reported at once, each as
 // an *Error naming the variable and what to fix, so a function with a wrong
 // configuration fails its init once, visibly, with the whole list.
+//
+// The outbox's shared settings — BucketCount, the mode, MaxMessageBytes and
+// the stamped header names — are not variables: every function reads them
+// from the outbox's config item, which the stack's setup writes from its
+// parameters (docs/design.md §11.1).
 package config
 
 import (
@@ -31,15 +36,13 @@ var AuthModes = []string{AuthNone, AuthTLS, AuthMTLS, AuthSCRAM256, AuthSCRAM512
 
 // Config is the functions' configuration.
 type Config struct {
-	MessagesTable   string        // OUTBOX_MESSAGES_TABLE (required)
-	ControlTable    string        // OUTBOX_CONTROL_TABLE (required)
-	BucketCount     int           // OUTBOX_BUCKET_COUNT (0 = take the table's)
-	BatchSize       int           // OUTBOX_BATCH_SIZE (500)
-	Topics          []string      // OUTBOX_TOPICS (checked at init; none = only check that a broker answers)
-	LeaseDuration   time.Duration // OUTBOX_LEASE_DURATION (30s)
-	GapTimeout      time.Duration // OUTBOX_GAP_TIMEOUT (10s)
-	MaxMessageBytes int           // OUTBOX_MAX_MESSAGE_BYTES (0: the config item's, 1048576 when it states none)
-	Concurrency     int           // OUTBOX_CONCURRENCY (8)
+	MessagesTable string        // OUTBOX_MESSAGES_TABLE (required)
+	ControlTable  string        // OUTBOX_CONTROL_TABLE (required)
+	BatchSize     int           // OUTBOX_BATCH_SIZE (500)
+	Topics        []string      // OUTBOX_TOPICS (checked at init; none = only check that a broker answers)
+	LeaseDuration time.Duration // OUTBOX_LEASE_DURATION (30s)
+	GapTimeout    time.Duration // OUTBOX_GAP_TIMEOUT (10s)
+	Concurrency   int           // OUTBOX_CONCURRENCY (8)
 	// SweepMinAge is OUTBOX_SWEEP_MIN_AGE (10s): the sweeper leaves
 	// messages younger than this to the stream path.
 	SweepMinAge time.Duration
@@ -47,10 +50,6 @@ type Config struct {
 	// that has stopped its bucket this long with a permanent topic- or
 	// cluster-wide error (outbox.ParkStuckAfter).
 	ParkStuckAfter time.Duration
-	// Mode is OUTBOX_MODE: "delete" or "watermark", the mode the outbox
-	// must be in (checked against its config item at init); empty accepts
-	// the stored one.
-	Mode string
 	// OutboxRegion is OUTBOX_REGION: this function's region in an outbox
 	// in region mode (a DynamoDB global table; the config item lists the
 	// regions and NewRelay and NewWriter check it against them); empty
@@ -101,12 +100,9 @@ func (r Range) String() string {
 // The gap timeout is at least 1 s because a writer's reservation and commit
 // take tens of milliseconds and a shorter wait fences live writers; at most
 // 1 h, beyond which a stuck writer holds its bucket for no benefit (the
-// DynamoDB token window is 10 min). MaxMessageBytes ends where the Kafka
-// publisher's range ends (100 MiB − 4).
+// DynamoDB token window is 10 min).
 var Ranges = []Range{
-	{Variable: "OUTBOX_BUCKET_COUNT", Min: 1, Max: outbox.MaxBucketCount},
 	{Variable: "OUTBOX_BATCH_SIZE", Min: 1, Max: 10000},
-	{Variable: "OUTBOX_MAX_MESSAGE_BYTES", Min: 1024, Max: 100<<20 - 4},
 	{Variable: "OUTBOX_CONCURRENCY", Min: 1, Max: 256},
 	{Variable: "OUTBOX_LEASE_DURATION", Min: MinLeaseSeconds, Max: 900, Unit: time.Second},
 	{Variable: "OUTBOX_GAP_TIMEOUT", Min: 1, Max: 3600, Unit: time.Second},
@@ -143,15 +139,12 @@ func Load(getenv func(string) string) (Config, error) {
 	c := Config{
 		MessagesTable:          l.required("OUTBOX_MESSAGES_TABLE", "the name of the outbox messages table"),
 		ControlTable:           l.required("OUTBOX_CONTROL_TABLE", "the name of the outbox control table"),
-		BucketCount:            l.int("OUTBOX_BUCKET_COUNT", 0),
 		BatchSize:              l.int("OUTBOX_BATCH_SIZE", 500),
-		MaxMessageBytes:        l.int("OUTBOX_MAX_MESSAGE_BYTES", 0),
 		Concurrency:            l.int("OUTBOX_CONCURRENCY", 8),
 		LeaseDuration:          l.duration("OUTBOX_LEASE_DURATION", 30*time.Second),
 		GapTimeout:             l.duration("OUTBOX_GAP_TIMEOUT", 10*time.Second),
 		SweepMinAge:            l.duration("OUTBOX_SWEEP_MIN_AGE", 10*time.Second),
 		ParkStuckAfter:         l.duration("OUTBOX_PARK_STUCK_AFTER", 0),
-		Mode:                   l.mode("OUTBOX_MODE"),
 		OutboxRegion:           l.region("OUTBOX_REGION"),
 		Topics:                 l.topics("OUTBOX_TOPICS"),
 		Brokers:                l.brokers("KAFKA_BOOTSTRAP_SERVERS"),
@@ -194,17 +187,6 @@ func (c Config) LeaseMargin() time.Duration { return min(5*time.Second, c.LeaseD
 
 // MaxClockSkew: see LeaseMargin.
 func (c Config) MaxClockSkew() time.Duration { return min(5*time.Second, c.LeaseDuration/6) }
-
-func (l *loader) mode(name string) string {
-	v := strings.TrimSpace(l.getenv(name))
-	if v == "" {
-		return ""
-	}
-	if _, err := outbox.ParseMode(v); err != nil {
-		l.fail(name, v, "must be delete or watermark (the mode the outbox was created with), or unset to accept the stored one")
-	}
-	return v
-}
 
 // region reads an optional region id (outbox.ValidateRegionID).
 func (l *loader) region(name string) string {
@@ -363,24 +345,22 @@ func list(s string) []string {
 // EnqueueConfig is the enqueue function's configuration: it writes to the
 // outbox and needs no Kafka settings.
 type EnqueueConfig struct {
-	MessagesTable   string // OUTBOX_MESSAGES_TABLE (required)
-	ControlTable    string // OUTBOX_CONTROL_TABLE (required)
-	MaxMessageBytes int    // OUTBOX_MAX_MESSAGE_BYTES (0: the config item's, 1048576 when it states none)
-	Region          string // AWS_REGION (set by Lambda)
-	DynamoEndpoint  string // OUTBOX_DYNAMODB_ENDPOINT (optional)
-	OutboxRegion    string // OUTBOX_REGION (region mode: this function's region; see Config)
+	MessagesTable  string // OUTBOX_MESSAGES_TABLE (required)
+	ControlTable   string // OUTBOX_CONTROL_TABLE (required)
+	Region         string // AWS_REGION (set by Lambda)
+	DynamoEndpoint string // OUTBOX_DYNAMODB_ENDPOINT (optional)
+	OutboxRegion   string // OUTBOX_REGION (region mode: this function's region; see Config)
 }
 
 // LoadEnqueue reads the enqueue function's configuration, as Load does.
 func LoadEnqueue(getenv func(string) string) (EnqueueConfig, error) {
 	l := loader{getenv: getenv}
 	c := EnqueueConfig{
-		MessagesTable:   l.required("OUTBOX_MESSAGES_TABLE", "the name of the outbox messages table"),
-		ControlTable:    l.required("OUTBOX_CONTROL_TABLE", "the name of the outbox control table"),
-		MaxMessageBytes: l.int("OUTBOX_MAX_MESSAGE_BYTES", 0),
-		Region:          getenv("AWS_REGION"),
-		DynamoEndpoint:  getenv("OUTBOX_DYNAMODB_ENDPOINT"),
-		OutboxRegion:    l.region("OUTBOX_REGION"),
+		MessagesTable:  l.required("OUTBOX_MESSAGES_TABLE", "the name of the outbox messages table"),
+		ControlTable:   l.required("OUTBOX_CONTROL_TABLE", "the name of the outbox control table"),
+		Region:         getenv("AWS_REGION"),
+		DynamoEndpoint: getenv("OUTBOX_DYNAMODB_ENDPOINT"),
+		OutboxRegion:   l.region("OUTBOX_REGION"),
 	}
 	if c.Region == "" {
 		c.Region = defaultRegion

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/dynakafka/outbox"
 )
 
 func getenv(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -29,7 +27,7 @@ func TestLoadDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.BatchSize != 500 || c.LeaseDuration != 30*time.Second || c.GapTimeout != 10*time.Second || c.Concurrency != 8 ||
-		c.MaxMessageBytes != 0 || c.Auth != AuthNone || len(c.Brokers) != 2 || c.Brokers[1] != "b2:9092" || c.BucketCount != 0 ||
+		c.Auth != AuthNone || len(c.Brokers) != 2 || c.Brokers[1] != "b2:9092" ||
 		c.Region != "us-east-1" || c.Topics != nil {
 		t.Fatalf("defaults = %+v", c)
 	}
@@ -79,9 +77,7 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{set: "KAFKA_BOOTSTRAP_SERVERS", value: "b1:0", variable: "KAFKA_BOOTSTRAP_SERVERS", reason: "1..65535"},
 		{set: "OUTBOX_BATCH_SIZE", value: "0", variable: "OUTBOX_BATCH_SIZE", reason: "1..10000"},
 		{set: "OUTBOX_BATCH_SIZE", value: "many", variable: "OUTBOX_BATCH_SIZE", reason: "1..10000"},
-		{set: "OUTBOX_BUCKET_COUNT", value: "5000", variable: "OUTBOX_BUCKET_COUNT", reason: "1..4096"},
 		{set: "OUTBOX_REGION", value: "EU_WEST", variable: "OUTBOX_REGION", reason: "a-z, 0-9"},
-		{set: "OUTBOX_MAX_MESSAGE_BYTES", value: "104857600", variable: "OUTBOX_MAX_MESSAGE_BYTES", reason: "1024..104857596"},
 		{set: "OUTBOX_CONCURRENCY", value: "257", variable: "OUTBOX_CONCURRENCY", reason: "1..256"},
 		{set: "OUTBOX_LEASE_DURATION", value: "30", variable: "OUTBOX_LEASE_DURATION", reason: "Go duration"},
 		{set: "OUTBOX_LEASE_DURATION", value: "5s", variable: "OUTBOX_LEASE_DURATION", reason: "12s..15m0s"},
@@ -215,14 +211,14 @@ func TestLoadTransactional(t *testing.T) {
 }
 
 // The enqueue function needs the tables only; Kafka's variables are not
-// required, and a bad OUTBOX_MAX_MESSAGE_BYTES is named.
+// required, and a bad OUTBOX_REGION is named.
 func TestLoadEnqueue(t *testing.T) {
 	env := map[string]string{"OUTBOX_MESSAGES_TABLE": "m", "OUTBOX_CONTROL_TABLE": "c"}
 	c, err := LoadEnqueue(func(k string) string { return env[k] })
-	if err != nil || c.MessagesTable != "m" || c.ControlTable != "c" || c.MaxMessageBytes != 0 || c.Region != defaultRegion {
+	if err != nil || c.MessagesTable != "m" || c.ControlTable != "c" || c.Region != defaultRegion {
 		t.Fatalf("LoadEnqueue = %+v, %v", c, err)
 	}
-	env = map[string]string{"OUTBOX_MAX_MESSAGE_BYTES": "12"}
+	env = map[string]string{"OUTBOX_REGION": "EU_WEST"}
 	_, err = LoadEnqueue(func(k string) string { return env[k] })
 	var names []string
 	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
@@ -231,20 +227,7 @@ func TestLoadEnqueue(t *testing.T) {
 			names = append(names, ce.Variable)
 		}
 	}
-	if strings.Join(names, " ") != "OUTBOX_MESSAGES_TABLE OUTBOX_CONTROL_TABLE OUTBOX_MAX_MESSAGE_BYTES" {
+	if strings.Join(names, " ") != "OUTBOX_MESSAGES_TABLE OUTBOX_CONTROL_TABLE OUTBOX_REGION" {
 		t.Fatalf("errors name %v", names)
-	}
-}
-
-// OUTBOX_BUCKET_COUNT's range (a row of Ranges, which the template's
-// parameters follow) is outbox.ValidBucketCount's, the one Go check of it.
-func TestBucketCountRangeIsValidBucketCount(t *testing.T) {
-	for _, n := range []int{-1, 0, 1, 2, outbox.MaxBucketCount - 1, outbox.MaxBucketCount, outbox.MaxBucketCount + 1} {
-		m := base()
-		m["OUTBOX_BUCKET_COUNT"] = strconv.Itoa(n)
-		_, err := Load(getenv(m))
-		if ok := err == nil; ok != outbox.ValidBucketCount(n) {
-			t.Errorf("OUTBOX_BUCKET_COUNT=%d: Load error %v, but ValidBucketCount = %v", n, err, outbox.ValidBucketCount(n))
-		}
 	}
 }

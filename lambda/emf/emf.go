@@ -74,11 +74,6 @@ func Level(level string) Option { return func(c *config) { c.level = level } }
 // WithClock sets the clock of the documents' timestamps. Default time.Now.
 func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
 
-// Clock is the former name of WithClock.
-//
-// Deprecated: use WithClock.
-func Clock(now func() time.Time) Option { return WithClock(now) }
-
 // Emitter writes EMF documents, one JSON object per line, each with a
 // single Write: lines from concurrent Emit calls never interleave. Build it
 // with New.

@@ -3,8 +3,9 @@
 // DynamoDB items and outbox messages), or a batch of them, and it commits
 // each in one TransactWriteItems through dynamo.Writer, once per idempotency
 // key (docs/deploy.md, Enqueue from any AWS service). Configuration:
-// OUTBOX_MESSAGES_TABLE, OUTBOX_CONTROL_TABLE, OUTBOX_MAX_MESSAGE_BYTES,
-// validated at init, with the outbox's config item.
+// OUTBOX_MESSAGES_TABLE, OUTBOX_CONTROL_TABLE and OUTBOX_REGION, validated
+// at init, and the outbox's config item (MaxMessageBytes, the header
+// names, the topics).
 package main
 
 import (

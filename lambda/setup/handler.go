@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -36,8 +38,7 @@ const (
 	// from before the topic list) leaves the stored list as it is.
 	propTopics = "Topics"
 	// propMaxBytes is the outbox's MaxMessageBytes (the stack's
-	// MaxMessageBytes parameter, also the functions'
-	// OUTBOX_MAX_MESSAGE_BYTES), a shared setting of the config item.
+	// MaxMessageBytes parameter), a shared setting of the config item.
 	// Absent (a stack from before it) leaves the stored value as it is.
 	propMaxBytes = "MaxMessageBytes"
 	// propRegions is region mode's regions, comma-separated, in order (the
@@ -62,6 +63,14 @@ const (
 	// read an existing table's stream ARN, which carries a creation time).
 	attrMessages = "MessagesTable"
 	attrStream   = "MessagesStreamArn"
+	// attrDigest is a digest of the config item's settings that processes
+	// read only when they start (configDigest). The functions'
+	// environment carries it as OUTBOX_CONFIG_DIGEST, which nothing
+	// reads: the settings themselves are the config item's alone. When
+	// one of them changes, so does the digest, CloudFormation updates the
+	// functions, and their warm containers, built on the old settings,
+	// give way to ones that read the new config item.
+	attrDigest = "ConfigDigest"
 )
 
 // The Tables values.
@@ -230,7 +239,22 @@ func (h *Handler) Handle(ctx context.Context, ev cfn.Event) (physicalID string, 
 		propTopics:    strings.Join(want.Topics, ","),
 		propRegions:   strings.Join(want.Regions, ","),
 		attrMessages:  tables.Messages,
+		attrDigest:    configDigest(want),
 	}, nil
+}
+
+// configDigest is a digest of what processes read from the config item
+// when they start and keep until they restart: the mode and retention,
+// the topics, MaxMessageBytes, the header names and the regions (not
+// BucketCount, which running writers and relays follow online, nor the
+// takeovers, which relays re-read). A setting the item does not state
+// digests as its default, which is what processes use.
+func configDigest(c outbox.Config) string {
+	topics := slices.Sorted(slices.Values(c.Topics))
+	h := c.SharedHeaders()
+	sum := sha256.Sum256(fmt.Appendf(nil, "mode=%s\nretention=%d\ntopics=%s\nmax_message_bytes=%d\nheaders=%s,%s,%s\nregions=%s\n",
+		c.Mode, c.Retention/time.Second, strings.Join(topics, ","), c.SharedMaxMessageBytes(), h.MessageID, h.Bucket, h.Sequence, strings.Join(c.Regions, ",")))
+	return hex.EncodeToString(sum[:8])
 }
 
 // placement reads Tables and Region and refuses what cannot work: Tables
@@ -312,6 +336,7 @@ func (h *Handler) attach(ctx context.Context, tables dynamo.Tables, want outbox.
 		propRegions:   strings.Join(stored.Regions, ","),
 		attrMessages:  tables.Messages,
 		attrStream:    stream,
+		attrDigest:    configDigest(stored),
 	}, nil
 }
 

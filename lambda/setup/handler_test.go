@@ -173,7 +173,7 @@ func TestCustomResource(t *testing.T) {
 			if c.stored >= 0 {
 				// The stack's tables (CreateTables makes the same ones),
 				// without the config item when stored is 0.
-				opts := []dynamo.Option{dynamo.BucketCount(max(c.stored, 1))}
+				opts := []dynamo.TablesOption{dynamo.BucketCount(max(c.stored, 1))}
 				if c.storedW {
 					opts = append(opts, dynamo.WithMode(outbox.WatermarkMode))
 				}
@@ -239,6 +239,13 @@ func TestCustomResource(t *testing.T) {
 			if len(r.raw) > 4096 {
 				t.Errorf("the response is %d bytes; CloudFormation accepts 4096", len(r.raw))
 			}
+			if c.status == cfn.StatusSuccess && ev.RequestType != cfn.RequestDelete {
+				// The answer's digest is the stored item's: the functions'
+				// restart trigger follows what they will read.
+				if got, want := r.body.Data[attrDigest], configDigest(readConfig(t, d.Client, tables)); got != want {
+					t.Errorf("%s %v, want %s, the digest of the stored config item", attrDigest, got, want)
+				}
+			}
 			if c.storedAfter > 0 {
 				cfg := readConfig(t, d.Client, tables)
 				if cfg.BucketCount != c.storedAfter {
@@ -251,6 +258,46 @@ func TestCustomResource(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The digest the functions' environment carries (OUTBOX_CONFIG_DIGEST)
+// changes with every setting processes read only at start, and with
+// nothing they follow while running: a stack update restarts the
+// functions exactly when they would otherwise run on a stale setting.
+func TestConfigDigest(t *testing.T) {
+	base := outbox.Config{BucketCount: 8, Mode: outbox.DeleteMode, Topics: []string{"a", "b"}}
+	restart := map[string]func(*outbox.Config){
+		"mode":            func(c *outbox.Config) { c.Mode, c.Retention = outbox.WatermarkMode, 24*time.Hour },
+		"retention":       func(c *outbox.Config) { c.Retention = time.Hour },
+		"topics":          func(c *outbox.Config) { c.Topics = []string{"a"} },
+		"MaxMessageBytes": func(c *outbox.Config) { c.MaxMessageBytes = 2 << 20 },
+		"id header":       func(c *outbox.Config) { c.Headers.MessageID = "x-id" },
+		"bucket header":   func(c *outbox.Config) { c.Headers.Bucket = "x-b" },
+		"sequence header": func(c *outbox.Config) { c.Headers.Sequence = "x-s" },
+		"regions":         func(c *outbox.Config) { c.Regions = []string{"us-east-1", "eu-west-1"} },
+	}
+	for name, change := range restart {
+		c := base
+		change(&c)
+		if configDigest(c) == configDigest(base) {
+			t.Errorf("%s changed, the digest did not: the functions would keep running on the old value", name)
+		}
+	}
+	same := map[string]func(*outbox.Config){
+		"BucketCount (followed online)": func(c *outbox.Config) { c.BucketCount, c.BucketEpoch = 16, 1 },
+		"takeovers (re-read)":           func(c *outbox.Config) { c.TakenOver = map[string]string{"eu-west-1": "us-east-1"} },
+		"the topics' order":             func(c *outbox.Config) { c.Topics = []string{"b", "a"} },
+		"defaults stated": func(c *outbox.Config) {
+			c.MaxMessageBytes, c.Headers = outbox.DefaultMaxMessageBytes, c.SharedHeaders()
+		},
+	}
+	for name, change := range same {
+		c := base
+		change(&c)
+		if configDigest(c) != configDigest(base) {
+			t.Errorf("%s changed the digest: a needless restart of every function", name)
+		}
 	}
 }
 
@@ -298,9 +345,9 @@ func TestPropertiesTopics(t *testing.T) {
 	}
 }
 
-// The stack's MaxMessageBytes goes into the config item (a shared setting
-// the functions' OUTBOX_MAX_MESSAGE_BYTES must agree with); out of range is
-// refused naming it; absent (an older stack) leaves it unset.
+// The stack's MaxMessageBytes goes into the config item, where every
+// component reads it; out of range is refused naming it; absent (an older
+// stack) leaves it unset.
 func TestPropertiesMaxMessageBytes(t *testing.T) {
 	base := func(extra map[string]any) map[string]any {
 		p := map[string]any{"MessagesTable": "m", "ControlTable": "c", "BucketCount": "4"}
@@ -428,6 +475,9 @@ func TestAttach(t *testing.T) {
 				}
 				if data["MessagesStreamArn"] != *desc.Table.LatestStreamArn || data["MessagesTable"] != tables.Messages || data["BucketCount"] != "4" {
 					t.Errorf("data = %v, want the stream %s, the table and BucketCount 4", data, *desc.Table.LatestStreamArn)
+				}
+				if want := configDigest(readConfig(t, d.Client, tables)); data[attrDigest] != want {
+					t.Errorf("%s %v, want %s, the digest of the replicated config item", attrDigest, data[attrDigest], want)
 				}
 			} else {
 				if err == nil {

@@ -424,9 +424,9 @@ func (r *faultRig) viaStream(ctx context.Context, h *handler.Relay) (err error, 
 // newFaultRig creates the rig's outbox (tables in the mode opts give, and a
 // topic) and writes its message. It may run beside other rigs' creation:
 // it returns its failure.
-func newFaultRig(t *testing.T, ctx context.Context, d *testenv.Dynamo, k *kfakeenv.Cluster, opts ...dynamo.Option) (*faultRig, error) {
+func newFaultRig(t *testing.T, ctx context.Context, d *testenv.Dynamo, k *kfakeenv.Cluster, opts ...dynamo.TablesOption) (*faultRig, error) {
 	r := &faultRig{t: t, d: d, k: k, tables: dynamo.Tables{Messages: testenv.Name(t, "m"), Control: testenv.Name(t, "c")}, topic: testenv.Name(t, "t")}
-	if err := dynamo.CreateTables(ctx, d.Client, r.tables, append([]dynamo.Option{dynamo.BucketCount(4)}, opts...)...); err != nil {
+	if err := dynamo.CreateTables(ctx, d.Client, r.tables, append([]dynamo.TablesOption{dynamo.BucketCount(4)}, opts...)...); err != nil {
 		return nil, err
 	}
 	if err := r.createTopic(ctx); err != nil {
@@ -558,7 +558,7 @@ func TestFailuresRaiseTheirAlarms(t *testing.T) {
 		}
 	}
 	block := []outbox.Option{outbox.OnRecordError(outbox.Block)}
-	watermark := []dynamo.Option{dynamo.WithMode(outbox.WatermarkMode)}
+	watermark := []dynamo.TablesOption{dynamo.WithMode(outbox.WatermarkMode)}
 	type scenario struct {
 		name           string
 		fault, variant string // the row (a prefix of its first cell; "": a control) and the variant
@@ -567,7 +567,7 @@ func TestFailuresRaiseTheirAlarms(t *testing.T) {
 		cause  string
 		setup  func(*faultRig, context.Context)
 		extra  []outbox.Option
-		tables []dynamo.Option
+		tables []dynamo.TablesOption
 		kafka  *kfakeenv.Cluster // default k
 		// lasting: the fault fails every call of the functions at the
 		// bucket until the invocation's deadline; they get the smallest
@@ -690,8 +690,19 @@ func TestFailuresRaiseTheirAlarms(t *testing.T) {
 			r.env["KAFKA_BOOTSTRAP_SERVERS"] = "127.0.0.1:1" // refuses
 			r.env["OUTBOX_TOPICS"] = ""
 		}},
-		{fault: "A relay or writer configured for the other mode", setup: func(r *faultRig, _ context.Context) {
-			r.env["OUTBOX_MODE"] = "watermark"
+		// The config item says a format version above this release's
+		// (as an older release meets a watermark or rebucketed outbox).
+		{fault: "A release older than the outbox's config item", setup: func(r *faultRig, ctx context.Context) {
+			if _, err := r.d.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+				TableName: aws.String(r.tables.Control),
+				Key: map[string]types.AttributeValue{
+					"pk": &types.AttributeValueMemberS{Value: "config"}, "sk": &types.AttributeValueMemberS{Value: "config"},
+				},
+				UpdateExpression:          aws.String("SET v = :v"),
+				ExpressionAttributeValues: map[string]types.AttributeValue{":v": &types.AttributeValueMemberN{Value: "99"}},
+			}); err != nil {
+				r.t.Fatal(err)
+			}
 		}},
 	}
 	// The rows whose alarms this test does not drive, why, and the test

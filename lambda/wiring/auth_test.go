@@ -254,7 +254,7 @@ func TestKafkaAuthAgainstKfake(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			cfg := c.cfg
-			cfg.Brokers, cfg.MaxMessageBytes, cfg.LeaseDuration = c.brokers, 1<<20, 30*time.Second
+			cfg.Brokers, cfg.LeaseDuration = c.brokers, 30*time.Second
 			p, err := NewPublisher(ctx, cfg, aws.Config{}, log)
 			if err == nil {
 				p.Close()

@@ -19,12 +19,9 @@ import (
 // same code. The error says what to fix.
 func Enqueue(ctx context.Context, cfg config.EnqueueConfig, client *dynamodb.Client, logger *slog.Logger) (*handler.Enqueue, *dynamo.Writer, error) {
 	tables := dynamo.Tables{Messages: cfg.MessagesTable, Control: cfg.ControlTable}
-	var wopts []dynamo.Option
-	if cfg.MaxMessageBytes != 0 { // 0: the config item's
-		wopts = append(wopts, dynamo.MaxMessageBytes(cfg.MaxMessageBytes))
-	}
+	var wopts []dynamo.WriterOption
 	if cfg.OutboxRegion != "" {
-		wopts = append(wopts, dynamo.WithRegion(cfg.OutboxRegion))
+		wopts = append(wopts, dynamo.Region(cfg.OutboxRegion))
 	}
 	writer, err := dynamo.NewWriter(ctx, client, tables, wopts...)
 	if err != nil {

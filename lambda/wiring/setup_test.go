@@ -89,7 +89,7 @@ func TestInitFailuresSurviveTheLogLevelFilter(t *testing.T) {
 		env  map[string]string
 		want string // the message's prefix, after "outbox relay: " or "outbox sweeper: "
 	}{
-		{"invalid configuration", map[string]string{"OUTBOX_BUCKET_COUNT": "many"}, "invalid configuration"},
+		{"invalid configuration", map[string]string{"OUTBOX_BATCH_SIZE": "many"}, "invalid configuration"},
 		{"kafka unreachable", nil, "init failed"},
 	}
 	for _, c := range cases {

@@ -67,7 +67,8 @@ func (p *Parts) Close() {
 
 // NewPublisher builds the Kafka publisher from cfg, authenticated as
 // KAFKA_AUTH says, and checks the brokers before anything is published: the
-// topics in OUTBOX_TOPICS must exist and admit OUTBOX_MAX_MESSAGE_BYTES, and
+// topics in OUTBOX_TOPICS must exist and admit the outbox's MaxMessageBytes
+// (its config item's, given in extra as kafka.OutboxConfig; Build does), and
 // without topics a broker must answer. An error names the variables to fix.
 // Options in extra come last (tests use them).
 func NewPublisher(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger, extra ...kafka.Option) (*kafka.Publisher, error) {
@@ -119,9 +120,6 @@ func publisherOptions(ctx context.Context, cfg config.Config, awsCfg aws.Config,
 		kafka.LeaseDuration(cfg.LeaseDuration),
 		kafka.WithLogger(logger),
 	}
-	if cfg.MaxMessageBytes != 0 {
-		kopts = append(kopts, kafka.MaxMessageBytes(cfg.MaxMessageBytes))
-	}
 	if len(cfg.Topics) > 0 {
 		kopts = append(kopts, kafka.Topics(cfg.Topics...))
 	}
@@ -161,9 +159,9 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 	if err != nil {
 		return nil, fmt.Errorf("outbox store (OUTBOX_MESSAGES_TABLE=%s, OUTBOX_CONTROL_TABLE=%s): %w", cfg.MessagesTable, cfg.ControlTable, err)
 	}
-	// The publisher takes the shared settings (MaxMessageBytes, header
-	// names) from the config item, as the store and the relay do: as
-	// NewStore read it, without a second read.
+	// The shared settings (BucketCount, the mode, MaxMessageBytes, the
+	// header names) are the config item's, for the store, the publisher
+	// and the relay: as NewStore read it, without a second read.
 	stored := p.Store.Opened()
 	if cfg.Transactional {
 		p.Publisher, err = NewTxnPublisher(ctx, cfg, awsCfg, logger, kafka.OutboxConfig(stored))
@@ -175,7 +173,6 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 		return nil, err
 	}
 	ropts := []outbox.Option{
-		outbox.BucketCount(bucketCount(ctx, cfg.BucketCount, stored, logger)),
 		outbox.BatchSize(cfg.BatchSize),
 		outbox.LeaseDuration(cfg.LeaseDuration),
 		outbox.ResumeWindow(cfg.ResumeWindow()),
@@ -185,7 +182,6 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 		outbox.GapTimeout(cfg.GapTimeout),
 		outbox.SweepMinAge(cfg.SweepMinAge),
 		outbox.ParkStuckAfter(cfg.ParkStuckAfter),
-		outbox.MaxMessageBytes(cfg.MaxMessageBytes), // 0: the config item's
 		outbox.Concurrency(cfg.Concurrency),
 		outbox.WithLogger(logger),
 		// As NewStore read it: no second read of the config item on the
@@ -198,38 +194,13 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 	if cfg.OutboxRegion != "" {
 		ropts = append(ropts, outbox.Region(cfg.OutboxRegion))
 	}
-	if cfg.Mode != "" {
-		m, _ := outbox.ParseMode(cfg.Mode) // validated by config.Load
-		ropts = append(ropts, outbox.WithMode(m))
-	}
 	p.Relay, err = outbox.NewRelay(ctx, p.Store, p.Publisher, append(ropts, extra...)...)
 	p.Init.Relay = took()
 	if err != nil {
 		p.Close()
-		return nil, fmt.Errorf("relay (OUTBOX_BUCKET_COUNT=%d): %w", cfg.BucketCount, err)
+		return nil, fmt.Errorf("relay: %w", err)
 	}
 	return p, nil
-}
-
-// bucketCount is the count the relay is built with. The config item is the
-// truth; OUTBOX_BUCKET_COUNT is the count the stack deployed the functions
-// with, and a check of it. After an online BucketCount change the stack
-// updates the functions last (docs/design.md §13.5), so a container that
-// cold-starts between the change's flip and that update carries the old
-// count: when the config item records an online change (BucketEpoch > 0)
-// or one in progress, a count other than the item's is that, and the relay
-// takes the item's (0) with a warning. On an outbox never changed online a
-// different count is a misconfiguration (another outbox's tables, a wrong
-// parameter), which NewRelay refuses naming both counts. The item keeps no
-// history of earlier counts, so after a change any other count is
-// accepted the same way; nothing uses it, the relay runs on the item's.
-func bucketCount(ctx context.Context, env int, stored outbox.Config, logger *slog.Logger) int {
-	if env == 0 || env == stored.BucketCount || (stored.BucketEpoch == 0 && !stored.Changing()) {
-		return env
-	}
-	logger.WarnContext(ctx, "outbox: OUTBOX_BUCKET_COUNT is from before an online BucketCount change; the config item's count is used until the stack updates the function",
-		"env_bucket_count", env, "bucket_count", stored.BucketCount, "bucket_epoch", stored.BucketEpoch, "next_bucket_count", stored.NextBucketCount)
-	return 0
 }
 
 // DynamoClient is the functions' DynamoDB client; endpoint overrides AWS's

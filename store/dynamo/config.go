@@ -414,7 +414,7 @@ func SetBucketCount(ctx context.Context, client StoreAPI, tables Tables, bucketC
 // Every change is conditional on the config item being what was read (a
 // concurrent change makes it fail, naming it). It returns the configuration
 // stored before (zero when there was none).
-func Configure(ctx context.Context, client StoreAPI, tables Tables, want outbox.Config, opts ...Option) (previous outbox.Config, err error) {
+func Configure(ctx context.Context, client StoreAPI, tables Tables, want outbox.Config, opts ...ChangeOption) (previous outbox.Config, err error) {
 	want, err = checkWanted(want)
 	if err != nil {
 		return outbox.Config{}, err
@@ -429,7 +429,7 @@ func Configure(ctx context.Context, client StoreAPI, tables Tables, want outbox.
 
 // configure reads the config item and writes change(stored) if it differs
 // (change(zero Config) when there is none), with the checks of Configure.
-func configure(ctx context.Context, client StoreAPI, tables Tables, change func(stored outbox.Config) outbox.Config, opts ...Option) (outbox.Config, error) {
+func configure(ctx context.Context, client StoreAPI, tables Tables, change func(stored outbox.Config) outbox.Config, opts ...ChangeOption) (outbox.Config, error) {
 	if err := tables.validate(); err != nil {
 		return outbox.Config{}, err
 	}

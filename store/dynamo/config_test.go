@@ -168,9 +168,9 @@ func TestSetBucketCount(t *testing.T) {
 			if got.BucketCount != c.want || got.FormatVersion != outbox.FormatVersion || got.Changing() {
 				t.Errorf("config item %+v, want bucket count %d, format %d", got, c.want, outbox.FormatVersion)
 			}
-			// What a relay of the resulting count opens.
-			if _, err := NewStore(ctxT(t), e.d.Client, e.tables, BucketCount(c.want)); err != nil {
-				t.Errorf("NewStore with BucketCount %d: %v", c.want, err)
+			// What a relay opens: the resulting count.
+			if s, err := NewStore(ctxT(t), e.d.Client, e.tables); err != nil || s.Opened().BucketCount != c.want {
+				t.Errorf("NewStore: %v, BucketCount %d; want %d", err, s.Opened().BucketCount, c.want)
 			}
 		})
 	}

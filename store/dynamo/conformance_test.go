@@ -13,10 +13,10 @@ func TestConformance(t *testing.T) {
 	for _, c := range []struct {
 		mode      outbox.Mode
 		retention time.Duration
-		opts      []Option
+		opts      []TablesOption
 	}{
 		{outbox.DeleteMode, 0, nil},
-		{outbox.WatermarkMode, 6 * time.Hour, []Option{WithMode(outbox.WatermarkMode), Retention(6 * time.Hour)}},
+		{outbox.WatermarkMode, 6 * time.Hour, []TablesOption{WithMode(outbox.WatermarkMode), Retention(6 * time.Hour)}},
 	} {
 		t.Run(c.mode.String(), func(t *testing.T) {
 			stores := map[outbox.Store]*env{}

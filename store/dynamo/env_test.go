@@ -32,7 +32,7 @@ func ctxT(t *testing.T) context.Context {
 }
 
 // newTables creates a fresh outbox (new table names) and returns its names.
-func newTables(t *testing.T, opts ...Option) (*testenv.Dynamo, Tables) {
+func newTables(t *testing.T, opts ...TablesOption) (*testenv.Dynamo, Tables) {
 	t.Helper()
 	d := testenv.DynamoDB(t)
 	tables := Tables{Messages: testenv.Name(t, "msgs"), Control: testenv.Name(t, "ctl")}
@@ -42,9 +42,9 @@ func newTables(t *testing.T, opts ...Option) (*testenv.Dynamo, Tables) {
 	return d, tables
 }
 
-func newEnv(t *testing.T, bucketCount int, opts ...Option) *env {
+func newEnv(t *testing.T, bucketCount int, opts ...TablesOption) *env {
 	t.Helper()
-	d, tables := newTables(t, append([]Option{BucketCount(bucketCount)}, opts...)...)
+	d, tables := newTables(t, append([]TablesOption{BucketCount(bucketCount)}, opts...)...)
 	s, err := NewStore(ctxT(t), d.Client, tables)
 	if err != nil {
 		t.Fatalf("NewStore: %v", err)

@@ -30,9 +30,10 @@ func ExampleCreateTables() {
 	}
 }
 
-// A relay's store: NewStore reads the outbox's config item and refuses a
-// BucketCount other than the stored one. lambda/relay and lambda/sweeper
-// wire it the same way.
+// A relay's store: NewStore reads the outbox's config item, whose shared
+// settings (BucketCount, the mode, MaxMessageBytes, the header names) the
+// store, the publisher (kafka.OutboxConfig) and the relay run on.
+// lambda/relay and lambda/sweeper wire it the same way.
 func ExampleNewStore() {
 	ctx := context.Background()
 	cfg, err := config.LoadDefaultConfig(ctx)
@@ -40,11 +41,12 @@ func ExampleNewStore() {
 		log.Fatal(err)
 	}
 	tables := dynamo.Tables{Messages: "orders-outbox", Control: "orders-outbox-control"}
-	store, err := dynamo.NewStore(ctx, dynamodb.NewFromConfig(cfg), tables, dynamo.BucketCount(16))
+	store, err := dynamo.NewStore(ctx, dynamodb.NewFromConfig(cfg), tables)
 	if err != nil {
-		log.Fatal(err) // e.g. a *outbox.MisconfigurationError naming both bucket counts
+		log.Fatal(err) // e.g. dynamo.ErrNoConfig: create the outbox first
 	}
-	pub, err := kafka.NewPublisher(ctx, []string{"b-1.example.kafka.eu-west-1.amazonaws.com:9098"}, kafka.Topics("order-events"))
+	pub, err := kafka.NewPublisher(ctx, []string{"b-1.example.kafka.eu-west-1.amazonaws.com:9098"},
+		kafka.Topics("order-events"), kafka.OutboxConfig(store.Opened()))
 	if err != nil {
 		log.Fatal(err)
 	}

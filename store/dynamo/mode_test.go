@@ -27,17 +27,17 @@ func rawConfig(t *testing.T, e *env) map[string]types.AttributeValue {
 func TestConfigItemByMode(t *testing.T) {
 	cases := []struct {
 		name      string
-		opts      []Option
+		opts      []TablesOption
 		mode      outbox.Mode
 		retention time.Duration
 		version   int64
 		attrs     []string // every attribute of the item
 	}{
 		{"delete (default)", nil, outbox.DeleteMode, 0, 1, []string{"bc", "mt", "pk", "sk", "v"}},
-		{"delete (explicit)", []Option{WithMode(outbox.DeleteMode)}, outbox.DeleteMode, 0, 1, []string{"bc", "mt", "pk", "sk", "v"}},
-		{"watermark, default retention", []Option{WithMode(outbox.WatermarkMode)}, outbox.WatermarkMode, DefaultRetention, 2,
+		{"delete (explicit)", []TablesOption{WithMode(outbox.DeleteMode)}, outbox.DeleteMode, 0, 1, []string{"bc", "mt", "pk", "sk", "v"}},
+		{"watermark, default retention", []TablesOption{WithMode(outbox.WatermarkMode)}, outbox.WatermarkMode, DefaultRetention, 2,
 			[]string{"bc", "md", "mt", "pk", "rt", "sk", "v"}},
-		{"watermark, 3 days", []Option{WithMode(outbox.WatermarkMode), Retention(72 * time.Hour)}, outbox.WatermarkMode, 72 * time.Hour, 2,
+		{"watermark, 3 days", []TablesOption{WithMode(outbox.WatermarkMode), Retention(72 * time.Hour)}, outbox.WatermarkMode, 72 * time.Hour, 2,
 			[]string{"bc", "md", "mt", "pk", "rt", "sk", "v"}},
 	}
 	for _, c := range cases {
@@ -65,9 +65,8 @@ func TestConfigItemByMode(t *testing.T) {
 			if err != nil || cfg.Mode != c.mode || cfg.Retention != c.retention || cfg.BucketCount != 4 || cfg.FormatVersion != outbox.FormatVersion {
 				t.Fatalf("Config = %+v, %v; want mode %v retention %v", cfg, err, c.mode, c.retention)
 			}
-			// The relay engine accepts it (CheckConfig), and a relay for
-			// the other mode is refused (NewRelay compares the modes).
-			if err := outbox.CheckConfig(cfg, 4); err != nil {
+			// The relay engine accepts it (CheckConfig).
+			if err := outbox.CheckConfig(cfg); err != nil {
 				t.Errorf("CheckConfig: %v", err)
 			}
 		})
@@ -147,14 +146,14 @@ func TestTablesOptionsValidated(t *testing.T) {
 	var d neverClient
 	cases := []struct {
 		name   string
-		opts   []Option
+		opts   []TablesOption
 		option string
 	}{
-		{"retention without watermark mode", []Option{Retention(48 * time.Hour)}, "Retention"},
-		{"retention in delete mode", []Option{WithMode(outbox.DeleteMode), Retention(48 * time.Hour)}, "Retention"},
-		{"retention under an hour", []Option{WithMode(outbox.WatermarkMode), Retention(59 * time.Minute)}, "Retention"},
-		{"retention in fractions of a second", []Option{WithMode(outbox.WatermarkMode), Retention(2*time.Hour + time.Millisecond)}, "Retention"},
-		{"an unknown mode", []Option{WithMode(outbox.Mode(7))}, "WithMode"},
+		{"retention without watermark mode", []TablesOption{Retention(48 * time.Hour)}, "Retention"},
+		{"retention in delete mode", []TablesOption{WithMode(outbox.DeleteMode), Retention(48 * time.Hour)}, "Retention"},
+		{"retention under an hour", []TablesOption{WithMode(outbox.WatermarkMode), Retention(59 * time.Minute)}, "Retention"},
+		{"retention in fractions of a second", []TablesOption{WithMode(outbox.WatermarkMode), Retention(2*time.Hour + time.Millisecond)}, "Retention"},
+		{"an unknown mode", []TablesOption{WithMode(outbox.Mode(7))}, "WithMode"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -174,19 +173,19 @@ type neverClient struct{ AdminAPI }
 // another retention, is refused, naming both values; the same settings
 // change nothing.
 func TestCreateTablesKeepsTheMode(t *testing.T) {
-	wm := []Option{WithMode(outbox.WatermarkMode), Retention(48 * time.Hour)}
+	wm := []TablesOption{WithMode(outbox.WatermarkMode), Retention(48 * time.Hour)}
 	e := newEnv(t, 4, wm...)
 	ctx := ctxT(t)
-	if err := CreateTables(ctx, e.d.Client, e.tables, append([]Option{BucketCount(4)}, wm...)...); err != nil {
+	if err := CreateTables(ctx, e.d.Client, e.tables, append([]TablesOption{BucketCount(4)}, wm...)...); err != nil {
 		t.Fatalf("the same settings again: %v", err)
 	}
 	var me *outbox.MisconfigurationError
 	for _, c := range []struct {
-		opts                      []Option
+		opts                      []TablesOption
 		setting, configured, held string
 	}{
-		{[]Option{BucketCount(4)}, "Mode", "delete", "watermark"},
-		{[]Option{BucketCount(4), WithMode(outbox.WatermarkMode)}, "Retention", "24h0m0s", "48h0m0s"},
+		{[]TablesOption{BucketCount(4)}, "Mode", "delete", "watermark"},
+		{[]TablesOption{BucketCount(4), WithMode(outbox.WatermarkMode)}, "Retention", "24h0m0s", "48h0m0s"},
 	} {
 		err := CreateTables(ctx, e.d.Client, e.tables, c.opts...)
 		if !errors.As(err, &me) || me.Setting != c.setting || me.Configured != c.configured || me.Stored != c.held {
@@ -195,28 +194,21 @@ func TestCreateTablesKeepsTheMode(t *testing.T) {
 	}
 }
 
-// TestOpenChecksTheMode: a store or writer that states a mode refuses an
-// outbox in the other one with a *MisconfigurationError naming both; one
-// that states none takes the config item's.
-func TestOpenChecksTheMode(t *testing.T) {
+// TestOpenTakesTheMode: a store and a writer run in the config item's
+// mode; none is configured with one.
+func TestOpenTakesTheMode(t *testing.T) {
 	ctx := ctxT(t)
 	for _, stored := range []outbox.Mode{outbox.DeleteMode, outbox.WatermarkMode} {
-		e := newEnv(t, 2, Mode(stored))
-		for _, expected := range []outbox.Mode{outbox.DeleteMode, outbox.WatermarkMode} {
-			_, serr := NewStore(ctx, e.d.Client, e.tables, Mode(expected))
-			_, werr := NewWriter(ctx, e.d.Client, e.tables, Mode(expected))
-			for what, err := range map[string]error{"NewStore": serr, "NewWriter": werr} {
-				var me *outbox.MisconfigurationError
-				switch {
-				case expected == stored && err != nil:
-					t.Errorf("%s(Mode %v) on a %v outbox: %v", what, expected, stored, err)
-				case expected != stored && (!errors.As(err, &me) || me.Setting != "Mode" || me.Configured != expected.String() || me.Stored != stored.String()):
-					t.Errorf("%s(Mode %v) on a %v outbox: %v, want a *MisconfigurationError naming both", what, expected, stored, err)
-				}
-			}
+		e := newEnv(t, 2, WithMode(stored))
+		if s, err := NewStore(ctx, e.d.Client, e.tables); err != nil || s.Opened().Mode != stored {
+			t.Errorf("NewStore on a %v outbox: %v, mode %v", stored, err, s.Opened().Mode)
 		}
-		if _, err := NewWriter(ctx, e.d.Client, e.tables); err != nil {
-			t.Errorf("NewWriter without Mode on a %v outbox: %v", stored, err)
+		w, err := NewWriter(ctx, e.d.Client, e.tables)
+		if err != nil {
+			t.Fatalf("NewWriter on a %v outbox: %v", stored, err)
+		}
+		if (w.retention != 0) != (stored == outbox.WatermarkMode) {
+			t.Errorf("writer on a %v outbox puts a TTL of %v on its messages", stored, w.retention)
 		}
 	}
 }
@@ -229,11 +221,11 @@ func TestWriterTTLByMode(t *testing.T) {
 	const retention = 5 * time.Hour
 	for _, c := range []struct {
 		name string
-		opts []Option
+		opts []TablesOption
 		ttl  bool
 	}{
 		{"delete", nil, false},
-		{"watermark", []Option{WithMode(outbox.WatermarkMode), Retention(retention)}, true},
+		{"watermark", []TablesOption{WithMode(outbox.WatermarkMode), Retention(retention)}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t, 1, c.opts...)
@@ -309,9 +301,9 @@ func TestConfigure(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			var opts []Option
+			var opts []TablesOption
 			if c.stored != nil && c.stored.Mode == outbox.WatermarkMode {
-				opts = []Option{WithMode(outbox.WatermarkMode), Retention(c.stored.Retention)}
+				opts = []TablesOption{WithMode(outbox.WatermarkMode), Retention(c.stored.Retention)}
 			}
 			e := newEnv(t, 4, opts...)
 			if c.stored == nil {

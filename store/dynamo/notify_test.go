@@ -46,8 +46,4 @@ func TestWriterNotifierMustNotBeNil(t *testing.T) {
 	if !errors.As(err, &oe) || oe.Option != "WithNotifier" {
 		t.Fatalf("err = %v, want an *OptionError on WithNotifier", err)
 	}
-	// A store takes no notifier: it commits nothing a relay waits for.
-	if _, err := NewStore(ctxT(t), e.d.Client, e.tables, WithNotifier(outbox.NewNotifier())); !errors.As(err, &oe) || oe.Option != "WithNotifier" {
-		t.Fatalf("NewStore with WithNotifier: %v, want an *OptionError on WithNotifier", err)
-	}
 }

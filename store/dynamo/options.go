@@ -3,14 +3,13 @@ package dynamo
 import (
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/dynakafka/outbox"
 )
 
 // settings holds every option of the package; each constructor reads the
-// ones that apply to it (the option types below say which).
+// ones of its kind (the option types below).
 type settings struct {
 	// ChangeBucketCount's (rebucket.go).
 	changeTimeout, changeGap time.Duration
@@ -18,19 +17,21 @@ type settings struct {
 	fenceTTL                 time.Duration
 	tombstoneTTL             time.Duration
 	deleteConcurrency        int
-	maxMessageBytes          int
-	headers                  outbox.HeaderNames
-	tracer                   outbox.Tracer
-	maxAttempts              int
-	clock                    outbox.Clock
-	logger                   *slog.Logger
-	notifier                 *outbox.Notifier
-	notifierSet              bool
+	// maxMessageBytes and headers: CreateTables' shared settings (0, "":
+	// not given); for NewStore and NewWriter, the config item's.
+	maxMessageBytes int
+	headers         outbox.HeaderNames
+	tracer          outbox.Tracer
+	maxAttempts     int
+	clock           outbox.Clock
+	logger          *slog.Logger
+	notifier        *outbox.Notifier
+	notifierSet     bool
 	// jitter draws a backoff delay below its argument (tests fix it).
 	jitter func(time.Duration) time.Duration
-	// mode: the mode CreateTables creates, or the one NewStore and
-	// NewWriter expect (modeSet: given). retention: CreateTables' message
-	// retention in WatermarkMode (0: DefaultRetention).
+	// mode: the mode CreateTables creates (modeSet: given). retention:
+	// CreateTables' message retention in WatermarkMode (0:
+	// DefaultRetention).
 	mode      outbox.Mode
 	modeSet   bool
 	retention time.Duration
@@ -43,11 +44,8 @@ type settings struct {
 	// region a Writer or Store runs in.
 	regions []string
 	region  string
-	// target: the constructor being configured (forTables, forStore,
-	// forWriter); misplaced: the options it was given that do not apply
-	// to it, or nil options.
-	target    int
-	misplaced []error
+	// nilOption: an option given was nil.
+	nilOption bool
 	// emptyHeader names a header option given an empty name.
 	emptyHeader string
 }
@@ -90,127 +88,106 @@ const MinRetention = time.Hour
 // transaction, and each counter update and fence put, at most 6 times.
 const DefaultMaxAttempts = 6
 
-// Option configures CreateTables, NewStore and NewWriter: the package's one
-// option type (docs/design.md, "Options"). Each option's comment says its
-// default and which of the three it applies to; giving one to a constructor
-// it does not apply to is an *outbox.OptionError naming it, and nothing is
-// done.
-type Option func(*settings)
+// Option is what every option of the package is. Each constructor takes
+// options of its own kind: TablesOption (CreateTables), StoreOption
+// (NewStore), WriterOption (NewWriter) and ChangeOption (ChangeBucketCount,
+// PlanBucketCountChange, Configure); an option of another kind given to it
+// does not compile (docs/design.md §11, after franz-go's kgo.ProducerOpt
+// and kgo.ConsumerOpt). An option that serves two constructors is of both
+// kinds (StoreWriterOption). Each option's comment states its default.
+type Option interface{ apply(*settings) }
 
-// TablesOption is the former name of an Option for CreateTables.
-//
-// Deprecated: use Option.
-type TablesOption = Option
+// TablesOption configures CreateTables: the outbox's shared settings
+// (BucketCount, WithMode, Retention, Topics, MaxMessageBytes, the header
+// names, Regions), which it writes to the config item, where everything
+// else reads them.
+type TablesOption interface {
+	Option
+	tablesOption()
+}
 
-// StoreOption is the former name of an Option for NewStore.
-//
-// Deprecated: use Option.
-type StoreOption = Option
+// StoreOption configures NewStore.
+type StoreOption interface {
+	Option
+	storeOption()
+}
 
-// WriterOption is the former name of an Option for NewWriter.
-//
-// Deprecated: use Option.
-type WriterOption = Option
+// WriterOption configures NewWriter.
+type WriterOption interface {
+	Option
+	writerOption()
+}
 
-// FenceOption is the former name of an Option for NewStore and NewWriter.
-//
-// Deprecated: use Option.
-type FenceOption = Option
+// StoreWriterOption configures NewStore and NewWriter both.
+type StoreWriterOption interface {
+	StoreOption
+	WriterOption
+}
 
-// The constructors an option applies to.
-const (
-	forTables = 1 << iota
-	forStore
-	forWriter
-	forChange
-	forAll = forTables | forStore | forWriter
+// ChangeOption configures an online BucketCount change: ChangeBucketCount,
+// PlanBucketCountChange and Configure.
+type ChangeOption interface {
+	Option
+	changeOption()
+}
+
+type (
+	tablesOpt      func(*settings)
+	storeOpt       func(*settings)
+	writerOpt      func(*settings)
+	storeWriterOpt func(*settings)
+	changeOpt      func(*settings)
 )
 
-// constructorNames names the constructors in misplaced-option errors.
-var constructorNames = []struct {
-	bit  int
-	name string
-}{{forTables, "CreateTables"}, {forStore, "NewStore"}, {forWriter, "NewWriter"}, {forChange, "ChangeBucketCount"}}
+func (o tablesOpt) apply(s *settings)      { o(s) }
+func (o storeOpt) apply(s *settings)       { o(s) }
+func (o writerOpt) apply(s *settings)      { o(s) }
+func (o storeWriterOpt) apply(s *settings) { o(s) }
+func (o changeOpt) apply(s *settings)      { o(s) }
+func (tablesOpt) tablesOption()            {}
+func (storeOpt) storeOption()              {}
+func (writerOpt) writerOption()            {}
+func (storeWriterOpt) storeOption()        {}
+func (storeWriterOpt) writerOption()       {}
+func (changeOpt) changeOption()            {}
 
-// apply applies opts for the constructor target (forTables, forStore or
-// forWriter).
-func (s *settings) apply(target int, opts []Option) {
-	s.target = target
+// applyOptions applies opts to s; a nil option is recorded for validate.
+func applyOptions[O Option](s *settings, opts []O) {
 	for _, o := range opts {
-		if o == nil {
-			s.misplaced = append(s.misplaced, &outbox.OptionError{Option: "opts", Value: nil, Reason: "an option must not be nil"})
+		if Option(o) == nil {
+			s.nilOption = true
 			continue
 		}
-		o(s)
+		o.apply(s)
 	}
 }
 
-// set records option name as given and runs change when the constructor
-// being configured is one of to; otherwise it records the misplacement.
-func (s *settings) set(name string, to int, change func()) {
-	if s.target != 0 && s.target&to == 0 {
-		var where, here []string
-		for _, c := range constructorNames {
-			if to&c.bit != 0 {
-				where = append(where, c.name)
-			}
-			if s.target == c.bit {
-				here = append(here, c.name)
-			}
-		}
-		s.misplaced = append(s.misplaced, &outbox.OptionError{Option: name, Value: strings.Join(here, ""),
-			Reason: "applies to " + strings.Join(where, " and ") + " only; drop it here" + misplacedHint[name]})
-		return
-	}
-	change()
+// BucketCount is the number of buckets a new outbox is created with,
+// 1..outbox.MaxBucketCount. Default outbox.DefaultBucketCount. An existing
+// outbox with another count is a *outbox.MisconfigurationError naming both
+// (ChangeBucketCount, outbox buckets set, changes it online). Writers,
+// stores and relays read it from the config item.
+func BucketCount(n int) TablesOption {
+	return tablesOpt(func(s *settings) { s.bucketCount = n })
 }
 
-// misplacedHint says, for options a constructor reads from the config item
-// instead, where the setting comes from.
-var misplacedHint = map[string]string{
-	"Retention": " (writers read the retention from the config item)",
-	"Topics":    " (writers read the topics from the config item)",
+// WithMode is the mode a new outbox is created with: outbox.DeleteMode
+// (published messages are replaced by tombstones) or outbox.WatermarkMode
+// (they stay until their TTL, the outbox's Retention, removes them, and can
+// be replayed by range). Default outbox.DeleteMode. An existing outbox in
+// the other mode is a *outbox.MisconfigurationError (Configure changes it,
+// on an empty outbox). Writers and relays read it from the config item: in
+// WatermarkMode a writer puts a TTL on every message item.
+func WithMode(m outbox.Mode) TablesOption {
+	return tablesOpt(func(s *settings) { s.mode, s.modeSet = m, true })
 }
-
-// BucketCount is the outbox's number of buckets, 1..outbox.MaxBucketCount.
-//
-// For CreateTables it is the count a new outbox is created with (default 0,
-// meaning outbox.DefaultBucketCount); an existing outbox with another count
-// is a *outbox.MisconfigurationError. For NewStore and NewWriter it is the
-// count this process expects (default 0: take the config item's); when it
-// differs from the config item's, they fail with a *outbox.MisconfigurationError
-// naming both values.
-func BucketCount(n int) Option {
-	return func(s *settings) { s.set("BucketCount", forAll, func() { s.bucketCount = n }) }
-}
-
-// WithMode is the outbox's mode: outbox.DeleteMode (published messages are
-// replaced by tombstones) or outbox.WatermarkMode (they stay until their TTL,
-// the outbox's Retention, removes them, and can be replayed by range).
-//
-// For CreateTables it is the mode a new outbox is created with (default
-// outbox.DeleteMode); an existing outbox in the other mode is a
-// *outbox.MisconfigurationError (Configure changes it). For NewStore and
-// NewWriter it is the mode this process expects (default: take the config
-// item's); when the config item says the other one, they fail with a
-// *outbox.MisconfigurationError naming both. A writer must know the mode:
-// in WatermarkMode it puts a TTL on every message item, in DeleteMode it
-// must not.
-func WithMode(m outbox.Mode) Option {
-	return func(s *settings) { s.set("WithMode", forAll, func() { s.mode, s.modeSet = m, true }) }
-}
-
-// Mode is the former name of WithMode.
-//
-// Deprecated: use WithMode.
-func Mode(m outbox.Mode) Option { return WithMode(m) }
 
 // Retention is how long a message item lives in a WatermarkMode outbox:
 // the writer puts a TTL attribute (x, epoch seconds) on every message it
 // writes, its created-at (or the wall clock, if later) plus Retention, and
 // DynamoDB's TTL deletes it after that, for free. Until then the message
 // can be replayed by range (package replay, outbox replay --from --to).
-// CreateTables only: writers read it from the config item. Default
+// Writers read it from the config item. Default
 // DefaultRetention (1 day) in WatermarkMode; at least MinRetention (1
 // hour); refused in DeleteMode, whose messages live only until published.
 //
@@ -220,12 +197,12 @@ func Mode(m outbox.Mode) Option { return WithMode(m) }
 // can build up (a Kafka outage, a stuck bucket, a parked deployment), and
 // the alarm on the sweeper's OldestPendingAge must sit well below it —
 // minutes against hours or days — so that someone acts long before.
-func Retention(d time.Duration) Option {
-	return func(s *settings) { s.set("Retention", forTables, func() { s.retention = d }) }
+func Retention(d time.Duration) TablesOption {
+	return tablesOpt(func(s *settings) { s.retention = d })
 }
 
 // Topics are the Kafka topics the outbox serves, written to its config item
-// by CreateTables (CreateTables only: writers read them there). A Writer
+// by CreateTables (writers read them there). A Writer
 // refuses a message for any other topic with a *TopicError and writes
 // nothing. Default: none, which means any topic — a misspelt topic is then
 // accepted, and the relay stops its bucket until the topic exists or an
@@ -235,34 +212,33 @@ func Retention(d time.Duration) Option {
 // with a *TopicsDroppedError unless ReplaceTopics is given too, and an
 // empty list (any topic) replaces it. Without the option the stored list is
 // kept.
-func Topics(names ...string) Option {
-	return func(s *settings) { s.set("Topics", forTables, func() { s.topics, s.topicsSet = names, true }) }
+func Topics(names ...string) TablesOption {
+	return tablesOpt(func(s *settings) { s.topics, s.topicsSet = names, true })
 }
 
 // ReplaceTopics lets CreateTables' Topics replace an existing outbox's list
-// with one that drops stored topics (CreateTables only; it needs Topics).
+// with one that drops stored topics (it needs Topics).
 // Default off: such a list is refused with a *TopicsDroppedError naming the
 // dropped topics, and nothing is changed, because writers that write them
 // refuse their messages with a *TopicError once they restart.
-func ReplaceTopics() Option {
-	return func(s *settings) { s.set("ReplaceTopics", forTables, func() { s.replaceTopics = true }) }
+func ReplaceTopics() TablesOption {
+	return tablesOpt(func(s *settings) { s.replaceTopics = true })
 }
 
 // Regions puts a new outbox in region mode, for messages and control tables
-// that are DynamoDB global tables replicated to these regions
-// (CreateTables only: writers and relays read them in the config item).
+// that are DynamoDB global tables replicated to these regions (writers
+// and relays read them in the config item).
 // The bucket range is cut into one slice per region, in this order, so
 // BucketCount must be a multiple of len(ids); each region's writers write
 // and its relays drain only its slice (docs/design.md §14). Default: none,
 // the single-region mode, which refuses global tables. The list must be
 // the same in every region's stack; it can change only on an empty outbox
 // (like BucketCount).
-func Regions(ids ...string) Option {
-	return func(s *settings) { s.set("Regions", forTables, func() { s.regions = ids }) }
+func Regions(ids ...string) TablesOption {
+	return tablesOpt(func(s *settings) { s.regions = ids })
 }
 
-// WithRegion is the region a Writer or Store runs in (NewWriter,
-// NewStore), required for an outbox in region mode where the process
+// Region is the region a Writer or Store runs in, required for an outbox in region mode where the process
 // reserves sequence numbers: the writer puts its messages in that region's
 // slice of buckets, reserving their sequence numbers in its counters, and
 // a Store replays dead letters (ReplayParked) only of that slice. It is an
@@ -274,8 +250,8 @@ func Regions(ids ...string) Option {
 // any region in the single-region mode (*outbox.MisconfigurationError). A
 // Store without it (relays, status tools) opens a region-mode outbox but
 // replays nothing.
-func WithRegion(id string) Option {
-	return func(s *settings) { s.set("WithRegion", forWriter|forStore, func() { s.region = id }) }
+func Region(id string) StoreWriterOption {
+	return storeWriterOpt(func(s *settings) { s.region = id })
 }
 
 // FenceTTL is how long a fence tombstone is kept before the table's TTL
@@ -289,8 +265,8 @@ func WithRegion(id string) Option {
 // FenceTTL must exceed by far the longest time a writer could still send a
 // transaction for a reserved sequence number: its retries, a process pause
 // (GC, a frozen Lambda, a suspended VM), and clock error. Days, not minutes.
-func FenceTTL(d time.Duration) Option {
-	return func(s *settings) { s.set("FenceTTL", forStore|forWriter, func() { s.fenceTTL = d }) }
+func FenceTTL(d time.Duration) StoreWriterOption {
+	return storeWriterOpt(func(s *settings) { s.fenceTTL = d })
 }
 
 // TombstoneTTL is how long the tombstone that replaces a published message
@@ -301,58 +277,54 @@ func FenceTTL(d time.Duration) Option {
 // that still lags behind it, waits GapTimeout and fences the number (a
 // delay, never a loss). Heads are written every HeadFlushInterval and by
 // the sweeper, so an hour is already plenty.
-func TombstoneTTL(d time.Duration) Option {
-	return func(s *settings) { s.set("TombstoneTTL", forStore, func() { s.tombstoneTTL = d }) }
+func TombstoneTTL(d time.Duration) StoreOption {
+	return storeOpt(func(s *settings) { s.tombstoneTTL = d })
 }
 
 // DeleteConcurrency is how many BatchWriteItem calls (of at most 25
 // tombstones, the marking spread evenly over them) Store.MarkPublished
 // runs at once. Default 4; 1..32.
-func DeleteConcurrency(n int) Option {
-	return func(s *settings) { s.set("DeleteConcurrency", forStore, func() { s.deleteConcurrency = n }) }
+func DeleteConcurrency(n int) StoreOption {
+	return storeOpt(func(s *settings) { s.deleteConcurrency = n })
 }
 
 // MaxMessageBytes bounds one message as a Kafka record (outbox.RecordSize),
-// at least outbox.RecordOverhead. (A DynamoDB item is at most 400 KB, which
-// the writer checks separately.) A shared setting, stored in the outbox's
-// config item (docs/design.md §11.1): for CreateTables it is the value a new
-// outbox is created with (default outbox.DefaultMaxMessageBytes); for
-// NewStore and NewWriter, and for CreateTables on an existing outbox, it is
-// the value this process expects (default: the config item's), and another
-// value than the stored one is a *outbox.MisconfigurationError naming both.
-// Configure changes it.
-func MaxMessageBytes(n int) Option {
-	return func(s *settings) { s.set("MaxMessageBytes", forAll, func() { s.maxMessageBytes = n }) }
+// at least outbox.RecordOverhead, for a new outbox. (A DynamoDB item is at
+// most 400 KB, which the writer checks separately.) A shared setting,
+// stored in the outbox's config item (docs/design.md §11.1), where writers,
+// relays and publishers read it. Default outbox.DefaultMaxMessageBytes. On
+// an existing outbox another value than the stored one is a
+// *outbox.MisconfigurationError naming both; Configure changes it.
+func MaxMessageBytes(n int) TablesOption {
+	return tablesOpt(func(s *settings) { s.maxMessageBytes = n })
 }
 
-// MessageIDHeader is the header the relay stamps the message id under; the
-// writer uses it to compute record sizes and to refuse messages that carry
-// it themselves. A shared setting, like MaxMessageBytes: default the config
-// item's (outbox.DefaultMessageIDHeader when it has none); another name than
-// the stored one is a *outbox.MisconfigurationError.
-func MessageIDHeader(name string) Option {
-	return func(s *settings) {
-		s.set("MessageIDHeader", forAll, func() { s.headers.MessageID, s.emptyHeader = name, emptyName(s.emptyHeader, "MessageIDHeader", name) })
-	}
+// MessageIDHeader is the header the relay stamps the message id under, for
+// a new outbox; writers use it to compute record sizes and to refuse
+// messages that carry it themselves, consumers to deduplicate. A shared
+// setting, like MaxMessageBytes. Default outbox.DefaultMessageIDHeader.
+func MessageIDHeader(name string) TablesOption {
+	return tablesOpt(func(s *settings) {
+		s.headers.MessageID, s.emptyHeader = name, emptyName(s.emptyHeader, "MessageIDHeader", name)
+	})
 }
 
-// BucketHeader is the header the relay stamps the message's bucket under
-// (kafka.BucketHeader); like MessageIDHeader, the writer uses it for record
-// sizes and refuses messages that carry it. A shared setting: default the
-// config item's (outbox.DefaultBucketHeader when it has none).
-func BucketHeader(name string) Option {
-	return func(s *settings) {
-		s.set("BucketHeader", forAll, func() { s.headers.Bucket, s.emptyHeader = name, emptyName(s.emptyHeader, "BucketHeader", name) })
-	}
+// BucketHeader is the header the relay stamps the message's bucket under,
+// for a new outbox; see MessageIDHeader. A shared setting. Default
+// outbox.DefaultBucketHeader.
+func BucketHeader(name string) TablesOption {
+	return tablesOpt(func(s *settings) {
+		s.headers.Bucket, s.emptyHeader = name, emptyName(s.emptyHeader, "BucketHeader", name)
+	})
 }
 
 // SequenceHeader is the header the relay stamps the message's sequence
-// number under (kafka.SequenceHeader); see BucketHeader. A shared setting:
-// default the config item's (outbox.DefaultSequenceHeader when it has none).
-func SequenceHeader(name string) Option {
-	return func(s *settings) {
-		s.set("SequenceHeader", forAll, func() { s.headers.Sequence, s.emptyHeader = name, emptyName(s.emptyHeader, "SequenceHeader", name) })
-	}
+// number under, for a new outbox; see MessageIDHeader. A shared setting.
+// Default outbox.DefaultSequenceHeader.
+func SequenceHeader(name string) TablesOption {
+	return tablesOpt(func(s *settings) {
+		s.headers.Sequence, s.emptyHeader = name, emptyName(s.emptyHeader, "SequenceHeader", name)
+	})
 }
 
 // emptyName returns option when name is empty, else was.
@@ -369,8 +341,8 @@ func emptyName(was, option, name string) string {
 // the writer's trace. The headers count in the record size. Default: none
 // (nothing traced, no header added). github.com/dynakafka/outbox/otel
 // provides an OpenTelemetry Tracer.
-func WithTracer(t outbox.Tracer) Option {
-	return func(s *settings) { s.set("WithTracer", forWriter, func() { s.tracer = t }) }
+func WithTracer(t outbox.Tracer) WriterOption {
+	return writerOpt(func(s *settings) { s.tracer = t })
 }
 
 // MaxAttempts is the most requests the Writer sends for each call it makes,
@@ -393,14 +365,14 @@ func WithTracer(t outbox.Tracer) Option {
 //
 // NewWriter's reads of the config item and the messages table are left to
 // the client's retryer. Default DefaultMaxAttempts (6); 1..20.
-func MaxAttempts(n int) Option {
-	return func(s *settings) { s.set("MaxAttempts", forWriter, func() { s.maxAttempts = n }) }
+func MaxAttempts(n int) WriterOption {
+	return writerOpt(func(s *settings) { s.maxAttempts = n })
 }
 
 // WithClock sets the clock that stamps CreatedAt on messages and fences.
 // Default outbox.SystemClock.
-func WithClock(c outbox.Clock) Option {
-	return func(s *settings) { s.set("WithClock", forWriter, func() { s.clock = c }) }
+func WithClock(c outbox.Clock) WriterOption {
+	return writerOpt(func(s *settings) { s.clock = c })
 }
 
 // WithLogger sets the logger the Writer reports its retries to, one
@@ -411,8 +383,8 @@ func WithClock(c outbox.Clock) Option {
 // resubmission after relays fenced the reserved numbers (the writer took
 // longer than their gap timeout). The final error is returned, not logged.
 // Default: silent.
-func WithLogger(l *slog.Logger) Option {
-	return func(s *settings) { s.set("WithLogger", forWriter, func() { s.logger = l }) }
+func WithLogger(l *slog.Logger) WriterOption {
+	return writerOpt(func(s *settings) { s.logger = l })
 }
 
 // WithNotifier notifies n of the buckets of every transaction the Writer
@@ -422,18 +394,16 @@ func WithLogger(l *slog.Logger) Option {
 // never fails it; a Write that failed, or whose outcome is unknown
 // (outbox.ErrOutcomeUnknown), notifies nothing: its messages, if stored,
 // are found by the relay's polls. Default: none.
-func WithNotifier(n *outbox.Notifier) Option {
-	return func(s *settings) {
-		s.set("WithNotifier", forWriter, func() { s.notifier, s.notifierSet = n, true })
-	}
+func WithNotifier(n *outbox.Notifier) WriterOption {
+	return writerOpt(func(s *settings) { s.notifier, s.notifierSet = n, true })
 }
 
 func (s *settings) validate() error {
 	bad := func(opt string, v any, why string) error {
 		return &outbox.OptionError{Option: opt, Value: v, Reason: why}
 	}
-	if len(s.misplaced) > 0 {
-		return s.misplaced[0]
+	if s.nilOption {
+		return &outbox.OptionError{Option: "opts", Value: nil, Reason: "an option must not be nil"}
 	}
 	switch {
 	case s.bucketCount != 0 && !outbox.ValidBucketCount(s.bucketCount):
@@ -455,7 +425,7 @@ func (s *settings) validate() error {
 	case s.changeGap <= 0:
 		return bad("ChangeGapTimeout", s.changeGap, "must be positive")
 	case s.region != "" && outbox.ValidateRegionID(s.region) != nil:
-		return bad("WithRegion", s.region, outbox.ValidateRegionID(s.region).Error())
+		return bad("Region", s.region, outbox.ValidateRegionID(s.region).Error())
 	case s.maxAttempts < 1 || s.maxAttempts > 20:
 		return bad("MaxAttempts", s.maxAttempts, "must be 1..20")
 	case s.clock == nil:
@@ -479,8 +449,8 @@ func (s *settings) validate() error {
 // to drain — the longest pause the change puts on writers — before it aborts
 // the change. Default DefaultChangeTimeout (30 s); a context deadline
 // shortens it, keeping DefaultChangeMargin for the end of the change.
-func ChangeTimeout(d time.Duration) Option {
-	return func(s *settings) { s.set("ChangeTimeout", forChange, func() { s.changeTimeout = d }) }
+func ChangeTimeout(d time.Duration) ChangeOption {
+	return changeOpt(func(s *settings) { s.changeTimeout = d })
 }
 
 // ChangeGapTimeout is how long a sequence number up to a bucket's fence
@@ -488,6 +458,6 @@ func ChangeTimeout(d time.Duration) Option {
 // fence gaps (a number reserved last in its bucket by a crashed writer is
 // no gap to a relay: nothing follows it). Default outbox.DefaultGapTimeout;
 // use the relays' GapTimeout.
-func ChangeGapTimeout(d time.Duration) Option {
-	return func(s *settings) { s.set("ChangeGapTimeout", forChange, func() { s.changeGap = d }) }
+func ChangeGapTimeout(d time.Duration) ChangeOption {
+	return changeOpt(func(s *settings) { s.changeGap = d })
 }

@@ -293,7 +293,7 @@ var ErrNotParked = errors.New("dynamo: no parked message at that bucket and sequ
 //
 // In region mode a replay reserves a sequence number in the destination
 // bucket's counter, which only that bucket's region writes: it needs a
-// Store opened WithRegion that region, over a client of that region (its
+// Store opened with Region of that region, over a client of that region (its
 // replica). Otherwise it is refused before anything is written: no region,
 // a *outbox.MisconfigurationError; a client of another region, or a bucket
 // of another region's slice (a dead letter replicated here, or parked here

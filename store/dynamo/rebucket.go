@@ -108,7 +108,7 @@ func (e *ChangeAbortedError) Unwrap() error { return e.Interrupted }
 // caller is finished first (Resumed). Relays must be running: the change
 // waits for them to drain every bucket up to the change point, and is
 // aborted (a *ChangeAbortedError) when they do not by the deadline.
-func ChangeBucketCount(ctx context.Context, client StoreAPI, tables Tables, to int, options ...Option) (ChangeResult, error) {
+func ChangeBucketCount(ctx context.Context, client StoreAPI, tables Tables, to int, options ...ChangeOption) (ChangeResult, error) {
 	set, stored, err := prepareChange(ctx, client, tables, to, options)
 	if err != nil {
 		return ChangeResult{}, err
@@ -176,7 +176,7 @@ const PlanProbeLimit = 1000
 // options...) would pause and for how long, reading the config item and
 // each bucket's backlog; it writes nothing. It refuses what
 // ChangeBucketCount refuses (an invalid count or option, region mode).
-func PlanBucketCountChange(ctx context.Context, client StoreAPI, tables Tables, to int, options ...Option) (ChangePlan, error) {
+func PlanBucketCountChange(ctx context.Context, client StoreAPI, tables Tables, to int, options ...ChangeOption) (ChangePlan, error) {
 	set, stored, err := prepareChange(ctx, client, tables, to, options)
 	if err != nil {
 		return ChangePlan{}, err
@@ -210,12 +210,12 @@ func PlanBucketCountChange(ctx context.Context, client StoreAPI, tables Tables, 
 
 // prepareChange validates a change to to and its options, and reads the
 // config item: how ChangeBucketCount and PlanBucketCountChange begin.
-func prepareChange(ctx context.Context, client StoreAPI, tables Tables, to int, options []Option) (settings, outbox.Config, error) {
+func prepareChange(ctx context.Context, client StoreAPI, tables Tables, to int, options []ChangeOption) (settings, outbox.Config, error) {
 	set := defaultSettings()
 	if !outbox.ValidBucketCount(to) {
 		return set, outbox.Config{}, &outbox.OptionError{Option: "BucketCount", Value: to, Reason: fmt.Sprintf("must be 1..%d", outbox.MaxBucketCount)}
 	}
-	set.apply(forChange, options)
+	applyOptions(&set, options)
 	if err := set.validate(); err != nil {
 		return set, outbox.Config{}, err
 	}

@@ -39,25 +39,22 @@ func TestRegionModeConfig(t *testing.T) {
 	var me *outbox.MisconfigurationError
 	for _, tc := range []struct {
 		name string
-		opts []Option
-	}{{"no region", nil}, {"unlisted", []Option{WithRegion("ap-south-1")}}} {
+		opts []WriterOption
+	}{{"no region", nil}, {"unlisted", []WriterOption{Region("ap-south-1")}}} {
 		if _, err := NewWriter(ctx, client, tables, tc.opts...); !errors.As(err, &me) || me.Setting != "Region" {
 			t.Errorf("NewWriter, %s: %v, want a *MisconfigurationError for Region", tc.name, err)
 		}
 	}
 	var oe *outbox.OptionError
-	if _, err := NewWriter(ctx, client, tables, WithRegion("EU WEST")); !errors.As(err, &oe) || oe.Option != "WithRegion" {
-		t.Errorf("NewWriter(WithRegion(invalid)) = %v, want an *OptionError", err)
-	}
-	if err := CreateTables(ctx, d.Client, tables, WithRegion("us-east-1")); !errors.As(err, &oe) || oe.Option != "WithRegion" {
-		t.Errorf("CreateTables(WithRegion) = %v, want an *OptionError: it applies to NewWriter only", err)
+	if _, err := NewWriter(ctx, client, tables, Region("EU WEST")); !errors.As(err, &oe) || oe.Option != "Region" {
+		t.Errorf("NewWriter(Region(invalid)) = %v, want an *OptionError", err)
 	}
 	// A writer of eu-west-1 with a client of us-east-1 would reserve
 	// eu-west-1's numbers in us-east-1's replica: refused, nothing written.
 	var re *sequence.RegionError
-	if _, err := NewWriter(ctx, client, tables, WithRegion("eu-west-1")); !errors.As(err, &re) || re.Region != "eu-west-1" || re.ClientRegion != d.Config.Region ||
+	if _, err := NewWriter(ctx, client, tables, Region("eu-west-1")); !errors.As(err, &re) || re.Region != "eu-west-1" || re.ClientRegion != d.Config.Region ||
 		!errors.As(err, &me) || me.Setting != "Region" {
-		t.Errorf("NewWriter(WithRegion(eu-west-1)) with a client for %s = %v, want a *sequence.RegionError", d.Config.Region, err)
+		t.Errorf("NewWriter(Region(eu-west-1)) with a client for %s = %v, want a *sequence.RegionError", d.Config.Region, err)
 	}
 	for b := range 8 {
 		if n, err := sequence.Last(ctx, d.Client, tables.Control, b); err != nil || n != 0 {
@@ -70,7 +67,7 @@ func TestRegionModeConfig(t *testing.T) {
 	if err := CreateTables(ctx, euClient, tables, BucketCount(8), Regions("us-east-1", "eu-west-1")); err != nil {
 		t.Fatal(err)
 	}
-	w, err := NewWriter(ctx, replicated{Client: euClient, table: tables.Messages}, tables, WithRegion("eu-west-1"))
+	w, err := NewWriter(ctx, replicated{Client: euClient, table: tables.Messages}, tables, Region("eu-west-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,8 +135,8 @@ func TestRegionModeConfig(t *testing.T) {
 
 	// A single-region outbox refuses a writer's region.
 	d2, single := newTables(t, BucketCount(4))
-	if _, err := NewWriter(ctx, d2.Client, single, WithRegion("us-east-1")); !errors.As(err, &me) || me.Setting != "Region" {
-		t.Errorf("NewWriter(WithRegion) on a single-region outbox = %v, want a *MisconfigurationError", err)
+	if _, err := NewWriter(ctx, d2.Client, single, Region("us-east-1")); !errors.As(err, &me) || me.Setting != "Region" {
+		t.Errorf("NewWriter(Region) on a single-region outbox = %v, want a *MisconfigurationError", err)
 	}
 	if _, err := TakeOver(ctx, d2.Client, single, "a", "b"); !errors.As(err, &oe) {
 		t.Errorf("TakeOver on a single-region outbox = %v, want an *OptionError", err)

@@ -324,7 +324,7 @@ func TestTwoRegions(t *testing.T) {
 			}
 			streamControl(t, ctx, s.db, tables.Control)
 			client := replicated{Client: s.db, table: tables.Messages} // the same global table the default mode refused
-			w, err := NewWriter(ctx, client, tables, WithRegion(s.name))
+			w, err := NewWriter(ctx, client, tables, Region(s.name))
 			if err != nil {
 				t.Fatalf("NewWriter in region %s: %v", s.name, err)
 			}

@@ -123,7 +123,7 @@ const clientRetries = 5
 // newWireWriter returns a writer over a fresh outbox whose client sends
 // every request through a wire, and the wire. The wire forwards everything
 // until the test sets its answer.
-func newWireWriter(t *testing.T, bucketCount int, opts ...Option) (*env, *Writer, *wire) {
+func newWireWriter(t *testing.T, bucketCount int, opts ...WriterOption) (*env, *Writer, *wire) {
 	t.Helper()
 	e := newEnv(t, bucketCount)
 	transport := &http.Transport{}
@@ -137,7 +137,7 @@ func newWireWriter(t *testing.T, bucketCount int, opts ...Option) (*env, *Writer
 			so.RateLimiter = ratelimit.None
 		})
 	})
-	writer, err := NewWriter(ctxT(t), client, e.tables, append([]Option{WithClock(fixedClock{t0})}, opts...)...)
+	writer, err := NewWriter(ctxT(t), client, e.tables, append([]WriterOption{WithClock(fixedClock{t0})}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,11 +11,11 @@ import (
 )
 
 // The shared settings live in the config item: CreateTables writes them,
-// NewWriter and NewStore take them from there when not given, accept a
-// local value equal to the stored one, and refuse another with a
-// *MisconfigurationError naming the setting and both values. An outbox
-// created without them (as by older versions) keeps today's behaviour: each
-// component's own option, or the default.
+// NewWriter and NewStore take them from there (no option states them).
+// CreateTables on an existing outbox is outbox init's expected-value guard:
+// a value equal to the stored one, or none, is accepted, another refused
+// with a *MisconfigurationError naming the setting and both values. An
+// outbox created without them (as by older versions) has the defaults.
 func TestSharedSettingsFromConfigItem(t *testing.T) {
 	ctx := ctxT(t)
 	d, custom := newTables(t, BucketCount(2), MaxMessageBytes(2<<20), BucketHeader("bkt"))
@@ -26,29 +26,22 @@ func TestSharedSettingsFromConfigItem(t *testing.T) {
 	if item := rawConfigItem(t, d, plain); item[attrMaxBytes] != nil || item[attrBktHeader] != nil {
 		t.Fatalf("config item %v: want no shared settings (the defaults)", item)
 	}
-	writer := func(tables Tables, opts ...Option) (*Writer, error) { return NewWriter(ctx, d.Client, tables, opts...) }
-	store := func(tables Tables, opts ...Option) error {
-		_, err := NewStore(ctx, d.Client, tables, opts...)
-		return err
-	}
 	cases := []struct {
 		name    string
-		open    func() error
+		opts    []TablesOption
 		setting string // "" when accepted
 		stored  string
 	}{
-		{"writer, other MaxMessageBytes", func() error { _, err := writer(custom, MaxMessageBytes(1<<20)); return err }, "MaxMessageBytes", "2097152"},
-		{"writer, same MaxMessageBytes", func() error { _, err := writer(custom, MaxMessageBytes(2<<20)); return err }, "", ""},
-		{"store, other bucket header", func() error { return store(custom, BucketHeader("b")) }, "BucketHeader", `"bkt"`},
-		{"store, default id header as stored", func() error { return store(custom, MessageIDHeader(outbox.DefaultMessageIDHeader)) }, "", ""},
-		{"writer on an outbox without them, its own size", func() error { _, err := writer(plain, MaxMessageBytes(2<<20)); return err }, "", ""},
-		{"writer on an outbox without them, default size", func() error { _, err := writer(plain, MaxMessageBytes(outbox.DefaultMaxMessageBytes)); return err }, "", ""},
-		{"CreateTables again, other size", func() error { return CreateTables(ctx, d.Client, custom, BucketCount(2), MaxMessageBytes(1<<20)) }, "MaxMessageBytes", "2097152"},
-		{"CreateTables again, without", func() error { return CreateTables(ctx, d.Client, custom, BucketCount(2)) }, "", ""},
+		{"other size", []TablesOption{MaxMessageBytes(1 << 20)}, "MaxMessageBytes", "2097152"},
+		{"same size", []TablesOption{MaxMessageBytes(2 << 20)}, "", ""},
+		{"other bucket header", []TablesOption{BucketHeader("b")}, "BucketHeader", `"bkt"`},
+		{"the default id header, which the item does not state", []TablesOption{MessageIDHeader(outbox.DefaultMessageIDHeader)}, "", ""},
+		{"another id header than the default", []TablesOption{MessageIDHeader("id")}, "MessageIDHeader", `"` + outbox.DefaultMessageIDHeader + `"`},
+		{"without", nil, "", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			err := c.open()
+			err := CreateTables(ctx, d.Client, custom, append([]TablesOption{BucketCount(2)}, c.opts...)...)
 			var me *outbox.MisconfigurationError
 			switch {
 			case c.setting == "" && err != nil:
@@ -58,13 +51,28 @@ func TestSharedSettingsFromConfigItem(t *testing.T) {
 			}
 		})
 	}
-	// Absent: taken from the item.
-	w, err := writer(custom)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w.cfg.maxMessageBytes != 2<<20 || w.cfg.headers.Bucket != "bkt" || w.cfg.headers.MessageID != outbox.DefaultMessageIDHeader {
-		t.Fatalf("writer took %d %+v from the config item", w.cfg.maxMessageBytes, w.cfg.headers)
+	for _, c := range []struct {
+		tables  Tables
+		bytes   int
+		headers outbox.HeaderNames
+	}{
+		{custom, 2 << 20, outbox.HeaderNames{Bucket: "bkt"}.WithDefaults()},
+		{plain, outbox.DefaultMaxMessageBytes, outbox.HeaderNames{}.WithDefaults()},
+	} {
+		w, err := NewWriter(ctx, d.Client, c.tables)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.cfg.maxMessageBytes != c.bytes || w.cfg.headers != c.headers {
+			t.Errorf("writer took %d %+v from the config item, want %d %+v", w.cfg.maxMessageBytes, w.cfg.headers, c.bytes, c.headers)
+		}
+		s, err := NewStore(ctx, d.Client, c.tables)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.cfg.maxMessageBytes != c.bytes || s.cfg.headers != c.headers {
+			t.Errorf("store took %d %+v from the config item, want %d %+v", s.cfg.maxMessageBytes, s.cfg.headers, c.bytes, c.headers)
+		}
 	}
 	// Configure changes them and says so in the stored Config.
 	want := outbox.Config{BucketCount: 2, Mode: outbox.DeleteMode, MaxMessageBytes: 3 << 20}

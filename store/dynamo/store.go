@@ -49,18 +49,14 @@ var (
 )
 
 // NewStore returns a Store over tables. It reads the config item, so the
-// outbox must exist (see CreateTables); with the BucketCount option it also
-// checks that the stored bucket count is the expected one, with WithMode
-// that the outbox is in that mode, and with a shared setting
-// (MaxMessageBytes, the header options) that the item says the same (a
-// *outbox.MisconfigurationError otherwise; left out, the item's are used).
-// Options: BucketCount, WithMode, MaxMessageBytes, MessageIDHeader,
-// BucketHeader, SequenceHeader, FenceTTL, TombstoneTTL, DeleteConcurrency,
-// WithRegion (region mode: the region ReplayParked reserves in, checked
-// against the config item's list); any other is an *outbox.OptionError.
-func NewStore(ctx context.Context, client StoreAPI, tables Tables, opts ...Option) (*Store, error) {
+// outbox must exist (see CreateTables), and runs on its shared settings
+// (BucketCount, the mode, MaxMessageBytes, the header names), which no
+// option states. Options (StoreOption): FenceTTL, TombstoneTTL,
+// DeleteConcurrency, Region (region mode: the region ReplayParked reserves
+// in, checked against the config item's list).
+func NewStore(ctx context.Context, client StoreAPI, tables Tables, opts ...StoreOption) (*Store, error) {
 	s := defaultSettings()
-	s.apply(forStore, opts)
+	applyOptions(&s, opts)
 	if err := checkOpen(client, tables, &s); err != nil {
 		return nil, err
 	}

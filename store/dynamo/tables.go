@@ -123,9 +123,9 @@ const tableWait = 5 * time.Minute
 // a Topics list that drops a stored topic without ReplaceTopics (a
 // *TopicsDroppedError); nothing is changed then (Configure changes a config
 // item).
-func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...Option) error {
+func CreateTables(ctx context.Context, client AdminAPI, tables Tables, opts ...TablesOption) error {
 	s := defaultSettings()
-	s.apply(forTables, opts)
+	applyOptions(&s, opts)
 	if err := checkOpen(client, tables, &s); err != nil {
 		return err
 	}
@@ -313,8 +313,7 @@ func putConfig(ctx context.Context, client AdminAPI, table string, want outbox.C
 		return &outbox.MisconfigurationError{Setting: "Retention", Configured: want.Retention.String(), Stored: stored.Retention.String(),
 			Fix: "pass the stored retention, or change it with dynamo.Configure (outbox init --retention)"}
 	}
-	// The shared settings given (want's non-zero ones) must be the stored.
-	if _, _, err := outbox.ResolveShared(stored, want.MaxMessageBytes, want.Headers); err != nil {
+	if err := sameShared(want, stored); err != nil {
 		return err
 	}
 	if setTopics && !slices.Equal(want.Topics, stored.Topics) {
@@ -324,6 +323,33 @@ func putConfig(ctx context.Context, client AdminAPI, table string, want outbox.C
 		c := stored
 		c.Topics = want.Topics
 		return replaceConfig(ctx, client, table, stored, c)
+	}
+	return nil
+}
+
+// sameShared checks that the MaxMessageBytes and header names CreateTables
+// was given (want's non-zero ones) are an existing outbox's: with
+// BucketCount, the mode, the retention and the regions above, the one
+// expected-value guard of the CLI's outbox init (docs/design.md §11.1).
+// CreateTables does not change them; Configure does. A setting the item
+// does not state is its default.
+func sameShared(want, stored outbox.Config) error {
+	fix := func(opt string) string {
+		return "pass the stored " + opt + " or leave it out; to change it, change the config item with dynamo.Configure (the stack's setup does), then restart the writers, relays and consumers"
+	}
+	if want.MaxMessageBytes != 0 && want.MaxMessageBytes != stored.SharedMaxMessageBytes() {
+		return &outbox.MisconfigurationError{Setting: "MaxMessageBytes", Configured: strconv.Itoa(want.MaxMessageBytes),
+			Stored: strconv.Itoa(stored.SharedMaxMessageBytes()), Fix: fix("MaxMessageBytes")}
+	}
+	have := stored.SharedHeaders()
+	for _, h := range []struct{ setting, want, stored string }{
+		{"MessageIDHeader", want.Headers.MessageID, have.MessageID},
+		{"BucketHeader", want.Headers.Bucket, have.Bucket},
+		{"SequenceHeader", want.Headers.Sequence, have.Sequence},
+	} {
+		if h.want != "" && h.want != h.stored {
+			return &outbox.MisconfigurationError{Setting: h.setting, Configured: strconv.Quote(h.want), Stored: strconv.Quote(h.stored), Fix: fix(h.setting)}
+		}
 	}
 	return nil
 }
@@ -405,9 +431,9 @@ func readConfigItem(ctx context.Context, client getItemAPI, table string) (outbo
 	return c, out.Item, nil
 }
 
-// openOutbox validates what NewStore and NewWriter were given, reads the config
-// item and checks the configured bucket count, mode and shared settings
-// against it; s then holds the stored shared settings.
+// openOutbox validates what NewStore and NewWriter were given and reads the
+// config item; s then holds its shared settings (MaxMessageBytes and the
+// header names).
 func openOutbox(ctx context.Context, client getItemAPI, tables Tables, s *settings) (outbox.Config, error) {
 	if err := checkOpen(client, tables, s); err != nil {
 		return outbox.Config{}, err
@@ -419,19 +445,8 @@ func openOutbox(ctx context.Context, client getItemAPI, tables Tables, s *settin
 	if err := checkPairing(item, tables); err != nil {
 		return stored, err
 	}
-	if err := checkBucketCount(s.bucketCount, stored.BucketCount,
-		"configure every writer and relay with the outbox's BucketCount, or none to take it from the table "+
-			"(a writer with another count puts messages in buckets that no relay drains, or mixes keys' orders); "+
-			"to change the outbox's count, run outbox buckets set N, which changes it online and every writer and relay follows"); err != nil {
-		return stored, err
-	}
-	if err := checkMode(s, stored, "configure every writer and relay with the outbox's mode, or none to take it from the table "+
-		"(a writer in the wrong mode writes messages without a TTL, which never expire, or with one, which deletes them unreplayable)"); err != nil {
-		return stored, err
-	}
-	// The shared settings are the config item's from here on.
-	s.maxMessageBytes, s.headers, err = outbox.ResolveShared(stored, s.maxMessageBytes, s.headers)
-	return stored, err
+	s.maxMessageBytes, s.headers = stored.SharedMaxMessageBytes(), stored.SharedHeaders()
+	return stored, nil
 }
 
 // checkOpen validates the settings, tables and client (an SDK client
@@ -447,14 +462,6 @@ func checkOpen(client any, tables Tables, s *settings) error {
 		return &outbox.OptionError{Option: "client", Value: nil, Reason: "a DynamoDB client is required"}
 	}
 	return nil
-}
-
-// checkMode compares a configured mode (if any) with the stored one.
-func checkMode(s *settings, stored outbox.Config, fix string) error {
-	if !s.modeSet || s.mode == stored.Mode {
-		return nil
-	}
-	return &outbox.MisconfigurationError{Setting: "Mode", Configured: s.mode.String(), Stored: stored.Mode.String(), Fix: fix}
 }
 
 // checkBucketCount compares a configured bucket count (0: none) with the

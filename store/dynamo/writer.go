@@ -88,12 +88,11 @@ type Result struct {
 // item for the bucket count and checks that the messages table exists (a
 // GetItem of a key no item has), so a wrong table name or region fails here,
 // with a *TableError naming the table (both tables', when both are missing),
-// and not on the first Write. Options: BucketCount, WithMode and the shared
-// settings MaxMessageBytes, MessageIDHeader, BucketHeader, SequenceHeader
-// (checked against the config item: a *outbox.MisconfigurationError when
-// they differ; left out, the item's are used), MaxAttempts, FenceTTL,
-// WithClock, WithTracer, WithLogger, WithNotifier; any other is an
-// *outbox.OptionError.
+// and not on the first Write. It runs on the config item's shared settings
+// (BucketCount, the mode and retention, the topics, MaxMessageBytes, the
+// header names), which no option states. Options (WriterOption):
+// MaxAttempts, FenceTTL, Region, WithClock, WithTracer, WithLogger,
+// WithNotifier.
 //
 // In a WatermarkMode outbox every message item gets a TTL attribute (x,
 // epoch seconds): its CreatedAt, or the wall clock when that is later, plus
@@ -105,7 +104,7 @@ type Result struct {
 // two regions would hand out the same sequence numbers and one message
 // would overwrite the other — unless the outbox is in region mode (its
 // config item lists regions, see Regions): the writer then needs
-// WithRegion and a client of that region (its replica; a
+// Region and a client of that region (its replica; a
 // *sequence.RegionError otherwise), and puts every message in its region's
 // slice of buckets (outbox.Config.RegionBuckets), whose counters no other
 // region writes.
@@ -116,9 +115,9 @@ type Result struct {
 // that release numbers a failed write reserved), and what its transactions
 // need on your own tables (PutItem, UpdateItem, DeleteItem,
 // ConditionCheckItem).
-func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...Option) (*Writer, error) {
+func NewWriter(ctx context.Context, client WriterAPI, tables Tables, opts ...WriterOption) (*Writer, error) {
 	s := defaultSettings()
-	s.apply(forWriter, opts)
+	applyOptions(&s, opts)
 	stored, err := openOutbox(ctx, client, tables, &s)
 	var (
 		te *TableError

@@ -75,13 +75,13 @@ func (f *faultClient) TransactWriteItems(ctx context.Context, in *dynamodb.Trans
 	return out, err
 }
 
-func newWriterEnv(t *testing.T, bucketCount int, opts ...Option) *writerEnv {
+func newWriterEnv(t *testing.T, bucketCount int, opts ...WriterOption) *writerEnv {
 	t.Helper()
 	return newWriterEnvOn(t, newEnv(t, bucketCount), opts...)
 }
 
 // newWriterEnvOn is newWriterEnv over an outbox created with newEnv.
-func newWriterEnvOn(t *testing.T, e *env, opts ...Option) *writerEnv {
+func newWriterEnvOn(t *testing.T, e *env, opts ...WriterOption) *writerEnv {
 	t.Helper()
 	ctx := ctxT(t)
 	business := testenv.Name(t, "biz")
@@ -95,7 +95,7 @@ func newWriterEnvOn(t *testing.T, e *env, opts ...Option) *writerEnv {
 		t.Fatal(err)
 	}
 	fc := &faultClient{WriterAPI: e.d.Client}
-	opts = append([]Option{WithClock(fixedClock{t0})}, opts...)
+	opts = append([]WriterOption{WithClock(fixedClock{t0})}, opts...)
 	w, err := NewWriter(ctx, fc, e.tables, opts...)
 	if err != nil {
 		t.Fatalf("NewWriter: %v", err)
@@ -254,19 +254,7 @@ func TestWriteOnlyItemsOrOnlyMessages(t *testing.T) {
 func TestNewWriterBucketCount(t *testing.T) {
 	d, tables := newTables(t, BucketCount(16))
 	ctx := ctxT(t)
-	_, err := NewWriter(ctx, d.Client, tables, BucketCount(8))
-	var me *outbox.MisconfigurationError
-	if !errors.As(err, &me) || me.Setting != "BucketCount" || me.Configured != "8" || me.Stored != "16" {
-		t.Fatalf("NewWriter(BucketCount 8) over 16 buckets: %v, want a *MisconfigurationError naming 8 and 16", err)
-	}
-	if !strings.Contains(err.Error(), "8") || !strings.Contains(err.Error(), "16") {
-		t.Errorf("message does not name both values: %v", err)
-	}
-	w, err := NewWriter(ctx, d.Client, tables, BucketCount(16))
-	if err != nil || w.BucketCount() != 16 {
-		t.Fatalf("matching BucketCount: %v", err)
-	}
-	w, err = NewWriter(ctx, d.Client, tables)
+	w, err := NewWriter(ctx, d.Client, tables)
 	if err != nil || w.BucketCount() != 16 {
 		t.Fatalf("BucketCount from the table: %v, %d", err, w.BucketCount())
 	}
@@ -356,12 +344,13 @@ func TestNewWriterChecksTables(t *testing.T) {
 	}
 }
 
-func TestNewWriterOptions(t *testing.T) {
-	d, tables := newTables(t)
-	ctx := ctxT(t)
-	cases := []struct {
+// CreateTables validates the shared settings it writes before any I/O
+// (the nil client is never called).
+func TestCreateTablesOptions(t *testing.T) {
+	tables := Tables{Messages: "never-m", Control: "never-c"}
+	for _, c := range []struct {
 		name   string
-		opt    Option
+		opt    TablesOption
 		option string
 	}{
 		{"bucket count", BucketCount(outbox.MaxBucketCount + 1), "BucketCount"},
@@ -369,6 +358,22 @@ func TestNewWriterOptions(t *testing.T) {
 		{"id header", MessageIDHeader(""), "MessageIDHeader"},
 		{"bucket header", BucketHeader(""), "BucketHeader"},
 		{"sequence header like the id header", SequenceHeader(outbox.DefaultMessageIDHeader), "SequenceHeader"},
+	} {
+		var oe *outbox.OptionError
+		if err := CreateTables(ctxT(t), nil, tables, c.opt); !errors.As(err, &oe) || oe.Option != c.option {
+			t.Errorf("%s: err = %v, want an *OptionError about %s", c.name, err, c.option)
+		}
+	}
+}
+
+func TestNewWriterOptions(t *testing.T) {
+	d, tables := newTables(t)
+	ctx := ctxT(t)
+	cases := []struct {
+		name   string
+		opt    WriterOption
+		option string
+	}{
 		{"attempts", MaxAttempts(0), "MaxAttempts"},
 		{"fence ttl", FenceTTL(time.Minute), "FenceTTL"},
 		{"clock", WithClock(nil), "WithClock"},

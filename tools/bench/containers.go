@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -112,7 +111,7 @@ func startContainers(ctx context.Context, st *stage, run steadyRun, drains *drai
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := config.Config{
 		MessagesTable: st.tables.Messages, ControlTable: st.tables.Control, BatchSize: relayBatch, Topics: []string{st.topic},
-		LeaseDuration: 30 * time.Second, GapTimeout: 10 * time.Second, MaxMessageBytes: outbox.DefaultMaxMessageBytes,
+		LeaseDuration: 30 * time.Second, GapTimeout: 10 * time.Second,
 		Concurrency: relayConcurrency, Brokers: st.brokers, Auth: config.AuthNone, Region: st.awsCfg.Region, DynamoEndpoint: st.endpoint,
 		Transactional: run.mode.Transactional,
 	}
@@ -128,8 +127,7 @@ func startContainers(ctx context.Context, st *stage, run steadyRun, drains *drai
 	for range run.containers {
 		relayAWS := st.awsCfg.Copy()
 		relayAWS.APIOptions = append(relayAWS.APIOptions, st.meter.register)
-		opts := append(slices.Clone(run.mode.Opts), outbox.WithMetrics(drains))
-		parts, err := wiring.BuildWith(ctx, cfg, relayAWS, quiet, "bench-relay", opts...)
+		parts, err := wiring.BuildWith(ctx, cfg, relayAWS, quiet, "bench-relay", outbox.WithMetrics(drains))
 		if err != nil {
 			closeAll()
 			return nil, nil, nil, err

@@ -276,13 +276,12 @@ func relayDrain(ctx context.Context, st *stage, bl backlog, name string, mode re
 		return r, err
 	}
 	defer pub.Close()
-	opts := mode.Opts
 	var acked, batches, publishNanos atomic.Int64
-	relay, err := outbox.NewRelay(ctx, store, pub, append([]outbox.Option{outbox.WithMetrics(metricsFunc(func(s outbox.BatchStats) {
+	relay, err := outbox.NewRelay(ctx, store, pub, outbox.WithMetrics(metricsFunc(func(s outbox.BatchStats) {
 		acked.Add(int64(s.Acked))
 		batches.Add(1)
 		publishNanos.Add(int64(s.PublishDuration))
-	}))}, opts...)...)
+	})))
 	if err != nil {
 		return r, err
 	}

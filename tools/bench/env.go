@@ -77,13 +77,13 @@ type modelSpec struct {
 
 // open starts what the stage needs and creates its outbox (BucketCount
 // buckets, and opts: the mode) and its topic (one partition per bucket).
-func (e *env) open(ctx context.Context, name string, buckets int, opts ...dynamo.Option) (_ *stage, err error) {
+func (e *env) open(ctx context.Context, name string, buckets int, opts ...dynamo.TablesOption) (_ *stage, err error) {
 	return e.openOn(ctx, name, buckets, nil, opts...)
 }
 
 // openOn opens a stage on the model spec describes (nil: DynamoDB Local
 // or the given endpoint, and the given brokers or a kfake of one broker).
-func (e *env) openOn(ctx context.Context, name string, buckets int, spec *modelSpec, opts ...dynamo.Option) (_ *stage, err error) {
+func (e *env) openOn(ctx context.Context, name string, buckets int, spec *modelSpec, opts ...dynamo.TablesOption) (_ *stage, err error) {
 	st := &stage{name: name, endpoint: e.endpoint, brokers: e.brokers, buckets: buckets, meter: newMeter()}
 	defer func() {
 		if err != nil {
@@ -156,7 +156,7 @@ func (e *env) openOn(ctx context.Context, name string, buckets int, spec *modelS
 	base := "bench-" + name + "-" + e.run
 	st.tables = dynamo.Tables{Messages: base + "-outbox", Control: base + "-outbox-control"}
 	st.topic = base
-	if err := dynamo.CreateTables(ctx, create, st.tables, append([]dynamo.Option{dynamo.BucketCount(buckets)}, opts...)...); err != nil {
+	if err := dynamo.CreateTables(ctx, create, st.tables, append([]dynamo.TablesOption{dynamo.BucketCount(buckets)}, opts...)...); err != nil {
 		return nil, fmt.Errorf("stage %s: create tables: %w", name, err)
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(st.brokers...))

@@ -521,7 +521,7 @@ func drainStages(ctx context.Context, e *env, g *gen, tmpl *template, o options,
 		run     func(context.Context, *stage, backlog) (drainResult, error)
 		// tables: the outbox's mode; tmpl: its message item (nil: the
 		// capacity stage's, delete mode).
-		tables []dynamo.Option
+		tables []dynamo.TablesOption
 		tmpl   *template
 	}
 	relayStage := func(n int) func(context.Context, *stage, backlog) (drainResult, error) {
@@ -660,7 +660,7 @@ func median(rounds []drainResult) drainResult {
 // withStage opens a stage (a fresh DynamoDB Local and kfake unless
 // endpoints were given) whose outbox is created with opts, runs fn and
 // closes it.
-func withStage(ctx context.Context, e *env, name string, buckets int, fn func(*stage) error, opts ...dynamo.Option) error {
+func withStage(ctx context.Context, e *env, name string, buckets int, fn func(*stage) error, opts ...dynamo.TablesOption) error {
 	st, err := e.open(ctx, name, buckets, opts...)
 	if err != nil {
 		return err
@@ -704,7 +704,7 @@ func steadyStage(ctx context.Context, e *env, g *gen, o options, res *results) e
 		}
 		o.progress("steady %s, %s, batching window %v: %s after a %v warm-up", p.Name, name, run.window, p, run.warmup)
 		var r steadyResult
-		var tables []dynamo.Option
+		var tables []dynamo.TablesOption
 		if run.handler == handlerRelay {
 			tables = run.mode.Tables
 		}

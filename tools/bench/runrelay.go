@@ -95,7 +95,7 @@ func runRelayStage(ctx context.Context, e *env, o options, res *results) error {
 // producer and the consumer up (not counted).
 func runRelay(ctx context.Context, st *stage, n int, notify bool) (runRelayResult, error) {
 	r := runRelayResult{Notifier: notify, PollMs: ms(runRelayPoll), Messages: n, GoalMs: ms(runRelayPoll + 100*time.Millisecond)}
-	var wopts []dynamo.Option
+	var wopts []dynamo.WriterOption
 	drains := &drainTimes{}
 	ropts := []outbox.Option{outbox.PollInterval(runRelayPoll), outbox.WithMetrics(drains)}
 	if notify {

@@ -38,14 +38,13 @@ const (
 	handlerFloor = "floor"
 )
 
-// relayMode is a way of running the relay that the bench measures: a name,
-// the relay options that select it, passed through to outbox.NewRelay, and
-// the options its outbox is created with. The default mode, which replaces
-// the acknowledged prefix by tombstones, has none.
+// relayMode is a way of running the relay that the bench measures: a name
+// and the options its outbox is created with (the relay takes its mode from
+// the config item). The default mode, which replaces the acknowledged
+// prefix by tombstones, has none.
 type relayMode struct {
 	Name   string
-	Opts   []outbox.Option
-	Tables []dynamo.Option
+	Tables []dynamo.TablesOption
 	// Transactional publishes through kafka.TxnPublisher
 	// (OUTBOX_KAFKA_TRANSACTIONAL=true).
 	Transactional bool
@@ -56,8 +55,7 @@ var (
 	modeDelete = relayMode{Name: "delete"}
 	// modeWatermark writes nothing per message: the messages carry a TTL
 	// (the writer's, from the config item) and stay until it passes.
-	modeWatermark = relayMode{Name: "watermark", Opts: []outbox.Option{outbox.WithMode(outbox.WatermarkMode)},
-		Tables: []dynamo.Option{dynamo.WithMode(outbox.WatermarkMode)}}
+	modeWatermark = relayMode{Name: "watermark", Tables: []dynamo.TablesOption{dynamo.WithMode(outbox.WatermarkMode)}}
 )
 
 // profile is a load offered to the steady stage: Rate messages per second
@@ -391,13 +389,13 @@ func startHandler(ctx context.Context, st *stage, run steadyRun, drains *drainLo
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 		cfg := config.Config{
 			MessagesTable: st.tables.Messages, ControlTable: st.tables.Control, BatchSize: relayBatch, Topics: []string{st.topic},
-			LeaseDuration: 30 * time.Second, GapTimeout: 10 * time.Second, MaxMessageBytes: outbox.DefaultMaxMessageBytes,
+			LeaseDuration: 30 * time.Second, GapTimeout: 10 * time.Second,
 			Concurrency: relayConcurrency, Brokers: st.brokers, Auth: config.AuthNone, Region: st.awsCfg.Region, DynamoEndpoint: st.endpoint,
 			Transactional: run.mode.Transactional,
 		}
 		relayAWS := st.awsCfg.Copy()
 		relayAWS.APIOptions = append(relayAWS.APIOptions, st.meter.register)
-		parts, err := wiring.BuildWith(ctx, cfg, relayAWS, quiet, "bench-relay", append(slices.Clone(run.mode.Opts), outbox.WithMetrics(drains))...)
+		parts, err := wiring.BuildWith(ctx, cfg, relayAWS, quiet, "bench-relay", outbox.WithMetrics(drains))
 		if err != nil {
 			return nil, nil, nil, err
 		}

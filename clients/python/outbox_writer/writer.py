@@ -149,8 +149,8 @@ class Writer:
 
     Writer() reads the config item (the bucket count and its epoch, the
     mode and its retention, the topics the outbox serves, region mode's
-    regions, MaxMessageBytes and the stamped headers' names: see
-    _resolve_shared) and refuses, with a ConfigError, an outbox it does not
+    regions, MaxMessageBytes and the stamped headers' names, the defaults
+    for those it does not state: no argument states them) and refuses, with a ConfigError, an outbox it does not
     understand (a config item version other than 1, 2 or 3, an unknown
     mode), a malformed config item, or a missing table. Read once: restart
     writers after the mode, topics or regions change.
@@ -186,8 +186,7 @@ class Writer:
     """
 
     def __init__(self, client, messages_table: str, control_table: str, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-                 fence_ttl_seconds: int = contract.DEFAULT_FENCE_TTL_SECONDS,
-                 max_message_bytes: int | None = None, region: str | None = None,
+                 fence_ttl_seconds: int = contract.DEFAULT_FENCE_TTL_SECONDS, region: str | None = None,
                  change_grace_seconds: float = DEFAULT_CHANGE_GRACE_SECONDS, clock=time.time, sleep=time.sleep):
         if not messages_table or not control_table or messages_table == control_table:
             raise ConfigError("messages_table and control_table are required and must differ")
@@ -195,15 +194,13 @@ class Writer:
             raise ConfigError(f"max_attempts={max_attempts}: must be at least 1")
         if change_grace_seconds < 0:
             raise ConfigError(f"change_grace_seconds={change_grace_seconds}: must be at least 0")
-        if max_message_bytes is not None and not contract.RECORD_OVERHEAD <= max_message_bytes <= contract.MAX_SHARED_MESSAGE_BYTES:
-            raise ConfigError(f"max_message_bytes={max_message_bytes}: must be {contract.RECORD_OVERHEAD}..{contract.MAX_SHARED_MESSAGE_BYTES}")
         retries = getattr(getattr(getattr(client, "meta", None), "config", None), "retries", None)
         if retries is not None and retries.get("total_max_attempts") != 1:
             raise ConfigError("the client retries by itself (botocore retries are on); create it with "
                               "outbox_writer.new_client() or Config(retries={'total_max_attempts': 1}): "
                               "the writer is the one retry layer")
         self.client, self.messages_table, self.control_table = client, messages_table, control_table
-        self.max_attempts, self.fence_ttl_seconds, self.max_message_bytes = max_attempts, fence_ttl_seconds, max_message_bytes
+        self.max_attempts, self.fence_ttl_seconds = max_attempts, fence_ttl_seconds
         self.clock, self.sleep = clock, sleep
         self.region, self.change_grace_seconds = region, change_grace_seconds
         # Test seams: called with the reservations before each commit; with
@@ -211,7 +208,9 @@ class Writer:
         self.after_reserve = None
         self.on_change_wait = None
         self.config = self._read_config()
-        self.max_message_bytes, self.stamped_headers = self._resolve_shared(max_message_bytes)
+        # The shared settings are the config item's: no argument states them.
+        self.max_message_bytes = self.config.max_message_bytes or contract.DEFAULT_MAX_MESSAGE_BYTES
+        self.stamped_headers = self.config.stamped_headers
         self._check_region()
         # The BucketCount and epoch messages are put under; a reservation
         # refused for its epoch replaces them (_await_epoch).
@@ -310,19 +309,6 @@ class Writer:
             if _code(e) == "ResourceNotFoundException":
                 raise ConfigError(f"the messages table {self.messages_table} does not exist") from e
             raise
-
-    def _resolve_shared(self, configured):
-        """The outbox's MaxMessageBytes and stamped header names, as the Go
-        side resolves them (outbox.ResolveShared): the config item's mb, or
-        max_message_bytes when the item states none (default 1 MiB); a
-        max_message_bytes other than the item's is refused. The names are
-        the item's hi/hb/hs, the defaults for those it does not state."""
-        stored = self.config.max_message_bytes
-        if configured is not None and stored and configured != stored:
-            raise ConfigError(f"misconfigured MaxMessageBytes: configured {configured} but the outbox table says {stored}; "
-                              "remove max_message_bytes= to take the outbox's value from its config item, or set it to the stored "
-                              "value (every writer, relay, publisher and consumer of one outbox must agree)")
-        return stored or configured or contract.DEFAULT_MAX_MESSAGE_BYTES, self.config.stamped_headers
 
     @property
     def bucket_count(self) -> int:

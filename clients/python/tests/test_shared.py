@@ -1,12 +1,15 @@
 """The outbox's shared settings in the config item (docs/contract.md
 section 2): MaxMessageBytes (mb) and the stamped headers' names (hi, hb,
-hs), enforced as the Go writer enforces them (outbox.ResolveShared,
-HeaderNames.Validate): a record above mb and a message carrying a stamped
-header's name are refused before anything is reserved."""
+hs), taken from the item only, as the Go writer takes them, and enforced
+as it enforces them (HeaderNames.Validate): a record above mb and a
+message carrying a stamped header's name are refused before anything is
+reserved."""
+
+import inspect
 
 import pytest
 
-from outbox_writer import ConfigError, Message, ValidationError, contract
+from outbox_writer import ConfigError, Message, ValidationError, Writer, contract
 from test_writer import CONFIG, Fake, writer
 
 SMALL = dict(CONFIG, mb={"N": "2048"})
@@ -57,19 +60,16 @@ def test_a_default_name_the_outbox_renamed_is_an_ordinary_header():
     assert [c[0] for c in f.calls].count("transact") == 1
 
 
-def test_max_message_bytes_other_than_the_stored_one_is_refused_at_start():
-    f = Fake(config=SMALL)
-    with pytest.raises(ConfigError, match="misconfigured MaxMessageBytes: configured 4096 but the outbox table says 2048"):
-        writer(f, max_message_bytes=4096)
-    assert writer(Fake(config=SMALL), max_message_bytes=2048).max_message_bytes == 2048
-    assert writer(Fake(), max_message_bytes=4096).max_message_bytes == 4096  # the item states none
-    assert writer(Fake()).max_message_bytes == contract.DEFAULT_MAX_MESSAGE_BYTES
-
-
-@pytest.mark.parametrize("n", [0, 127, (100 << 20) - 4 + 1])
-def test_max_message_bytes_outside_its_range_is_refused(n):
-    with pytest.raises(ConfigError, match=f"max_message_bytes={n}: must be 128..104857596"):
-        writer(Fake(), max_message_bytes=n)
+def test_the_shared_settings_come_from_the_config_item_only():
+    """No argument of Writer states MaxMessageBytes or a header name: an
+    item that states none gives the defaults (docs/design.md section 11.1)."""
+    assert writer(Fake(config=SMALL)).max_message_bytes == 2048
+    w = writer(Fake())
+    assert w.max_message_bytes == contract.DEFAULT_MAX_MESSAGE_BYTES
+    assert w.stamped_headers == (contract.MESSAGE_ID_HEADER, contract.BUCKET_HEADER, contract.SEQUENCE_HEADER)
+    shared = ("max_message_bytes", "bucket_count", "mode", "header", "retention", "topics")
+    params = [p for p in inspect.signature(Writer).parameters if any(s in p for s in shared)]
+    assert params == [], f"Writer takes {params}: the config item is their one source"
 
 
 @pytest.mark.parametrize("extra,reason", [

@@ -18,7 +18,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/lambda/config"
 	"github.com/dynakafka/outbox/lambda/handler"
 	"github.com/dynakafka/outbox/lambda/wiring"
@@ -93,7 +92,7 @@ func Start(ctx, hard context.Context, o Options) (_ *Pipeline, err error) {
 	// As template.yaml configures the functions.
 	cfg := config.Config{
 		MessagesTable: o.Tables.Messages, ControlTable: o.Tables.Control, BatchSize: 500, Topics: o.Topics,
-		LeaseDuration: 30 * time.Second, GapTimeout: 10 * time.Second, MaxMessageBytes: outbox.DefaultMaxMessageBytes,
+		LeaseDuration: 30 * time.Second, GapTimeout: 10 * time.Second,
 		Concurrency: 8, Brokers: o.Brokers, Auth: config.AuthNone, Region: o.AWS.Region, DynamoEndpoint: o.Endpoint,
 	}
 	relayParts, err := wiring.BuildWith(ctx, cfg, o.AWS, o.Logger, o.Name+"-relay")
