@@ -134,12 +134,19 @@ func (d *drain) publishResumed(ctx context.Context, msgs []Message, call func(co
 // §4.3). expired reports that the bound cancelled f (and not ctx).
 func (d *drain) underWindow(ctx context.Context, f func(context.Context) (int, error)) (n int, expired bool, err error) {
 	cfg := &d.r.cfg
-	left := d.windowEnd().Sub(d.r.sched.Now())
-	if left <= 0 {
-		return 0, true, errResumeWindow
-	}
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	left := d.windowEnd().Sub(d.r.sched.Now())
+	if left <= 0 {
+		// Over before f began: f runs on a context already ended, so that
+		// the store or publisher under it sees the cut at once (nothing
+		// is sent) rather than not at all: the harnesses' attribution
+		// takes what this drain published and could not mark as at risk
+		// from this moment, before an acquirer reads the bucket.
+		cancel()
+		n, err := f(pctx)
+		return n, true, errors.Join(errResumeWindow, err)
+	}
 	var over atomic.Bool
 	deadline := d.r.sched.AfterFunc(left, func() {
 		over.Store(true)
