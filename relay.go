@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,6 +56,9 @@ type Relay struct {
 	// changesAborted: overdue BucketCount changes this relay ended
 	// (change.go).
 	changesAborted atomic.Int64
+	// draining counts the drains running, which share MaxInFlight
+	// (readLimit).
+	draining atomic.Int64
 }
 
 // fairShare is a relay's fair share over the buckets its region drains:
@@ -469,6 +473,8 @@ func (r *Relay) drainBucket(ctx context.Context, bucket int, target int64, wait 
 		return st, err
 	}
 	defer func() { <-loc.turn }()
+	r.draining.Add(1)
+	defer r.draining.Add(-1)
 
 	// Work stops a moment before the caller's deadline so that the lease can
 	// still be released, on a context that the caller's deadline bounds.
@@ -507,6 +513,14 @@ func (r *Relay) drainBucket(ctx context.Context, bucket int, target int64, wait 
 		}
 		return st, nil
 	}
+}
+
+// readLimit is how many entries a drain's read of a bucket takes: at most
+// BatchSize, and at most its share of MaxInFlight among the drains running,
+// so that the relay's memory is bounded however many buckets it drains at
+// once.
+func (r *Relay) readLimit() int {
+	return max(1, min(r.cfg.batchSize, r.cfg.maxInFlight/int(max(r.draining.Load(), 1))))
 }
 
 // takeTurn waits until no other drain of this Relay runs on the bucket.
@@ -677,9 +691,10 @@ func levelFor(err error) slog.Level {
 	return slog.LevelError
 }
 
-// DrainBuckets drains the given buckets, at most Concurrency at once, and
-// returns the error of each bucket that was not drained (nil map entries are
-// omitted). Duplicates in buckets are drained once.
+// DrainBuckets drains the given buckets, at most Concurrency at once (all of
+// them by default), and returns the error of each bucket that was not
+// drained (nil map entries are omitted). Duplicates in buckets are drained
+// once.
 func (r *Relay) DrainBuckets(ctx context.Context, buckets []int) map[int]error {
 	return r.drainBuckets(ctx, buckets, true)
 }
@@ -697,7 +712,7 @@ func (r *Relay) drainBuckets(ctx context.Context, buckets []int, wait bool) map[
 		mu   sync.Mutex
 		errs = make(map[int]error)
 		wg   sync.WaitGroup
-		sem  = make(chan struct{}, r.cfg.concurrency)
+		sem  = make(chan struct{}, cmp.Or(r.cfg.concurrency, max(len(uniq), 1)))
 	)
 	for _, b := range uniq {
 		sem <- struct{}{}

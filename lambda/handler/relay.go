@@ -7,6 +7,7 @@
 package handler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -123,9 +124,10 @@ func RelayEMF(e *emf.Emitter, m *RelayMetrics) RelayOption {
 }
 
 // NewRelay returns the relay handler over r, draining at most concurrency
-// buckets at once.
+// buckets at once (0: every bucket of a batch at once; the relay's
+// MaxInFlight bounds what they hold).
 func NewRelay(r Drainer, concurrency int, log *slog.Logger, opts ...RelayOption) *Relay {
-	h := &Relay{relay: r, concurrency: max(1, concurrency), log: log, counters: &Counters{}}
+	h := &Relay{relay: r, concurrency: max(0, concurrency), log: log, counters: &Counters{}}
 	for _, o := range opts {
 		o(h)
 	}
@@ -285,7 +287,7 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 		mu      sync.Mutex
 		results []result
 		wg      sync.WaitGroup
-		sem     = make(chan struct{}, h.concurrency)
+		sem     = make(chan struct{}, cmp.Or(h.concurrency, max(len(lowest), 1)))
 	)
 	for b := range lowest {
 		wg.Add(1)
