@@ -21,7 +21,7 @@ import (
 //     GitHub gives it;
 //  3. every path in the File map exists;
 //  4. every "§N.M" in the repository's Go, Markdown and YAML files names a
-//     section that exists.
+//     section that exists, and every link to design.md#<anchor> a heading.
 func TestDesignDocMap(t *testing.T) {
 	raw, err := os.ReadFile("docs/design.md")
 	if err != nil {
@@ -57,7 +57,9 @@ func TestDesignDocMap(t *testing.T) {
 	}
 
 	var want []string
+	anchors := map[string]bool{}
 	for _, h := range heads {
+		anchors[githubAnchor(h.text)] = true
 		if h.text != "Contents" {
 			want = append(want, strings.Repeat("  ", h.level-2)+"- ["+h.text+"](#"+githubAnchor(h.text)+")")
 		}
@@ -73,6 +75,7 @@ func TestDesignDocMap(t *testing.T) {
 	}
 
 	ref := regexp.MustCompile(`§(\d+(?:\.\d+)*)`)
+	link := regexp.MustCompile(`design\.md#([\w-]+)`)
 	refs := 0
 	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -98,6 +101,11 @@ func TestDesignDocMap(t *testing.T) {
 				refs++
 				if !sections[m[1]] {
 					t.Errorf("%s:%d: §%s names no section of docs/design.md", path, i+1, m[1])
+				}
+			}
+			for _, m := range link.FindAllStringSubmatch(line, -1) {
+				if !anchors[m[1]] {
+					t.Errorf("%s:%d: design.md#%s names no heading of docs/design.md", path, i+1, m[1])
 				}
 			}
 		}
