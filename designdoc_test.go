@@ -1,7 +1,6 @@
 package outbox_test
 
 import (
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -77,25 +76,7 @@ func TestDesignDocMap(t *testing.T) {
 	ref := regexp.MustCompile(`§(\d+(?:\.\d+)*)`)
 	link := regexp.MustCompile(`design\.md#([\w-]+)`)
 	refs := 0
-	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules" || d.Name() == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		switch filepath.Ext(path) {
-		case ".go", ".md", ".yaml":
-		default:
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
+	err = walkRepo([]string{".go", ".md", ".yaml"}, func(path string, b []byte) error {
 		for i, line := range strings.Split(string(b), "\n") {
 			for _, m := range ref.FindAllStringSubmatch(line, -1) {
 				refs++

@@ -5,7 +5,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -37,7 +36,7 @@ var longFuncExceptions = map[string]string{
 // shortFuncTrees and logs every other one in the repository (with -v), so
 // that the next split has its list.
 func TestFunctionLength(t *testing.T) {
-	long, err := longFuncs(".")
+	long, err := longFuncs()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,26 +74,15 @@ type longFunc struct {
 }
 
 // longFuncs lists the non-test functions over maxFuncLines lines in the
-// Go files below root (testdata and hidden directories left out), in file
-// order.
-func longFuncs(root string) ([]longFunc, error) {
+// repository's Go files (walkRepo's), in file order.
+func longFuncs() ([]longFunc, error) {
 	var long []longFunc
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		name := d.Name()
-		if d.IsDir() {
-			if path != root && (name == "testdata" || name == "node_modules" || strings.HasPrefix(name, ".")) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+	err := walkRepo([]string{".go"}, func(path string, src []byte) error {
+		if strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
 		fset := token.NewFileSet()
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		f, err := parser.ParseFile(fset, path, src, parser.SkipObjectResolution)
 		if err != nil {
 			return err
 		}
