@@ -131,7 +131,7 @@ type local struct {
 // NewRelay reads the outbox's config item (unless StoredConfig gives it)
 // and returns a relay for it, on the item's shared settings: BucketCount,
 // the mode, MaxMessageBytes and the stamped header names (docs/design.md
-// §11.1). It fails with a *MisconfigurationError when the stored format is
+// §12). It fails with a *MisconfigurationError when the stored format is
 // newer than this code, the Region option does not fit the item, or the
 // publisher's settings are not the item's (ConfigChecker), and with an
 // *OptionError for an invalid option. A nil store or publisher
@@ -349,7 +349,7 @@ func isNil(v any) bool {
 // CheckConfig verifies that a stored configuration is one this code can
 // run on: a valid BucketCount and mode, and a format version it knows.
 // Processes take the shared settings from it as they are; none states its
-// own (docs/design.md §11.1).
+// own (docs/design.md §12).
 func CheckConfig(stored Config) error {
 	if !ValidBucketCount(stored.BucketCount) {
 		return &MisconfigurationError{Setting: "BucketCount", Configured: fmt.Sprintf("1..%d", MaxBucketCount), Stored: fmt.Sprint(stored.BucketCount),

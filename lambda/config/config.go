@@ -6,7 +6,7 @@
 // The outbox's shared settings — BucketCount, the mode, MaxMessageBytes and
 // the stamped header names — are not variables: every function reads them
 // from the outbox's config item, which the stack's setup writes from its
-// parameters (docs/design.md §11.1).
+// parameters (docs/design.md §12).
 package config
 
 import (
