@@ -16,8 +16,8 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/cmd/internal/pipeline"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 	"github.com/dynakafka/outbox/internal/proc"
-	"github.com/dynakafka/outbox/internal/testenv"
 	"github.com/dynakafka/outbox/local/dynamolocal"
 	"github.com/dynakafka/outbox/store/dynamo"
 )

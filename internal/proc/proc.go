@@ -1,7 +1,7 @@
 // Package proc starts the engines the tests and the demo run beside Go
 // (DynamoDB Local, Apache Kafka brokers) as child processes that die with
 // their parent, and finds the repository's scripts. It is the one copy for
-// local/dynamolocal and internal/testenv.
+// local/dynamolocal and internal/harness/testenv.
 package proc
 
 import (
