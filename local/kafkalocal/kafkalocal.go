@@ -1,4 +1,4 @@
-package testenv
+package kafkalocal
 
 import (
 	"bytes"
@@ -25,7 +25,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -35,23 +34,17 @@ import (
 	"github.com/dynakafka/outbox/internal/proc"
 )
 
-// RealKafkaEnv, set to "real", routes Kafka to a real Apache Kafka broker
-// started by RealKafka (one node) instead of kfake: make test's real-broker
-// lane reruns the Kafka suites that way.
-const RealKafkaEnv = "OUTBOX_TEST_KAFKA"
-
 // kafkaInstaller is the broker installer's path relative to the repository.
 const kafkaInstaller = "scripts/install-kafka.sh"
 
-// RealCluster is an Apache Kafka KRaft cluster on loopback, every node both
-// broker and controller, started by RealKafka once per test binary and node
-// count and stopped by Main. Each node listens on PLAINTEXT (no
-// authentication: the principal User:ANONYMOUS, a super user), SASL_PLAINTEXT
-// with SCRAM-SHA-256 and SCRAM-SHA-512 (users made with AddSCRAMUser; ACLs
-// apply to them), and SSL (a server certificate signed by CA, made at start).
-// Authorization is the StandardAuthorizer with allow.everyone.if.no.acl.found:
-// a resource is open until an ACL names it.
-type RealCluster struct {
+// Cluster is an Apache Kafka KRaft cluster on loopback, every node both
+// broker and controller, started by Start. Each node listens on PLAINTEXT
+// (no authentication: the principal User:ANONYMOUS, a super user),
+// SASL_PLAINTEXT with SCRAM-SHA-256 and SCRAM-SHA-512 (users made with
+// AddSCRAMUser; ACLs apply to them), and SSL (a server certificate signed by
+// CA, made at start). Authorization is the StandardAuthorizer with
+// allow.everyone.if.no.acl.found: a resource is open until an ACL names it.
+type Cluster struct {
 	Version string // the broker's version, e.g. "4.4.0"
 	Nodes   int
 	// Plain, SASL and TLS are the nodes' addresses on each listener.
@@ -71,85 +64,31 @@ type RealCluster struct {
 
 // brokerProc is a started broker (internal/proc, shared with
 // local/dynamolocal: its own process group, killed whole; on Linux a parent
-// death signal, so no broker outlives a test binary that dies without Main).
+// death signal, so no broker outlives the process that started it).
 type brokerProc = proc.Process
 
-var (
-	realMu       sync.Mutex
-	realClusters = map[int]*RealCluster{}
-	realErrs     = map[int]error{}
-)
-
-// RealKafka returns the test binary's real Apache Kafka cluster of nodes
-// nodes (1 or 3), starting it on the first call; Main stops it. A three-node
-// cluster replicates everything three times with min.insync.replicas 2, so
-// it survives one stopped node. It fails the test, with the installer's or
-// the broker's message, if the broker cannot be installed or started: a
-// suite that needs it must not pass without it.
-func RealKafka(t testing.TB, nodes int) *RealCluster {
-	t.Helper()
-	if nodes != 1 && nodes != 3 {
-		t.Fatalf("testenv.RealKafka: %d nodes; use 1 (the fast path) or 3 (replication 3, min.insync.replicas 2)", nodes)
-	}
-	if !mainEntered.Load() {
-		t.Fatal("testenv.RealKafka: this test binary's TestMain does not call testenv.Main, " +
-			"which stops the brokers when the tests end; add\n\n\tfunc TestMain(m *testing.M) { testenv.Main(m) }")
-	}
-	realMu.Lock()
-	defer realMu.Unlock()
-	if c := realClusters[nodes]; c != nil {
-		return c
-	}
-	if err := realErrs[nodes]; err != nil {
-		t.Fatalf("testenv.RealKafka: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	c, err := startRealKafka(ctx, nodes)
-	if err != nil {
-		realErrs[nodes] = err
-		t.Fatalf("testenv.RealKafka: %v", err)
-	}
-	realClusters[nodes] = c
-	return c
-}
-
-// StartRealKafka starts a new cluster of nodes nodes outside a test (for
-// `outbox local --real`), installing Apache Kafka first if needed; ctx
+// Start starts a new cluster of nodes nodes (1, or 3 to replicate
+// everything three times with min.insync.replicas 2, so that it survives
+// one stopped node), installing Apache Kafka first if needed (through
+// scripts/install-kafka.sh, from Maven Central; Java 17+ and Maven); ctx
 // bounds the start. The caller stops it with Stop.
-func StartRealKafka(ctx context.Context, nodes int) (*RealCluster, error) {
+func Start(ctx context.Context, nodes int) (*Cluster, error) {
 	if nodes < 1 {
-		return nil, fmt.Errorf("testenv.StartRealKafka: %d nodes; want at least 1", nodes)
+		return nil, fmt.Errorf("kafkalocal.Start: %d nodes; want at least 1", nodes)
 	}
-	return startRealKafka(ctx, nodes)
+	return start(ctx, nodes)
 }
 
-// Stop kills the cluster's nodes and removes their data. A cluster from
-// RealKafka is stopped by Main instead.
-func (c *RealCluster) Stop() { c.stop() }
-
-// stopRealKafka stops every cluster RealKafka started (called by Main).
-func stopRealKafka() {
-	realMu.Lock()
-	defer realMu.Unlock()
-	for n, c := range realClusters {
-		c.stop()
-		delete(realClusters, n)
-	}
-}
-
-// Kafka returns the cluster's PLAINTEXT listeners as a KafkaCluster.
-func (c *RealCluster) Kafka() *KafkaCluster {
-	return &KafkaCluster{Brokers: append([]string(nil), c.Plain...), Real: c}
-}
+// Stop kills the cluster's nodes and removes their data.
+func (c *Cluster) Stop() { c.stop() }
 
 // TLSConfig returns a client TLS configuration that trusts the brokers.
-func (c *RealCluster) TLSConfig() *tls.Config {
+func (c *Cluster) TLSConfig() *tls.Config {
 	return &tls.Config{RootCAs: c.CA, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
 }
 
 // AddSCRAMUser creates (or updates) a SCRAM-SHA-256 and SCRAM-SHA-512 user.
-func (c *RealCluster) AddSCRAMUser(ctx context.Context, user, password string) error {
+func (c *Cluster) AddSCRAMUser(ctx context.Context, user, password string) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Plain...))
 	if err != nil {
 		return err
@@ -188,7 +127,7 @@ func (c *RealCluster) AddSCRAMUser(ctx context.Context, user, password string) e
 
 // StopBroker kills node i (0-based) at once (SIGKILL, no controlled
 // shutdown), as a crash would, and waits until it has exited.
-func (c *RealCluster) StopBroker(i int) {
+func (c *Cluster) StopBroker(i int) {
 	c.mu.Lock()
 	p := c.procs[i]
 	c.procs[i] = nil
@@ -200,7 +139,7 @@ func (c *RealCluster) StopBroker(i int) {
 
 // StartBroker starts node i again on its ports and data, after StopBroker,
 // and waits until the cluster's metadata lists every node again.
-func (c *RealCluster) StartBroker(ctx context.Context, i int) error {
+func (c *Cluster) StartBroker(ctx context.Context, i int) error {
 	c.mu.Lock()
 	running := c.procs[i] != nil
 	c.mu.Unlock()
@@ -217,7 +156,7 @@ func (c *RealCluster) StartBroker(ctx context.Context, i int) error {
 	return c.waitReady(ctx)
 }
 
-func (c *RealCluster) stop() {
+func (c *Cluster) stop() {
 	c.mu.Lock()
 	procs := c.procs
 	c.procs = make([]*brokerProc, len(procs))
@@ -230,7 +169,7 @@ func (c *RealCluster) stop() {
 	_ = os.RemoveAll(c.dir)
 }
 
-func startRealKafka(ctx context.Context, nodes int) (*RealCluster, error) {
+func start(ctx context.Context, nodes int) (*Cluster, error) {
 	home, err := installKafka(ctx)
 	if err != nil {
 		return nil, err
@@ -253,13 +192,13 @@ func startRealKafka(ctx context.Context, nodes int) (*RealCluster, error) {
 	}
 }
 
-func startCluster(ctx context.Context, nodes int, home, java, version string) (*RealCluster, error) {
+func startCluster(ctx context.Context, nodes int, home, java, version string) (*Cluster, error) {
 	dir, err := os.MkdirTemp("", "outbox-kafka-")
 	if err != nil {
 		return nil, err
 	}
-	c := &RealCluster{Version: version, Nodes: nodes, Libs: filepath.Join(home, "libs"), Java: java, dir: dir, procs: make([]*brokerProc, nodes)}
-	fail := func(err error) (*RealCluster, error) {
+	c := &Cluster{Version: version, Nodes: nodes, Libs: filepath.Join(home, "libs"), Java: java, dir: dir, procs: make([]*brokerProc, nodes)}
+	fail := func(err error) (*Cluster, error) {
 		c.stop()
 		return nil, err
 	}
@@ -313,7 +252,7 @@ func startCluster(ctx context.Context, nodes int, home, java, version string) (*
 		format := exec.CommandContext(ctx, java, append(c.jvmArgs(log4j, "96m"), "kafka.tools.StorageTool",
 			"format", "--cluster-id", clusterID, "--config", filepath.Join(nodeDir, "server.properties"), "--ignore-formatted")...)
 		if out, err := format.CombinedOutput(); err != nil {
-			return fail(fmt.Errorf("format node %d storage: %v: %s", i+1, err, oneLine(out)))
+			return fail(fmt.Errorf("format node %d storage: %v: %s", i+1, err, proc.Tail(out)))
 		}
 	}
 	for i := range nodes {
@@ -332,12 +271,12 @@ func startCluster(ctx context.Context, nodes int, home, java, version string) (*
 // jvmArgs keeps each node small: it must fit 2 cores beside DynamoDB Local
 // and the tests. C1 only (TieredStopAtLevel=1) starts faster and compiles
 // less; the serial collector needs no GC threads.
-func (c *RealCluster) jvmArgs(log4j, heap string) []string {
+func (c *Cluster) jvmArgs(log4j, heap string) []string {
 	return []string{"-Xms64m", "-Xmx" + heap, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
 		"-Djava.awt.headless=true", "-Dlog4j2.configurationFile=" + log4j, "-cp", filepath.Join(c.Libs, "*")}
 }
 
-func (c *RealCluster) launch(i int) (*brokerProc, error) {
+func (c *Cluster) launch(i int) (*brokerProc, error) {
 	nodeDir := filepath.Join(c.dir, fmt.Sprint("node-", i+1))
 	out, err := os.OpenFile(filepath.Join(nodeDir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -359,7 +298,7 @@ func (c *RealCluster) launch(i int) (*brokerProc, error) {
 }
 
 // waitReady waits until every running node is in the metadata and answers.
-func (c *RealCluster) waitReady(ctx context.Context) error {
+func (c *Cluster) waitReady(ctx context.Context) error {
 	c.mu.Lock()
 	var want []string
 	var procs []*brokerProc
@@ -422,7 +361,7 @@ func brokersListed(ctx context.Context, brokers []string) (int, error) {
 	return fewest, nil
 }
 
-func (c *RealCluster) consoleTail(i int) string {
+func (c *Cluster) consoleTail(i int) string {
 	b, _ := os.ReadFile(filepath.Join(c.dir, fmt.Sprint("node-", i+1), "console.log"))
 	if len(b) > 8<<10 {
 		b = b[len(b)-8<<10:]
@@ -453,19 +392,9 @@ func installKafka(ctx context.Context) (string, error) {
 func findUp(rel string) (string, error) {
 	p, err := proc.FindUp(rel)
 	if err != nil {
-		return "", errors.New("cannot find " + rel + " above the working directory; run the tests from the repository")
+		return "", errors.New("cannot find " + rel + " above the working directory; run from the repository")
 	}
 	return p, nil
-}
-
-// oneLine is the last lines of a tool's output on one line (make test keeps
-// only an error's first line).
-func oneLine(out []byte) string {
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) > 12 {
-		lines = lines[len(lines)-12:]
-	}
-	return strings.Join(lines, " | ")
 }
 
 func loopbackPort() (int, error) {
