@@ -1,4 +1,4 @@
-package inbox_test
+package inboxtest_test
 
 import (
 	"encoding/json"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/inbox"
+	"github.com/dynakafka/outbox/inboxtest"
 )
 
 // A service's callback, as a user writes it: it decodes the event and adds
@@ -41,10 +42,10 @@ func orderRecord(value string) *kgo.Record {
 	}}
 }
 
-// A callback is unit-testable without DynamoDB: NewTestTx gives it the Tx
+// A callback is unit-testable without DynamoDB: NewTx gives it the Tx
 // it would get, Items shows what it added.
-func TestNewTestTx(t *testing.T) {
-	tx, err := inbox.NewTestTx(orderRecord(`{"order_id":"o-1","amount_cents":250}`))
+func TestNewTx(t *testing.T) {
+	tx, err := inboxtest.NewTx(orderRecord(`{"order_id":"o-1","amount_cents":250}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestNewTestTx(t *testing.T) {
 		t.Fatalf("message %+v", m)
 	}
 
-	tx, err = inbox.NewTestTx(orderRecord("not json"))
+	tx, err = inboxtest.NewTx(orderRecord("not json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func TestNewTestTx(t *testing.T) {
 	}
 
 	var re *inbox.RecordError
-	if _, err := inbox.NewTestTx(&kgo.Record{Topic: "orders"}); !errors.As(err, &re) {
+	if _, err := inboxtest.NewTx(&kgo.Record{Topic: "orders"}); !errors.As(err, &re) {
 		t.Fatalf("a record without the outbox's headers: %v, want a *RecordError", err)
 	}
 }
