@@ -55,7 +55,7 @@ ARCHES      := arm64 amd64
 # Secrets Manager, kfake or kadm in its module graph), then the tools and
 # examples/orders (a service as a user writes it, from the README and go doc
 # ./outboxtest, with its own go.mod).
-LIBRARY_MODULES := . lambda local/esm local/schedule cmd deploy integration internal/harness/soak internal/harness/kafka/kfakeenv internal/harness/kafka/brokertest \
+LIBRARY_MODULES := . lambda local/esm local/schedule cmd deploy integration internal/harness/soak internal/harness/kafka/kfakeenv \
 	examples/orderviewfn inbox/lambdakafka outboxtest
 TOOL_MODULES    := tools otel cdk examples/orders
 MODULES         := $(LIBRARY_MODULES) $(TOOL_MODULES)
@@ -113,7 +113,7 @@ test: deps
 	( $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v $(LIBRARY_PKGS) 2>&1 | grep -E $(TEST_FILTER) ) > $(TEST_LOGS)/library.log 2>&1 & lib=$$!; \
 	( export OUTBOX_TEST_KAFKA=real; \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run TestRealKafka ./internal/harness/testenv 2>&1 | grep -E $(TEST_FILTER) && \
-	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./kafka ./internal/harness/kafka/brokertest 2>&1 | grep -E $(TEST_FILTER) && \
+	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./kafka ./internal/harness/kafka/kfakeenv/brokertest 2>&1 | grep -E $(TEST_FILTER) && \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run $(REAL_KAFKA_INBOX) ./inbox 2>&1 | grep -E $(TEST_FILTER) && \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run 'TestRealEndToEnd|TestOrderAfterPartialFailure|TestRealKafkaSoak' github.com/dynakafka/outbox/integration 2>&1 | grep -E $(TEST_FILTER) && \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run 'TestTopicDeleted|TestLocal$$' github.com/dynakafka/outbox/cmd/outbox github.com/dynakafka/outbox/lambda/handler 2>&1 | grep -E $(TEST_FILTER) \

@@ -8,7 +8,7 @@ import (
 )
 
 // The suite's helpers live in internal/harness/kafka/kafkatest, shared with
-// internal/harness/kafka/brokertest (the tests that need kfake in process or kadm).
+// internal/harness/kafka/kfakeenv/brokertest (the tests that need kfake in process or kadm).
 const testTimeout = kafkatest.Timeout
 
 type publishResult = kafkatest.PublishResult

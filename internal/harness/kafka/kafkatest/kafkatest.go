@@ -1,7 +1,8 @@
 // Package kafkatest holds the helpers of the Kafka publisher's tests, shared
-// by the suite in package kafka and by internal/harness/kafka/brokertest (the tests that need
-// kfake in process or kadm, in a module of their own so that the library's
-// go.mod requires neither). It speaks to the brokers with kmsg, which the
+// by the suite in package kafka and by
+// internal/harness/kafka/kfakeenv/brokertest (the tests that need kfake in
+// process or kadm, in kfakeenv's module so that the library's go.mod
+// requires neither). It speaks to the brokers with kmsg, which the
 // library already requires through franz-go, and imports no package kafka
 // so that package kafka's own tests can use it.
 package kafkatest

@@ -3,7 +3,9 @@
 // (ControlKey, Fault). The library's own tests use internal/harness/testenv.Kafka,
 // which runs kfake in a process of its own: the library's go.mod may not
 // require kfake, or every service that imports the library would get it in
-// its module graph (TestConsumerModuleGraphIsLean).
+// its module graph (TestConsumerModuleGraphIsLean). This package's module
+// also holds the publisher's tests that need kfake in process or kadm
+// (brokertest) and the kfake server testenv runs (server).
 package kfakeenv
 
 import (
