@@ -55,7 +55,7 @@ ARCHES      := arm64 amd64
 # Secrets Manager, kfake or kadm in its module graph), then the tools and
 # examples/orders (a service as a user writes it, from the README and go doc
 # ./outboxtest, with its own go.mod).
-LIBRARY_MODULES := . lambda local/esm local/schedule cmd deploy integration internal/soak internal/kfakeenv kafka/brokertest \
+LIBRARY_MODULES := . lambda local/esm local/schedule cmd deploy integration internal/harness/soak internal/harness/kafka/kfakeenv \
 	examples/orderviewfn inbox/lambdakafka outboxtest
 TOOL_MODULES    := tools otel cdk examples/orders
 MODULES         := $(LIBRARY_MODULES) $(TOOL_MODULES)
@@ -68,7 +68,7 @@ LIBRARY_WORK    := $(CACHE)/library.work
 # in the order listed; the longest (the soak, the integration suite, the
 # simulator) come first, so that they do not start last and set the lane's
 # length (go test lists a package once).
-LIBRARY_PKGS    := $(addprefix github.com/dynakafka/outbox/,internal/soak integration internal/sim deploy lambda/wiring inbox store/dynamo) \
+LIBRARY_PKGS    := $(addprefix github.com/dynakafka/outbox/,internal/harness/soak integration internal/harness/sim deploy lambda/wiring inbox store/dynamo) \
 	github.com/dynakafka/outbox/...
 MKWORK          = rm -f $(LIBRARY_WORK) && GOWORK=$(LIBRARY_WORK) $(GO) work init $(addprefix $(CURDIR)/,$(LIBRARY_MODULES))
 
@@ -94,7 +94,7 @@ TEST_FILTER := '^(ok|FAIL|PASS|--- FAIL|panic:|outbox-e2e:|kafka-real:|thirdpart
 # Kafka and the stream); the tool modules after one another (mostly
 # compiling, and Node for the CDK); and the real-broker lane: with
 # OUTBOX_TEST_KAFKA=real, testenv.Kafka gives the Kafka suites a real Apache
-# Kafka cluster (internal/testenv.RealKafka) instead of kfake, and the tests
+# Kafka cluster (internal/harness/testenv.RealKafka) instead of kfake, and the tests
 # that need one (SASL, TLS, ACLs, the Java partitioner, a killed node of
 # three, the third-party consumer) run instead of skipping: the publisher's
 # whole suite (kfake-only fault injection skips, saying so), the inbox's
@@ -112,8 +112,8 @@ test: deps
 	@set -o pipefail; export GOWORK=$(LIBRARY_WORK); \
 	( $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v $(LIBRARY_PKGS) 2>&1 | grep -E $(TEST_FILTER) ) > $(TEST_LOGS)/library.log 2>&1 & lib=$$!; \
 	( export OUTBOX_TEST_KAFKA=real; \
-	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run TestRealKafka ./internal/testenv 2>&1 | grep -E $(TEST_FILTER) && \
-	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./kafka ./kafka/brokertest 2>&1 | grep -E $(TEST_FILTER) && \
+	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run TestRealKafka ./internal/harness/testenv 2>&1 | grep -E $(TEST_FILTER) && \
+	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./kafka ./internal/harness/kafka/kfakeenv/brokertest 2>&1 | grep -E $(TEST_FILTER) && \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run $(REAL_KAFKA_INBOX) ./inbox 2>&1 | grep -E $(TEST_FILTER) && \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run 'TestRealEndToEnd|TestOrderAfterPartialFailure|TestRealKafkaSoak' github.com/dynakafka/outbox/integration 2>&1 | grep -E $(TEST_FILTER) && \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run 'TestTopicDeleted|TestLocal$$' github.com/dynakafka/outbox/cmd/outbox github.com/dynakafka/outbox/lambda/handler 2>&1 | grep -E $(TEST_FILTER) \
@@ -179,11 +179,11 @@ bench: deps
 soak: deps
 	cd cmd && $(GO) run ./soak -n $(or $(N),100000) $(if $(TXN),-txn) $(if $(REBUCKET),-rebucket $(REBUCKET))
 
-# make sim: the deterministic scheduler over the memory store (internal/sim),
+# make sim: the deterministic scheduler over the memory store (internal/harness/sim),
 # SCHEDULES seeded schedules (make test runs 3000). A failure prints its seed;
-# go test ./internal/sim -run TestSchedules -sim.seed N replays it.
+# go test ./internal/harness/sim -run TestSchedules -sim.seed N replays it.
 sim:
-	$(GO) test -count=1 -run TestSchedules -v -timeout 2h ./internal/sim -sim.schedules=$(or $(SCHEDULES),10000) | grep -E '^(ok|FAIL|---)|sim:|seed'
+	$(GO) test -count=1 -run TestSchedules -v -timeout 2h ./internal/harness/sim -sim.schedules=$(or $(SCHEDULES),10000) | grep -E '^(ok|FAIL|---)|sim:|seed'
 
 # make fuzz: every go test -fuzz target in the module, one after the other,
 # FUZZTIME each (a duration, or Nx for N executions; default 30s), with

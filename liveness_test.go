@@ -264,7 +264,7 @@ func TestHealthyRecordIsNeverParkedForABatchMatesRejection(t *testing.T) {
 // A drain that stops because it passed its own publish cut-off (it stalled)
 // while the store still names it the holder gives the lease up, wake-ups
 // kept: a contender must not leave a wake-up on a lease whose holder has
-// already returned (found by internal/sim, seed 5383).
+// already returned (found by internal/harness/sim, seed 5383).
 func TestDrainPastItsCutOffGivesTheLeaseUp(t *testing.T) {
 	mem := memory.New(1)
 	fill(t, mem, 0, 1, 2)

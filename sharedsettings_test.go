@@ -49,10 +49,10 @@ var sharedOptionPlaces = map[string]struct{ kind, why string }{
 // sharedStructPlaces are configuration structs that may have a field for a
 // shared setting, with the reason.
 var sharedStructPlaces = map[string]string{
-	"outbox.Config":        "the config item's contents",
-	"cdk.Props":            "the stack's parameters, which only the setup reads (template.yaml's, likewise)",
-	"internal/sim.Config":  "the simulator creates the outboxes it runs (internal, not API)",
-	"internal/soak.Config": "the soak creates the outbox it runs (internal, not API)",
+	"outbox.Config":                "the config item's contents",
+	"cdk.Props":                    "the stack's parameters, which only the setup reads (template.yaml's, likewise)",
+	"internal/harness/sim.Config":  "the simulator creates the outboxes it runs (internal, not API)",
+	"internal/harness/soak.Config": "the soak creates the outbox it runs (internal, not API)",
 }
 
 // sharedFlagFiles are the commands' files that may define a flag for a

@@ -29,5 +29,5 @@ require (
 )
 
 // The example app's tests evaluate templates with the library's
-// internal/cfneval (shared with deploy/'s tests), from this checkout.
+// internal/harness/cfneval (shared with deploy/'s tests), from this checkout.
 replace github.com/dynakafka/outbox => ../

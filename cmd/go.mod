@@ -38,8 +38,8 @@ require (
 
 require (
 	github.com/dynakafka/outbox v0.0.0-00010101000000-000000000000
-	github.com/dynakafka/outbox/internal/kfakeenv v0.0.0-00010101000000-000000000000
-	github.com/dynakafka/outbox/internal/soak v0.0.0-00010101000000-000000000000
+	github.com/dynakafka/outbox/internal/harness/kafka/kfakeenv v0.0.0-00010101000000-000000000000
+	github.com/dynakafka/outbox/internal/harness/soak v0.0.0-00010101000000-000000000000
 	github.com/dynakafka/outbox/lambda v0.0.0-00010101000000-000000000000
 	github.com/dynakafka/outbox/local/esm v0.0.0-00010101000000-000000000000
 	github.com/dynakafka/outbox/local/schedule v0.0.0-00010101000000-000000000000
@@ -47,8 +47,8 @@ require (
 
 replace (
 	github.com/dynakafka/outbox => ..
-	github.com/dynakafka/outbox/internal/kfakeenv => ../internal/kfakeenv
-	github.com/dynakafka/outbox/internal/soak => ../internal/soak
+	github.com/dynakafka/outbox/internal/harness/kafka/kfakeenv => ../internal/harness/kafka/kfakeenv
+	github.com/dynakafka/outbox/internal/harness/soak => ../internal/harness/soak
 	github.com/dynakafka/outbox/lambda => ../lambda
 	github.com/dynakafka/outbox/local/esm => ../local/esm
 	github.com/dynakafka/outbox/local/schedule => ../local/schedule

@@ -9,7 +9,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/dynakafka/outbox/internal/cfneval"
+	"github.com/dynakafka/outbox/internal/harness/cfneval"
 )
 
 // This file turns a CloudFormation template into plain Go values and
@@ -141,7 +141,7 @@ func cfn(t *testing.T, src string) any {
 	return v
 }
 
-// The evaluator is internal/cfneval's, shared with cdk/example's tests;
+// The evaluator is internal/harness/cfneval's, shared with cdk/example's tests;
 // these names keep the tests short.
 type evaluator = cfneval.Evaluator
 

@@ -39,13 +39,13 @@ require (
 
 require (
 	github.com/dynakafka/outbox v0.0.0-00010101000000-000000000000
-	github.com/dynakafka/outbox/internal/kfakeenv v0.0.0-00010101000000-000000000000
+	github.com/dynakafka/outbox/internal/harness/kafka/kfakeenv v0.0.0-00010101000000-000000000000
 	github.com/dynakafka/outbox/lambda v0.0.0-00010101000000-000000000000
 )
 
 replace (
 	github.com/dynakafka/outbox => ..
-	github.com/dynakafka/outbox/internal/kfakeenv => ../internal/kfakeenv
+	github.com/dynakafka/outbox/internal/harness/kafka/kfakeenv => ../internal/harness/kafka/kfakeenv
 	github.com/dynakafka/outbox/lambda => ../lambda
 	github.com/dynakafka/outbox/local/esm => ../local/esm
 )

@@ -3,7 +3,7 @@ package deploy
 import (
 	"testing"
 
-	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 )
 
 // TestMain stops the DynamoDB Local that the permission tests start.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/inbox"
+	"github.com/dynakafka/outbox/inboxtest"
 )
 
 // published is the record a relay makes of m at bucket 3, sequence seq:
@@ -41,7 +42,7 @@ func TestCloudEventOf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := inbox.NewTestTx(published(m, 4))
+	tx, err := inboxtest.NewTx(published(m, 4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestCloudEventOf(t *testing.T) {
 func ExampleTx_CloudEvent() {
 	m, _ := outbox.CloudEvent("orders", "o-1", outbox.Event{Source: "/orders", Type: "com.example.order.paid",
 		Data: paid{OrderID: "o-1", Cents: 990}})
-	tx, _ := inbox.NewTestTx(published(m, 1)) // in a consumer, Process or NewConsumer gives the Tx
+	tx, _ := inboxtest.NewTx(published(m, 1)) // in a consumer, Process or NewConsumer gives the Tx
 	callback := func(tx *inbox.Tx) error {
 		e, err := tx.CloudEvent()
 		if err != nil {

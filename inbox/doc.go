@@ -55,8 +55,9 @@
 // (counted as DeadLettered, then committed). Handler is that per-record
 // logic alone, for consumers that get their records another way; the
 // Lambda adapter for Kafka event-source mappings is
-// github.com/dynakafka/outbox/inbox/lambdakafka. NewTestTx gives a callback
-// its Tx in a unit test.
+// github.com/dynakafka/outbox/inbox/lambdakafka. Package
+// github.com/dynakafka/outbox/inboxtest gives a callback its Tx in a unit
+// test.
 //
 // # Trace context
 //

@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dynakafka/outbox"
-	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/inboxtx"
 )
 
 // API is the part of the DynamoDB client an Inbox uses: GetItem (the table
@@ -177,13 +178,9 @@ func (tx *Tx) Add(items ...types.TransactWriteItem) { tx.items = append(tx.items
 // Items returns the business operations added so far, in order.
 func (tx *Tx) Items() []types.TransactWriteItem { return slices.Clone(tx.items) }
 
-// NewTestTx returns the Tx a callback gets for r, without an Inbox or
-// DynamoDB, so that a callback can be unit-tested: call it with the Tx and
-// read what it added with Items. r's stamped headers are read with the
-// default names (outbox.DefaultMessageIDHeader, ...); a record without
-// them is the *RecordError Process would return (and the Tx is nil).
-// Context is context.Background().
-func NewTestTx(r *kgo.Record) (*Tx, error) {
+// newTestTx is inboxtest.NewTx: the Tx a callback gets for r, read with
+// the default header names, without an Inbox or DynamoDB.
+func newTestTx(r *kgo.Record) (*Tx, error) {
 	if r == nil {
 		return nil, &outbox.OptionError{Option: "r", Value: nil, Reason: "a record is required"}
 	}
@@ -193,6 +190,8 @@ func NewTestTx(r *kgo.Record) (*Tx, error) {
 	}
 	return &Tx{ctx: context.Background(), rec: r, msg: msg}, nil
 }
+
+func init() { inboxtx.New = newTestTx }
 
 // Status is what Process did with a record.
 type Status int

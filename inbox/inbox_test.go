@@ -17,7 +17,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/dynamoerr"
-	"github.com/dynakafka/outbox/internal/faults"
+	"github.com/dynakafka/outbox/internal/harness/faults"
 	"github.com/dynakafka/outbox/local/dynamolocal"
 	"github.com/dynakafka/outbox/store/dynamo"
 )

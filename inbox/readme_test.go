@@ -3,7 +3,7 @@ package inbox
 import (
 	"testing"
 
-	"github.com/dynakafka/outbox/internal/readmecheck"
+	"github.com/dynakafka/outbox/internal/harness/readmecheck"
 )
 
 // TestReadmeExample checks that the README's inbox snippet is the import

@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/dynakafka/outbox/internal/kfakeenv"
+	"github.com/dynakafka/outbox/internal/harness/kafka/kfakeenv"
 	"io"
 	"net/http"
 	"net/http/httptest"

@@ -17,9 +17,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox"
-	"github.com/dynakafka/outbox/internal/attrib"
-	"github.com/dynakafka/outbox/internal/checker"
-	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/internal/harness/attrib"
+	"github.com/dynakafka/outbox/internal/harness/checker"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 

@@ -24,8 +24,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/dynakafka/outbox"
-	"github.com/dynakafka/outbox/internal/checker"
-	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/internal/harness/checker"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 	"github.com/dynakafka/outbox/local/esm"
 	"github.com/dynakafka/outbox/store/dynamo"
 )

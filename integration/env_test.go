@@ -3,7 +3,7 @@ package integration_test
 import (
 	"context"
 	"fmt"
-	"github.com/dynakafka/outbox/internal/kfakeenv"
+	"github.com/dynakafka/outbox/internal/harness/kafka/kfakeenv"
 	"sync"
 	"testing"
 	"time"
@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dynakafka/outbox"
-	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 	"github.com/dynakafka/outbox/kafka"
 	"github.com/dynakafka/outbox/store/dynamo"
 )

@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/dynakafka/outbox"
-	"github.com/dynakafka/outbox/internal/checker"
+	"github.com/dynakafka/outbox/internal/harness/checker"
 	"github.com/dynakafka/outbox/internal/seam"
 	"github.com/dynakafka/outbox/store/dynamo"
 )

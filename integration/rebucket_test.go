@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
-	"github.com/dynakafka/outbox/internal/checker"
+	"github.com/dynakafka/outbox/internal/harness/checker"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 

@@ -23,8 +23,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/dynakafka/outbox"
-	"github.com/dynakafka/outbox/internal/attrib"
-	"github.com/dynakafka/outbox/internal/checker"
+	"github.com/dynakafka/outbox/internal/harness/attrib"
+	"github.com/dynakafka/outbox/internal/harness/checker"
 	"github.com/dynakafka/outbox/lambda/handler"
 	"github.com/dynakafka/outbox/local/dynamolocal"
 	"github.com/dynakafka/outbox/local/esm"

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
-	"github.com/dynakafka/outbox/internal/soak"
-	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/internal/harness/soak"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 )
 
 // realCluster adapts testenv's cluster to soak.RealCluster.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
-	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 )
 
 // BenchmarkPublish measures the throughput cost of Strict mode: 8 buckets

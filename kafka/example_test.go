@@ -33,7 +33,7 @@ func ExampleNewPublisher() {
 	})
 	fmt.Println(acked, err, kafka.IsRetriable(err))
 	// (Compiled, not run: it needs a broker. The publisher's suite, here and
-	// in kafka/brokertest, publishes on kfake and Apache Kafka.)
+	// in internal/harness/kafka/kfakeenv/brokertest, publishes on kfake and Apache Kafka.)
 }
 
 // SCRAM-SHA-512 over TLS, as Amazon MSK offers it (the user name and password

@@ -3,12 +3,12 @@ package kafka
 import (
 	"testing"
 
-	"github.com/dynakafka/outbox/internal/kafkatest"
-	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/internal/harness/kafka/kafkatest"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 )
 
-// The suite's helpers live in internal/kafkatest, shared with
-// kafka/brokertest (the tests that need kfake in process or kadm).
+// The suite's helpers live in internal/harness/kafka/kafkatest, shared with
+// internal/harness/kafka/kfakeenv/brokertest (the tests that need kfake in process or kadm).
 const testTimeout = kafkatest.Timeout
 
 type publishResult = kafkatest.PublishResult

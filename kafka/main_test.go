@@ -3,7 +3,7 @@ package kafka
 import (
 	"testing"
 
-	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 )
 
 // TestMain stops the real Apache Kafka cluster that the real-broker tests

@@ -4,7 +4,7 @@ import (
 	"net"
 	"testing"
 
-	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 )
 
 func TestPing(t *testing.T) {

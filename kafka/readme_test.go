@@ -3,7 +3,7 @@ package kafka
 import (
 	"testing"
 
-	"github.com/dynakafka/outbox/internal/readmecheck"
+	"github.com/dynakafka/outbox/internal/harness/readmecheck"
 )
 
 // TestReadmeQuickstartRelay ties the quickstart's relay step to

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 )
 
 // FenceHolders gives up waiting for the bucket's publish in progress when

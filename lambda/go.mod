@@ -37,13 +37,13 @@ require (
 
 require (
 	github.com/dynakafka/outbox v0.0.0-00010101000000-000000000000
-	github.com/dynakafka/outbox/internal/kfakeenv v0.0.0-00010101000000-000000000000
+	github.com/dynakafka/outbox/internal/harness/kafka/kfakeenv v0.0.0-00010101000000-000000000000
 	github.com/dynakafka/outbox/local/esm v0.0.0-00010101000000-000000000000
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
 )
 
 replace (
 	github.com/dynakafka/outbox => ..
-	github.com/dynakafka/outbox/internal/kfakeenv => ../internal/kfakeenv
+	github.com/dynakafka/outbox/internal/harness/kafka/kfakeenv => ../internal/harness/kafka/kfakeenv
 	github.com/dynakafka/outbox/local/esm => ../local/esm
 )

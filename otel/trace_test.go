@@ -18,7 +18,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/inbox"
-	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 	"github.com/dynakafka/outbox/kafka"
 	"github.com/dynakafka/outbox/otel"
 	"github.com/dynakafka/outbox/store/dynamo"

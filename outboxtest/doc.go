@@ -20,11 +20,11 @@
 //
 // For unit tests of code that enqueues, NewFakeWriter is a dynamo.Enqueuer
 // that checks writes as dynamo.Writer does, records them and fails on demand
-// (FailNext). For a consumer callback, inbox.NewTestTx gives it the Tx it
+// (FailNext). For a consumer callback, inboxtest.NewTx gives it the Tx it
 // would get, without DynamoDB, and Record turns a message (a FakeWriter's)
 // into the record the relay would publish:
 //
-//	tx, err := inbox.NewTestTx(outboxtest.Record(w.Messages()[0]))
+//	tx, err := inboxtest.NewTx(outboxtest.Record(w.Messages()[0]))
 //	... // call the callback with tx, check tx.Items()
 //
 // An example service tested both ways: examples/orders in the repository.

@@ -29,4 +29,4 @@ require github.com/dynakafka/outbox v0.0.0-00010101000000-000000000000
 
 replace github.com/dynakafka/outbox => ..
 
-replace github.com/dynakafka/outbox/internal/kfakeenv => ../internal/kfakeenv
+replace github.com/dynakafka/outbox/internal/harness/kafka/kfakeenv => ../internal/harness/kafka/kfakeenv

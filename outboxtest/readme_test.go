@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dynakafka/outbox/internal/readmecheck"
+	"github.com/dynakafka/outbox/internal/harness/readmecheck"
 )
 
 // TestReadmeQuickstartTest ties the quickstart's test step to

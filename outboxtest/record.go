@@ -13,7 +13,7 @@ import (
 // headers the relay stamps, and CreatedAt as the timestamp. With a
 // FakeWriter's messages it feeds a consumer callback in a unit test:
 //
-//	tx, err := inbox.NewTestTx(outboxtest.Record(w.Messages()[0]))
+//	tx, err := inboxtest.NewTx(outboxtest.Record(w.Messages()[0]))
 //
 // Partition and offset are those m names (0 when it names none).
 func Record(m outbox.Message) *kgo.Record {

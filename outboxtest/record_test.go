@@ -8,13 +8,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dynakafka/outbox"
-	"github.com/dynakafka/outbox/inbox"
+	"github.com/dynakafka/outbox/inboxtest"
 	"github.com/dynakafka/outbox/outboxtest"
 )
 
 // Record is the record the relay publishes: the same key, value and
 // headers as the one a memory outbox's relay put on the topic, and one
-// NewTestTx reads the message's place from.
+// inboxtest.NewTx reads the message's place from.
 func TestRecordIsWhatTheRelayPublishes(t *testing.T) {
 	o := outboxtest.New(t, outboxtest.Memory(), outboxtest.Topics("orders"))
 	m, err := outbox.CloudEvent("orders", "o-7", outbox.Event{Source: "/orders", Type: "order.placed", Data: map[string]int{"cents": 5}})
@@ -37,12 +37,12 @@ func TestRecordIsWhatTheRelayPublishes(t *testing.T) {
 	if string(got.Key) != string(want.Key) || string(got.Value) != string(want.Value) || !slices.Equal(gh, wh) || !got.Timestamp.Equal(want.Timestamp) {
 		t.Fatalf("published %s=%s %v at %v;\nRecord gives %s=%s %v at %v", got.Key, got.Value, gh, got.Timestamp, want.Key, want.Value, wh, want.Timestamp)
 	}
-	tx, err := inbox.NewTestTx(want)
+	tx, err := inboxtest.NewTx(want)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sent := o.Writer.(*outboxtest.FakeWriter).Messages()[0]
 	if msg := tx.Message(); msg.ID != sent.ID || msg.Bucket != sent.Bucket || msg.Sequence != sent.Sequence || !msg.Sequenced {
-		t.Errorf("NewTestTx read %+v, want id %s bucket %d sequence %d", msg, sent.ID, sent.Bucket, sent.Sequence)
+		t.Errorf("inboxtest.NewTx read %+v, want id %s bucket %d sequence %d", msg, sent.ID, sent.Bucket, sent.Sequence)
 	}
 }

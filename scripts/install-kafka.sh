@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs an Apache Kafka broker (the real one, beside kfake, for the suites
-# that run against real brokers: internal/testenv.RealKafka) into a cache
-# directory and prints the directory that holds its jars (libs/).
+# that run against real brokers and for `outbox local --real`:
+# local/kafkalocal.Start) into a cache directory and prints the directory that holds its jars (libs/).
 #
 # Apache Kafka 4.4.0 (KRaft only, Scala 2.13) comes from Maven Central as the
 # artifact org.apache.kafka:kafka_2.13 and its runtime dependencies, with the

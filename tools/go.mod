@@ -63,7 +63,7 @@ replace github.com/dynakafka/outbox/deploy => ../deploy
 
 replace github.com/dynakafka/outbox/integration => ../integration
 
-replace github.com/dynakafka/outbox/internal/soak => ../internal/soak
+replace github.com/dynakafka/outbox/internal/harness/soak => ../internal/harness/soak
 
 replace github.com/dynakafka/outbox/examples/orderviewfn => ../examples/orderviewfn
 
@@ -71,4 +71,4 @@ replace github.com/dynakafka/outbox/inbox/lambdakafka => ../inbox/lambdakafka
 
 replace github.com/dynakafka/outbox/outboxtest => ../outboxtest
 
-replace github.com/dynakafka/outbox/internal/kfakeenv => ../internal/kfakeenv
+replace github.com/dynakafka/outbox/internal/harness/kafka/kfakeenv => ../internal/harness/kafka/kfakeenv

@@ -5,11 +5,11 @@ import (
 	"reflect"
 	"sort"
 
-	"github.com/dynakafka/outbox/internal/cfneval"
+	"github.com/dynakafka/outbox/internal/harness/cfneval"
 )
 
 // The tests evaluate CloudFormation templates (JSON, as the CDK and the SAM
-// translator write them) for given parameter values with internal/cfneval
+// translator write them) for given parameter values with internal/harness/cfneval
 // (shared with deploy/'s tests), so that two templates can be compared by
 // what a stack would contain rather than by how they spell it: Fn::Sub and
 // Fn::Join that build the same ARN are equal, resources whose Condition is

@@ -5,7 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/dynakafka/outbox/internal/kfakeenv"
+	"github.com/dynakafka/outbox/internal/harness/kafka/kfakeenv"
 	"regexp"
 	"strings"
 	"sync"
@@ -19,7 +19,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/cmd/internal/pipeline"
-	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -17,8 +17,8 @@ import (
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/cmd/internal/pipeline"
 	"github.com/dynakafka/outbox/internal/proc"
-	"github.com/dynakafka/outbox/internal/testenv"
 	"github.com/dynakafka/outbox/local/dynamolocal"
+	"github.com/dynakafka/outbox/local/kafkalocal"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
@@ -235,7 +235,7 @@ func startLocalKafka(ctx context.Context, o localOptions) (*localKafka, error) {
 	if o.real {
 		start, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		defer cancel()
-		c, err := testenv.StartRealKafka(start, 1)
+		c, err := kafkalocal.Start(start, 1)
 		if err != nil {
 			return nil, fmt.Errorf("start Apache Kafka: %w", err)
 		}

@@ -21,8 +21,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 	"github.com/dynakafka/outbox/internal/proc"
-	"github.com/dynakafka/outbox/internal/testenv"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
-	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 	"github.com/dynakafka/outbox/kafka"
 	"github.com/dynakafka/outbox/store/dynamo"
 )

@@ -1,4 +1,4 @@
-// Command soak runs the fault-injection soak (internal/soak) and prints its
+// Command soak runs the fault-injection soak (internal/harness/soak) and prints its
 // one-line verdict:
 //
 //	soak: mode=delete messages=N lost=0 phantom=0 read_model_mismatches=0 duplicates=D unexplained=0 overlaps=O overlaps_admitted=A reorders=R parked=P faults=F duplicates_by_cause=cause:n,...
@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
-	"github.com/dynakafka/outbox/internal/soak"
+	"github.com/dynakafka/outbox/internal/harness/soak"
 )
 
 func main() {

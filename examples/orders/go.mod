@@ -33,4 +33,4 @@ replace github.com/dynakafka/outbox => ../..
 
 replace github.com/dynakafka/outbox/outboxtest => ../../outboxtest
 
-replace github.com/dynakafka/outbox/internal/kfakeenv => ../../internal/kfakeenv
+replace github.com/dynakafka/outbox/internal/harness/kafka/kfakeenv => ../../internal/harness/kafka/kfakeenv

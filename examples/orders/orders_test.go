@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dynakafka/outbox/inbox"
+	"github.com/dynakafka/outbox/inboxtest"
 	"github.com/dynakafka/outbox/outboxtest"
 
 	"example.com/orders"
@@ -136,7 +137,7 @@ func TestPlaceWritesOrderAndEvent(t *testing.T) {
 	}
 }
 
-// The consumer callback, unit-tested with inbox.NewTestTx: an OrderPaid
+// The consumer callback, unit-tested with inboxtest.NewTx: an OrderPaid
 // record becomes one update of the read model.
 func TestProjectPaid(t *testing.T) {
 	w := outboxtest.NewFakeWriter(8)
@@ -145,7 +146,7 @@ func TestProjectPaid(t *testing.T) {
 	if err := svc.Pay(context.Background(), order, 1); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := inbox.NewTestTx(outboxtest.Record(w.Messages()[0]))
+	tx, err := inboxtest.NewTx(outboxtest.Record(w.Messages()[0]))
 	if err != nil {
 		t.Fatal(err)
 	}

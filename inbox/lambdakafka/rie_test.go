@@ -22,7 +22,7 @@ import (
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/examples/orderview"
 	"github.com/dynakafka/outbox/inbox"
-	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 	"github.com/dynakafka/outbox/local/dynamolocal"
 	"github.com/dynakafka/outbox/local/esm"
 )

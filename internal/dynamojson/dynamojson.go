@@ -1,7 +1,7 @@
 // Package dynamojson writes attribute values in DynamoDB JSON, as the AWS
 // CLI and DynamoDB Streams show them and as schema/ describes them:
 // {"b": {"N": "3"}, "k": {"B": "<base64>"}, ...}. It is the one encoder for
-// lambda/handler's responses (EncodeItem) and internal/testenv, which cannot
+// lambda/handler's responses (EncodeItem) and internal/harness/testenv, which cannot
 // import lambda/handler (its users' tests would import their own package).
 package dynamojson
 

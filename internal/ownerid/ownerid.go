@@ -1,5 +1,5 @@
 // Package ownerid names lease owners the way the deployed functions do, for
-// lambda/wiring and for the simulator (internal/sim), which must give its
+// lambda/wiring and for the simulator (internal/harness/sim), which must give its
 // relays the ids the relay function's containers get.
 package ownerid
 

@@ -1,7 +1,7 @@
 // Package proc starts the engines the tests and the demo run beside Go
 // (DynamoDB Local, Apache Kafka brokers) as child processes that die with
 // their parent, and finds the repository's scripts. It is the one copy for
-// local/dynamolocal and internal/testenv.
+// local/dynamolocal and internal/harness/testenv.
 package proc
 
 import (
@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 )
 
@@ -89,4 +90,14 @@ func FindUp(rel string) (string, error) {
 		}
 	}
 	return "", ErrNotFound
+}
+
+// Tail is the last lines of a tool's output on one line, for an error
+// message (make test keeps only an error's first line).
+func Tail(out []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) > 12 {
+		lines = lines[len(lines)-12:]
+	}
+	return strings.Join(lines, " | ")
 }

@@ -3,7 +3,7 @@ package handler
 import (
 	"testing"
 
-	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 )
 
 // TestMain stops the Kafka (kfake's process, or the real Apache Kafka

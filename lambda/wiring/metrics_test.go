@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/dynakafka/outbox/internal/kfakeenv"
+	"github.com/dynakafka/outbox/internal/harness/kafka/kfakeenv"
 	"io"
 	"log/slog"
 	"strconv"
@@ -23,7 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/dynakafka/outbox"
-	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 	"github.com/dynakafka/outbox/lambda/config"
 	"github.com/dynakafka/outbox/lambda/emf"
 	"github.com/dynakafka/outbox/lambda/handler"

@@ -13,8 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 	"github.com/dynakafka/outbox/internal/lambdalog"
-	"github.com/dynakafka/outbox/internal/testenv"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 

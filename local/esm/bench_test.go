@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 )
 
 // BenchmarkPutToInvoke measures, on DynamoDB Local, the time from a PutItem

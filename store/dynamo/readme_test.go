@@ -3,7 +3,7 @@ package dynamo
 import (
 	"testing"
 
-	"github.com/dynakafka/outbox/internal/readmecheck"
+	"github.com/dynakafka/outbox/internal/harness/readmecheck"
 )
 
 // TestReadmeExample checks that the README's enqueue snippet is the import

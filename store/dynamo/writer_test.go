@@ -19,7 +19,7 @@ import (
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/inbox"
 	"github.com/dynakafka/outbox/internal/dynamoerr"
-	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 	"github.com/dynakafka/outbox/sequence"
 )
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 )
 
 func TestMain(m *testing.M) {

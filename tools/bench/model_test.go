@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 )
 
 // modelKeys are the fields of a model: line, in order, and whether each

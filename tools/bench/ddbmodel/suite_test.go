@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dynakafka/outbox/internal/testenv"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
 )
 
 // TestStoreSuiteOnModel runs store/dynamo's own tests — its conformance

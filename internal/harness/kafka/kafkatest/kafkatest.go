@@ -1,0 +1,247 @@
+// Package kafkatest holds the helpers of the Kafka publisher's tests, shared
+// by the suite in package kafka and by
+// internal/harness/kafka/kfakeenv/brokertest (the tests that need kfake in
+// process or kadm, in kfakeenv's module so that the library's go.mod
+// requires neither). It speaks to the brokers with kmsg, which the
+// library already requires through franz-go, and imports no package kafka
+// so that package kafka's own tests can use it.
+package kafkatest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/harness/testenv"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Timeout bounds every broker interaction in these tests; it only turns a
+// hang into a failure.
+const Timeout = 30 * time.Second
+
+// Ctx is a context that ends after Timeout or with the test.
+func Ctx(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// NewTopic creates a uniquely named topic with configs (nil for the
+// broker's defaults), waits until every broker lists it, and returns its
+// name.
+func NewTopic(t testing.TB, k *testenv.KafkaCluster, partitions int32, configs map[string]string) string {
+	t.Helper()
+	topic := testenv.Name(t, "outbox")
+	testenv.CreateTopicConfigs(t, k, topic, partitions, configs)
+	return topic
+}
+
+// EndOffsets returns the end offset of each partition of topic.
+func EndOffsets(t testing.TB, k *testenv.KafkaCluster, topic string) map[int32]int64 {
+	t.Helper()
+	cl := client(t, k)
+	ctx := Ctx(t)
+	meta := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	meta.Topics = append(meta.Topics, mt)
+	mresp, err := meta.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatalf("metadata of %s: %v", topic, err)
+	}
+	if len(mresp.Topics) != 1 {
+		t.Fatalf("metadata of %s: %d topics in the answer", topic, len(mresp.Topics))
+	}
+	if err := kerr.ErrorForCode(mresp.Topics[0].ErrorCode); err != nil {
+		t.Fatalf("metadata of %s: %v", topic, err)
+	}
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	for _, p := range mresp.Topics[0].Partitions {
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition = p.Partition
+		rp.Timestamp = -1 // the end
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl) // kgo sends each partition to its leader
+	if err != nil {
+		t.Fatalf("list end offsets of %s: %v", topic, err)
+	}
+	ends := make(map[int32]int64)
+	for _, rt := range resp.Topics {
+		for _, p := range rt.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				t.Fatalf("end offset of %s/%d: %v", rt.Topic, p.Partition, err)
+			}
+			ends[p.Partition] = p.Offset
+		}
+	}
+	if len(ends) != len(mresp.Topics[0].Partitions) {
+		t.Fatalf("end offsets of %s: %d of %d partitions answered", topic, len(ends), len(mresp.Topics[0].Partitions))
+	}
+	return ends
+}
+
+func client(t testing.TB, k *testenv.KafkaCluster) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// Messages returns n messages of one bucket for topic, sequences 1..n, each
+// with the key key(i) (i from 0) and a value naming its sequence.
+func Messages(topic string, n int, key func(i int) []byte) []outbox.Message {
+	msgs := make([]outbox.Message, n)
+	created := time.UnixMilli(1_700_000_000_000)
+	for i := range msgs {
+		msgs[i] = outbox.Message{
+			ID:        outbox.NewID(),
+			Bucket:    3,
+			Sequence:  int64(i + 1),
+			Topic:     topic,
+			Key:       key(i),
+			Value:     fmt.Appendf(nil, "value-%d", i+1),
+			CreatedAt: created.Add(time.Duration(i) * time.Millisecond),
+		}
+	}
+	return msgs
+}
+
+// SameKey keys every message with key.
+func SameKey(key string) func(int) []byte { return func(int) []byte { return []byte(key) } }
+
+// ConsumeAll reads every record of topic, up to the end offsets at the time
+// of the call, sorted by partition then offset.
+func ConsumeAll(t testing.TB, k *testenv.KafkaCluster, topic string) []*kgo.Record {
+	t.Helper()
+	ctx := Ctx(t)
+	var want int64
+	for _, o := range EndOffsets(t, k, topic) {
+		want += o
+	}
+	if want == 0 {
+		return nil
+	}
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(k.Brokers...),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(100*time.Millisecond),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	for int64(len(recs)) < want {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("consumed %d of %d records of %s: %v", len(recs), want, topic, err)
+		}
+		fs.EachError(func(tp string, p int32, err error) {
+			t.Fatalf("fetch %s/%d: %v", tp, p, err)
+		})
+		recs = append(recs, fs.Records()...)
+	}
+	slices.SortStableFunc(recs, func(a, b *kgo.Record) int {
+		if a.Partition != b.Partition {
+			return int(a.Partition - b.Partition)
+		}
+		return int(a.Offset - b.Offset)
+	})
+	return recs
+}
+
+// RecordID returns the message id a record carries in its id header, the
+// first of the three stamped headers that end every record.
+func RecordID(t testing.TB, r *kgo.Record, idHeader string) string {
+	t.Helper()
+	if len(r.Headers) < 3 || r.Headers[len(r.Headers)-3].Key != idHeader {
+		t.Fatalf("record %s/%d@%d: third header from the end is not %q: %v", r.Topic, r.Partition, r.Offset, idHeader, r.Headers)
+	}
+	return string(r.Headers[len(r.Headers)-3].Value)
+}
+
+// IDs returns the message ids of records, in order.
+func IDs(t testing.TB, recs []*kgo.Record) []string {
+	t.Helper()
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = RecordID(t, r, outbox.DefaultMessageIDHeader)
+	}
+	return out
+}
+
+// MsgIDs returns the ids of msgs, in order.
+func MsgIDs(msgs []outbox.Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.ID
+	}
+	return out
+}
+
+// PublishErr asserts err is an *outbox.PublishError for m and returns it.
+func PublishErr(t testing.TB, err error, m outbox.Message) *outbox.PublishError {
+	t.Helper()
+	pe, ok := errors.AsType[*outbox.PublishError](err)
+	if !ok {
+		t.Fatalf("error %v (%T) is not an *outbox.PublishError", err, err)
+	}
+	if pe.Sequence != m.Sequence || pe.MessageID != m.ID || pe.Bucket != m.Bucket {
+		t.Fatalf("PublishError names bucket %d sequence %d message %s, want bucket %d sequence %d message %s",
+			pe.Bucket, pe.Sequence, pe.MessageID, m.Bucket, m.Sequence, m.ID)
+	}
+	return pe
+}
+
+// Publisher is what PublishAsync calls: a kafka.Publisher or TxnPublisher
+// (this package may not import package kafka, whose tests use it).
+type Publisher interface {
+	Publish(ctx context.Context, msgs []outbox.Message) (int, error)
+}
+
+// PublishResult is what a Publish returned.
+type PublishResult struct {
+	Acked int
+	Err   error
+}
+
+// PublishAsync runs p.Publish(ctx, msgs) in a goroutine and sends its
+// result on the returned channel.
+func PublishAsync(ctx context.Context, p Publisher, msgs []outbox.Message) <-chan PublishResult {
+	ch := make(chan PublishResult, 1)
+	go func() {
+		acked, err := p.Publish(ctx, msgs)
+		ch <- PublishResult{acked, err}
+	}()
+	return ch
+}
+
+// Await returns what the Publish behind ch returned, or fails the test
+// after Timeout.
+func Await(t testing.TB, ch <-chan PublishResult) PublishResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(Timeout):
+		t.Fatal("Publish did not return")
+		return PublishResult{}
+	}
+}
