@@ -9,7 +9,7 @@ import (
 
 // CONTRIBUTING.md is where a newcomer learns to run the lanes: it names
 // every test lane of the Makefile and every environment variable
-// internal/testenv reads, and every test it cites by name exists.
+// internal/harness/testenv reads, and every test it cites by name exists.
 func TestContributingNamesTheLanes(t *testing.T) {
 	b, err := os.ReadFile("CONTRIBUTING.md")
 	if err != nil {
@@ -21,17 +21,17 @@ func TestContributingNamesTheLanes(t *testing.T) {
 			t.Errorf("CONTRIBUTING.md does not name `%s`", lane)
 		}
 	}
-	env, err := os.ReadFile("internal/testenv/doc.go")
+	env, err := os.ReadFile("internal/harness/testenv/doc.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	vars := regexp.MustCompile(`OUTBOX_TEST_[A-Z_]+`).FindAllString(string(env), -1)
 	if len(vars) < 3 {
-		t.Fatalf("internal/testenv/doc.go names only %v", vars)
+		t.Fatalf("internal/harness/testenv/doc.go names only %v", vars)
 	}
 	for _, v := range vars {
 		if !strings.Contains(doc, v) {
-			t.Errorf("CONTRIBUTING.md does not name %s, which internal/testenv reads", v)
+			t.Errorf("CONTRIBUTING.md does not name %s, which internal/harness/testenv reads", v)
 		}
 	}
 
