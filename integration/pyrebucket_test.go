@@ -179,7 +179,7 @@ func waitFrozen(ctx context.Context, t *testing.T, e *env, buckets int) {
 				frozen++
 			}
 		}
-		if c.Changing() && frozen == buckets {
+		if c.Draining() && frozen == buckets {
 			return
 		}
 		select {

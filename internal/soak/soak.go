@@ -753,11 +753,12 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 			for committed.Load() < int64(target/2) && ctx.Err() == nil {
 				sleep(ctx, 20*time.Millisecond)
 			}
-			// A change aborted at its deadline (the relay, under every
-			// fault, did not drain the old buckets within ChangeTimeout)
-			// is the change's bounded pause working, not a failure: try
+			// A change aborted before its flip (a previous change's old
+			// epoch still draining at ChangeTimeout) wrote nothing: try
 			// again, so that how fast the machine drains decides only how
-			// long the round takes.
+			// long the round takes. After the flip the change stands;
+			// an old epoch still draining at ChangeTimeout is ended by the
+			// sweeps.
 			var res dynamo.ChangeResult
 			var err error
 			for {
@@ -766,10 +767,11 @@ func runRound(ctx context.Context, cfg Config, round, target int, chk *checker.C
 					break
 				}
 				tl.add("rebucket:aborted", 1)
-				cfg.logf("round %d: BucketCount change to %d aborted at its deadline (%v); trying again", round, cfg.Rebucket, err)
+				cfg.logf("round %d: BucketCount change to %d aborted before its flip (%v); trying again", round, cfg.Rebucket, err)
 			}
 			if err == nil {
-				cfg.logf("round %d: BucketCount %d → %d online at %d committed; counters frozen %v", round, res.From, res.To, committed.Load(), res.Frozen.Round(time.Millisecond))
+				cfg.logf("round %d: BucketCount %d → %d online at %d committed; flip and cut %v, old epoch watched %v (ended %v, still draining %v)",
+					round, res.From, res.To, committed.Load(), res.Flip.Round(time.Millisecond), res.Watched.Round(time.Millisecond), res.Ended, res.Draining)
 				tl.add("rebucket:change", 1)
 			}
 			rebucketDone <- err
