@@ -359,10 +359,11 @@ func (d *drain) read(ctx context.Context) (*batch, error) {
 
 // readFrom reads up to a batch of entries above cleaned, given head.
 func (d *drain) readFrom(ctx context.Context, head, cleaned int64) (*batch, error) {
-	cfg := &d.r.cfg
 	// Entries in (cleaned, head] are tombstones or leftovers; read enough
-	// to also get a batch beyond head.
-	limit := cfg.batchSize + int(min(head-cleaned, int64(cfg.batchSize)))
+	// to also get a batch beyond head (a batch: BatchSize, or less while
+	// many drains share MaxInFlight).
+	n := d.r.readLimit()
+	limit := n + int(min(head-cleaned, int64(n)))
 	bt := &batch{}
 	entries, end, err := d.r.store.Pending(ctx, d.b, cleaned, limit)
 	if err != nil {

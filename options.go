@@ -32,7 +32,8 @@ type config struct {
 	headers         HeaderNames // the config item's (NewRelay)
 	relayID         string
 	region          string
-	concurrency     int
+	concurrency     int // 0: as many as the buckets given
+	maxInFlight     int
 	pollInterval    time.Duration
 	recordPolicy    RecordErrorPolicy
 	parkStuckAfter  time.Duration
@@ -63,7 +64,8 @@ func defaultConfig() config {
 		gapPoll:        50 * time.Millisecond,
 		deadlineMargin: 5 * time.Second,
 		relayID:        fmt.Sprintf("%s-%d-%s", host, os.Getpid(), NewID()[24:]),
-		concurrency:    8,
+		concurrency:    0,
+		maxInFlight:    DefaultMaxInFlight,
 		pollInterval:   time.Second,
 		recordPolicy:   Park,
 		retryBase:      100 * time.Millisecond,
@@ -208,9 +210,23 @@ func Region(id string) Option { return func(c *config) { c.region = id } }
 // "<hostname>-<pid>-<random>". At most 128 characters.
 func RelayID(id string) Option { return func(c *config) { c.relayID = id } }
 
-// Concurrency is how many buckets DrainBuckets and Run drain at once.
-// Default 8.
+// Concurrency is how many buckets DrainBuckets, Sweep and Run drain at once.
+// Default 0: every bucket they are given, however many the outbox has — a
+// drain mostly waits for DynamoDB and Kafka, and one that waits on a gap
+// or a hand-over must not hold the others back. What bounds the relay's
+// memory is MaxInFlight.
 func Concurrency(n int) Option { return func(c *config) { c.concurrency = n } }
+
+// MaxInFlight bounds the messages this relay's drains hold at once, read
+// and not yet decided: each read of a bucket takes at most BatchSize
+// messages and, while other drains run, at most MaxInFlight divided by the
+// drains running. Default 4000 (DefaultMaxInFlight: eight drains of a full
+// BatchSize, what the default bounded before Concurrency followed the
+// buckets); at least 1.
+func MaxInFlight(n int) Option { return func(c *config) { c.maxInFlight = n } }
+
+// DefaultMaxInFlight is MaxInFlight's default.
+const DefaultMaxInFlight = 4000
 
 // PollInterval is how often Run looks for work when idle. Default 1s.
 func PollInterval(d time.Duration) Option { return func(c *config) { c.pollInterval = d } }
@@ -303,8 +319,10 @@ func (c *config) validate() error {
 		return bad("RelayID", c.relayID, "must be 1..128 characters")
 	case c.region != "" && ValidateRegionID(c.region) != nil:
 		return bad("Region", c.region, ValidateRegionID(c.region).Error())
-	case c.concurrency < 1:
-		return bad("Concurrency", c.concurrency, "must be at least 1")
+	case c.concurrency < 0:
+		return bad("Concurrency", c.concurrency, "must be 0 (every bucket given, at once) or more")
+	case c.maxInFlight < 1:
+		return bad("MaxInFlight", c.maxInFlight, "must be at least 1")
 	case c.pollInterval <= 0:
 		return bad("PollInterval", c.pollInterval, "must be positive")
 	case c.recordPolicy != Park && c.recordPolicy != Block:

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -62,6 +63,9 @@ type Relay struct {
 	// changesCompleted: BucketCount changes whose drained old epoch this
 	// relay ended (change.go).
 	changesCompleted atomic.Int64
+	// draining counts the drains running, which share MaxInFlight
+	// (readLimit).
+	draining atomic.Int64
 }
 
 // fairShare is a relay's fair share over the buckets its region drains:
@@ -139,7 +143,7 @@ type local struct {
 // NewRelay reads the outbox's config item (unless StoredConfig gives it)
 // and returns a relay for it, on the item's shared settings: BucketCount,
 // the mode, MaxMessageBytes and the stamped header names (docs/design.md
-// §11.1). It fails with a *MisconfigurationError when the stored format is
+// §12). It fails with a *MisconfigurationError when the stored format is
 // newer than this code, the Region option does not fit the item, or the
 // publisher's settings are not the item's (ConfigChecker), and with an
 // *OptionError for an invalid option. A nil store or publisher
@@ -364,7 +368,7 @@ func isNil(v any) bool {
 // CheckConfig verifies that a stored configuration is one this code can
 // run on: a valid BucketCount and mode, and a format version it knows.
 // Processes take the shared settings from it as they are; none states its
-// own (docs/design.md §11.1).
+// own (docs/design.md §12).
 func CheckConfig(stored Config) error {
 	if !ValidBucketCount(stored.BucketCount) {
 		return &MisconfigurationError{Setting: "BucketCount", Configured: fmt.Sprintf("1..%d", MaxBucketCount), Stored: fmt.Sprint(stored.BucketCount),
@@ -497,6 +501,8 @@ func (r *Relay) drainBucket(ctx context.Context, bucket int, target int64, wait 
 		return st, err
 	}
 	defer func() { <-loc.turn }()
+	r.draining.Add(1)
+	defer r.draining.Add(-1)
 
 	// Work stops a moment before the caller's deadline so that the lease can
 	// still be released, on a context that the caller's deadline bounds.
@@ -535,6 +541,14 @@ func (r *Relay) drainBucket(ctx context.Context, bucket int, target int64, wait 
 		}
 		return st, nil
 	}
+}
+
+// readLimit is how many entries a drain's read of a bucket takes: at most
+// BatchSize, and at most its share of MaxInFlight among the drains running,
+// so that the relay's memory is bounded however many buckets it drains at
+// once.
+func (r *Relay) readLimit() int {
+	return max(1, min(r.cfg.batchSize, r.cfg.maxInFlight/int(max(r.draining.Load(), 1))))
 }
 
 // takeTurn waits until no other drain of this Relay runs on the bucket.
@@ -705,9 +719,10 @@ func levelFor(err error) slog.Level {
 	return slog.LevelError
 }
 
-// DrainBuckets drains the given buckets, at most Concurrency at once, and
-// returns the error of each bucket that was not drained (nil map entries are
-// omitted). Duplicates in buckets are drained once.
+// DrainBuckets drains the given buckets, at most Concurrency at once (all of
+// them by default), and returns the error of each bucket that was not
+// drained (nil map entries are omitted). Duplicates in buckets are drained
+// once.
 func (r *Relay) DrainBuckets(ctx context.Context, buckets []int) map[int]error {
 	return r.drainBuckets(ctx, buckets, true)
 }
@@ -725,7 +740,7 @@ func (r *Relay) drainBuckets(ctx context.Context, buckets []int, wait bool) map[
 		mu   sync.Mutex
 		errs = make(map[int]error)
 		wg   sync.WaitGroup
-		sem  = make(chan struct{}, r.cfg.concurrency)
+		sem  = make(chan struct{}, cmp.Or(r.cfg.concurrency, max(len(uniq), 1)))
 	)
 	for _, b := range uniq {
 		sem <- struct{}{}

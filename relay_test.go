@@ -679,7 +679,8 @@ func TestOptionValidation(t *testing.T) {
 		{"gap zero", outbox.GapTimeout(0), "GapTimeout"},
 		{"negative margin", outbox.DeadlineMargin(-1), "DeadlineMargin"},
 		{"empty id", outbox.RelayID(""), "RelayID"},
-		{"concurrency", outbox.Concurrency(0), "Concurrency"},
+		{"concurrency", outbox.Concurrency(-1), "Concurrency"},
+		{"max in flight", outbox.MaxInFlight(0), "MaxInFlight"},
 		{"policy", outbox.OnRecordError(7), "OnRecordError"},
 		{"backoff", outbox.RetryBackoff(time.Second, time.Millisecond), "RetryBackoff"},
 		{"park stuck after", outbox.ParkStuckAfter(-time.Second), "ParkStuckAfter"},
@@ -893,4 +894,91 @@ func TestRelayStoredConfig(t *testing.T) {
 			t.Fatalf("err = %v for an empty config item, want a MisconfigurationError for BucketCount", err)
 		}
 	})
+}
+
+// barrierStore holds every drain's first lease read until n of them are
+// waiting (all the drains have begun), and its first read of the bucket
+// until n of those are waiting (none has finished), and records the limit
+// of each bucket's first read.
+type barrierStore struct {
+	outbox.Store
+	n                int
+	mu               sync.Mutex
+	looks, reads     int
+	allLook, allRead chan struct{}
+	first            map[int]int
+}
+
+func (b *barrierStore) arrive(count *int, all chan struct{}) {
+	b.mu.Lock()
+	*count++
+	if *count == b.n {
+		close(all)
+	}
+	b.mu.Unlock()
+}
+
+func (b *barrierStore) ReadLease(ctx context.Context, bucket int) (outbox.Lease, error) {
+	b.arrive(&b.looks, b.allLook)
+	select {
+	case <-b.allLook:
+	case <-ctx.Done():
+		return outbox.Lease{}, ctx.Err()
+	}
+	return b.Store.ReadLease(ctx, bucket)
+}
+
+func (b *barrierStore) Pending(ctx context.Context, bucket int, after int64, limit int) ([]outbox.Entry, bool, error) {
+	b.mu.Lock()
+	_, seen := b.first[bucket]
+	if !seen {
+		b.first[bucket] = limit
+	}
+	b.mu.Unlock()
+	if !seen {
+		b.arrive(&b.reads, b.allRead)
+		select {
+		case <-b.allRead:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
+	return b.Store.Pending(ctx, bucket, after, limit)
+}
+
+// TestDrainBucketsFollowsTheBucketsWithinMaxInFlight (issue 28, item 2):
+// by default DrainBuckets drains every bucket it is given at once — 16
+// here, whose drains all wait at a barrier in their first lease read and
+// again in their first read of the bucket, which the former default of 8
+// at once never passed — and the drains running share MaxInFlight: while
+// all 16 run, each read takes at most MaxInFlight / 16 messages. Before,
+// 8 drains at a time held the rest back (a drain waiting on a gap held its
+// slot: the scale stage's p99 grew with the bucket count).
+func TestDrainBucketsFollowsTheBucketsWithinMaxInFlight(t *testing.T) {
+	const buckets, budget = 16, 64
+	ctx := ctxFor(t, time.Minute)
+	mem := memory.New(buckets)
+	s := &barrierStore{Store: mem, n: buckets, allLook: make(chan struct{}), allRead: make(chan struct{}), first: map[int]int{}}
+	pub := &recorder{}
+	r := newRelay(t, s, pub, outbox.MaxInFlight(budget), outbox.DeadlineMargin(0))
+	var all []int
+	for b := range buckets {
+		fill(t, mem, b, span(1, 10)...)
+		all = append(all, b)
+	}
+	if errs := r.DrainBuckets(ctx, all); len(errs) > 0 {
+		t.Fatalf("drains failed: %v (with fewer drains at once than buckets, the barriers are never passed)", errs)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for b, limit := range s.first {
+		if limit > budget/buckets {
+			t.Errorf("bucket %d's first read took up to %d messages, above MaxInFlight/%d = %d", b, limit, buckets, budget/buckets)
+		}
+	}
+	for b := range buckets {
+		if got := pub.seqs(b); len(got) != 10 {
+			t.Errorf("bucket %d: published %v, want 1..10", b, got)
+		}
+	}
 }

@@ -3,7 +3,7 @@ package outbox
 // The shared settings: writers, relays, publishers and consumers of one
 // outbox must agree on them, so they live once, in the outbox's config item
 // (Config), and every component reads them there when it starts
-// (docs/design.md §11.1). No option or variable states them elsewhere: the
+// (docs/design.md §12). No option or variable states them elsewhere: the
 // config item is written by dynamo.CreateTables (outbox init) and
 // dynamo.Configure (the stack's setup), and each of those refuses what it
 // cannot change.

@@ -15,7 +15,7 @@ import (
 )
 
 // BucketCount, the mode, MaxMessageBytes and the stamped header names are
-// set in the outbox's config item and nowhere else (docs/design.md §11.1):
+// set in the outbox's config item and nowhere else (docs/design.md §12):
 // dynamo.CreateTables (behind outbox init) and dynamo.Configure (behind the
 // stack's setup) write it, and each holds the one expected-value guard of
 // its path. TestSharedSettingsHaveOneSource walks every module of the

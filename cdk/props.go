@@ -158,7 +158,7 @@ type Props struct {
 	// 1024..104857596.
 	MaxMessageBytes *float64
 	// RelayConcurrency is OUTBOX_CONCURRENCY, buckets one invocation drains
-	// at once. Default 8, 1..256.
+	// at once. Default 0 (every bucket of a batch at once), 0..256.
 	RelayConcurrency *float64
 	// RelayTimeout is the relay's timeout in seconds. Default 120, 30..900.
 	RelayTimeout *float64
@@ -302,7 +302,7 @@ var numbers = []intRange{
 	{name: "SweepMinAgeSeconds", field: func(p *Props) **float64 { return &p.SweepMinAgeSeconds }, def: 10, min: 0, max: 600, what: "OUTBOX_SWEEP_MIN_AGE in seconds"},
 	{name: "ParkStuckAfterSeconds", field: func(p *Props) **float64 { return &p.ParkStuckAfterSeconds }, def: 0, min: 0, max: 604800, what: "OUTBOX_PARK_STUCK_AFTER in seconds; 0 = off"},
 	{name: "MaxMessageBytes", field: func(p *Props) **float64 { return &p.MaxMessageBytes }, def: 1048576, min: 1024, max: 104857596, what: "the largest record, in bytes"},
-	{name: "RelayConcurrency", field: func(p *Props) **float64 { return &p.RelayConcurrency }, def: 8, min: 1, max: 256, what: "OUTBOX_CONCURRENCY"},
+	{name: "RelayConcurrency", field: func(p *Props) **float64 { return &p.RelayConcurrency }, def: 0, min: 0, max: 256, what: "OUTBOX_CONCURRENCY"},
 	{name: "RelayTimeout", field: func(p *Props) **float64 { return &p.RelayTimeout }, def: 120, min: 30, max: 900, what: "seconds"},
 	{name: "SweeperTimeout", field: func(p *Props) **float64 { return &p.SweeperTimeout }, def: 50, min: 15, max: 55, what: "seconds, below the one-minute schedule"},
 	{name: "FunctionMemorySize", field: func(p *Props) **float64 { return &p.FunctionMemorySize }, def: 512, min: 128, max: 10240, what: "MB"},

@@ -319,7 +319,7 @@ func TestDocsRunbook(t *testing.T) {
 // TestSharedParametersReachOnlyTheSetup: the stack's parameters for the
 // outbox's shared settings (BucketCount, the mode and its retention,
 // MaxMessageBytes) are the setup's inputs and nothing else's: the config
-// item is where every function reads them (docs/design.md §11.1). A !Ref or
+// item is where every function reads them (docs/design.md §12). A !Ref or
 // ${...} of one anywhere but the OutboxConfig resource's properties (a
 // function's environment, say) fails.
 func TestSharedParametersReachOnlyTheSetup(t *testing.T) {

@@ -118,7 +118,7 @@ func Retention(d time.Duration) Option {
 // come from (dynamo.ReadConfig, with read access to that outbox's control
 // table), whose names of the stamped headers (message id, bucket, sequence)
 // it then reads records with. They are set nowhere else (docs/design.md
-// §11.1). Default: none, which is the names of a config item that states
+// §12). Default: none, which is the names of a config item that states
 // none: outbox.DefaultMessageIDHeader, DefaultBucketHeader and
 // DefaultSequenceHeader.
 func OutboxConfig(stored outbox.Config) Option {

@@ -212,6 +212,10 @@ func TestBootstrapsAnswerBeforeTheDeadlineUnderRIE(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.function+"/"+tt.fault, func(t *testing.T) {
+			// Each case has its own tables, Kafka and emulator, and mostly
+			// waits on its stalls: they run side by side (go test's
+			// -parallel bounds how many).
+			t.Parallel()
 			e := newEnv(t, 4)
 			if e.dynamo.Endpoint == "" {
 				t.Skip("needs a DynamoDB endpoint the bootstrap can reach")

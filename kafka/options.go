@@ -158,7 +158,7 @@ func Topics(topics ...string) Option {
 // it), and the names of the stamped headers: the message id (consumers
 // deduplicate on it), the bucket and the sequence number, stamped after
 // the message's own headers. They are set nowhere else (docs/design.md
-// §11.1). A Topics topic outside a non-empty stored topic list is an
+// §12). A Topics topic outside a non-empty stored topic list is an
 // *outbox.MisconfigurationError naming it. The stored topics are not
 // checked at start (a missing topic stops its buckets, not the publisher):
 // list them with Topics for that. The relay refuses a publisher whose

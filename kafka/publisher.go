@@ -81,48 +81,14 @@ func NewPublisher(ctx context.Context, seeds []string, opts ...Option) (*Publish
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	// Defaults first, so that ClientOptions can change them.
-	kopts := []kgo.Opt{kgo.MetadataMinAge(DefaultMetadataMinAge)}
-	kopts = append(kopts, c.clientOpts...)
-	kopts = append(kopts, kgo.SeedBrokers(seeds...))
-	if c.logger != nil {
-		kopts = append(kopts, kgo.WithLogger(kgoLogger{c.logger}))
-	}
-	if c.tls != nil {
-		kopts = append(kopts, kgo.DialTLSConfig(c.tls))
-	}
-	if len(c.sasl) > 0 {
-		kopts = append(kopts, kgo.SASL(c.sasl...))
-	}
-	// Enforced last so that nothing in ClientOptions overrides them.
-	kopts = append(kopts, enforcedOpts(&c)...)
+	kopts := clientOptions(seeds, &c)
 	cl, err := kgo.NewClient(kopts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: new client: %w", err)
 	}
-	// A record waiting on a retriable error is looked at again (and failed
-	// if its context is done) only when kgo retries it, after a metadata
-	// refresh, which kgo does at most once per MetadataMinAge; a publish
-	// then waits up to AbandonGrace for the results and, when the topic
-	// may be lost, up to AbandonGrace more for its check (lostTopic).
-	minAge, _ := cl.OptValue(kgo.MetadataMinAge).(time.Duration)
-	if fits := c.leaseDuration - minAge - 3*AbandonGrace; c.deliveryTimeoutDefault && fits > 0 && c.deliveryTimeout > fits &&
-		c.deliveryTimeout+minAge < c.leaseDuration {
-		// The default (LeaseDuration*2/3) leaves a short lease no room for
-		// the results' and the lost topic's waits: take what does. (A
-		// MetadataMinAge that leaves no room even without them is refused.)
-		c.deliveryTimeout = fits
-	}
-	if c.deliveryTimeout+minAge+2*AbandonGrace >= c.leaseDuration {
+	if err := fitDeliveryTimeout(cl, &c); err != nil {
 		cl.Close()
-		return nil, &outbox.OptionError{Option: "DeliveryTimeout", Value: c.deliveryTimeout,
-			Reason: fmt.Sprintf("plus kgo's MetadataMinAge (%v, the longest a waiting record goes unchecked) plus twice AbandonGrace (%v, the wait for results and for a lost topic's check) must be shorter than LeaseDuration=%v; lower either", minAge, AbandonGrace, c.leaseDuration)}
-	}
-	// checkClientOptions refused any downgrade and kgo has no option that
-	// could re-enable one after ours, but verify what the client will do.
-	if cl.OptValue(kgo.DisableIdempotentWrite) != false || cl.OptValue(kgo.RequiredAcks) != kgo.AllISRAcks() {
-		cl.Close()
-		return nil, errors.New("kafka: internal error: the client is not idempotent with acks=all")
+		return nil, err
 	}
 
 	p := &Publisher{
@@ -139,24 +105,85 @@ func NewPublisher(ctx context.Context, seeds []string, opts ...Option) (*Publish
 	if c.strict {
 		p.topics.strict, p.topics.maxAge = true, c.strictRecheck
 	}
-	if len(c.topics) > 0 {
-		failed := p.topics.check(ctx, c.topics)
-		if len(failed) > 0 {
-			cl.Close()
-			var errs []error
-			seen := make(map[string]bool)
-			for _, t := range c.topics {
-				if err, ok := failed[t]; ok && !seen[t] {
-					seen[t] = true
-					errs = append(errs, err)
-				}
-			}
-			return nil, errors.Join(errs...)
-		}
+	if err := p.checkTopics(ctx, c.topics); err != nil {
+		cl.Close()
+		return nil, err
 	}
 	log.Debug("kafka publisher ready", "seeds", seeds, "topics", c.topics,
 		"max_message_bytes", c.maxMessageBytes, "delivery_timeout", c.deliveryTimeout)
 	return p, nil
+}
+
+// clientOptions are the kgo options of the Publisher's clients: kgo's
+// defaults as the Publisher sets them, then ClientOptions, then the
+// connection options, then the enforced ones.
+func clientOptions(seeds []string, c *cfg) []kgo.Opt {
+	// Defaults first, so that ClientOptions can change them.
+	kopts := []kgo.Opt{kgo.MetadataMinAge(DefaultMetadataMinAge)}
+	kopts = append(kopts, c.clientOpts...)
+	kopts = append(kopts, kgo.SeedBrokers(seeds...))
+	if c.logger != nil {
+		kopts = append(kopts, kgo.WithLogger(kgoLogger{c.logger}))
+	}
+	if c.tls != nil {
+		kopts = append(kopts, kgo.DialTLSConfig(c.tls))
+	}
+	if len(c.sasl) > 0 {
+		kopts = append(kopts, kgo.SASL(c.sasl...))
+	}
+	// Enforced last so that nothing in ClientOptions overrides them.
+	return append(kopts, enforcedOpts(c)...)
+}
+
+// fitDeliveryTimeout fits the default DeliveryTimeout into a short lease
+// and refuses a DeliveryTimeout that does not fit LeaseDuration with the
+// client's MetadataMinAge, or a client that is not idempotent with
+// acks=all.
+func fitDeliveryTimeout(cl *kgo.Client, c *cfg) error {
+	// A record waiting on a retriable error is looked at again (and failed
+	// if its context is done) only when kgo retries it, after a metadata
+	// refresh, which kgo does at most once per MetadataMinAge; a publish
+	// then waits up to AbandonGrace for the results and, when the topic
+	// may be lost, up to AbandonGrace more for its check (lostTopic).
+	minAge, _ := cl.OptValue(kgo.MetadataMinAge).(time.Duration)
+	if fits := c.leaseDuration - minAge - 3*AbandonGrace; c.deliveryTimeoutDefault && fits > 0 && c.deliveryTimeout > fits &&
+		c.deliveryTimeout+minAge < c.leaseDuration {
+		// The default (LeaseDuration*2/3) leaves a short lease no room for
+		// the results' and the lost topic's waits: take what does. (A
+		// MetadataMinAge that leaves no room even without them is refused.)
+		c.deliveryTimeout = fits
+	}
+	if c.deliveryTimeout+minAge+2*AbandonGrace >= c.leaseDuration {
+		return &outbox.OptionError{Option: "DeliveryTimeout", Value: c.deliveryTimeout,
+			Reason: fmt.Sprintf("plus kgo's MetadataMinAge (%v, the longest a waiting record goes unchecked) plus twice AbandonGrace (%v, the wait for results and for a lost topic's check) must be shorter than LeaseDuration=%v; lower either", minAge, AbandonGrace, c.leaseDuration)}
+	}
+	// checkClientOptions refused any downgrade and kgo has no option that
+	// could re-enable one after ours, but verify what the client will do.
+	if cl.OptValue(kgo.DisableIdempotentWrite) != false || cl.OptValue(kgo.RequiredAcks) != kgo.AllISRAcks() {
+		return errors.New("kafka: internal error: the client is not idempotent with acks=all")
+	}
+	return nil
+}
+
+// checkTopics checks topics (the Topics option) at construction: the
+// failures, one per topic in the order given, joined.
+func (p *Publisher) checkTopics(ctx context.Context, topics []string) error {
+	if len(topics) == 0 {
+		return nil
+	}
+	failed := p.topics.check(ctx, topics)
+	if len(failed) == 0 {
+		return nil
+	}
+	var errs []error
+	seen := make(map[string]bool)
+	for _, t := range topics {
+		if err, ok := failed[t]; ok && !seen[t] {
+			seen[t] = true
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // enforcedOpts are the kgo settings the Publisher applies after everything
@@ -317,8 +344,6 @@ func (p *Publisher) publish(ctx context.Context, pc *prodClient, msgs []outbox.M
 	// linger.
 	rctx, cancel := context.WithTimeout(ctx, p.cfg.deliveryTimeout)
 	defer cancel()
-	recs := make([]*kgo.Record, n)
-	res := newResults(n)
 	bucket := msgs[0].Bucket
 	careful := false
 	if p.cfg.strict && !alone {
@@ -326,36 +351,7 @@ func (p *Publisher) publish(ctx context.Context, pc *prodClient, msgs []outbox.M
 		careful = p.careful[bucket]
 		p.carefulMu.Unlock()
 	}
-	gaveUp := false // a wait ended without the result (see AbandonGrace)
-	for i := range n {
-		if err := rctx.Err(); err != nil {
-			n, stopErr = i, fmt.Errorf("kafka: not produced: %w", p.contextError(ctx, rctx, err))
-			break
-		}
-		recs[i] = p.record(rctx, &msgs[i])
-		pc.unanswered.Add(1)
-		pc.cl.Produce(rctx, recs[i], func(_ *kgo.Record, err error) {
-			res.set(i, err)
-			if pc.unanswered.Add(-1) == 0 {
-				p.closeIfDone(pc)
-			}
-		})
-		if careful {
-			// After a failure, one record at a time: the next is produced
-			// only once this one is acknowledged.
-			if !res.wait(rctx, func() bool { return res.done[i] }) {
-				n, gaveUp = i+1, true
-				break
-			}
-			if res.get(i) != nil {
-				n = i + 1
-				break
-			}
-		}
-	}
-	if !gaveUp {
-		res.wait(rctx, func() bool { return res.answered == n })
-	}
+	recs, res, n, stopErr := p.produce(ctx, rctx, pc, msgs, n, stopErr, careful)
 
 	acked, abandoned, failed := res.outcome(n)
 	switch {
@@ -394,6 +390,48 @@ func (p *Publisher) publish(ctx context.Context, pc *prodClient, msgs []outbox.M
 			"produced", n, "acked", acked, "abandoned", abandoned, "unanswered_in_client", pc.unanswered.Load(), "err", err)
 	}
 	return acked, err
+}
+
+// produce produces the first n of msgs through pc and waits for their
+// results (see AbandonGrace). careful (Strict mode, after a failure):
+// one record at a time, the next produced only once this one is
+// acknowledged. It returns how many it produced, n less when rctx ended
+// first (stopErr then says so) or a careful record failed or was not
+// answered.
+func (p *Publisher) produce(ctx, rctx context.Context, pc *prodClient, msgs []outbox.Message, n int, stopErr error, careful bool) ([]*kgo.Record, *results, int, error) {
+	recs := make([]*kgo.Record, n)
+	res := newResults(n)
+	gaveUp := false // a wait ended without the result (see AbandonGrace)
+	for i := range n {
+		if err := rctx.Err(); err != nil {
+			n, stopErr = i, fmt.Errorf("kafka: not produced: %w", p.contextError(ctx, rctx, err))
+			break
+		}
+		recs[i] = p.record(rctx, &msgs[i])
+		pc.unanswered.Add(1)
+		pc.cl.Produce(rctx, recs[i], func(_ *kgo.Record, err error) {
+			res.set(i, err)
+			if pc.unanswered.Add(-1) == 0 {
+				p.closeIfDone(pc)
+			}
+		})
+		if careful {
+			// After a failure, one record at a time: the next is produced
+			// only once this one is acknowledged.
+			if !res.wait(rctx, func() bool { return res.done[i] }) {
+				n, gaveUp = i+1, true
+				break
+			}
+			if res.get(i) != nil {
+				n = i + 1
+				break
+			}
+		}
+	}
+	if !gaveUp {
+		res.wait(rctx, func() bool { return res.answered == n })
+	}
+	return recs, res, n, stopErr
 }
 
 // results collects what kgo reports for the records of one publish. kgo may

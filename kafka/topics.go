@@ -142,7 +142,17 @@ func (c *topicChecker) check(ctx context.Context, topics []string) map[string]er
 func (c *topicChecker) describe(ctx context.Context, topics []string) (map[string]error, map[string]int) {
 	errs := make(map[string]error, len(topics))
 	limits := make(map[string]int, len(topics))
+	exist, brokers := c.existing(ctx, topics, errs)
+	if len(exist) == 0 {
+		return errs, limits
+	}
+	c.describeLimits(ctx, exist, brokers, errs, limits)
+	return errs, limits
+}
 
+// existing asks for topics' metadata: it returns the ones that exist and
+// the brokers, and sets errs for the others.
+func (c *topicChecker) existing(ctx context.Context, topics []string, errs map[string]error) ([]string, []kmsg.MetadataResponseBroker) {
 	mreq := kmsg.NewPtrMetadataRequest()
 	mreq.AllowAutoTopicCreation = false // a check must not create topics
 	for _, t := range topics {
@@ -155,7 +165,7 @@ func (c *topicChecker) describe(ctx context.Context, topics []string) (map[strin
 		for _, t := range topics {
 			errs[t] = fmt.Errorf("kafka: checking topic %q: metadata: %w", t, err)
 		}
-		return errs, limits
+		return nil, nil
 	}
 	found := make(map[string]error)
 	for _, mt := range mresp.Topics {
@@ -175,10 +185,14 @@ func (c *topicChecker) describe(ctx context.Context, topics []string) (map[strin
 			exist = append(exist, t)
 		}
 	}
-	if len(exist) == 0 {
-		return errs, limits
-	}
+	return exist, mresp.Brokers
+}
 
+// describeLimits describes the configs of exist, topics that exist: it
+// sets limits to each one's max.message.bytes (its own or what it
+// inherits from brokers), and errs for one that does not admit
+// MaxMessageBytes or cannot be described.
+func (c *topicChecker) describeLimits(ctx context.Context, exist []string, brokers []kmsg.MetadataResponseBroker, errs map[string]error, limits map[string]int) {
 	dreq := kmsg.NewPtrDescribeConfigsRequest()
 	for _, t := range exist {
 		rr := kmsg.NewDescribeConfigsRequestResource()
@@ -192,7 +206,7 @@ func (c *topicChecker) describe(ctx context.Context, topics []string) (map[strin
 		for _, t := range exist {
 			errs[t] = fmt.Errorf("kafka: checking topic %q: describe configs: %w", t, err)
 		}
-		return errs, limits
+		return
 	}
 	described := make(map[string]*kmsg.DescribeConfigsResponseResource)
 	for i := range dresp.Resources {
@@ -220,7 +234,7 @@ func (c *topicChecker) describe(ctx context.Context, topics []string) (map[strin
 			// Kafka's built-in default: ask a broker for the
 			// message.max.bytes that topics inherit.
 			if brokerLimit == nil {
-				bl, err := c.brokerLimit(ctx, mresp.Brokers)
+				bl, err := c.brokerLimit(ctx, brokers)
 				if err != nil {
 					errs[t] = fmt.Errorf("kafka: checking topic %q: broker message.max.bytes: %w", t, err)
 					continue
@@ -236,7 +250,6 @@ func (c *topicChecker) describe(ctx context.Context, topics []string) (map[strin
 			errs[t] = &TopicLimitError{Topic: t, TopicMaxMessageBytes: lim.bytes, Source: lim.source, MaxMessageBytes: c.maxMessageBytes}
 		}
 	}
-	return errs, limits
 }
 
 // topicError reports a per-topic error code: a *TopicError for what needs an

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -131,11 +132,8 @@ func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acke
 		return 0, wrapMessage(msgs[0], ErrClosed)
 	}
 	bucket := msgs[0].Bucket
-	for i := range msgs {
-		if msgs[i].Bucket != bucket {
-			return 0, wrapMessage(msgs[i], &outbox.ValidationError{Index: i, Field: "Bucket",
-				Reason: fmt.Sprintf("%d in a transactional publish of bucket %d; each bucket publishes under its own transactional id", msgs[i].Bucket, bucket)})
-		}
+	if err := oneBucket(msgs); err != nil {
+		return 0, err
 	}
 	n, stopErr := p.precheck(ctx, msgs)
 	if n == 0 {
@@ -159,11 +157,40 @@ func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acke
 		t.drop(b)
 		return 0, wrapMessage(msgs[0], fmt.Errorf("kafka: begin transaction %q: %w", id, err))
 	}
-	recs := make([]*kgo.Record, n)
-	errs := make([]error, n)
+	recs, errs := t.produce(rctx, cl, msgs[:n])
+	if failed := slices.IndexFunc(errs, func(err error) bool { return err != nil }); failed >= 0 {
+		return 0, t.abortFailed(ctx, rctx, b, id, &msgs[failed], recs[failed], errs[failed])
+	}
+	if err := t.commit(ctx, rctx, b, id); err != nil {
+		return 0, wrapMessage(msgs[0], err)
+	}
+	if stopErr != nil {
+		return n, wrapMessage(msgs[n], stopErr)
+	}
+	return n, nil
+}
+
+// oneBucket refuses msgs of more than one bucket: each bucket publishes
+// under its own transactional id.
+func oneBucket(msgs []outbox.Message) error {
+	bucket := msgs[0].Bucket
+	for i := range msgs {
+		if msgs[i].Bucket != bucket {
+			return wrapMessage(msgs[i], &outbox.ValidationError{Index: i, Field: "Bucket",
+				Reason: fmt.Sprintf("%d in a transactional publish of bucket %d; each bucket publishes under its own transactional id", msgs[i].Bucket, bucket)})
+		}
+	}
+	return nil
+}
+
+// produce produces msgs in the open transaction and waits for every
+// record's answer: errs[i] is msgs[i]'s.
+func (t *TxnPublisher) produce(rctx context.Context, cl *kgo.Client, msgs []outbox.Message) (recs []*kgo.Record, errs []error) {
+	recs = make([]*kgo.Record, len(msgs))
+	errs = make([]error, len(msgs))
 	var wg sync.WaitGroup
-	for i := range n {
-		recs[i] = p.record(rctx, &msgs[i])
+	for i := range msgs {
+		recs[i] = t.p.record(rctx, &msgs[i])
 		wg.Add(1)
 		cl.Produce(rctx, recs[i], func(_ *kgo.Record, err error) {
 			errs[i] = err
@@ -173,67 +200,68 @@ func (t *TxnPublisher) Publish(ctx context.Context, msgs []outbox.Message) (acke
 	// kgo reports every record of a transactional producer: it fails the
 	// buffered ones when the records' context ends.
 	wg.Wait()
-	failed := -1
-	for i, err := range errs {
-		if err != nil {
-			failed = i
-			break
-		}
+	return recs, errs
+}
+
+// abortFailed aborts the transaction after msg, the first message whose
+// record rec failed with cause: the records appended before the failure
+// are marked aborted and never reach read_committed consumers. It returns
+// the error Publish reports, naming msg.
+func (t *TxnPublisher) abortFailed(ctx, rctx context.Context, b *txnBucket, id string, msg *outbox.Message, rec *kgo.Record, cause error) error {
+	p := t.p
+	if fenced(cause) {
+		t.drop(b) // the newer holder's initialisation aborted it
+		return wrapMessage(*msg, &FencedError{TransactionalID: id, Err: cause})
 	}
-	if failed >= 0 {
-		// Abort: the records appended before the failure are marked aborted
-		// and never reach read_committed consumers.
-		cause := errs[failed]
-		if fenced(cause) {
-			t.drop(b) // the newer holder's initialisation aborted it
-			return 0, wrapMessage(msgs[failed], &FencedError{TransactionalID: id, Err: cause})
-		}
-		if err := t.abort(ctx, rctx, cl); err != nil {
-			p.log.Warn("kafka: the abort of a failed transaction did not complete; the next initialisation of its transactional id or the broker's timeout ends it",
-				"transactional_id", id, "error", err)
-		}
-		// The abort initialised the producer again: never publish with a
-		// producer this Publish made (a newer holder may have fenced this
-		// process meanwhile, and the abort fenced it back). The bucket's
-		// next Publish needs a fence, under the lease.
-		t.drop(b)
-		perr := p.produceError(ctx, rctx, recs[failed], cause)
-		// A deleted (or recreated) topic: the client is dropped above, so
-		// the bucket's next one (after a fence) knows the new instance.
-		if terr, _ := p.lostTopic(ctx, msgs[failed].Topic, perr); terr != nil {
-			perr = terr
-		}
-		return 0, wrapMessage(msgs[failed], perr)
+	if err := t.abort(ctx, rctx, b.cl); err != nil {
+		p.log.Warn("kafka: the abort of a failed transaction did not complete; the next initialisation of its transactional id or the broker's timeout ends it",
+			"transactional_id", id, "error", err)
 	}
-	if err := cl.EndTransaction(rctx, kgo.TryCommit); err != nil {
-		// Not known committed (a fence answering a resent commit whose
-		// first answer was lost may follow a commit that applied): report
-		// nothing acknowledged. If the commit did apply, the next publish
-		// duplicates the whole transaction.
-		if fenced(err) {
-			t.drop(b) // the newer holder's initialisation aborted it
-			return 0, wrapMessage(msgs[0], &FencedError{TransactionalID: id, Err: errors.Join(ErrCommitUnknown, err)})
-		}
-		// A commit not sent or not answered (ctx ended, a connection
-		// lost, a coordinator moving) leaves the transaction open at the
-		// broker if it did not apply, and an open transaction holds back
-		// read_committed consumers of every partition it wrote (other
-		// buckets' records on them too) until someone initialises the
-		// transactional id again or the broker's timeout (LeaseDuration)
-		// aborts it. So abort it now (abort: the producer is initialised
-		// again, which aborts whatever is still open and changes nothing if
-		// the commit applied).
-		if aerr := t.abort(ctx, rctx, cl); aerr != nil {
-			p.log.Warn("kafka: the abort after an unconfirmed commit did not complete; the next initialisation of its transactional id or the broker's timeout ends the transaction if the commit did not apply",
-				"transactional_id", id, "error", aerr)
-		}
-		t.drop(b)
-		return 0, wrapMessage(msgs[0], fmt.Errorf("kafka: commit transaction %q: %w: %w", id, ErrCommitUnknown, err))
+	// The abort initialised the producer again: never publish with a
+	// producer this Publish made (a newer holder may have fenced this
+	// process meanwhile, and the abort fenced it back). The bucket's
+	// next Publish needs a fence, under the lease.
+	t.drop(b)
+	perr := p.produceError(ctx, rctx, rec, cause)
+	// A deleted (or recreated) topic: the client is dropped above, so
+	// the bucket's next one (after a fence) knows the new instance.
+	if terr, _ := p.lostTopic(ctx, msg.Topic, perr); terr != nil {
+		perr = terr
 	}
-	if stopErr != nil {
-		return n, wrapMessage(msgs[n], stopErr)
+	return wrapMessage(*msg, perr)
+}
+
+// commit commits the transaction; an error means it is not known
+// committed, and no transaction is left open.
+func (t *TxnPublisher) commit(ctx, rctx context.Context, b *txnBucket, id string) error {
+	cl := b.cl
+	err := cl.EndTransaction(rctx, kgo.TryCommit)
+	if err == nil {
+		return nil
 	}
-	return n, nil
+	// Not known committed (a fence answering a resent commit whose
+	// first answer was lost may follow a commit that applied): report
+	// nothing acknowledged. If the commit did apply, the next publish
+	// duplicates the whole transaction.
+	if fenced(err) {
+		t.drop(b) // the newer holder's initialisation aborted it
+		return &FencedError{TransactionalID: id, Err: errors.Join(ErrCommitUnknown, err)}
+	}
+	// A commit not sent or not answered (ctx ended, a connection
+	// lost, a coordinator moving) leaves the transaction open at the
+	// broker if it did not apply, and an open transaction holds back
+	// read_committed consumers of every partition it wrote (other
+	// buckets' records on them too) until someone initialises the
+	// transactional id again or the broker's timeout (LeaseDuration)
+	// aborts it. So abort it now (abort: the producer is initialised
+	// again, which aborts whatever is still open and changes nothing if
+	// the commit applied).
+	if aerr := t.abort(ctx, rctx, cl); aerr != nil {
+		t.p.log.Warn("kafka: the abort after an unconfirmed commit did not complete; the next initialisation of its transactional id or the broker's timeout ends the transaction if the commit did not apply",
+			"transactional_id", id, "error", aerr)
+	}
+	t.drop(b)
+	return fmt.Errorf("kafka: commit transaction %q: %w: %w", id, ErrCommitUnknown, err)
 }
 
 // FenceHolders fences bucket's earlier holders (outbox.HolderFencer): the

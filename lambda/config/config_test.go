@@ -26,7 +26,7 @@ func TestLoadDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.BatchSize != 500 || c.LeaseDuration != 30*time.Second || c.GapTimeout != 10*time.Second || c.Concurrency != 8 ||
+	if c.BatchSize != 500 || c.LeaseDuration != 30*time.Second || c.GapTimeout != 10*time.Second || c.Concurrency != 0 ||
 		c.Auth != AuthNone || len(c.Brokers) != 2 || c.Brokers[1] != "b2:9092" ||
 		c.Region != "us-east-1" || c.Topics != nil {
 		t.Fatalf("defaults = %+v", c)
@@ -78,7 +78,7 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{set: "OUTBOX_BATCH_SIZE", value: "0", variable: "OUTBOX_BATCH_SIZE", reason: "1..10000"},
 		{set: "OUTBOX_BATCH_SIZE", value: "many", variable: "OUTBOX_BATCH_SIZE", reason: "1..10000"},
 		{set: "OUTBOX_REGION", value: "EU_WEST", variable: "OUTBOX_REGION", reason: "a-z, 0-9"},
-		{set: "OUTBOX_CONCURRENCY", value: "257", variable: "OUTBOX_CONCURRENCY", reason: "1..256"},
+		{set: "OUTBOX_CONCURRENCY", value: "257", variable: "OUTBOX_CONCURRENCY", reason: "0..256"},
 		{set: "OUTBOX_LEASE_DURATION", value: "30", variable: "OUTBOX_LEASE_DURATION", reason: "Go duration"},
 		{set: "OUTBOX_LEASE_DURATION", value: "5s", variable: "OUTBOX_LEASE_DURATION", reason: "12s..15m0s"},
 		// Below the 12 s that renewals and the cut-off need on a loaded container.

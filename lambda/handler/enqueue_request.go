@@ -226,56 +226,11 @@ type op struct {
 // decodeTransactItem parses one TransactWriteItem in DynamoDB JSON.
 func decodeTransactItem(path string, raw json.RawMessage) (types.TransactWriteItem, error) {
 	var it types.TransactWriteItem
-	var ops map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &ops); err != nil {
-		return it, jsonError(path, err)
-	}
-	if len(ops) != 1 {
-		return it, badField(path, "has %d members (%s); want exactly one of Put, Update, Delete, ConditionCheck", len(ops), strings.Join(sortedKeys(ops), ", "))
-	}
-	var kind string
-	for k := range ops {
-		kind = k
+	kind, o, err := parseOp(path, raw)
+	if err != nil {
+		return it, err
 	}
 	p := path + "." + kind
-	switch kind {
-	case "Put", "Update", "Delete", "ConditionCheck":
-	default:
-		return it, badField(path, "unknown operation %q; want Put, Update, Delete or ConditionCheck", kind)
-	}
-	var o op
-	dec := json.NewDecoder(bytes.NewReader(ops[kind]))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&o); err != nil {
-		return it, jsonError(p, err)
-	}
-	if o.TableName == "" {
-		return it, badField(p+".TableName", "required")
-	}
-	if kind == "Put" {
-		if o.Key != nil {
-			return it, badField(p+".Key", "a Put has Item, not Key")
-		}
-		if len(o.Item) == 0 {
-			return it, badField(p+".Item", "required: the item to put, in DynamoDB JSON")
-		}
-	} else {
-		if o.Item != nil {
-			return it, badField(p+".Item", "only a Put has Item; a %s has Key", kind)
-		}
-		if len(o.Key) == 0 {
-			return it, badField(p+".Key", "required: the item's primary key, in DynamoDB JSON")
-		}
-	}
-	if (kind == "Update") != (o.UpdateExpression != nil) {
-		if kind == "Update" {
-			return it, badField(p+".UpdateExpression", "required for an Update")
-		}
-		return it, badField(p+".UpdateExpression", "only an Update has one")
-	}
-	if kind == "ConditionCheck" && o.ConditionExpression == nil {
-		return it, badField(p+".ConditionExpression", "required for a ConditionCheck")
-	}
 	var rv types.ReturnValuesOnConditionCheckFailure
 	switch o.ReturnValuesOnConditionCheckFailure {
 	case "", "NONE", "ALL_OLD":
@@ -314,6 +269,61 @@ func decodeTransactItem(path string, raw json.RawMessage) (types.TransactWriteIt
 	return it, nil
 }
 
+// parseOp parses a TransactWriteItem's one operation (Put, Update, Delete
+// or ConditionCheck) and checks that it has the members its kind requires
+// and none that only another kind has.
+func parseOp(path string, raw json.RawMessage) (kind string, o op, err error) {
+	var ops map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &ops); err != nil {
+		return "", o, jsonError(path, err)
+	}
+	if len(ops) != 1 {
+		return "", o, badField(path, "has %d members (%s); want exactly one of Put, Update, Delete, ConditionCheck", len(ops), strings.Join(sortedKeys(ops), ", "))
+	}
+	for k := range ops {
+		kind = k
+	}
+	p := path + "." + kind
+	switch kind {
+	case "Put", "Update", "Delete", "ConditionCheck":
+	default:
+		return "", o, badField(path, "unknown operation %q; want Put, Update, Delete or ConditionCheck", kind)
+	}
+	dec := json.NewDecoder(bytes.NewReader(ops[kind]))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		return "", o, jsonError(p, err)
+	}
+	if o.TableName == "" {
+		return "", o, badField(p+".TableName", "required")
+	}
+	if kind == "Put" {
+		if o.Key != nil {
+			return "", o, badField(p+".Key", "a Put has Item, not Key")
+		}
+		if len(o.Item) == 0 {
+			return "", o, badField(p+".Item", "required: the item to put, in DynamoDB JSON")
+		}
+	} else {
+		if o.Item != nil {
+			return "", o, badField(p+".Item", "only a Put has Item; a %s has Key", kind)
+		}
+		if len(o.Key) == 0 {
+			return "", o, badField(p+".Key", "required: the item's primary key, in DynamoDB JSON")
+		}
+	}
+	if (kind == "Update") != (o.UpdateExpression != nil) {
+		if kind == "Update" {
+			return "", o, badField(p+".UpdateExpression", "required for an Update")
+		}
+		return "", o, badField(p+".UpdateExpression", "only an Update has one")
+	}
+	if kind == "ConditionCheck" && o.ConditionExpression == nil {
+		return "", o, badField(p+".ConditionExpression", "required for a ConditionCheck")
+	}
+	return kind, o, nil
+}
+
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // decodeItem parses a map of attribute values in DynamoDB JSON; nil for none.
@@ -348,66 +358,11 @@ func DecodeAttributeValue(path string, raw json.RawMessage) (types.AttributeValu
 	}
 	for typ, body := range v {
 		p := path + "." + typ
-		str := func() (string, error) {
-			var s string
-			if err := json.Unmarshal(body, &s); err != nil {
-				return "", badField(p, "%s; want a JSON string", abbreviate(body))
-			}
-			return s, nil
-		}
-		strs := func() ([]string, error) {
-			var ss []string
-			if err := json.Unmarshal(body, &ss); err != nil {
-				return nil, badField(p, "%s; want an array of strings", abbreviate(body))
-			}
-			if len(ss) == 0 {
-				return nil, badField(p, "an empty set; DynamoDB sets have at least one element")
-			}
-			return ss, nil
-		}
 		switch typ {
-		case "S":
-			s, err := str()
-			return &types.AttributeValueMemberS{Value: s}, err
-		case "N":
-			s, err := str()
-			if err == nil && !number.MatchString(s) {
-				err = badField(p, "%q is not a number", s)
-			}
-			return &types.AttributeValueMemberN{Value: s}, err
-		case "B":
-			s, err := str()
-			if err != nil {
-				return nil, err
-			}
-			b, err := base64.StdEncoding.DecodeString(s)
-			if err != nil {
-				return nil, badField(p, "not standard base64: %v", err)
-			}
-			return &types.AttributeValueMemberB{Value: b}, nil
-		case "SS":
-			ss, err := strs()
-			return &types.AttributeValueMemberSS{Value: ss}, err
-		case "NS":
-			ss, err := strs()
-			for i, s := range ss {
-				if !number.MatchString(s) {
-					return nil, badField(fmt.Sprintf("%s[%d]", p, i), "%q is not a number", s)
-				}
-			}
-			return &types.AttributeValueMemberNS{Value: ss}, err
-		case "BS":
-			ss, err := strs()
-			if err != nil {
-				return nil, err
-			}
-			bs := make([][]byte, len(ss))
-			for i, s := range ss {
-				if bs[i], err = base64.StdEncoding.DecodeString(s); err != nil {
-					return nil, badField(fmt.Sprintf("%s[%d]", p, i), "not standard base64: %v", err)
-				}
-			}
-			return &types.AttributeValueMemberBS{Value: bs}, nil
+		case "S", "N", "B", "NULL", "BOOL":
+			return decodeScalar(p, typ, body)
+		case "SS", "NS", "BS":
+			return decodeSet(p, typ, body)
 		case "M":
 			var m map[string]json.RawMessage
 			if err := json.Unmarshal(body, &m); err != nil || m == nil {
@@ -429,23 +384,88 @@ func DecodeAttributeValue(path string, raw json.RawMessage) (types.AttributeValu
 				out[i] = av
 			}
 			return &types.AttributeValueMemberL{Value: out}, nil
-		case "NULL":
-			var b bool
-			if err := json.Unmarshal(body, &b); err != nil || !b {
-				return nil, badField(p, "%s; want true", abbreviate(body))
-			}
-			return &types.AttributeValueMemberNULL{Value: true}, nil
-		case "BOOL":
-			var b bool
-			if err := json.Unmarshal(body, &b); err != nil {
-				return nil, badField(p, "%s; want true or false", abbreviate(body))
-			}
-			return &types.AttributeValueMemberBOOL{Value: b}, nil
 		default:
 			return nil, badField(path, "unknown attribute type %q; want one of S, N, B, SS, NS, BS, M, L, NULL, BOOL", typ)
 		}
 	}
 	panic("unreachable")
+}
+
+// decodeScalar parses the body of an S, N, B, NULL or BOOL value; p names
+// it in errors.
+func decodeScalar(p, typ string, body json.RawMessage) (types.AttributeValue, error) {
+	str := func() (string, error) {
+		var s string
+		if err := json.Unmarshal(body, &s); err != nil {
+			return "", badField(p, "%s; want a JSON string", abbreviate(body))
+		}
+		return s, nil
+	}
+	switch typ {
+	case "S":
+		s, err := str()
+		return &types.AttributeValueMemberS{Value: s}, err
+	case "N":
+		s, err := str()
+		if err == nil && !number.MatchString(s) {
+			err = badField(p, "%q is not a number", s)
+		}
+		return &types.AttributeValueMemberN{Value: s}, err
+	case "B":
+		s, err := str()
+		if err != nil {
+			return nil, err
+		}
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			return nil, badField(p, "not standard base64: %v", err)
+		}
+		return &types.AttributeValueMemberB{Value: b}, nil
+	case "NULL":
+		var b bool
+		if err := json.Unmarshal(body, &b); err != nil || !b {
+			return nil, badField(p, "%s; want true", abbreviate(body))
+		}
+		return &types.AttributeValueMemberNULL{Value: true}, nil
+	default: // BOOL
+		var b bool
+		if err := json.Unmarshal(body, &b); err != nil {
+			return nil, badField(p, "%s; want true or false", abbreviate(body))
+		}
+		return &types.AttributeValueMemberBOOL{Value: b}, nil
+	}
+}
+
+// decodeSet parses the body of an SS, NS or BS value: a non-empty array of
+// strings (numbers, base64); p names it in errors.
+func decodeSet(p, typ string, body json.RawMessage) (types.AttributeValue, error) {
+	var ss []string
+	if err := json.Unmarshal(body, &ss); err != nil {
+		return nil, badField(p, "%s; want an array of strings", abbreviate(body))
+	}
+	if len(ss) == 0 {
+		return nil, badField(p, "an empty set; DynamoDB sets have at least one element")
+	}
+	switch typ {
+	case "SS":
+		return &types.AttributeValueMemberSS{Value: ss}, nil
+	case "NS":
+		for i, s := range ss {
+			if !number.MatchString(s) {
+				return nil, badField(fmt.Sprintf("%s[%d]", p, i), "%q is not a number", s)
+			}
+		}
+		return &types.AttributeValueMemberNS{Value: ss}, nil
+	default: // BS
+		bs := make([][]byte, len(ss))
+		for i, s := range ss {
+			var err error
+			if bs[i], err = base64.StdEncoding.DecodeString(s); err != nil {
+				return nil, badField(fmt.Sprintf("%s[%d]", p, i), "not standard base64: %v", err)
+			}
+		}
+		return &types.AttributeValueMemberBS{Value: bs}, nil
+	}
 }
 
 // EncodeAttributeValue is the inverse of DecodeAttributeValue, for the old

@@ -7,6 +7,7 @@
 package handler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -123,9 +124,10 @@ func RelayEMF(e *emf.Emitter, m *RelayMetrics) RelayOption {
 }
 
 // NewRelay returns the relay handler over r, draining at most concurrency
-// buckets at once.
+// buckets at once (0: every bucket of a batch at once; the relay's
+// MaxInFlight bounds what they hold).
 func NewRelay(r Drainer, concurrency int, log *slog.Logger, opts ...RelayOption) *Relay {
-	h := &Relay{relay: r, concurrency: max(1, concurrency), log: log, counters: &Counters{}}
+	h := &Relay{relay: r, concurrency: max(0, concurrency), log: log, counters: &Counters{}}
 	for _, o := range opts {
 		o(h)
 	}
@@ -230,20 +232,52 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 	start := time.Now()
 	wctx, cancel := workContext(ctx)
 	defer cancel()
-	lowest := map[int]string{} // bucket -> its lowest stream sequence number in this batch
-	upTo := map[int]int64{}    // bucket -> the highest outbox sequence hinted in this batch
 	h.refreshRegions(wctx)
-	var ignored, malformed, outOfRange, foreign int
+	hs := h.readHints(ctx, ev.Records)
+	results := h.drainHinted(wctx, hs)
+	resp, t := h.tally(ctx, hs, results)
+	h.counters.Drained.Add(int64(t.drained))
+	h.counters.Held.Add(int64(t.held))
+	h.counters.Failed.Add(int64(t.failed))
+	h.counters.Published.Add(int64(t.published))
+	if h.emitter != nil && h.metrics != nil {
+		if err := h.emitter.Emit(relayLine(h.metrics.Take(), t.failed, time.Since(start))); err != nil {
+			h.log.ErrorContext(ctx, "outbox relay: metrics line not written", "err", err)
+		}
+	}
+	h.log.InfoContext(ctx, "outbox relay: batch",
+		"records", len(ev.Records), "buckets", len(hs.lowest), "drained", t.drained, "held", t.held, "failed", t.failed,
+		"published", t.published, "ignored", hs.ignored, "malformed", hs.malformed, "out_of_range", hs.outOfRange,
+		"failure_item", t.failedAt, "ms", time.Since(start).Milliseconds(),
+		"total_records", h.counters.Records.Load(), "total_published", h.counters.Published.Load())
+	return resp, nil
+}
+
+// batchHints are a batch's hints, read: the buckets to drain, each with its
+// lowest stream sequence number (the item to report if it fails) and the
+// highest outbox sequence hinted, and the records that name no bucket to
+// drain here.
+type batchHints struct {
+	lowest                                  map[int]string // bucket -> its lowest stream sequence number in this batch
+	upTo                                    map[int]int64  // bucket -> the highest outbox sequence hinted in this batch
+	ignored, malformed, outOfRange, foreign int
+}
+
+// readHints reads the batch's records (the read phase): an INSERT of a
+// message in a bucket this relay drains is a hint; every other record is
+// counted and left.
+func (h *Relay) readHints(ctx context.Context, records []events.DynamoDBEventRecord) batchHints {
+	hs := batchHints{lowest: map[int]string{}, upTo: map[int]int64{}}
 	refreshed := false
-	for _, rec := range ev.Records {
+	for _, rec := range records {
 		h.counters.Records.Add(1)
 		if rec.EventName != string(events.DynamoDBOperationTypeInsert) {
-			ignored++
+			hs.ignored++
 			continue
 		}
 		b, seq, err := decodeHint(rec)
 		if err != nil {
-			malformed++
+			hs.malformed++
 			h.log.ErrorContext(ctx, "outbox relay: malformed stream record ignored; the sweeper recovers its bucket", "err", err)
 			continue
 		}
@@ -254,7 +288,7 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 			h.relay.RefreshConfig(ctx)
 		}
 		if b >= h.relay.BucketCount() {
-			outOfRange++
+			hs.outOfRange++
 			h.log.ErrorContext(ctx, "outbox relay: hint for a bucket outside the configured range; a writer uses another BucketCount",
 				"bucket", b, "bucket_count", h.relay.BucketCount(), "event_id", rec.EventID)
 			continue
@@ -262,32 +296,39 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 		if rd, ok := h.relay.(regionDrainer); ok && !rd.Drains(b) {
 			// A global table's stream carries the items replicated from
 			// the other regions too; their own relays publish them.
-			foreign++
+			hs.foreign++
 			continue
 		}
 		sn := rec.Change.SequenceNumber
-		if cur, ok := lowest[b]; !ok || seqLess(sn, cur) {
-			lowest[b] = sn
+		if cur, ok := hs.lowest[b]; !ok || seqLess(sn, cur) {
+			hs.lowest[b] = sn
 		}
-		upTo[b] = max(upTo[b], seq)
+		hs.upTo[b] = max(hs.upTo[b], seq)
 	}
-	h.counters.Ignored.Add(int64(ignored))
-	h.counters.Malformed.Add(int64(malformed))
-	h.counters.OutOfRange.Add(int64(outOfRange))
-	h.counters.Foreign.Add(int64(foreign))
+	h.counters.Ignored.Add(int64(hs.ignored))
+	h.counters.Malformed.Add(int64(hs.malformed))
+	h.counters.OutOfRange.Add(int64(hs.outOfRange))
+	h.counters.Foreign.Add(int64(hs.foreign))
+	return hs
+}
 
-	type result struct {
-		bucket int
-		st     outbox.DrainStats
-		err    error
-	}
+// bucketResult is one hinted bucket's drain.
+type bucketResult struct {
+	bucket int
+	st     outbox.DrainStats
+	err    error
+}
+
+// drainHinted drains every hinted bucket at once (the publish phase), at
+// most h.concurrency at a time.
+func (h *Relay) drainHinted(wctx context.Context, hs batchHints) []bucketResult {
 	var (
 		mu      sync.Mutex
-		results []result
+		results []bucketResult
 		wg      sync.WaitGroup
-		sem     = make(chan struct{}, h.concurrency)
+		sem     = make(chan struct{}, cmp.Or(h.concurrency, max(len(hs.lowest), 1)))
 	)
-	for b := range lowest {
+	for b := range hs.lowest {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func(b int) {
@@ -295,33 +336,44 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 			// Up to the highest hinted sequence: later commits are announced
 			// to the next invocation, so a busy bucket does not keep this
 			// one (and every other bucket's new hints) waiting.
-			st, err := h.relay.DrainBucketTo(wctx, b, max(upTo[b], 1))
+			st, err := h.relay.DrainBucketTo(wctx, b, max(hs.upTo[b], 1))
 			mu.Lock()
-			results = append(results, result{b, st, err})
+			results = append(results, bucketResult{b, st, err})
 			mu.Unlock()
 		}(b)
 	}
 	wg.Wait()
+	return results
+}
 
+// batchTally counts a batch's drains.
+type batchTally struct {
+	failedAt                         string
+	drained, held, failed, published int
+}
+
+// tally classifies the drains' results and builds the response: a bucket
+// not drained reports its lowest record, and the lowest of those is the
+// batch's failure item, so that the stream redelivers from there.
+func (h *Relay) tally(ctx context.Context, hs batchHints, results []bucketResult) (events.DynamoDBEventResponse, batchTally) {
 	var (
-		resp                         events.DynamoDBEventResponse
-		failedAt                     string
-		anyFailed                    bool // failedAt may be "" (an empty string item identifier fails the whole batch)
-		drained, held, failed, pubed int
+		resp      events.DynamoDBEventResponse
+		t         batchTally
+		anyFailed bool // t.failedAt may be "" (an empty string item identifier fails the whole batch)
 	)
 	for _, r := range results {
-		pubed += r.st.Published
+		t.published += r.st.Published
 		var re *outbox.BucketRangeError
 		switch {
 		case r.err == nil:
-			drained++
+			t.drained++
 		case errors.Is(r.err, outbox.ErrLeaseHeld):
-			held++ // the holder was woken and drains it
+			t.held++ // the holder was woken and drains it
 		case errors.As(r.err, &re):
 			// Cannot happen for hints checked above; never hold the shard.
 			h.log.ErrorContext(ctx, "outbox relay: bucket out of range", "bucket", r.bucket, "err", r.err)
 		default:
-			failed++
+			t.failed++
 			if outbox.Classify(r.err) == outbox.Fatal {
 				// A stopped bucket: the engine names it once a minute per
 				// bucket (ERROR, with a count) and records it on the lease
@@ -330,27 +382,13 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 			} else {
 				h.log.WarnContext(ctx, "outbox relay: bucket not drained; reporting it for redelivery", "bucket", r.bucket, "err", r.err)
 			}
-			if sn := lowest[r.bucket]; !anyFailed || seqLess(sn, failedAt) {
-				failedAt, anyFailed = sn, true
+			if sn := hs.lowest[r.bucket]; !anyFailed || seqLess(sn, t.failedAt) {
+				t.failedAt, anyFailed = sn, true
 			}
 		}
 	}
 	if anyFailed {
-		resp.BatchItemFailures = []events.DynamoDBBatchItemFailure{{ItemIdentifier: failedAt}}
+		resp.BatchItemFailures = []events.DynamoDBBatchItemFailure{{ItemIdentifier: t.failedAt}}
 	}
-	h.counters.Drained.Add(int64(drained))
-	h.counters.Held.Add(int64(held))
-	h.counters.Failed.Add(int64(failed))
-	h.counters.Published.Add(int64(pubed))
-	if h.emitter != nil && h.metrics != nil {
-		if err := h.emitter.Emit(relayLine(h.metrics.Take(), failed, time.Since(start))); err != nil {
-			h.log.ErrorContext(ctx, "outbox relay: metrics line not written", "err", err)
-		}
-	}
-	h.log.InfoContext(ctx, "outbox relay: batch",
-		"records", len(ev.Records), "buckets", len(lowest), "drained", drained, "held", held, "failed", failed,
-		"published", pubed, "ignored", ignored, "malformed", malformed, "out_of_range", outOfRange,
-		"failure_item", failedAt, "ms", time.Since(start).Milliseconds(),
-		"total_records", h.counters.Records.Load(), "total_published", h.counters.Published.Load())
-	return resp, nil
+	return resp, t
 }

@@ -176,6 +176,29 @@ func (h *Handler) Handle(ctx context.Context, ev cfn.Event) (physicalID string, 
 			"messages_table", tables.Messages, "control_table", tables.Control, "stream", data[attrStream])
 		return "outbox-config:" + tables.Control, data, nil
 	}
+	want = h.keepStored(ctx, tables, want, ev.ResourceProperties, setTopics)
+	prev, err := dynamo.Configure(ctx, h.client, tables, want)
+	if err != nil {
+		return fail(configureError(tables, err))
+	}
+	logConfigured(ctx, log, tables, prev, want)
+	return "outbox-config:" + tables.Control, map[string]any{
+		propBuckets:   strconv.Itoa(want.BucketCount),
+		propMode:      want.Mode.String(),
+		propRetention: strconv.Itoa(int(want.Retention / time.Hour)),
+		propTopics:    strings.Join(want.Topics, ","),
+		propRegions:   strings.Join(want.Regions, ","),
+		attrMessages:  tables.Messages,
+		attrDigest:    configDigest(want),
+	}, nil
+}
+
+// keepStored keeps in want what the stack does not state and the stored
+// config item does: the topic list when the stack sets none, the header
+// names (the stack states none), MaxMessageBytes and the regions when an
+// older stack does not state them (outbox init may have written them), and
+// the takeovers while the regions stay.
+func (h *Handler) keepStored(ctx context.Context, tables dynamo.Tables, want outbox.Config, p map[string]any, setTopics bool) outbox.Config {
 	if !setTopics {
 		// Keep the stored list: this stack does not say one.
 		want.Topics = nil
@@ -183,41 +206,48 @@ func (h *Handler) Handle(ctx context.Context, ev cfn.Event) (physicalID string, 
 			want.Topics = stored.Topics
 		}
 	}
-	// The stack states no header names, and an older stack no
-	// MaxMessageBytes: keep the stored ones (outbox init may have written
-	// them).
-	if stored, err := dynamo.ReadConfig(ctx, h.client, tables); err == nil {
-		want.Headers = stored.Headers
-		if _, ok := ev.ResourceProperties[propMaxBytes]; !ok {
-			want.MaxMessageBytes = stored.MaxMessageBytes
-		}
-		if _, ok := ev.ResourceProperties[propRegions]; !ok {
-			want.Regions = stored.Regions
-		}
-		if slices.Equal(want.Regions, stored.Regions) {
-			want.TakenOver = stored.TakenOver
-		}
-	}
-	prev, err := dynamo.Configure(ctx, h.client, tables, want)
+	stored, err := dynamo.ReadConfig(ctx, h.client, tables)
 	if err != nil {
-		var (
-			ce *dynamo.BucketCountChangeError
-			me *dynamo.ModeChangeError
-			ae *dynamo.ChangeAbortedError
-		)
-		switch {
-		case errors.As(err, &ae):
-			return fail(fmt.Errorf("BucketCount stays %d (the stack asks for %d): %s (docs/deploy.md, Changing BucketCount)",
-				ae.From, ae.To, strings.TrimPrefix(err.Error(), "dynamo: ")))
-		case errors.As(err, &ce):
-			return fail(fmt.Errorf("BucketCount stays %d (the stack asks for %d): %s (docs/deploy.md, Changing BucketCount)",
-				ce.Stored, ce.Requested, strings.TrimPrefix(err.Error(), "dynamo: ")))
-		case errors.As(err, &me):
-			return fail(fmt.Errorf("OutboxMode stays %v (the stack asks for %v): %s (docs/deploy.md, Changing the mode)",
-				me.Stored, me.Requested, strings.TrimPrefix(err.Error(), "dynamo: ")))
-		}
-		return fail(fmt.Errorf("outbox config item in %s: %w", tables.Control, err))
+		return want
 	}
+	want.Headers = stored.Headers
+	if _, ok := p[propMaxBytes]; !ok {
+		want.MaxMessageBytes = stored.MaxMessageBytes
+	}
+	if _, ok := p[propRegions]; !ok {
+		want.Regions = stored.Regions
+	}
+	if slices.Equal(want.Regions, stored.Regions) {
+		want.TakenOver = stored.TakenOver
+	}
+	return want
+}
+
+// configureError is the reason CloudFormation shows for a refused
+// configuration: which setting stays, what the stack asked, and where
+// docs/deploy.md says how to change it.
+func configureError(tables dynamo.Tables, err error) error {
+	var (
+		ce *dynamo.BucketCountChangeError
+		me *dynamo.ModeChangeError
+		ae *dynamo.ChangeAbortedError
+	)
+	switch {
+	case errors.As(err, &ae):
+		return fmt.Errorf("BucketCount stays %d (the stack asks for %d): %s (docs/deploy.md, Changing BucketCount)",
+			ae.From, ae.To, strings.TrimPrefix(err.Error(), "dynamo: "))
+	case errors.As(err, &ce):
+		return fmt.Errorf("BucketCount stays %d (the stack asks for %d): %s (docs/deploy.md, Changing BucketCount)",
+			ce.Stored, ce.Requested, strings.TrimPrefix(err.Error(), "dynamo: "))
+	case errors.As(err, &me):
+		return fmt.Errorf("OutboxMode stays %v (the stack asks for %v): %s (docs/deploy.md, Changing the mode)",
+			me.Stored, me.Requested, strings.TrimPrefix(err.Error(), "dynamo: "))
+	}
+	return fmt.Errorf("outbox config item in %s: %w", tables.Control, err)
+}
+
+// logConfigured logs what the configuration changed, from prev to want.
+func logConfigured(ctx context.Context, log *slog.Logger, tables dynamo.Tables, prev, want outbox.Config) {
 	attrs := []any{"control_table", tables.Control, "bucket_count", want.BucketCount, "mode", want.Mode.String(), "retention", want.Retention.String(),
 		"topics", dynamo.TopicList(want.Topics)}
 	switch {
@@ -232,15 +262,6 @@ func (h *Handler) Handle(ctx context.Context, ev cfn.Event) (physicalID string, 
 	default:
 		log.InfoContext(ctx, "outbox setup: config item already says so", attrs...)
 	}
-	return "outbox-config:" + tables.Control, map[string]any{
-		propBuckets:   strconv.Itoa(want.BucketCount),
-		propMode:      want.Mode.String(),
-		propRetention: strconv.Itoa(int(want.Retention / time.Hour)),
-		propTopics:    strings.Join(want.Topics, ","),
-		propRegions:   strings.Join(want.Regions, ","),
-		attrMessages:  tables.Messages,
-		attrDigest:    configDigest(want),
-	}, nil
 }
 
 // configDigest is a digest of what processes read from the config item

@@ -206,9 +206,10 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 // DynamoClient is the functions' DynamoDB client; endpoint overrides AWS's
 // (OUTBOX_DYNAMODB_ENDPOINT: DynamoDB Local, LocalStack) when set.
 func DynamoClient(awsCfg aws.Config, endpoint string) *dynamodb.Client {
-	// Up to Concurrency buckets x the store's concurrent deletes are in
-	// flight; keep that many idle connections (the SDK keeps 10 per host),
-	// so busy drains do not open a new TLS connection per call.
+	// Many buckets' drains (Concurrency 0: every bucket of a batch) x the
+	// store's concurrent deletes are in flight; keep that many idle
+	// connections (the SDK keeps 10 per host), so busy drains do not open
+	// a new TLS connection per call.
 	return dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
 		o.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
 			tr.MaxIdleConnsPerHost = 64

@@ -1,51 +1,58 @@
-// Package dynamo stores the outbox in two DynamoDB tables: it implements
-// outbox.Store (and outbox.BucketProbe) for the relay, and Writer, which
-// writes messages in the same transaction as a service's own items.
+// Package dynamo keeps the outbox in two DynamoDB tables: it writes
+// messages in the same transaction as a service's own items (Writer), and
+// implements outbox.Store for the relay (Store).
+//
+// # Where to start
+//
+// Service writers open a [Writer] with [NewWriter] (it reads the outbox's
+// config item and checks both tables) and call [Writer.Write] with their
+// own items and the messages, or [Writer.WriteWithToken] to resend one
+// request. Build the items with [Put], [Update], [UpdateIfVersion],
+// [Check] and [Delete]; the common case, "update my order if its version
+// is still v, and enqueue this event", is UpdateIfVersion plus Write (see
+// the Writer.Write example). A service that only enqueues can depend on
+// [Enqueuer]. A failed write is a [*TransactionError] that matches the
+// outbox sentinels (outbox.ErrConditionFailed: its CallerReasons()[i].Item
+// is what made your item i fail).
+//
+// People who run the relay create the tables with [CreateTables] (or the
+// stack's setup function, which calls [Configure]), open a [Store] with
+// [NewStore] and give it to outbox.NewRelay. Dead letters:
+// [Store.ListParked], [Store.ReplayParked], [Store.DropParked]. The
+// count of buckets changes online with [ChangeBucketCount]; region mode
+// (global tables) hands a region's buckets over with [TakeOver] and
+// [HandBack].
+//
+// Implementers of another store read this one as the production example
+// of outbox.Store: each lease change is one conditional UpdateItem, and it
+// passes the conformance suite in package storetest.
+//
+// Options: [TablesOption] for CreateTables, [StoreOption] for NewStore,
+// [WriterOption] for NewWriter, [ChangeOption] for the BucketCount change;
+// an option given to another constructor does not compile. Every option's
+// doc states its default.
 //
 // # Tables
 //
-// Messages table, key b (N, bucket) / s (N, sequence), stream KEYS_ONLY, TTL
-// on x. A message item holds v (format version), id, t (topic), k (key;
-// absent for a nil key, empty binary for an empty key), val (value; absent
-// for a tombstone), h (headers, see below; absent for none), p (explicit
-// partition, optional) and c (created-at, Unix ms), and in WatermarkMode x
-// (TTL, epoch seconds: created-at, or the writer's wall clock if later,
-// plus the outbox's retention). A fence tombstone holds b, s, v, f (true),
-// c and x; the tombstone of a published message (DeleteMode) also pb
-// (true).
-//
-// Control table, key pk (S) / sk (S), TTL on x:
-//
-//	pk "config",     sk "config"  bc (bucket count), v (1; 2 in WatermarkMode, with
-//	                              md "watermark" and rt retention in seconds)
-//	pk "bucket#<b>", sk "seq"     n (last reserved sequence), v   (package sequence)
-//	pk "bucket#<b>", sk "lease"   o owner, e expiry ms, hd head, cl cleaned,
-//	                              g gap, gs gap-since ms, w wake, ep epoch, v
-//	pk "relays",     sk <id>      seen ms, x TTL, v
-//
-// CreateTables creates both and writes the config item (Configure changes
-// it). Sequence numbers start at 1; head and cleaned start at 0.
-//
-// The items, versioned, for writers in any language: docs/contract.md and
-// the JSON Schemas in schema/.
+// Messages table, key b (N, bucket) / s (N, sequence), stream KEYS_ONLY,
+// TTL on x: the messages, fences and tombstones. Control table, key pk (S)
+// / sk (S), TTL on x: the config item, the per-bucket counters and
+// leases, the relays' heartbeats and the dead letters. Every attribute,
+// item by item, is in docs/contract.md ("Every attribute at a glance"),
+// for writers in any language, with the JSON Schemas in schema/; the
+// message headers' binary encoding (attribute h) is its section 3.1.
 //
 // # Modes
 //
 // In DeleteMode (the default) the relay replaces each published message by
-// a tombstone. In WatermarkMode (the Mode option of CreateTables) it writes
-// nothing per message: the Writer puts a TTL on every message (Retention,
-// default 1 day) and DynamoDB deletes it then; until then Store.Pending
-// still returns it below the head, which is what package replay publishes
-// again, and Store.Retained finds a bucket's retained range. NewStore and
-// NewWriter with the Mode option refuse an outbox in the other mode.
-//
-// # Headers
-//
-// The h attribute is a versioned binary encoding: a version byte (1), a
-// uvarint header count, then per header a uvarint key length and the key, a
-// presence byte (0: nil value, nothing follows; 1: present) and, when
-// present, a uvarint value length and the value. Order, duplicate keys and
-// the difference between nil and empty values survive a round trip.
+// a tombstone. In WatermarkMode (the WithMode option of CreateTables) it
+// writes nothing per message: the Writer puts a TTL on every message
+// (Retention, default 1 day) and DynamoDB deletes it then; until then
+// Store.Pending still returns it below the head, which is what package
+// replay publishes again, and Store.Retained finds a bucket's retained
+// range. CreateTables refuses to give an existing outbox the other mode
+// (Configure changes it, on an empty outbox); writers and relays read it
+// from the config item.
 //
 // # Writing
 //
@@ -57,10 +64,11 @@
 // reported failed. If a relay fenced a reserved number first (the writer
 // took longer than the relay's gap timeout), the put's condition fails and
 // Write takes new numbers and resubmits. Every failure that certainly wrote
-// nothing releases the reserved numbers at once by fencing them. The Writer
-// is the one layer that retries these calls (the client's retryer is off for
-// them): MaxAttempts is the number of requests on the wire. WithLogger
-// reports each retry (silent by default).
+// nothing releases the reserved numbers at once by fencing them.
+//
+// The Writer is the one layer that retries these calls (the client's
+// retryer is off for them): MaxAttempts is the number of requests on the
+// wire. WithLogger reports each retry (silent by default).
 //
 // # Your items
 //
@@ -78,9 +86,6 @@
 // send nothing; what they cannot build is an *OperationError naming the
 // part to fix.
 //
-// The common case, "update my order if its version is still v, and enqueue
-// this event", is UpdateIfVersion plus Write (see the Writer.Write example).
-//
 // # Leases
 //
 // Every lease change is one conditional UpdateItem on the lease item, with
@@ -88,7 +93,8 @@
 // relay's clock must be within the lease renewal slack of its peers' (see
 // the outbox package). A failed condition returns the item as it was
 // (ReturnValuesOnConditionCheckFailure), which tells Acquire who holds the
-// lease and Release whether it was woken or lost.
+// lease and Release whether it was woken or lost. docs/design.md (§4) walks
+// through the hand-overs.
 //
 // # Errors
 //

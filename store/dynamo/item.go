@@ -167,62 +167,69 @@ func decodeItem(item map[string]types.AttributeValue) outbox.Entry {
 		return e
 	}
 
-	m := &e.Message
+	if e.Err = decodeMessage(item, &e.Message); e.Err == nil {
+		e.Epoch, e.Err = decodeStamp(item)
+	}
+	return e
+}
+
+// decodeStamp reads a message item's BucketCount epoch stamp (0 when it
+// has none: written at epoch 0).
+func decodeStamp(item map[string]types.AttributeValue) (int64, error) {
+	switch ep, err := intAttr(item, attrMsgEpoch, false); {
+	case errors.Is(err, errMissing):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	case ep < 1:
+		return 0, &ItemError{Attribute: attrMsgEpoch, Reason: fmt.Sprintf("BucketCount epoch %d; a stamp is at least 1 (epoch 0 has none)", ep)}
+	default:
+		return ep, nil
+	}
+}
+
+// decodeMessage decodes a message item's message attributes into m (its
+// bucket and sequence are set): the id, topic, creation time, key, value,
+// headers and partition.
+func decodeMessage(item map[string]types.AttributeValue, m *outbox.Message) error {
+	var err error
 	if m.ID, err = stringAttr(item, attrID); err != nil {
-		e.Err = err
-		return e
+		return err
 	}
 	if m.Topic, err = stringAttr(item, attrTopic); err != nil {
-		e.Err = err
-		return e
+		return err
 	}
 	created, err := intAttr(item, attrCreated, true)
 	if err != nil {
-		e.Err = err
-		return e
+		return err
 	}
 	m.CreatedAt = time.UnixMilli(created)
 	if m.Key, err = binaryAttr(item, attrKey); err != nil {
-		e.Err = err
-		return e
+		return err
 	}
 	if m.Value, err = binaryAttr(item, attrValue); err != nil {
-		e.Err = err
-		return e
+		return err
 	}
 	h, err := binaryAttr(item, attrHeaders)
 	if err != nil {
-		e.Err = err
-		return e
+		return err
 	}
 	if h != nil {
 		if m.Headers, err = decodeHeaders(h); err != nil {
-			e.Err = &ItemError{Attribute: attrHeaders, Reason: err.Error()}
-			return e
+			return &ItemError{Attribute: attrHeaders, Reason: err.Error()}
 		}
 	}
 	if _, ok := item[attrPartition]; ok {
 		p, err := intAttr(item, attrPartition, true)
 		if err != nil {
-			e.Err = err
-			return e
+			return err
 		}
 		if p < 0 || p > math.MaxInt32 {
-			e.Err = &ItemError{Attribute: attrPartition, Reason: fmt.Sprintf("partition %d is out of range", p)}
-			return e
+			return &ItemError{Attribute: attrPartition, Reason: fmt.Sprintf("partition %d is out of range", p)}
 		}
 		m.Partition = outbox.PartitionOf(int32(p))
 	}
-	switch ep, err := intAttr(item, attrMsgEpoch, false); {
-	case errors.Is(err, errMissing):
-	case err != nil:
-		e.Err = err
-	case ep < 1:
-		e.Err = &ItemError{Attribute: attrMsgEpoch, Reason: fmt.Sprintf("BucketCount epoch %d; a stamp is at least 1 (epoch 0 has none)", ep)}
-	default:
-		e.Epoch = ep
-	}
-	return e
+	return nil
 }
 
 var errMissing = errors.New("missing")

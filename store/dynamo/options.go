@@ -291,7 +291,7 @@ func DeleteConcurrency(n int) StoreOption {
 // MaxMessageBytes bounds one message as a Kafka record (outbox.RecordSize),
 // at least outbox.RecordOverhead, for a new outbox. (A DynamoDB item is at
 // most 400 KB, which the writer checks separately.) A shared setting,
-// stored in the outbox's config item (docs/design.md §11.1), where writers,
+// stored in the outbox's config item (docs/design.md §12), where writers,
 // relays and publishers read it. Default outbox.DefaultMaxMessageBytes. On
 // an existing outbox another value than the stored one is a
 // *outbox.MisconfigurationError naming both; Configure changes it.

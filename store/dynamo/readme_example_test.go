@@ -31,7 +31,7 @@ func ExampleWriter_Write() {
 	}
 
 	// Read the order first: Write reserves sequence numbers after this read,
-	// right before the commit (docs/design.md §6.7).
+	// right before the commit (docs/design.md §7.9).
 	orderID, version := "order-42", int64(7) // as read
 	pay, err := dynamo.UpdateIfVersion("orders", map[string]any{"id": orderID}, "version", version,
 		expression.Set(expression.Name("status"), expression.Value("paid")))

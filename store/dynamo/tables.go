@@ -330,7 +330,7 @@ func putConfig(ctx context.Context, client AdminAPI, table string, want outbox.C
 // sameShared checks that the MaxMessageBytes and header names CreateTables
 // was given (want's non-zero ones) are an existing outbox's: with
 // BucketCount, the mode, the retention and the regions above, the one
-// expected-value guard of the CLI's outbox init (docs/design.md §11.1).
+// expected-value guard of the CLI's outbox init (docs/design.md §12).
 // CreateTables does not change them; Configure does. A setting the item
 // does not state is its default.
 func sameShared(want, stored outbox.Config) error {
