@@ -167,6 +167,20 @@ func (h *Relay) refreshRegions(ctx context.Context) {
 	}
 }
 
+// spanner is the optional part of a Drainer (*outbox.Relay has it) that
+// drains more buckets than BucketCount: after an online shrink, the old
+// buckets above the new count while the old epoch drains.
+type spanner interface{ BucketSpan() int }
+
+// span is how many buckets the relay drains: a hint for a bucket below it
+// is in range.
+func (h *Relay) span() int {
+	if s, ok := h.relay.(spanner); ok {
+		return s.BucketSpan()
+	}
+	return h.relay.BucketCount()
+}
+
 // Counters returns the handler's running totals.
 func (h *Relay) Counters() *Counters { return h.counters }
 
@@ -281,13 +295,13 @@ func (h *Relay) readHints(ctx context.Context, records []events.DynamoDBEventRec
 			h.log.ErrorContext(ctx, "outbox relay: malformed stream record ignored; the sweeper recovers its bucket", "err", err)
 			continue
 		}
-		if b >= h.relay.BucketCount() && !refreshed {
+		if b >= h.span() && !refreshed {
 			// An online BucketCount change may have added it: one read
 			// of the config item per batch at most.
 			refreshed = true
 			h.relay.RefreshConfig(ctx)
 		}
-		if b >= h.relay.BucketCount() {
+		if b >= h.span() {
 			hs.outOfRange++
 			h.log.ErrorContext(ctx, "outbox relay: hint for a bucket outside the configured range; a writer uses another BucketCount",
 				"bucket", b, "bucket_count", h.relay.BucketCount(), "event_id", rec.EventID)
