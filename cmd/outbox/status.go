@@ -263,9 +263,16 @@ func readStatus(ctx context.Context, s *session, now time.Time, bucket int, live
 		d := cfg.ChangeDeadline.UTC()
 		changeDL = &d
 	}
+	var drainErr error
 	if cfg.Draining() {
-		if draining, err = st.OldBucketsDraining(ctx, cfg); err != nil {
-			return nil, err
+		// It may cut an old counter nobody cut (a crashed changer), as a
+		// writer would; without UpdateItem on the control table that
+		// fails, and status says so instead of failing.
+		if draining, drainErr = st.OldBucketsDraining(ctx, cfg); drainErr != nil {
+			draining = nil // not known: every old bucket is listed
+			for b := range cfg.OldBucketCount {
+				draining = append(draining, b)
+			}
 		}
 	}
 	rep := &statusReport{
@@ -278,6 +285,10 @@ func readStatus(ctx context.Context, s *session, now time.Time, bucket int, live
 		Buckets:    make([]bucketStatus, len(buckets)),
 		Warnings:   []string{},
 		Notes:      []string{},
+	}
+	if drainErr != nil {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("could not tell which old buckets of the BucketCount change %d → %d still drain (%v); all are listed",
+			cfg.OldBucketCount, cfg.BucketCount, drainErr))
 	}
 	err = eachBucket(ctx, buckets, func(ctx context.Context, i, b int) error {
 		bs, err := readBucket(ctx, st, s.db, s.tables.Control, b, now, cfg.Mode == outbox.WatermarkMode)
