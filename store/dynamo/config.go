@@ -37,8 +37,8 @@ func (e *BucketCountChangeError) Error() string {
 
 // RegionModeBucketCountError is ChangeBucketCount (and Configure) refusing
 // an online BucketCount change in region mode: each region's writers and
-// relays own a slice of the buckets, and the change would have to freeze
-// and drain every region's counters from one region, the cross-region
+// relays own a slice of the buckets, and the change would have to cut and
+// watch every region's counters from one region, the cross-region
 // arbitration region mode exists to avoid. Nothing is written.
 type RegionModeBucketCountError struct {
 	Stored, Requested int
