@@ -101,7 +101,7 @@ func TestCustomResource(t *testing.T) {
 		storedW bool // the stored config item is in watermark mode (retention 24 h)
 		pending bool // a message is waiting in the outbox
 		// short: the invocation's deadline leaves an online BucketCount
-		// change a 1-second watch or wait (no relay runs here).
+		// change a 3-second watch or wait (no relay runs here).
 		short bool
 		// draining: a change to this count was made before (with the
 		// pending message, no relay: its old epoch still drains).
@@ -176,7 +176,7 @@ func TestCustomResource(t *testing.T) {
 			invoke := ctx
 			if c.short {
 				var cancel context.CancelFunc
-				invoke, cancel = context.WithTimeout(ctx, deadlineMargin+dynamo.DefaultChangeMargin+time.Second)
+				invoke, cancel = context.WithTimeout(ctx, deadlineMargin+dynamo.DefaultChangeMargin+3*time.Second)
 				defer cancel()
 			}
 			tables := dynamo.Tables{Messages: testenv.Name(t, "m"), Control: testenv.Name(t, "c")}

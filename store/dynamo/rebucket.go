@@ -173,7 +173,7 @@ func ChangeBucketCount(ctx context.Context, client StoreAPI, tables Tables, to i
 		return ChangeResult{}, err
 	}
 	res.Epoch = flipped.BucketEpoch
-	err = s.cutAll(wctx, flipped)
+	err = s.cutAll(context.WithoutCancel(ctx), flipped)
 	res.Flip = time.Since(start) - res.Waited
 	if err != nil {
 		res.Draining = upTo(flipped.OldBucketCount)
@@ -351,9 +351,11 @@ func (s *Store) waitPrevious(ctx context.Context, stored outbox.Config, to int, 
 			return stored, err
 		}
 		if len(waiting) == 0 && err == nil {
-			if stored, err = readConfig(ctx, s.client, s.tables.Control); err != nil {
+			now, err := readConfig(ctx, s.client, s.tables.Control)
+			if err != nil {
 				return stored, err
 			}
+			stored = now
 			continue
 		}
 		if ctx.Err() != nil {
@@ -365,12 +367,14 @@ func (s *Store) waitPrevious(ctx context.Context, stored outbox.Config, to int, 
 		if err := sleep(ctx, min(opts.poll, time.Until(deadline))); err != nil {
 			return stored, &ChangeAbortedError{From: stored.BucketCount, To: to, Draining: waiting, Interrupted: context.Cause(ctx)}
 		}
-		if stored, err = readConfig(ctx, s.client, s.tables.Control); err != nil {
-			if ctx.Err() != nil {
-				return stored, &ChangeAbortedError{From: stored.BucketCount, To: to, Draining: waiting, Interrupted: context.Cause(ctx)}
-			}
+		now, err := readConfig(ctx, s.client, s.tables.Control)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return stored, &ChangeAbortedError{From: stored.BucketCount, To: to, Draining: waiting, Interrupted: context.Cause(ctx)}
+		case err != nil:
 			return stored, err
 		}
+		stored = now // a failed read keeps what was read before (the error names its count)
 	}
 	return stored, nil
 }
@@ -380,7 +384,11 @@ func (s *Store) waitPrevious(ctx context.Context, stored outbox.Config, to int, 
 // at a time (the cut points are remembered: cutPoint).
 func (s *Store) cutAll(ctx context.Context, c outbox.Config) error {
 	return forBuckets(ctx, c.Span(), func(ctx context.Context, b int) error {
-		_, err := s.cutPoint(ctx, b, c.BucketEpoch)
+		// Each cut is bounded on its own (endTimeout), not the lot: a
+		// slow table must not fail the last cuts for the first ones' time.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+		defer cancel()
+		_, err := s.cutPoint(cctx, b, c.BucketEpoch)
 		return err
 	})
 }
