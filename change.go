@@ -2,80 +2,70 @@ package outbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 )
 
-// ChangeEnder is an optional Store capability (store/dynamo's Store has
-// it): ending an online BucketCount change whose deadline passed
-// (docs/design.md §13). A relay that reads the config item (RefreshConfig,
-// every full Sweep) and finds a change in progress past its deadline ends
-// it through this, so that writers do not stay paused when the tool that
-// began the change died.
-type ChangeEnder interface {
-	// EndExpiredChange aborts the change stored (the config item as just
-	// read) says is in progress, when now is at or past its deadline: the
-	// count stays, at the next epoch, and the frozen counters are thawed.
-	// ended reports that this call ended it; false when no change is in
-	// progress, its deadline is ahead, or another party ended it first.
-	EndExpiredChange(ctx context.Context, stored Config, now time.Time) (ended bool, err error)
-}
-
-// ChangeSeen is what a relay saw of an online BucketCount change in
-// progress when it read the config item.
+// ChangeSeen is what a relay's full sweep saw of an online BucketCount
+// change whose old epoch still drained when it read the config item.
 type ChangeSeen struct {
+	// From is the old epoch's count, To the count in force, Epoch the new
+	// epoch.
 	From, To int
+	Epoch    int64
 	Deadline time.Time
-	// Overdue is how far past its deadline the change was when seen (0:
-	// within it, and left alone).
+	// Completed: this sweep found the old epoch drained and ended it.
+	Completed bool
+	// Waiting names the old buckets not yet drained (when known).
+	Waiting []int
+	// Overdue is how far past its deadline the old epoch still drained
+	// after the sweep (0: within it, or ended). Its buckets' residue
+	// classes' new messages wait meanwhile (a stopped relay, a stuck
+	// bucket: outbox status names them).
 	Overdue time.Duration
-	// Aborted: this relay ended the overdue change (the count stays From).
-	Aborted bool
-	// Err is why an overdue change could not be ended: it is still in
-	// progress and writers stay paused (nil otherwise; with Aborted false
-	// and Overdue > 0, another party ended it first).
+	// Err is why the sweep could not look (nil otherwise).
 	Err error
 }
 
-// ChangesAborted returns how many overdue BucketCount changes this relay
-// ended (aborted) since NewRelay.
-func (r *Relay) ChangesAborted() int64 { return r.changesAborted.Load() }
+// ChangesCompleted returns how many online BucketCount changes this relay
+// completed since NewRelay: it found their old epoch drained and ended it
+// (or aborted a change begun by a version before the cut-over).
+func (r *Relay) ChangesCompleted() int64 { return r.changesCompleted.Load() }
 
-var errNoChangeEnder = errors.New("the store does not implement outbox.ChangeEnder")
-
-// meetChange ends the change stored says is in progress when it is past
-// its deadline, and returns the config item to adopt (read again after an
-// abort) and what it saw (nil: no change in progress).
-func (r *Relay) meetChange(ctx context.Context, stored Config) (Config, *ChangeSeen) {
-	if !stored.Changing() {
+// endOldEpoch ends the old epoch stored says drains when every old bucket
+// has drained (EpochGate.EndOldEpoch), and returns the config item to adopt
+// (read again after it ended one) and what it saw (nil: no old epoch
+// drains). A store without EpochGate is only reported on.
+func (r *Relay) endOldEpoch(ctx context.Context, stored Config) (Config, *ChangeSeen) {
+	if !stored.Draining() && !stored.Frozen() {
 		return stored, nil
 	}
-	now := r.cfg.clock.Now()
-	seen := &ChangeSeen{From: stored.BucketCount, To: stored.NextBucketCount, Deadline: stored.ChangeDeadline}
-	if now.Before(stored.ChangeDeadline) {
-		return stored, seen
+	seen := &ChangeSeen{From: stored.OldBucketCount, To: stored.BucketCount, Epoch: stored.BucketEpoch, Deadline: stored.ChangeDeadline}
+	if stored.Frozen() {
+		seen.From, seen.To, seen.Epoch = stored.BucketCount, stored.NextBucketCount, stored.BucketEpoch+1
 	}
-	seen.Overdue = now.Sub(stored.ChangeDeadline)
-	ender, ok := r.store.(ChangeEnder)
+	g, ok := r.store.(EpochGate)
 	if !ok {
-		seen.Err = errNoChangeEnder
+		seen.Err = fmt.Errorf("outbox: the store does not implement outbox.EpochGate: the old epoch of the BucketCount change %d → %d is ended by its tool or the sweeper", seen.From, seen.To)
+	} else {
+		ended, waiting, err := g.EndOldEpoch(ctx, stored)
+		seen.Completed, seen.Waiting = ended, waiting
+		if err != nil {
+			seen.Err = fmt.Errorf("outbox: end the old epoch of the BucketCount change %d → %d: %w", seen.From, seen.To, err)
+		}
+	}
+	if seen.Completed {
+		r.changesCompleted.Add(1)
+		r.cfg.logger.InfoContext(ctx, "outbox: the old BucketCount epoch drained; the change is complete", "from", seen.From, "to", seen.To, "epoch", seen.Epoch)
+		if after, err := r.store.Config(ctx); err == nil {
+			return after, seen
+		}
 		return stored, seen
 	}
-	ended, err := ender.EndExpiredChange(ctx, stored, now)
-	if err != nil {
-		seen.Err = fmt.Errorf("outbox: abort the BucketCount change %d → %d, %s past its deadline: %w", seen.From, seen.To, seen.Overdue.Round(time.Millisecond), err)
-		r.cfg.logger.ErrorContext(ctx, "outbox: a BucketCount change past its deadline could not be aborted; writers stay paused", "err", seen.Err)
-		return stored, seen
-	}
-	if ended {
-		seen.Aborted = true
-		r.changesAborted.Add(1)
-		r.cfg.logger.WarnContext(ctx, "outbox: aborted a BucketCount change past its deadline (its tool stopped, or the buckets did not drain); the count stays",
-			"from", seen.From, "to", seen.To, "deadline", seen.Deadline, "overdue", seen.Overdue)
-	}
-	if after, err := r.store.Config(ctx); err == nil {
-		return after, seen
+	if now := r.cfg.clock.Now(); !stored.ChangeDeadline.IsZero() && now.After(stored.ChangeDeadline) {
+		seen.Overdue = now.Sub(stored.ChangeDeadline)
+		r.cfg.logger.WarnContext(ctx, "outbox: the old BucketCount epoch has not drained by the change's deadline; the new messages of these buckets' keys wait",
+			"from", seen.From, "to", seen.To, "waiting_for", seen.Waiting, "overdue", seen.Overdue)
 	}
 	return stored, seen
 }

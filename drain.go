@@ -63,6 +63,9 @@ type drain struct {
 	failures     int
 	failedSeq    int64
 	firstFailure time.Time
+	// gateSince: when (scheduler clock) this drain first found its next
+	// message held back by an epoch gate (zero: not waiting; gate.go).
+	gateSince time.Time
 }
 
 func (d *drain) getLease() Lease {
@@ -242,7 +245,7 @@ func (d *drain) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		classify(bt, d.head, cfg.batchSize, cfg.maxMessageBytes, cfg.headers, d.isolate)
+		classify(bt, d.head, cfg.batchSize, cfg.maxMessageBytes, cfg.headers, d.isolate, max(d.r.openEpoch.Load(), d.loc.gateOpen.Load()))
 
 		if len(bt.run) == 0 {
 			done, err := d.nothingToPublish(ctx, bt)
@@ -323,6 +326,9 @@ type batch struct {
 	gapAt     int64     // head+1 missing while gapNext is present
 	gapNext   int64
 	bad       *Entry // at head+1: undecodable, or above MaxMessageBytes
+	// gated: the message at head+1 is of a BucketCount epoch above the
+	// open one (gate.go); 0: none.
+	gated, gatedEpoch int64
 }
 
 // complete reports whether the read reached the end of the bucket and
@@ -436,8 +442,9 @@ func (p *prefetched) drop() {
 
 // classify sorts what a read found, given the decided head: leftovers at or
 // below head, the contiguous run from head+1 (at most batchSize messages,
-// one when isolating), a gap, or a bad entry at head+1.
-func classify(bt *batch, head int64, batchSize, maxMessageBytes int, headers HeaderNames, isolate bool) {
+// one when isolating, none of a BucketCount epoch above open), a gap, or a
+// bad entry or a message held back by its epoch's gate at head+1.
+func classify(bt *batch, head int64, batchSize, maxMessageBytes int, headers HeaderNames, isolate bool, open int64) {
 	expect := head + 1
 	for i := range bt.entries {
 		e := &bt.entries[i]
@@ -458,6 +465,14 @@ func classify(bt *batch, head int64, batchSize, maxMessageBytes int, headers Hea
 		}
 		if e.Err != nil || (!e.Fence && headers.RecordSize(e.Message) > maxMessageBytes) {
 			bt.bad = e
+			return
+		}
+		if !e.Fence && e.Epoch > open {
+			// A new epoch's message: published only once its gate is
+			// open (the run stops before it; at head+1 the drain asks).
+			if len(bt.run) == 0 {
+				bt.gated, bt.gatedEpoch = e.Sequence, e.Epoch
+			}
 			return
 		}
 		bt.run = append(bt.run, *e)
@@ -501,6 +516,8 @@ func (d *drain) nothingToPublish(ctx context.Context, bt *batch) (bool, error) {
 			return false, err
 		}
 		return false, d.gap(ctx, bt.gapAt, bt.gapNext)
+	case bt.gated != 0:
+		return false, d.gate(ctx, bt.gated, bt.gatedEpoch)
 	case bt.end:
 		d.reachedEnd(bt)
 		return true, nil

@@ -56,7 +56,7 @@ func TestClassify(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			bt := &batch{entries: tt.entries}
-			classify(bt, tt.head, tt.batch, 1000, HeaderNames{}, tt.isolate)
+			classify(bt, tt.head, tt.batch, 1000, HeaderNames{}, tt.isolate, 0)
 			var left []string
 			for _, s := range bt.leftovers {
 				left = append(left, fmt.Sprint(s))

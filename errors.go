@@ -47,6 +47,10 @@ var (
 	// ErrGapPending: the drain stopped while waiting on a sequence gap that
 	// has not reached GapTimeout yet.
 	ErrGapPending = errors.New("outbox: waiting on a sequence gap")
+	// ErrGatePending: the drain stopped while the bucket's next message,
+	// of a new BucketCount epoch, waits for the old buckets that could
+	// share its key to drain (EpochGate, docs/design.md §13).
+	ErrGatePending = errors.New("outbox: waiting for the old BucketCount epoch to drain")
 	// ErrFenceRequired: a HolderFencer publisher has no producer for the
 	// bucket that FenceHolders initialised (none yet, or it dropped it
 	// after a failure) and publishes nothing until FenceHolders is called

@@ -79,6 +79,11 @@ type Entry struct {
 	// true too).
 	Published bool
 	Message   Message
+	// Epoch is the BucketCount epoch the message's sequence number was
+	// reserved at (its item's stamp; 0 when it has none: written at epoch
+	// 0, or a tombstone). A relay publishes a message of an epoch whose
+	// gate it has not seen open only after asking (EpochGate).
+	Epoch int64
 	// Err is set when the stored item could not be decoded into a message.
 	// The relay never deletes such an item; it parks it or stops the bucket.
 	Err error

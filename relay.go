@@ -35,9 +35,16 @@ type Relay struct {
 	// ever raises the epoch.
 	bucketCount atomic.Int64
 	bucketEpoch atomic.Int64
-	mode        Mode
-	sched       seam.Scheduler
-	rand        func(int64) int64
+	// oldCount: the old epoch's count while it drains (0: none), as last
+	// read; relays drain buckets below max(bucketCount, oldCount).
+	// openEpoch: every bucket's messages stamped with an epoch at or
+	// below it may be published (Config.OpenEpoch of the newest config
+	// item read); it only rises (gate.go).
+	oldCount  atomic.Int64
+	openEpoch atomic.Int64
+	mode      Mode
+	sched     seam.Scheduler
+	rand      func(int64) int64
 	// regions: the stored configuration's regions and takeovers as last
 	// read (region mode only), and the buckets this relay's region drains
 	// by them; under mu, since Sweep re-reads them.
@@ -53,9 +60,9 @@ type Relay struct {
 	// sweep did), which Run's notified drains keep to.
 	fair fairShare
 
-	// changesAborted: overdue BucketCount changes this relay ended
-	// (change.go).
-	changesAborted atomic.Int64
+	// changesCompleted: BucketCount changes whose drained old epoch this
+	// relay ended (change.go).
+	changesCompleted atomic.Int64
 	// draining counts the drains running, which share MaxInFlight
 	// (readLimit).
 	draining atomic.Int64
@@ -126,6 +133,11 @@ type local struct {
 	// sweeps that leave it alone report, so that each still fails naming
 	// it as a retry would have (the sweeper's errors and its stuck count).
 	stopErr atomic.Pointer[stoppedError]
+	// gateOpen: the highest BucketCount epoch whose gate this process saw
+	// open for the bucket (gate.go); gateLogged: when a drain last logged
+	// waiting at it (under the turn).
+	gateOpen   atomic.Int64
+	gateLogged time.Time
 }
 
 // NewRelay reads the outbox's config item (unless StoredConfig gives it)
@@ -193,30 +205,37 @@ func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (
 	return r, nil
 }
 
-// adopt takes stored's BucketCount if its epoch is newer than the one this
-// relay knows.
+// adopt takes stored's BucketCount and old count if its epoch is newer
+// than the one this relay knows, or its old count at the same epoch (an
+// old epoch that ended), and raises the epoch every bucket may publish.
 func (r *Relay) adopt(stored Config) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.bucketCount.Load() == 0 || stored.BucketEpoch > r.bucketEpoch.Load() {
+	switch epoch := r.bucketEpoch.Load(); {
+	case r.bucketCount.Load() == 0 || stored.BucketEpoch > epoch:
 		r.bucketCount.Store(int64(stored.BucketCount))
 		r.bucketEpoch.Store(stored.BucketEpoch)
+		r.oldCount.Store(int64(stored.OldBucketCount))
+	case stored.BucketEpoch == epoch && !stored.Draining():
+		r.oldCount.Store(0)
+	}
+	if open := stored.OpenEpoch(); open > r.openEpoch.Load() {
+		r.openEpoch.Store(open)
 	}
 }
 
 // RefreshConfig reads the config item again and takes its BucketCount when
 // an online change (docs/design.md §13) moved it on, and returns the count.
-// A relay needs no epoch check for order (writers put no message under a
-// new count before every bucket decided its older ones): it calls this when
-// asked for a bucket beyond its count, and at each sweep, to learn of new
-// buckets. A change in progress past its deadline is aborted on the way
-// (ChangeEnder).
+// A relay calls it when asked for a bucket beyond its range, and at each
+// full sweep, to learn of new buckets, of the old buckets still draining
+// after a shrink (BucketSpan), and of an old epoch that ended (its messages'
+// gates are then open without asking the store). It writes nothing; a full
+// Sweep also ends a drained old epoch (EpochGate.EndOldEpoch).
 func (r *Relay) RefreshConfig(ctx context.Context) (int, error) {
 	stored, err := r.store.Config(ctx)
 	if err != nil {
 		return r.BucketCount(), fmt.Errorf("outbox: read config item: %w", err)
 	}
-	stored, _ = r.meetChange(ctx, stored)
 	return r.countFrom(stored)
 }
 
@@ -261,9 +280,9 @@ func (r *Relay) Drains(bucket int) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.regions.RegionMode() {
-		// Every bucket of the count, which an online BucketCount change
+		// Every bucket of the span, which an online BucketCount change
 		// (refused in region mode) may have moved since setRegions.
-		return bucket >= 0 && bucket < r.BucketCount()
+		return bucket >= 0 && bucket < r.BucketSpan()
 	}
 	return bucket >= 0 && bucket < len(r.drains) && r.drains[bucket]
 }
@@ -369,6 +388,12 @@ func CheckConfig(stored Config) error {
 // BucketCount returns the outbox's bucket count.
 func (r *Relay) BucketCount() int { return int(r.bucketCount.Load()) }
 
+// BucketSpan returns how many buckets the relay drains: BucketCount, or
+// the old count of an online change whose old epoch still drains when it
+// is larger (a shrink's old buckets above the new count), as last read
+// from the config item.
+func (r *Relay) BucketSpan() int { return int(max(r.bucketCount.Load(), r.oldCount.Load())) }
+
 // Mode returns the outbox's mode.
 func (r *Relay) Mode() Mode { return r.mode }
 
@@ -406,7 +431,10 @@ type DrainStats struct {
 	// under the lease.
 	ResumeMarkHeld bool
 	GapWait        time.Duration // waited on missing sequence numbers
-	Duration       time.Duration
+	// GateWait: waited for old buckets to drain before publishing messages
+	// of a new BucketCount epoch (EpochGate).
+	GateWait time.Duration
+	Duration time.Duration
 	// Err is the error DrainBucket returned (nil when drained), and Class
 	// its class.
 	Err   error
@@ -445,10 +473,10 @@ func (r *Relay) DrainBucketTo(ctx context.Context, bucket int, seq int64) (Drain
 
 func (r *Relay) drainBucket(ctx context.Context, bucket int, target int64, wait bool) (st DrainStats, err error) {
 	st.Bucket = bucket
-	if bucket >= r.BucketCount() && bucket < MaxBucketCount {
+	if bucket >= r.BucketSpan() && bucket < MaxBucketCount {
 		r.RefreshConfig(ctx) // an online change may have added it; an error leaves the count
 	}
-	if n := r.BucketCount(); bucket < 0 || bucket >= n {
+	if n := r.BucketSpan(); bucket < 0 || bucket >= n {
 		return st, &BucketRangeError{Bucket: bucket, BucketCount: n}
 	}
 	if !r.Drains(bucket) {
@@ -637,7 +665,7 @@ func (r *Relay) holderWait() time.Duration {
 // hands back only its own release, never that of another process sharing
 // its owner name.
 func (r *Relay) HoldToken(bucket int) string {
-	if bucket < 0 || bucket >= r.BucketCount() {
+	if bucket < 0 || bucket >= r.BucketSpan() {
 		return ""
 	}
 	loc := r.local(bucket)
@@ -683,7 +711,7 @@ func (r *Relay) waitForHolder(ctx context.Context, bucket int) time.Duration {
 }
 
 func levelFor(err error) slog.Level {
-	if errors.Is(err, ErrDeadline) || errors.Is(err, ErrGapPending) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrLeaseHeld) ||
+	if errors.Is(err, ErrDeadline) || errors.Is(err, ErrGapPending) || errors.Is(err, ErrGatePending) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrLeaseHeld) ||
 		errors.Is(err, context.Canceled) {
 		// context.Canceled: the caller stopped the relay (a shutdown).
 		return slog.LevelInfo

@@ -76,16 +76,25 @@ type Config struct {
 	// BucketEpoch counts the online BucketCount changes the outbox went
 	// through (0: none). Sequence counters record the epoch they serve, so
 	// a writer that read an older one fails its next reservation and reads
-	// the config item again (docs/design.md §13).
+	// the config item again, and message items record the epoch they were
+	// reserved at (Entry.Epoch) for the relays' gate (docs/design.md §13).
 	BucketEpoch int64
-	// NextBucketCount is, while an online BucketCount change is in
-	// progress, the count being changed to (BucketCount is still the old
-	// one); 0 otherwise.
-	NextBucketCount int
-	// ChangeDeadline is when the change in progress gives up: after it, a
-	// writer that waits for the change aborts it (the count stays
-	// BucketCount). Zero when no change is in progress.
+	// OldBucketCount is, while the old epoch of the last online BucketCount
+	// change still drains, that epoch's count (BucketCount is already the
+	// new one); 0 otherwise. Meanwhile relays drain buckets
+	// 0..Span()-1, and a bucket's messages of the new epoch wait for the
+	// old buckets that could share their keys (EpochGate).
+	OldBucketCount int
+	// ChangeDeadline is, while OldBucketCount is set, when the old epoch
+	// should have drained: past it the change is overdue (the sweeper
+	// reports it; nothing is undone). Zero otherwise.
 	ChangeDeadline time.Time
+	// NextBucketCount is set only on a config item that a version before
+	// the cut-over left in the middle of a change of its own design (it
+	// froze the counters until the old buckets drained): BucketCount is
+	// still the old count. This version aborts such a change when it meets
+	// it (the count stays, the counters move on to the next epoch).
+	NextBucketCount int
 	// Regions puts the outbox in region mode (for a DynamoDB global
 	// table): the bucket range is cut into len(Regions) equal slices, in
 	// this order, each written and drained by one region (region.go).
@@ -97,8 +106,29 @@ type Config struct {
 	TakenOver map[string]string
 }
 
-// Changing reports whether an online BucketCount change is in progress.
-func (c Config) Changing() bool { return c.NextBucketCount != 0 }
+// Draining reports whether the old epoch of an online BucketCount change
+// still drains (OldBucketCount is set).
+func (c Config) Draining() bool { return c.OldBucketCount != 0 }
+
+// Frozen reports whether the config item describes a change begun by a
+// version before the cut-over (NextBucketCount is set), which this version
+// aborts.
+func (c Config) Frozen() bool { return c.NextBucketCount != 0 }
+
+// Span is how many buckets relays drain: BucketCount, or OldBucketCount
+// while the old epoch drains and it is larger (after a shrink, the old
+// buckets above the new count still hold the old epoch's messages).
+func (c Config) Span() int { return max(c.BucketCount, c.OldBucketCount) }
+
+// OpenEpoch is the highest BucketCount epoch whose messages every bucket
+// may publish by this config item alone, without asking an EpochGate:
+// BucketEpoch when no old epoch drains, else the epoch before it.
+func (c Config) OpenEpoch() int64 {
+	if c.Draining() {
+		return c.BucketEpoch - 1
+	}
+	return c.BucketEpoch
+}
 
 // Lease is one bucket's lease item, as last read or written.
 //

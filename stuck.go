@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -146,7 +147,7 @@ func (e *ParkError) Error() string {
 // recorded. A *ParkError when there is nothing to park there; nothing is
 // written then.
 func (r *Relay) Park(ctx context.Context, bucket int, seq int64, reason string) (Parked, error) {
-	if n := r.BucketCount(); bucket < 0 || bucket >= n {
+	if n := r.BucketSpan(); bucket < 0 || bucket >= n {
 		return Parked{}, &BucketRangeError{Bucket: bucket, BucketCount: n}
 	}
 	if seq < 0 {
@@ -214,7 +215,8 @@ func (d *drain) firstPending(ctx context.Context, seq int64) (Entry, error) {
 		if err != nil {
 			return Entry{}, err
 		}
-		classify(bt, d.head, cfg.batchSize, cfg.maxMessageBytes, cfg.headers, false)
+		// Parking publishes nothing: no epoch gate holds it back.
+		classify(bt, d.head, cfg.batchSize, cfg.maxMessageBytes, cfg.headers, false, math.MaxInt64)
 		for _, e := range bt.run {
 			if !e.Fence {
 				return e, nil

@@ -37,9 +37,8 @@ type SweepReport struct {
 	Errors     map[int]error
 	// Buckets holds what the sweep saw of each bucket in range, in order.
 	Buckets []BucketReport
-	// Change is the online BucketCount change in progress a full sweep saw
-	// (nil: none); one past its deadline the sweep aborted, unless
-	// Change.Err says why it could not.
+	// Change is the online BucketCount change whose old epoch a full sweep
+	// saw draining (nil: none), and whether the sweep ended it.
 	Change *ChangeSeen
 }
 
@@ -116,8 +115,8 @@ func (r *Relay) Sweep(ctx context.Context) (SweepReport, error) {
 }
 
 // sweepConfig reads the config item once: a full sweep learns an online
-// BucketCount change from it at the latest (docs/design.md §13), aborts
-// one past its deadline (rep.Change) and, in
+// BucketCount change from it at the latest (docs/design.md §13), ends its
+// old epoch once drained (rep.Change) and, in
 // region mode, the takeovers (§14.2), both from the one read; a partial
 // sweep reads it only in region mode. In the default mode a failed read or
 // a bad item leaves the count as it was, with a warning; in region mode it
@@ -134,7 +133,7 @@ func (r *Relay) sweepConfig(ctx context.Context, full bool, rep *SweepReport) er
 		r.cfg.logger.WarnContext(ctx, "outbox: sweep could not read the config item again", "err", fmt.Errorf("outbox: read config item: %w", err))
 		return nil
 	}
-	stored, rep.Change = r.meetChange(ctx, stored)
+	stored, rep.Change = r.endOldEpoch(ctx, stored)
 	if _, err := r.countFrom(stored); err != nil {
 		// The sweep goes on with the count it knows (regionsFrom refuses a
 		// region-mode item that moved).
@@ -157,7 +156,7 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 	if err := r.sweepConfig(ctx, full, &rep); err != nil {
 		return rep, err
 	}
-	count := r.BucketCount()
+	count := r.BucketSpan()
 	now := cfg.clock.Now()
 	// The heartbeat and the list of live relays go alongside the probes
 	// rather than before them: a message committed just after its bucket's
@@ -367,7 +366,7 @@ func ageSeconds(now, t time.Time) float64 {
 // drainOrder is the fair-share order of the buckets this relay's region
 // drains (share and rank not yet set).
 func (r *Relay) drainOrder() fairShare {
-	f := fairShare{pos: make([]int, r.BucketCount())}
+	f := fairShare{pos: make([]int, r.BucketSpan())}
 	for b := range f.pos {
 		f.pos[b] = -1
 		if r.Drains(b) {
@@ -504,7 +503,7 @@ func (r *Relay) ownNotified(buckets []int) []int {
 	r.mu.Lock()
 	fair := r.fair
 	r.mu.Unlock()
-	count := r.BucketCount()
+	count := r.BucketSpan()
 	out := buckets[:0]
 	for _, b := range buckets {
 		// A bucket beyond the count is kept: an online change may have

@@ -49,8 +49,8 @@ func (o *Outbox) newRoles() {
 	o.streamPolicy = awsiam.NewPolicyDocument(nil)
 	stream := o.streamPolicy
 	// The custom resource's function: the config item (read, create,
-	// change), the counters (an online BucketCount change freezes and thaws
-	// them) and the buckets (lease items, a Query of the bucket, and a fence
+	// change), the counters (an online BucketCount change cuts them) and
+	// the buckets (lease items, a Query of the bucket, and a fence
 	// for a number reserved last in its bucket and never written).
 	// dynamo.Configure makes exactly these calls.
 	setupStatements := []awsiam.PolicyStatement{

@@ -82,8 +82,9 @@ type Props struct {
 	VpcSecurityGroupIds *[]*string
 	// BucketCount is the outbox's bucket count, which the stack writes to
 	// its config item, where writers and relays read it; a change happens online while
-	// writers and relays run (writers pause until the old buckets drain; an
-	// aborted change rolls the update back: docs/deploy.md). Default 8,
+	// writers and relays run (writers switch at once; the relays hold each
+	// key's new messages until its old bucket drained; a change aborted
+	// before its flip rolls the update back: docs/deploy.md). Default 8,
 	// 1..4096.
 	BucketCount *float64
 	// OutboxMode is the outbox's mode, which the stack writes to its config

@@ -207,8 +207,10 @@ func storedEpoch(ctx context.Context, t *testing.T, client *dynamodb.Client, tab
 // TestSetupPolicy: the custom resource's role grants exactly what
 // dynamo.Configure calls when it creates the config item, finds it
 // unchanged, changes the count and the mode on an empty outbox, the
-// retention on a busy one, and a count change on a busy one that no relay
-// drains (online: freeze, drain, abort, thaw).
+// retention on a busy one, a count change on a busy one that no relay
+// drains (online: flip, cut, watch; the change stands, its old epoch
+// draining) and a second change that waits for that old epoch and is
+// aborted before its flip.
 func TestSetupPolicy(t *testing.T) {
 	d, tables, rec := newRecordedOutbox(t, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -225,9 +227,11 @@ func TestSetupPolicy(t *testing.T) {
 		write   bool // a message is pending before this step
 		refused bool
 		hole    bool // a number reserved last in a bucket, never written: the change fences it
-	}{{outbox.Config{BucketCount: 8}, false, false, false}, {outbox.Config{BucketCount: 8}, false, false, false}, {outbox.Config{BucketCount: 16}, false, false, false},
-		{wm(16, 24), false, false, false}, {wm(12, 24), false, false, true}, {wm(12, 24), false, false, false},
-		{wm(12, 48), true, false, false}, {wm(4, 48), false, true, false}}
+		short   bool // no relay runs: a 1-second watch (or wait)
+	}{{outbox.Config{BucketCount: 8}, false, false, false, false}, {outbox.Config{BucketCount: 8}, false, false, false, false},
+		{outbox.Config{BucketCount: 16}, false, false, false, false},
+		{wm(16, 24), false, false, false, false}, {wm(12, 24), false, false, true, false}, {wm(12, 24), false, false, false, false},
+		{wm(12, 48), true, false, false, false}, {wm(4, 48), false, false, false, true}, {wm(8, 48), false, true, false, true}}
 	for _, s := range steps {
 		if s.hole {
 			stored, err := dynamo.ReadConfig(ctx, d.Client, tables)
@@ -252,8 +256,9 @@ func TestSetupPolicy(t *testing.T) {
 			}
 		}
 		cctx := ctx
-		if s.refused {
-			// No relay runs: the online change aborts after a 1-second drain.
+		if s.short {
+			// No relay runs: the change stands after a 1-second watch, and
+			// the next one is aborted after a 1-second wait for it.
 			var cancel context.CancelFunc
 			cctx, cancel = context.WithTimeout(ctx, dynamo.DefaultChangeMargin+time.Second)
 			defer cancel()

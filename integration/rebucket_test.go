@@ -80,7 +80,8 @@ func TestRebucketWhileWritersAndRelayRun(t *testing.T) {
 			t.Fatalf("change to %d: %v", to, err)
 		}
 		changes++
-		t.Logf("BucketCount %d → %d at epoch %d; counters frozen %v", res.From, res.To, res.Epoch, res.Frozen.Round(time.Millisecond))
+		t.Logf("BucketCount %d → %d at epoch %d: flip and cut %v, old epoch watched %v (ended %v)", res.From, res.To, res.Epoch,
+			res.Flip.Round(time.Millisecond), res.Watched.Round(time.Millisecond), res.Ended)
 	}
 	time.Sleep(1500 * time.Millisecond)
 	stop.Store(true)

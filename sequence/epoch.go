@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -22,28 +23,29 @@ import (
 //   - epoch E ≥ 1: the counter is attribute q and ce = E; n holds the
 //     string MovedCounter, so an unconditional ADD on n by code that
 //     predates epochs fails loudly (a ValidationException) instead of
-//     handing out numbers under a stale BucketCount.
-//   - frozen for the change to epoch E: ce = -E and cf is the last number
-//     reserved before the freeze (the change's fence point in this
-//     bucket); every reservation fails until the change ends.
+//     handing out numbers under a stale BucketCount. cf is the counter's
+//     cut point: the last number reserved on it before it moved to E (Cut).
 //
 // A reservation is conditional on ce being the writer's epoch, so a writer
 // that has not seen a change learns of it from the condition of the
-// counter update it makes anyway: no extra read per write.
+// counter update it makes anyway: no extra read per write. (Versions
+// before the cut-over froze counters during a change, ce = -E; Cut thaws
+// such a counter.)
 const (
 	attrLegacy      = "n"
 	attrCounter     = "q"
 	attrEpoch       = "ce"
-	attrChangeFence = "cf"
+	attrChangeFence = "cf" // the cut point
 	// MovedCounter is what attribute n holds once a counter has served an
 	// epoch ≥ 1.
 	MovedCounter = "moved to q by an online BucketCount change: upgrade this writer (docs/deploy.md, Changing BucketCount)"
 )
 
-// EpochError is a reservation, freeze or thaw refused because the counter
-// item serves another epoch than the caller's. Counter is the counter's
-// epoch (ce): negative while a change to epoch -Counter is in progress.
-// Fence is the counter's cf (0 when it has none).
+// EpochError is a reservation or a cut refused because the counter item
+// serves another epoch than the caller's. Counter is the counter's epoch
+// (ce; negative: frozen for the change to epoch -Counter by a version
+// before the cut-over). Fence is the counter's cut point, cf (0 when it has
+// none).
 type EpochError struct {
 	Bucket  int
 	Epoch   int64 // the caller's
@@ -53,13 +55,16 @@ type EpochError struct {
 
 func (e *EpochError) Error() string {
 	if e.Counter < 0 {
-		return fmt.Sprintf("sequence: bucket %d's counter is frozen by a BucketCount change to epoch %d (the caller's epoch is %d)", e.Bucket, -e.Counter, e.Epoch)
+		return fmt.Sprintf("sequence: bucket %d's counter is frozen by an older version's BucketCount change to epoch %d (the caller's epoch is %d)", e.Bucket, -e.Counter, e.Epoch)
 	}
 	return fmt.Sprintf("sequence: bucket %d's counter serves BucketCount epoch %d, the caller's is %d: re-read the config item", e.Bucket, e.Counter, e.Epoch)
 }
 
-// Frozen reports whether the counter is frozen by a change in progress.
-func (e *EpochError) Frozen() bool { return e.Counter < 0 }
+// Later reports whether the counter serves a later epoch than the
+// caller's (a change the caller has not seen: read the config item), as
+// opposed to an earlier one (not cut yet: Cut it, then reserve again) or a
+// freeze by a version before the cut-over.
+func (e *EpochError) Later() bool { return e.Counter > e.Epoch }
 
 // ErrEpoch matches every *EpochError with errors.Is.
 var ErrEpoch = errors.New("sequence: BucketCount epoch changed")
@@ -158,54 +163,58 @@ func (c *Counter) ReserveAt(ctx context.Context, bucket, n int, epoch int64) (fi
 	return last - int64(n) + 1, nil
 }
 
-// Freeze stops every reservation in bucket for the change from epoch from
-// to epoch from+1 and returns the bucket's fence point: the last number
-// reserved before the freeze. Frozen already for this change (a resent or
-// resumed freeze), or already thawed into epoch from+1, it returns the
-// recorded fence point. A counter at another epoch is an *EpochError.
-func Freeze(ctx context.Context, client API, table string, bucket int, from int64) (fence int64, err error) {
-	frozen := -(from + 1)
-	vals := map[string]types.AttributeValue{":z": numAV(0), ":frz": numAV(frozen)}
-	names := map[string]string{"#cf": attrChangeFence, "#ce": attrEpoch}
-	// A counter that never served an epoch ≥ 1 (from 0, or a bucket no
-	// earlier count reached) counts in n: move it out of code that
-	// predates epochs' reach.
-	legacy := func() *dynamodb.UpdateItemInput {
-		v := map[string]types.AttributeValue{":moved": &types.AttributeValueMemberS{Value: MovedCounter}}
-		for k, x := range vals {
+// Cut moves bucket's counter to epoch to, for an online BucketCount change
+// that flipped the config item to epoch to (docs/design.md §13), and
+// returns its cut point: the last number reserved on it before, at an
+// earlier epoch. From then on reservations at the old epoch are refused
+// (theirs is conditional on the counter serving it) and reservations at to
+// count on from the cut point; so every number at or below it was reserved
+// at an earlier epoch, and every number above it at to or later. One
+// conditional UpdateItem: a counter at an earlier epoch (to-1, or older:
+// a bucket no count reached since) or at none (epoch 0, or never used)
+// moves; one already at to (cut by another party, or a resend of this
+// write that applied) returns the recorded cut point. A counter a version
+// before the cut-over froze for the change to to (ce = -to) is thawed into
+// to the same way. A counter at a later epoch is an *EpochError.
+func Cut(ctx context.Context, client API, table string, bucket int, to int64) (cut int64, err error) {
+	if to < 1 {
+		return 0, fmt.Errorf("sequence: cut bucket %d into epoch %d: the epoch of a change is at least 1", bucket, to)
+	}
+	// input is the conditional update: update if cond, the new image
+	// back, the old image on a failed condition (DynamoDB refuses unused
+	// names: n only where the update uses it).
+	input := func(update, cond string, extra map[string]types.AttributeValue) *dynamodb.UpdateItemInput {
+		v := map[string]types.AttributeValue{":z": numAV(0), ":to": numAV(to)}
+		for k, x := range extra {
 			v[k] = x
+		}
+		names := map[string]string{"#cf": attrChangeFence, "#q": attrCounter, "#ce": attrEpoch}
+		if strings.Contains(update, "#n") {
+			names["#n"] = attrLegacy
 		}
 		return &dynamodb.UpdateItemInput{
-			TableName:                 aws.String(table),
-			Key:                       counterKey(bucket),
-			UpdateExpression:          aws.String("SET #cf = if_not_exists(#n, :z), #n = :moved, #ce = :frz"),
-			ConditionExpression:       aws.String("attribute_not_exists(#ce)"),
-			ExpressionAttributeNames:  map[string]string{"#cf": attrChangeFence, "#ce": attrEpoch, "#n": attrLegacy},
-			ExpressionAttributeValues: v,
-			ReturnValues:              types.ReturnValueAllNew, ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		}
-	}
-	in := legacy()
-	if from > 0 {
-		// A counter at an earlier epoch than from is one that no count
-		// since reached (each change freezes every bucket below both
-		// counts): no writer reserves there, and it freezes the same way.
-		v := map[string]types.AttributeValue{":e": numAV(from), ":one": numAV(1)}
-		for k, x := range vals {
-			v[k] = x
-		}
-		names["#q"] = attrCounter
-		in = &dynamodb.UpdateItemInput{
-			TableName:                 aws.String(table),
-			Key:                       counterKey(bucket),
-			UpdateExpression:          aws.String("SET #cf = if_not_exists(#q, :z), #ce = :frz"),
-			ConditionExpression:       aws.String("#ce BETWEEN :one AND :e"),
+			TableName: aws.String(table), Key: counterKey(bucket), UpdateExpression: aws.String(update), ConditionExpression: aws.String(cond),
 			ExpressionAttributeNames:  names,
 			ExpressionAttributeValues: v,
 			ReturnValues:              types.ReturnValueAllNew, ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}
 	}
-	for range 2 {
+	// A counter that never served an epoch ≥ 1 (epoch 0, or never used)
+	// counts in n: move it to q, out of the reach of code that predates
+	// epochs (MovedCounter).
+	legacy := input("SET #cf = if_not_exists(#n, :z), #q = if_not_exists(#n, :z), #n = :moved, #ce = :to", "attribute_not_exists(#ce)",
+		map[string]types.AttributeValue{":moved": &types.AttributeValueMemberS{Value: MovedCounter}})
+	// A counter at an earlier epoch ≥ 1 keeps counting in q.
+	earlier := input("SET #cf = if_not_exists(#q, :z), #ce = :to", "#ce BETWEEN :one AND :before",
+		map[string]types.AttributeValue{":one": numAV(1), ":before": numAV(to - 1)})
+	// Frozen by a version before the cut-over for the change to to: its cf
+	// is the last number reserved before the freeze.
+	frozen := input("SET #q = if_not_exists(#cf, :z), #ce = :to", "#ce = :frz", map[string]types.AttributeValue{":frz": numAV(-to)})
+	in := earlier
+	if to == 1 {
+		in = legacy // the first change: every counter is at epoch 0
+	}
+	for range 3 {
 		out, err := client.UpdateItem(ctx, in)
 		old, failed := conditionFailed(err)
 		switch {
@@ -213,43 +222,22 @@ func Freeze(ctx context.Context, client API, table string, bucket int, from int6
 			cf, _ := numOf(out.Attributes, attrChangeFence)
 			return cf, nil
 		case !failed:
-			return 0, fmt.Errorf("sequence: freeze bucket %d of table %s: %w", bucket, table, err)
+			return 0, fmt.Errorf("sequence: cut bucket %d of table %s into epoch %d: %w", bucket, table, to, err)
 		}
-		e := epochError(bucket, from, old)
+		e := epochError(bucket, to, old)
 		_, hasEpoch := old[attrEpoch]
 		switch {
-		case e.Counter == frozen || e.Counter == from+1:
-			return e.Fence, nil
-		case !hasEpoch && from > 0:
-			in = legacy()
-			continue
+		case e.Counter == to:
+			return e.Fence, nil // cut already
+		case !hasEpoch:
+			in = legacy
+		case e.Counter == -to:
+			in = frozen
+		case e.Counter >= 1 && e.Counter < to:
+			in = earlier // it moved between the reads: try again
+		default:
+			return 0, e
 		}
-		return 0, e
 	}
-	return 0, fmt.Errorf("sequence: freeze bucket %d of table %s: the counter item kept changing", bucket, table)
-}
-
-// Thaw ends the freeze of the change to epoch to in bucket: the counter
-// serves epoch to, counting on from fence (Freeze's). Already thawed, it
-// succeeds; a counter at another epoch is an *EpochError.
-func Thaw(ctx context.Context, client API, table string, bucket int, to, fence int64) error {
-	_, err := client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           aws.String(table),
-		Key:                                 counterKey(bucket),
-		UpdateExpression:                    aws.String("SET #q = :cf, #ce = :e"),
-		ConditionExpression:                 aws.String("#ce = :frz"),
-		ExpressionAttributeNames:            map[string]string{"#q": attrCounter, "#ce": attrEpoch},
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":cf": numAV(fence), ":e": numAV(to), ":frz": numAV(-to)},
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
-	if old, ok := conditionFailed(err); ok {
-		if e := epochError(bucket, to, old); e.Counter != to {
-			return e
-		}
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("sequence: thaw bucket %d of table %s: %w", bucket, table, err)
-	}
-	return nil
+	return 0, fmt.Errorf("sequence: cut bucket %d of table %s into epoch %d: the counter item kept changing", bucket, table, to)
 }

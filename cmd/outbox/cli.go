@@ -381,7 +381,8 @@ const exitCodesHelp = `Exit codes:
      a table of another layout, tables that do not belong together (swapped or mistyped names)
   4  drain did not finish: another relay holds the bucket (it was woken and drains
      again), a gap is still pending, or the deadline came first; buckets set was
-     aborted (the buckets did not drain by --change-timeout, or Ctrl-C): the count stays
+     aborted before its flip (the previous change's old buckets did not drain by
+     --change-timeout, or Ctrl-C): nothing written, the count stays
 `
 
 func (a *app) topUsage(w io.Writer) {

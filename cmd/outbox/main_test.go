@@ -981,9 +981,10 @@ func TestStatusExplainsUnknownOldest(t *testing.T) {
 	}
 }
 
-// buckets set changes BucketCount online: at once on an empty outbox,
-// aborted (the count stays) when a pending message is not drained in time
-// (no relay runs here); status shows the epoch.
+// buckets set changes BucketCount online: the old epoch ends at once on an
+// empty outbox; with a pending message (no relay runs here) the change
+// stands, its old epoch draining; status shows the epoch and the old
+// buckets.
 func TestBucketsSet(t *testing.T) {
 	c, d, tables := outboxEnv(t)
 	c.step(exitOK, "init", "--buckets", "4")
@@ -1004,12 +1005,14 @@ func TestBucketsSet(t *testing.T) {
 	if _, err := w.Write(ctx, nil, outbox.Message{Topic: "orders", Key: []byte("k"), Value: []byte("v")}); err != nil {
 		t.Fatal(err)
 	}
-	c.step(exitNotDrained, "buckets", "set", "2", "--change-timeout", "300ms") // aborted: exit 4, like drain's refusals
-	if out := c.out.String(); !strings.Contains(out, "aborted: buckets [") || !strings.Contains(out, "BucketCount stays 8") {
+	// No relay runs: the change stands, its old epoch draining.
+	if out := c.step(exitOK, "buckets", "set", "2", "--change-timeout", "300ms"); !strings.Contains(out, "BucketCount changed from 8 to 2 (epoch 2)") ||
+		!strings.Contains(out, "still drain") {
 		t.Errorf("buckets set 2 with a message pending said %q", out)
 	}
-	if out := c.step(exitOK, "status"); !strings.Contains(out, "BucketCount 8 (epoch 2)") {
-		t.Errorf("status after the aborted change said %q", out)
+	// status shows the old buckets above the new count while they drain.
+	if out := c.step(exitOK, "status"); !strings.Contains(out, "BucketCount 2 (epoch 2)") || !strings.Contains(out, "\n7       ") {
+		t.Errorf("status after the change said %q; want the old buckets 0..7 listed", out)
 	}
 }
 
@@ -1045,11 +1048,13 @@ func TestRegions(t *testing.T) {
 	}
 }
 
-// buckets set --dry-run says what would pause (every counter of both
-// counts), the backlog to drain first and the longest pause, and writes
-// nothing; a change the buckets cannot drain by --change-timeout (no relay
-// runs) is aborted and exits 4, like drain's other refusals.
-func TestBucketsSetDryRunAndAbort(t *testing.T) {
+// buckets set --dry-run says what would happen (writers switch at once,
+// which new buckets wait for which old ones, the backlog) and writes
+// nothing; a change whose old bucket cannot drain (no relay runs) stands
+// at --change-timeout (exit 0, naming the bucket), outbox status shows the
+// old epoch draining, and a second change waits for it and, timed out,
+// writes nothing and exits 4.
+func TestBucketsSetDryRunAndDraining(t *testing.T) {
 	c, d, tables := outboxEnv(t)
 	c.step(exitOK, "init", "--buckets", "4")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -1066,46 +1071,55 @@ func TestBucketsSetDryRunAndAbort(t *testing.T) {
 	out := c.step(exitOK, "buckets", "set", "8", "--dry-run", "--change-timeout", "45s")
 	for _, want := range []string{
 		"dry run: nothing was written",
-		"BucketCount 4 → 8, epoch 0 → 1",
-		"buckets 0..7 freeze: every writer",
-		fmt.Sprintf("the 1 pending messages of buckets %d (1) (the oldest is 1m30s old), at most 45s", b),
-		"the change is aborted (BucketCount stays 4)",
+		"BucketCount 4 → 8, epoch 0 → 1: every writer (Go and Python) writes under 8 from its next write, without waiting",
+		"new bucket b's messages wait until old bucket b mod 4 drained",
+		fmt.Sprintf("the 1 pending messages of old buckets %d (1) (the oldest is 1m30s old)", b),
+		"past 45s it is overdue",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("buckets set --dry-run printed\n%s\nwant %q in it", out, want)
 		}
 	}
 	cfg, err := dynamo.ReadConfig(ctx, d.Client, tables)
-	if err != nil || cfg.BucketCount != 4 || cfg.BucketEpoch != 0 || cfg.Changing() {
+	if err != nil || cfg.BucketCount != 4 || cfg.BucketEpoch != 0 || cfg.Draining() {
 		t.Errorf("config after --dry-run %+v, %v: want it unchanged", cfg, err)
 	}
-	code, _, stderr := c.run("buckets", "set", "8", "--change-timeout", "300ms")
-	if code != exitNotDrained || !strings.Contains(stderr, "was aborted: buckets ["+fmt.Sprint(b)+"] did not drain") {
-		t.Errorf("buckets set with a bucket that cannot drain: exit %d, stderr %q; want exit %d and the change aborted", code, stderr, exitNotDrained)
+	out = c.step(exitOK, "buckets", "set", "8", "--change-timeout", "300ms")
+	if !strings.Contains(out, "BucketCount changed from 4 to 8 (epoch 1)") || !strings.Contains(out, fmt.Sprintf("old buckets [%d] still drain", b)) {
+		t.Errorf("buckets set with a bucket that cannot drain printed %q; want the change made and bucket %d draining", out, b)
 	}
-	if cfg, err := dynamo.ReadConfig(ctx, d.Client, tables); err != nil || cfg.BucketCount != 4 || cfg.BucketEpoch != 1 || cfg.Changing() {
-		t.Errorf("config after the aborted change %+v, %v: want BucketCount 4 at epoch 1", cfg, err)
+	if cfg, err := dynamo.ReadConfig(ctx, d.Client, tables); err != nil || cfg.BucketCount != 8 || cfg.BucketEpoch != 1 || cfg.OldBucketCount != 4 {
+		t.Errorf("config after the change %+v, %v: want BucketCount 8 at epoch 1, the old epoch of 4 draining", cfg, err)
+	}
+	if out := c.step(exitOK, "status"); !strings.Contains(out, fmt.Sprintf("change   BucketCount 4 → 8: old buckets [%d] still drain", b)) {
+		t.Errorf("status while the old epoch drains printed\n%s", out)
+	}
+	code, _, stderr := c.run("buckets", "set", "16", "--change-timeout", "300ms")
+	if code != exitNotDrained || !strings.Contains(stderr, "was aborted before the flip") || !strings.Contains(stderr, fmt.Sprintf("(buckets [%d])", b)) {
+		t.Errorf("a second change while the first's old bucket cannot drain: exit %d, stderr %q; want exit %d, aborted naming bucket %d", code, stderr, exitNotDrained, b)
+	}
+	if cfg, err := dynamo.ReadConfig(ctx, d.Client, tables); err != nil || cfg.BucketCount != 8 || cfg.BucketEpoch != 1 || cfg.OldBucketCount != 4 {
+		t.Errorf("config after the aborted second change %+v, %v: want it unchanged", cfg, err)
 	}
 }
 
-// outbox status says who ends a BucketCount change in progress, and that
-// one past its deadline pauses writers until a relay, the sweeper or a
-// writer aborts it (it used to say "(then it is aborted)" of both).
-func TestStatusSaysWhoEndsAChange(t *testing.T) {
+// outbox status says what an old epoch still draining holds back, and
+// what to look at once it is past its deadline.
+func TestStatusSaysWhatAnOldEpochHolds(t *testing.T) {
 	for _, c := range []struct {
 		deadline time.Time
 		want     string
 	}{
-		{t0.Add(20 * time.Second), "or until 2030-01-02T03:04:25Z; past it the change is aborted by whoever meets it first (outbox buckets set, a relay, the sweeper, a Go or Python writer)"},
-		{t0.Add(-95 * time.Second), "in progress 1m35s past its deadline 2030-01-02T03:02:30Z: writers are paused until a relay, the sweeper or a writer aborts it"},
+		{t0.Add(20 * time.Second), "change   BucketCount 8 → 16: writers write under 16; old buckets [3] still drain (by 2030-01-02T03:04:25Z): the new messages of their keys wait for them"},
+		{t0.Add(-95 * time.Second), "old buckets [3] still drain 1m35s past the deadline 2030-01-02T03:02:30Z: the new messages of their keys wait (are relays running?"},
 	} {
-		r := &statusReport{At: t0, Config: configStatus{BucketCount: 8, Mode: "delete", ChangingTo: 16, ChangeDeadline: &c.deadline}}
+		r := &statusReport{At: t0, Config: configStatus{BucketCount: 16, Mode: "delete", OldBucketCount: 8, OldBucketsDraining: []int{3}, ChangeDeadline: &c.deadline}}
 		var out strings.Builder
 		if err := r.render(&out); err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(out.String(), c.want) || strings.Contains(out.String(), "(then it is aborted)") {
-			t.Errorf("status with a change whose deadline is %v:\n%s\nwant %q in it", c.deadline, out.String(), c.want)
+		if !strings.Contains(out.String(), c.want) {
+			t.Errorf("status with an old epoch whose deadline is %v:\n%s\nwant %q in it", c.deadline, out.String(), c.want)
 		}
 	}
 }

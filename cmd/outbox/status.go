@@ -130,12 +130,17 @@ type configStatus struct {
 	RetentionSeconds int64  `json:"retention_seconds"`
 	// Topics are the topics writers accept; empty means any topic.
 	Topics []string `json:"topics"`
-	// BucketEpoch counts the online BucketCount changes; ChangingTo is the
-	// count a change in progress goes to (0: none), and ChangeDeadline when
-	// it gives up (writers pause until then at most).
-	BucketEpoch    int64      `json:"bucket_epoch"`
-	ChangingTo     int        `json:"changing_to"`
-	ChangeDeadline *time.Time `json:"change_deadline,omitempty"`
+	// BucketEpoch counts the online BucketCount changes. While the old
+	// epoch of the last change drains, OldBucketCount is its count,
+	// OldBucketsDraining the old buckets not yet drained (the new messages
+	// of their keys wait for them) and ChangeDeadline when it should have
+	// drained. ChangingTo is the count of a change an older version began
+	// and left frozen (0: none), which this version aborts.
+	BucketEpoch        int64      `json:"bucket_epoch"`
+	OldBucketCount     int        `json:"old_bucket_count,omitempty"`
+	OldBucketsDraining []int      `json:"old_buckets_draining,omitempty"`
+	ChangingTo         int        `json:"changing_to"`
+	ChangeDeadline     *time.Time `json:"change_deadline,omitempty"`
 	// Regions: region mode's regions, each with its buckets and the region
 	// draining them (absent in the single-region mode).
 	Regions []regionStatus `json:"regions,omitempty"`
@@ -250,20 +255,40 @@ func readStatus(ctx context.Context, s *session, now time.Time, bucket int, live
 	if err != nil {
 		return nil, err
 	}
-	var changeDL *time.Time
-	if cfg.Changing() {
+	var (
+		changeDL *time.Time
+		draining []int
+	)
+	if cfg.Draining() || cfg.Frozen() {
 		d := cfg.ChangeDeadline.UTC()
 		changeDL = &d
+	}
+	var drainErr error
+	if cfg.Draining() {
+		// It may cut an old counter nobody cut (a crashed changer), as a
+		// writer would; without UpdateItem on the control table that
+		// fails, and status says so instead of failing.
+		if draining, drainErr = st.OldBucketsDraining(ctx, cfg); drainErr != nil {
+			draining = nil // not known: every old bucket is listed
+			for b := range cfg.OldBucketCount {
+				draining = append(draining, b)
+			}
+		}
 	}
 	rep := &statusReport{
 		MessagesTable: s.tables.Messages, ControlTable: s.tables.Control, At: now.UTC().Truncate(time.Millisecond),
 		Config: configStatus{BucketCount: cfg.BucketCount, FormatVersion: cfg.FormatVersion, Mode: cfg.Mode.String(),
 			RetentionSeconds: seconds(cfg.Retention), Topics: append([]string{}, cfg.Topics...),
-			BucketEpoch: cfg.BucketEpoch, ChangingTo: cfg.NextBucketCount, ChangeDeadline: changeDL, Regions: regionsOf(cfg)},
+			BucketEpoch: cfg.BucketEpoch, OldBucketCount: cfg.OldBucketCount, OldBucketsDraining: draining, ChangingTo: cfg.NextBucketCount,
+			ChangeDeadline: changeDL, Regions: regionsOf(cfg)},
 		LiveRelays: relaysStatus{WithinSeconds: seconds(liveWithin), IDs: append([]string{}, live...)},
 		Buckets:    make([]bucketStatus, len(buckets)),
 		Warnings:   []string{},
 		Notes:      []string{},
+	}
+	if drainErr != nil {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("could not tell which old buckets of the BucketCount change %d → %d still drain (%v); all are listed",
+			cfg.OldBucketCount, cfg.BucketCount, drainErr))
 	}
 	err = eachBucket(ctx, buckets, func(ctx context.Context, i, b int) error {
 		bs, err := readBucket(ctx, st, s.db, s.tables.Control, b, now, cfg.Mode == outbox.WatermarkMode)
@@ -294,7 +319,7 @@ func (s *session) buckets(ctx context.Context, bucket int, opts ...dynamo.StoreO
 	case bucket >= 0:
 		return st, cfg, []int{bucket}, nil
 	}
-	all := make([]int, cfg.BucketCount)
+	all := make([]int, cfg.Span()) // the old buckets above the count too, while they drain
 	for b := range all {
 		all[b] = b
 	}
@@ -417,16 +442,20 @@ func (r *statusReport) render(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "outbox   messages %s, control %s\n", r.MessagesTable, r.ControlTable)
 	fmt.Fprintf(w, "config   BucketCount %d (epoch %d), format version %d, %s\n", r.Config.BucketCount, r.Config.BucketEpoch, r.Config.FormatVersion, mode)
+	c := r.Config
 	switch {
-	case r.Config.ChangingTo == 0:
-	case r.Config.ChangeDeadline.After(r.At):
-		fmt.Fprintf(w, "change   BucketCount %d → %d in progress: writers pause until the old buckets drained, or until %s; "+
-			"past it the change is aborted by whoever meets it first (outbox buckets set, a relay, the sweeper, a Go or Python writer)\n",
-			r.Config.BucketCount, r.Config.ChangingTo, r.Config.ChangeDeadline.Format(time.RFC3339))
-	default:
-		fmt.Fprintf(w, "change   BucketCount %d → %d in progress %s past its deadline %s: writers are paused until a relay, the sweeper "+
-			"or a writer aborts it (within a minute while the sweeper runs; outbox buckets set ends it now)\n",
-			r.Config.BucketCount, r.Config.ChangingTo, age(r.At.Sub(*r.Config.ChangeDeadline)), r.Config.ChangeDeadline.Format(time.RFC3339))
+	case c.OldBucketCount != 0 && len(c.OldBucketsDraining) == 0:
+		fmt.Fprintf(w, "change   BucketCount %d → %d: the old epoch drained; the sweeper (or buckets set %d) ends it\n", c.OldBucketCount, c.BucketCount, c.BucketCount)
+	case c.OldBucketCount != 0 && c.ChangeDeadline.After(r.At):
+		fmt.Fprintf(w, "change   BucketCount %d → %d: writers write under %d; old buckets %v still drain (by %s): the new messages of their keys wait for them\n",
+			c.OldBucketCount, c.BucketCount, c.BucketCount, c.OldBucketsDraining, c.ChangeDeadline.Format(time.RFC3339))
+	case c.OldBucketCount != 0:
+		fmt.Fprintf(w, "change   BucketCount %d → %d: old buckets %v still drain %s past the deadline %s: the new messages of their keys wait "+
+			"(are relays running? is a bucket stuck? see below; docs/failures.md)\n",
+			c.OldBucketCount, c.BucketCount, c.OldBucketsDraining, age(r.At.Sub(*c.ChangeDeadline)), c.ChangeDeadline.Format(time.RFC3339))
+	case c.ChangingTo != 0:
+		fmt.Fprintf(w, "change   BucketCount %d → %d begun by an older version, frozen: its writers pause; this version aborts it when it meets it "+
+			"(outbox buckets set, a relay's sweep, the sweeper, a Go writer)\n", c.BucketCount, c.ChangingTo)
 	}
 	fmt.Fprintf(w, "topics   %s\n", dynamo.TopicList(r.Config.Topics))
 	if len(r.Config.Regions) > 0 {

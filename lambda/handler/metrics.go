@@ -43,14 +43,15 @@ var (
 	StuckBuckets     = emf.Metric{Name: "StuckBuckets", Unit: emf.Count}
 	ParkedMessages   = emf.Metric{Name: "ParkedMessages", Unit: emf.Count}
 	LiveRelays       = emf.Metric{Name: "LiveRelays", Unit: emf.Count}
-	// BucketCountChangeOverdue: seconds past its deadline of an online
-	// BucketCount change still in progress after the sweep (the sweep
-	// could not abort it: writers stay paused); 0 when the change is
-	// within its deadline or was ended. Both change metrics are absent
-	// when the sweep saw no change in progress.
+	// BucketCountChangeOverdue: seconds past the change's deadline that
+	// the old epoch of an online BucketCount change still drains after
+	// the sweep (a stuck or unrelayed old bucket: the new messages of its
+	// keys wait); 0 when within the deadline or ended. Both change metrics
+	// are absent when the sweep saw no old epoch draining.
 	BucketCountChangeOverdue = emf.Metric{Name: "BucketCountChangeOverdue", Unit: emf.Seconds}
-	// BucketCountChangesAborted: overdue changes the sweep aborted (0 or 1).
-	BucketCountChangesAborted = emf.Metric{Name: "BucketCountChangesAborted", Unit: emf.Count}
+	// BucketCountChangesCompleted: old epochs the sweep found drained and
+	// ended (0 or 1).
+	BucketCountChangesCompleted = emf.Metric{Name: "BucketCountChangesCompleted", Unit: emf.Count}
 )
 
 // RelayMetricSet and SweeperMetricSet list each function's metrics in the
@@ -61,7 +62,7 @@ var (
 		PublishDuration, BatchSize, LeasesAcquired, LeasesLost, LeasesTakenOver, MessagesParked, FencesWritten,
 		GapWaitTime, BucketsFailed, InvocationDuration}
 	SweeperMetricSet = []emf.Metric{PendingMessages, OldestPendingAge, StuckBuckets, ParkedMessages, LiveRelays, BucketsFailed,
-		BucketCountChangeOverdue, BucketCountChangesAborted}
+		BucketCountChangeOverdue, BucketCountChangesCompleted}
 )
 
 // NewEmitter returns the functions' EMF emitter: namespace Outbox, dimension

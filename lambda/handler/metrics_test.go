@@ -110,7 +110,7 @@ func TestMetricSetsAreTheContract(t *testing.T) {
 	relay := "MessagesPublished/Count PublishFailuresRetriable/Count PublishFailuresFatal/Count PublishFailuresRecord/Count " +
 		"PublishDuration/Milliseconds BatchSize/Count LeasesAcquired/Count LeasesLost/Count LeasesTakenOver/Count " +
 		"MessagesParked/Count FencesWritten/Count GapWaitTime/Milliseconds BucketsFailed/Count InvocationDuration/Milliseconds"
-	sweeper := "PendingMessages/Count OldestPendingAge/Seconds StuckBuckets/Count ParkedMessages/Count LiveRelays/Count BucketsFailed/Count BucketCountChangeOverdue/Seconds BucketCountChangesAborted/Count"
+	sweeper := "PendingMessages/Count OldestPendingAge/Seconds StuckBuckets/Count ParkedMessages/Count LiveRelays/Count BucketsFailed/Count BucketCountChangeOverdue/Seconds BucketCountChangesCompleted/Count"
 	if got := names(RelayMetricSet); got != relay {
 		t.Errorf("relay metrics\n %s\nwant\n %s", got, relay)
 	}
@@ -233,12 +233,13 @@ func TestSweeperLineGolden(t *testing.T) {
 		{"sweeper_failed.json", outbox.SweepReport{Live: 1}, false, nil, false},
 		// The sweep failed before anything: an empty line.
 		{"sweeper_nothing.json", outbox.SweepReport{}, false, nil, false},
-		// A BucketCount change 95 s past its deadline the sweep could not
-		// abort (RebucketOverdueAlarm), then one it aborted.
+		// The old epoch of a BucketCount change still draining 95 s past
+		// its deadline (RebucketOverdueAlarm), then one the sweep found
+		// drained and ended.
 		{"sweeper_change_overdue.json", outbox.SweepReport{Live: 1, Buckets: healthy,
-			Change: &outbox.ChangeSeen{From: 8, To: 16, Overdue: 95 * time.Second, Err: probeErr}}, true, nil, true},
-		{"sweeper_change_aborted.json", outbox.SweepReport{Live: 1, Buckets: healthy,
-			Change: &outbox.ChangeSeen{From: 8, To: 16, Overdue: 95 * time.Second, Aborted: true}}, true, nil, true},
+			Change: &outbox.ChangeSeen{From: 8, To: 16, Overdue: 95 * time.Second, Waiting: []int{3}}}, true, nil, true},
+		{"sweeper_change_completed.json", outbox.SweepReport{Live: 1, Buckets: healthy,
+			Change: &outbox.ChangeSeen{From: 8, To: 16, Completed: true}}, true, nil, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

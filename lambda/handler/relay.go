@@ -72,16 +72,15 @@ type regionDrainer interface {
 // region-mode outbox's takeovers before an invocation (one consistent read
 // of the config item): a takeover or a hand-back reaches the stream path
 // within it, and the sweeper's path at its next sweep. As often, a relay
-// that reports ChangesAborted (*outbox.Relay) reads the config item for an
-// online BucketCount change past its deadline, and aborts it
-// (RefreshConfig): the stream path ends a change its tool abandoned
-// without waiting for the sweeper.
+// that reports ChangesCompleted (*outbox.Relay) reads the config item
+// (RefreshConfig): it learns that the old epoch of an online BucketCount
+// change ended, and stops asking the store's epoch gate.
 const RegionRefreshInterval = 15 * time.Second
 
 // changeWatcher is the optional part of a Drainer (*outbox.Relay has it)
-// that aborts overdue BucketCount changes when it reads the config item.
+// that follows online BucketCount changes when it reads the config item.
 type changeWatcher interface {
-	ChangesAborted() int64
+	ChangesCompleted() int64
 }
 
 // Counters are the handler's running totals since init, logged with every
@@ -96,8 +95,9 @@ type Counters struct {
 	Held       atomic.Int64 // buckets held by another owner (woken)
 	Failed     atomic.Int64 // buckets that could not be drained
 	Published  atomic.Int64 // messages published
-	// ChangesAborted: overdue online BucketCount changes the relay ended.
-	ChangesAborted atomic.Int64
+	// ChangesCompleted: online BucketCount changes whose drained old
+	// epoch the relay ended.
+	ChangesCompleted atomic.Int64
 }
 
 // Relay handles DynamoDB stream events. Build it with NewRelay.
@@ -157,7 +157,7 @@ func (h *Relay) refreshRegions(ctx context.Context) {
 		if _, err := h.relay.RefreshConfig(ctx); err != nil {
 			h.log.ErrorContext(ctx, "outbox relay: re-read the config item", "err", err)
 		}
-		h.counters.ChangesAborted.Store(cw.ChangesAborted())
+		h.counters.ChangesCompleted.Store(cw.ChangesCompleted())
 	}
 	if !ok {
 		return
@@ -165,6 +165,20 @@ func (h *Relay) refreshRegions(ctx context.Context) {
 	if err := rd.RefreshRegions(ctx); err != nil {
 		h.log.ErrorContext(ctx, "outbox relay: re-read the region-mode takeovers", "err", err)
 	}
+}
+
+// spanner is the optional part of a Drainer (*outbox.Relay has it) that
+// drains more buckets than BucketCount: after an online shrink, the old
+// buckets above the new count while the old epoch drains.
+type spanner interface{ BucketSpan() int }
+
+// span is how many buckets the relay drains: a hint for a bucket below it
+// is in range.
+func (h *Relay) span() int {
+	if s, ok := h.relay.(spanner); ok {
+		return s.BucketSpan()
+	}
+	return h.relay.BucketCount()
 }
 
 // Counters returns the handler's running totals.
@@ -281,13 +295,13 @@ func (h *Relay) readHints(ctx context.Context, records []events.DynamoDBEventRec
 			h.log.ErrorContext(ctx, "outbox relay: malformed stream record ignored; the sweeper recovers its bucket", "err", err)
 			continue
 		}
-		if b >= h.relay.BucketCount() && !refreshed {
+		if b >= h.span() && !refreshed {
 			// An online BucketCount change may have added it: one read
 			// of the config item per batch at most.
 			refreshed = true
 			h.relay.RefreshConfig(ctx)
 		}
-		if b >= h.relay.BucketCount() {
+		if b >= h.span() {
 			hs.outOfRange++
 			h.log.ErrorContext(ctx, "outbox relay: hint for a bucket outside the configured range; a writer uses another BucketCount",
 				"bucket", b, "bucket_count", h.relay.BucketCount(), "event_id", rec.EventID)

@@ -23,12 +23,15 @@ import (
 type fakeDrainer struct {
 	mu      sync.Mutex
 	count   int
+	span    int // the buckets drained beyond count (an old epoch after a shrink); 0: none
 	errs    map[int]error
 	drained []int
 	targets map[int]int64
 }
 
 func (f *fakeDrainer) BucketCount() int { return f.count }
+
+func (f *fakeDrainer) BucketSpan() int { return max(f.count, f.span) }
 
 func (f *fakeDrainer) RefreshConfig(context.Context) (int, error) { return f.count, nil }
 
@@ -76,6 +79,7 @@ func TestHandlerFixtures(t *testing.T) {
 	cases := []struct {
 		fixture    string
 		errs       map[int]error
+		span       int
 		drained    string
 		failure    string // expected ItemIdentifier, "" for none
 		ignored    int64
@@ -87,6 +91,8 @@ func TestHandlerFixtures(t *testing.T) {
 		{fixture: "remove.json", drained: "[]", ignored: 2},
 		{fixture: "fence.json", drained: "[4]"},
 		{fixture: "out_of_range.json", drained: "[0]", outOfRange: 1},
+		// After a shrink 16 → 8, old bucket 12 is drained while its epoch drains.
+		{fixture: "out_of_range.json", span: 16, drained: "[0 12]"},
 		{fixture: "malformed.json", drained: "[6]", malformed: 6},
 		// Bucket 3's first record is seq 100, bucket 1's is 101: report the lowest failed one.
 		{fixture: "insert.json", errs: map[int]error{1: errBroker, 7: errBroker}, drained: "[1 3 7]", failure: "4421584500000000000000000101"},
@@ -96,7 +102,7 @@ func TestHandlerFixtures(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%s/%v", c.fixture, c.errs), func(t *testing.T) {
-			d := &fakeDrainer{count: 8, errs: c.errs}
+			d := &fakeDrainer{count: 8, span: c.span, errs: c.errs}
 			h := newHandler(d)
 			resp, err := h.Handle(context.Background(), loadEvent(t, c.fixture))
 			if err != nil {

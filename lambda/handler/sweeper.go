@@ -80,10 +80,10 @@ type Summary struct {
 	// Stuck lists the buckets pending at the same head for StuckAfter
 	// sweeps.
 	Stuck []int `json:"stuck"`
-	// ChangeAborted: the sweep aborted an online BucketCount change past
-	// its deadline; ChangeOverdueSeconds is how far past it a change
-	// still is that the sweep could not abort (0: none).
-	ChangeAborted        bool    `json:"change_aborted,omitempty"`
+	// ChangeCompleted: the sweep found the old epoch of an online
+	// BucketCount change drained and ended it; ChangeOverdueSeconds is how
+	// far past the change's deadline its old epoch still drains (0: none).
+	ChangeCompleted      bool    `json:"change_completed,omitempty"`
 	ChangeOverdueSeconds float64 `json:"change_overdue_s,omitempty"`
 }
 
@@ -170,11 +170,13 @@ func (h *Sweeper) Handle(ctx context.Context, ev events.CloudWatchEvent) (Summar
 	}
 	slices.Sort(s.OutOfRange)
 	if c := rep.Change; c != nil {
-		s.ChangeAborted = c.Aborted
-		if c.Err != nil {
-			s.ChangeOverdueSeconds = c.Overdue.Seconds()
-			h.log.ErrorContext(ctx, "outbox sweeper: a BucketCount change is in progress past its deadline and could not be aborted; writers stay paused",
-				"from", c.From, "to", c.To, "deadline", c.Deadline, "err", c.Err)
+		s.ChangeCompleted, s.ChangeOverdueSeconds = c.Completed, c.Overdue.Seconds()
+		switch {
+		case c.Err != nil:
+			h.log.ErrorContext(ctx, "outbox sweeper: could not look at the old epoch of a BucketCount change", "from", c.From, "to", c.To, "err", c.Err)
+		case c.Overdue > 0:
+			h.log.ErrorContext(ctx, "outbox sweeper: the old epoch of a BucketCount change has not drained by its deadline; the new messages of its keys wait",
+				"from", c.From, "to", c.To, "deadline", c.Deadline, "waiting_for", c.Waiting)
 		}
 	}
 	stuckKnown := false
@@ -239,15 +241,12 @@ func sweeperLine(rep outbox.SweepReport, looked bool, start time.Time, stuck []i
 	// item is read before the buckets, so an overdue change is reported
 	// even when the sweep failed later.
 	if c := rep.Change; c != nil {
-		overdue, aborted := 0.0, 0.0
-		if c.Err != nil {
-			overdue = c.Overdue.Seconds()
+		completed := 0.0
+		if c.Completed {
+			completed = 1
 		}
-		if c.Aborted {
-			aborted = 1
-		}
-		l.Value(BucketCountChangeOverdue, overdue)
-		l.Value(BucketCountChangesAborted, aborted)
+		l.Value(BucketCountChangeOverdue, c.Overdue.Seconds())
+		l.Value(BucketCountChangesCompleted, completed)
 	}
 	if !looked {
 		live()

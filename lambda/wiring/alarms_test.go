@@ -728,10 +728,14 @@ func TestFailuresRaiseTheirAlarms(t *testing.T) {
 		"Transactional mode: a relay that acquired a bucket cannot initialise": {"this rig publishes without transactions; the root package's " +
 			"TestFailedFenceReadsAndPublishesNothing checks that the drain stops before its read with the fence's error and class and gives the lease up: " +
 			"a fence that keeps failing leaves the bucket's messages pending, as any drain that keeps failing", "../../fence_test.go", "TestFailedFenceReadsAndPublishesNothing"},
-		"The tool that began a `BucketCount` change is killed": {"the sweeper aborts a change past its deadline, so RebucketOverdueAlarm fires only " +
-			"when it cannot (a DynamoDB permission): integration's TestRebucketCLI drives the killed tool's change ended by the relay, the sweeper " +
-			"and the Python writer, lambda/handler's TestSweeperLineGolden the metric of a change the sweeper could not abort",
+		"The tool that began a `BucketCount` change is killed": {"the change stands after its flip and the sweeper ends its old epoch once " +
+			"drained, so RebucketOverdueAlarm fires only when an old bucket does not drain (the next row): integration's TestRebucketCLI drives the " +
+			"interrupted tool and the old epoch ended by the sweeper, a relay's sweep and the CLI",
 			"../../integration/rebucket_cli_test.go", "TestRebucketCLI"},
+		"An old bucket does not drain after a change": {"an old epoch still draining past the change's deadline: the root package's " +
+			"TestSweepEndsADrainedOldEpoch drives the sweep's overdue report (ChangeSeen.Overdue, Waiting) that the sweeper turns into " +
+			"BucketCountChangeOverdue (lambda/handler's TestSweeperLineGolden, sweeper_change_overdue.json); OldestPendingAge follows the held messages",
+			"../../change_test.go", "TestSweepEndsADrainedOldEpoch"},
 	}
 	for row, nd := range notDriven {
 		src, err := os.ReadFile(nd.file)

@@ -37,8 +37,8 @@ func (e *BucketCountChangeError) Error() string {
 
 // RegionModeBucketCountError is ChangeBucketCount (and Configure) refusing
 // an online BucketCount change in region mode: each region's writers and
-// relays own a slice of the buckets, and the change would have to freeze
-// and drain every region's counters from one region, the cross-region
+// relays own a slice of the buckets, and the change would have to cut and
+// watch every region's counters from one region, the cross-region
 // arbitration region mode exists to avoid. Nothing is written.
 type RegionModeBucketCountError struct {
 	Stored, Requested int
@@ -104,17 +104,24 @@ func (e *ModeChangeError) Error() string {
 // Every other item keeps outbox.FormatVersion in both modes; Config reports
 // that item format as FormatVersion, whatever the config item's version.
 //
-// Version 3 is a config item with a BucketCount epoch (be, nb, cd: an
-// online BucketCount change happened or is in progress, rebucket.go), or in
-// region mode (rg, the regions in order; rgt, the takeovers), or both. Code
-// that predates them refuses it at start, loudly, as above: it would write
-// under a stale count, or write and drain every bucket in every region —
-// the loss region mode exists to prevent. Code already running when a
-// change began is refused by its counters (sequence, MovedCounter).
+// Version 3 is a config item with a BucketCount epoch (be: an online
+// BucketCount change happened, rebucket.go), or in region mode (rg, the
+// regions in order; rgt, the takeovers), or both. Code that predates them
+// refuses it at start, loudly, as above: it would write under a stale
+// count, or write and drain every bucket in every region — the loss region
+// mode exists to prevent. Code already running when a change began is
+// refused by its counters (sequence, MovedCounter). (Versions before the
+// cut-over also wrote nb and cd, a change in progress, at version 3.)
+//
+// Version 4 is a config item whose old epoch still drains (ob, cd): code
+// before the cut-over would publish the new epoch's messages without the
+// gate (outbox.EpochGate), so it refuses the item at start. Once the old
+// epoch ended (ob removed) the item is version 3 again.
 const (
 	configV1 = 1
 	configV2 = 2
 	configV3 = 3
+	configV4 = 4
 )
 
 // configItem is the config item that says c.
@@ -127,11 +134,11 @@ func configItem(c outbox.Config) map[string]types.AttributeValue {
 		item[attrMode] = strAttr(c.Mode.String())
 		item[attrRetention] = numAttr(int64(c.Retention / time.Second))
 	}
-	if c.BucketEpoch > 0 || c.Changing() {
+	if c.BucketEpoch > 0 || c.Draining() || c.Frozen() {
 		item[attrVersion] = numAttr(configV3)
 		item[attrBktEpoch] = numAttr(c.BucketEpoch)
 	}
-	if c.Changing() {
+	if c.Frozen() {
 		item[attrNextBkts] = numAttr(int64(c.NextBucketCount))
 		item[attrChangeDL] = numAttr(c.ChangeDeadline.UnixMilli())
 	}
@@ -152,6 +159,11 @@ func configItem(c outbox.Config) map[string]types.AttributeValue {
 			}
 			item[attrTakenOver] = m
 		}
+	}
+	if c.Draining() {
+		item[attrVersion] = numAttr(configV4)
+		item[attrOldBkts] = numAttr(int64(c.OldBucketCount))
+		item[attrChangeDL] = numAttr(c.ChangeDeadline.UnixMilli())
 	}
 	if c.MaxMessageBytes != 0 {
 		item[attrMaxBytes] = numAttr(int64(c.MaxMessageBytes))
@@ -184,8 +196,8 @@ func decodeConfig(item map[string]types.AttributeValue) (outbox.Config, error) {
 	if err != nil {
 		return outbox.Config{}, err
 	}
-	if v > configV3 {
-		return outbox.Config{}, &outbox.MisconfigurationError{Setting: "FormatVersion", Configured: strconv.Itoa(configV3), Stored: strconv.FormatInt(v, 10),
+	if v > configV4 {
+		return outbox.Config{}, &outbox.MisconfigurationError{Setting: "FormatVersion", Configured: strconv.Itoa(configV4), Stored: strconv.FormatInt(v, 10),
 			Fix: "the outbox was created by a newer version of this library; upgrade"}
 	}
 	c := outbox.Config{BucketCount: int(bc), FormatVersion: outbox.FormatVersion, Mode: outbox.DeleteMode}
@@ -240,6 +252,9 @@ func decodeConfig(item map[string]types.AttributeValue) (outbox.Config, error) {
 		return outbox.Config{}, err
 	}
 	switch {
+	case c.Draining() && v < configV4:
+		return outbox.Config{}, &ItemError{Attribute: attrVersion, Reason: fmt.Sprintf(
+			"a config item whose old BucketCount epoch drains must have format version %d, so that older relays refuse it; it has %d", configV4, v)}
 	case c.RegionMode() && v < configV3:
 		return outbox.Config{}, &ItemError{Attribute: attrVersion, Reason: fmt.Sprintf(
 			"a region-mode config item must have format version %d, so that older relays and writers refuse it; it has %d (write it with dynamo.Configure)", configV3, v)}
@@ -398,8 +413,10 @@ func SetBucketCount(ctx context.Context, client StoreAPI, tables Tables, bucketC
 //     option states the old value is refused at its next start;
 //   - another BucketCount (the same Mode): changed online, while writers
 //     and relays run, by ChangeBucketCount with opts (ChangeTimeout,
-//     ChangeGapTimeout): a *ChangeAbortedError when the old buckets do not
-//     drain in time. A change left unfinished is finished first;
+//     ChangeGapTimeout): writers switch at once; it returns once the old
+//     epoch drained or at the timeout (the change stands either way). A
+//     *ChangeAbortedError, nothing written, when the previous change's old
+//     epoch does not drain in time;
 //   - another Mode (with or without another BucketCount): changed only if
 //     the outbox is empty, that is no message is pending in any bucket
 //     below OutOfRangeProbe of the larger count — each bucket is probed
@@ -467,7 +484,7 @@ func configure(ctx context.Context, client StoreAPI, tables Tables, change func(
 	if err != nil {
 		return stored, err
 	}
-	if stored.Mode == want.Mode && (stored.BucketCount != want.BucketCount || stored.Changing()) {
+	if stored.Mode == want.Mode && (stored.BucketCount != want.BucketCount || stored.Frozen()) {
 		// Online (rebucket.go); then the other settings, if any.
 		first := stored
 		if _, err := ChangeBucketCount(ctx, client, tables, want.BucketCount, opts...); err != nil {
@@ -477,13 +494,13 @@ func configure(ctx context.Context, client StoreAPI, tables Tables, change func(
 			return first, err
 		}
 		prev := first
-		want.BucketEpoch, want.NextBucketCount, want.ChangeDeadline = stored.BucketEpoch, 0, time.Time{}
+		want.BucketEpoch, want.OldBucketCount, want.ChangeDeadline, want.NextBucketCount = stored.BucketEpoch, stored.OldBucketCount, stored.ChangeDeadline, 0
 		if sameConfig(stored, want) {
 			return prev, nil
 		}
 		return prev, replaceConfig(ctx, client, tables.Control, stored, want)
 	}
-	want.BucketEpoch, want.NextBucketCount, want.ChangeDeadline = stored.BucketEpoch, stored.NextBucketCount, stored.ChangeDeadline
+	want.BucketEpoch, want.OldBucketCount, want.ChangeDeadline, want.NextBucketCount = stored.BucketEpoch, stored.OldBucketCount, stored.ChangeDeadline, stored.NextBucketCount
 	if sameConfig(stored, want) {
 		return stored, nil
 	}
@@ -506,7 +523,7 @@ func configure(ctx context.Context, client StoreAPI, tables Tables, change func(
 
 // configAttrs are the config item's attributes that say its configuration.
 var configAttrs = []string{attrBuckets, attrVersion, attrMode, attrRetention, attrTopics, attrMaxBytes, attrIDHeader, attrBktHeader, attrSeqHeader,
-	attrBktEpoch, attrNextBkts, attrChangeDL, attrRegions, attrTakenOver}
+	attrBktEpoch, attrOldBkts, attrNextBkts, attrChangeDL, attrRegions, attrTakenOver}
 
 // replaceConfig changes the config item from old to c, conditional on it
 // still saying old; a resent write that applied already is recognised.
@@ -617,10 +634,12 @@ func describeChange(old, c outbox.Config) string {
 		parts = append(parts, fmt.Sprintf("BucketCount was being changed from %d to %d", old.BucketCount, c.BucketCount))
 	}
 	switch {
-	case !old.Changing() && c.Changing():
-		parts = append(parts, fmt.Sprintf("a BucketCount change from %d to %d was being started", old.BucketCount, c.NextBucketCount))
-	case old.Changing() && !c.Changing():
-		parts = append(parts, fmt.Sprintf("the BucketCount change from %d to %d was ending", old.BucketCount, old.NextBucketCount))
+	case !old.Draining() && c.Draining():
+		parts = append(parts, fmt.Sprintf("a BucketCount change from %d to %d was being made", c.OldBucketCount, c.BucketCount))
+	case old.Draining() && !c.Draining():
+		parts = append(parts, fmt.Sprintf("the old epoch of the BucketCount change from %d to %d was being ended", old.OldBucketCount, old.BucketCount))
+	case old.Frozen() && !c.Frozen():
+		parts = append(parts, fmt.Sprintf("an older version's BucketCount change from %d to %d was being aborted", old.BucketCount, old.NextBucketCount))
 	}
 	if old.Mode != c.Mode {
 		parts = append(parts, fmt.Sprintf("the mode was being changed from %v to %v", old.Mode, c.Mode))

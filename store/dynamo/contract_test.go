@@ -34,8 +34,8 @@ func TestItemBuildersMatchSchemas(t *testing.T) {
 	var rows []testenv.SchemaRow
 	for _, m := range msgs {
 		rows = append(rows,
-			testenv.SchemaRow{Table: "messages", Item: messageItem(m)},
-			testenv.SchemaRow{Table: "messages", Item: withRetention(messageItem(m), m.CreatedAt, DefaultRetention)})
+			testenv.SchemaRow{Table: "messages", Item: messageItem(m, 0)},
+			testenv.SchemaRow{Table: "messages", Item: withRetention(messageItem(m, 0), m.CreatedAt, DefaultRetention)})
 	}
 	rows = append(rows,
 		testenv.SchemaRow{Table: "messages", Item: fenceItem(3, 10, created, created.Add(DefaultFenceTTL))},

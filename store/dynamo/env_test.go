@@ -70,7 +70,7 @@ func (e *env) put(ctx context.Context, msgs ...outbox.Message) error {
 	for _, m := range msgs {
 		items = append(items, types.TransactWriteItem{Put: &types.Put{
 			TableName:                str(e.tables.Messages),
-			Item:                     withRetention(messageItem(m), m.CreatedAt, e.retention),
+			Item:                     withRetention(messageItem(m, 0), m.CreatedAt, e.retention),
 			ConditionExpression:      str("attribute_not_exists(#s)"),
 			ExpressionAttributeNames: names(attrSeq),
 		}})

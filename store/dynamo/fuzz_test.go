@@ -195,7 +195,7 @@ func FuzzDecodeItem(f *testing.F) {
 			if _, ok := item[attrFence]; ok {
 				t.Fatalf("message entry from an item with f=%v", item[attrFence])
 			}
-			re = messageItem(e.Message)
+			re = messageItem(e.Message, 0)
 			for _, name := range []string{attrBucket, attrSeq, attrVersion, attrID, attrTopic, attrKey, attrValue, attrHeaders, attrPartition, attrCreated} {
 				orig, had := item[name]
 				now, has := re[name]
@@ -465,7 +465,7 @@ func (r *fuzzBytes) item() map[string]types.AttributeValue {
 			m.Partition = outbox.PartitionOf(int32(p))
 		}
 		m.CreatedAt = time.UnixMilli(r.int64())
-		item = messageItem(m)
+		item = messageItem(m, 0)
 	default:
 		now := time.UnixMilli(r.int64())
 		item = fenceItem(int(r.int64()), r.int64(), now, now.Add(time.Hour))

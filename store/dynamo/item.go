@@ -30,9 +30,10 @@ const (
 const maxSeqForSize = math.MaxInt64
 
 // messageItem is the messages-table item of m (m.Bucket and m.Sequence must be
-// set). An empty non-nil key or value is stored as an empty binary attribute;
-// a nil one is omitted.
-func messageItem(m outbox.Message) map[string]types.AttributeValue {
+// set), whose sequence number was reserved at BucketCount epoch epoch (its
+// stamp; none at epoch 0). An empty non-nil key or value is stored as an
+// empty binary attribute; a nil one is omitted.
+func messageItem(m outbox.Message, epoch int64) map[string]types.AttributeValue {
 	item := map[string]types.AttributeValue{
 		attrBucket:  numAttr(int64(m.Bucket)),
 		attrSeq:     numAttr(m.Sequence),
@@ -54,6 +55,9 @@ func messageItem(m outbox.Message) map[string]types.AttributeValue {
 	}
 	if m.Partition != nil {
 		item[attrPartition] = numAttr(int64(*m.Partition))
+	}
+	if epoch > 0 {
+		item[attrMsgEpoch] = numAttr(epoch)
 	}
 	return item
 }
@@ -163,8 +167,25 @@ func decodeItem(item map[string]types.AttributeValue) outbox.Entry {
 		return e
 	}
 
-	e.Err = decodeMessage(item, &e.Message)
+	if e.Err = decodeMessage(item, &e.Message); e.Err == nil {
+		e.Epoch, e.Err = decodeStamp(item)
+	}
 	return e
+}
+
+// decodeStamp reads a message item's BucketCount epoch stamp (0 when it
+// has none: written at epoch 0).
+func decodeStamp(item map[string]types.AttributeValue) (int64, error) {
+	switch ep, err := intAttr(item, attrMsgEpoch, false); {
+	case errors.Is(err, errMissing):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	case ep < 1:
+		return 0, &ItemError{Attribute: attrMsgEpoch, Reason: fmt.Sprintf("BucketCount epoch %d; a stamp is at least 1 (epoch 0 has none)", ep)}
+	default:
+		return ep, nil
+	}
 }
 
 // decodeMessage decodes a message item's message attributes into m (its

@@ -39,7 +39,7 @@ func TestMessageItemRoundTrip(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			m := testMessage()
 			c.change(&m)
-			e := decodeItem(messageItem(m))
+			e := decodeItem(messageItem(m, 0))
 			if e.Err != nil || e.Fence || e.Sequence != m.Sequence {
 				t.Fatalf("entry = %+v", e)
 			}
@@ -66,7 +66,7 @@ func TestMessageItemEmptyBinaryIsNonNil(t *testing.T) {
 	// rejects; an empty key must go out as a non-nil empty slice.
 	m := testMessage()
 	m.Key, m.Value = []byte{}, []byte{}
-	item := messageItem(m)
+	item := messageItem(m, 0)
 	for _, name := range []string{attrKey, attrValue} {
 		b, ok := item[name].(*types.AttributeValueMemberB)
 		if !ok || b.Value == nil {
@@ -115,7 +115,7 @@ func TestDecodeItemErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			item := messageItem(testMessage())
+			item := messageItem(testMessage(), 0)
 			c.change(item)
 			e := decodeItem(item)
 			var ie *ItemError

@@ -445,15 +445,19 @@ func (s *settings) validate() error {
 	return s.headers.Check()
 }
 
-// ChangeTimeout bounds how long ChangeBucketCount waits for the old buckets
-// to drain — the longest pause the change puts on writers — before it aborts
-// the change. Default DefaultChangeTimeout (30 s); a context deadline
-// shortens it, keeping DefaultChangeMargin for the end of the change.
+// ChangeTimeout is how long the old epoch of a BucketCount change may take
+// to drain: ChangeBucketCount watches it drain that long before it returns
+// (the change stands; Result.Draining names the old buckets left), waits
+// at most that long before the flip for the previous change's old epoch
+// (a *ChangeAbortedError after it, nothing written), and past it the
+// change is overdue (the sweeper's BucketCountChangeOverdue). Writers never
+// wait for it. Default DefaultChangeTimeout (30 s); a context that ends
+// sooner ends the watch (or the wait) sooner.
 func ChangeTimeout(d time.Duration) ChangeOption {
 	return changeOpt(func(s *settings) { s.changeTimeout = d })
 }
 
-// ChangeGapTimeout is how long a sequence number up to a bucket's fence
+// ChangeGapTimeout is how long a sequence number up to an old bucket's cut
 // point may stay missing before ChangeBucketCount fences it, as relays
 // fence gaps (a number reserved last in its bucket by a crashed writer is
 // no gap to a relay: nothing follows it). Default outbox.DefaultGapTimeout;

@@ -284,10 +284,10 @@ var ErrNotParked = errors.New("dynamo: no parked message at that bucket and sequ
 // The message goes to its key's bucket under the outbox's current
 // BucketCount: bucket itself, unless an online BucketCount change
 // (ChangeBucketCount) moved the key to another bucket, or removed bucket,
-// since it was parked. Either way it keeps the key's order: a change ends
-// only after every message of the old count was decided, so none of its
-// key's is pending in the old bucket, and the replay reserves at the
-// current epoch (refused, nothing written, while a change is in progress).
+// since it was parked. Either way it keeps the key's order: the replay
+// reserves at the current epoch and stamps it, so the relays publish it
+// only after the old buckets that could hold its key's older messages are
+// drained (outbox.EpochGate); it never waits for a change in progress.
 // Replaying moves the message behind everything enqueued since in that
 // bucket; consumers see it after them (docs/failures.md).
 //
@@ -311,31 +311,9 @@ func (s *Store) ReplayParked(ctx context.Context, bucket int, seq int64, replace
 	} else if pi.Err != nil {
 		return outbox.Message{}, fmt.Errorf("dynamo: replay bucket %d sequence %d: the parked item cannot be decoded (%v); give a replacement message", bucket, seq, pi.Err)
 	}
-	cfg, err := readConfig(ctx, s.client, s.tables.Control)
+	to, first, epoch, err := s.replayReserve(ctx, bucket, seq, pi, raw, m)
 	if err != nil {
 		return outbox.Message{}, err
-	}
-	to, err := replayBucket(cfg, bucket, pi, raw, m)
-	if err != nil {
-		return outbox.Message{}, err
-	}
-	if err := s.cfg.headers.Validate(m, -1, s.cfg.maxMessageBytes); err != nil {
-		return outbox.Message{}, err
-	}
-	// Region mode: only the bucket's own region reserves in its counter,
-	// through its own replica (design.md §14.1, R1); the Counter refuses
-	// the rest, a process without a region first.
-	counter, err := sequence.NewCounter(s.client, s.tables.Control, cfg, s.cfg.region)
-	if err != nil {
-		return outbox.Message{}, fmt.Errorf("dynamo: replay bucket %d sequence %d: %w", bucket, seq, err)
-	}
-	first, err := counter.ReserveAt(ctx, to, 1, cfg.BucketEpoch)
-	if errors.Is(err, sequence.ErrEpoch) {
-		return outbox.Message{}, fmt.Errorf("dynamo: replay bucket %d sequence %d: the outbox's BucketCount is changing, or changed since it was read; "+
-			"nothing was written, replay it again once the change is over: %w", bucket, seq, err)
-	}
-	if err != nil {
-		return outbox.Message{}, fmt.Errorf("dynamo: replay bucket %d sequence %d: reserve in bucket %d: %w", bucket, seq, to, err)
 	}
 	m.Bucket, m.Sequence = to, first
 	// Defence in depth: a message at or below head would be taken for a
@@ -344,7 +322,7 @@ func (s *Store) ReplayParked(ctx context.Context, bucket int, seq int64, replace
 		expression.AttributeNotExists(expression.Name(attrHead)),
 		expression.Name(attrHead).LessThan(expression.Value(first)))))
 	if err == nil {
-		_, err = s.client.TransactWriteItems(ctx, s.replayInput(m, bucket, seq, aboveHead))
+		_, err = s.client.TransactWriteItems(ctx, s.replayInput(m, epoch, bucket, seq, aboveHead))
 	}
 	if err != nil {
 		// The reserved number is abandoned; fence it so no relay waits.
@@ -352,6 +330,49 @@ func (s *Store) ReplayParked(ctx context.Context, bucket int, seq int64, replace
 		return outbox.Message{}, fmt.Errorf("dynamo: replay bucket %d sequence %d: %w", bucket, seq, err)
 	}
 	return m, nil
+}
+
+// replayReserve reserves the replayed message m's position: its bucket
+// under the current BucketCount (replayBucket) and a sequence number there
+// at the current epoch, which it returns. A counter an online change has
+// not cut yet is cut (sequence.Cut) and a counter at a later epoch makes
+// it read the config item again: like a writer, it does not wait for a
+// change (docs/design.md §13).
+func (s *Store) replayReserve(ctx context.Context, bucket int, seq int64, pi ParkedItem, raw map[string]types.AttributeValue, m outbox.Message) (to int, first, epoch int64, err error) {
+	for range maxEpochMeetings {
+		cfg, err := readConfig(ctx, s.client, s.tables.Control)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		if to, err = replayBucket(cfg, bucket, pi, raw, m); err != nil {
+			return 0, 0, 0, err
+		}
+		if err := s.cfg.headers.Validate(m, -1, s.cfg.maxMessageBytes); err != nil {
+			return 0, 0, 0, err
+		}
+		// Region mode: only the bucket's own region reserves in its
+		// counter, through its own replica (design.md §14.1, R1); the
+		// Counter refuses the rest, a process without a region first.
+		counter, err := sequence.NewCounter(s.client, s.tables.Control, cfg, s.cfg.region)
+		if err != nil {
+			return 0, 0, 0, fmt.Errorf("dynamo: replay bucket %d sequence %d: %w", bucket, seq, err)
+		}
+		first, err = counter.ReserveAt(ctx, to, 1, cfg.BucketEpoch)
+		var ee *sequence.EpochError
+		switch {
+		case err == nil:
+			return to, first, cfg.BucketEpoch, nil
+		case !errors.As(err, &ee):
+			return 0, 0, 0, fmt.Errorf("dynamo: replay bucket %d sequence %d: reserve in bucket %d: %w", bucket, seq, to, err)
+		case ee.Later():
+			// The count changed since the read: read it again.
+		default:
+			if _, err := sequence.Cut(ctx, s.client, s.tables.Control, to, cfg.BucketEpoch); err != nil {
+				return 0, 0, 0, fmt.Errorf("dynamo: replay bucket %d sequence %d: cut bucket %d's counter into BucketCount epoch %d: %w", bucket, seq, to, cfg.BucketEpoch, err)
+			}
+		}
+	}
+	return 0, 0, 0, fmt.Errorf("dynamo: replay bucket %d sequence %d: the BucketCount epoch kept changing while reserving; nothing was written, replay it again", bucket, seq)
 }
 
 // replayBucket is the bucket a replay of the parked message pi (raw as
@@ -463,16 +484,17 @@ func (s *Store) replacing(pi ParkedItem, raw map[string]types.AttributeValue, r 
 	return r, nil
 }
 
-// replayInput moves the parked message at bucket/seq to m's position, if
+// replayInput moves the parked message at bucket/seq to m's position,
+// stamped with the BucketCount epoch its number was reserved at, if
 // aboveHead holds on m's bucket's lease.
-func (s *Store) replayInput(m outbox.Message, bucket int, seq int64, aboveHead expression.Expression) *dynamodb.TransactWriteItemsInput {
+func (s *Store) replayInput(m outbox.Message, epoch int64, bucket int, seq int64, aboveHead expression.Expression) *dynamodb.TransactWriteItemsInput {
 	return &dynamodb.TransactWriteItemsInput{
 		ClientRequestToken: str(uuid.NewString()),
 		TransactItems: []types.TransactWriteItem{
 			// Constant conditions (expr.go): the new position is free, the
 			// dead letter is still there.
 			{Put: &types.Put{
-				TableName: str(s.tables.Messages), Item: withRetention(messageItem(m), m.CreatedAt, s.retention()),
+				TableName: str(s.tables.Messages), Item: withRetention(messageItem(m, epoch), m.CreatedAt, s.retention()),
 				ConditionExpression: str("attribute_not_exists(#s)"), ExpressionAttributeNames: names(attrSeq),
 			}},
 			{Delete: &types.Delete{

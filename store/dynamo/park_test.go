@@ -188,7 +188,7 @@ func TestReplayReplacementChecks(t *testing.T) {
 	decodable.ID = validID
 	// Undecodable items: a malformed header blob, with the id and topic
 	// readable; and one whose id and topic attributes are unusable.
-	readable := messageItem(outbox.Message{ID: validID, Bucket: 0, Sequence: 1, Topic: "orders", Key: []byte("k"), CreatedAt: t0})
+	readable := messageItem(outbox.Message{ID: validID, Bucket: 0, Sequence: 1, Topic: "orders", Key: []byte("k"), CreatedAt: t0}, 0)
 	readable[attrHeaders] = &types.AttributeValueMemberB{Value: []byte{9, 9, 9}}
 	unreadable := map[string]types.AttributeValue{
 		attrBucket: numAttr(0), attrSeq: numAttr(1), attrVersion: numAttr(1),

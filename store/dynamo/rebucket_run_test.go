@@ -55,16 +55,22 @@ func TestRebucketWhileWritersAndRelayRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The relay: drains every bucket it knows of, over and over, newest
-	// buckets first (the order most likely to break per-key order).
+	// The relay: drains every bucket it knows of, over and over, all at
+	// once (as the relay function does, bounded by MaxInFlight), newest
+	// buckets started first (the order most likely to break per-key
+	// order): a new bucket held by the gate waits while the old ones drain.
 	relayCtx, stopRelay := context.WithCancel(ctx)
 	relayDone := make(chan struct{})
 	go func() {
 		defer close(relayDone)
 		for relayCtx.Err() == nil {
-			for b := 15; b >= 0 && relayCtx.Err() == nil; b-- {
-				r.DrainBucket(relayCtx, b) // errors: a bucket beyond the count, a held lease; the next round retries
+			var round sync.WaitGroup
+			for b := 15; b >= 0; b-- {
+				round.Go(func() {
+					r.DrainBucket(relayCtx, b) // errors: a bucket beyond the count, a held lease, the gate; the next round retries
+				})
 			}
+			round.Wait()
 		}
 	}()
 	const writers, keysPerWriter = 4, 6
@@ -110,7 +116,8 @@ func TestRebucketWhileWritersAndRelayRun(t *testing.T) {
 			t.Fatalf("change to %d: %v", to, err)
 		}
 		changes++
-		t.Logf("changed %d → %d at epoch %d, counters frozen %v", res.From, res.To, res.Epoch, res.Frozen.Round(time.Millisecond))
+		t.Logf("changed %d → %d at epoch %d: flip and cut %v, old epoch drained in %v (ended %v)", res.From, res.To, res.Epoch,
+			res.Flip.Round(time.Millisecond), res.Watched.Round(time.Millisecond), res.Ended)
 	}
 	time.Sleep(time.Second)
 	stop.Store(true)

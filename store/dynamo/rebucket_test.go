@@ -47,10 +47,48 @@ func drainAll(t *testing.T, r *outbox.Relay, buckets int) {
 	}
 }
 
-// A change with messages pending and a writer that wants to write during
-// it: the writer pauses until the old buckets drained, then writes under the
-// new count; every key's old message is published before its new one, and
-// code that predates epochs can no longer reserve.
+// gatedErr reports whether err is what a drain may return while the
+// relays work through a change: a lease another drain holds, a bucket
+// beyond the relay's range, or new-epoch messages held by the gate.
+func gatedErr(err error) bool {
+	return err == nil || errors.Is(err, outbox.ErrLeaseHeld) || errors.As(err, new(*outbox.BucketRangeError)) || errors.Is(err, outbox.ErrGatePending)
+}
+
+// drainReverse drains buckets n-1..0 (new buckets before old ones, as
+// relays racing each other may), tolerating gatedErr.
+func drainReverse(t *testing.T, r *outbox.Relay, n int) {
+	t.Helper()
+	for b := n - 1; b >= 0; b-- {
+		if _, err := r.DrainBucket(ctxT(t), b); !gatedErr(err) {
+			t.Fatalf("drain bucket %d: %v", b, err)
+		}
+	}
+}
+
+// counterOf reads bucket b's counter item: its epoch (ce) and cut point
+// (cf), 0 when absent.
+func counterOf(t *testing.T, e *env, b int) (ce, cf int64) {
+	t.Helper()
+	item := e.getItem(t, e.tables.Control, map[string]types.AttributeValue{"pk": strAttr(sequence.PartitionKey(b)), "sk": strAttr(sequence.SortKey)})
+	ce, _ = intAttr(item, "ce", false)
+	cf, _ = intAttr(item, "cf", false)
+	return ce, cf
+}
+
+// configVersion is the config item's format version as stored.
+func configVersion(t *testing.T, e *env) string {
+	t.Helper()
+	return e.getItem(t, e.tables.Control, controlKey(configPK, configSK))[attrVersion].(*types.AttributeValueMemberN).Value
+}
+
+// A change 8 → 16 with a message of every key pending: writers go on at
+// once under the new count (every write during the change returns while
+// the old epoch has not drained, since no relay runs until they all
+// returned), stamp their messages with the new epoch, and the relays —
+// draining new buckets before old ones — publish every key's old message
+// before its new one; the change then ends the old epoch. Code that
+// predates epochs can no longer reserve or start. Mutation: a gate always
+// open publishes [new old] for the keys.
 func TestChangeBucketCountOnline(t *testing.T) {
 	e := newEnv(t, 8)
 	ctx := ctxT(t)
@@ -64,28 +102,24 @@ func TestChangeBucketCountOnline(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pub := &orderPublisher{}
-	r, err := outbox.NewRelay(ctx, e.store, pub, outbox.GapTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
 	changed := make(chan error, 1)
 	var res ChangeResult
 	go func() {
 		var err error
-		res, err = ChangeBucketCount(ctx, e.d.Client, e.tables, 16, ChangeTimeout(40*time.Second))
+		res, err = ChangeBucketCount(ctx, e.d.Client, e.tables, 16, ChangeTimeout(60*time.Second))
 		changed <- err
 	}()
-	// Wait for every counter to be frozen.
-	for {
-		c := storedConfig(t, e.d.Client, e.tables)
-		if c.Changing() && frozenCount(t, e, 8) == 8 {
-			break
-		}
+	for !storedConfig(t, e.d.Client, e.tables).Draining() {
 		time.Sleep(5 * time.Millisecond)
 	}
-	wrote := make(chan Result, keys)
+	if v := configVersion(t, e); v != "4" {
+		t.Errorf("config item version %s while the old epoch drains, want 4 (older code refuses it)", v)
+	}
+	// The writer read epoch 0: its first reservation meets a counter the
+	// changer cut, or cuts it itself, or (before the cut) lands at a
+	// number the cut point covers; either way it never waits.
 	var wg sync.WaitGroup
+	wrote := make(chan Result, keys)
 	for k := range keys {
 		wg.Go(func() {
 			res, err := w.Write(ctx, nil, keyedV(fmt.Sprint("k", k), "new"))
@@ -95,10 +129,33 @@ func TestChangeBucketCountOnline(t *testing.T) {
 			wrote <- res
 		})
 	}
-	// Drain new buckets before old ones, over and over, as relays racing
-	// each other may: only the change's gate keeps a key's new message
-	// behind its old one.
+	wg.Wait()
+	close(wrote)
+	if c := storedConfig(t, e.d.Client, e.tables); !c.Draining() {
+		t.Fatalf("config %+v after the writes: the old epoch ended without a relay, or the writers waited for it", c)
+	}
+	stamped := 0
+	for res := range wrote {
+		for _, m := range res.Messages {
+			item := e.getItem(t, e.tables.Messages, messageKey(m.Bucket, m.Sequence))
+			if ep, _ := intAttr(item, attrMsgEpoch, false); ep == 1 {
+				stamped++
+				if want := outbox.BucketForKey(m.Key, 16); m.Bucket != want {
+					t.Errorf("key %s written at epoch 1 to bucket %d, want %d (of 16)", m.Key, m.Bucket, want)
+				}
+			}
+		}
+	}
+	if stamped == 0 {
+		t.Errorf("no write during the change was stamped with epoch 1")
+	}
+	pub := &orderPublisher{}
+	r, err := outbox.NewRelay(ctx, e.store, pub, outbox.GapTimeout(200*time.Millisecond), outbox.GapPollInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for done := false; !done; {
+		drainReverse(t, r, 16)
 		select {
 		case err := <-changed:
 			if err != nil {
@@ -107,24 +164,14 @@ func TestChangeBucketCountOnline(t *testing.T) {
 			done = true
 		default:
 		}
-		drainReverse(t, r, 16)
 	}
-	wg.Wait()
-	close(wrote)
-	for res := range wrote {
-		for _, m := range res.Messages {
-			if want := outbox.BucketForKey(m.Key, 16); m.Bucket != want {
-				t.Errorf("key %s written to bucket %d after the change, want %d (of 16)", m.Key, m.Bucket, want)
-			}
-		}
-	}
-	if c := storedConfig(t, e.d.Client, e.tables); c.BucketCount != 16 || c.BucketEpoch != 1 || c.Changing() {
+	drainReverse(t, r, 16)
+	if c := storedConfig(t, e.d.Client, e.tables); c.BucketCount != 16 || c.BucketEpoch != 1 || c.Draining() {
 		t.Fatalf("config after the change: %+v", c)
 	}
-	if res.From != 8 || res.To != 16 || res.Epoch != 1 || res.Frozen <= 0 {
+	if res.From != 8 || res.To != 16 || res.Epoch != 1 || !res.Ended || len(res.Draining) != 0 {
 		t.Errorf("result %+v", res)
 	}
-	drainReverse(t, r, 16) // r learns the new count on its first drain beyond the old one
 	for k := range keys {
 		key := fmt.Sprint("k", k)
 		if got := pub.keys[key]; !slices.Equal(got, []string{"old", "new"}) {
@@ -140,169 +187,134 @@ func TestChangeBucketCountOnline(t *testing.T) {
 	if apiCode(err) != "ValidationException" {
 		t.Errorf("an old writer's reservation after the change = %v, want a ValidationException", err)
 	}
-	// And an old process starting is refused by the config item's version.
-	if v := e.getItem(t, e.tables.Control, controlKey(configPK, configSK))[attrVersion]; v.(*types.AttributeValueMemberN).Value != "3" {
-		t.Errorf("config item version %v, want 3", v)
+	if v := configVersion(t, e); v != "3" {
+		t.Errorf("config item version %s after the old epoch ended, want 3", v)
 	}
 }
 
-// drainReverse drains buckets n-1..0, skipping those beyond the relay's
-// count.
-func drainReverse(t *testing.T, r *outbox.Relay, n int) {
-	t.Helper()
-	for b := n - 1; b >= 0; b-- {
-		_, err := r.DrainBucket(ctxT(t), b)
-		if err != nil && !errors.Is(err, outbox.ErrLeaseHeld) && !errors.As(err, new(*outbox.BucketRangeError)) {
-			t.Fatalf("drain bucket %d: %v", b, err)
-		}
-	}
-}
-
-func frozenCount(t *testing.T, e *env, n int) int {
-	t.Helper()
-	frozen := 0
-	for b := range n {
-		item := e.getItem(t, e.tables.Control, map[string]types.AttributeValue{"pk": strAttr(sequence.PartitionKey(b)), "sk": strAttr(sequence.SortKey)})
-		if v, ok := item["ce"].(*types.AttributeValueMemberN); ok && v.Value[0] == '-' {
-			frozen++
-		}
-	}
-	return frozen
-}
-
-// With no relay running the drain never ends: the change is aborted at its
-// deadline, the count stays, and writers go on at the next epoch.
-func TestChangeBucketCountAbortsAtDeadline(t *testing.T) {
-	e := newEnv(t, 8)
+// The changer stopped right after the flip (no counter cut): a writer that
+// read the old count still reserves at epoch 0 on the uncut counter (its
+// number is below the coming cut point), a writer that read the new count
+// cuts the counter itself and reserves above the cut point; the relays
+// publish the key's messages in that order, and the sweep's EndOldEpoch
+// (cutting the counters nobody cut) ends the old epoch.
+func TestWritersCutCountersTheChangerDidNotReach(t *testing.T) {
+	e := newEnv(t, 4)
 	ctx := ctxT(t)
-	w, err := NewWriter(ctx, e.d.Client, e.tables)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := w.Write(ctx, nil, keyedV("a", "1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = ChangeBucketCount(ctx, e.d.Client, e.tables, 4, ChangeTimeout(300*time.Millisecond))
-	var ae *ChangeAbortedError
-	if !errors.As(err, &ae) || !slices.Equal(ae.Draining, []int{res.Messages[0].Bucket}) {
-		t.Fatalf("ChangeBucketCount = %v, want a *ChangeAbortedError naming bucket %d", err, res.Messages[0].Bucket)
-	}
-	if c := storedConfig(t, e.d.Client, e.tables); c.BucketCount != 8 || c.BucketEpoch != 1 || c.Changing() {
-		t.Fatalf("config after the abort: %+v", c)
-	}
-	res2, err := w.Write(ctx, nil, keyedV("a", "2"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m, old := res2.Messages[0], res.Messages[0]; m.Bucket != old.Bucket || m.Sequence != old.Sequence+1 {
-		t.Errorf("after the abort the key's message is at %d/%d, want %d/%d", m.Bucket, m.Sequence, old.Bucket, old.Sequence+1)
-	}
-}
-
-// A change whose caller stopped (crashed) after freezing some counters:
-// once its deadline passed, the first writer that meets a frozen counter
-// aborts it, and writes.
-func TestWriterAbortsAnAbandonedChange(t *testing.T) {
-	e := newEnv(t, 8)
-	ctx := ctxT(t)
-	w, err := NewWriter(ctx, e.d.Client, e.tables)
+	before, err := NewWriter(ctx, e.d.Client, e.tables)
 	if err != nil {
 		t.Fatal(err)
 	}
 	stored := storedConfig(t, e.d.Client, e.tables)
-	begin := stored
-	begin.NextBucketCount, begin.ChangeDeadline = 16, time.UnixMilli(time.Now().Add(200*time.Millisecond).UnixMilli())
-	if err := replaceConfig(ctx, e.d.Client, e.tables.Control, stored, begin); err != nil {
+	flipped := stored
+	flipped.BucketCount, flipped.BucketEpoch, flipped.OldBucketCount = 8, 1, 4
+	flipped.ChangeDeadline = time.UnixMilli(time.Now().Add(time.Minute).UnixMilli())
+	if err := replaceConfig(ctx, e.d.Client, e.tables.Control, stored, flipped); err != nil {
 		t.Fatal(err)
 	}
-	for b := range 8 {
-		if _, err := sequence.Freeze(ctx, e.d.Client, e.tables.Control, b, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	res, err := w.Write(ctx, nil, keyedV("a", "1"))
+	old, err := before.Write(ctx, nil, keyedV("a", "old"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if time.Now().Before(begin.ChangeDeadline) {
-		t.Errorf("the write ended before the change's deadline %v: the writer aborted a change that could still finish", begin.ChangeDeadline)
+	after, err := NewWriter(ctx, e.d.Client, e.tables)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if c := storedConfig(t, e.d.Client, e.tables); c.BucketCount != 8 || c.BucketEpoch != 1 || c.Changing() {
-		t.Fatalf("config after the writer's abort: %+v", c)
+	nw, err := after.Write(ctx, nil, keyedV("a", "new"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := res.Messages[0].Bucket; got != outbox.BucketForKey([]byte("a"), 8) {
-		t.Errorf("bucket %d, want the old count's", got)
+	om, nm := old.Messages[0], nw.Messages[0]
+	if om.Bucket != outbox.BucketForKey([]byte("a"), 4) || nm.Bucket != outbox.BucketForKey([]byte("a"), 8) {
+		t.Fatalf("old write at bucket %d, new at %d; want the key's buckets of 4 and 8", om.Bucket, nm.Bucket)
 	}
-	if n := frozenCount(t, e, 16); n != 0 {
-		t.Errorf("%d counters still frozen", n)
+	if ce, cf := counterOf(t, e, nm.Bucket); ce != 1 || cf >= nm.Sequence {
+		t.Errorf("new bucket %d's counter: epoch %d, cut point %d; want cut by the writer into epoch 1, below its number %d", nm.Bucket, ce, cf, nm.Sequence)
+	}
+	if ce, _ := counterOf(t, e, om.Bucket); ce != 0 && om.Bucket != nm.Bucket {
+		t.Errorf("old bucket %d's counter at epoch %d before any relay looked, want 0 (nobody cut it)", om.Bucket, ce)
+	}
+	pub := &orderPublisher{}
+	r, err := outbox.NewRelay(ctx, e.store, pub, outbox.GapTimeout(200*time.Millisecond), outbox.GapPollInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	drainReverse(t, r, 8)
+	drainReverse(t, r, 8)
+	if got := pub.keys["a"]; !slices.Equal(got, []string{"old", "new"}) {
+		t.Errorf("key a published %v, want [old new]", got)
+	}
+	rep, err := r.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := rep.Change; c == nil || !c.Completed {
+		t.Fatalf("sweep: change %+v, want the old epoch ended", c)
+	}
+	for b := range 4 { // every old bucket: cut by the gate or the sweep
+		if ce, cf := counterOf(t, e, b); ce != 1 || b == om.Bucket && cf != om.Sequence {
+			t.Errorf("old bucket %d's counter at epoch %d, cut point %d after the old epoch ended, want epoch 1", b, ce, cf)
+		}
 	}
 }
 
-// A change whose caller stopped between the flip and the thaw: a writer
-// thaws the counter it needs.
-func TestWriterThawsAfterAnInterruptedFlip(t *testing.T) {
+// Two changes in a row: the first stands (its old epoch still draining,
+// no relay runs) when its timeout passes; the second waits for that old
+// epoch and, at its own timeout, is aborted with nothing written, naming
+// the old bucket. Once a relay drained it the second change runs.
+func TestChangeWaitsForThePreviousOldEpoch(t *testing.T) {
 	e := newEnv(t, 8)
 	ctx := ctxT(t)
 	w, err := NewWriter(ctx, e.d.Client, e.tables)
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := w.Write(ctx, nil, keyedV("a", "1"))
+	wr, err := w.Write(ctx, nil, keyedV("a", "1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Publish it, so the change can drain.
+	b := wr.Messages[0].Bucket
+	res, err := ChangeBucketCount(ctx, e.d.Client, e.tables, 16, ChangeTimeout(300*time.Millisecond))
+	if err != nil || res.Ended || !slices.Equal(res.Draining, []int{b}) {
+		t.Fatalf("first change: %+v, %v; want it made, old bucket %d still draining", res, err, b)
+	}
+	if c := storedConfig(t, e.d.Client, e.tables); c.BucketCount != 16 || c.BucketEpoch != 1 || c.OldBucketCount != 8 {
+		t.Fatalf("config after the first change: %+v", c)
+	}
+	_, err = ChangeBucketCount(ctx, e.d.Client, e.tables, 12, ChangeTimeout(300*time.Millisecond))
+	var ae *ChangeAbortedError
+	if !errors.As(err, &ae) || ae.Interrupted != nil || !slices.Equal(ae.Draining, []int{b}) {
+		t.Fatalf("second change = %v, want a *ChangeAbortedError naming old bucket %d", err, b)
+	}
+	if c := storedConfig(t, e.d.Client, e.tables); c.BucketCount != 16 || c.BucketEpoch != 1 || c.OldBucketCount != 8 {
+		t.Fatalf("config after the aborted second change: %+v (nothing may be written)", c)
+	}
 	r, err := outbox.NewRelay(ctx, e.store, &orderPublisher{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	drainAll(t, r, 8)
-	stored := storedConfig(t, e.d.Client, e.tables)
-	begin := stored
-	begin.NextBucketCount, begin.ChangeDeadline = 2, time.UnixMilli(time.Now().Add(time.Minute).UnixMilli())
-	if err := replaceConfig(ctx, e.d.Client, e.tables.Control, stored, begin); err != nil {
-		t.Fatal(err)
+	drainReverse(t, r, 16)
+	res, err = ChangeBucketCount(ctx, e.d.Client, e.tables, 12, ChangeTimeout(10*time.Second))
+	if err != nil || !res.Ended || res.Epoch != 2 {
+		t.Fatalf("second change after the drain: %+v, %v", res, err)
 	}
-	for b := range 8 {
-		if _, err := sequence.Freeze(ctx, e.d.Client, e.tables.Control, b, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	done := begin
-	done.BucketCount, done.BucketEpoch, done.NextBucketCount, done.ChangeDeadline = 2, 1, 0, time.Time{}
-	if err := replaceConfig(ctx, e.d.Client, e.tables.Control, begin, done); err != nil {
-		t.Fatal(err)
-	}
-	res, err := w.Write(ctx, nil, keyedV("a", "2"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := res.Messages[0]
-	if m.Bucket != outbox.BucketForKey([]byte("a"), 2) {
-		t.Errorf("bucket %d, want the new count's", m.Bucket)
-	}
-	if m.Bucket == first.Messages[0].Bucket && m.Sequence <= first.Messages[0].Sequence {
-		t.Errorf("sequence %d reused below the fence point %d", m.Sequence, first.Messages[0].Sequence)
-	}
-	// A resumed change finds nothing to do but thaw the rest.
-	if _, err := ChangeBucketCount(ctx, e.d.Client, e.tables, 2); err != nil {
-		t.Fatal(err)
+	if c := storedConfig(t, e.d.Client, e.tables); c.BucketCount != 12 || c.BucketEpoch != 2 || c.Draining() {
+		t.Fatalf("config after the second change: %+v", c)
 	}
 }
 
 // A number reserved last in its bucket and never written (a crashed writer)
 // is no gap to a relay, since nothing follows it: the change fences it after
-// its GapTimeout instead of waiting for its deadline.
+// its ChangeGapTimeout instead of leaving the old epoch draining.
 func TestChangeFencesATrailingHole(t *testing.T) {
 	e := newEnv(t, 8)
 	reserve(t, e, 6, 1)
 	res, err := ChangeBucketCount(ctxT(t), e.d.Client, e.tables, 16, ChangeTimeout(20*time.Second), ChangeGapTimeout(200*time.Millisecond))
-	if err != nil {
-		t.Fatalf("ChangeBucketCount: %v", err)
+	if err != nil || !res.Ended || res.Watched < 200*time.Millisecond {
+		t.Fatalf("ChangeBucketCount: %+v, %v; want the old epoch ended after ≥ 200ms", res, err)
 	}
-	if c := storedConfig(t, e.d.Client, e.tables); c.BucketCount != 16 || res.Frozen < 200*time.Millisecond {
-		t.Fatalf("config %+v after %v", c, res.Frozen)
+	if c := storedConfig(t, e.d.Client, e.tables); c.BucketCount != 16 || c.Draining() {
+		t.Fatalf("config %+v", c)
 	}
 	if item := e.getItem(t, e.tables.Messages, messageKey(6, 1)); item[attrFence] == nil {
 		t.Errorf("bucket 6 sequence 1 not fenced: %v", item)
@@ -324,8 +336,8 @@ func (c *resendingClient) UpdateItem(ctx context.Context, in *dynamodb.UpdateIte
 	return c.StoreAPI.UpdateItem(ctx, in, o...)
 }
 
-// Every conditional write of a change survives an SDK resend: the begin and
-// the flip on the config item, the freezes and the thaws.
+// Every conditional write of a change survives an SDK resend: the flip
+// and the end on the config item, the cuts.
 func TestChangeSurvivesResends(t *testing.T) {
 	e := newEnv(t, 8)
 	reserve(t, e, 2, 3)
@@ -335,104 +347,102 @@ func TestChangeSurvivesResends(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ChangeBucketCount with resends: %v", err)
 	}
-	if got := storedConfig(t, e.d.Client, e.tables); got.BucketCount != 4 || got.BucketEpoch != 1 || res.Epoch != 1 || c.resends < 2+2*8 {
+	if got := storedConfig(t, e.d.Client, e.tables); got.BucketCount != 4 || got.BucketEpoch != 1 || got.Draining() || res.Epoch != 1 || !res.Ended || c.resends < 2+8 {
 		t.Fatalf("config %+v, result %+v after %d resends", got, res, c.resends)
 	}
-	if n := frozenCount(t, e, 8); n != 0 {
-		t.Errorf("%d counters still frozen", n)
+	if ce, cf := counterOf(t, e, 2); ce != 1 || cf != 3 {
+		t.Errorf("bucket 2's counter after the change: epoch %d, cut point %d; want 1 and 3", ce, cf)
 	}
 	if last, err := sequence.Last(ctxT(t), e.d.Client, e.tables.Control, 2); err != nil || last != 3 {
 		t.Errorf("bucket 2's counter after the change: %d, %v; want 3", last, err)
 	}
 }
 
-// A change left in progress past its deadline by a crashed tool is finished
-// by the next change (its buckets are drained: nothing was pending), which
-// then runs.
-func TestChangeAfterAnAbandonedOne(t *testing.T) {
-	e := newEnv(t, 8)
-	ctx := ctxT(t)
-	stored := storedConfig(t, e.d.Client, e.tables)
-	begin := stored
-	begin.NextBucketCount, begin.ChangeDeadline = 16, time.UnixMilli(time.Now().Add(-time.Second).UnixMilli())
-	if err := replaceConfig(ctx, e.d.Client, e.tables.Control, stored, begin); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sequence.Freeze(ctx, e.d.Client, e.tables.Control, 2, 0); err != nil {
-		t.Fatal(err)
-	}
-	res, err := ChangeBucketCount(ctx, e.d.Client, e.tables, 4)
-	if err != nil {
-		t.Fatalf("ChangeBucketCount after an abandoned change: %v", err)
-	}
-	if c := storedConfig(t, e.d.Client, e.tables); c.BucketCount != 4 || c.BucketEpoch != 2 || !res.Resumed || res.From != 16 {
-		t.Fatalf("config %+v, result %+v; want 4 at epoch 2, from the abandoned change's 16 at epoch 1", c, res)
-	}
-	if n := frozenCount(t, e, 16); n != 0 {
-		t.Errorf("%d counters still frozen", n)
-	}
-}
-
-// The same with a message pending and no relay: the abandoned change ends
-// aborted (8 stays, epoch 1), and the next change runs (and aborts too).
-func TestChangeAfterAnAbandonedOneThatCannotDrain(t *testing.T) {
-	e := newEnv(t, 8)
-	ctx := ctxT(t)
-	reserve(t, e, 5, 1)
-	e.mustPut(t, message(5, 1))
-	stored := storedConfig(t, e.d.Client, e.tables)
-	begin := stored
-	begin.NextBucketCount, begin.ChangeDeadline = 16, time.UnixMilli(time.Now().Add(-time.Second).UnixMilli())
-	if err := replaceConfig(ctx, e.d.Client, e.tables.Control, stored, begin); err != nil {
-		t.Fatal(err)
-	}
-	_, err := ChangeBucketCount(ctx, e.d.Client, e.tables, 4, ChangeTimeout(200*time.Millisecond))
-	var ae *ChangeAbortedError
-	if !errors.As(err, &ae) || ae.From != 8 || ae.To != 4 {
-		t.Fatalf("ChangeBucketCount = %v, want the second change 8 → 4 aborted", err)
-	}
-	if c := storedConfig(t, e.d.Client, e.tables); c.BucketCount != 8 || c.BucketEpoch != 2 || c.Changing() {
-		t.Fatalf("config %+v; want 8 at epoch 2 (two aborted changes)", c)
-	}
-}
-
-// A change whose caller's context ends while it waits for a bucket that
-// cannot drain (no relay runs: Ctrl-C on outbox buckets set) is aborted
-// before ChangeBucketCount returns, not left for its deadline: the count
-// stays, every counter is thawed, and a writer writes at once.
-func TestChangeInterruptedIsAborted(t *testing.T) {
+// A change interrupted after the flip (Ctrl-C on outbox buckets set while
+// the old epoch drains) stands: ChangeBucketCount returns no error and
+// names the old buckets still draining; a writer writes under the new
+// count at once.
+func TestChangeInterruptedAfterTheFlipStands(t *testing.T) {
 	e := newEnv(t, 8)
 	w, err := NewWriter(ctxT(t), e.d.Client, e.tables)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Write(ctxT(t), nil, keyedV("a", "1")); err != nil {
+	wr, err := w.Write(ctxT(t), nil, keyedV("a", "1"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(ctxT(t))
-	done := make(chan error, 1)
+	done := make(chan struct {
+		res ChangeResult
+		err error
+	}, 1)
 	go func() {
-		_, err := ChangeBucketCount(ctx, e.d.Client, e.tables, 16, ChangeTimeout(5*time.Minute))
-		done <- err
+		res, err := ChangeBucketCount(ctx, e.d.Client, e.tables, 16, ChangeTimeout(5*time.Minute))
+		done <- struct {
+			res ChangeResult
+			err error
+		}{res, err}
 	}()
-	for frozenCount(t, e, 16) < 16 {
+	for {
+		if ce, _ := counterOf(t, e, 15); ce == 1 {
+			break
+		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	cancel()
-	err = <-done
-	var ae *ChangeAbortedError
-	if !errors.As(err, &ae) || !errors.Is(ae.Interrupted, context.Canceled) || !errors.Is(err, context.Canceled) {
-		t.Fatalf("ChangeBucketCount after its context ended = %v, want a *ChangeAbortedError interrupted by context.Canceled", err)
+	got := <-done
+	if got.err != nil || got.res.Ended || !slices.Equal(got.res.Draining, []int{wr.Messages[0].Bucket}) {
+		t.Fatalf("ChangeBucketCount interrupted after the flip = %+v, %v; want the change made, bucket %d draining", got.res, got.err, wr.Messages[0].Bucket)
 	}
-	if c := storedConfig(t, e.d.Client, e.tables); c.BucketCount != 8 || c.BucketEpoch != 1 || c.Changing() {
-		t.Fatalf("config after the interrupted change: %+v, want 8 at epoch 1 (aborted)", c)
+	if c := storedConfig(t, e.d.Client, e.tables); c.BucketCount != 16 || c.BucketEpoch != 1 || c.OldBucketCount != 8 {
+		t.Fatalf("config after the interrupted change: %+v, want 16 at epoch 1, old epoch of 8 draining", c)
 	}
-	if n := frozenCount(t, e, 16); n != 0 {
-		t.Errorf("%d counters still frozen", n)
+	res, err := w.Write(ctxT(t), nil, keyedV("a", "2"))
+	if err != nil || res.Messages[0].Bucket != outbox.BucketForKey([]byte("a"), 16) {
+		t.Errorf("a write after the interrupted change: %+v, %v; want it under 16", res, err)
 	}
-	wctx, wcancel := context.WithTimeout(ctxT(t), 30*time.Second) // the change's deadline is 5 minutes away
-	defer wcancel()
-	if _, err := w.Write(wctx, nil, keyedV("a", "2")); err != nil {
-		t.Errorf("a write after the interrupted change: %v", err)
+}
+
+// A change begun by a version before the cut-over, left frozen (nb set,
+// counters frozen): the first writer that meets a frozen counter aborts it
+// (the count stays, at the next epoch) and writes; no wait for a deadline.
+func TestWriterAbortsAnOlderVersionsChange(t *testing.T) {
+	e := newEnv(t, 8)
+	ctx := ctxT(t)
+	w, err := NewWriter(ctx, e.d.Client, e.tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := storedConfig(t, e.d.Client, e.tables)
+	begin := stored
+	begin.NextBucketCount, begin.ChangeDeadline = 16, time.UnixMilli(time.Now().Add(time.Hour).UnixMilli())
+	if err := replaceConfig(ctx, e.d.Client, e.tables.Control, stored, begin); err != nil {
+		t.Fatal(err)
+	}
+	for b := range 8 { // the older version's freeze of the change to epoch 1
+		if _, err := e.d.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: str(e.tables.Control), Key: map[string]types.AttributeValue{"pk": strAttr(sequence.PartitionKey(b)), "sk": strAttr(sequence.SortKey)},
+			UpdateExpression:          str("SET #cf = if_not_exists(#n, :z), #n = :moved, #ce = :frz"),
+			ExpressionAttributeNames:  map[string]string{"#cf": "cf", "#n": "n", "#ce": "ce"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":z": numAttr(0), ":moved": strAttr(sequence.MovedCounter), ":frz": numAttr(-1)},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := w.Write(ctx, nil, keyedV("a", "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := storedConfig(t, e.d.Client, e.tables); c.BucketCount != 8 || c.BucketEpoch != 1 || c.Frozen() || c.Draining() {
+		t.Fatalf("config after the writer's abort: %+v", c)
+	}
+	if got := res.Messages[0].Bucket; got != outbox.BucketForKey([]byte("a"), 8) {
+		t.Errorf("bucket %d, want the old count's", got)
+	}
+	for b := range 16 {
+		if ce, _ := counterOf(t, e, b); b < 8 && ce != 1 {
+			t.Errorf("bucket %d's counter at epoch %d after the abort, want 1", b, ce)
+		}
 	}
 }

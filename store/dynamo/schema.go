@@ -28,14 +28,21 @@ const (
 	attrFence     = "f"
 	attrPublished = "pb"
 	attrTTL       = "x"
+	// attrMsgEpoch: the BucketCount epoch a message's sequence number was
+	// reserved at (≥ 1; absent: 0), which the relays' gate reads
+	// (rebucket.go, outbox.EpochGate).
+	attrMsgEpoch = "ep"
 
 	// Control table.
-	attrPK        = "pk"
-	attrSK        = "sk"
-	attrBuckets   = "bc"
-	attrBktEpoch  = "be" // config item: BucketCount epoch (rebucket.go)
-	attrNextBkts  = "nb" // config item: the count an online change goes to
-	attrChangeDL  = "cd" // config item: the change's deadline, epoch ms
+	attrPK       = "pk"
+	attrSK       = "sk"
+	attrBuckets  = "bc"
+	attrBktEpoch = "be" // config item: BucketCount epoch (rebucket.go)
+	attrOldBkts  = "ob" // config item: the old epoch's count while it drains
+	attrChangeDL = "cd" // config item: when the old epoch should have drained, epoch ms
+	// attrNextBkts: a change begun by a version before the cut-over
+	// (it froze the counters), which this version aborts.
+	attrNextBkts  = "nb"
 	attrMode      = "md"
 	attrRetention = "rt"
 	attrTopics    = "tp"

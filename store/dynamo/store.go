@@ -38,6 +38,11 @@ type Store struct {
 	// stored is the config item as NewStore read it: the retention that
 	// replayed dead letters get in WatermarkMode.
 	stored outbox.Config
+	// epochs: what this Store remembers of the old epoch of the last
+	// BucketCount change it looked at (rebucket.go: cut points, old
+	// buckets seen drained, holes), under memoMu.
+	memoMu sync.Mutex
+	epochs *epochMemo
 }
 
 var (
@@ -46,6 +51,7 @@ var (
 	_ outbox.CounterProbe  = (*Store)(nil)
 	_ outbox.ParkedCounter = (*Store)(nil)
 	_ outbox.StuckRecorder = (*Store)(nil)
+	_ outbox.EpochGate     = (*Store)(nil)
 )
 
 // NewStore returns a Store over tables. It reads the config item, so the

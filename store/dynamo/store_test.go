@@ -322,7 +322,7 @@ func TestPendingPaginatesPastOneMegabyte(t *testing.T) {
 	for seq := int64(1); seq <= 12; seq++ {
 		m := outbox.Message{ID: outbox.NewID(), Sequence: seq, Topic: "t", Key: []byte{byte(seq)},
 			Value: bytes.Repeat([]byte{byte(seq)}, 150*1024), CreatedAt: t0}
-		putRaw(t, e, messageItem(m))
+		putRaw(t, e, messageItem(m, 0))
 	}
 	h := &hookClient{}
 	s := e.hooked(t, h)
@@ -365,9 +365,9 @@ func TestPendingReturnsUndecodableItemsAsEntries(t *testing.T) {
 	m := outbox.Message{ID: outbox.NewID(), Topic: "t", CreatedAt: t0}
 	for _, seq := range []int64{1, 3} {
 		m.Sequence = seq
-		putRaw(t, e, messageItem(m))
+		putRaw(t, e, messageItem(m, 0))
 	}
-	bad := messageItem(m)
+	bad := messageItem(m, 0)
 	bad[attrSeq] = numAttr(2)
 	bad[attrHeaders] = &types.AttributeValueMemberB{Value: []byte{1, 5}}
 	putRaw(t, e, bad)
@@ -386,7 +386,7 @@ func TestMarkPublishedRetriesUnprocessedItems(t *testing.T) {
 	ctx := ctxT(t)
 	var seqs []int64
 	for seq := int64(1); seq <= 60; seq++ {
-		putRaw(t, e, messageItem(outbox.Message{ID: outbox.NewID(), Sequence: seq, Topic: "t", CreatedAt: t0}))
+		putRaw(t, e, messageItem(outbox.Message{ID: outbox.NewID(), Sequence: seq, Topic: "t", CreatedAt: t0}, 0))
 		seqs = append(seqs, seq, seq) // duplicates are allowed
 	}
 	var calls, deferred atomic.Int64
@@ -600,7 +600,7 @@ func TestPeekSkipsFencesInGrowingPages(t *testing.T) {
 		reqs = append(reqs[n:], out.UnprocessedItems[e.tables.Messages]...)
 	}
 	m := outbox.Message{ID: outbox.NewID(), Sequence: fences + 1, Topic: "t", CreatedAt: t0.Add(time.Second)}
-	putRaw(t, e, messageItem(m))
+	putRaw(t, e, messageItem(m, 0))
 	h := &hookClient{}
 	s := e.hooked(t, h)
 	n, oldest, err := s.Peek(ctx, 0, 0, 1)

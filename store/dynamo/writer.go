@@ -177,10 +177,11 @@ func (w *Writer) bucketIn(m outbox.Message, count int) (int, error) {
 	return w.lo + b, err
 }
 
-// item is the messages-table item of m as this writer stores it: with a TTL
-// in WatermarkMode.
-func (w *Writer) item(m outbox.Message) map[string]types.AttributeValue {
-	return withRetention(messageItem(m), m.CreatedAt, w.retention)
+// item is the messages-table item of m reserved at BucketCount epoch epoch
+// as this writer stores it: with the epoch stamp, and a TTL in
+// WatermarkMode.
+func (w *Writer) item(m outbox.Message, epoch int64) map[string]types.AttributeValue {
+	return withRetention(messageItem(m, epoch), m.CreatedAt, w.retention)
 }
 
 // Write commits items (the caller's own, for example the aggregate update
@@ -354,7 +355,7 @@ func (w *Writer) prepare(ctx context.Context, view bucketView, items []types.Tra
 			return nil, err
 		}
 		m.Bucket, m.Sequence = b, maxSeqForSize
-		n := itemSize(w.item(m))
+		n := itemSize(w.item(m, view.epoch))
 		if n > MaxItemBytes {
 			return nil, itemTooLarge(i, m, n)
 		}
@@ -525,20 +526,21 @@ func (t *txn) fail(ctx context.Context, attempts int, c classification, err erro
 
 // reserve takes sequence numbers for the messages: one Reserve per distinct
 // bucket, in order of first appearance, assigned in message order. A
-// reservation refused for its BucketCount epoch (an online change) waits
-// for the change to end, moves the messages to the new count's buckets and
-// reserves again: a pause, not an error (rebucket.go, awaitEpoch).
+// reservation refused for its BucketCount epoch (an online change) cuts a
+// counter nobody cut yet, or reads the config item and moves the messages
+// to the new count's buckets, and reserves again: no wait (rebucket.go,
+// meetEpoch).
 func (t *txn) reserve(ctx context.Context) error {
-	for {
+	for range maxEpochMeetings {
 		err := t.reserveOnce(ctx)
 		var ee *sequence.EpochError
 		if !errors.As(err, &ee) {
 			return err
 		}
-		view, werr := t.w.awaitEpoch(ctx, t.view, ee)
+		view, werr := t.w.meetEpoch(ctx, t.view, ee)
 		if werr != nil {
 			return &TransactionError{Op: opWrite, Cause: errors.Join(werr, err),
-				Fix: "a BucketCount change was in progress and the writer could not wait for its end; nothing was written"}
+				Fix: "a BucketCount change happened and the writer could not follow it; nothing was written"}
 		}
 		if view != t.view {
 			if err := t.rebucket(view); err != nil {
@@ -546,7 +548,16 @@ func (t *txn) reserve(ctx context.Context) error {
 			}
 		}
 	}
+	return &TransactionError{Op: opWrite, Err: outbox.ErrThrottled,
+		Cause: fmt.Errorf("dynamo: the BucketCount epoch changed %d times while reserving", maxEpochMeetings),
+		Fix:   "BucketCount changes follow each other faster than a write reserves; nothing was written, write again"}
 }
+
+// maxEpochMeetings bounds the reservations one write (or replay) makes
+// while it follows online BucketCount changes: each meeting either cuts a
+// counter (the next reservation succeeds) or moves to a later epoch, and
+// two changes never overlap.
+const maxEpochMeetings = 4
 
 func (t *txn) reserveOnce(ctx context.Context) error {
 	t.reserved = t.reserved[:0]
@@ -595,7 +606,7 @@ func (t *txn) input() *dynamodb.TransactWriteItemsInput {
 		// position is free (a relay may have fenced it).
 		all = append(all, types.TransactWriteItem{Put: &types.Put{
 			TableName:                           str(t.w.tables.Messages),
-			Item:                                t.w.item(m),
+			Item:                                t.w.item(m, t.view.epoch),
 			ConditionExpression:                 str("attribute_not_exists(#s)"),
 			ExpressionAttributeNames:            names(attrSeq),
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,

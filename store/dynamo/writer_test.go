@@ -456,7 +456,7 @@ func TestWriteLargestItem(t *testing.T) {
 	w := newWriterEnvOn(t, newEnv(t, 1, MaxMessageBytes(2<<20)))
 	m := outbox.Message{ID: uuid.NewString(), Topic: "t", Key: []byte("k"), CreatedAt: t0}
 	m.Sequence, m.Value = maxSeqForSize, []byte{}
-	overhead := itemSize(messageItem(m))
+	overhead := itemSize(messageItem(m, 0))
 	m.Sequence = 0 // the writer's to assign; the size bound counts the longest
 	m.Value = bytes.Repeat([]byte{3}, MaxItemBytes-overhead)
 	if _, err := w.writer.Write(ctxT(t), nil, m); err != nil {

@@ -26,6 +26,10 @@ type Store struct {
 	parked      map[int][]outbox.Parked
 	tokens      int64 // acquisitions so far: each gets a fresh token
 	shared      outbox.Config
+	// ce, cf: each counter's BucketCount epoch (absent: 0) and cut point
+	// (the last number reserved on it before it moved to ce), as
+	// sequence keeps them in the counter item.
+	ce, cf map[int]int64
 
 	// Hook, when set, is called at the start of every Store method with the
 	// method's name and bucket (-1 when none). A non-nil error is returned
@@ -39,6 +43,7 @@ var (
 	_ outbox.CounterProbe  = (*Store)(nil)
 	_ outbox.ParkedCounter = (*Store)(nil)
 	_ outbox.StuckRecorder = (*Store)(nil)
+	_ outbox.EpochGate     = (*Store)(nil)
 )
 
 // New returns an empty store for an outbox with bucketCount buckets.
@@ -50,6 +55,8 @@ func New(bucketCount int) *Store {
 		leases:      make(map[int]*outbox.Lease),
 		relays:      make(map[string]time.Time),
 		parked:      make(map[int][]outbox.Parked),
+		ce:          make(map[int]int64),
+		cf:          make(map[int]int64),
 	}
 }
 
@@ -72,6 +79,13 @@ func (s *Store) Reserve(bucket, n int) int64 {
 // would. It returns outbox.ErrAlreadyWritten, storing none of them, if any
 // position is taken (by a message or a fence), like a cancelled transaction.
 func (s *Store) Put(msgs ...outbox.Message) error {
+	return s.PutStamped(0, msgs...)
+}
+
+// PutStamped is Put for messages whose sequence numbers were reserved at
+// BucketCount epoch epoch: their entries carry it (Entry.Epoch), as
+// store/dynamo's message items carry their stamp.
+func (s *Store) PutStamped(epoch int64, msgs ...outbox.Message) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, m := range msgs {
@@ -83,7 +97,7 @@ func (s *Store) Put(msgs ...outbox.Message) error {
 		if s.buckets[m.Bucket] == nil {
 			s.buckets[m.Bucket] = make(map[int64]outbox.Entry)
 		}
-		s.buckets[m.Bucket][m.Sequence] = outbox.Entry{Sequence: m.Sequence, Message: m}
+		s.buckets[m.Bucket][m.Sequence] = outbox.Entry{Sequence: m.Sequence, Message: m, Epoch: epoch}
 		// As if reserved: a writer's sequence is always at most the counter.
 		s.counters[m.Bucket] = max(s.counters[m.Bucket], m.Sequence)
 	}
@@ -153,6 +167,138 @@ func (s *Store) SetBucketCount(count int, epoch int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.bucketCount, s.shared.BucketEpoch = count, epoch
+}
+
+// Flip makes Config report an online BucketCount change's flip: count at
+// the next epoch, with the old count's epoch draining until deadline
+// (Config.OldBucketCount), as store/dynamo's ChangeBucketCount writes it.
+// It returns the new epoch. Counters are cut by Cut or CutTo (GateOpen and
+// EndOldEpoch cut one they need that nobody cut yet, as the DynamoDB store
+// does).
+func (s *Store) Flip(count int, deadline time.Time) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shared.OldBucketCount, s.shared.ChangeDeadline = s.bucketCount, deadline
+	s.bucketCount = count
+	s.shared.BucketEpoch++
+	return s.shared.BucketEpoch
+}
+
+// EpochError is ReserveAt or CutTo refused because bucket's counter serves
+// another BucketCount epoch (Counter) than the caller's; Cut is its cut
+// point. As sequence.EpochError.
+type EpochError struct {
+	Bucket         int
+	Epoch, Counter int64
+	Cut            int64
+}
+
+func (e *EpochError) Error() string {
+	return fmt.Sprintf("memory: bucket %d's counter serves BucketCount epoch %d, the caller's is %d", e.Bucket, e.Counter, e.Epoch)
+}
+
+// ReserveAt is Reserve for a writer at BucketCount epoch epoch: refused
+// (an *EpochError, nothing reserved) unless the counter serves epoch, as
+// sequence.Counter.ReserveAt.
+func (s *Store) ReserveAt(bucket, n int, epoch int64) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ce := s.ce[bucket]; ce != epoch {
+		return 0, &EpochError{Bucket: bucket, Epoch: epoch, Counter: ce, Cut: s.cf[bucket]}
+	}
+	s.counters[bucket] += int64(n)
+	return s.counters[bucket] - int64(n) + 1, nil
+}
+
+// CutTo moves bucket's counter to epoch to and returns its cut point, the
+// last number reserved on it before, as sequence.Cut: a counter at an
+// earlier epoch moves; one at to returns its recorded cut point; one at a
+// later epoch is an *EpochError.
+func (s *Store) CutTo(bucket int, to int64) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cutTo(bucket, to)
+}
+
+func (s *Store) cutTo(bucket int, to int64) (int64, error) {
+	switch ce := s.ce[bucket]; {
+	case ce < to:
+		s.ce[bucket], s.cf[bucket] = to, s.counters[bucket]
+	case ce > to:
+		return 0, &EpochError{Bucket: bucket, Epoch: to, Counter: ce, Cut: s.cf[bucket]}
+	}
+	return s.cf[bucket], nil
+}
+
+// Cut is CutTo the current epoch (Flip's).
+func (s *Store) Cut(bucket int) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, _ := s.cutTo(bucket, s.shared.BucketEpoch)
+	return c
+}
+
+// GateOpen implements outbox.EpochGate.
+func (s *Store) GateOpen(ctx context.Context, bucket int, epoch int64) (bool, []int, error) {
+	if err := s.hook("GateOpen", bucket); err != nil {
+		return false, nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.shared
+	c.BucketCount = s.bucketCount
+	if epoch <= c.OpenEpoch() {
+		return true, nil, ctx.Err()
+	}
+	if epoch > c.BucketEpoch {
+		return false, nil, fmt.Errorf("memory: bucket %d holds a message of BucketCount epoch %d, past the store's %d", bucket, epoch, c.BucketEpoch)
+	}
+	waiting := s.undrained(outbox.OldBucketsOf(bucket, c.OldBucketCount, c.BucketCount))
+	return len(waiting) == 0, waiting, ctx.Err()
+}
+
+// EndOldEpoch implements outbox.EpochGate.
+func (s *Store) EndOldEpoch(ctx context.Context, stored outbox.Config) (bool, []int, error) {
+	if err := s.hook("EndOldEpoch", -1); err != nil {
+		return false, nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !stored.Draining() || s.shared.BucketEpoch != stored.BucketEpoch || s.shared.OldBucketCount == 0 {
+		return false, nil, ctx.Err()
+	}
+	old := make([]int, stored.OldBucketCount)
+	for b := range old {
+		old[b] = b
+	}
+	if waiting := s.undrained(old); len(waiting) > 0 {
+		return false, waiting, ctx.Err()
+	}
+	s.shared.OldBucketCount, s.shared.ChangeDeadline = 0, time.Time{}
+	return true, nil, ctx.Err()
+}
+
+// undrained returns the buckets of old that have not decided every number
+// up to their cut points (cutting those nobody cut yet); s.mu is held.
+func (s *Store) undrained(old []int) []int {
+	var waiting []int
+	for _, b := range old {
+		cut, err := s.cutTo(b, s.shared.BucketEpoch)
+		if err != nil {
+			panic(err) // a counter past the config item's epoch: not a state this store reaches
+		}
+		head := s.lease(b).Head
+		for head < cut {
+			if e, ok := s.buckets[b][head+1]; !ok || !e.Fence {
+				break
+			}
+			head++
+		}
+		if head < cut {
+			waiting = append(waiting, b)
+		}
+	}
+	return waiting
 }
 
 func (s *Store) lease(bucket int) *outbox.Lease {

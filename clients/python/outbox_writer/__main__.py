@@ -100,7 +100,7 @@ def run_one(writer, items, messages, token, abandon=False) -> tuple[int, dict]:
         return code, {"ok": False, "error": e.code, "message": str(e), "released": [list(x) for x in e.released]}
     return 0, {"ok": True, "token": res.client_request_token, "attempts": res.attempts, "reservations": res.reservations,
                "rebuckets": res.rebuckets, "paused_ms": int(res.paused_seconds * 1000), "bucket_count": res.bucket_count,
-               "epoch": res.epoch, "aborted_changes": res.aborted_changes,
+               "epoch": res.epoch, "aborted_changes": res.aborted_changes, "cuts": res.cuts,
                "messages": [{"id": m.id, "topic": m.topic, "bucket": m.bucket, "sequence": m.sequence, "created_ms": m.created_ms}
                             for m in res.messages]}
 

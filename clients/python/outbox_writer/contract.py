@@ -13,7 +13,7 @@ import uuid
 # Contract and format versions (docs/contract.md, "Versions").
 CONTRACT_VERSION = 1
 ITEM_FORMAT_VERSION = 1  # v of every messages-table item and counter item
-CONFIG_VERSIONS = (1, 2, 3)  # the config item versions this writer understands
+CONFIG_VERSIONS = (1, 2, 3, 4)  # the config item versions this writer understands
 
 MAX_BUCKET_COUNT = 4096
 MAX_TOPIC_LENGTH = 249
@@ -41,10 +41,11 @@ _REGION_ID = re.compile(r"^[a-z0-9-]{1,32}$")
 
 # The counter item's attributes (docs/contract.md section 5): n counts
 # before any online BucketCount change, q from the first one on; ce is the
-# epoch the counter serves (-E while frozen by the change to epoch E), cf
-# the change's fence point. After the first change n holds MOVED_COUNTER,
-# so a writer that predates epochs fails its ADD instead of writing under
-# a stale count.
+# epoch the counter serves (-E while frozen by a version before the
+# cut-over for the change to epoch E), cf its cut point: the last number
+# reserved on it before it moved to ce. After the first change n holds
+# MOVED_COUNTER, so a writer that predates epochs fails its ADD instead of
+# writing under a stale count.
 MOVED_COUNTER = "moved to q by an online BucketCount change: upgrade this writer (docs/deploy.md, Changing BucketCount)"
 
 
@@ -258,12 +259,13 @@ def item_size(item) -> int:
     return n
 
 
-def message_item(m, retention_seconds: int = 0, now_s: float | None = None) -> dict:
+def message_item(m, retention_seconds: int = 0, now_s: float | None = None, epoch: int = 0) -> dict:
     """The stored message item (boto3 low-level form: B values are bytes).
     m has id, bucket, sequence, topic, key, value, headers, partition and
     created_ms. In watermark mode (retention_seconds > 0) it gets the TTL x:
     the later of created-at and the wall clock, plus the retention, in epoch
-    seconds rounded up."""
+    seconds rounded up. epoch is the BucketCount epoch its sequence number
+    was reserved at: stamped as ep from epoch 1 on (the relays' gate)."""
     item = {
         "b": {"N": str(m.bucket)},
         "s": {"N": str(m.sequence)},
@@ -281,6 +283,8 @@ def message_item(m, retention_seconds: int = 0, now_s: float | None = None) -> d
         item["h"] = {"B": h}
     if m.partition is not None:
         item["p"] = {"N": str(m.partition)}
+    if epoch > 0:
+        item["ep"] = {"N": str(epoch)}
     if retention_seconds > 0:
         base_ms = max(m.created_ms, int((time.time() if now_s is None else now_s) * 1000))
         item["x"] = {"N": str(-(-(base_ms + retention_seconds * 1000) // 1000))}
@@ -306,15 +310,16 @@ class Config:
 
     def __init__(self, bucket_count: int, version: int, mode: str, retention_seconds: int, topics=(), epoch: int = 0,
                  next_bucket_count: int = 0, change_deadline_ms: int = 0, regions=(), taken_over=None,
-                 max_message_bytes: int = 0, headers=("", "", "")):
+                 max_message_bytes: int = 0, headers=("", "", ""), old_bucket_count: int = 0):
         self.bucket_count = bucket_count
         self.version = version
         self.mode = mode
         self.retention_seconds = retention_seconds
         self.topics = tuple(sorted(set(topics)))  # the topics the outbox serves; empty: any topic
         self.epoch = epoch  # be: the online BucketCount changes so far
-        self.next_bucket_count = next_bucket_count  # nb: the count a change in progress goes to (0: none)
-        self.change_deadline_ms = change_deadline_ms  # cd: that change's deadline, epoch ms
+        self.next_bucket_count = next_bucket_count  # nb: a change a version before the cut-over left frozen (0: none)
+        self.change_deadline_ms = change_deadline_ms  # cd: that change's deadline, or when the old epoch should have drained, epoch ms
+        self.old_bucket_count = old_bucket_count  # ob: the old epoch's count while it drains (0: none); writers need not know
         self.regions = tuple(regions)  # rg: region mode's regions, in order; empty: the default mode
         self.taken_over = dict(taken_over or {})  # rgt: region -> the region draining its slice (writers ignore it)
         self.max_message_bytes = max_message_bytes  # mb: the outbox's MaxMessageBytes (0: not stated)
@@ -340,7 +345,7 @@ class Config:
                 f"retention_seconds={self.retention_seconds}, topics={self.topics!r}, epoch={self.epoch}, "
                 f"next_bucket_count={self.next_bucket_count}, change_deadline_ms={self.change_deadline_ms}, "
                 f"regions={self.regions!r}, taken_over={self.taken_over!r}, max_message_bytes={self.max_message_bytes}, "
-                f"headers={self.headers!r})")
+                f"headers={self.headers!r}, old_bucket_count={self.old_bucket_count})")
 
 
 class ConfigItemError(Exception):
@@ -369,7 +374,7 @@ def _int_attr(item, name, required=True):
 
 def parse_config(item) -> Config:
     """Decode the config item (boto3 low-level form). It refuses, with a
-    ConfigItemError, a version other than 1, 2 or 3 and a mode other than delete
+    ConfigItemError, a version other than 1..4 and a mode other than delete
     or watermark (unknown=True: the outbox was set up by a newer version;
     upgrade the writer), and an item that contradicts itself. Attributes it
     does not know are ignored, as the Go writer does: a change that writers
@@ -407,10 +412,14 @@ def parse_config(item) -> Config:
             err = topic_error(t)
             if err:
                 raise ConfigItemError(f"the config item's topic list: {err}")
-    epoch, nb, cd = (_int_attr(item, a, required=False) or 0 for a in ("be", "nb", "cd"))
-    for name, val in (("be", epoch), ("nb", nb), ("cd", cd)):
+    epoch, nb, cd, ob = (_int_attr(item, a, required=False) or 0 for a in ("be", "nb", "cd", "ob"))
+    for name, val in (("be", epoch), ("nb", nb), ("cd", cd), ("ob", ob)):
         if val < 0:
             raise ConfigItemError(f"the config item's {name} is {val}, negative")
+    if ob and version < 4:
+        raise ConfigItemError(f"a config item whose old BucketCount epoch drains (ob) must have format version 4; it has {version}")
+    if ob and not valid_bucket_count(ob):
+        raise ConfigItemError(f"old bucket count {ob} is outside 1..{MAX_BUCKET_COUNT}")
     if nb and not valid_bucket_count(nb):
         raise ConfigItemError(f"next bucket count {nb} is outside 1..{MAX_BUCKET_COUNT}")
     if nb and not cd:
@@ -419,7 +428,7 @@ def parse_config(item) -> Config:
     if regions and version < 3:
         raise ConfigItemError(f"a region-mode config item must have format version 3; it has {version}")
     mb, headers = _shared(item)
-    return Config(bc, version, mode, rt, topics, epoch, nb, cd, regions, taken, mb, headers)
+    return Config(bc, version, mode, rt, topics, epoch, nb, cd, regions, taken, mb, headers, ob)
 
 
 def _with_defaults(headers):

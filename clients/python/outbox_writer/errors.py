@@ -75,10 +75,10 @@ class SequenceFencedError(OutboxError):
 
 
 class BucketCountChangeError(OutboxError):
-    """An online BucketCount change did not end in time (still in progress
-    change_grace_seconds past its deadline: the changer and Go writers abort
-    it at the deadline), or the counters contradict the config item.
-    Nothing was written; retry once the change is over."""
+    """The writer could not follow an online BucketCount change: the
+    counters contradict the config item (edited by hand), a change an older
+    version left frozen could not be aborted, or the epoch kept changing
+    while it reserved. Nothing was written."""
 
     code = "Outbox.BucketCountChange"
 

@@ -15,15 +15,13 @@ from .errors import (BucketCountChangeError, ConditionFailedError, ConfigError, 
                      RejectedError, SequenceFencedError, ThrottledError, ValidationError)
 
 DEFAULT_MAX_ATTEMPTS = 6
-# How long past a BucketCount change's deadline (cd) the writer keeps
-# trying to abort it (as Go writers, relays and the sweeper do: the same
-# conditional write on the config item, then the thaw) before it gives up
-# with a BucketCountChangeError. A write's pause for a change is at most
-# the change's deadline minus now, plus the abort.
+# Kept for callers that pass it: BucketCount changes no longer make a
+# writer wait (docs/design.md section 13, the cut-over), so there is no
+# deadline to be past.
 DEFAULT_CHANGE_GRACE_SECONDS = 10.0
-# The config item is read again every 10..100 ms (doubling, jittered)
-# while a change is in progress (docs/contract.md section 5).
-CHANGE_POLL_MIN, CHANGE_POLL_MAX = 0.01, 0.1
+# How many times one write follows a BucketCount change (a cut, a new
+# epoch) before it gives up: changes never overlap, so two suffice.
+MAX_EPOCH_MEETINGS = 4
 
 _THROTTLE_CODES = {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
                    "LimitExceededException", "TooManyRequestsException", "Throttling"}
@@ -70,10 +68,11 @@ class Result:
     attempts: int
     reservations: int  # how many times numbers were reserved (1 + re-reservations after fences)
     rebuckets: int = 0  # how many times the messages moved to a new BucketCount (an online change)
-    paused_seconds: float = 0.0  # how long the write waited for BucketCount changes to end
+    paused_seconds: float = 0.0  # always 0: a BucketCount change no longer makes a write wait (kept for callers)
     bucket_count: int = 0  # the BucketCount the messages were written under
     epoch: int = 0  # and its epoch
-    aborted_changes: int = 0  # BucketCount changes past their deadline this write aborted (docs/design.md section 13)
+    aborted_changes: int = 0  # frozen BucketCount changes of a version before the cut-over this write aborted
+    cuts: int = 0  # counters this write cut into its epoch (a change's changer had not reached them)
 
 
 def new_client(endpoint_url: str | None = None, region_name: str | None = None, session=None):
@@ -109,8 +108,8 @@ def _kind(exc) -> str:
 
 class _EpochRefused(Exception):
     """A counter update refused for its BucketCount epoch: the counter
-    serves epoch counter (negative: frozen by the change to epoch
-    -counter), with fence point fence (cf)."""
+    serves epoch counter (negative: frozen by a version before the
+    cut-over for the change to epoch -counter), with cut point fence (cf)."""
 
     def __init__(self, bucket, epoch, old):
         super().__init__(f"bucket {bucket}'s counter does not serve epoch {epoch}")
@@ -132,11 +131,11 @@ class _WriteState:
 
     def __init__(self, view):
         self.view, self.rebuckets, self.paused_seconds = view, 0, 0.0
-        self.aborted_changes = 0
+        self.aborted_changes, self.cuts = 0, 0
 
     def result(self, msgs, token, attempts, reservations):
         return Result(msgs, token, attempts, reservations, self.rebuckets, self.paused_seconds, self.view[0], self.view[1],
-                      self.aborted_changes)
+                      self.aborted_changes, self.cuts)
 
 
 class _Outcome:
@@ -163,14 +162,17 @@ class Writer:
     at once (the writer needs dynamodb:DescribeTable on both; without it,
     a ConfigError says to grant it). Nothing is written before any refusal.
 
-    BucketCount changes online (docs/design.md section 13): every
-    reservation is conditional on the BucketCount epoch the writer knows,
-    so the writer learns of a change from the reservation it makes anyway.
-    It then fences what it reserved, waits while the change is in progress
-    (reading the config item every 10-100 ms; at most until the change's
-    deadline plus change_grace_seconds, else a BucketCountChangeError with
-    nothing written), moves the messages to the new count's buckets and
-    reserves again: a pause, not an error.
+    BucketCount changes online (docs/design.md section 13, the cut-over):
+    every reservation is conditional on the BucketCount epoch the writer
+    knows, so the writer learns of a change from the reservation it makes
+    anyway, and never waits for it. A counter at a later epoch: it fences
+    what it reserved, reads the config item, moves the messages to the new
+    count's buckets and reserves again. A counter at an earlier epoch (the
+    change's changer has not cut it yet): it cuts it (records its cut point
+    and moves it to its epoch) and reserves again. Every message item is
+    stamped with the epoch its number was reserved at (ep, from epoch 1),
+    which the relays' gate reads. A change a version before the cut-over
+    left frozen (nb) is aborted when met.
 
     Region mode (the config item lists regions, for DynamoDB global
     tables): region names this writer's region, required then (a
@@ -367,7 +369,7 @@ class Writer:
         aggregate your items are built from."""
         items = list(items)
         st = _WriteState(self.view)
-        msgs = self._prepare(items, list(messages), st.view[0])
+        msgs = self._prepare(items, list(messages), st.view[0], st.view[1])
         token = client_request_token or str(uuid.uuid4())
         reserved = self._reserve(msgs, st)
         reservations = 1
@@ -375,7 +377,7 @@ class Writer:
         # token must be byte-identical (a TTL taken from the clock again
         # would differ, and DynamoDB would refuse the resend of a committed
         # transaction with IdempotentParameterMismatch).
-        tx = self._transaction(items, msgs)
+        tx = self._transaction(items, msgs, st.view[1])
         maybe_committed = False
         last = None
         for attempt in range(1, self.max_attempts + 1):
@@ -398,7 +400,7 @@ class Writer:
                 self._release(reserved)  # what is left of the old numbers; a relay took the others
                 reserved = self._reserve(msgs, st)
                 reservations += 1
-                tx = self._transaction(items, msgs)
+                tx = self._transaction(items, msgs, st.view[1])
                 token = str(uuid.uuid4())  # new items, new token
                 continue
             if last.kind in ("conflict", "throttled", "ambiguous"):
@@ -407,7 +409,7 @@ class Writer:
             break
         raise self._fail(last, maybe_committed, reserved, token)
 
-    def _prepare(self, items, msgs, count):
+    def _prepare(self, items, msgs, count, epoch):
         total = len(items) + len(msgs)
         if total == 0:
             raise ValidationError(-1, "Transaction", "nothing to write: no items and no messages")
@@ -468,42 +470,42 @@ class Writer:
                 raise ValidationError(i, "Value", f"the record is {rs} bytes (key+value+headers+stamped headers+{contract.RECORD_OVERHEAD} "
                                       f"overhead), above MaxMessageBytes={self.max_message_bytes}; shrink the key, value or headers")
             m.bucket = self.bucket(m, count)
-            size += self._check_size(i, m)
+            size += self._check_size(i, m, epoch)
             out.append(m)
         if size > contract.MAX_TRANSACTION_BYTES:
             raise ValidationError(-1, "Transaction", f"the items add up to at least {size} bytes; DynamoDB allows {contract.MAX_TRANSACTION_BYTES}")
         return out
 
-    def _check_size(self, i, m) -> int:
+    def _check_size(self, i, m, epoch) -> int:
         m.sequence = 2**63 - 1  # the widest sequence: the size is an upper bound
-        n = contract.item_size(self._item(m))
+        n = contract.item_size(self._item(m, epoch))
         m.sequence = 0
         if n > contract.MAX_ITEM_BYTES:
             raise ValidationError(i, "Value", f"the DynamoDB item would be {n} bytes, above DynamoDB's {contract.MAX_ITEM_BYTES}-byte item limit")
         return n
 
-    def _item(self, m):
+    def _item(self, m, epoch):
         retention = self.config.retention_seconds if self.config.mode == "watermark" else 0
-        return contract.message_item(m, retention, self.clock())
+        return contract.message_item(m, retention, self.clock(), epoch)
 
     def _reserve(self, msgs, st):
         """Reserve the messages' numbers at st.view's epoch; a reservation
-        refused for its epoch (an online BucketCount change) waits for the
-        change to end, moves the messages to the new count's buckets and
-        reserves again. Returns [(bucket, first, n)]."""
-        for _ in range(100):
+        refused for its epoch (an online BucketCount change) cuts a counter
+        nobody cut yet, or moves the messages to the new count's buckets,
+        and reserves again: no waiting. Returns [(bucket, first, n)]."""
+        for _ in range(MAX_EPOCH_MEETINGS):
             try:
                 return self._reserve_once(msgs, st.view[1])
             except _EpochRefused as ee:
-                view = self._await_epoch(st, ee)
+                view = self._meet_epoch(st, ee)
             if view != st.view:
                 for i, m in enumerate(msgs):
                     m.bucket = self.bucket(m, view[0])
-                    self._check_size(i, m)
+                    self._check_size(i, m, view[1])
                 st.view = view
                 st.rebuckets += 1
-        raise BucketCountChangeError("outbox: the counters kept refusing this writer's BucketCount epoch (100 times); "
-                                     "nothing was written: check the config item and the counters (outbox status)")
+        raise BucketCountChangeError(f"outbox: the BucketCount epoch changed {MAX_EPOCH_MEETINGS} times while this write reserved; "
+                                     "nothing was written: check the config item and the counters (outbox status), then retry")
 
     def _reserve_once(self, msgs, epoch):
         """One conditional UpdateItem ADD n per bucket, in order of first
@@ -550,70 +552,45 @@ class Writer:
 
     # --- online BucketCount changes (docs/design.md section 13) -------------
 
-    def _await_epoch(self, st, ee):
-        """Wait until no change is in progress, bring ee's counter to the
-        config item's epoch (thaw it, or freeze and thaw one left behind),
-        and return the (count, epoch) to write under."""
+    def _meet_epoch(self, st, ee):
+        """The Go writer's meetEpoch: the view to reserve at after a
+        reservation refused by ee (nothing reserved). A counter at an
+        earlier epoch than the write's (or frozen by a version before the
+        cut-over for it) is cut into it; a later one means the count
+        changed: read the config item and take its count and epoch. A
+        change a version before the cut-over left frozen is aborted first."""
         had = st.view
-        pause = CHANGE_POLL_MIN
-        waiting = False
-        while True:
+        if 0 <= ee.counter < had[1] or (had[1] > 0 and ee.counter == -had[1]):
+            self._cut(ee.bucket, had[1])
+            st.cuts += 1
+            return had
+        c = self._read_config()
+        if c.changing:
+            if self.on_change_wait is not None:
+                self.on_change_wait(c)
+            if self._abort_change(c):
+                st.aborted_changes += 1
             c = self._read_config()
-            now = self.clock()
-            if c.changing:
-                if not waiting and self.on_change_wait is not None:
-                    self.on_change_wait(c)
-                waiting = True
-                deadline = c.change_deadline_ms / 1000
-                limit = deadline + self.change_grace_seconds
-                if now >= deadline:
-                    # Its tool stopped, or the buckets did not drain: end it,
-                    # as a Go writer, a relay or the sweeper would.
-                    try:
-                        if self._abort_change(c):
-                            st.aborted_changes += 1
-                        continue
-                    except Exception as e:  # noqa: BLE001 - retried until the grace ends
-                        if now >= limit:
-                            raise BucketCountChangeError(
-                                f"outbox: a BucketCount change from {c.bucket_count} to {c.next_bucket_count} is still in progress "
-                                f"{now - deadline:.1f}s past its deadline and this writer could not abort it ({e}); nothing was "
-                                "written. Check the writer's access to the control table (UpdateItem on the config item), then retry") from e
-                wait = min(random.uniform(pause / 2, pause), max((limit if now >= deadline else deadline) - now, 0))
-                self.sleep(wait)
-                st.paused_seconds += wait
-                pause = min(2 * pause, CHANGE_POLL_MAX)
-                continue
-            epoch = c.epoch
-            if epoch > had[1]:
-                pass  # a change this writer had not seen: reserve at the new epoch (which may thaw, below, next time)
-            elif epoch < had[1] or ee.counter > epoch:
-                raise BucketCountChangeError(
-                    f"outbox: bucket {ee.bucket}'s counter serves BucketCount epoch {ee.counter}, the config item says {epoch} "
-                    f"and this writer had {had[1]}: the control table was edited by hand; nothing was written")
-            elif ee.counter == -epoch:
-                self._thaw(ee.bucket, epoch, ee.fence)  # the change ended; nobody has thawed this counter yet
-            else:
-                # A counter left behind at an earlier epoch (no count since
-                # reached its bucket): freeze and thaw it into this one.
-                self._thaw(ee.bucket, epoch, self._freeze(ee.bucket, epoch - 1))
-            view = (c.bucket_count, epoch)
-            with self._view_lock:
-                if epoch > self._view[1]:
-                    self._view = view
-            return view
+        epoch = c.epoch
+        if epoch <= had[1] or ee.counter > epoch:
+            raise BucketCountChangeError(
+                f"outbox: bucket {ee.bucket}'s counter serves BucketCount epoch {ee.counter}, the config item says {epoch} "
+                f"and this writer had {had[1]}: the control table was edited by hand; nothing was written")
+        view = (c.bucket_count, epoch)
+        with self._view_lock:
+            if epoch > self._view[1]:
+                self._view = view
+        return view
 
     def _abort_change(self, c) -> bool:
-        """Abort the change c (the config item as read) says is in
-        progress, past its deadline: the Go writer's abortChange
-        (store/dynamo/rebucket.go). The config item moves to the next epoch
-        with the count unchanged, conditional on it still describing this
-        change; then every counter of the change is thawed into that epoch
-        (frozen first where the change had not got to it). Returns whether
-        this call's write ended the change: a failed condition whose item
-        already says what this write would (a resend of it, after a lost
-        response, or an identical abort) counts as this writer's; another
-        party's flip to the new count only thaws."""
+        """Abort the change c (the config item as read) says a version
+        before the cut-over began and left frozen: the config item moves to
+        the next epoch with the count unchanged, conditional on it still
+        describing that change; then every counter of the change is cut
+        (thawed) into that epoch. Returns whether this call's write ended
+        it: a failed condition whose item already says what this write
+        would (a resend of it after a lost response, or an identical abort)
+        counts as this writer's."""
         e = c.epoch
         _, old = self._config_update(
             UpdateExpression="SET #be = :be1 REMOVE #nb, #cd",
@@ -629,7 +606,7 @@ class Writer:
                                              f"the config item changed meanwhile ({now!r}); nothing was written")
             ours = now.epoch == e + 1 and now.bucket_count == c.bucket_count and not now.changing
         for b in range(max(c.bucket_count, c.next_bucket_count)):
-            self._thaw(b, e + 1, self._freeze(b, e))
+            self._cut(b, e + 1)
         return ours
 
     def _config_update(self, **kw):
@@ -654,49 +631,47 @@ class Writer:
                 return None, e.response.get("Item") or {}
             raise
 
-    def _thaw(self, bucket, to, fence):
-        """End the freeze of the change to epoch to in bucket (sequence.Thaw):
-        the counter serves epoch to, counting on from fence."""
-        _, old = self._counter_update(
-            Key=contract.counter_key(bucket), UpdateExpression="SET #q = :cf, #ce = :e", ConditionExpression="#ce = :frz",
-            ExpressionAttributeNames={"#q": "q", "#ce": "ce"},
-            ExpressionAttributeValues={":cf": {"N": str(fence)}, ":e": {"N": str(to)}, ":frz": {"N": str(-to)}})
-        if old is not None and _num(old, "ce") != to:
-            raise BucketCountChangeError(f"outbox: thaw bucket {bucket} into BucketCount epoch {to}: its counter serves "
-                                         f"epoch {_num(old, 'ce')}; nothing was written")
-
-    def _freeze(self, bucket, frm):
-        """Freeze bucket's counter for the change from epoch frm to frm+1
-        (sequence.Freeze) and return its fence point; frozen already, or
-        thawed into frm+1, it returns the recorded one."""
-        frozen = -(frm + 1)
-        legacy = dict(UpdateExpression="SET #cf = if_not_exists(#n, :z), #n = :moved, #ce = :frz",
+    def _cut(self, bucket, to):
+        """Move bucket's counter to epoch to and return its cut point, the
+        last number reserved on it before (sequence.Cut): one conditional
+        UpdateItem. A counter at an earlier epoch (or none: epoch 0, never
+        used) moves; one at to already (cut by another party, or a resend
+        of this write) returns its recorded cut point; one a version before
+        the cut-over froze for the change to to is thawed the same way."""
+        z, t = {"N": "0"}, {"N": str(to)}
+        legacy = dict(UpdateExpression="SET #cf = if_not_exists(#n, :z), #q = if_not_exists(#n, :z), #n = :moved, #ce = :to",
                       ConditionExpression="attribute_not_exists(#ce)",
-                      ExpressionAttributeNames={"#cf": "cf", "#ce": "ce", "#n": "n"},
-                      ExpressionAttributeValues={":z": {"N": "0"}, ":frz": {"N": str(frozen)}, ":moved": {"S": contract.MOVED_COUNTER}})
-        kw = legacy
-        if frm > 0:
-            kw = dict(UpdateExpression="SET #cf = if_not_exists(#q, :z), #ce = :frz", ConditionExpression="#ce BETWEEN :one AND :e",
-                      ExpressionAttributeNames={"#cf": "cf", "#ce": "ce", "#q": "q"},
-                      ExpressionAttributeValues={":z": {"N": "0"}, ":frz": {"N": str(frozen)}, ":e": {"N": str(frm)}, ":one": {"N": "1"}})
-        for _ in range(2):
+                      ExpressionAttributeNames={"#cf": "cf", "#q": "q", "#ce": "ce", "#n": "n"},
+                      ExpressionAttributeValues={":z": z, ":to": t, ":moved": {"S": contract.MOVED_COUNTER}})
+        earlier = dict(UpdateExpression="SET #cf = if_not_exists(#q, :z), #ce = :to", ConditionExpression="#ce BETWEEN :one AND :before",
+                       ExpressionAttributeNames={"#cf": "cf", "#q": "q", "#ce": "ce"},
+                       ExpressionAttributeValues={":z": z, ":to": t, ":one": {"N": "1"}, ":before": {"N": str(to - 1)}})
+        frozen = dict(UpdateExpression="SET #q = if_not_exists(#cf, :z), #ce = :to", ConditionExpression="#ce = :frz",
+                      ExpressionAttributeNames={"#cf": "cf", "#q": "q", "#ce": "ce"},
+                      ExpressionAttributeValues={":z": z, ":to": t, ":frz": {"N": str(-to)}})
+        kw = legacy if to == 1 else earlier
+        for _ in range(3):
             out, old = self._counter_update(Key=contract.counter_key(bucket), ReturnValues="ALL_NEW", **kw)
             if old is None:
                 return _num(out.get("Attributes"), "cf")
             ce = _num(old, "ce")
-            if ce in (frozen, frm + 1):
-                return _num(old, "cf")
-            if "ce" not in old and frm > 0:
+            if "ce" not in old:
                 kw = legacy
-                continue
-            raise BucketCountChangeError(f"outbox: freeze bucket {bucket} for BucketCount epoch {frm + 1}: its counter serves "
-                                         f"epoch {ce}; nothing was written")
-        raise BucketCountChangeError(f"outbox: freeze bucket {bucket}: the counter item kept changing; nothing was written")
+            elif ce == to:
+                return _num(old, "cf")  # cut already
+            elif ce == -to:
+                kw = frozen
+            elif 1 <= ce < to:
+                kw = earlier
+            else:
+                raise BucketCountChangeError(f"outbox: cut bucket {bucket} into BucketCount epoch {to}: its counter serves "
+                                             f"epoch {ce}; nothing was written")
+        raise BucketCountChangeError(f"outbox: cut bucket {bucket}: the counter item kept changing; nothing was written")
 
-    def _transaction(self, items, msgs):
+    def _transaction(self, items, msgs, epoch):
         puts = [{"Put": {
             "TableName": self.messages_table,
-            "Item": self._item(m),
+            "Item": self._item(m, epoch),
             "ConditionExpression": "attribute_not_exists(#s)",
             "ExpressionAttributeNames": {"#s": "s"},
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",

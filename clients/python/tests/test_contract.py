@@ -94,13 +94,15 @@ def test_parse_config():
     c = contract.parse_config(dict(v3, be={"N": "2"}, nb={"N": "12"}, cd={"N": "1764547200000"}))
     assert (c.epoch, c.next_bucket_count, c.change_deadline_ms, c.changing) == (2, 12, 1764547200000, True)
     assert contract.parse_config(base).epoch == 0 and not contract.parse_config(base).changing
+    d = contract.parse_config(dict(base, v={"N": "4"}, bc={"N": "16"}, be={"N": "1"}, ob={"N": "8"}, cd={"N": "1764547200000"}))
+    assert (d.bucket_count, d.epoch, d.old_bucket_count, d.changing) == (16, 1, 8, False)  # an old epoch draining: writers go on
     r = contract.parse_config(dict(v3, rg={"L": [{"S": "eu-west-1"}, {"S": "us-east-1"}]}, rgt={"M": {"us-east-1": {"S": "eu-west-1"}}}))
     assert r.regions == ("eu-west-1", "us-east-1") and r.taken_over == {"us-east-1": "eu-west-1"}
     assert r.region_slice("eu-west-1") == (0, 4) and r.region_slice("us-east-1") == (4, 4)
     refused = {
         "a topic list that is not a string set": (dict(base, tp={"S": "a"}), False),
         "an illegal topic in the list": (dict(base, tp={"SS": ["a/b"]}), False),
-        "newer version": (dict(base, v={"N": "4"}), True),
+        "newer version": (dict(base, v={"N": "5"}), True),
         "regions at v1": (dict(base, rg={"L": [{"S": "a"}, {"S": "b"}]}), False),
         "regions that do not divide bc": (dict(v3, rg={"L": [{"S": "a"}, {"S": "b"}, {"S": "c"}]}), False),
         "a region listed twice": (dict(v3, rg={"L": [{"S": "a"}, {"S": "a"}]}), False),
@@ -108,6 +110,7 @@ def test_parse_config():
         "takeovers without regions": (dict(v3, rgt={"M": {"a": {"S": "b"}}}), False),
         "a takeover by an unlisted region": (dict(v3, rg={"L": [{"S": "a"}, {"S": "b"}]}, rgt={"M": {"a": {"S": "c"}}}), False),
         "a change without a deadline": (dict(v3, nb={"N": "16"}), False),
+        "an old epoch draining at v3": (dict(v3, ob={"N": "8"}, cd={"N": "1"}), False),
         "a negative epoch": (dict(v3, be={"N": "-1"}), False),
         "unknown mode": (dict(base, v={"N": "2"}, md={"S": "compact"}, rt={"N": "86400"}), True),
         "watermark at v1": (dict(base, md={"S": "watermark"}, rt={"N": "86400"}), False),

@@ -1,9 +1,10 @@
-"""The Writer and config format 3 on a fake control table that keeps the
-counters' epoch conditions (docs/contract.md section 5): a reservation
-refused for its epoch, the pause while a change is in progress, the thaw,
-the deadline, and region mode's slice. The same writer runs against
-DynamoDB Local, beside a Go BucketCount change and the Go relay, in
-integration/pywriter_test.go (TestPythonWriterRebucket)."""
+"""The Writer and config formats 3 and 4 on a fake control table that
+keeps the counters' epoch conditions (docs/contract.md section 5): a
+reservation refused for its epoch, the cut of a counter the changer has not
+reached, the re-bucket on a later epoch, the epoch stamp, no waiting, an
+older version's frozen change aborted, and region mode's slice. The same
+writer runs against DynamoDB Local, beside a Go BucketCount change and the
+Go relay, in integration/pyrebucket_test.go (TestPythonWriterRebucket)."""
 
 import types
 
@@ -18,22 +19,29 @@ def ccf(old):
                         "ResponseMetadata": {"HTTPStatusCode": 400}}, "UpdateItem")
 
 
+CUT_LEGACY = "SET #cf = if_not_exists(#n, :z), #q = if_not_exists(#n, :z), #n = :moved, #ce = :to"
+CUT_EARLIER = "SET #cf = if_not_exists(#q, :z), #ce = :to"
+CUT_FROZEN = "SET #q = if_not_exists(#cf, :z), #ce = :to"
+
+
 class Table:
     """A control table of counters and one config item, with a clock that
-    the writer's sleeps advance; on_sleep runs after each."""
+    the writer's sleeps advance (a write during a change must not sleep);
+    resend_cut applies each cut twice and answers the second, as the SDK
+    does when the first response was lost."""
 
     def __init__(self, config, counters=None):
         self.meta = types.SimpleNamespace(config=types.SimpleNamespace(retries={"total_max_attempts": 1}))
         self.config, self.counters = config, counters or {}
-        self.now, self.on_sleep, self.calls, self.commits = 1000.0, None, [], []
+        self.now, self.slept, self.calls, self.commits = 1000.0, 0.0, [], []
+        self.resend_cut = False
 
     def clock(self):
         return self.now
 
     def sleep(self, s):
         self.now += s
-        if self.on_sleep:
-            self.on_sleep(self)
+        self.slept += s
 
     def get_item(self, **kw):
         if kw["Key"].get("pk"):
@@ -44,39 +52,45 @@ class Table:
     def update_item(self, **kw):
         if kw["Key"]["pk"]["S"] == "config":
             return self.update_config(**kw)
+        out = self.update_counter(**kw)
+        if self.resend_cut and kw["UpdateExpression"] in (CUT_LEGACY, CUT_EARLIER, CUT_FROZEN):
+            return self.update_counter(**kw)
+        return out
+
+    def update_counter(self, **kw):
         b = int(kw["Key"]["pk"]["S"].split("#")[1])
         item = self.counters.setdefault(b, {})
-        names, vals, cond = kw["ExpressionAttributeNames"], kw["ExpressionAttributeValues"], kw.get("ConditionExpression")
+        vals, cond, upd = kw["ExpressionAttributeValues"], kw.get("ConditionExpression"), kw["UpdateExpression"]
         ce = item.get("ce", {}).get("N")
-        ok = {"attribute_not_exists(#ce)": ce is None, "#ce = :e": ce == vals.get(":e", {}).get("N"),
-              "#ce = :frz": ce == vals.get(":frz", {}).get("N"),
-              "#ce BETWEEN :one AND :e": ce is not None and 1 <= int(ce) <= int(vals.get(":e", {"N": "0"})["N"])}[cond]
+        num = (lambda k: int(vals[k]["N"]))
+        ok = {"attribute_not_exists(#ce)": lambda: ce is None, "#ce = :e": lambda: ce is not None and ce == vals[":e"]["N"],
+              "#ce = :frz": lambda: ce == vals[":frz"]["N"],
+              "#ce BETWEEN :one AND :before": lambda: ce is not None and num(":one") <= int(ce) <= num(":before")}[cond]()
         if not ok:
-            self.calls.append(("refused", b, kw["UpdateExpression"]))
+            self.calls.append(("refused", b, upd))
             raise ccf(dict(item))
-        if kw["UpdateExpression"] == "ADD #n :n SET #v = :v":
-            attr = names["#n"]
-            n = int(item.get(attr, {"N": "0"})["N"]) + int(vals[":n"]["N"])
+        if upd == "ADD #n :n SET #v = :v":
+            attr = kw["ExpressionAttributeNames"]["#n"]
+            n = int(item.get(attr, {"N": "0"})["N"]) + num(":n")
             item[attr], item["v"] = {"N": str(n)}, vals[":v"]
             self.calls.append(("reserve", b, attr, n))
             return {"Attributes": {attr: {"N": str(n)}, "v": vals[":v"]}}
-        if kw["UpdateExpression"] == "SET #cf = if_not_exists(#n, :z), #n = :moved, #ce = :frz":
-            item["cf"], item["n"], item["ce"] = item.get("n", vals[":z"]), vals[":moved"], vals[":frz"]
-            self.calls.append(("freeze", b, int(item["cf"]["N"])))
-            return {"Attributes": dict(item)}
-        assert kw["UpdateExpression"] == "SET #q = :cf, #ce = :e", kw
-        item["q"], item["ce"] = vals[":cf"], vals[":e"]
-        self.calls.append(("thaw", b, int(vals[":cf"]["N"])))
-        return {}
+        if upd == CUT_LEGACY:
+            n = item.get("n", vals[":z"])
+            item["cf"], item["q"], item["n"], item["ce"] = n, n, vals[":moved"], vals[":to"]
+        elif upd == CUT_EARLIER:
+            item["cf"], item["ce"] = item.get("q", vals[":z"]), vals[":to"]
+        else:
+            assert upd == CUT_FROZEN, kw
+            item["q"], item["ce"] = item.get("cf", vals[":z"]), vals[":to"]
+        self.calls.append(("cut", b, int(item["cf"]["N"])))
+        return {"Attributes": dict(item)}
 
     def update_config(self, **kw):
-        """The abort's conditional write on the config item (the only one a
-        writer makes); config_fault, if set, runs after it applied."""
+        """The abort of an older version's frozen change (the only write a
+        writer makes on the config item)."""
         names, vals = kw["ExpressionAttributeNames"], kw["ExpressionAttributeValues"]
         assert kw["ConditionExpression"] == "#bc = :bc AND #be = :be AND #nb = :nb AND #cd = :cd", kw
-        assert kw["UpdateExpression"] == "SET #be = :be1 REMOVE #nb, #cd", kw
-        if self.config_denied:
-            raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "denied"}}, "UpdateItem")
         if any(self.config.get(names[k]) != vals[":" + k[1:]] for k in ("#bc", "#be", "#nb", "#cd")):
             self.calls.append("abort refused")
             raise ccf(dict(self.config))
@@ -85,12 +99,7 @@ class Table:
         del item["nb"], item["cd"]
         self.config = item
         self.calls.append("abort")
-        if self.config_fault:
-            fault, self.config_fault = self.config_fault, None
-            raise fault
         return {}
-
-    config_denied, config_fault = False, None
 
     def describe_table(self, **kw):
         return {"Table": {"TableName": kw["TableName"]}}  # no replicas (tests/test_writer.py tests the refusal)
@@ -112,121 +121,74 @@ def writer(t, **kw):
     return Writer(t, "msgs", "ctl", clock=t.clock, sleep=t.sleep, **kw)
 
 
-KEY = b"order-1"  # bucket 6 of 8, 6 of 16, 2 of 12 (testdata/bucket_vectors.json)
+def stamps(t):
+    """The epoch stamp (ep) of every message put committed, None when absent."""
+    return [int(p["Put"]["Item"]["ep"]["N"]) if "ep" in p["Put"]["Item"] else None for tx in t.commits for p in tx]
+
+
+KEY = b"order-1"  # bucket 6 of 8, 6 of 16, 10 of 12 (testdata/bucket_vectors.json)
 
 
 def test_a_change_it_had_not_seen_is_learnt_from_the_reservation():
     t = Table(cfg(8))
     w = writer(t)
     assert w.write(messages=[Message("t", b"1", key=KEY)]).epoch == 0
-    # A change to 16 ran to its end meanwhile (the changer thawed every counter).
-    t.config = cfg(16, v=3, be=1)
-    t.counters = {b: {"n": {"S": contract.MOVED_COUNTER}, "q": {"N": "5"}, "ce": {"N": "1"}} for b in range(16)}
+    # A change to 16 flipped the config item and cut every counter.
+    t.config = cfg(16, v=4, be=1, ob=8, cd=2_000_000)
+    t.counters = {b: {"n": {"S": contract.MOVED_COUNTER}, "q": {"N": "5"}, "cf": {"N": "5"}, "ce": {"N": "1"}} for b in range(16)}
     t.calls = []
     res = w.write(messages=[Message("t", b"2", key=KEY)])
     m = res.messages[0]
     assert (res.rebuckets, res.bucket_count, res.epoch, m.bucket, m.sequence) == (1, 16, 1, contract.bucket_for_key(KEY, 16), 6)
     assert t.calls[:3] == [("refused", 6, "ADD #n :n SET #v = :v"), "config", ("reserve", 6, "q", 6)]
-    assert w.view == (16, 1)
+    assert w.view == (16, 1) and t.slept == 0 and res.paused_seconds == 0
+    assert stamps(t) == [None, 1]  # epoch 0 writes no stamp; epoch 1 stamps ep
     # The next write reserves at epoch 1 at once, conditionally.
     t.calls = []
     w.write(messages=[Message("t", b"3", key=KEY)])
     assert t.calls == [("reserve", 6, "q", 7)]
 
 
-def test_it_pauses_while_a_change_is_in_progress_then_thaws_and_rebuckets():
-    t = Table(cfg(8))
+def test_it_cuts_a_counter_the_changer_has_not_reached_and_never_waits():
+    # The change 8 -> 12 flipped the config item; its changer stopped
+    # before cutting bucket 10, whose counter is at epoch 0 (4 reserved).
+    t = Table(cfg(12, v=4, be=1, ob=8, cd=2_000_000), {10: {"n": {"N": "4"}}})
     w = writer(t)
-    # The change to 12 froze the counters (fence point 4 in bucket 2) and is draining.
-    t.config = cfg(8, v=3, be=0, nb=12, cd=int((t.now + 30) * 1000))
-    t.counters = {b: {"n": {"S": contract.MOVED_COUNTER}, "cf": {"N": "4"}, "ce": {"N": "-1"}} for b in range(12)}
-
-    def flip(t):
-        if t.now >= 1000.5:  # the relays drained: the changer flips the config item, not yet the counters
-            t.config = cfg(12, v=3, be=1)
-    t.on_sleep = flip
-    res = w.write(messages=[Message("t", b"1", key=KEY), Message("t", b"2", key=b"other")])
+    res = w.write(messages=[Message("t", b"1", key=KEY)])
     m = res.messages[0]
-    assert (res.bucket_count, res.epoch, m.bucket) == (12, 1, contract.bucket_for_key(KEY, 12))
-    assert m.sequence == 5  # on from the fence point
-    assert 0.5 <= res.paused_seconds <= 0.7 and res.rebuckets == 1
-    assert ("thaw", m.bucket, 4) in t.calls
-    polls = t.calls.count("config")
-    assert 5 <= polls <= 60, polls  # every 10..100 ms over half a second
-    assert len(t.commits) == 1
+    assert (res.bucket_count, res.epoch, m.bucket, m.sequence, res.cuts) == (12, 1, 10, 5, 1)  # on from the cut point
+    assert t.calls[-3:] == [("refused", 10, "ADD #n :n SET #v = :v"), ("cut", 10, 4), ("reserve", 10, "q", 5)]
+    assert t.counters[10]["n"] == {"S": contract.MOVED_COUNTER} and t.counters[10]["cf"] == {"N": "4"}
+    assert t.slept == 0 and res.paused_seconds == 0 and stamps(t) == [1]
 
 
-def abandoned(t, deadline_in=1.0):
-    """A change 8 -> 16 whose tool stopped after freezing every counter."""
-    t.config = cfg(8, v=3, be=0, nb=16, cd=int((t.now + deadline_in) * 1000))
-    t.counters = {b: {"n": {"S": contract.MOVED_COUNTER}, "cf": {"N": "3"}, "ce": {"N": "-1"}} for b in range(16)}
+def test_a_cut_survives_a_resend():
+    t = Table(cfg(12, v=4, be=1, ob=8, cd=2_000_000), {10: {"n": {"N": "4"}}})
+    t.resend_cut = True
+    res = writer(t).write(messages=[Message("t", b"1", key=KEY)])
+    assert res.messages[0].sequence == 5
+    assert ("cut", 10, 4) in t.calls and t.counters[10]["ce"] == {"N": "1"}
 
 
-def test_a_change_past_its_deadline_is_aborted_by_the_writer():
+def test_a_counter_left_behind_at_an_older_epoch_is_cut():
+    # 16 -> 8 -> 12 at epoch 2: bucket 10 last served epoch 1 (9 reserved).
+    t = Table(cfg(12, v=4, be=2, ob=8, cd=2_000_000), {10: {"q": {"N": "9"}, "ce": {"N": "1"}}})
+    m = writer(t).write(messages=[Message("t", b"1", key=KEY)]).messages[0]
+    assert (m.bucket, m.sequence) == (10, 10)
+    assert t.calls[-2:] == [("cut", 10, 9), ("reserve", 10, "q", 10)] and t.counters[10]["ce"] == {"N": "2"}
+
+
+def test_an_older_versions_frozen_change_is_aborted():
+    # A version before the cut-over froze every counter for 8 -> 16 and stopped.
     t = Table(cfg(8))
     w = writer(t)
-    abandoned(t)
-    start = t.now
+    t.config = cfg(8, v=3, be=0, nb=16, cd=int((t.now + 3600) * 1000))
+    t.counters = {b: {"n": {"S": contract.MOVED_COUNTER}, "cf": {"N": "4"}, "ce": {"N": "-1"}} for b in range(16)}
     res = w.write(messages=[Message("t", b"1", key=KEY)])
-    assert 1 <= t.now - start <= 1.2  # waited for the deadline, no longer
-    assert res.aborted_changes == 1 and t.calls.count("abort") == 1
-    assert (res.bucket_count, res.epoch, res.messages[0].bucket, res.messages[0].sequence) == (8, 1, contract.bucket_for_key(KEY, 8), 4)
-    assert t.config == cfg(8, v=3, be=1)
-    assert all(c["ce"] == {"N": "1"} and c["q"] == {"N": "3"} for b, c in t.counters.items() if b != 6)  # every counter thawed
-    assert len(t.commits) == 1
-
-
-def test_the_abort_survives_a_resend():
-    # The abort applied, its response was lost, the writer sent it again:
-    # the second one's condition fails on the item the first one wrote.
-    t = Table(cfg(8))
-    w = writer(t)
-    abandoned(t, deadline_in=0)
-    t.config_fault = ClientError({"Error": {"Code": "InternalServerError", "Message": "lost"}, "ResponseMetadata": {"HTTPStatusCode": 500}}, "UpdateItem")
-    res = w.write(messages=[Message("t", b"1", key=KEY)])
-    assert t.calls.count("abort") == 1 and t.calls.count("abort refused") == 1
-    assert res.aborted_changes == 1 and (res.bucket_count, res.epoch) == (8, 1)
-    assert t.config == cfg(8, v=3, be=1) and len(t.commits) == 1
-
-
-def test_a_change_another_party_ended_is_only_thawed():
-    t = Table(cfg(8))
-    w = writer(t)
-    abandoned(t, deadline_in=0)
-
-    def other(**kw):  # the resumed change flipped to 16 between the writer's read and its write
-        t.config = cfg(16, v=3, be=1)
-        return Table.update_config(t, **kw)
-    t.update_config = other
-    res = w.write(messages=[Message("t", b"1", key=KEY)])
-    assert res.aborted_changes == 0 and t.calls.count("abort refused") == 1
-    assert (res.bucket_count, res.epoch) == (16, 1) and len(t.commits) == 1
-    assert all(c["ce"] == {"N": "1"} for c in t.counters.values())  # thawed all the same
-
-
-def test_a_change_it_cannot_abort_fails_after_the_grace_with_nothing_written():
-    t = Table(cfg(8))
-    w = writer(t, change_grace_seconds=2)
-    abandoned(t)
-    t.config_denied = True
-    start = t.now
-    with pytest.raises(BucketCountChangeError, match="could not abort it"):
-        w.write(messages=[Message("t", b"1", key=KEY)])
-    assert 3 <= t.now - start <= 3.2  # the deadline (1 s) plus the grace (2 s)
-    assert t.commits == []
-
-
-def test_a_counter_left_behind_is_frozen_and_thawed_into_the_epoch():
-    # 8 -> 4 -> 8: the change to 4 froze buckets 0..7 and thawed them into
-    # epoch 1; bucket 6's counter is still at epoch 0's n (say a restore put
-    # it back), and the writer at epoch 2 meets it.
-    t = Table(cfg(8, v=3, be=2))
-    w = writer(t)
-    t.counters = {6: {"n": {"N": "9"}}}
-    m = w.write(messages=[Message("t", b"1", key=KEY)]).messages[0]
-    assert (m.bucket, m.sequence) == (6, 10)  # on from the old counter's last number
-    assert t.calls[-3:] == [("freeze", 6, 9), ("thaw", 6, 9), ("reserve", 6, "q", 10)]
-    assert t.counters[6]["n"] == {"S": contract.MOVED_COUNTER} and t.counters[6]["ce"] == {"N": "2"}
+    m = res.messages[0]
+    assert (res.bucket_count, res.epoch, res.aborted_changes, m.bucket, m.sequence) == (8, 1, 1, 6, 5)
+    assert "abort" in t.calls and t.slept == 0
+    assert all(t.counters[b]["ce"] == {"N": "1"} for b in range(16))
 
 
 def test_a_counter_ahead_of_the_config_item_is_refused():

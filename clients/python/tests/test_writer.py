@@ -74,7 +74,7 @@ def test_refuses_a_client_that_retries_by_itself():
 
 
 def test_refuses_an_unknown_config_before_writing():
-    f = Fake(config=dict(CONFIG, v={"N": "4"}))
+    f = Fake(config=dict(CONFIG, v={"N": "5"}))
     with pytest.raises(ConfigError) as e:
         writer(f)
     assert e.value.unknown

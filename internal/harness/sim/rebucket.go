@@ -11,14 +11,15 @@ import (
 	"github.com/dynakafka/outbox/store/memory"
 )
 
-// The online BucketCount change (docs/design.md §13) under the scheduler:
-// writers that write per key, relays driven by stream hints and a sweeper,
-// and a changer that runs the change's steps — begin, freeze, drain, flip,
-// thaw — one bucket at a time, and may crash at any step; a crashed change
-// is resumed by another changer or aborted by a writer past its deadline.
-// The config item and the counters' epochs are modelled here, as
-// store/dynamo keeps them (rebucket.go, sequence/epoch.go); the relays are
-// the engine's, over the memory store.
+// The online BucketCount change by cut-over (docs/design.md §13) under the
+// scheduler: writers that write per key, relays driven by stream hints and
+// a sweeper, and a changer that runs the change's steps — wait for the
+// previous old epoch, flip, cut each counter, watch the old epoch drain
+// and end it — one store call at a time, and may crash at any step (then
+// the writers cut the counters they meet and the sweeper ends the old
+// epoch). The config item, the counters' epochs and cut points and the
+// epoch gate are the memory store's (Flip, ReserveAt, CutTo, GateOpen,
+// EndOldEpoch), modelled on store/dynamo's; the relays are the engine's.
 
 // RebucketConfig is one rebucket schedule's shape.
 type RebucketConfig struct {
@@ -27,8 +28,7 @@ type RebucketConfig struct {
 	Keys       int // per writer
 	PerWriter  int
 	Relays     int
-	CrashAt    int  // the changer crashes at this step of its first change (0: never)
-	Resume     bool // a crashed change is resumed (else a writer aborts it)
+	CrashAt    int // the changer crashes at this step (0: never)
 	AbandonPct int
 }
 
@@ -37,39 +37,42 @@ type RebucketResult struct {
 	Config     RebucketConfig
 	Committed  int
 	Published  int
-	Changes    int // changes that changed the count
-	Aborted    int
+	Changes    int // flips that changed the count
+	Aborted    int // changes given up before their flip (the previous old epoch did not drain in time)
+	Ended      int // old epochs ended (by the changer or the sweeper)
 	Stranded   []string
 	OutOfOrder []string
-	MaxPause   time.Duration
-	Steps      int
+	// MaxPause is the longest a write took from its first reservation to
+	// its commit beyond its own steps' sleeps: what a change adds.
+	MaxPause time.Duration
+	Steps    int
 }
 
 // Failed reports a broken promise.
 func (r RebucketResult) Failed() bool { return len(r.Stranded) > 0 || len(r.OutOfOrder) > 0 }
 
 type rbWorld struct {
-	s   *Scheduler
-	cfg RebucketConfig
-	mem *memory.Store
-	// The config item.
-	count, next int
-	epoch       int64
-	deadline    time.Time
-	// The counters' epochs (ce, negative while frozen) and fence points.
-	ce, cf map[int]int64
-	maxB   int
+	s    *Scheduler
+	cfg  RebucketConfig
+	mem  *memory.Store
+	maxB int
 
 	relays    []*outbox.Relay
 	hints     []int
 	writing   int
 	changing  int
+	draining  int // hinted drains in flight
 	committed map[string]rbRecord
 	published []rbRecord
 	res       RebucketResult
-	// skipDrain: a mutation for checking the checker (the flip does not
-	// wait for the drain).
-	skipDrain bool
+	// holes: per old bucket, a missing number up to its cut point and
+	// since when (the trailing-hole fence of dynamo's EndOldEpoch).
+	holes map[int]rbHole
+}
+
+type rbHole struct {
+	seq   int64
+	since time.Time
 }
 
 type rbRecord struct {
@@ -96,25 +99,25 @@ func DrawRebucket(s *Scheduler) RebucketConfig {
 		to = append(to, c)
 	}
 	c := RebucketConfig{From: counts, To: to, Writers: 1 + r.IntN(3), Keys: 1 + r.IntN(3), PerWriter: 3 + r.IntN(8), Relays: 1 + r.IntN(3),
-		Resume: r.IntN(2) == 0, AbandonPct: 5 * r.IntN(2)}
+		AbandonPct: 5 * r.IntN(2)}
 	if r.IntN(3) == 0 {
 		c.CrashAt = 1 + r.IntN(12)
 	}
 	return c
 }
 
-// RunRebucket runs the rebucket schedule of seed and checks it.
-func RunRebucket(seed uint64, skipDrain bool) (RebucketResult, error) {
+// RunRebucket runs the rebucket schedule of seed and checks it; openGate
+// is a mutation for checking the checker (every epoch gate open).
+func RunRebucket(seed uint64, openGate bool) (RebucketResult, error) {
 	s := New(seed)
 	cfg := DrawRebucket(s)
-	w := &rbWorld{s: s, cfg: cfg, mem: memory.New(cfg.From[0]), count: cfg.From[0], ce: map[int]int64{}, cf: map[int]int64{},
-		committed: map[string]rbRecord{}, skipDrain: skipDrain}
+	w := &rbWorld{s: s, cfg: cfg, mem: memory.New(cfg.From[0]), committed: map[string]rbRecord{}, holes: map[int]rbHole{}}
 	w.maxB = cfg.From[0]
 	for _, c := range cfg.To {
 		w.maxB = max(w.maxB, c)
 	}
 	w.res.Config = cfg
-	store := &rbStore{Store: w.mem, s: s}
+	store := &rbStore{Store: w.mem, s: s, open: openGate}
 	for i := range cfg.Relays {
 		r, err := outbox.NewRelay(context.Background(), store, &rbPublisher{w}, outbox.RelayID(fmt.Sprint("r", i)), outbox.WithClock(s),
 			outbox.DeadlineMargin(0), outbox.GapTimeout(rbGap), outbox.GapPollInterval(200*time.Millisecond), outbox.BatchSize(1+s.Rand().IntN(3)),
@@ -140,10 +143,12 @@ func RunRebucket(seed uint64, skipDrain bool) (RebucketResult, error) {
 	return w.res, w.check()
 }
 
-// rbStore lets another actor run before each store call a drain makes.
+// rbStore lets another actor run before each store call a drain makes;
+// open makes every epoch gate open (the mutation).
 type rbStore struct {
 	*memory.Store
-	s *Scheduler
+	s    *Scheduler
+	open bool
 }
 
 func (y *rbStore) Config(ctx context.Context) (outbox.Config, error) {
@@ -171,6 +176,14 @@ func (y *rbStore) Release(ctx context.Context, l outbox.Lease, head, cleaned int
 	return y.Store.Release(ctx, l, head, cleaned)
 }
 
+func (y *rbStore) GateOpen(ctx context.Context, b int, epoch int64) (bool, []int, error) {
+	y.s.Yield()
+	if y.open {
+		return true, nil, nil
+	}
+	return y.Store.GateOpen(ctx, b, epoch)
+}
+
 type rbPublisher struct{ w *rbWorld }
 
 func (p *rbPublisher) Publish(ctx context.Context, msgs []outbox.Message) (int, error) {
@@ -191,81 +204,48 @@ func (p *rbPublisher) Publish(ctx context.Context, msgs []outbox.Message) (int, 
 	return acked, err
 }
 
-// errEpoch is a reservation refused for its epoch: the counter's ce and cf.
-type errEpoch struct{ counter, fence int64 }
-
-func (e *errEpoch) Error() string {
-	return fmt.Sprintf("counter at epoch %d (fence %d)", e.counter, e.fence)
+// config reads the config item (one store call).
+func (w *rbWorld) config() outbox.Config {
+	w.s.Yield()
+	c, _ := w.mem.Config(context.Background())
+	return c
 }
 
-// reserve is sequence.ReserveAt: one number of bucket b, if its counter
-// serves epoch.
-func (w *rbWorld) reserve(b int, epoch int64) (int64, error) {
-	w.s.Yield()
-	if w.ce[b] != epoch {
-		return 0, &errEpoch{w.ce[b], w.cf[b]}
-	}
-	return w.mem.Reserve(b, 1), nil
-}
-
-// freeze is sequence.Freeze.
-func (w *rbWorld) freeze(b int, from int64) (int64, error) {
-	w.s.Yield()
-	switch ce := w.ce[b]; {
-	case ce >= 0 && ce <= from:
-		last, _ := w.mem.LastSequence(context.Background(), b)
-		w.cf[b], w.ce[b] = last, -(from + 1)
-		return last, nil
-	case ce == -(from+1) || ce == from+1:
-		return w.cf[b], nil
-	default:
-		return 0, &errEpoch{ce, w.cf[b]}
-	}
-}
-
-// thaw is sequence.Thaw (the memory counter did not move while frozen).
-func (w *rbWorld) thaw(b int, to int64) error {
-	w.s.Yield()
-	switch w.ce[b] {
-	case -to:
-		w.ce[b] = to
-	case to:
-	default:
-		return &errEpoch{w.ce[b], w.cf[b]}
-	}
-	return nil
-}
-
-// flip is the change's conditional flip of the config item: from the
-// change in progress at epoch, to final at epoch+1. False: someone else
-// flipped it.
-func (w *rbWorld) flip(epoch int64, final int) bool {
-	w.s.Yield()
-	if w.epoch != epoch || w.next == 0 {
+// endOld is dynamo's EndOldEpoch: it fences a number up to an old
+// bucket's cut point that stayed missing, nothing after it, for rbGap
+// (a crashed writer's; relays fence only what something follows), then
+// ends the old epoch if every old bucket drained. True when it ended.
+func (w *rbWorld) endOld(c outbox.Config) bool {
+	if !c.Draining() {
 		return false
 	}
-	w.count, w.epoch, w.next, w.deadline = final, epoch+1, 0, time.Time{}
-	w.mem.SetBucketCount(final, epoch+1)
-	return true
-}
-
-// end flips (if nobody did) and thaws every counter of the change: what
-// flipChange does; fences nil reads them (an abort).
-func (w *rbWorld) end(from, to int, epoch int64, final int) {
-	w.flip(epoch, final)
-	for b := range max(from, to) {
-		if _, err := w.freeze(b, epoch); err != nil {
-			panic(fmt.Sprintf("end of the change: freeze bucket %d: %v", b, err))
+	for b := range c.OldBucketCount {
+		w.s.Yield()
+		cut, err := w.mem.CutTo(b, c.BucketEpoch)
+		if err != nil {
+			return false // a later change: this look is stale
 		}
-		if err := w.thaw(b, epoch+1); err != nil {
-			panic(fmt.Sprintf("end of the change: thaw bucket %d: %v", b, err))
+		ok, missing := w.drainedTo(b, cut)
+		switch h, seen := w.holes[b]; {
+		case ok:
+			delete(w.holes, b)
+		case !seen || h.seq != missing:
+			w.holes[b] = rbHole{missing, w.s.Now()}
+		case missing > 0 && w.s.Now().Sub(h.since) >= rbGap:
+			_ = w.mem.Fence(context.Background(), b, missing, w.s.Now())
 		}
 	}
+	w.s.Yield()
+	ended, _, _ := w.mem.EndOldEpoch(context.Background(), c)
+	if ended {
+		w.res.Ended++
+	}
+	return ended
 }
 
 // changer runs the configured changes one after another, after the writers
-// got going; with CrashAt it stops for good at that step of its first
-// change, and, with Resume, a second changer finishes it later.
+// got going; with CrashAt it stops for good at that step (the writers and
+// the sweeper finish what it left).
 func (w *rbWorld) changer() {
 	defer func() { w.changing-- }()
 	step := 0
@@ -273,135 +253,87 @@ func (w *rbWorld) changer() {
 		step++
 		return w.cfg.CrashAt != 0 && step == w.cfg.CrashAt
 	}
-	for i, to := range w.cfg.To {
+	for _, to := range w.cfg.To {
 		w.s.Sleep(nil, time.Duration(w.s.Rand().Int64N(int64(2*time.Second))))
-		if w.next != 0 {
-			if !w.runChange(crash) {
-				return
-			}
+		if !w.change(to, crash) {
+			return
 		}
-		if w.count == to {
+	}
+}
+
+// change is dynamo's ChangeBucketCount to to; false when it crashed.
+func (w *rbWorld) change(to int, crash func() bool) bool {
+	// Prepare: wait for the previous old epoch (two changes never
+	// overlap), up to the timeout; then nothing is written.
+	deadline := w.s.Now().Add(rbTimeout)
+	c := w.config()
+	for c.Draining() && c.BucketCount != to {
+		if w.endOld(c) {
+			c = w.config()
 			continue
 		}
-		w.s.Yield()
-		w.next, w.deadline = to, w.s.Now().Add(rbTimeout) // begin
-		if i == 0 && crash() {
-			w.crashed()
-			return
-		}
-		if !w.runChange(crash) {
-			w.crashed()
-			return
-		}
-	}
-}
-
-// crashed: the changer died; with Resume another one finishes its change
-// after a while.
-func (w *rbWorld) crashed() {
-	if !w.cfg.Resume {
-		return
-	}
-	w.changing++
-	w.s.Spawn("resumer", func() {
-		defer func() { w.changing-- }()
-		w.s.Sleep(nil, time.Duration(w.s.Rand().Int64N(int64(30*time.Second))))
-		if w.next != 0 {
-			w.runChange(func() bool { return false })
-		}
-	})
-}
-
-// runChange is dynamo's runChange for the change in progress; false when it
-// crashed.
-func (w *rbWorld) runChange(crash func() bool) bool {
-	from, to, epoch, deadline := w.count, w.next, w.epoch, w.deadline
-	n := max(from, to)
-	fences := make([]int64, n)
-	start := w.s.Now()
-	for b := range n {
-		f, err := w.freeze(b, epoch)
-		if err != nil {
-			panic(fmt.Sprintf("freeze bucket %d: %v", b, err))
-		}
-		fences[b] = f
-		if crash() {
-			return false
-		}
-	}
-	holes := map[int][2]int64{} // bucket -> missing number, since (ns)
-	final := to
-	for !w.skipDrain {
-		left := 0
-		for b := range n {
-			ok, missing := w.drainedTo(b, fences[b])
-			if ok {
-				continue
-			}
-			left++
-			if h, seen := holes[b]; !seen || h[0] != missing {
-				holes[b] = [2]int64{missing, w.s.Now().UnixNano()}
-			} else if missing > 0 && w.s.Now().UnixNano()-h[1] >= int64(rbGap) {
-				_ = w.mem.Fence(context.Background(), b, missing, w.s.Now())
-			}
-		}
-		if left == 0 {
-			break
-		}
 		if !w.s.Now().Before(deadline) {
-			final = from
-			break
+			w.res.Aborted++
+			return true
 		}
 		w.s.Sleep(nil, 50*time.Millisecond)
-		if w.epoch != epoch {
-			break // a writer aborted it
+		c = w.config()
+	}
+	if crash() {
+		return false
+	}
+	if c.BucketCount != to {
+		w.s.Yield()
+		w.mem.Flip(to, w.s.Now().Add(rbTimeout))
+		w.res.Changes++
+		if crash() {
+			return false
+		}
+		c = w.config()
+		for b := range c.Span() {
+			w.s.Yield()
+			if _, err := w.mem.CutTo(b, c.BucketEpoch); err != nil {
+				panic(fmt.Sprintf("cut bucket %d: %v", b, err))
+			}
+			if crash() {
+				return false
+			}
 		}
 	}
-	if crash() {
-		return false
-	}
-	if !w.flip(epoch, final) {
-		final = w.count
-	}
-	if crash() {
-		return false
-	}
-	for b := range n {
-		if err := w.thaw(b, epoch+1); err != nil {
-			panic(fmt.Sprintf("thaw bucket %d: %v", b, err))
+	// Watch the old epoch until it ends or the deadline passes (the
+	// change stands either way; the sweeper ends it later).
+	for c.Draining() && w.s.Now().Before(c.ChangeDeadline) {
+		if w.endOld(c) {
+			break
 		}
 		if crash() {
 			return false
 		}
+		w.s.Sleep(nil, 50*time.Millisecond)
+		c = w.config()
 	}
-	if final == to && from != to {
-		w.res.Changes++
-	} else {
-		w.res.Aborted++
-	}
-	_ = start
 	return true
 }
 
 // drainedTo is dynamo's drainedTo over the memory store.
-func (w *rbWorld) drainedTo(b int, fence int64) (bool, int64) {
+func (w *rbWorld) drainedTo(b int, cut int64) (bool, int64) {
 	w.s.Yield()
 	l := w.mem.Lease(b)
-	if l.Head >= fence {
+	if l.Head >= cut {
 		return true, 0
 	}
 	next := l.Head + 1
-	entries, _, _ := w.mem.Pending(context.Background(), b, l.Head, int(fence-l.Head))
+	entries, _, _ := w.mem.Pending(context.Background(), b, l.Head, int(cut-l.Head))
 	for _, e := range entries {
 		switch {
-		case e.Sequence > fence, e.Sequence != next:
+		case e.Sequence > cut, e.Sequence != next:
 			return false, next
 		case !e.Fence:
 			return false, 0
 		}
 		next++
 	}
-	if next <= fence {
+	if next <= cut {
 		return false, next
 	}
 	return true, 0
@@ -413,58 +345,43 @@ type view struct {
 	epoch int64
 }
 
-// awaitEpoch is the dynamo Writer's awaitEpoch.
-func (w *rbWorld) awaitEpoch(had view, e *errEpoch, b int) view {
-	pause := 10 * time.Millisecond
-	for {
-		w.s.Yield()
-		switch {
-		case w.next != 0 && !w.s.Now().Before(w.deadline):
-			w.end(w.count, w.next, w.epoch, w.count) // abort
-			w.res.Aborted++
-			continue
-		case w.next != 0:
-			w.s.Sleep(nil, pause)
-			pause = min(2*pause, 100*time.Millisecond)
-			continue
-		}
-		now := view{w.count, w.epoch}
-		switch {
-		case now.epoch > had.epoch:
-		case now.epoch < had.epoch || e.counter > now.epoch:
-			panic(fmt.Sprintf("bucket %d's counter at %d, config %d, writer %d", b, e.counter, now.epoch, had.epoch))
-		case e.counter == -now.epoch:
-			_ = w.thaw(b, now.epoch)
-		default:
-			if _, err := w.freeze(b, now.epoch-1); err == nil {
-				_ = w.thaw(b, now.epoch)
-			}
-		}
-		return now
-	}
-}
-
 // write is one writer: it writes its keys' messages in order, each once
-// committed; a reservation refused for its epoch waits for the change.
+// committed. A reservation refused for its epoch is the dynamo Writer's
+// meetEpoch: a counter at an earlier epoch is cut (by the writer itself),
+// a later one makes it read the config item and re-bucket; it never
+// waits for the change.
 func (w *rbWorld) write(n int) {
 	defer func() { w.writing-- }()
 	r := w.s.Rand()
-	v := view{w.count, w.epoch}
+	c := w.config()
+	v := view{c.BucketCount, c.BucketEpoch}
 	orders := map[string]int{}
-	for i := range w.cfg.PerWriter {
+	for range w.cfg.PerWriter {
 		key := fmt.Sprintf("w%d-k%d", n, r.IntN(w.cfg.Keys))
 		orders[key]++
 		id := fmt.Sprintf("%s-%d", key, orders[key])
-		start := w.s.Now()
+		start, own := w.s.Now(), time.Duration(0)
 		for {
 			b := outbox.BucketForKey([]byte(key), v.count)
-			seq, err := w.reserve(b, v.epoch)
-			var ee *errEpoch
+			w.s.Yield()
+			seq, err := w.mem.ReserveAt(b, 1, v.epoch)
+			var ee *memory.EpochError
 			if errors.As(err, &ee) {
-				v = w.awaitEpoch(v, ee, b)
+				if ee.Counter > v.epoch {
+					c := w.config()
+					v = view{c.BucketCount, c.BucketEpoch}
+				} else {
+					w.s.Yield()
+					if _, err := w.mem.CutTo(b, v.epoch); err != nil {
+						c := w.config() // cut by a later change meanwhile
+						v = view{c.BucketCount, c.BucketEpoch}
+					}
+				}
 				continue
 			}
-			w.s.Sleep(nil, time.Duration(r.Int64N(int64(50*time.Millisecond))))
+			d := time.Duration(r.Int64N(int64(50 * time.Millisecond)))
+			w.s.Sleep(nil, d)
+			own += d
 			m := outbox.Message{ID: id, Bucket: b, Sequence: seq, Topic: "t", Key: []byte(key), Value: []byte("v"), CreatedAt: w.s.Now()}
 			if r.IntN(100) < w.cfg.AbandonPct {
 				// Abandoned (a crashed attempt): a relay or the change fences
@@ -472,7 +389,7 @@ func (w *rbWorld) write(n int) {
 				continue
 			}
 			w.s.Yield()
-			if err := w.mem.Put(m); errors.Is(err, outbox.ErrAlreadyWritten) {
+			if err := w.mem.PutStamped(v.epoch, m); errors.Is(err, outbox.ErrAlreadyWritten) {
 				continue // fenced meanwhile
 			}
 			w.committed[id] = rbRecord{id: id, key: key, order: orders[key]}
@@ -480,13 +397,18 @@ func (w *rbWorld) write(n int) {
 			w.hints = append(w.hints, b)
 			break
 		}
-		w.res.MaxPause = max(w.res.MaxPause, w.s.Now().Sub(start))
-		_ = i
+		w.res.MaxPause = max(w.res.MaxPause, w.s.Now().Sub(start)-own)
 		w.s.Sleep(nil, time.Duration(r.Int64N(int64(300*time.Millisecond))))
 	}
 }
 
-func (w *rbWorld) busy() bool { return w.writing > 0 || w.changing > 0 || len(w.hints) > 0 }
+// busy: writers, the changer or hinted drains at work (a failed drain
+// hints its bucket again), hints to deliver, or an old epoch still
+// draining (the sweeper ends it).
+func (w *rbWorld) busy() bool {
+	c, _ := w.mem.Config(context.Background())
+	return w.writing > 0 || w.changing > 0 || w.draining > 0 || len(w.hints) > 0 || c.Draining()
+}
 
 // deliver is the stream: hinted buckets drained by a random relay.
 func (w *rbWorld) deliver() {
@@ -498,7 +420,9 @@ func (w *rbWorld) deliver() {
 		b := w.hints[0]
 		w.hints = w.hints[1:]
 		rl := w.relays[w.s.Rand().IntN(len(w.relays))]
+		w.draining++
 		w.s.Spawn("drain", func() {
+			defer func() { w.draining-- }()
 			if _, err := rl.DrainBucket(context.Background(), b); err != nil && !errors.Is(err, outbox.ErrLeaseHeld) {
 				w.s.Sleep(nil, time.Second)
 				w.hints = append(w.hints, b)
@@ -507,13 +431,15 @@ func (w *rbWorld) deliver() {
 	}
 }
 
-// sweep drains every bucket either count uses every few seconds.
+// sweep drains every bucket either count uses every few seconds, and
+// ends a drained old epoch, as the sweeper function's full sweep does.
 func (w *rbWorld) sweep() {
 	for w.busy() {
 		w.s.Sleep(nil, time.Duration(2+w.s.Rand().IntN(4))*time.Second)
 		for b := range w.maxB {
 			_, _ = w.relays[0].DrainBucket(context.Background(), b)
 		}
+		w.endOld(w.config())
 	}
 }
 

@@ -547,10 +547,11 @@ func (r *round) write(ctx context.Context) error {
 }
 
 // rebucket changes BucketCount online once half the target is committed.
-// A change aborted at its deadline (the relay, under every fault, did not
-// drain the old buckets within ChangeTimeout) is the change's bounded pause
-// working, not a failure: try again, so that how fast the machine drains
-// decides only how long the round takes.
+// A change aborted before its flip (a previous change's old epoch still
+// draining at ChangeTimeout) wrote nothing: try again, so that how fast the
+// machine drains decides only how long the round takes. After the flip the
+// change stands; an old epoch still draining at ChangeTimeout is ended by
+// the sweeps.
 func (r *round) rebucket(ctx context.Context) error {
 	cfg := r.cfg
 	for r.committed.Load() < int64(r.target/2) && ctx.Err() == nil {
@@ -558,16 +559,19 @@ func (r *round) rebucket(ctx context.Context) error {
 	}
 	var res dynamo.ChangeResult
 	var err error
+	cstart := time.Now()
+	defer func() { r.tl.ran(&r.tl.changes, cstart, time.Now()) }()
 	for {
 		res, err = dynamo.ChangeBucketCount(ctx, r.faulty, r.tables, cfg.Rebucket, dynamo.ChangeTimeout(2*time.Minute), dynamo.ChangeGapTimeout(gapTimeout))
 		if !errors.As(err, new(*dynamo.ChangeAbortedError)) || ctx.Err() != nil {
 			break
 		}
 		r.tl.add("rebucket:aborted", 1)
-		cfg.logf("round %d: BucketCount change to %d aborted at its deadline (%v); trying again", r.round, cfg.Rebucket, err)
+		cfg.logf("round %d: BucketCount change to %d aborted before its flip (%v); trying again", r.round, cfg.Rebucket, err)
 	}
 	if err == nil {
-		cfg.logf("round %d: BucketCount %d → %d online at %d committed; counters frozen %v", r.round, res.From, res.To, r.committed.Load(), res.Frozen.Round(time.Millisecond))
+		cfg.logf("round %d: BucketCount %d → %d online at %d committed; flip and cut %v, old epoch watched %v (ended %v, still draining %v)",
+			r.round, res.From, res.To, r.committed.Load(), res.Flip.Round(time.Millisecond), res.Watched.Round(time.Millisecond), res.Ended, res.Draining)
 		r.tl.add("rebucket:change", 1)
 	}
 	return err

@@ -157,6 +157,10 @@ type Result struct {
 	ByKind   map[string]int
 	Rounds   int
 	Elapsed  time.Duration
+	// LongestWriteDuringChange and LongestWriteOutside: the longest
+	// committed write in flight while an online BucketCount change ran
+	// (Config.Rebucket), and the longest other one.
+	LongestWriteDuringChange, LongestWriteOutside time.Duration
 	// Examples of problems.
 	LostIDs, PhantomIDs, UnexplainedIDs []string
 	Violations                          []checker.Violation
@@ -216,6 +220,36 @@ func (r Result) Kinds() string {
 type tally struct {
 	mu sync.Mutex
 	n  map[string]int
+	// writes and changes: when each committed write and each online
+	// BucketCount change ran (the longest write during a change is the
+	// pause a change puts on writers).
+	writes, changes [][2]time.Time
+}
+
+// ran records a committed write's or a change's span.
+func (t *tally) ran(to *[][2]time.Time, start, end time.Time) {
+	t.mu.Lock()
+	*to = append(*to, [2]time.Time{start, end})
+	t.mu.Unlock()
+}
+
+// longestWrites returns the longest committed write that overlapped a
+// change, and the longest other one.
+func (t *tally) longestWrites() (during, outside time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, w := range t.writes {
+		d, in := w[1].Sub(w[0]), false
+		for _, c := range t.changes {
+			in = in || w[0].Before(c[1]) && c[0].Before(w[1])
+		}
+		if in {
+			during = max(during, d)
+		} else {
+			outside = max(outside, d)
+		}
+	}
+	return during, outside
 }
 
 func (t *tally) add(kind string, n int) {
@@ -341,6 +375,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res.LostIDs, res.PhantomIDs, res.UnexplainedIDs, res.Violations = first(r.LostIDs), first(r.PhantomIDs), first(r.UnexplainedIDs), r.Violations[:min(5, len(r.Violations))]
 	res.ReadModelMismatches = view.mismatches
 	res.ReadModel = fmt.Sprintf("applied=%d skipped=%d examples=%v", view.applied, view.skipped, view.examples)
+	res.LongestWriteDuringChange, res.LongestWriteOutside = tl.longestWrites()
+	if len(tl.changes) > 0 {
+		cfg.logf("longest write during the BucketCount change %v, outside it %v", res.LongestWriteDuringChange.Round(time.Millisecond),
+			res.LongestWriteOutside.Round(time.Millisecond))
+	}
 	res.ByKind = tl.n
 	for _, n := range tl.n {
 		res.Faults += n
@@ -596,8 +635,12 @@ func writeOne(ctx context.Context, w *dynamo.Writer, clean *dynamodb.Client, tab
 		wctx = context.WithValue(wctx, crashKey{}, kill)
 		tl.add("writer:crash", 1)
 	}
+	wstart := time.Now()
 	_, werr := w.Write(wctx, items, msgs...)
 	committed := werr == nil
+	if committed {
+		tl.ran(&tl.writes, wstart, time.Now())
+	}
 	if werr != nil && ctx.Err() == nil {
 		switch {
 		case errors.Is(werr, outbox.ErrConditionFailed), errors.Is(werr, outbox.ErrConflict),
