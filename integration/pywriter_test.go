@@ -272,7 +272,7 @@ func TestPythonWriter(t *testing.T) {
 		name string
 		set  map[string]types.AttributeValue
 	}{
-		{"a newer config version", map[string]types.AttributeValue{"v": num(4)}},
+		{"a newer config version", map[string]types.AttributeValue{"v": num(5)}}, // the writers understand 1..4
 		{"an unknown mode", map[string]types.AttributeValue{"v": num(2), "md": &types.AttributeValueMemberS{Value: "compact"}, "rt": num(86400)}},
 	} {
 		item := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "config"}, "sk": &types.AttributeValueMemberS{Value: "config"}, "bc": num(buckets)}
