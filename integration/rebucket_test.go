@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -49,10 +50,19 @@ func TestRebucketWhileWritersAndRelayRun(t *testing.T) {
 	consumed := e.checkDelivery(cctx, t, chk)
 
 	var (
-		stop     atomic.Bool
-		maxPause atomic.Int64
-		wg       sync.WaitGroup
+		stop atomic.Bool
+		wg   sync.WaitGroup
+		// spans: every committed write's and every change's [start, end];
+		// the longest write that overlapped a change is what a change
+		// costs a writer, beside the longest other one (the machine).
+		spansMu         sync.Mutex
+		writes, changed [][2]time.Time
 	)
+	span := func(to *[][2]time.Time, start time.Time) {
+		spansMu.Lock()
+		*to = append(*to, [2]time.Time{start, time.Now()})
+		spansMu.Unlock()
+	}
 	for w := range 4 {
 		wg.Go(func() {
 			order := map[string]int64{}
@@ -65,9 +75,7 @@ func TestRebucketWhileWritersAndRelayRun(t *testing.T) {
 					t.Errorf("writer %d: %v", w, err)
 					return
 				}
-				d := int64(time.Since(start))
-				for cur := maxPause.Load(); d > cur && !maxPause.CompareAndSwap(cur, d); cur = maxPause.Load() {
-				}
+				span(&writes, start)
 				chk.Committed(m.ID, key, order[key])
 			}
 		})
@@ -75,7 +83,9 @@ func TestRebucketWhileWritersAndRelayRun(t *testing.T) {
 	changes := 0
 	for _, to := range []int{16, 12} {
 		time.Sleep(1500 * time.Millisecond)
+		cstart := time.Now()
 		res, err := dynamo.ChangeBucketCount(ctx, e.dynamo.Client, e.tables, to, dynamo.ChangeTimeout(2*time.Minute))
+		span(&changed, cstart)
 		if err != nil {
 			t.Fatalf("change to %d: %v", to, err)
 		}
@@ -87,12 +97,27 @@ func TestRebucketWhileWritersAndRelayRun(t *testing.T) {
 	stop.Store(true)
 	wg.Wait()
 	r, c := e.settleRebucket(ctx, t, chk, stopConsumer, consumed)
-	t.Logf("rebucket: changes=%d committed=%d lost=%d order_violations=%d max_pause_ms=%d (duplicates=%d unexplained=%d bucket_count=%d epoch=%d relay_count=%d)",
-		changes, r.Committed, r.Lost, r.OrderViolations, time.Duration(maxPause.Load()).Milliseconds(), r.Duplicates, r.Unexplained, c.BucketCount, c.BucketEpoch, relay.BucketCount())
+	during, outside := longestWrites(writes, changed)
+	t.Logf("rebucket: changes=%d committed=%d lost=%d order_violations=%d longest_write_during_change_ms=%d longest_write_outside_ms=%d (duplicates=%d unexplained=%d bucket_count=%d epoch=%d relay_count=%d)",
+		changes, r.Committed, r.Lost, r.OrderViolations, during.Milliseconds(), outside.Milliseconds(), r.Duplicates, r.Unexplained, c.BucketCount, c.BucketEpoch, relay.BucketCount())
 	if !r.OK() || changes != 2 || c.BucketCount != 12 || c.BucketEpoch != 2 || r.Committed == 0 {
 		t.Fatalf("result %+v, config %+v", r, c)
 	}
 	if relay.BucketCount() != 12 && relay.BucketCount() != 16 {
 		t.Errorf("the relay never learnt of the new buckets: it has %d", relay.BucketCount())
 	}
+}
+
+// longestWrites returns the longest of writes that overlapped one of
+// changes, and the longest other one.
+func longestWrites(writes, changes [][2]time.Time) (during, outside time.Duration) {
+	for _, w := range writes {
+		d := w[1].Sub(w[0])
+		if slices.ContainsFunc(changes, func(c [2]time.Time) bool { return w[0].Before(c[1]) && c[0].Before(w[1]) }) {
+			during = max(during, d)
+		} else {
+			outside = max(outside, d)
+		}
+	}
+	return during, outside
 }

@@ -149,9 +149,9 @@ func TestRebucketWhileWritersAndRelayRun(t *testing.T) {
 		}
 	}
 	c := storedConfig(t, e.d.Client, e.tables)
-	t.Logf("rebucket: changes=%d committed=%d lost=%d order_violations=%d max_pause_ms=%d (duplicates=%d, bucket_count=%d epoch=%d)",
+	t.Logf("rebucket: changes=%d committed=%d lost=%d order_violations=%d longest_write_ms=%d (duplicates=%d, bucket_count=%d epoch=%d)",
 		changes, committed.Load(), lost, pub.violations, time.Duration(maxPause.Load()).Milliseconds(), pub.duplicates, c.BucketCount, c.BucketEpoch)
-	fmt.Printf("rebucket: changes=%d committed=%d lost=%d order_violations=%d max_pause_ms=%d\n",
+	fmt.Printf("rebucket: changes=%d committed=%d lost=%d order_violations=%d longest_write_ms=%d\n",
 		changes, committed.Load(), lost, pub.violations, time.Duration(maxPause.Load()).Milliseconds())
 	if lost != 0 || pub.violations != 0 || changes != 2 || c.BucketCount != 12 || c.BucketEpoch != 2 || committed.Load() == 0 {
 		t.Fatalf("lost=%d order_violations=%d changes=%d config=%+v", lost, pub.violations, changes, c)
