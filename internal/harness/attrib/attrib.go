@@ -99,6 +99,12 @@ type Attribution struct {
 	trace    map[string][]string   // message id -> what happened to it, for reports
 	active   map[int][]*publishing // bucket -> publishes under way
 	overlaps OverlapReport
+	// unfenced: buckets acquired from a release with Kafka transactions
+	// whose acquirer has not fenced the releaser yet. A resumer whose look
+	// came before that acquisition may still begin a publish and commit it
+	// before the fence (docs/design.md §4.3): what it publishes then is
+	// read and published again by the acquirer ("handover-fenced").
+	unfenced map[int]bool
 }
 
 // publishing is one publish call under way.
@@ -148,7 +154,13 @@ func (v via) PublishAlone(ctx context.Context, m outbox.Message) error {
 type fencingVia struct{ via }
 
 func (v fencingVia) FenceHolders(ctx context.Context, bucket int) error {
-	return v.pub.(outbox.HolderFencer).FenceHolders(ctx, bucket)
+	err := v.pub.(outbox.HolderFencer).FenceHolders(ctx, bucket)
+	// Whatever the outcome, the acquirer tried: a fence that failed is
+	// tried again under the lease before anything is published.
+	v.a.mu.Lock()
+	delete(v.a.unfenced, bucket)
+	v.a.mu.Unlock()
+	return err
 }
 
 // alone publishes its single message through the Isolator, if any.
@@ -206,10 +218,17 @@ func (a *Attribution) publish(ctx context.Context, who string, pub outbox.Publis
 	for _, m := range msgs {
 		fl[m.Sequence] = m.ID
 	}
+	unfenced := a.unfenced[b]
 	a.mu.Unlock()
 	end := a.begin(ctx, who, b, msgs[0].Sequence)
 	n, err := pub.Publish(ctx, msgs)
 	end()
+	a.mu.Lock()
+	unfenced = unfenced || a.unfenced[b]
+	a.mu.Unlock()
+	if unfenced && n > 0 {
+		a.chk.AtRisk("handover-fenced", ids(msgs[:n])...)
+	}
 	if err != nil {
 		cause := "publish-error"
 		if a.PublishRisk != nil {
@@ -396,8 +415,15 @@ func (a *Attribution) Acquire(ctx context.Context, bucket int, owner string, now
 		// releaser instead of waiting for it (docs/design.md §4.3): a
 		// transaction the releaser committed while resuming, whose
 		// tombstones or head had not landed, is read and published again
-		// whole.
+		// whole — one in flight now, or one the releaser begins before
+		// the acquirer's fence (publish).
 		a.risk(bucket, l.Head, "handover-fenced")
+		a.mu.Lock()
+		if a.unfenced == nil {
+			a.unfenced = map[int]bool{}
+		}
+		a.unfenced[bucket] = true
+		a.mu.Unlock()
 	}
 	a.note(a.inFlightOf(bucket), "acquire bucket %d by %s head %d takeover %v released_by %q err %v", bucket, owner, l.Head, l.TakenOver, l.PrevReleasedBy, err)
 	return l, err
