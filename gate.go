@@ -6,55 +6,6 @@ import (
 	"time"
 )
 
-// EpochGate is an optional Store capability (store/dynamo's and
-// store/memory's Store have it): the relays' side of an online BucketCount
-// change (docs/design.md §13). Writers go on at once under the new count,
-// and stamp each message with the epoch its sequence number was reserved
-// at (Entry.Epoch); a relay publishes a bucket's messages of the new epoch
-// only once the old buckets whose keys they could share have decided
-// every message of the old epoch.
-type EpochGate interface {
-	// GateOpen reports whether bucket's messages stamped with epoch may be
-	// published: the config item's epoch is past epoch, or no old epoch
-	// drains, or every old bucket of OldBucketsOf(bucket) decided every
-	// sequence number up to its cut point (the last one reserved before
-	// its counter moved to the new epoch). waiting names the old buckets
-	// not drained yet (for the log and outbox status). A gate never closes
-	// again once open.
-	GateOpen(ctx context.Context, bucket int, epoch int64) (open bool, waiting []int, err error)
-	// EndOldEpoch ends the old epoch stored (the config item as just read)
-	// says drains, when every old bucket decided every number up to its
-	// cut point: the config item's OldBucketCount and ChangeDeadline are
-	// cleared, conditional on it still saying stored's epoch and old
-	// count. ended reports that this call's write ended it; waiting names
-	// the old buckets not drained yet. A change begun by a version before
-	// the cut-over (stored.Frozen()) is aborted instead: the count stays,
-	// at the next epoch. Nothing happens when stored shows neither.
-	EndOldEpoch(ctx context.Context, stored Config) (ended bool, waiting []int, err error)
-}
-
-// OldBucketsOf returns the buckets of count oldCount whose keys can land
-// in bucket under count newCount: a message's bucket is h mod count for a
-// hash h that does not depend on the count, and h mod oldCount ≡ h mod
-// newCount modulo g = gcd(oldCount, newCount), so they are the buckets
-// b < oldCount with b ≡ bucket (mod g). For 8 → 16 that is one bucket
-// (bucket mod 8); for 16 → 8, bucket and bucket+8; for 8 → 9, all eight.
-func OldBucketsOf(bucket, oldCount, newCount int) []int {
-	g := gcd(oldCount, newCount)
-	var out []int
-	for b := bucket % g; b < oldCount; b += g {
-		out = append(out, b)
-	}
-	return out
-}
-
-func gcd(a, b int) int {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
-}
-
 // gateLogInterval is how often, at most, a drain held back by an epoch gate
 // logs the old buckets it waits for.
 const gateLogInterval = time.Minute

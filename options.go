@@ -187,9 +187,6 @@ func SweepMinAge(d time.Duration) Option { return func(c *config) { c.sweepMinAg
 // reservation holds its bucket back only briefly.
 func GapTimeout(d time.Duration) Option { return func(c *config) { c.gapTimeout = d } }
 
-// DefaultGapTimeout is GapTimeout's default.
-const DefaultGapTimeout = 10 * time.Second
-
 // GapPollInterval is how often a pending gap is re-read. Default 50ms.
 func GapPollInterval(d time.Duration) Option { return func(c *config) { c.gapPoll = d } }
 

@@ -365,26 +365,6 @@ func isNil(v any) bool {
 	return false
 }
 
-// CheckConfig verifies that a stored configuration is one this code can
-// run on: a valid BucketCount and mode, and a format version it knows.
-// Processes take the shared settings from it as they are; none states its
-// own (docs/design.md §12).
-func CheckConfig(stored Config) error {
-	if !ValidBucketCount(stored.BucketCount) {
-		return &MisconfigurationError{Setting: "BucketCount", Configured: fmt.Sprintf("1..%d", MaxBucketCount), Stored: fmt.Sprint(stored.BucketCount),
-			Fix: fmt.Sprintf("the config item is corrupt: BucketCount must be 1..%d", MaxBucketCount)}
-	}
-	if stored.FormatVersion > FormatVersion {
-		return &MisconfigurationError{Setting: "FormatVersion", Configured: fmt.Sprint(FormatVersion), Stored: fmt.Sprint(stored.FormatVersion),
-			Fix: "the outbox was created by a newer version of this library; upgrade this process"}
-	}
-	if stored.Mode != DeleteMode && stored.Mode != WatermarkMode {
-		return &MisconfigurationError{Setting: "Mode", Configured: "delete or watermark", Stored: stored.Mode.String(),
-			Fix: "the config item is corrupt or newer than this library"}
-	}
-	return nil
-}
-
 // BucketCount returns the outbox's bucket count.
 func (r *Relay) BucketCount() int { return int(r.bucketCount.Load()) }
 

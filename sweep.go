@@ -75,26 +75,8 @@ func (b BucketReport) Reserved() int64 {
 	return max(0, b.Last-b.Lease.Head)
 }
 
-// CounterProbe is an optional Store capability: the last sequence number
-// reserved in a bucket (0 when none).
-type CounterProbe interface {
-	LastSequence(ctx context.Context, bucket int) (int64, error)
-}
-
-// ParkedCounter is an optional Store capability: how many dead-letter
-// records a bucket has.
-type ParkedCounter interface {
-	CountParked(ctx context.Context, bucket int) (int, error)
-}
-
 // probeLimit bounds the messages one bucket probe counts.
 const probeLimit = 100
-
-// OutOfRangeProbe is how far beyond BucketCount Sweep looks for stray
-// messages: buckets BucketCount..max(2*BucketCount, 64)-1.
-func OutOfRangeProbe(bucketCount int) int {
-	return min(max(2*bucketCount, 64), MaxBucketCount)
-}
 
 // Sweep is one round of polling recovery, for a scheduled sweeper or a
 // long-running relay: it heartbeats; looks at every bucket with a few
