@@ -388,7 +388,7 @@ func WithLogger(l *slog.Logger) WriterOption {
 	return writerOpt(func(s *settings) { s.logger = l })
 }
 
-// Notifier is what WithNotifier needs of the relay's *outbox.Notifier:
+// Notifier is what WithNotifier needs of the relay's *relay.Notifier:
 // declared here so that the store does not import the engine.
 type Notifier interface {
 	Notify(buckets ...int)
@@ -396,7 +396,7 @@ type Notifier interface {
 
 // WithNotifier notifies n of the buckets of every transaction the Writer
 // committed, right after the commit, so that the relay running in this
-// process with the same Notifier (outbox.WithNotifier) publishes them at
+// process with the same Notifier (relay.WithNotifier) publishes them at
 // once rather than at its next poll. Notifying never blocks the Write and
 // never fails it; a Write that failed, or whose outcome is unknown
 // (outbox.ErrOutcomeUnknown), notifies nothing: its messages, if stored,
@@ -426,7 +426,7 @@ func (s *settings) validate() error {
 	case s.emptyHeader != "":
 		return bad(s.emptyHeader, "", "must not be empty (leave the option out to take the config item's name)")
 	case s.notifierSet && nilNotifier(s.notifier):
-		return bad("WithNotifier", nil, "must not be nil (use outbox.NewNotifier)")
+		return bad("WithNotifier", nil, "must not be nil (use relay.NewNotifier)")
 	case s.changeTimeout <= 0:
 		return bad("ChangeTimeout", s.changeTimeout, "must be positive")
 	case s.changeGap <= 0:

@@ -1,4 +1,4 @@
-package outbox
+package relay
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/fanout"
 )
 
@@ -46,7 +47,7 @@ type SweepReport struct {
 type BucketReport struct {
 	Bucket int
 	// Lease as read (and advanced, when the sweep caught its head up).
-	Lease Lease
+	Lease outbox.Lease
 	// Last is the bucket's last reserved sequence number, -1 when the store
 	// cannot tell (no CounterProbe) or the read failed.
 	Last int64
@@ -130,9 +131,9 @@ func (r *Relay) sweepConfig(ctx context.Context, full bool, rep *SweepReport) er
 // report shows them (Last and Parked are -1 there).
 func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 	rep := SweepReport{OutOfRange: map[int]int{}, Errors: map[int]error{}}
-	probe, ok := r.store.(BucketProbe)
+	probe, ok := r.store.(outbox.BucketProbe)
 	if !ok {
-		return rep, &OptionError{Option: "Store", Value: fmt.Sprintf("%T", r.store), Reason: "Sweep needs a store that implements outbox.BucketProbe"}
+		return rep, &outbox.OptionError{Option: "Store", Value: fmt.Sprintf("%T", r.store), Reason: "Sweep needs a store that implements outbox.BucketProbe"}
 	}
 	cfg := &r.cfg
 	if err := r.sweepConfig(ctx, full, &rep); err != nil {
@@ -161,7 +162,7 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 
 	upper := count
 	if full {
-		upper = OutOfRangeProbe(count)
+		upper = outbox.OutOfRangeProbe(count)
 	}
 	looks := make([]BucketReport, upper)
 	fair := r.drainOrder()
@@ -233,7 +234,7 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 	// Prefer this relay's range, in its order.
 	sort.SliceStable(ready, func(i, j int) bool { return pos(ready[i]) < pos(ready[j]) })
 	for b, err := range r.drainBuckets(ctx, ready, false) {
-		if errors.Is(err, ErrLeaseHeld) {
+		if errors.Is(err, outbox.ErrLeaseHeld) {
 			rep.Held = append(rep.Held, b)
 		} else {
 			rep.Errors[b] = err
@@ -267,14 +268,14 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 		for b := range rep.OutOfRange {
 			worst = max(worst, b)
 		}
-		return rep, &BucketRangeError{Bucket: worst, BucketCount: count}
+		return rep, &outbox.BucketRangeError{Bucket: worst, BucketCount: count}
 	}
 	return rep, nil
 }
 
 // look probes one bucket: its lease (in range), its pending messages, and
 // what the optional probes tell.
-func (r *Relay) look(ctx context.Context, probe BucketProbe, b int, inRange, full bool) BucketReport {
+func (r *Relay) look(ctx context.Context, probe outbox.BucketProbe, b int, inRange, full bool) BucketReport {
 	lk := BucketReport{Bucket: b, Last: -1, Parked: -1}
 	after := int64(0)
 	if inRange {
@@ -288,12 +289,12 @@ func (r *Relay) look(ctx context.Context, probe BucketProbe, b int, inRange, ful
 	}
 	// A partial sweep reads the counter only where catchUp needs it: for a
 	// bucket with messages it would only delay their drain.
-	if cp, ok := r.store.(CounterProbe); ok && (full || lk.Messages == 0) {
+	if cp, ok := r.store.(outbox.CounterProbe); ok && (full || lk.Messages == 0) {
 		if last, err := cp.LastSequence(ctx, b); err == nil {
 			lk.Last = last
 		}
 	}
-	if pc, ok := r.store.(ParkedCounter); ok && full {
+	if pc, ok := r.store.(outbox.ParkedCounter); ok && full {
 		if n, err := pc.CountParked(ctx, b); err == nil {
 			lk.Parked = n
 		}
@@ -306,7 +307,7 @@ func (r *Relay) look(ctx context.Context, probe BucketProbe, b int, inRange, ful
 // the counter says numbers above the head were reserved. Relays that resume
 // a bucket write its head lazily (HeadFlushInterval); this keeps a quiet
 // bucket's head, and so its reported backlog, exact.
-func (r *Relay) catchUp(ctx context.Context, lk BucketReport, now time.Time) (Lease, bool) {
+func (r *Relay) catchUp(ctx context.Context, lk BucketReport, now time.Time) (outbox.Lease, bool) {
 	l := lk.Lease
 	if lk.Last >= 0 && lk.Last <= l.Head || l.HeldAt(now) {
 		return l, false
@@ -415,7 +416,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			lastRangeProbe = time.Now()
 		}
 		_, err := r.sweep(ctx, full)
-		var re *BucketRangeError
+		var re *outbox.BucketRangeError
 		if errors.As(err, &re) {
 			return err
 		}
@@ -471,7 +472,7 @@ func (r *Relay) runNotified(ctx context.Context, n *Notifier, swept <-chan struc
 			if ctx.Err() != nil {
 				return
 			}
-			if !errors.Is(err, ErrLeaseHeld) {
+			if !errors.Is(err, outbox.ErrLeaseHeld) {
 				failed[b] = gen
 			}
 			r.cfg.logger.Log(ctx, levelFor(err), "outbox: notified drain stopped", "bucket", b, "err", err)

@@ -1,9 +1,11 @@
-package outbox
+package relay
 
 import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/dynakafka/outbox"
 )
 
 // gateLogInterval is how often, at most, a drain held back by an epoch gate
@@ -27,12 +29,12 @@ func (r *Relay) gateOpen(ctx context.Context, loc *local, bucket int, epoch int6
 		waiting []int
 		err     error
 	)
-	if g, ok := r.store.(EpochGate); ok {
+	if g, ok := r.store.(outbox.EpochGate); ok {
 		open, waiting, err = g.GateOpen(ctx, bucket, epoch)
 	} else {
 		// Without the drained check, only the config item can open it:
 		// once the old epoch ended (or a later change began).
-		var stored Config
+		var stored outbox.Config
 		if stored, err = r.store.Config(ctx); err == nil {
 			r.adopt(stored)
 			open = epoch <= stored.OpenEpoch()
@@ -76,7 +78,7 @@ func (d *drain) gate(ctx context.Context, seq, epoch int64) error {
 		cfg.logger.InfoContext(ctx, "outbox: the bucket's messages of a new BucketCount epoch wait until the old buckets that share their keys are drained",
 			"bucket", d.b, "sequence", seq, "epoch", epoch, "waiting_for", waiting)
 	}
-	pending := fmt.Errorf("outbox: bucket %d's message %d of BucketCount epoch %d waits for old buckets %v to drain: %w", d.b, seq, epoch, waiting, ErrGatePending)
+	pending := fmt.Errorf("outbox: bucket %d's message %d of BucketCount epoch %d waits for old buckets %v to drain: %w", d.b, seq, epoch, waiting, outbox.ErrGatePending)
 	wait := cfg.gapPoll
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl)-cfg.deadlineMargin < wait || now.Sub(d.gateSince)+wait > cfg.gapTimeout {
 		return pending

@@ -1,4 +1,4 @@
-package outbox
+package relay
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/seam"
 )
 
@@ -18,9 +19,9 @@ import (
 // before it expires, by this relay's clock) unless a renewal moved it. If
 // the lease is lost, or cannot be renewed before the cut-off, the publisher
 // aborts what it has not sent and ErrLeaseLost is returned.
-func (d *drain) publish(ctx context.Context, msgs []Message, alone bool) (int, error) {
+func (d *drain) publish(ctx context.Context, msgs []outbox.Message, alone bool) (int, error) {
 	call := func(ctx context.Context) (int, error) {
-		if iso, ok := d.r.pub.(Isolator); ok && alone {
+		if iso, ok := d.r.pub.(outbox.Isolator); ok && alone {
 			if err := iso.PublishAlone(ctx, msgs[0]); err != nil {
 				return 0, err
 			}
@@ -41,7 +42,7 @@ func (d *drain) publish(ctx context.Context, msgs []Message, alone bool) (int, e
 	if !now.Before(d.cutoff(l0)) {
 		// Stalled since the last renewal (e.g. in a slow read): the lease
 		// may be taken over any moment. Publish nothing.
-		return 0, fmt.Errorf("outbox: lease of bucket %d is past its publish cut-off: %w", d.b, ErrLeaseLost)
+		return 0, fmt.Errorf("outbox: lease of bucket %d is past its publish cut-off: %w", d.b, outbox.ErrLeaseLost)
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -62,7 +63,7 @@ func (d *drain) publish(ctx context.Context, msgs []Message, alone bool) (int, e
 	// fires even if the watchdog is stuck in a renewal; every successful
 	// renewal moves it.
 	deadline := d.r.sched.AfterFunc(d.cutoff(l0).Sub(now), func() {
-		fail(fmt.Errorf("outbox: publish of bucket %d reached its lease's cut-off: %w", d.b, ErrLeaseLost))
+		fail(fmt.Errorf("outbox: publish of bucket %d reached its lease's cut-off: %w", d.b, outbox.ErrLeaseLost))
 	})
 	wait := d.r.sched.Go(func() {
 		for {
@@ -93,8 +94,8 @@ func (d *drain) publish(ctx context.Context, msgs []Message, alone bool) (int, e
 				}
 				continue
 			}
-			if errors.Is(err, ErrLeaseLost) || ctx.Err() != nil {
-				fail(fmt.Errorf("outbox: renew lease of bucket %d during publish: %w", d.b, errors.Join(ErrLeaseLost, err)))
+			if errors.Is(err, outbox.ErrLeaseLost) || ctx.Err() != nil {
+				fail(fmt.Errorf("outbox: renew lease of bucket %d during publish: %w", d.b, errors.Join(outbox.ErrLeaseLost, err)))
 				return
 			}
 			cfg.logger.WarnContext(ctx, "outbox: lease renewal failed during publish; retrying", "bucket", d.b, "err", err)
@@ -117,7 +118,7 @@ var errResumeWindow = errors.New("outbox: a resumed publish reached the end of i
 
 // publishResumed publishes for a resumed drain, within its window
 // (underWindow).
-func (d *drain) publishResumed(ctx context.Context, msgs []Message, call func(context.Context) (int, error)) (int, error) {
+func (d *drain) publishResumed(ctx context.Context, msgs []outbox.Message, call func(context.Context) (int, error)) (int, error) {
 	acked, expired, err := d.underWindow(ctx, call)
 	if expired {
 		return min(max(acked, 0), len(msgs)), errResumeWindow
