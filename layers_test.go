@@ -285,13 +285,26 @@ func exportData(dir string) (map[string]string, error) {
 	return m, nil
 }
 
+// allowedUpArrows are the up-arrows that may stay, each with the reason.
+// None: the stores take what they need of the engine (the optional
+// capabilities, the bucket arithmetic, DefaultGapTimeout) from the model,
+// and store/dynamo's WithNotifier takes an interface of its own. Do not
+// add to it; before the engine moved to package relay there were 11.
+var allowedUpArrows = map[arrow]string{}
+
+// TestLayerArrows fails on an up-arrow that allowedUpArrows does not name:
+// a model file or an adapter that uses the engine.
 func TestLayerArrows(t *testing.T) {
 	up, err := upArrows()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range up {
-		t.Logf("%s -> %s: %s", a.from, a.to, a.name)
+		if why, ok := allowedUpArrows[a]; ok {
+			t.Logf("%s -> %s: %s (allowed: %s)", a.from, a.to, a.name, why)
+			continue
+		}
+		t.Errorf("%s uses %s, declared in %s: a lower layer uses the engine; move the name down, or declare what it needs where it is used", a.from, a.name, a.to)
 	}
 	t.Logf("%d up-arrows", len(up))
 }
