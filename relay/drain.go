@@ -222,92 +222,105 @@ func (d *drain) hold(ctx context.Context) (bool, error) {
 // run drains until the bucket is empty or the target is decided. It returns
 // nil then; any error leaves the bucket to the next drain.
 func (d *drain) run(ctx context.Context) error {
-	cfg := &d.r.cfg
 	for {
-		if d.r.pastDeadline(ctx) {
-			return outbox.ErrDeadline
-		}
-		if d.target > 0 && d.head >= d.target {
-			return nil // everything hinted is decided; later commits bring their own hints
-		}
-		if err := d.renewIfDue(ctx); err != nil {
-			return err
-		}
-		if err := d.recheck(ctx); err != nil {
-			return err
-		}
-		if err := d.waitForResumer(ctx); err != nil {
-			return err
-		}
-		if err := d.fenceHolders(ctx); err != nil {
-			return err
-		}
-		bt, err := d.read(ctx)
-		if err != nil {
-			return err
-		}
-		classify(bt, d.head, cfg.batchSize, cfg.maxMessageBytes, cfg.headers, d.isolate, max(d.r.openEpoch.Load(), d.loc.gateOpen.Load()))
-
-		if len(bt.run) == 0 {
-			done, err := d.nothingToPublish(ctx, bt)
-			if done || err != nil {
-				return err
-			}
-			continue
-		}
-
-		start := cfg.clock.Now()
-		acked, perr := 0, error(nil)
-		if len(bt.msgs) > 0 {
-			acked, perr = d.publish(ctx, bt.msgs, d.isolate)
-		}
-		var crashed *seam.CrashError
-		if errors.Is(perr, outbox.ErrLeaseLost) || errors.As(perr, &crashed) || errors.Is(perr, outbox.ErrDeadline) {
-			// Another owner may take over at any moment: write nothing.
-			return perr
-		}
-		if acked > 0 {
-			if err := d.inject(ctx, seam.AfterProduce); err != nil {
-				return err
-			}
-		}
-		if err := d.advance(ctx, bt, acked, perr, cfg.clock.Now().Sub(start)); err != nil {
-			return err
-		}
-		if errors.Is(perr, errResumeWindow) {
-			// A resumed publish ran out of its window: go on under the
-			// lease, with its watchdog.
-			d.st.Retries++
-			if _, err := d.hold(ctx); err != nil {
-				return err
-			}
-			continue
-		}
-		if errors.Is(perr, outbox.ErrFenceRequired) && !d.fenced {
-			// A HolderFencer that dropped the producer this process's last
-			// fence made (a failed transaction): fence again before the
-			// next publish, under the lease — a resumed drain acquires its
-			// release first (HolderFencer's contract).
-			d.st.Retries++
-			if _, err := d.hold(ctx); err != nil {
-				return err
-			}
-			d.loc.fenceDue = true
-			continue
-		}
-		d.fenced = false
-		if perr == nil {
-			d.failures, d.isolate = 0, false
-			if bt.complete(d.head) {
-				d.reachedEnd(bt)
-				return nil
-			}
-			continue
-		}
-		if err := d.publishFailed(ctx, bt, acked, perr, start); err != nil {
+		if done, err := d.round(ctx); done || err != nil {
 			return err
 		}
 	}
+}
+
+// round is one round of run: check the lease (prepare), read and
+// classify a batch, publish it, advance; done ends the drain with err.
+func (d *drain) round(ctx context.Context) (done bool, err error) {
+	cfg := &d.r.cfg
+	if done, err := d.prepare(ctx); done || err != nil {
+		return true, err
+	}
+	bt, err := d.read(ctx)
+	if err != nil {
+		return true, err
+	}
+	classify(bt, d.head, cfg.batchSize, cfg.maxMessageBytes, cfg.headers, d.isolate, max(d.r.openEpoch.Load(), d.loc.gateOpen.Load()))
+	if len(bt.run) == 0 {
+		done, err := d.nothingToPublish(ctx, bt)
+		return done || err != nil, err
+	}
+	start := cfg.clock.Now()
+	acked, perr := 0, error(nil)
+	if len(bt.msgs) > 0 {
+		acked, perr = d.publish(ctx, bt.msgs, d.isolate)
+	}
+	var crashed *seam.CrashError
+	if errors.Is(perr, outbox.ErrLeaseLost) || errors.As(perr, &crashed) || errors.Is(perr, outbox.ErrDeadline) {
+		// Another owner may take over at any moment: write nothing.
+		return true, perr
+	}
+	if acked > 0 {
+		if err := d.inject(ctx, seam.AfterProduce); err != nil {
+			return true, err
+		}
+	}
+	if err := d.advance(ctx, bt, acked, perr, cfg.clock.Now().Sub(start)); err != nil {
+		return true, err
+	}
+	return d.afterPublish(ctx, bt, acked, perr, start)
+}
+
+// prepare is a round's checks before its read: the deadline, the target,
+// the lease's renewal and recheck, a resumer's wait, the holders' fence.
+func (d *drain) prepare(ctx context.Context) (done bool, err error) {
+	if d.r.pastDeadline(ctx) {
+		return true, outbox.ErrDeadline
+	}
+	if d.target > 0 && d.head >= d.target {
+		return true, nil // everything hinted is decided; later commits bring their own hints
+	}
+	for _, step := range []func(context.Context) error{d.renewIfDue, d.recheck, d.waitForResumer, d.fenceHolders} {
+		if err := step(ctx); err != nil {
+			return true, err
+		}
+	}
+	return false, nil
+}
+
+// afterPublish decides what follows an advanced publish: go on under the
+// lease (a resume window ran out, a fence is required), the next round,
+// the end of the drain, or the handling of a failure.
+func (d *drain) afterPublish(ctx context.Context, bt *batch, acked int, perr error, start time.Time) (done bool, err error) {
+	if errors.Is(perr, errResumeWindow) {
+		// A resumed publish ran out of its window: go on under the
+		// lease, with its watchdog.
+		d.st.Retries++
+		if _, err := d.hold(ctx); err != nil {
+			return true, err
+		}
+		return false, nil
+	}
+	if errors.Is(perr, outbox.ErrFenceRequired) && !d.fenced {
+		// A HolderFencer that dropped the producer this process's last
+		// fence made (a failed transaction): fence again before the
+		// next publish, under the lease — a resumed drain acquires its
+		// release first (HolderFencer's contract).
+		d.st.Retries++
+		if _, err := d.hold(ctx); err != nil {
+			return true, err
+		}
+		d.loc.fenceDue = true
+		return false, nil
+	}
+	d.fenced = false
+	if perr == nil {
+		d.failures, d.isolate = 0, false
+		if bt.complete(d.head) {
+			d.reachedEnd(bt)
+			return true, nil
+		}
+		return false, nil
+	}
+	if err := d.publishFailed(ctx, bt, acked, perr, start); err != nil {
+		return true, err
+	}
+	return false, nil
 }
 
 // batch is what one read of the bucket found, classified.
