@@ -348,7 +348,7 @@ type HolderFencer interface {
 // ConfigChecker is an optional Publisher capability, for a publisher that
 // uses shared settings of the outbox (kafka.Publisher: MaxMessageBytes and
 // the stamped header names, which it takes from the config item it is
-// given). NewRelay calls CheckConfig with the config item it runs on and
+// given). relay.New calls CheckConfig with the config item it runs on and
 // refuses the publisher when it returns an error (a
 // *MisconfigurationError naming the setting), so that a publisher built
 // for another outbox, or without its config item, cannot publish records

@@ -26,7 +26,7 @@ func TestRelayRegionMode(t *testing.T) {
 	}{{"no region", nil}, {"unlisted region", []relay.Option{relay.Region("c")}}} {
 		var me *outbox.MisconfigurationError
 		if _, err := relay.New(ctxFor(t, time.Second), s, &recorder{}, tc.opts...); !errors.As(err, &me) || me.Setting != "Region" {
-			t.Errorf("%s: NewRelay = %v, want a *MisconfigurationError for Region", tc.name, err)
+			t.Errorf("%s: relay.New = %v, want a *MisconfigurationError for Region", tc.name, err)
 		}
 	}
 	fill(t, s, 1, 1, 2)
@@ -93,7 +93,7 @@ func TestRelayRegionMode(t *testing.T) {
 func TestRelayDefaultModeRefusesRegion(t *testing.T) {
 	var me *outbox.MisconfigurationError
 	if _, err := relay.New(ctxFor(t, time.Second), memory.New(2), &recorder{}, relay.Region("a")); !errors.As(err, &me) || me.Setting != "Region" {
-		t.Errorf("NewRelay(Region) on a single-region outbox = %v, want a *MisconfigurationError", err)
+		t.Errorf("relay.New(Region) on a single-region outbox = %v, want a *MisconfigurationError", err)
 	}
 }
 

@@ -710,7 +710,7 @@ func (p *checkingPublisher) CheckConfig(c outbox.Config) error {
 	return p.err
 }
 
-// NewRelay checks a ConfigChecker publisher against the config item it
+// relay.New checks a ConfigChecker publisher against the config item it
 // runs on, and refuses it on an error: a publisher with other shared
 // settings than the item's cannot publish for it.
 func TestNewRelayChecksThePublishersConfig(t *testing.T) {
@@ -730,7 +730,7 @@ func TestNewRelayChecksThePublishersConfig(t *testing.T) {
 }
 
 // A nil store or publisher, also a nil pointer in the interface (the
-// *recorder a failed constructor would return), fails NewRelay with an
+// *recorder a failed constructor would return), fails relay.New with an
 // OptionError instead of a panic at the first drain.
 func TestNewRelayRefusesNilCollaborators(t *testing.T) {
 	var nilPub *recorder
@@ -873,7 +873,7 @@ func TestRelayStoredConfig(t *testing.T) {
 			t.Fatal(err)
 		}
 		if n := s.reads.Load(); n != 1 {
-			t.Fatalf("NewRelay read the config item %d times, want 1", n)
+			t.Fatalf("relay.New read the config item %d times, want 1", n)
 		}
 	})
 	t.Run("given: no read", func(t *testing.T) {
@@ -883,7 +883,7 @@ func TestRelayStoredConfig(t *testing.T) {
 			t.Fatal(err)
 		}
 		if n := s.reads.Load(); n != 0 {
-			t.Fatalf("NewRelay read the config item %d times with StoredConfig, want 0", n)
+			t.Fatalf("relay.New read the config item %d times with StoredConfig, want 0", n)
 		}
 		if r.BucketCount() != 8 || r.Mode() != stored.Mode {
 			t.Fatalf("relay has %d buckets in %v, want the given config's 8 in %v", r.BucketCount(), r.Mode(), stored.Mode)

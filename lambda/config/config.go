@@ -53,7 +53,7 @@ type Config struct {
 	ParkStuckAfter time.Duration
 	// OutboxRegion is OUTBOX_REGION: this function's region in an outbox
 	// in region mode (a DynamoDB global table; the config item lists the
-	// regions and NewRelay and NewWriter check it against them); empty
+	// regions and relay.New and NewWriter check it against them); empty
 	// for the default single-region mode.
 	OutboxRegion  string
 	Brokers       []string // KAFKA_BOOTSTRAP_SERVERS (required)

@@ -178,7 +178,7 @@ func (r *regionRig) startRelay(t *testing.T, ctx context.Context) {
 	rl, err := relay.New(ctx, r.store, regionPub{r.side.name, r.log},
 		append([]relay.Option{relay.Region(r.side.name), relay.RelayID("relay")}, regionRelayOpts...)...)
 	if err != nil {
-		t.Fatalf("NewRelay in region %s: %v", r.side.name, err)
+		t.Fatalf("relay.New in region %s: %v", r.side.name, err)
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	r.cancel, r.done = cancel, make(chan error, 1)
