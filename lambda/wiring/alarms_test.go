@@ -725,10 +725,10 @@ func TestFailuresRaiseTheirAlarms(t *testing.T) {
 		"Region mode: a region fails (outage or partition)": {"two regions (two DynamoDB Local instances and a replication shim): " +
 			"store/dynamo's TestTwoRegions runs the outage, the backlog in the failed region's slice, the takeover and the hand-back", "../../store/dynamo/regions_test.go", "TestTwoRegions"},
 		"Region mode: a gap in a bucket taken over": {"a slice taken over from another region: the root package's TestRelayRegionMode " +
-			"checks that the gap is never fenced and the bucket waits", "../../region_relay_test.go", "TestRelayRegionMode"},
+			"checks that the gap is never fenced and the bucket waits", "../../relay/region_relay_test.go", "TestRelayRegionMode"},
 		"Transactional mode: a relay that acquired a bucket cannot initialise": {"this rig publishes without transactions; the root package's " +
 			"TestFailedFenceReadsAndPublishesNothing checks that the drain stops before its read with the fence's error and class and gives the lease up: " +
-			"a fence that keeps failing leaves the bucket's messages pending, as any drain that keeps failing", "../../fence_test.go", "TestFailedFenceReadsAndPublishesNothing"},
+			"a fence that keeps failing leaves the bucket's messages pending, as any drain that keeps failing", "../../relay/fence_test.go", "TestFailedFenceReadsAndPublishesNothing"},
 		"The tool that began a `BucketCount` change is killed": {"the change stands after its flip and the sweeper ends its old epoch once " +
 			"drained, so RebucketOverdueAlarm fires only when an old bucket does not drain (the next row): integration's TestRebucketCLI drives the " +
 			"interrupted tool and the old epoch ended by the sweeper, a relay's sweep and the CLI",
@@ -736,7 +736,7 @@ func TestFailuresRaiseTheirAlarms(t *testing.T) {
 		"An old bucket does not drain after a change": {"an old epoch still draining past the change's deadline: the root package's " +
 			"TestSweepEndsADrainedOldEpoch drives the sweep's overdue report (ChangeSeen.Overdue, Waiting) that the sweeper turns into " +
 			"BucketCountChangeOverdue (lambda/handler's TestSweeperLineGolden, sweeper_change_overdue.json); OldestPendingAge follows the held messages",
-			"../../change_test.go", "TestSweepEndsADrainedOldEpoch"},
+			"../../relay/change_test.go", "TestSweepEndsADrainedOldEpoch"},
 	}
 	for row, nd := range notDriven {
 		src, err := os.ReadFile(nd.file)
