@@ -6,8 +6,8 @@
 // # Where to start
 //
 // Service writers put business items and messages in one transaction.
-// Build messages with [Message], [JSON] or [CloudEvent], and write them
-// with store/dynamo's Writer (dynamo.NewWriter, Writer.Write, and
+// Build messages with [Message], [JSON] or cloudevent.New (package
+// cloudevent), and write them with store/dynamo's Writer (dynamo.NewWriter, Writer.Write, and
 // dynamo.UpdateIfVersion for "update my item if its version is still v").
 // A failed write matches the sentinels with errors.Is ([ErrConditionFailed]
 // among them); bad input is a [*ValidationError]. Test a service's read

@@ -31,6 +31,7 @@ import (
 //	          item (Config and its methods): layerModel
 //	adapters  what implements or extends the contracts without the
 //	          engine: store/..., kafka/..., sequence/..., inbox/...,
+//	          cloudevent/,
 //	          schema/..., internal/... but its harness: layerAdapter
 //	engine    the relay (relay, drain, publish, stuck, sweep, notify,
 //	          options, gate, change): layerEngine
@@ -53,7 +54,7 @@ const (
 // are layerEngine.
 var modelFiles = map[string]bool{
 	"doc.go": true, "message.go": true, "bucket.go": true, "class.go": true, "errors.go": true,
-	"validate.go": true, "trace.go": true, "typed.go": true,
+	"validate.go": true, "trace.go": true, "json.go": true,
 	"store.go": true, "shared.go": true, "region.go": true, "config.go": true,
 }
 
@@ -61,7 +62,7 @@ var modelFiles = map[string]bool{
 // packages.
 var enginePackages = []string{"relay"}
 
-var adapterTrees = []string{"store", "kafka", "sequence", "inbox", "schema", "internal"}
+var adapterTrees = []string{"store", "kafka", "sequence", "inbox", "cloudevent", "schema", "internal"}
 
 // layer is the layer of the non-test file path (slash-separated, relative
 // to the repository root).
