@@ -96,3 +96,31 @@ func BucketFor(m Message, bucketCount int) (int, error) {
 		return BucketForKey(id[:], bucketCount), nil
 	}
 }
+
+// OldBucketsOf returns the buckets of count oldCount whose keys can land
+// in bucket under count newCount: a message's bucket is h mod count for a
+// hash h that does not depend on the count, and h mod oldCount ≡ h mod
+// newCount modulo g = gcd(oldCount, newCount), so they are the buckets
+// b < oldCount with b ≡ bucket (mod g). For 8 → 16 that is one bucket
+// (bucket mod 8); for 16 → 8, bucket and bucket+8; for 8 → 9, all eight.
+func OldBucketsOf(bucket, oldCount, newCount int) []int {
+	g := gcd(oldCount, newCount)
+	var out []int
+	for b := bucket % g; b < oldCount; b += g {
+		out = append(out, b)
+	}
+	return out
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// OutOfRangeProbe is how far beyond BucketCount Sweep looks for stray
+// messages: buckets BucketCount..max(2*BucketCount, 64)-1.
+func OutOfRangeProbe(bucketCount int) int {
+	return min(max(2*bucketCount, 64), MaxBucketCount)
+}

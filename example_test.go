@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -32,11 +33,11 @@ func ExampleRelay_DrainBucket() {
 		_ = store.Put(outbox.Message{ID: outbox.NewID(), Bucket: bucket, Sequence: int64(i + 1),
 			Topic: "orders", Key: key, Value: []byte(event)})
 	}
-	relay, err := outbox.NewRelay(ctx, store, printer{})
+	rl, err := relay.New(ctx, store, printer{})
 	if err != nil {
 		panic(err)
 	}
-	stats, err := relay.DrainBucket(ctx, bucket)
+	stats, err := rl.DrainBucket(ctx, bucket)
 	fmt.Println(stats.Published, "published; error:", err)
 	// Output:
 	// orders key=order-42 value=placed (bucket 0, sequence 1)
@@ -66,11 +67,11 @@ func ExampleRelay_Sweep() {
 			log.Fatal(err)
 		}
 	}
-	relay, err := outbox.NewRelay(ctx, store, printer{})
+	rl, err := relay.New(ctx, store, printer{})
 	if err != nil {
 		log.Fatal(err)
 	}
-	rep, err := relay.Sweep(ctx)
+	rep, err := rl.Sweep(ctx)
 	if err != nil {
 		log.Fatal(err) // e.g. a *outbox.BucketRangeError: a writer uses another BucketCount
 	}
@@ -95,12 +96,12 @@ func ExampleRelay_Run() {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	relay, err := outbox.NewRelay(ctx, store, printer{}, outbox.PollInterval(50*time.Millisecond))
+	rl, err := relay.New(ctx, store, printer{}, relay.PollInterval(50*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- relay.Run(ctx) }()
+	go func() { done <- rl.Run(ctx) }()
 	for store.Count(bucket) > 0 {
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -43,7 +43,7 @@ import (
 // wiring} (the functions' environment wiring: they take no options).
 var optionPackages = []string{
 	".", "inbox", "inbox/lambdakafka", "kafka", "lambda/emf", "lambda/handler",
-	"otel", "outboxtest", "replay", "sequence", "store/dynamo", "store/memory", "storetest",
+	"otel", "outboxtest", "relay", "replay", "sequence", "store/dynamo", "store/memory", "storetest",
 }
 
 // optionTypeExceptions are option types outside rule 1, each named with the
@@ -235,7 +235,7 @@ func checkVariadicOptions(t *testing.T, where string, d *ast.FuncDecl, kinds map
 	}
 	name, ok := el.Elt.(*ast.Ident)
 	// Another package's options (kgo.Opt, func(*dynamodb.Options),
-	// outbox.Option given through) are that package's.
+	// relay.Option given through) are that package's.
 	if ok && isOptionName(name.Name) && !kinds[name.Name] {
 		t.Errorf("%s: %s takes ...%s, which is not one of the package's option types", where, d.Name.Name, name.Name)
 	}

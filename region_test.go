@@ -91,10 +91,4 @@ func TestCheckRegion(t *testing.T) {
 			}
 		})
 	}
-	c := defaultConfig()
-	Region("Bad Region")(&c)
-	var oe *OptionError
-	if err := c.validate(); !errors.As(err, &oe) || oe.Option != "Region" {
-		t.Errorf("the Region option with an invalid id: validate = %v, want an *OptionError for Region", err)
-	}
 }

@@ -1,5 +1,7 @@
 package outbox
 
+import "time"
+
 // The shared settings: writers, relays, publishers and consumers of one
 // outbox must agree on them, so they live once, in the outbox's config item
 // (Config), and every component reads them there when it starts
@@ -12,14 +14,6 @@ package outbox
 // written before these were stored, or by a stack that does not state
 // them — means the default: DefaultMaxMessageBytes and the default names.
 
-// SharedMaxMessageBytes is the config item's MaxMessageBytes:
-// DefaultMaxMessageBytes when the item has none.
-func (c Config) SharedMaxMessageBytes() int {
-	if c.MaxMessageBytes == 0 {
-		return DefaultMaxMessageBytes
-	}
-	return c.MaxMessageBytes
-}
-
-// SharedHeaders is the config item's header names, defaults filled in.
-func (c Config) SharedHeaders() HeaderNames { return c.Headers.WithDefaults() }
+// DefaultGapTimeout is the relay's GapTimeout default, and the time
+// store/dynamo's writer waits out a gap in a BucketCount change.
+const DefaultGapTimeout = 10 * time.Second

@@ -49,87 +49,6 @@ func ParseMode(s string) (Mode, error) {
 	return 0, fmt.Errorf("outbox: unknown mode %q: want delete or watermark", s)
 }
 
-// Config is the outbox's stored configuration (the config item of the control
-// table). Writers and relays read it at start and refuse to run when their own
-// settings differ.
-type Config struct {
-	BucketCount int
-	// FormatVersion is the item format version the outbox was created with.
-	FormatVersion int
-	// Mode is what the relay does with published messages.
-	Mode Mode
-	// Retention is how long a message item lives in WatermarkMode (its TTL,
-	// set by the writer). Zero in DeleteMode.
-	Retention time.Duration
-	// Topics are the Kafka topics the outbox serves, sorted: writers refuse a
-	// message for any other topic. Empty means any topic (a misspelt topic
-	// is then accepted, and its bucket stops at the relay until the topic
-	// exists or the message is parked).
-	Topics []string
-	// MaxMessageBytes bounds a message as a Kafka record (RecordSize), for
-	// writers, relays and publishers alike. 0: the item has none, which
-	// means DefaultMaxMessageBytes (SharedMaxMessageBytes).
-	MaxMessageBytes int
-	// Headers names the headers the publisher stamps and consumers read;
-	// an empty name is the default one (SharedHeaders).
-	Headers HeaderNames
-	// BucketEpoch counts the online BucketCount changes the outbox went
-	// through (0: none). Sequence counters record the epoch they serve, so
-	// a writer that read an older one fails its next reservation and reads
-	// the config item again, and message items record the epoch they were
-	// reserved at (Entry.Epoch) for the relays' gate (docs/design.md §13).
-	BucketEpoch int64
-	// OldBucketCount is, while the old epoch of the last online BucketCount
-	// change still drains, that epoch's count (BucketCount is already the
-	// new one); 0 otherwise. Meanwhile relays drain buckets
-	// 0..Span()-1, and a bucket's messages of the new epoch wait for the
-	// old buckets that could share their keys (EpochGate).
-	OldBucketCount int
-	// ChangeDeadline is, while OldBucketCount is set, when the old epoch
-	// should have drained: past it the change is overdue (the sweeper
-	// reports it; nothing is undone). Zero otherwise.
-	ChangeDeadline time.Time
-	// NextBucketCount is set only on a config item that a version before
-	// the cut-over left in the middle of a change of its own design (it
-	// froze the counters until the old buckets drained): BucketCount is
-	// still the old count. This version aborts such a change when it meets
-	// it (the count stays, the counters move on to the next epoch).
-	NextBucketCount int
-	// Regions puts the outbox in region mode (for a DynamoDB global
-	// table): the bucket range is cut into len(Regions) equal slices, in
-	// this order, each written and drained by one region (region.go).
-	// Empty: the default single-region mode, which refuses global tables.
-	Regions []string
-	// TakenOver maps a region whose slice another region's relays drain
-	// (after a regional outage) to that region. Written by TakeOver and
-	// HandBack; relays re-read it at every sweep.
-	TakenOver map[string]string
-}
-
-// Draining reports whether the old epoch of an online BucketCount change
-// still drains (OldBucketCount is set).
-func (c Config) Draining() bool { return c.OldBucketCount != 0 }
-
-// Frozen reports whether the config item describes a change begun by a
-// version before the cut-over (NextBucketCount is set), which this version
-// aborts.
-func (c Config) Frozen() bool { return c.NextBucketCount != 0 }
-
-// Span is how many buckets relays drain: BucketCount, or OldBucketCount
-// while the old epoch drains and it is larger (after a shrink, the old
-// buckets above the new count still hold the old epoch's messages).
-func (c Config) Span() int { return max(c.BucketCount, c.OldBucketCount) }
-
-// OpenEpoch is the highest BucketCount epoch whose messages every bucket
-// may publish by this config item alone, without asking an EpochGate:
-// BucketEpoch when no old epoch drains, else the epoch before it.
-func (c Config) OpenEpoch() int64 {
-	if c.Draining() {
-		return c.BucketEpoch - 1
-	}
-	return c.BucketEpoch
-}
-
 // Lease is one bucket's lease item, as last read or written.
 //
 // A lease is in one of four states:
@@ -429,7 +348,7 @@ type HolderFencer interface {
 // ConfigChecker is an optional Publisher capability, for a publisher that
 // uses shared settings of the outbox (kafka.Publisher: MaxMessageBytes and
 // the stamped header names, which it takes from the config item it is
-// given). NewRelay calls CheckConfig with the config item it runs on and
+// given). relay.New calls CheckConfig with the config item it runs on and
 // refuses the publisher when it returns an error (a
 // *MisconfigurationError naming the setting), so that a publisher built
 // for another outbox, or without its config item, cannot publish records
@@ -450,3 +369,42 @@ func (systemClock) Now() time.Time { return time.Now() }
 
 // SystemClock is the wall clock.
 var SystemClock Clock = systemClock{}
+
+// CounterProbe is an optional Store capability: the last sequence number
+// reserved in a bucket (0 when none).
+type CounterProbe interface {
+	LastSequence(ctx context.Context, bucket int) (int64, error)
+}
+
+// ParkedCounter is an optional Store capability: how many dead-letter
+// records a bucket has.
+type ParkedCounter interface {
+	CountParked(ctx context.Context, bucket int) (int, error)
+}
+
+// EpochGate is an optional Store capability (store/dynamo's and
+// store/memory's Store have it): the relays' side of an online BucketCount
+// change (docs/design.md §13). Writers go on at once under the new count,
+// and stamp each message with the epoch its sequence number was reserved
+// at (Entry.Epoch); a relay publishes a bucket's messages of the new epoch
+// only once the old buckets whose keys they could share have decided
+// every message of the old epoch.
+type EpochGate interface {
+	// GateOpen reports whether bucket's messages stamped with epoch may be
+	// published: the config item's epoch is past epoch, or no old epoch
+	// drains, or every old bucket of OldBucketsOf(bucket) decided every
+	// sequence number up to its cut point (the last one reserved before
+	// its counter moved to the new epoch). waiting names the old buckets
+	// not drained yet (for the log and outbox status). A gate never closes
+	// again once open.
+	GateOpen(ctx context.Context, bucket int, epoch int64) (open bool, waiting []int, err error)
+	// EndOldEpoch ends the old epoch stored (the config item as just read)
+	// says drains, when every old bucket decided every number up to its
+	// cut point: the config item's OldBucketCount and ChangeDeadline are
+	// cleared, conditional on it still saying stored's epoch and old
+	// count. ended reports that this call's write ended it; waiting names
+	// the old buckets not drained yet. A change begun by a version before
+	// the cut-over (stored.Frozen()) is aborted instead: the count stays,
+	// at the next epoch. Nothing happens when stored shows neither.
+	EndOldEpoch(ctx context.Context, stored Config) (ended bool, waiting []int, err error)
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/cloudevent"
 	"github.com/dynakafka/outbox/inbox"
 	"github.com/dynakafka/outbox/inboxtest"
 )
@@ -37,7 +38,7 @@ type paid struct {
 }
 
 func TestCloudEventOf(t *testing.T) {
-	m, err := outbox.CloudEvent("orders", "o-1", outbox.Event{Source: "/orders", Type: "com.example.order.paid", Subject: "o-1",
+	m, err := cloudevent.New("orders", "o-1", cloudevent.Event{Source: "/orders", Type: "com.example.order.paid", Subject: "o-1",
 		Data: paid{"o-1", 990}})
 	if err != nil {
 		t.Fatal(err)
@@ -62,8 +63,8 @@ func TestCloudEventOf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := inbox.CloudEventOf(published(plain, 5)); !errors.Is(err, outbox.ErrNotCloudEvent) {
-		t.Fatalf("a plain JSON record: %v, want ErrNotCloudEvent", err)
+	if _, err := inbox.CloudEventOf(published(plain, 5)); !errors.Is(err, cloudevent.ErrNotEvent) {
+		t.Fatalf("a plain JSON record: %v, want cloudevent.ErrNotEvent", err)
 	}
 	broken := published(m, 6)
 	for i, h := range broken.Headers {
@@ -71,15 +72,15 @@ func TestCloudEventOf(t *testing.T) {
 			broken.Headers[i].Value = []byte("noon")
 		}
 	}
-	var ce *outbox.CloudEventError
+	var ce *cloudevent.Error
 	if _, err := inbox.CloudEventOf(broken); !errors.As(err, &ce) || ce.Header != "ce_time" {
-		t.Fatalf("a bad ce_time: %v, want a *CloudEventError", err)
+		t.Fatalf("a bad ce_time: %v, want a *cloudevent.Error", err)
 	}
 }
 
 // A consumer callback reads the CloudEvent the record carries.
 func ExampleTx_CloudEvent() {
-	m, _ := outbox.CloudEvent("orders", "o-1", outbox.Event{Source: "/orders", Type: "com.example.order.paid",
+	m, _ := cloudevent.New("orders", "o-1", cloudevent.Event{Source: "/orders", Type: "com.example.order.paid",
 		Data: paid{OrderID: "o-1", Cents: 990}})
 	tx, _ := inboxtest.NewTx(published(m, 1)) // in a consumer, Process or NewConsumer gives the Tx
 	callback := func(tx *inbox.Tx) error {

@@ -20,6 +20,7 @@ import (
 	"github.com/dynakafka/outbox/internal/harness/attrib"
 	"github.com/dynakafka/outbox/internal/harness/checker"
 	"github.com/dynakafka/outbox/internal/harness/testenv"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
@@ -35,17 +36,17 @@ type payload struct {
 
 func (p payload) order() int64 { return p.Version*1000 + int64(p.Index) }
 
-// batchCounter is an outbox.Metrics that measures published batch sizes.
+// batchCounter is a relay.Metrics that measures published batch sizes.
 type batchCounter struct{ batches, messages atomic.Int64 }
 
-func (b *batchCounter) Batch(s outbox.BatchStats) {
+func (b *batchCounter) Batch(s relay.BatchStats) {
 	if s.Acked > 0 {
 		b.batches.Add(1)
 		b.messages.Add(int64(s.Acked))
 	}
 }
 
-func (b *batchCounter) Drain(outbox.DrainStats) {}
+func (b *batchCounter) Drain(relay.DrainStats) {}
 
 func (b *batchCounter) mean() float64 {
 	if n := b.batches.Load(); n > 0 {
@@ -129,8 +130,8 @@ func endToEnd(t *testing.T, mode outbox.Mode, target int, run e2eRun, opts ...dy
 	for i := range 2 {
 		// Each relay publishes through its own probe: the I4 check compares
 		// their publish intervals per bucket.
-		r, err := outbox.NewRelay(ctx, at, at.ViaAs(fmt.Sprint("e2e-relay-", i), env.pub), outbox.RelayID(fmt.Sprint("e2e-relay-", i)), outbox.PollInterval(100*time.Millisecond), outbox.WithMetrics(metrics),
-			outbox.ResumeReleased(mode == outbox.DeleteMode))
+		r, err := relay.New(ctx, at, at.ViaAs(fmt.Sprint("e2e-relay-", i), env.pub), relay.RelayID(fmt.Sprint("e2e-relay-", i)), relay.PollInterval(100*time.Millisecond), relay.WithMetrics(metrics),
+			relay.ResumeReleased(mode == outbox.DeleteMode))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -298,7 +299,7 @@ func endToEnd(t *testing.T, mode outbox.Mode, target int, run e2eRun, opts ...dy
 	// Stopping the relays may cut a drain between its head update and its
 	// delete: one more drain deletes such leftovers without publishing (in
 	// watermark mode it brings every head up to date).
-	final := env.relay(t, outbox.RelayID("e2e-final"))
+	final := env.relay(t, relay.RelayID("e2e-final"))
 	if errs := final.DrainBuckets(ctx, []int{0, 1, 2, 3, 4, 5, 6, 7}); len(errs) != 0 {
 		t.Errorf("final drain: %v", errs)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/harness/testenv"
 	"github.com/dynakafka/outbox/kafka"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
@@ -88,9 +89,9 @@ func newEnvOn(t *testing.T, k *testenv.KafkaCluster, bucketCount int, opts ...dy
 	return e
 }
 
-func (e *env) relay(t *testing.T, opts ...outbox.Option) *outbox.Relay {
+func (e *env) relay(t *testing.T, opts ...relay.Option) *relay.Relay {
 	t.Helper()
-	r, err := outbox.NewRelay(context.Background(), e.store, e.pub, opts...)
+	r, err := relay.New(context.Background(), e.store, e.pub, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/kafka"
+	"github.com/dynakafka/outbox/relay"
 )
 
 // setTopicLimit sets the topic's max.message.bytes (an operator lowering or
@@ -132,8 +133,8 @@ func TestOrderAfterPartialFailure(t *testing.T) {
 				defer tp.Close()
 				pub = tp
 			}
-			r, err := outbox.NewRelay(ctx, e.store, pub, outbox.OnRecordError(c.policy), outbox.DeadlineMargin(0),
-				outbox.RetryBackoff(10*time.Millisecond, 50*time.Millisecond))
+			r, err := relay.New(ctx, e.store, pub, relay.OnRecordError(c.policy), relay.DeadlineMargin(0),
+				relay.RetryBackoff(10*time.Millisecond, 50*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
 			}

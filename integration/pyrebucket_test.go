@@ -22,6 +22,7 @@ import (
 	"github.com/dynakafka/outbox/internal/harness/testenv"
 	"github.com/dynakafka/outbox/lambda/handler"
 	"github.com/dynakafka/outbox/local/esm"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/sequence"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
@@ -32,16 +33,16 @@ import (
 // tombstones land (they are then published again): its store and
 // publisher are attributed into chk, which tells those from a decided
 // message published again.
-func (e *env) relayBehindMapping(ctx context.Context, t *testing.T, chk *checker.Checker) *outbox.Relay {
+func (e *env) relayBehindMapping(ctx context.Context, t *testing.T, chk *checker.Checker) *relay.Relay {
 	t.Helper()
 	at := attrib.New(e.store, e.pub, chk)
-	relay, err := outbox.NewRelay(ctx, at, at.ViaAs("relay", e.pub), outbox.DeadlineMargin(time.Second))
+	rl, err := relay.New(ctx, at, at.ViaAs("relay", e.pub), relay.DeadlineMargin(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fn := handler.NewRelay(relay, 8, quiet)
+	fn := handler.NewRelay(rl, 8, quiet)
 	e.mapping(ctx, t, esm.InProcess(fn.Handle, esm.Timeout(time.Minute)))
-	return relay
+	return rl
 }
 
 // pyLines is the Python writer's CLI in --json-lines mode: one Writer for

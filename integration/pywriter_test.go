@@ -26,6 +26,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/harness/testenv"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/sequence"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
@@ -380,12 +381,12 @@ func TestPythonWriter(t *testing.T) {
 			})
 		}
 	}()
-	relay := e.relay(t, outbox.GapTimeout(time.Second), outbox.GapPollInterval(20*time.Millisecond))
+	rl := e.relay(t, relay.GapTimeout(time.Second), relay.GapPollInterval(20*time.Millisecond))
 	stopped := map[string]error{} // bucket -> the error a drain of it stopped with (it may republish after that)
 	for b := range buckets {
 		for {
 			dctx, dcancel := context.WithTimeout(ctx, 2*time.Minute)
-			_, err := relay.DrainBucket(dctx, b)
+			_, err := rl.DrainBucket(dctx, b)
 			dcancel()
 			if err == nil {
 				break

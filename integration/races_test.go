@@ -14,6 +14,7 @@ import (
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/harness/checker"
 	"github.com/dynakafka/outbox/internal/seam"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
@@ -113,7 +114,7 @@ func TestWriterStallsBetweenReserveAndCommit(t *testing.T) {
 			s := resB.Messages[0].Sequence - 1
 
 			p := &probe{inner: e.pub}
-			r, err := outbox.NewRelay(ctx, e.store, p, outbox.GapTimeout(c.gapTimeout), outbox.GapPollInterval(20*time.Millisecond), outbox.DeadlineMargin(0))
+			r, err := relay.New(ctx, e.store, p, relay.GapTimeout(c.gapTimeout), relay.GapPollInterval(20*time.Millisecond), relay.DeadlineMargin(0))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -162,13 +163,13 @@ func TestCommitDuringAnotherHoldersDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &probe{inner: e.pub, holdOne: make(chan struct{}), entered: make(chan struct{})}
-	holder, err := outbox.NewRelay(ctx, e.store, p, outbox.RelayID("holder"), outbox.DeadlineMargin(0))
+	holder, err := relay.New(ctx, e.store, p, relay.RelayID("holder"), relay.DeadlineMargin(0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The other relay leaves a wake-up rather than waiting for the holder
 	// (which this test keeps publishing until the other relay returned).
-	other, err := outbox.NewRelay(ctx, e.store, p, outbox.RelayID("other"), outbox.DeadlineMargin(0), outbox.HolderWait(0))
+	other, err := relay.New(ctx, e.store, p, relay.RelayID("other"), relay.DeadlineMargin(0), relay.HolderWait(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,8 +245,8 @@ func TestCrashPointsOnRealParts(t *testing.T) {
 	inj := &crashAt{}
 	// Every drain holds its lease (no resuming), so each batch advances the
 	// head before marking: the crash points below are on every batch's path.
-	r, err := outbox.NewRelay(ctx, e.store, e.pub, outbox.DeadlineMargin(0), outbox.ResumeReleased(false),
-		seam.With(seam.Hooks{Faults: inj}).(outbox.Option))
+	r, err := relay.New(ctx, e.store, e.pub, relay.DeadlineMargin(0), relay.ResumeReleased(false),
+		seam.With(seam.Hooks{Faults: inj}).(relay.Option))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,12 +315,12 @@ func TestStalledHolderOnRealParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := &testClock{now: time.Now()}
-	common := []outbox.Option{outbox.WithClock(clk), outbox.LeaseMargin(500 * time.Millisecond),
-		outbox.MaxClockSkew(200 * time.Millisecond), outbox.ResumeWindow(time.Second), outbox.DeadlineMargin(0)}
+	common := []relay.Option{relay.WithClock(clk), relay.LeaseMargin(500 * time.Millisecond),
+		relay.MaxClockSkew(200 * time.Millisecond), relay.ResumeWindow(time.Second), relay.DeadlineMargin(0)}
 	gated := &gatedStore{Store: e.store, entered: make(chan struct{}), release: make(chan struct{})}
 	stalledPub := &probe{inner: e.pub}
-	stalled, err := outbox.NewRelay(ctx, gated, stalledPub, append(common, outbox.RelayID("stalled"),
-		outbox.LeaseDuration(2*time.Second), outbox.LeaseRenewInterval(500*time.Millisecond))...)
+	stalled, err := relay.New(ctx, gated, stalledPub, append(common, relay.RelayID("stalled"),
+		relay.LeaseDuration(2*time.Second), relay.LeaseRenewInterval(500*time.Millisecond))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,8 +328,8 @@ func TestStalledHolderOnRealParts(t *testing.T) {
 	// runtime's timers, and this test is not about the taker's renewals.
 	watched := &watchedStore{Store: e.store, reads: make(chan struct{}, 100)}
 	takerPub := &probe{inner: e.pub}
-	taker, err := outbox.NewRelay(ctx, watched, takerPub, append(common, outbox.RelayID("taker"),
-		outbox.LeaseDuration(time.Minute), outbox.LeaseRenewInterval(20*time.Second), outbox.HolderWait(10*time.Second))...)
+	taker, err := relay.New(ctx, watched, takerPub, append(common, relay.RelayID("taker"),
+		relay.LeaseDuration(time.Minute), relay.LeaseRenewInterval(20*time.Second), relay.HolderWait(10*time.Second))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +337,7 @@ func TestStalledHolderOnRealParts(t *testing.T) {
 	go func() { _, err := stalled.DrainBucket(ctx, 0); done <- err }()
 	<-gated.entered // the stalled relay holds the lease and hangs in its read
 	type result struct {
-		st  outbox.DrainStats
+		st  relay.DrainStats
 		err error
 	}
 	took := make(chan result, 1)

@@ -20,6 +20,7 @@ import (
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/harness/testenv"
 	"github.com/dynakafka/outbox/lambda/handler"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
@@ -226,12 +227,12 @@ func oldEpochEndedBy(t *testing.T, bin, party string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	drainingChange(ctx, t, e)
-	relay, err := outbox.NewRelay(ctx, e.store, e.pub)
+	rl, err := relay.New(ctx, e.store, e.pub)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for b := range 16 {
-		if _, err := relay.DrainBucket(ctx, b); err != nil {
+		if _, err := rl.DrainBucket(ctx, b); err != nil {
 			t.Fatalf("drain bucket %d: %v", b, err)
 		}
 	}
@@ -246,7 +247,7 @@ func oldEpochEndedBy(t *testing.T, bin, party string) bool {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sw, err := handler.NewSweeper(relay, quiet, handler.SweeperEMF(em))
+		sw, err := handler.NewSweeper(rl, quiet, handler.SweeperEMF(em))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,13 +264,13 @@ func oldEpochEndedBy(t *testing.T, bin, party string) bool {
 			t.Errorf("sweeper summary %+v, EMF line %v: want the old epoch ended (BucketCountChangesCompleted 1, BucketCountChangeOverdue 0)", sum, line)
 		}
 	case "relay":
-		rep, err := relay.Sweep(ctx)
+		rep, err := rl.Sweep(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		said = rep.Change != nil && rep.Change.Completed && relay.ChangesCompleted() == 1
+		said = rep.Change != nil && rep.Change.Completed && rl.ChangesCompleted() == 1
 		if !said {
-			t.Errorf("the relay's sweep saw %+v and reports %d changes completed, want it to end the old epoch", rep.Change, relay.ChangesCompleted())
+			t.Errorf("the relay's sweep saw %+v and reports %d changes completed, want it to end the old epoch", rep.Change, rl.ChangesCompleted())
 		}
 	case "cli":
 		cmd, stdout, lines := runCLI(ctx, t, e, bin, "buckets", "set", "16")

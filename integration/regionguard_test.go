@@ -13,6 +13,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/harness/testenv"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/sequence"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
@@ -60,7 +61,7 @@ func parkOne(ctx context.Context, t *testing.T, client *dynamodb.Client, tables 
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := outbox.NewRelay(ctx, st, parkOnly{}, outbox.Region(region), outbox.RelayID("parker"), outbox.HolderWait(0), outbox.ResumeReleased(false))
+	r, err := relay.New(ctx, st, parkOnly{}, relay.Region(region), relay.RelayID("parker"), relay.HolderWait(0), relay.ResumeReleased(false))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/dynakafka/outbox/local/dynamolocal"
 	"github.com/dynakafka/outbox/local/esm"
 	"github.com/dynakafka/outbox/local/schedule"
+	"github.com/dynakafka/outbox/relay"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -116,11 +117,11 @@ func TestStreamToKafkaThroughTheEventSourceMapping(t *testing.T) {
 	// published again): the attribution tells those from a decided
 	// message published again.
 	at := attrib.New(e.store, e.pub, chk)
-	relay, err := outbox.NewRelay(ctx, at, at.ViaAs("relay", e.pub), outbox.DeadlineMargin(time.Second))
+	rl, err := relay.New(ctx, at, at.ViaAs("relay", e.pub), relay.DeadlineMargin(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fn := handler.NewRelay(relay, 8, quiet)
+	fn := handler.NewRelay(rl, 8, quiet)
 	m := e.mapping(ctx, t, esm.InProcess(fn.Handle, esm.Timeout(time.Minute)))
 	cctx, stop := context.WithCancel(ctx)
 	consumed := e.checkDelivery(cctx, t, chk)
@@ -167,7 +168,7 @@ func TestSweeperAloneDeliversEverything(t *testing.T) {
 	}
 	cctx, stop := context.WithCancel(ctx)
 	consumed := e.checkDelivery(cctx, t, chk)
-	sw, err := handler.NewSweeper(e.relay(t, outbox.RelayID("sweeper"), outbox.DeadlineMargin(time.Second)), quiet)
+	sw, err := handler.NewSweeper(e.relay(t, relay.RelayID("sweeper"), relay.DeadlineMargin(time.Second)), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,17 +258,17 @@ func TestRelayAndSweeperConcurrently(t *testing.T) {
 	// The sweeper sweeps back to back with no SweepMinAge, so the two take
 	// buckets from each other all the time: a short ResumeWindow (and the
 	// LeaseMargin inside it) keeps each handover's wait short.
-	common := []outbox.Option{outbox.DeadlineMargin(time.Second), outbox.BatchSize(50),
-		outbox.LeaseMargin(500 * time.Millisecond), outbox.MaxClockSkew(500 * time.Millisecond), outbox.ResumeWindow(1500 * time.Millisecond)}
-	relay, err := outbox.NewRelay(ctx, at, relayPub, append(common, outbox.RelayID("relay"))...)
+	common := []relay.Option{relay.DeadlineMargin(time.Second), relay.BatchSize(50),
+		relay.LeaseMargin(500 * time.Millisecond), relay.MaxClockSkew(500 * time.Millisecond), relay.ResumeWindow(1500 * time.Millisecond)}
+	rl, err := relay.New(ctx, at, relayPub, append(common, relay.RelayID("relay"))...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sweeper, err := outbox.NewRelay(ctx, at, sweepPub, append(common, outbox.RelayID("sweeper"))...)
+	sweeper, err := relay.New(ctx, at, sweepPub, append(common, relay.RelayID("sweeper"))...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fn := handler.NewRelay(relay, 8, quiet)
+	fn := handler.NewRelay(rl, 8, quiet)
 	// A batching window lets the sweeper reach some buckets first.
 	e.mapping(ctx, t, esm.InProcess(fn.Handle, esm.Timeout(time.Minute)), esm.MaximumBatchingWindow(500*time.Millisecond))
 	sw, err := handler.NewSweeper(sweeper, quiet)

@@ -3,7 +3,7 @@
 // run of messages at a time.
 //
 // NewPublisher(ctx, seeds, opts...) builds it (see ExampleNewPublisher);
-// pass it to outbox.NewRelay, or let lambda/relay wire it from the
+// pass it to relay.New, or let lambda/relay wire it from the
 // environment. Publish produces a run, PublishAlone one record on its own
 // (outbox.Isolator), Ping checks the brokers, Close releases the clients.
 // TLS and SASL configure encryption and authentication, with mechanisms from

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/harness/testenv"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -147,7 +148,7 @@ type batchErrs struct {
 	failed map[int]int
 }
 
-func (b *batchErrs) Batch(s outbox.BatchStats) {
+func (b *batchErrs) Batch(s relay.BatchStats) {
 	if s.Err != nil && s.Class == outbox.RecordPermanent && s.Parked == 0 {
 		b.mu.Lock()
 		b.failed[s.Bucket]++
@@ -155,7 +156,7 @@ func (b *batchErrs) Batch(s outbox.BatchStats) {
 	}
 }
 
-func (b *batchErrs) Drain(outbox.DrainStats) {}
+func (b *batchErrs) Drain(relay.DrainStats) {}
 
 // End to end (relay engine, memory store, this publisher, kfake): two buckets
 // drained at once put their records in one batch of one partition; the topic
@@ -175,8 +176,8 @@ func TestRelayParksOnlyTheCulpritOfASharedBatch(t *testing.T) {
 	defer func() { stop(); <-flushed }()
 
 	metrics := &batchErrs{failed: map[int]int{}}
-	r, err := outbox.NewRelay(testCtx(t), store, p, outbox.RelayID("relay"), outbox.WithMetrics(metrics),
-		outbox.RetryBackoff(time.Millisecond, 10*time.Millisecond))
+	r, err := relay.New(testCtx(t), store, p, relay.RelayID("relay"), relay.WithMetrics(metrics),
+		relay.RetryBackoff(time.Millisecond, 10*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

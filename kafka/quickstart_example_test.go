@@ -11,8 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/kafka"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
@@ -36,9 +36,9 @@ func Example_runRelay() {
 		log.Fatal(err) // e.g. a *kafka.TopicError: the topic does not exist
 	}
 	defer pub.Close()
-	relay, err := outbox.NewRelay(ctx, store, pub, outbox.PollInterval(200*time.Millisecond), outbox.WithLogger(logger))
+	rl, err := relay.New(ctx, store, pub, relay.PollInterval(200*time.Millisecond), relay.WithLogger(logger))
 	if err != nil {
 		log.Fatal(err)
 	}
-	log.Println("relay stopped:", relay.Run(ctx)) // context.Canceled after SIGTERM; a *outbox.BucketRangeError is a misconfiguration
+	log.Println("relay stopped:", rl.Run(ctx)) // context.Canceled after SIGTERM; a *outbox.BucketRangeError is a misconfiguration
 }

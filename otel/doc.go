@@ -4,7 +4,7 @@
 // trace context (traceparent, tracestate) in message and record headers, so
 // one trace runs from the span that wrote a message to the span that
 // consumed it; NewInboxMetrics records the inbox's outcomes and sequence
-// gaps as OpenTelemetry metrics; NewRelayMetrics is an outbox.Metrics for
+// gaps as OpenTelemetry metrics; NewRelayMetrics is a relay.Metrics for
 // relays that run as long-lived processes (Relay.Run on ECS or EKS), with
 // the figures the Lambda relay writes as CloudWatch EMF lines.
 //
@@ -16,5 +16,5 @@
 //	pub, _ := kafka.NewPublisher(ctx, brokers, kafka.WithTracer(tr))
 //	ib, _ := inbox.New(ctx, db, "orders-view-inbox", inbox.WithTracer(tr))
 //	rm, _ := otel.NewRelayMetrics(nil, attribute.String("outbox.name", tables.Messages))
-//	r, _ := outbox.NewRelay(ctx, store, pub, outbox.WithMetrics(rm))
+//	r, _ := relay.New(ctx, store, pub, relay.WithMetrics(rm))
 package otel

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 )
 
 // Attribute keys of the relay's metrics.
@@ -19,10 +20,10 @@ const (
 	ErrorClassKey = attribute.Key("outbox.error.class")
 )
 
-// RelayMetrics is an outbox.Metrics on OpenTelemetry, for relays that run
+// RelayMetrics is a relay.Metrics on OpenTelemetry, for relays that run
 // as long-lived processes (Relay.Run on ECS or EKS), where there are no
 // invocations to write CloudWatch EMF lines for. Install it with
-// outbox.WithMetrics. It records what the Lambda relay's EMF line carries
+// relay.WithMetrics. It records what the Lambda relay's EMF line carries
 // (docs/deploy.md, Metrics), as instruments:
 //
 //	outbox.relay.messages.published  counter, {message}: messages Kafka acknowledged
@@ -50,7 +51,7 @@ type RelayMetrics struct {
 	batchSize                                                              metric.Int64Histogram
 }
 
-var _ outbox.Metrics = (*RelayMetrics)(nil)
+var _ relay.Metrics = (*RelayMetrics)(nil)
 
 // NewRelayMetrics creates the instruments on meter (nil: the global
 // MeterProvider's meter for ScopeName). Every measurement carries attrs,
@@ -95,8 +96,8 @@ func NewRelayMetrics(meter metric.Meter, attrs ...attribute.KeyValue) (*RelayMet
 	return m, nil
 }
 
-// Batch implements outbox.Metrics.
-func (m *RelayMetrics) Batch(s outbox.BatchStats) {
+// Batch implements relay.Metrics.
+func (m *RelayMetrics) Batch(s relay.BatchStats) {
 	ctx := context.Background()
 	if s.Acked > 0 {
 		m.published.Add(ctx, int64(s.Acked), m.attrs)
@@ -111,8 +112,8 @@ func (m *RelayMetrics) Batch(s outbox.BatchStats) {
 	}
 }
 
-// Drain implements outbox.Metrics.
-func (m *RelayMetrics) Drain(s outbox.DrainStats) {
+// Drain implements relay.Metrics.
+func (m *RelayMetrics) Drain(s relay.DrainStats) {
 	ctx := context.Background()
 	add := func(c metric.Int64Counter, n int) {
 		if n > 0 {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/otel"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -20,7 +21,7 @@ func ExampleNewRelayMetrics() {
 		log.Fatal(err)
 	}
 	var pub outbox.Publisher = &failingPublisher{} // kafka.NewPublisher in a service
-	r, err := outbox.NewRelay(ctx, memory.New(8), pub, outbox.WithMetrics(rm))
+	r, err := relay.New(ctx, memory.New(8), pub, relay.WithMetrics(rm))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/otel"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -82,15 +83,15 @@ func newRelayMetrics(t *testing.T) (*otel.RelayMetrics, *sdkmetric.ManualReader)
 func TestRelayMetricsRecordsWhatTheEngineReports(t *testing.T) {
 	m, reader := newRelayMetrics(t)
 	fatal := outbox.WithClass(errors.New("TOPIC_AUTHORIZATION_FAILED"), outbox.Fatal)
-	m.Batch(outbox.BatchStats{Messages: 500, Acked: 500, PublishDuration: 20 * time.Millisecond})
-	m.Batch(outbox.BatchStats{Messages: 10, Acked: 4, Err: fatal, Class: outbox.Fatal, PublishDuration: 10 * time.Millisecond})
-	m.Batch(outbox.BatchStats{Messages: 1, Err: errors.New("timeout"), Class: outbox.Retriable})
-	m.Batch(outbox.BatchStats{Messages: 2, Acked: 2, Err: errors.New("head update throttled")}) // published; not a publish failure
-	m.Batch(outbox.BatchStats{Parked: 1, Err: errors.New("too large"), Class: outbox.RecordPermanent})
-	m.Drain(outbox.DrainStats{Acquired: true, TakenOver: true, Fenced: 2, GapWait: 1500 * time.Millisecond, Duration: time.Second})
-	m.Drain(outbox.DrainStats{Resumed: true, LeaseLost: true, Parked: 1, Duration: time.Second, Err: outbox.ErrLeaseLost, Class: outbox.Retriable})
-	m.Drain(outbox.DrainStats{Err: outbox.ErrLeaseHeld, Class: outbox.Retriable}) // woken the holder: not a failure
-	m.Drain(outbox.DrainStats{Acquired: true, Err: fatal, Class: outbox.Fatal})
+	m.Batch(relay.BatchStats{Messages: 500, Acked: 500, PublishDuration: 20 * time.Millisecond})
+	m.Batch(relay.BatchStats{Messages: 10, Acked: 4, Err: fatal, Class: outbox.Fatal, PublishDuration: 10 * time.Millisecond})
+	m.Batch(relay.BatchStats{Messages: 1, Err: errors.New("timeout"), Class: outbox.Retriable})
+	m.Batch(relay.BatchStats{Messages: 2, Acked: 2, Err: errors.New("head update throttled")}) // published; not a publish failure
+	m.Batch(relay.BatchStats{Parked: 1, Err: errors.New("too large"), Class: outbox.RecordPermanent})
+	m.Drain(relay.DrainStats{Acquired: true, TakenOver: true, Fenced: 2, GapWait: 1500 * time.Millisecond, Duration: time.Second})
+	m.Drain(relay.DrainStats{Resumed: true, LeaseLost: true, Parked: 1, Duration: time.Second, Err: outbox.ErrLeaseLost, Class: outbox.Retriable})
+	m.Drain(relay.DrainStats{Err: outbox.ErrLeaseHeld, Class: outbox.Retriable}) // woken the holder: not a failure
+	m.Drain(relay.DrainStats{Acquired: true, Err: fatal, Class: outbox.Fatal})
 
 	c := collect(t, reader)
 	wantSums := map[string]float64{
@@ -136,7 +137,7 @@ func (p *failingPublisher) Publish(ctx context.Context, msgs []outbox.Message) (
 	return len(msgs), nil
 }
 
-// Installed with outbox.WithMetrics on a real relay (memory store): a
+// Installed with relay.WithMetrics on a real relay (memory store): a
 // drain that publishes, then one that a fatal error stops.
 func TestRelayMetricsOnARelay(t *testing.T) {
 	m, reader := newRelayMetrics(t)
@@ -148,7 +149,7 @@ func TestRelayMetricsOnARelay(t *testing.T) {
 		}
 	}
 	p := &failingPublisher{}
-	r, err := outbox.NewRelay(ctx, s, p, outbox.WithMetrics(m), outbox.BatchSize(3), outbox.DeadlineMargin(0))
+	r, err := relay.New(ctx, s, p, relay.WithMetrics(m), relay.BatchSize(3), relay.DeadlineMargin(0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/dynakafka/outbox/internal/harness/testenv"
 	"github.com/dynakafka/outbox/kafka"
 	"github.com/dynakafka/outbox/otel"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
@@ -80,11 +81,11 @@ func TestOneTraceFromWriterToConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pub.Close()
-	relay, err := outbox.NewRelay(ctx, store, pub, outbox.DeadlineMargin(0))
+	rl, err := relay.New(ctx, store, pub, relay.DeadlineMargin(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := relay.DrainBucket(ctx, msg.Bucket); err != nil {
+	if _, err := rl.DrainBucket(ctx, msg.Bucket); err != nil {
 		t.Fatal(err)
 	}
 

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/cloudevent"
 	"github.com/dynakafka/outbox/inbox"
 	"github.com/dynakafka/outbox/outboxtest"
 	"github.com/dynakafka/outbox/store/dynamo"
@@ -45,7 +46,7 @@ func TestPlaceAndPayOrderReadModel(t *testing.T) {
 	}
 
 	event := func(typ string) outbox.Message {
-		m, err := outbox.CloudEvent("order-events", "o-1", outbox.Event{Source: "/orders", Type: typ, Subject: "o-1"})
+		m, err := cloudevent.New("order-events", "o-1", cloudevent.Event{Source: "/orders", Type: typ, Subject: "o-1"})
 		if err != nil {
 			t.Fatal(err)
 		}

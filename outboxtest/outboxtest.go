@@ -19,6 +19,7 @@ import (
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/kafka"
 	"github.com/dynakafka/outbox/local/dynamolocal"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/dynamo"
 	"github.com/dynakafka/outbox/store/memory"
 )
@@ -51,7 +52,7 @@ type Outbox struct {
 	// Store is the relay's store: a *dynamo.Store, or the *memory.Store.
 	Store outbox.Store
 	// Relay is the running relay.
-	Relay *outbox.Relay
+	Relay *relay.Relay
 	// Topics are the created topics.
 	Topics []string
 
@@ -66,7 +67,7 @@ type config struct {
 	buckets      int
 	poll         time.Duration
 	timeout      time.Duration
-	relayOptions []outbox.Option
+	relayOptions []relay.Option
 }
 
 // Option configures New.
@@ -91,16 +92,16 @@ func Partitions(n int32) Option { return func(c *config) { c.partitions = n } }
 // relay's sweeps cheap.
 func BucketCount(n int) Option { return func(c *config) { c.buckets = n } }
 
-// PollInterval is how often the relay looks for work (outbox.PollInterval).
+// PollInterval is how often the relay looks for work (relay.PollInterval).
 // Default 50 ms.
 func PollInterval(d time.Duration) Option { return func(c *config) { c.poll = d } }
 
 // WaitTimeout bounds WaitForRecords. Default 30 s.
 func WaitTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
 
-// RelayOptions are passed to outbox.NewRelay after New's own. Default:
+// RelayOptions are passed to relay.New after New's own. Default:
 // none.
-func RelayOptions(opts ...outbox.Option) Option {
+func RelayOptions(opts ...relay.Option) Option {
 	return func(c *config) { c.relayOptions = append(c.relayOptions, opts...) }
 }
 
@@ -174,14 +175,14 @@ func New(t testing.TB, opts ...Option) *Outbox {
 		t.Fatalf("outboxtest.New: publisher: %v", err)
 	}
 	t.Cleanup(pub.Close)
-	relay, err := outbox.NewRelay(ctx, o.Store, pub, append([]outbox.Option{outbox.PollInterval(c.poll)}, c.relayOptions...)...)
+	rl, err := relay.New(ctx, o.Store, pub, append([]relay.Option{relay.PollInterval(c.poll)}, c.relayOptions...)...)
 	if err != nil {
 		t.Fatalf("outboxtest.New: relay: %v", err)
 	}
-	o.Relay = relay
+	o.Relay = rl
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- relay.Run(runCtx) }()
+	go func() { done <- rl.Run(runCtx) }()
 	// Cleanups run last-in first-out: the relay stops before the
 	// publisher closes and the cluster goes.
 	t.Cleanup(func() {

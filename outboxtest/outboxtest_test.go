@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/cloudevent"
 	"github.com/dynakafka/outbox/outboxtest"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
@@ -36,7 +37,7 @@ func (s orders) place(ctx context.Context, id string, cents int64) (outbox.Messa
 		}
 		items = append(items, put)
 	}
-	m, err := outbox.CloudEvent("orders", id, outbox.Event{Source: "/orders", Type: "order.placed", Data: placed{id, cents}})
+	m, err := cloudevent.New("orders", id, cloudevent.Event{Source: "/orders", Type: "order.placed", Data: placed{id, cents}})
 	if err != nil {
 		return outbox.Message{}, err
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/cloudevent"
 	"github.com/dynakafka/outbox/inboxtest"
 	"github.com/dynakafka/outbox/outboxtest"
 )
@@ -17,7 +17,7 @@ import (
 // inboxtest.NewTx reads the message's place from.
 func TestRecordIsWhatTheRelayPublishes(t *testing.T) {
 	o := outboxtest.New(t, outboxtest.Memory(), outboxtest.Topics("orders"))
-	m, err := outbox.CloudEvent("orders", "o-7", outbox.Event{Source: "/orders", Type: "order.placed", Data: map[string]int{"cents": 5}})
+	m, err := cloudevent.New("orders", "o-7", cloudevent.Event{Source: "/orders", Type: "order.placed", Data: map[string]int{"cents": 5}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/replay"
 	"github.com/dynakafka/outbox/store/memory"
 )
@@ -186,7 +187,7 @@ func TestReplayAfterAWatermarkRelay(t *testing.T) {
 		}
 	}
 	relayed := &recorder{}
-	r, err := outbox.NewRelay(ctx, watermark{s}, relayed, outbox.BatchSize(10))
+	r, err := relay.New(ctx, watermark{s}, relayed, relay.BatchSize(10))
 	if err != nil {
 		t.Fatal(err)
 	}

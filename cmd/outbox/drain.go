@@ -13,6 +13,7 @@ import (
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/lambda/config"
 	"github.com/dynakafka/outbox/lambda/wiring"
+	"github.com/dynakafka/outbox/relay"
 )
 
 var drainCommand = &command{
@@ -158,7 +159,7 @@ func drain(ctx context.Context, a *app, s *session, cfg config.Config, logger *s
 	// This process never resumes a bucket it released (it ends after the
 	// drain), so it hands the lease back when done: the relay's next drain
 	// need not wait ResumeWindow for it.
-	parts, err := wiring.BuildWith(ctx, cfg, s.aws, logger, a.relayID(), outbox.HolderWait(0), outbox.ResumeReleased(false))
+	parts, err := wiring.BuildWith(ctx, cfg, s.aws, logger, a.relayID(), relay.HolderWait(0), relay.ResumeReleased(false))
 	if err != nil {
 		return err
 	}

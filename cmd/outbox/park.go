@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 )
 
 var parkCommand = &command{
@@ -81,12 +82,12 @@ func park(ctx context.Context, a *app, s *session, bucket int, seq int64, reason
 	if err != nil {
 		return err
 	}
-	opts := []outbox.Option{outbox.RelayID(a.relayID()), outbox.HolderWait(0), outbox.ResumeReleased(false), outbox.WithClock(appClock(a.now))}
+	opts := []relay.Option{relay.RelayID(a.relayID()), relay.HolderWait(0), relay.ResumeReleased(false), relay.WithClock(appClock(a.now))}
 	if region := strings.TrimSpace(a.getenv("OUTBOX_REGION")); region != "" {
 		// Region mode: park acts as a relay of that region, on its buckets.
-		opts = append(opts, outbox.Region(region))
+		opts = append(opts, relay.Region(region))
 	}
-	r, err := outbox.NewRelay(ctx, st, noPublisher{}, opts...)
+	r, err := relay.New(ctx, st, noPublisher{}, opts...)
 	if err != nil {
 		return err
 	}
@@ -99,7 +100,7 @@ func park(ctx context.Context, a *app, s *session, bucket int, seq int64, reason
 			fmt.Fprintf(a.stderr, "outbox park: the lease of bucket %d was not handed back; the relay's next drain waits ResumeWindow: %v\n", bucket, derr)
 		}
 	}
-	var pe *outbox.ParkError
+	var pe *relay.ParkError
 	switch {
 	case errors.Is(err, outbox.ErrLeaseHeld):
 		return &notDrainedError{fmt.Errorf("another relay holds bucket %d; it was woken, and nothing was parked: run park again in a moment: %w", bucket, err)}

@@ -13,6 +13,7 @@ import (
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/harness/testenv"
 	"github.com/dynakafka/outbox/kafka"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
@@ -52,15 +53,15 @@ func TestTopicDeleted(t *testing.T) {
 	}
 	defer pub.Close()
 	const relayID = "relay-under-test"
-	hook := &firstFailedDrain{bucket: 0, seen: make(chan outbox.DrainStats), release: make(chan struct{})}
-	relay, err := outbox.NewRelay(ctx, st, pub, outbox.RelayID(relayID), outbox.PollInterval(200*time.Millisecond),
-		outbox.WithMetrics(hook))
+	hook := &firstFailedDrain{bucket: 0, seen: make(chan relay.DrainStats), release: make(chan struct{})}
+	rl, err := relay.New(ctx, st, pub, relay.RelayID(relayID), relay.PollInterval(200*time.Millisecond),
+		relay.WithMetrics(hook))
 	if err != nil {
 		t.Fatal(err)
 	}
 	rctx, stopRelay := context.WithCancel(ctx)
 	ran := make(chan error, 1)
-	go func() { ran <- relay.Run(rctx) }()
+	go func() { ran <- rl.Run(rctx) }()
 	defer func() {
 		stopRelay()
 		if err := <-ran; !errors.Is(err, context.Canceled) {
@@ -140,7 +141,7 @@ func TestTopicDeleted(t *testing.T) {
 	// The bucket stops with the reason at the first drain that fails:
 	// status is read while that drain is held at its end (its lease
 	// released, its reason recorded), before the relay's next sweep.
-	var failed outbox.DrainStats
+	var failed relay.DrainStats
 	select {
 	case failed = <-hook.seen:
 	case <-ctx.Done():
@@ -233,13 +234,13 @@ type firstFailedDrain struct {
 	bucket  int
 	armed   atomic.Bool
 	drains  atomic.Int32 // drains of bucket that ended
-	seen    chan outbox.DrainStats
+	seen    chan relay.DrainStats
 	release chan struct{}
 }
 
-func (h *firstFailedDrain) Batch(outbox.BatchStats) {}
+func (h *firstFailedDrain) Batch(relay.BatchStats) {}
 
-func (h *firstFailedDrain) Drain(st outbox.DrainStats) {
+func (h *firstFailedDrain) Drain(st relay.DrainStats) {
 	if st.Bucket == h.bucket {
 		defer h.drains.Add(1)
 	}

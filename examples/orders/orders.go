@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/cloudevent"
 	"github.com/dynakafka/outbox/inbox"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
@@ -68,7 +69,7 @@ func (s *Service) Pay(ctx context.Context, o Order, version int64) error {
 }
 
 func (s *Service) write(ctx context.Context, item types.TransactWriteItem, typ string, o Order) error {
-	m, err := outbox.CloudEvent(s.topic, o.ID, outbox.Event{Source: "/orders", Type: typ, Subject: o.ID, Data: o})
+	m, err := cloudevent.New(s.topic, o.ID, cloudevent.Event{Source: "/orders", Type: typ, Subject: o.ID, Data: o})
 	if err != nil {
 		return err
 	}

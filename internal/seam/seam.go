@@ -97,15 +97,15 @@ type Hooks struct {
 	Rand func(n int64) int64
 }
 
-// install is set by package outbox: it turns hooks into an outbox.Option.
+// install is set by package outbox: it turns hooks into a relay.Option.
 var install func(Hooks) any
 
 // Register is called once, by package outbox, with the function that turns
-// hooks into an outbox.Option.
+// hooks into a relay.Option.
 func Register(f func(Hooks) any) { install = f }
 
-// With returns the outbox.Option that installs h, as an any (this package
-// cannot name the type): seam.With(h).(outbox.Option).
+// With returns the relay.Option that installs h, as an any (this package
+// cannot name the type): seam.With(h).(relay.Option).
 func With(h Hooks) any { return install(h) }
 
 // Runtime is the default Scheduler: goroutines and the runtime's timers.

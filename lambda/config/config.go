@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 )
 
 // Auth modes for KAFKA_AUTH.
@@ -48,11 +49,11 @@ type Config struct {
 	SweepMinAge time.Duration
 	// ParkStuckAfter is OUTBOX_PARK_STUCK_AFTER (0, off): park a message
 	// that has stopped its bucket this long with a permanent topic- or
-	// cluster-wide error (outbox.ParkStuckAfter).
+	// cluster-wide error (relay.ParkStuckAfter).
 	ParkStuckAfter time.Duration
 	// OutboxRegion is OUTBOX_REGION: this function's region in an outbox
 	// in region mode (a DynamoDB global table; the config item lists the
-	// regions and NewRelay and NewWriter check it against them); empty
+	// regions and relay.New and NewWriter check it against them); empty
 	// for the default single-region mode.
 	OutboxRegion  string
 	Brokers       []string // KAFKA_BOOTSTRAP_SERVERS (required)
@@ -165,9 +166,9 @@ func Load(getenv func(string) string) (Config, error) {
 	return c, errors.Join(l.errs...)
 }
 
-// ResumeWindow is the engine's default (outbox.DefaultResumeWindow, 500ms):
+// ResumeWindow is the engine's default (relay.DefaultResumeWindow, 500ms):
 // the functions do not change it.
-func (c Config) ResumeWindow() time.Duration { return outbox.DefaultResumeWindow }
+func (c Config) ResumeWindow() time.Duration { return relay.DefaultResumeWindow }
 
 // MinLeaseSeconds is the shortest OUTBOX_LEASE_DURATION. The lease must last
 // at least ResumeWindow + MaxClockSkew (a takeover at expiry owes no

@@ -11,7 +11,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 )
 
 // invocation is an invocation context whose deadline never fires by itself,
@@ -50,12 +50,12 @@ func (s *stuck) BucketCount() int { return 8 }
 
 func (s *stuck) RefreshConfig(context.Context) (int, error) { return 8, nil }
 
-func (s *stuck) DrainBucketTo(ctx context.Context, b int, seq int64) (outbox.DrainStats, error) {
-	return outbox.DrainStats{Bucket: b}, s.block(ctx)
+func (s *stuck) DrainBucketTo(ctx context.Context, b int, seq int64) (relay.DrainStats, error) {
+	return relay.DrainStats{Bucket: b}, s.block(ctx)
 }
 
-func (s *stuck) Sweep(ctx context.Context) (outbox.SweepReport, error) {
-	return outbox.SweepReport{}, s.block(ctx)
+func (s *stuck) Sweep(ctx context.Context) (relay.SweepReport, error) {
+	return relay.SweepReport{}, s.block(ctx)
 }
 
 // The handlers work on the invocation's deadline minus ResponseMargin (the

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/lambda/emf"
+	"github.com/dynakafka/outbox/relay"
 )
 
 // Namespace is the CloudWatch namespace of the functions' metrics; their one
@@ -71,7 +72,7 @@ func NewEmitter(w io.Writer, messagesTable string, opts ...emf.Option) (*emf.Emi
 	return emf.New(w, Namespace, []emf.Dimension{{Name: DimensionName, Value: messagesTable}}, opts...)
 }
 
-// RelayMetrics is the relay function's outbox.Metrics (outbox.WithMetrics):
+// RelayMetrics is the relay function's relay.Metrics (relay.WithMetrics):
 // it adds up what the engine reports until Take hands the totals over.
 // Lambda runs one invocation at a time per execution environment, so the
 // totals taken at the end of an invocation are that invocation's. Where
@@ -82,7 +83,7 @@ type RelayMetrics struct {
 	t  RelayTotals
 }
 
-var _ outbox.Metrics = (*RelayMetrics)(nil)
+var _ relay.Metrics = (*RelayMetrics)(nil)
 
 // NewRelayMetrics returns an empty RelayMetrics.
 func NewRelayMetrics() *RelayMetrics { return &RelayMetrics{} }
@@ -104,8 +105,8 @@ type RelayTotals struct {
 	GapWait          time.Duration
 }
 
-// Batch implements outbox.Metrics.
-func (m *RelayMetrics) Batch(s outbox.BatchStats) {
+// Batch implements relay.Metrics.
+func (m *RelayMetrics) Batch(s relay.BatchStats) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.t.Published += s.Acked
@@ -127,8 +128,8 @@ func (m *RelayMetrics) Batch(s outbox.BatchStats) {
 	}
 }
 
-// Drain implements outbox.Metrics.
-func (m *RelayMetrics) Drain(s outbox.DrainStats) {
+// Drain implements relay.Metrics.
+func (m *RelayMetrics) Drain(s relay.DrainStats) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.t.Parked += s.Parked

@@ -20,6 +20,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/lambda/emf"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -123,25 +124,25 @@ func TestRelayMetricsSortsBatches(t *testing.T) {
 	fatal := outbox.WithClass(errors.New("TOPIC_AUTHORIZATION_FAILED"), outbox.Fatal)
 	cases := []struct {
 		name  string
-		batch outbox.BatchStats
+		batch relay.BatchStats
 		want  RelayTotals
 	}{
-		{"published", outbox.BatchStats{Messages: 5, Acked: 5, PublishDuration: 3 * time.Millisecond},
+		{"published", relay.BatchStats{Messages: 5, Acked: 5, PublishDuration: 3 * time.Millisecond},
 			RelayTotals{Published: 5, PublishDurations: []time.Duration{3 * time.Millisecond}, BatchSizes: []int{5}}},
-		{"fatal after a prefix", outbox.BatchStats{Messages: 5, Acked: 2, Err: fatal, Class: outbox.Fatal, PublishDuration: time.Millisecond},
+		{"fatal after a prefix", relay.BatchStats{Messages: 5, Acked: 2, Err: fatal, Class: outbox.Fatal, PublishDuration: time.Millisecond},
 			RelayTotals{Published: 2, FailuresFatal: 1, PublishDurations: []time.Duration{time.Millisecond}, BatchSizes: []int{5}}},
-		{"retriable", outbox.BatchStats{Messages: 1, Err: errors.New("timeout"), Class: outbox.Retriable},
+		{"retriable", relay.BatchStats{Messages: 1, Err: errors.New("timeout"), Class: outbox.Retriable},
 			RelayTotals{FailuresRetriable: 1, PublishDurations: []time.Duration{0}, BatchSizes: []int{1}}},
-		{"record", outbox.BatchStats{Messages: 1, Err: errors.New("MESSAGE_TOO_LARGE"), Class: outbox.RecordPermanent},
+		{"record", relay.BatchStats{Messages: 1, Err: errors.New("MESSAGE_TOO_LARGE"), Class: outbox.RecordPermanent},
 			RelayTotals{FailuresRecord: 1, PublishDurations: []time.Duration{0}, BatchSizes: []int{1}}},
 		// The publish succeeded; the head update after it failed: not a
 		// publish failure (the drain reports the store error).
-		{"store error after the publish", outbox.BatchStats{Messages: 3, Acked: 3, Err: errors.New("throttled")},
+		{"store error after the publish", relay.BatchStats{Messages: 3, Acked: 3, Err: errors.New("throttled")},
 			RelayTotals{Published: 3, PublishDurations: []time.Duration{0}, BatchSizes: []int{3}}},
 		// A record parked: no publish in this call.
-		{"parked", outbox.BatchStats{Parked: 1, Err: errors.New("too large"), Class: outbox.RecordPermanent}, RelayTotals{}},
+		{"parked", relay.BatchStats{Parked: 1, Err: errors.New("too large"), Class: outbox.RecordPermanent}, RelayTotals{}},
 		// Only tombstones passed over: no publish.
-		{"fences only", outbox.BatchStats{Fenced: 4}, RelayTotals{}},
+		{"fences only", relay.BatchStats{Fenced: 4}, RelayTotals{}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -156,8 +157,8 @@ func TestRelayMetricsSortsBatches(t *testing.T) {
 		})
 	}
 	m := NewRelayMetrics()
-	m.Drain(outbox.DrainStats{Acquired: true, TakenOver: true, Parked: 2, Fenced: 3, GapWait: time.Second})
-	m.Drain(outbox.DrainStats{Resumed: true, LeaseLost: true, GapWait: time.Second})
+	m.Drain(relay.DrainStats{Acquired: true, TakenOver: true, Parked: 2, Fenced: 3, GapWait: time.Second})
+	m.Drain(relay.DrainStats{Resumed: true, LeaseLost: true, GapWait: time.Second})
 	want := RelayTotals{Acquired: 1, TakenOver: 1, Lost: 1, Parked: 2, Fenced: 3, GapWait: 2 * time.Second}
 	if got := m.Take(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("drain totals %+v, want %+v", got, want)
@@ -193,53 +194,53 @@ func TestRelayLineGolden(t *testing.T) {
 	}
 }
 
-func bucket(b int, head, last int64, messages, parked int, oldest time.Time) outbox.BucketReport {
-	return outbox.BucketReport{Bucket: b, Lease: outbox.Lease{Bucket: b, Head: head}, Last: last, Messages: messages, Parked: parked, Oldest: oldest}
+func bucket(b int, head, last int64, messages, parked int, oldest time.Time) relay.BucketReport {
+	return relay.BucketReport{Bucket: b, Lease: outbox.Lease{Bucket: b, Head: head}, Last: last, Messages: messages, Parked: parked, Oldest: oldest}
 }
 
 func TestSweeperLineGolden(t *testing.T) {
 	start := goldenAt
-	healthy := []outbox.BucketReport{
+	healthy := []relay.BucketReport{
 		bucket(0, 10, 10, 0, 0, time.Time{}),
 		bucket(1, 4, 9, 5, 1, start.Add(-90*time.Second)),
 		bucket(2, 7, 8, 0, 0, time.Time{}), // an uncommitted reservation: counted, not a message
 		bucket(3, 0, 2, 2, 0, start.Add(-2500*time.Millisecond)),
 	}
-	with := func(bs []outbox.BucketReport, i int, f func(*outbox.BucketReport)) []outbox.BucketReport {
-		out := append([]outbox.BucketReport(nil), bs...)
+	with := func(bs []relay.BucketReport, i int, f func(*relay.BucketReport)) []relay.BucketReport {
+		out := append([]relay.BucketReport(nil), bs...)
 		f(&out[i])
 		return out
 	}
 	probeErr := errors.New("throttled")
 	cases := []struct {
 		name       string
-		rep        outbox.SweepReport
+		rep        relay.SweepReport
 		looked     bool
 		stuck      []int
 		stuckKnown bool
 	}{
-		{"sweeper.json", outbox.SweepReport{Live: 2, Buckets: healthy}, true, []int{1}, true},
-		{"sweeper_empty.json", outbox.SweepReport{Live: 1, Buckets: []outbox.BucketReport{bucket(0, 3, 3, 0, 0, time.Time{})}}, true, nil, true},
+		{"sweeper.json", relay.SweepReport{Live: 2, Buckets: healthy}, true, []int{1}, true},
+		{"sweeper_empty.json", relay.SweepReport{Live: 1, Buckets: []relay.BucketReport{bucket(0, 3, 3, 0, 0, time.Time{})}}, true, nil, true},
 		// A bucket's probe failed: nothing summed over the buckets is exact.
-		{"sweeper_probe_failed.json", outbox.SweepReport{Live: 1, Buckets: with(healthy, 2, func(b *outbox.BucketReport) { b.Err = probeErr; b.Last, b.Parked = -1, -1 }),
+		{"sweeper_probe_failed.json", relay.SweepReport{Live: 1, Buckets: with(healthy, 2, func(b *relay.BucketReport) { b.Err = probeErr; b.Last, b.Parked = -1, -1 }),
 			Errors: map[int]error{2: probeErr}}, true, []int{1}, true},
 		// The counter could not be read: only PendingMessages is absent.
-		{"sweeper_counter_unknown.json", outbox.SweepReport{Live: 1, Buckets: with(healthy, 0, func(b *outbox.BucketReport) { b.Last = -1 })}, true, []int{1}, true},
+		{"sweeper_counter_unknown.json", relay.SweepReport{Live: 1, Buckets: with(healthy, 0, func(b *relay.BucketReport) { b.Last = -1 })}, true, []int{1}, true},
 		// The dead letters could not be counted.
-		{"sweeper_parked_unknown.json", outbox.SweepReport{Live: 1, Buckets: with(healthy, 3, func(b *outbox.BucketReport) { b.Parked = -1 })}, true, []int{1}, true},
+		{"sweeper_parked_unknown.json", relay.SweepReport{Live: 1, Buckets: with(healthy, 3, func(b *relay.BucketReport) { b.Parked = -1 })}, true, []int{1}, true},
 		// The progress could not be loaded: StuckBuckets is absent.
-		{"sweeper_progress_unknown.json", outbox.SweepReport{Live: 1, Buckets: healthy}, true, nil, false},
+		{"sweeper_progress_unknown.json", relay.SweepReport{Live: 1, Buckets: healthy}, true, nil, false},
 		// The sweep failed after listing the relays (and so looked at no bucket).
-		{"sweeper_failed.json", outbox.SweepReport{Live: 1}, false, nil, false},
+		{"sweeper_failed.json", relay.SweepReport{Live: 1}, false, nil, false},
 		// The sweep failed before anything: an empty line.
-		{"sweeper_nothing.json", outbox.SweepReport{}, false, nil, false},
+		{"sweeper_nothing.json", relay.SweepReport{}, false, nil, false},
 		// The old epoch of a BucketCount change still draining 95 s past
 		// its deadline (RebucketOverdueAlarm), then one the sweep found
 		// drained and ended.
-		{"sweeper_change_overdue.json", outbox.SweepReport{Live: 1, Buckets: healthy,
-			Change: &outbox.ChangeSeen{From: 8, To: 16, Overdue: 95 * time.Second, Waiting: []int{3}}}, true, nil, true},
-		{"sweeper_change_completed.json", outbox.SweepReport{Live: 1, Buckets: healthy,
-			Change: &outbox.ChangeSeen{From: 8, To: 16, Completed: true}}, true, nil, true},
+		{"sweeper_change_overdue.json", relay.SweepReport{Live: 1, Buckets: healthy,
+			Change: &relay.ChangeSeen{From: 8, To: 16, Overdue: 95 * time.Second, Waiting: []int{3}}}, true, nil, true},
+		{"sweeper_change_completed.json", relay.SweepReport{Live: 1, Buckets: healthy,
+			Change: &relay.ChangeSeen{From: 8, To: 16, Completed: true}}, true, nil, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -254,30 +255,30 @@ func TestSweeperLineGolden(t *testing.T) {
 }
 
 func TestObserve(t *testing.T) {
-	pending := func(b int, head int64) outbox.BucketReport { return bucket(b, head, head+3, 3, 0, time.Now()) }
+	pending := func(b int, head int64) relay.BucketReport { return bucket(b, head, head+3, 3, 0, time.Now()) }
 	cases := []struct {
 		name    string
 		prev    map[int]Watched
-		buckets []outbox.BucketReport
+		buckets []relay.BucketReport
 		drained []int
 		next    map[int]Watched
 		stuck   string
 	}{
-		{"first sight", nil, []outbox.BucketReport{pending(0, 5)}, nil, map[int]Watched{0: {5, 1}}, "[]"},
-		{"same head again", map[int]Watched{0: {5, 2}}, []outbox.BucketReport{pending(0, 5)}, nil, map[int]Watched{0: {5, 3}}, "[0]"},
-		{"head moved", map[int]Watched{0: {5, 7}}, []outbox.BucketReport{pending(0, 6)}, nil, map[int]Watched{0: {6, 1}}, "[]"},
-		{"empty", map[int]Watched{0: {5, 7}}, []outbox.BucketReport{bucket(0, 8, 8, 0, 0, time.Time{})}, nil, map[int]Watched{}, "[]"},
+		{"first sight", nil, []relay.BucketReport{pending(0, 5)}, nil, map[int]Watched{0: {5, 1}}, "[]"},
+		{"same head again", map[int]Watched{0: {5, 2}}, []relay.BucketReport{pending(0, 5)}, nil, map[int]Watched{0: {5, 3}}, "[0]"},
+		{"head moved", map[int]Watched{0: {5, 7}}, []relay.BucketReport{pending(0, 6)}, nil, map[int]Watched{0: {6, 1}}, "[]"},
+		{"empty", map[int]Watched{0: {5, 7}}, []relay.BucketReport{bucket(0, 8, 8, 0, 0, time.Time{})}, nil, map[int]Watched{}, "[]"},
 		// The sweep drained it after its look.
-		{"drained by this sweep", map[int]Watched{0: {5, 7}}, []outbox.BucketReport{pending(0, 5)}, []int{0}, map[int]Watched{}, "[]"},
+		{"drained by this sweep", map[int]Watched{0: {5, 7}}, []relay.BucketReport{pending(0, 5)}, []int{0}, map[int]Watched{}, "[]"},
 		// A reservation never committed: the counter is above the head
 		// but no message waits.
-		{"reservation only", map[int]Watched{0: {5, 7}}, []outbox.BucketReport{bucket(0, 5, 6, 0, 0, time.Time{})}, nil, map[int]Watched{}, "[]"},
+		{"reservation only", map[int]Watched{0: {5, 7}}, []relay.BucketReport{bucket(0, 5, 6, 0, 0, time.Time{})}, nil, map[int]Watched{}, "[]"},
 		// Messages at or below the head are leftovers a drain marks.
-		{"leftovers only", map[int]Watched{0: {5, 7}}, []outbox.BucketReport{bucket(0, 5, 5, 2, 0, time.Now())}, nil, map[int]Watched{}, "[]"},
+		{"leftovers only", map[int]Watched{0: {5, 7}}, []relay.BucketReport{bucket(0, 5, 5, 2, 0, time.Now())}, nil, map[int]Watched{}, "[]"},
 		// Without a counter the messages alone decide.
-		{"counter unknown", map[int]Watched{0: {5, 2}}, []outbox.BucketReport{bucket(0, 5, -1, 1, 0, time.Now())}, nil, map[int]Watched{0: {5, 3}}, "[0]"},
+		{"counter unknown", map[int]Watched{0: {5, 2}}, []relay.BucketReport{bucket(0, 5, -1, 1, 0, time.Now())}, nil, map[int]Watched{0: {5, 3}}, "[0]"},
 		{"probe failed keeps the entry", map[int]Watched{0: {5, 2}, 1: {9, 9}},
-			[]outbox.BucketReport{{Bucket: 0, Err: errors.New("throttled")}, pending(1, 9)}, nil, map[int]Watched{0: {5, 2}, 1: {9, 10}}, "[1]"},
+			[]relay.BucketReport{{Bucket: 0, Err: errors.New("throttled")}, pending(1, 9)}, nil, map[int]Watched{0: {5, 2}, 1: {9, 10}}, "[1]"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -368,7 +369,7 @@ func TestSweeperReportsABucketStoppedByAFatalError(t *testing.T) {
 	put(t, s, 2, 3, time.Now().Add(-time.Minute))
 	p := &fatalPublisher{on: true}
 	clk := &laterClock{}
-	r, err := outbox.NewRelay(ctx, s, p, outbox.DeadlineMargin(0), outbox.SweepMinAge(0), outbox.WithClock(clk))
+	r, err := relay.New(ctx, s, p, relay.DeadlineMargin(0), relay.SweepMinAge(0), relay.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,7 +422,7 @@ func TestRelayEmitsOneLinePerInvocation(t *testing.T) {
 	s := memory.New(8)
 	p := &fatalPublisher{}
 	m := NewRelayMetrics()
-	r, err := outbox.NewRelay(ctx, s, p, outbox.DeadlineMargin(0), outbox.WithMetrics(m), outbox.BatchSize(2))
+	r, err := relay.New(ctx, s, p, relay.DeadlineMargin(0), relay.WithMetrics(m), relay.BatchSize(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,9 +463,9 @@ func TestRelayEmitsOneLinePerInvocation(t *testing.T) {
 // broker that never answers that lasts.
 type retryingSweep struct{}
 
-func (retryingSweep) Sweep(ctx context.Context) (outbox.SweepReport, error) {
+func (retryingSweep) Sweep(ctx context.Context) (relay.SweepReport, error) {
 	<-ctx.Done()
-	return outbox.SweepReport{Live: 1, Buckets: []outbox.BucketReport{bucket(0, 0, 0, 0, 0, time.Time{}), bucket(2, 4, 7, 3, 0, time.Now().Add(-time.Minute))},
+	return relay.SweepReport{Live: 1, Buckets: []relay.BucketReport{bucket(0, 0, 0, 0, 0, time.Time{}), bucket(2, 4, 7, 3, 0, time.Now().Add(-time.Minute))},
 		Ready: []int{2}, Errors: map[int]error{2: fmt.Errorf("publish: %w", outbox.ErrDeadline)}}, nil
 }
 

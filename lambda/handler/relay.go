@@ -21,6 +21,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/lambda/emf"
+	"github.com/dynakafka/outbox/relay"
 )
 
 // ResponseMargin is how long before the invocation's deadline the handlers
@@ -51,10 +52,10 @@ func reserve(ctx context.Context, d time.Duration) (context.Context, context.Can
 	return context.WithCancel(ctx)
 }
 
-// Drainer is the part of *outbox.Relay the relay handler uses.
+// Drainer is the part of *relay.Relay the relay handler uses.
 type Drainer interface {
 	// DrainBucketTo drains bucket at least up to sequence seq.
-	DrainBucketTo(ctx context.Context, bucket int, seq int64) (outbox.DrainStats, error)
+	DrainBucketTo(ctx context.Context, bucket int, seq int64) (relay.DrainStats, error)
 	BucketCount() int
 	// RefreshConfig reads the config item again (an online BucketCount
 	// change) and returns the count.
@@ -62,7 +63,7 @@ type Drainer interface {
 }
 
 // regionDrainer is the optional part of a Drainer in region mode
-// (*outbox.Relay has it): whether its region drains a bucket.
+// (*relay.Relay has it): whether its region drains a bucket.
 type regionDrainer interface {
 	Drains(bucket int) bool
 	RefreshRegions(ctx context.Context) error
@@ -72,12 +73,12 @@ type regionDrainer interface {
 // region-mode outbox's takeovers before an invocation (one consistent read
 // of the config item): a takeover or a hand-back reaches the stream path
 // within it, and the sweeper's path at its next sweep. As often, a relay
-// that reports ChangesCompleted (*outbox.Relay) reads the config item
+// that reports ChangesCompleted (*relay.Relay) reads the config item
 // (RefreshConfig): it learns that the old epoch of an online BucketCount
 // change ended, and stops asking the store's epoch gate.
 const RegionRefreshInterval = 15 * time.Second
 
-// changeWatcher is the optional part of a Drainer (*outbox.Relay has it)
+// changeWatcher is the optional part of a Drainer (*relay.Relay has it)
 // that follows online BucketCount changes when it reads the config item.
 type changeWatcher interface {
 	ChangesCompleted() int64
@@ -117,7 +118,7 @@ type Relay struct {
 type RelayOption func(*Relay)
 
 // RelayEMF writes one EMF line per invocation to e (RelayMetricSet), with
-// what m, the relay engine's metrics sink (outbox.WithMetrics(m)), gathered
+// what m, the relay engine's metrics sink (relay.WithMetrics(m)), gathered
 // during the invocation. Both must be set for a line; default: no metrics.
 func RelayEMF(e *emf.Emitter, m *RelayMetrics) RelayOption {
 	return func(h *Relay) { h.emitter, h.metrics = e, m }
@@ -167,7 +168,7 @@ func (h *Relay) refreshRegions(ctx context.Context) {
 	}
 }
 
-// spanner is the optional part of a Drainer (*outbox.Relay has it) that
+// spanner is the optional part of a Drainer (*relay.Relay has it) that
 // drains more buckets than BucketCount: after an online shrink, the old
 // buckets above the new count while the old epoch drains.
 type spanner interface{ BucketSpan() int }
@@ -329,7 +330,7 @@ func (h *Relay) readHints(ctx context.Context, records []events.DynamoDBEventRec
 // bucketResult is one hinted bucket's drain.
 type bucketResult struct {
 	bucket int
-	st     outbox.DrainStats
+	st     relay.DrainStats
 	err    error
 }
 

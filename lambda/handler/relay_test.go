@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -35,7 +36,7 @@ func (f *fakeDrainer) BucketSpan() int { return max(f.count, f.span) }
 
 func (f *fakeDrainer) RefreshConfig(context.Context) (int, error) { return f.count, nil }
 
-func (f *fakeDrainer) DrainBucketTo(ctx context.Context, b int, seq int64) (outbox.DrainStats, error) {
+func (f *fakeDrainer) DrainBucketTo(ctx context.Context, b int, seq int64) (relay.DrainStats, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.targets == nil {
@@ -44,9 +45,9 @@ func (f *fakeDrainer) DrainBucketTo(ctx context.Context, b int, seq int64) (outb
 	f.targets[b] = seq
 	f.drained = append(f.drained, b)
 	if err := f.errs[b]; err != nil {
-		return outbox.DrainStats{Bucket: b}, err
+		return relay.DrainStats{Bucket: b}, err
 	}
-	return outbox.DrainStats{Bucket: b, Published: 1}, nil
+	return relay.DrainStats{Bucket: b, Published: 1}, nil
 }
 
 func (f *fakeDrainer) buckets() []int {
@@ -242,7 +243,7 @@ func (s *syncBuffer) lines() []string {
 func TestHandlerSkipsOtherRegionsBuckets(t *testing.T) {
 	s := memory.New(8)
 	s.SetConfig(outbox.Config{Regions: []string{"a", "b"}}) // a: buckets 0-3, b: 4-7
-	r, err := outbox.NewRelay(context.Background(), s, noopPublisher{}, outbox.Region("a"))
+	r, err := relay.New(context.Background(), s, noopPublisher{}, relay.Region("a"))
 	if err != nil {
 		t.Fatal(err)
 	}

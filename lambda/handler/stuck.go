@@ -7,7 +7,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 )
 
 // DefaultStuckAfter is how many consecutive sweeps must see a bucket
@@ -79,7 +79,7 @@ func (m *MemoryProgress) SaveProgress(_ context.Context, p Progress) error {
 // to make a gap) raises the counter but holds nothing that waits, so it
 // does not make a bucket stuck; messages at or below the head are leftovers
 // that a drain marks without publishing.
-func pendingAt(b outbox.BucketReport) bool {
+func pendingAt(b relay.BucketReport) bool {
 	return b.Messages > 0 && (b.Last < 0 || b.Last > b.Lease.Head)
 }
 
@@ -90,7 +90,7 @@ func pendingAt(b outbox.BucketReport) bool {
 // succeeded decided everything committed before it). A bucket whose probe
 // failed keeps its entry unchanged. It returns the new entries and the
 // buckets seen pending at one head for at least after sweeps.
-func observe(prev map[int]Watched, buckets []outbox.BucketReport, drained []int, after int) (map[int]Watched, []int) {
+func observe(prev map[int]Watched, buckets []relay.BucketReport, drained []int, after int) (map[int]Watched, []int) {
 	next := map[int]Watched{}
 	var stuck []int
 	for _, b := range buckets {

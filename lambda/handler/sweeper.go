@@ -14,11 +14,12 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/lambda/emf"
+	"github.com/dynakafka/outbox/relay"
 )
 
-// SweepRunner is the part of *outbox.Relay the sweeper handler uses.
+// SweepRunner is the part of *relay.Relay the sweeper handler uses.
 type SweepRunner interface {
-	Sweep(ctx context.Context) (outbox.SweepReport, error)
+	Sweep(ctx context.Context) (relay.SweepReport, error)
 }
 
 // Sweeper handles the schedule's events. Build it with NewSweeper.
@@ -207,7 +208,7 @@ func (h *Sweeper) Handle(ctx context.Context, ev events.CloudWatchEvent) (Summar
 // before the sweep (err: it could not be), and saves it. It returns the
 // stuck buckets, and false when they cannot be told (the progress could not
 // be loaded).
-func (h *Sweeper) track(ctx context.Context, p Progress, err error, buckets []outbox.BucketReport, drained []int) ([]int, bool) {
+func (h *Sweeper) track(ctx context.Context, p Progress, err error, buckets []relay.BucketReport, drained []int) ([]int, bool) {
 	if err != nil {
 		h.log.WarnContext(ctx, "outbox sweeper: sweep progress not loaded; stuck buckets are not reported this time", "err", err)
 		return nil, false
@@ -228,7 +229,7 @@ func (h *Sweeper) track(ctx context.Context, p Progress, err error, buckets []ou
 // sweeperLine is the sweeper's EMF line for one invocation. A metric over
 // all buckets is present only when every bucket could be sampled for it:
 // a sum or an oldest age over some buckets would look exact and not be.
-func sweeperLine(rep outbox.SweepReport, looked bool, start time.Time, stuck []int, stuckKnown bool) *emf.Line {
+func sweeperLine(rep relay.SweepReport, looked bool, start time.Time, stuck []int, stuckKnown bool) *emf.Line {
 	var l emf.Line
 	// Sweep lists the live relays, itself included, before it looks at
 	// the buckets: a count of 0 means it did not get that far.

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -54,7 +55,7 @@ func TestSweeperDrainsAndSummarises(t *testing.T) {
 	put(t, s, 1, 3, now.Add(-90*time.Second))
 	put(t, s, 3, 2, now.Add(-10*time.Second))
 	p := &countingPublisher{}
-	r, err := outbox.NewRelay(context.Background(), s, p, outbox.DeadlineMargin(0))
+	r, err := relay.New(context.Background(), s, p, relay.DeadlineMargin(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func TestSweeperFailsLoudlyOnOutOfRangeBuckets(t *testing.T) {
 	put(t, s, 9, 1, time.Now())
 	put(t, s, 0, 1, time.Now())
 	p := &countingPublisher{}
-	r, err := outbox.NewRelay(context.Background(), s, p, outbox.DeadlineMargin(0))
+	r, err := relay.New(context.Background(), s, p, relay.DeadlineMargin(0))
 	if err != nil {
 		t.Fatal(err)
 	}

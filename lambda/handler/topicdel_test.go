@@ -16,6 +16,7 @@ import (
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/harness/testenv"
 	"github.com/dynakafka/outbox/kafka"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -40,11 +41,11 @@ func TestTopicDeletedUnderTheRelayFunction(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pub.Close()
-	relay, err := outbox.NewRelay(ctx, mem, pub)
+	rl, err := relay.New(ctx, mem, pub)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := NewRelay(relay, 4, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h := NewRelay(rl, 4, slog.New(slog.NewTextHandler(io.Discard, nil)))
 
 	var streamSeq int
 	hint := func(m outbox.Message) events.DynamoDBEventRecord {

@@ -36,6 +36,7 @@ import (
 	"github.com/dynakafka/outbox/lambda/config"
 	"github.com/dynakafka/outbox/lambda/handler"
 	"github.com/dynakafka/outbox/local/esm"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
@@ -215,7 +216,7 @@ type faultRig struct {
 	tables  dynamo.Tables
 	topic   string
 	env     map[string]string
-	extra   []outbox.Option // the relay's and the sweeper's
+	extra   []relay.Option // the relay's and the sweeper's
 	message dynamo.Result
 	// budget is each invocation's deadline (see budgets).
 	budget budget
@@ -279,16 +280,16 @@ func (r *faultRig) run(ctx context.Context, sweeps int) (o observation) {
 	metrics := handler.NewRelayMetrics()
 	// Both functions' init first, then the fault if it comes after init,
 	// then the invocations.
-	relayParts, rerr := BuildWith(ctx, cfg, awsFor(r.relayAWS), log, "relay/test", append([]outbox.Option{outbox.WithMetrics(metrics)}, r.extra...)...)
+	relayParts, rerr := BuildWith(ctx, cfg, awsFor(r.relayAWS), log, "relay/test", append([]relay.Option{relay.WithMetrics(metrics)}, r.extra...)...)
 	o.relayInitFailed = rerr != nil
 	if rerr == nil {
 		defer relayParts.Close()
 	}
 	// The sweeper takes over buckets the relay released: with the rig's
 	// 12 s lease, a 3 s window (above its 2 s margin) keeps its wait short.
-	var window []outbox.Option
+	var window []relay.Option
 	if r.env["OUTBOX_LEASE_DURATION"] == "12s" {
-		window = []outbox.Option{outbox.ResumeWindow(3 * time.Second)}
+		window = []relay.Option{relay.ResumeWindow(3 * time.Second)}
 	}
 	sweeperParts, serr := BuildWith(ctx, cfg, awsFor(r.sweeperAWS), log, "sweeper/test", append(window, r.extra...)...)
 	o.sweeperInitFailed = serr != nil
@@ -557,7 +558,7 @@ func TestFailuresRaiseTheirAlarms(t *testing.T) {
 			}
 		}
 	}
-	block := []outbox.Option{outbox.OnRecordError(outbox.Block)}
+	block := []relay.Option{relay.OnRecordError(outbox.Block)}
 	watermark := []dynamo.TablesOption{dynamo.WithMode(outbox.WatermarkMode)}
 	type scenario struct {
 		name           string
@@ -566,7 +567,7 @@ func TestFailuresRaiseTheirAlarms(t *testing.T) {
 		// this row's condition: its alarms are claimed too.
 		cause  string
 		setup  func(*faultRig, context.Context)
-		extra  []outbox.Option
+		extra  []relay.Option
 		tables []dynamo.TablesOption
 		kafka  *kfakeenv.Cluster // default k
 		// lasting: the fault fails every call of the functions at the
@@ -724,10 +725,10 @@ func TestFailuresRaiseTheirAlarms(t *testing.T) {
 		"Region mode: a region fails (outage or partition)": {"two regions (two DynamoDB Local instances and a replication shim): " +
 			"store/dynamo's TestTwoRegions runs the outage, the backlog in the failed region's slice, the takeover and the hand-back", "../../store/dynamo/regions_test.go", "TestTwoRegions"},
 		"Region mode: a gap in a bucket taken over": {"a slice taken over from another region: the root package's TestRelayRegionMode " +
-			"checks that the gap is never fenced and the bucket waits", "../../region_relay_test.go", "TestRelayRegionMode"},
+			"checks that the gap is never fenced and the bucket waits", "../../relay/region_relay_test.go", "TestRelayRegionMode"},
 		"Transactional mode: a relay that acquired a bucket cannot initialise": {"this rig publishes without transactions; the root package's " +
 			"TestFailedFenceReadsAndPublishesNothing checks that the drain stops before its read with the fence's error and class and gives the lease up: " +
-			"a fence that keeps failing leaves the bucket's messages pending, as any drain that keeps failing", "../../fence_test.go", "TestFailedFenceReadsAndPublishesNothing"},
+			"a fence that keeps failing leaves the bucket's messages pending, as any drain that keeps failing", "../../relay/fence_test.go", "TestFailedFenceReadsAndPublishesNothing"},
 		"The tool that began a `BucketCount` change is killed": {"the change stands after its flip and the sweeper ends its old epoch once " +
 			"drained, so RebucketOverdueAlarm fires only when an old bucket does not drain (the next row): integration's TestRebucketCLI drives the " +
 			"interrupted tool and the old epoch ended by the sweeper, a relay's sweep and the CLI",
@@ -735,7 +736,7 @@ func TestFailuresRaiseTheirAlarms(t *testing.T) {
 		"An old bucket does not drain after a change": {"an old epoch still draining past the change's deadline: the root package's " +
 			"TestSweepEndsADrainedOldEpoch drives the sweep's overdue report (ChangeSeen.Overdue, Waiting) that the sweeper turns into " +
 			"BucketCountChangeOverdue (lambda/handler's TestSweeperLineGolden, sweeper_change_overdue.json); OldestPendingAge follows the held messages",
-			"../../change_test.go", "TestSweepEndsADrainedOldEpoch"},
+			"../../relay/change_test.go", "TestSweepEndsADrainedOldEpoch"},
 	}
 	for row, nd := range notDriven {
 		src, err := os.ReadFile(nd.file)

@@ -27,6 +27,7 @@ import (
 	"github.com/dynakafka/outbox/lambda/config"
 	"github.com/dynakafka/outbox/lambda/emf"
 	"github.com/dynakafka/outbox/lambda/handler"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
@@ -193,7 +194,7 @@ func TestStuckBucketOnTopicAuthorizationFailure(t *testing.T) {
 	}
 	// As lambda/relay/main.go and lambda/sweeper/main.go wire them.
 	metrics := handler.NewRelayMetrics()
-	relayParts, err := BuildWith(ctx, cfg, d.Config, log, "relay/test", outbox.WithMetrics(metrics))
+	relayParts, err := BuildWith(ctx, cfg, d.Config, log, "relay/test", relay.WithMetrics(metrics))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +203,7 @@ func TestStuckBucketOnTopicAuthorizationFailure(t *testing.T) {
 	// The sweeper takes over a bucket the relay gave up, and waits
 	// ResumeWindow (default 10s) before publishing to it; a shorter window
 	// (above the 12s lease's margin) keeps the test short.
-	sweeperParts, err := BuildWith(ctx, cfg, d.Config, log, "sweeper/test", outbox.ResumeWindow(3*time.Second))
+	sweeperParts, err := BuildWith(ctx, cfg, d.Config, log, "sweeper/test", relay.ResumeWindow(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,9 +5,9 @@ import (
 	"io"
 	"time"
 
-	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/lambda/config"
 	"github.com/dynakafka/outbox/lambda/handler"
+	"github.com/dynakafka/outbox/relay"
 )
 
 // SetupRelay is the relay function's init (lambda/relay): configuration from getenv, logs and metrics
@@ -28,7 +28,7 @@ func SetupRelay(getenv func(string) string, out io.Writer) (*handler.Relay, bool
 	// stdout (CloudWatch Logs extracts them; docs/deploy.md, Metrics).
 	metrics := handler.NewRelayMetrics()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second) // Lambda's init phase allows 10 s
-	parts, err := Build(ctx, cfg, logger, StreamOwnerID(), outbox.WithMetrics(metrics))
+	parts, err := Build(ctx, cfg, logger, StreamOwnerID(), relay.WithMetrics(metrics))
 	cancel()
 	if err != nil {
 		logger.Log(context.Background(), LevelFatal, "outbox relay: init failed", "err", err)

@@ -21,6 +21,7 @@ import (
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/kafka"
 	"github.com/dynakafka/outbox/lambda/config"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
@@ -31,7 +32,7 @@ type Parts struct {
 	Dynamo    *dynamodb.Client
 	Store     *dynamo.Store
 	Publisher Publisher // *kafka.Publisher, or *kafka.TxnPublisher when OUTBOX_KAFKA_TRANSACTIONAL=true
-	Relay     *outbox.Relay
+	Relay     *relay.Relay
 	// Init is how long each step of Build took (the init phase's share of
 	// a cold start); the functions log it with "ready".
 	Init InitTimes
@@ -42,7 +43,7 @@ type InitTimes struct {
 	AWSConfig time.Duration // awsconfig.LoadDefaultConfig (Build only)
 	Store     time.Duration // dynamo.NewStore: the config item and the tables' checks
 	Publisher time.Duration // the Kafka client and its topic check
-	Relay     time.Duration // outbox.NewRelay: the config item NewStore read, checked
+	Relay     time.Duration // relay.New: the config item NewStore read, checked
 }
 
 // LogAttrs are t as log attributes, in milliseconds.
@@ -132,7 +133,7 @@ func publisherOptions(ctx context.Context, cfg config.Config, awsCfg aws.Config,
 
 // Build builds every part from cfg. relayID names this container's relay in
 // leases and heartbeats; extra relay options come last (tests use them).
-func Build(ctx context.Context, cfg config.Config, logger *slog.Logger, relayID string, extra ...outbox.Option) (*Parts, error) {
+func Build(ctx context.Context, cfg config.Config, logger *slog.Logger, relayID string, extra ...relay.Option) (*Parts, error) {
 	start := time.Now()
 	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(cfg.Region))
 	if err != nil {
@@ -147,7 +148,7 @@ func Build(ctx context.Context, cfg config.Config, logger *slog.Logger, relayID 
 }
 
 // BuildWith is Build with a given AWS configuration.
-func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger, relayID string, extra ...outbox.Option) (*Parts, error) {
+func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger, relayID string, extra ...relay.Option) (*Parts, error) {
 	p := &Parts{Config: cfg, AWS: awsCfg}
 	step := time.Now()
 	took := func() time.Duration { now := time.Now(); d := now.Sub(step); step = now; return d }
@@ -172,29 +173,29 @@ func BuildWith(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger
 	if err != nil {
 		return nil, err
 	}
-	ropts := []outbox.Option{
-		outbox.BatchSize(cfg.BatchSize),
-		outbox.LeaseDuration(cfg.LeaseDuration),
-		outbox.ResumeWindow(cfg.ResumeWindow()),
-		outbox.LeaseRenewInterval(cfg.RenewInterval()),
-		outbox.LeaseMargin(cfg.LeaseMargin()),
-		outbox.MaxClockSkew(cfg.MaxClockSkew()),
-		outbox.GapTimeout(cfg.GapTimeout),
-		outbox.SweepMinAge(cfg.SweepMinAge),
-		outbox.ParkStuckAfter(cfg.ParkStuckAfter),
-		outbox.Concurrency(cfg.Concurrency),
-		outbox.WithLogger(logger),
+	ropts := []relay.Option{
+		relay.BatchSize(cfg.BatchSize),
+		relay.LeaseDuration(cfg.LeaseDuration),
+		relay.ResumeWindow(cfg.ResumeWindow()),
+		relay.LeaseRenewInterval(cfg.RenewInterval()),
+		relay.LeaseMargin(cfg.LeaseMargin()),
+		relay.MaxClockSkew(cfg.MaxClockSkew()),
+		relay.GapTimeout(cfg.GapTimeout),
+		relay.SweepMinAge(cfg.SweepMinAge),
+		relay.ParkStuckAfter(cfg.ParkStuckAfter),
+		relay.Concurrency(cfg.Concurrency),
+		relay.WithLogger(logger),
 		// As NewStore read it: no second read of the config item on the
 		// init's path.
-		outbox.StoredConfig(stored),
+		relay.StoredConfig(stored),
 	}
 	if relayID != "" {
-		ropts = append(ropts, outbox.RelayID(relayID))
+		ropts = append(ropts, relay.RelayID(relayID))
 	}
 	if cfg.OutboxRegion != "" {
-		ropts = append(ropts, outbox.Region(cfg.OutboxRegion))
+		ropts = append(ropts, relay.Region(cfg.OutboxRegion))
 	}
-	p.Relay, err = outbox.NewRelay(ctx, p.Store, p.Publisher, append(ropts, extra...)...)
+	p.Relay, err = relay.New(ctx, p.Store, p.Publisher, append(ropts, extra...)...)
 	p.Init.Relay = took()
 	if err != nil {
 		p.Close()

@@ -17,7 +17,7 @@
 //
 // People who run the relay create the tables with [CreateTables] (or the
 // stack's setup function, which calls [Configure]), open a [Store] with
-// [NewStore] and give it to outbox.NewRelay. Dead letters:
+// [NewStore] and give it to relay.New. Dead letters:
 // [Store.ListParked], [Store.ReplayParked], [Store.DropParked]. The
 // count of buckets changes online with [ChangeBucketCount]; region mode
 // (global tables) hands a region's buckets over with [TakeOver] and

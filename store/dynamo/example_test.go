@@ -11,8 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/kafka"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
@@ -51,11 +51,11 @@ func ExampleNewStore() {
 		log.Fatal(err)
 	}
 	defer pub.Close()
-	relay, err := outbox.NewRelay(ctx, store, pub)
+	rl, err := relay.New(ctx, store, pub)
 	if err != nil {
 		log.Fatal(err)
 	}
-	rep, err := relay.Sweep(ctx)
+	rep, err := rl.Sweep(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -8,12 +8,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 )
 
 // The Writer notifies the buckets of a transaction after it committed, and
 // nothing for one that failed.
 func TestWriterNotifiesCommittedBuckets(t *testing.T) {
-	n := outbox.NewNotifier()
+	n := relay.NewNotifier()
 	w := newWriterEnv(t, 4, WithNotifier(n))
 	ctx := ctxT(t)
 	k0, k3 := keyInBucket(t, 0, 4), keyInBucket(t, 3, 4)

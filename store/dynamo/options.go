@@ -3,6 +3,7 @@ package dynamo
 import (
 	"fmt"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"github.com/dynakafka/outbox"
@@ -25,7 +26,7 @@ type settings struct {
 	maxAttempts     int
 	clock           outbox.Clock
 	logger          *slog.Logger
-	notifier        *outbox.Notifier
+	notifier        Notifier
 	notifierSet     bool
 	// jitter draws a backoff delay below its argument (tests fix it).
 	jitter func(time.Duration) time.Duration
@@ -387,14 +388,20 @@ func WithLogger(l *slog.Logger) WriterOption {
 	return writerOpt(func(s *settings) { s.logger = l })
 }
 
+// Notifier is what WithNotifier needs of the relay's *relay.Notifier:
+// declared here so that the store does not import the engine.
+type Notifier interface {
+	Notify(buckets ...int)
+}
+
 // WithNotifier notifies n of the buckets of every transaction the Writer
 // committed, right after the commit, so that the relay running in this
-// process with the same Notifier (outbox.WithNotifier) publishes them at
+// process with the same Notifier (relay.WithNotifier) publishes them at
 // once rather than at its next poll. Notifying never blocks the Write and
 // never fails it; a Write that failed, or whose outcome is unknown
 // (outbox.ErrOutcomeUnknown), notifies nothing: its messages, if stored,
 // are found by the relay's polls. Default: none.
-func WithNotifier(n *outbox.Notifier) WriterOption {
+func WithNotifier(n Notifier) WriterOption {
 	return writerOpt(func(s *settings) { s.notifier, s.notifierSet = n, true })
 }
 
@@ -418,8 +425,8 @@ func (s *settings) validate() error {
 		return bad("MaxMessageBytes", s.maxMessageBytes, fmt.Sprintf("must be %d..%d", outbox.RecordOverhead, maxSharedMessageBytes))
 	case s.emptyHeader != "":
 		return bad(s.emptyHeader, "", "must not be empty (leave the option out to take the config item's name)")
-	case s.notifierSet && s.notifier == nil:
-		return bad("WithNotifier", nil, "must not be nil (use outbox.NewNotifier)")
+	case s.notifierSet && nilNotifier(s.notifier):
+		return bad("WithNotifier", nil, "must not be nil (use relay.NewNotifier)")
 	case s.changeTimeout <= 0:
 		return bad("ChangeTimeout", s.changeTimeout, "must be positive")
 	case s.changeGap <= 0:
@@ -464,4 +471,13 @@ func ChangeTimeout(d time.Duration) ChangeOption {
 // use the relays' GapTimeout.
 func ChangeGapTimeout(d time.Duration) ChangeOption {
 	return changeOpt(func(s *settings) { s.changeGap = d })
+}
+
+// nilNotifier reports whether n is nil, or a nil pointer in an interface.
+func nilNotifier(n Notifier) bool {
+	if n == nil {
+		return true
+	}
+	v := reflect.ValueOf(n)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/sequence"
 )
 
@@ -375,7 +376,7 @@ func TestReplayParkedAfterABucketCountChange(t *testing.T) {
 		}
 	}
 	pub := &orderPublisher{}
-	r, err := outbox.NewRelay(ctx, e.store, pub)
+	r, err := relay.New(ctx, e.store, pub)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 )
 
 // seqPublisher acknowledges everything and checks, per key, that values
@@ -51,7 +52,7 @@ func TestRebucketWhileWritersAndRelayRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	pub := &seqPublisher{last: map[string]int{}, seen: map[string]bool{}}
-	r, err := outbox.NewRelay(ctx, e.store, pub, outbox.GapTimeout(2*time.Second))
+	r, err := relay.New(ctx, e.store, pub, relay.GapTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/sequence"
 )
 
@@ -38,7 +39,7 @@ func keyedV(key, value string) outbox.Message {
 	return outbox.Message{Topic: "orders", Key: []byte(key), Value: []byte(value)}
 }
 
-func drainAll(t *testing.T, r *outbox.Relay, buckets int) {
+func drainAll(t *testing.T, r *relay.Relay, buckets int) {
 	t.Helper()
 	for b := range buckets {
 		if _, err := r.DrainBucket(ctxT(t), b); err != nil && !errors.Is(err, outbox.ErrLeaseHeld) {
@@ -56,7 +57,7 @@ func gatedErr(err error) bool {
 
 // drainReverse drains buckets n-1..0 (new buckets before old ones, as
 // relays racing each other may), tolerating gatedErr.
-func drainReverse(t *testing.T, r *outbox.Relay, n int) {
+func drainReverse(t *testing.T, r *relay.Relay, n int) {
 	t.Helper()
 	for b := n - 1; b >= 0; b-- {
 		if _, err := r.DrainBucket(ctxT(t), b); !gatedErr(err) {
@@ -150,7 +151,7 @@ func TestChangeBucketCountOnline(t *testing.T) {
 		t.Errorf("no write during the change was stamped with epoch 1")
 	}
 	pub := &orderPublisher{}
-	r, err := outbox.NewRelay(ctx, e.store, pub, outbox.GapTimeout(200*time.Millisecond), outbox.GapPollInterval(20*time.Millisecond))
+	r, err := relay.New(ctx, e.store, pub, relay.GapTimeout(200*time.Millisecond), relay.GapPollInterval(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +236,7 @@ func TestWritersCutCountersTheChangerDidNotReach(t *testing.T) {
 		t.Errorf("old bucket %d's counter at epoch %d before any relay looked, want 0 (nobody cut it)", om.Bucket, ce)
 	}
 	pub := &orderPublisher{}
-	r, err := outbox.NewRelay(ctx, e.store, pub, outbox.GapTimeout(200*time.Millisecond), outbox.GapPollInterval(20*time.Millisecond))
+	r, err := relay.New(ctx, e.store, pub, relay.GapTimeout(200*time.Millisecond), relay.GapPollInterval(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +290,7 @@ func TestChangeWaitsForThePreviousOldEpoch(t *testing.T) {
 	if c := storedConfig(t, e.d.Client, e.tables); c.BucketCount != 16 || c.BucketEpoch != 1 || c.OldBucketCount != 8 {
 		t.Fatalf("config after the aborted second change: %+v (nothing may be written)", c)
 	}
-	r, err := outbox.NewRelay(ctx, e.store, &orderPublisher{})
+	r, err := relay.New(ctx, e.store, &orderPublisher{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/harness/testenv"
 	"github.com/dynakafka/outbox/local/dynamolocal"
+	"github.com/dynakafka/outbox/relay"
 )
 
 // regionSides are two DynamoDB endpoints standing for two regions, each a
@@ -168,20 +169,20 @@ type regionRig struct {
 	done   chan error
 }
 
-var regionRelayOpts = []outbox.Option{outbox.PollInterval(50 * time.Millisecond), outbox.LeaseDuration(3 * time.Second),
-	outbox.LeaseRenewInterval(time.Second), outbox.LeaseMargin(500 * time.Millisecond), outbox.MaxClockSkew(500 * time.Millisecond),
-	outbox.ResumeWindow(time.Second), outbox.GapTimeout(2 * time.Second)}
+var regionRelayOpts = []relay.Option{relay.PollInterval(50 * time.Millisecond), relay.LeaseDuration(3 * time.Second),
+	relay.LeaseRenewInterval(time.Second), relay.LeaseMargin(500 * time.Millisecond), relay.MaxClockSkew(500 * time.Millisecond),
+	relay.ResumeWindow(time.Second), relay.GapTimeout(2 * time.Second)}
 
 func (r *regionRig) startRelay(t *testing.T, ctx context.Context) {
 	t.Helper()
-	relay, err := outbox.NewRelay(ctx, r.store, regionPub{r.side.name, r.log},
-		append([]outbox.Option{outbox.Region(r.side.name), outbox.RelayID("relay")}, regionRelayOpts...)...)
+	rl, err := relay.New(ctx, r.store, regionPub{r.side.name, r.log},
+		append([]relay.Option{relay.Region(r.side.name), relay.RelayID("relay")}, regionRelayOpts...)...)
 	if err != nil {
-		t.Fatalf("NewRelay in region %s: %v", r.side.name, err)
+		t.Fatalf("relay.New in region %s: %v", r.side.name, err)
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	r.cancel, r.done = cancel, make(chan error, 1)
-	go func() { r.done <- relay.Run(rctx) }()
+	go func() { r.done <- rl.Run(rctx) }()
 }
 
 func (r *regionRig) stopRelay(t *testing.T) {

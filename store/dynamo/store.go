@@ -570,7 +570,7 @@ func (s *Store) RecordStuck(ctx context.Context, bucket int, st outbox.Stuck) er
 }
 
 // Disown hands back a lease that owner released under the hold named by
-// token (outbox.Relay.HoldToken): it removes the owner, so that the next
+// token (relay.Relay.HoldToken): it removes the owner, so that the next
 // relay to acquire the bucket starts at once instead of waiting for a
 // resume by owner (docs/design.md, "resuming": an acquirer waits because
 // the releaser may still drain the bucket without a lease write). Only a

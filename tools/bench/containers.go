@@ -14,6 +14,7 @@ import (
 	"github.com/dynakafka/outbox/lambda/handler"
 	"github.com/dynakafka/outbox/lambda/wiring"
 	"github.com/dynakafka/outbox/local/esm"
+	"github.com/dynakafka/outbox/relay"
 )
 
 // The relay function's containers. Lambda runs a function's invocations in
@@ -25,15 +26,15 @@ import (
 // a function with run.containers of them and sends invocations to them as
 // run.switchEvery says, to measure what a switch costs.
 
-// drainLog collects the relay's DrainStats through outbox.WithMetrics.
+// drainLog collects the relay's DrainStats through relay.WithMetrics.
 type drainLog struct {
 	mu     sync.Mutex
-	drains []outbox.DrainStats
+	drains []relay.DrainStats
 }
 
-func (l *drainLog) Batch(outbox.BatchStats) {}
+func (l *drainLog) Batch(relay.BatchStats) {}
 
-func (l *drainLog) Drain(st outbox.DrainStats) {
+func (l *drainLog) Drain(st relay.DrainStats) {
 	l.mu.Lock()
 	l.drains = append(l.drains, st)
 	l.mu.Unlock()
@@ -127,7 +128,7 @@ func startContainers(ctx context.Context, st *stage, run steadyRun, drains *drai
 	for range run.containers {
 		relayAWS := st.awsCfg.Copy()
 		relayAWS.APIOptions = append(relayAWS.APIOptions, st.meter.register)
-		parts, err := wiring.BuildWith(ctx, cfg, relayAWS, quiet, "bench-relay", outbox.WithMetrics(drains))
+		parts, err := wiring.BuildWith(ctx, cfg, relayAWS, quiet, "bench-relay", relay.WithMetrics(drains))
 		if err != nil {
 			closeAll()
 			return nil, nil, nil, err

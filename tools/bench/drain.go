@@ -17,13 +17,14 @@ import (
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/fanout"
 	"github.com/dynakafka/outbox/kafka"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
 // The relay's defaults, which the raw limits are measured at.
 const (
-	relayConcurrency = 8   // outbox.Concurrency default
-	relayBatch       = 500 // outbox.BatchSize default
+	relayConcurrency = 8   // relay.Concurrency default
+	relayBatch       = 500 // relay.BatchSize default
 	deleteChunk      = 25  // BatchWriteItem's limit
 	deleteParallel   = 4   // dynamo.DeleteConcurrency default
 )
@@ -277,7 +278,7 @@ func relayDrain(ctx context.Context, st *stage, bl backlog, name string, mode re
 	}
 	defer pub.Close()
 	var acked, batches, publishNanos atomic.Int64
-	relay, err := outbox.NewRelay(ctx, store, pub, outbox.WithMetrics(metricsFunc(func(s outbox.BatchStats) {
+	rl, err := relay.New(ctx, store, pub, relay.WithMetrics(metricsFunc(func(s relay.BatchStats) {
 		acked.Add(int64(s.Acked))
 		batches.Add(1)
 		publishNanos.Add(int64(s.PublishDuration))
@@ -285,14 +286,14 @@ func relayDrain(ctx context.Context, st *stage, bl backlog, name string, mode re
 	if err != nil {
 		return r, err
 	}
-	buckets := make([]int, relay.BucketCount())
+	buckets := make([]int, rl.BucketCount())
 	for i := range buckets {
 		buckets[i] = i
 	}
 	st.meter.reset() // count the drain only, not the set-up reads
 	reqs.reset()     // nor the publisher's topic checks
 	start := time.Now()
-	errs := relay.DrainBuckets(ctx, buckets)
+	errs := rl.DrainBuckets(ctx, buckets)
 	elapsed := time.Since(start)
 	r.Messages = int(acked.Load())
 	r.Batches, r.PublishSeconds = batches.Load(), time.Duration(publishNanos.Load()).Seconds()
@@ -313,10 +314,10 @@ func relayDrain(ctx context.Context, st *stage, bl backlog, name string, mode re
 	return r, err
 }
 
-type metricsFunc func(outbox.BatchStats)
+type metricsFunc func(relay.BatchStats)
 
-func (f metricsFunc) Batch(s outbox.BatchStats) { f(s) }
-func (metricsFunc) Drain(outbox.DrainStats)     {}
+func (f metricsFunc) Batch(s relay.BatchStats) { f(s) }
+func (metricsFunc) Drain(relay.DrainStats)     {}
 
 // naiveDrain is the send-then-mark relay of the usual outbox FAQ, on the
 // same SDK and Kafka clients: loop { Query Limit 1 ConsistentRead;

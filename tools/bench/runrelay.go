@@ -12,6 +12,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/kafka"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
@@ -23,7 +24,7 @@ const runRelayPoll = 200 * time.Millisecond
 // committed alone, at a random phase of the relay's polls, after the one
 // before it arrived.
 type runRelayResult struct {
-	// Notifier: the writer and the relay share an outbox.Notifier (the
+	// Notifier: the writer and the relay share a relay.Notifier (the
 	// writer wakes the relay); otherwise the relay finds each message by
 	// polling.
 	Notifier bool    `json:"notifier"`
@@ -36,7 +37,7 @@ type runRelayResult struct {
 	// reach on an idle outbox (issue 18).
 	GoalMs float64 `json:"goal_ms"`
 	// DrainP50ms and DrainP99ms are the durations of the relay's drains
-	// that published (outbox.DrainStats.Duration: lease read, Pending,
+	// that published (relay.DrainStats.Duration: lease read, Pending,
 	// produce, marking): the rest of a polled message's latency is its
 	// wait for the next sweep and that sweep's probe.
 	DrainP50ms float64 `json:"drain_p50_ms"`
@@ -44,15 +45,15 @@ type runRelayResult struct {
 	Load       string  `json:"loadavg_after"`
 }
 
-// drainTimes is an outbox.Metrics that keeps the durations of the drains
+// drainTimes is a relay.Metrics that keeps the durations of the drains
 // that published.
 type drainTimes struct {
 	mu  sync.Mutex
 	mss []float64
 }
 
-func (d *drainTimes) Batch(outbox.BatchStats) {}
-func (d *drainTimes) Drain(s outbox.DrainStats) {
+func (d *drainTimes) Batch(relay.BatchStats) {}
+func (d *drainTimes) Drain(s relay.DrainStats) {
 	if s.Published > 0 {
 		d.mu.Lock()
 		d.mss = append(d.mss, ms(s.Duration))
@@ -97,11 +98,11 @@ func runRelay(ctx context.Context, st *stage, n int, notify bool) (runRelayResul
 	r := runRelayResult{Notifier: notify, PollMs: ms(runRelayPoll), Messages: n, GoalMs: ms(runRelayPoll + 100*time.Millisecond)}
 	var wopts []dynamo.WriterOption
 	drains := &drainTimes{}
-	ropts := []outbox.Option{outbox.PollInterval(runRelayPoll), outbox.WithMetrics(drains)}
+	ropts := []relay.Option{relay.PollInterval(runRelayPoll), relay.WithMetrics(drains)}
 	if notify {
-		nt := outbox.NewNotifier()
+		nt := relay.NewNotifier()
 		wopts = append(wopts, dynamo.WithNotifier(nt))
-		ropts = append(ropts, outbox.WithNotifier(nt))
+		ropts = append(ropts, relay.WithNotifier(nt))
 	}
 	w, err := dynamo.NewWriter(ctx, st.plain, st.tables, wopts...)
 	if err != nil {
@@ -116,7 +117,7 @@ func runRelay(ctx context.Context, st *stage, n int, notify bool) (runRelayResul
 		return r, err
 	}
 	defer pub.Close()
-	relay, err := outbox.NewRelay(ctx, store, pub, ropts...)
+	rl, err := relay.New(ctx, store, pub, ropts...)
 	if err != nil {
 		return r, err
 	}
@@ -135,7 +136,7 @@ func runRelay(ctx context.Context, st *stage, n int, notify bool) (runRelayResul
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		runErr <- relay.Run(runCtx)
+		runErr <- rl.Run(runCtx)
 	}()
 	arrived := make(chan string, 16)
 	wg.Add(1)

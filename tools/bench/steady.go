@@ -23,6 +23,7 @@ import (
 	"github.com/dynakafka/outbox/lambda/handler"
 	"github.com/dynakafka/outbox/lambda/wiring"
 	"github.com/dynakafka/outbox/local/esm"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
@@ -395,7 +396,7 @@ func startHandler(ctx context.Context, st *stage, run steadyRun, drains *drainLo
 		}
 		relayAWS := st.awsCfg.Copy()
 		relayAWS.APIOptions = append(relayAWS.APIOptions, st.meter.register)
-		parts, err := wiring.BuildWith(ctx, cfg, relayAWS, quiet, "bench-relay", outbox.WithMetrics(drains))
+		parts, err := wiring.BuildWith(ctx, cfg, relayAWS, quiet, "bench-relay", relay.WithMetrics(drains))
 		if err != nil {
 			return nil, nil, nil, err
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/harness/checker"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -59,7 +60,7 @@ func TestFaultFreeDrainsPutNothingAtRisk(t *testing.T) {
 			k := &log{}
 			a := New(modeStore{mem, mode}, k, chk)
 			a.Watermark = mode == outbox.WatermarkMode
-			r, err := outbox.NewRelay(ctx, a, a.ViaAs("r", k), outbox.RelayID("r"), outbox.BatchSize(3), outbox.DeadlineMargin(0))
+			r, err := relay.New(ctx, a, a.ViaAs("r", k), relay.RelayID("r"), relay.BatchSize(3), relay.DeadlineMargin(0))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -112,8 +113,8 @@ func TestPublishErrorPutsItsMessagesAtRisk(t *testing.T) {
 		return nil
 	}}
 	a := New(mem, k, chk)
-	r, err := outbox.NewRelay(ctx, a, a.ViaAs("r", k), outbox.RelayID("r"), outbox.BatchSize(3), outbox.DeadlineMargin(0),
-		outbox.RetryBackoff(time.Millisecond, time.Millisecond))
+	r, err := relay.New(ctx, a, a.ViaAs("r", k), relay.RelayID("r"), relay.BatchSize(3), relay.DeadlineMargin(0),
+		relay.RetryBackoff(time.Millisecond, time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/seam"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -57,7 +58,7 @@ type rbWorld struct {
 	mem  *memory.Store
 	maxB int
 
-	relays    []*outbox.Relay
+	relays    []*relay.Relay
 	hints     []int
 	writing   int
 	changing  int
@@ -119,9 +120,9 @@ func RunRebucket(seed uint64, openGate bool) (RebucketResult, error) {
 	w.res.Config = cfg
 	store := &rbStore{Store: w.mem, s: s, open: openGate}
 	for i := range cfg.Relays {
-		r, err := outbox.NewRelay(context.Background(), store, &rbPublisher{w}, outbox.RelayID(fmt.Sprint("r", i)), outbox.WithClock(s),
-			outbox.DeadlineMargin(0), outbox.GapTimeout(rbGap), outbox.GapPollInterval(200*time.Millisecond), outbox.BatchSize(1+s.Rand().IntN(3)),
-			seam.With(seam.Hooks{Scheduler: s, Rand: s.Rand().Int64N}).(outbox.Option))
+		r, err := relay.New(context.Background(), store, &rbPublisher{w}, relay.RelayID(fmt.Sprint("r", i)), relay.WithClock(s),
+			relay.DeadlineMargin(0), relay.GapTimeout(rbGap), relay.GapPollInterval(200*time.Millisecond), relay.BatchSize(1+s.Rand().IntN(3)),
+			seam.With(seam.Hooks{Scheduler: s, Rand: s.Rand().Int64N}).(relay.Option))
 		if err != nil {
 			return w.res, err
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/dynakafka/outbox/internal/harness/checker"
 	"github.com/dynakafka/outbox/internal/ownerid"
 	"github.com/dynakafka/outbox/internal/seam"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -83,7 +84,7 @@ func drawHandovers(c *Config, r *rand.Rand) {
 		return
 	}
 	c.MaxSkew = time.Second + time.Duration(r.Int64N(int64(4*time.Second)))
-	c.ResumeWindow = outbox.MinResumeWindow + time.Duration(r.Int64N(int64(3*time.Second)))
+	c.ResumeWindow = relay.MinResumeWindow + time.Duration(r.Int64N(int64(3*time.Second)))
 	c.Skew = c.MaxSkew
 	if r.IntN(2) == 0 {
 		c.Skew = time.Duration(r.Int64N(int64(c.MaxSkew)))
@@ -95,7 +96,7 @@ func drawHandovers(c *Config, r *rand.Rand) {
 // resumeWindow is the schedule's ResumeWindow.
 func (c Config) resumeWindow() time.Duration {
 	if !c.Handovers {
-		return outbox.DefaultResumeWindow
+		return relay.DefaultResumeWindow
 	}
 	return c.ResumeWindow
 }
@@ -106,11 +107,11 @@ func (c Config) window() time.Duration { return c.resumeWindow() / 2 }
 
 // windowOpts are the resume window's options every process of the schedule
 // runs with (none: the defaults).
-func (c Config) windowOpts() []outbox.Option {
+func (c Config) windowOpts() []relay.Option {
 	if !c.Handovers {
 		return nil
 	}
-	return []outbox.Option{outbox.ResumeWindow(c.ResumeWindow), outbox.MaxClockSkew(c.MaxSkew)}
+	return []relay.Option{relay.ResumeWindow(c.ResumeWindow), relay.MaxClockSkew(c.MaxSkew)}
 }
 
 // drawDeployed draws the deployment's shape from r.
@@ -235,7 +236,7 @@ type world struct {
 	store *yieldStore
 	pub   *publisher
 
-	relays []*relay
+	relays []*process
 	nextID int
 
 	committed map[string]record
@@ -251,11 +252,11 @@ type world struct {
 	res        Result
 }
 
-// relay is one relay process.
-type relay struct {
+// process is one relay process.
+type process struct {
 	id    string
 	name  string // the process (owner ids may be shared)
-	r     *outbox.Relay
+	r     *relay.Relay
 	dead  bool
 	crash *faults
 }
@@ -336,24 +337,24 @@ func (w *world) startRelay(id string) error {
 		id = w.relays[0].id // two polling relays configured with one id
 	}
 	f := &faults{w: w}
-	opts := []outbox.Option{
-		outbox.RelayID(id),
-		outbox.WithClock(skewed{w.s, time.Duration(len(w.relays)%2) * w.cfg.Skew}),
-		outbox.BatchSize(w.cfg.BatchSize),
-		outbox.DeadlineMargin(0),
-		outbox.ResumeReleased(w.cfg.Resume),
-		outbox.GapPollInterval(200 * time.Millisecond),
-		seam.With(seam.Hooks{Faults: f, Scheduler: w.s, Rand: w.s.Rand().Int64N}).(outbox.Option),
+	opts := []relay.Option{
+		relay.RelayID(id),
+		relay.WithClock(skewed{w.s, time.Duration(len(w.relays)%2) * w.cfg.Skew}),
+		relay.BatchSize(w.cfg.BatchSize),
+		relay.DeadlineMargin(0),
+		relay.ResumeReleased(w.cfg.Resume),
+		relay.GapPollInterval(200 * time.Millisecond),
+		seam.With(seam.Hooks{Faults: f, Scheduler: w.s, Rand: w.s.Rand().Int64N}).(relay.Option),
 	}
 	if !w.cfg.HolderWait {
-		opts = append(opts, outbox.HolderWait(0))
+		opts = append(opts, relay.HolderWait(0))
 	}
 	opts = append(opts, w.cfg.windowOpts()...)
-	r, err := outbox.NewRelay(context.Background(), w.storeFor(name), w.at.ViaAs(name, w.pubFor(name)), opts...)
+	r, err := relay.New(context.Background(), w.storeFor(name), w.at.ViaAs(name, w.pubFor(name)), opts...)
 	if err != nil {
 		return err
 	}
-	w.relays = append(w.relays, &relay{id: id, name: name, r: r, crash: f})
+	w.relays = append(w.relays, &process{id: id, name: name, r: r, crash: f})
 	f.relay = w.relays[len(w.relays)-1]
 	return nil
 }
@@ -392,14 +393,14 @@ func functionOwnerID(n int) string {
 // own, outside the simulator's scheduler).
 func (w *world) startSweeper() error {
 	f := &faults{w: w}
-	r, err := outbox.NewRelay(context.Background(), w.storeFor("sweeper"), w.at.ViaAs("sweeper", w.pubFor("sweeper")), append([]outbox.Option{outbox.RelayID("sweeper"),
-		outbox.WithClock(skewed{w.s, 0}), outbox.BatchSize(w.cfg.BatchSize), outbox.DeadlineMargin(0),
-		outbox.ResumeReleased(w.cfg.Resume), outbox.GapPollInterval(200 * time.Millisecond), outbox.HolderWait(0),
-		seam.With(seam.Hooks{Faults: f, Scheduler: w.s, Rand: w.s.Rand().Int64N}).(outbox.Option)}, w.cfg.windowOpts()...)...)
+	r, err := relay.New(context.Background(), w.storeFor("sweeper"), w.at.ViaAs("sweeper", w.pubFor("sweeper")), append([]relay.Option{relay.RelayID("sweeper"),
+		relay.WithClock(skewed{w.s, 0}), relay.BatchSize(w.cfg.BatchSize), relay.DeadlineMargin(0),
+		relay.ResumeReleased(w.cfg.Resume), relay.GapPollInterval(200 * time.Millisecond), relay.HolderWait(0),
+		seam.With(seam.Hooks{Faults: f, Scheduler: w.s, Rand: w.s.Rand().Int64N}).(relay.Option)}, w.cfg.windowOpts()...)...)
 	if err != nil {
 		return err
 	}
-	sw := &relay{id: "sweeper", name: "sweeper", r: r, crash: f}
+	sw := &process{id: "sweeper", name: "sweeper", r: r, crash: f}
 	f.relay = sw
 	w.s.Spawn("sweeper", func() {
 		for !sw.dead && (w.writing > 0 || w.running > 0 || len(w.hints) > 0) {
@@ -559,8 +560,8 @@ func (w *world) contend(b int) {
 }
 
 // liveRelay picks a live relay, starting a new one if all died.
-func (w *world) liveRelay() *relay {
-	var live []*relay
+func (w *world) liveRelay() *process {
+	var live []*process
 	for _, r := range w.relays {
 		if !r.dead {
 			live = append(live, r)
@@ -591,8 +592,8 @@ func (w *world) check() error {
 		// Wake-ups on the lease of a holder that died or failed stay there
 		// for the next holder (a sweep, in production): one more drain.
 		w.res.FinalDrain = true
-		r, err := outbox.NewRelay(context.Background(), w.storeFor("final"), w.at.ViaAs("final", w.pubFor("final")), append([]outbox.Option{outbox.RelayID("final"), outbox.WithClock(skewed{w.s, 0}),
-			outbox.DeadlineMargin(0), seam.With(seam.Hooks{Scheduler: w.s, Rand: w.s.Rand().Int64N}).(outbox.Option)}, w.cfg.windowOpts()...)...)
+		r, err := relay.New(context.Background(), w.storeFor("final"), w.at.ViaAs("final", w.pubFor("final")), append([]relay.Option{relay.RelayID("final"), relay.WithClock(skewed{w.s, 0}),
+			relay.DeadlineMargin(0), seam.With(seam.Hooks{Scheduler: w.s, Rand: w.s.Rand().Int64N}).(relay.Option)}, w.cfg.windowOpts()...)...)
 		if err != nil {
 			return err
 		}
@@ -697,7 +698,7 @@ func (w *world) wakeLeftBehind() bool {
 // the relay's process: it gets no more hints, and keeps its leases.
 type faults struct {
 	w     *world
-	relay *relay
+	relay *process
 }
 
 var errKilled = errors.New("process killed")

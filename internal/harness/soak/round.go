@@ -30,6 +30,7 @@ import (
 	"github.com/dynakafka/outbox/local/dynamolocal"
 	"github.com/dynakafka/outbox/local/esm"
 	"github.com/dynakafka/outbox/local/schedule"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
@@ -95,7 +96,7 @@ type round struct {
 	pub                  outbox.Publisher
 	at                   *attrib.Attribution
 	crash                *crasher
-	sweepRelay           *outbox.Relay
+	sweepRelay           *relay.Relay
 	relayFn, relayFn2    *handler.Relay
 	sweepFn              *handler.Sweeper
 	pipeCtx              context.Context
@@ -250,12 +251,12 @@ func (r *round) newPublisher(ctx context.Context, who string) (outbox.Publisher,
 }
 
 // relayOptions are the options of every relay of the round.
-func (r *round) relayOptions(id string) []outbox.Option {
-	return []outbox.Option{outbox.RelayID(id), outbox.LeaseDuration(leaseDuration), outbox.LeaseRenewInterval(time.Second),
-		outbox.LeaseMargin(time.Second), outbox.MaxClockSkew(500 * time.Millisecond), outbox.ResumeWindow(2 * time.Second), outbox.GapTimeout(gapTimeout), outbox.GapPollInterval(20 * time.Millisecond),
-		outbox.RetryBackoff(20*time.Millisecond, 500*time.Millisecond), outbox.DeadlineMargin(500 * time.Millisecond),
+func (r *round) relayOptions(id string) []relay.Option {
+	return []relay.Option{relay.RelayID(id), relay.LeaseDuration(leaseDuration), relay.LeaseRenewInterval(time.Second),
+		relay.LeaseMargin(time.Second), relay.MaxClockSkew(500 * time.Millisecond), relay.ResumeWindow(2 * time.Second), relay.GapTimeout(gapTimeout), relay.GapPollInterval(20 * time.Millisecond),
+		relay.RetryBackoff(20*time.Millisecond, 500*time.Millisecond), relay.DeadlineMargin(500 * time.Millisecond),
 		// Small batches: more batches, so more chances for every fault.
-		outbox.BatchSize(25), seam.With(seam.Hooks{Faults: r.crash}).(outbox.Option)}
+		relay.BatchSize(25), seam.With(seam.Hooks{Faults: r.crash}).(relay.Option)}
 }
 
 // buildRelays builds the relay's parts, wrapped to attribute duplicates to
@@ -308,15 +309,15 @@ func (r *round) buildRelays(ctx context.Context) error {
 	// owner id may drain a bucket at once. Each process publishes through
 	// its own probe: the I4 check compares their publish intervals.
 	streamID := fmt.Sprint("stream-relay-", r.round)
-	streamRelay, err := outbox.NewRelay(ctx, r.at, r.at.ViaAs("stream-container-1", pubs["stream-container-1"]), r.relayOptions(streamID)...)
+	streamRelay, err := relay.New(ctx, r.at, r.at.ViaAs("stream-container-1", pubs["stream-container-1"]), r.relayOptions(streamID)...)
 	if err != nil {
 		return err
 	}
-	streamRelay2, err := outbox.NewRelay(ctx, r.at, r.at.ViaAs("stream-container-2", pubs["stream-container-2"]), r.relayOptions(streamID)...)
+	streamRelay2, err := relay.New(ctx, r.at, r.at.ViaAs("stream-container-2", pubs["stream-container-2"]), r.relayOptions(streamID)...)
 	if err != nil {
 		return err
 	}
-	r.sweepRelay, err = outbox.NewRelay(ctx, r.at, r.at.ViaAs("sweeper", pubs["sweeper"]), r.relayOptions(fmt.Sprint("sweeper-", r.round))...)
+	r.sweepRelay, err = relay.New(ctx, r.at, r.at.ViaAs("sweeper", pubs["sweeper"]), r.relayOptions(fmt.Sprint("sweeper-", r.round))...)
 	if err != nil {
 		return err
 	}
@@ -629,7 +630,7 @@ func (r *round) notDrained(ctx context.Context, pending int) error {
 	rep, serr := r.sweepRelay.Sweep(sctx)
 	scancel()
 	diag += fmt.Sprintf("the sweeper's sweep now: %+v %v; ", rep, serr)
-	fresh, ferr := outbox.NewRelay(ctx, r.store, r.pub, outbox.RelayID("diagnosis"), outbox.DeadlineMargin(0))
+	fresh, ferr := relay.New(ctx, r.store, r.pub, relay.RelayID("diagnosis"), relay.DeadlineMargin(0))
 	if ferr == nil {
 		dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		for b := range r.cfg.buckets() {

@@ -16,6 +16,7 @@ import (
 	"github.com/dynakafka/outbox/internal/harness/kafka/kfakeenv"
 	"github.com/dynakafka/outbox/internal/harness/testenv"
 	"github.com/dynakafka/outbox/kafka"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -144,21 +145,21 @@ func TestTxnTakeoverFencesBeforeItsRead(t *testing.T) {
 	clkB.Advance(time.Hour) // B's clock is past A's lease: a takeover
 	// Renewals every 5 minutes: A's watchdog, which would find the lease
 	// lost and cancel A's publish, stays asleep while the gates hold.
-	opts := []outbox.Option{outbox.LeaseDuration(lease), outbox.LeaseRenewInterval(5 * time.Minute), outbox.DeadlineMargin(0),
-		outbox.RetryBackoff(10*time.Millisecond, 50*time.Millisecond)}
-	a, err := outbox.NewRelay(ctx, mem, pubA, append(opts, outbox.RelayID("a"), outbox.WithClock(clkA))...)
+	opts := []relay.Option{relay.LeaseDuration(lease), relay.LeaseRenewInterval(5 * time.Minute), relay.DeadlineMargin(0),
+		relay.RetryBackoff(10*time.Millisecond, 50*time.Millisecond)}
+	a, err := relay.New(ctx, mem, pubA, append(opts, relay.RelayID("a"), relay.WithClock(clkA))...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := outbox.NewRelay(ctx, reads, pubB, append(opts, outbox.RelayID("b"), outbox.WithClock(clkB))...)
+	b, err := relay.New(ctx, reads, pubB, append(opts, relay.RelayID("b"), relay.WithClock(clkB))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	type drained struct {
-		st  outbox.DrainStats
+		st  relay.DrainStats
 		err error
 	}
-	drain := func(r *outbox.Relay) <-chan drained {
+	drain := func(r *relay.Relay) <-chan drained {
 		ch := make(chan drained, 1)
 		go func() {
 			st, err := r.DrainBucket(ctx, bucket)

@@ -1,4 +1,4 @@
-package outbox
+package relay
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/fanout"
 )
 
@@ -46,7 +47,7 @@ type SweepReport struct {
 type BucketReport struct {
 	Bucket int
 	// Lease as read (and advanced, when the sweep caught its head up).
-	Lease Lease
+	Lease outbox.Lease
 	// Last is the bucket's last reserved sequence number, -1 when the store
 	// cannot tell (no CounterProbe) or the read failed.
 	Last int64
@@ -75,26 +76,8 @@ func (b BucketReport) Reserved() int64 {
 	return max(0, b.Last-b.Lease.Head)
 }
 
-// CounterProbe is an optional Store capability: the last sequence number
-// reserved in a bucket (0 when none).
-type CounterProbe interface {
-	LastSequence(ctx context.Context, bucket int) (int64, error)
-}
-
-// ParkedCounter is an optional Store capability: how many dead-letter
-// records a bucket has.
-type ParkedCounter interface {
-	CountParked(ctx context.Context, bucket int) (int, error)
-}
-
 // probeLimit bounds the messages one bucket probe counts.
 const probeLimit = 100
-
-// OutOfRangeProbe is how far beyond BucketCount Sweep looks for stray
-// messages: buckets BucketCount..max(2*BucketCount, 64)-1.
-func OutOfRangeProbe(bucketCount int) int {
-	return min(max(2*bucketCount, 64), MaxBucketCount)
-}
 
 // Sweep is one round of polling recovery, for a scheduled sweeper or a
 // long-running relay: it heartbeats; looks at every bucket with a few
@@ -145,23 +128,51 @@ func (r *Relay) sweepConfig(ctx context.Context, full bool, rep *SweepReport) er
 // sweep is Sweep; a partial one (full false, Run's sweeps between the
 // minutely full ones) neither looks above the bucket range, nor counts the
 // dead letters, nor reads the counters of buckets with messages: only the
-// report shows them (Last and Parked are -1 there).
+// report shows them (Last and Parked are -1 there). Its phases: heartbeat
+// and list the live relays (alongside the probes), probe, classify, drain,
+// catch the quiet buckets up, report.
 func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 	rep := SweepReport{OutOfRange: map[int]int{}, Errors: map[int]error{}}
-	probe, ok := r.store.(BucketProbe)
+	probe, ok := r.store.(outbox.BucketProbe)
 	if !ok {
-		return rep, &OptionError{Option: "Store", Value: fmt.Sprintf("%T", r.store), Reason: "Sweep needs a store that implements outbox.BucketProbe"}
+		return rep, &outbox.OptionError{Option: "Store", Value: fmt.Sprintf("%T", r.store), Reason: "Sweep needs a store that implements outbox.BucketProbe"}
 	}
-	cfg := &r.cfg
 	if err := r.sweepConfig(ctx, full, &rep); err != nil {
 		return rep, err
 	}
 	count := r.BucketSpan()
-	now := cfg.clock.Now()
+	now := r.cfg.clock.Now()
 	// The heartbeat and the list of live relays go alongside the probes
 	// rather than before them: a message committed just after its bucket's
 	// probe waits for the next sweep, so every round trip before the
 	// probes adds to its latency.
+	liveRelays := r.heartbeat(ctx, now)
+	fair := r.drainOrder()
+	looks := r.probeAll(ctx, probe, fair, count, full)
+	live, err := liveRelays()
+	if err != nil {
+		return rep, err
+	}
+	share, rank := LiveShare(fair.n, live, r.cfg.relayID)
+	rep.Live, rep.Share = max(len(live), rank+1), share
+	fair.share, fair.rank, fair.ok = share, rank, true
+	r.mu.Lock()
+	r.fair = fair
+	r.mu.Unlock()
+
+	pos := func(b int) int { return fairPos(fair.index(b), fair.n, share, rank) }
+	ready := r.classify(ctx, looks, count, now, pos, share, &rep)
+	rep.Buckets = looks[:min(count, len(looks))]
+	r.drainReady(ctx, ready, pos, &rep)
+	r.catchUpQuiet(ctx, now, &rep)
+	err = r.reportSweep(ctx, now, count, &rep)
+	return rep, err
+}
+
+// heartbeat starts the sweep's heartbeat and its read of the live relays
+// (of this relay's region) and returns the function that waits for them.
+func (r *Relay) heartbeat(ctx context.Context, now time.Time) func() ([]string, error) {
+	cfg := &r.cfg
 	var live []string
 	var liveErr error
 	liveDone := make(chan struct{})
@@ -176,13 +187,21 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 		}
 		live = r.ownRegion(live)
 	}()
+	return func() ([]string, error) {
+		<-liveDone
+		return live, liveErr
+	}
+}
 
+// probeAll looks at every bucket below count, and a full sweep at those
+// up to OutOfRangeProbe(count) too; a bucket this relay's region does not
+// drain is reported Foreign without a look.
+func (r *Relay) probeAll(ctx context.Context, probe outbox.BucketProbe, fair fairShare, count int, full bool) []BucketReport {
 	upper := count
 	if full {
-		upper = OutOfRangeProbe(count)
+		upper = outbox.OutOfRangeProbe(count)
 	}
 	looks := make([]BucketReport, upper)
-	fair := r.drainOrder()
 	// Every bucket gets its report, also once ctx ends: a probe that fails
 	// says so in its report's Err.
 	_ = fanout.Each(context.WithoutCancel(ctx), upper, 16, func(_ context.Context, b int) error {
@@ -193,19 +212,14 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 		}
 		return nil
 	})
-	<-liveDone
-	if liveErr != nil {
-		return rep, liveErr
-	}
-	share, rank := LiveShare(fair.n, live, cfg.relayID)
-	rep.Live, rep.Share = max(len(live), rank+1), share
-	fair.share, fair.rank, fair.ok = share, rank, true
-	r.mu.Lock()
-	r.fair = fair
-	r.mu.Unlock()
+	return looks
+}
 
-	n := count
-	pos := func(b int) int { return fairPos(fair.index(b), fair.n, share, rank) }
+// classify adds each look to rep (errors, out-of-range messages, pending,
+// skipped) and returns the buckets this sweep drains: those of this
+// relay's share, and any other whose oldest message waited LeaseDuration.
+func (r *Relay) classify(ctx context.Context, looks []BucketReport, n int, now time.Time, pos func(int) int, share int, rep *SweepReport) []int {
+	cfg := &r.cfg
 	var ready []int
 	for _, lk := range looks {
 		switch {
@@ -237,7 +251,7 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 			// (Only when set: a message committed during this sweep, after
 			// now was read, has a negative age and must not wait a poll.)
 			rep.Skipped = append(rep.Skipped, lk.Bucket) // in flight on the stream path
-		case r.leaveStopped(lk.Bucket, lk.Lease.Head, now, &rep):
+		case r.leaveStopped(lk.Bucket, lk.Lease.Head, now, rep):
 			// Stopped by a Fatal error moments ago (see stoppedRetry): not
 			// retried, but failed with that error, as a retry would be.
 		case pos(lk.Bucket) < share || age >= cfg.leaseDuration:
@@ -246,12 +260,15 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 			rep.Skipped = append(rep.Skipped, lk.Bucket) // another live relay's range
 		}
 	}
-	rep.Buckets = looks[:min(n, len(looks))]
+	return ready
+}
 
-	// Prefer this relay's range, in its order.
+// drainReady drains the ready buckets, this relay's range first in its
+// order, and reports each as drained, held by another relay, or failed.
+func (r *Relay) drainReady(ctx context.Context, ready []int, pos func(int) int, rep *SweepReport) {
 	sort.SliceStable(ready, func(i, j int) bool { return pos(ready[i]) < pos(ready[j]) })
 	for b, err := range r.drainBuckets(ctx, ready, false) {
-		if errors.Is(err, ErrLeaseHeld) {
+		if errors.Is(err, outbox.ErrLeaseHeld) {
 			rep.Held = append(rep.Held, b)
 		} else {
 			rep.Errors[b] = err
@@ -262,10 +279,13 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 			rep.Drained = append(rep.Drained, b)
 		}
 	}
-	// Catching quiet buckets up comes after the drains: its reads and
-	// writes, one bucket after another, would otherwise delay the
-	// messages found. Each is conditional on the lease the probe read, so
-	// what happened to a bucket since fails it harmlessly (§7.14).
+}
+
+// catchUpQuiet catches the quiet buckets' heads up. It comes after the
+// drains: its reads and writes, one bucket after another, would otherwise
+// delay the messages found. Each is conditional on the lease the probe
+// read, so what happened to a bucket since fails it harmlessly (§7.14).
+func (r *Relay) catchUpQuiet(ctx context.Context, now time.Time, rep *SweepReport) {
 	for _, lk := range rep.Buckets {
 		if lk.Err == nil && lk.Messages == 0 && !lk.Foreign {
 			if nl, ok := r.catchUp(ctx, lk, now); ok {
@@ -274,10 +294,15 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 			}
 		}
 	}
+}
+
+// reportSweep sorts and logs rep, and returns a *BucketRangeError for the
+// highest bucket above the range that holds messages.
+func (r *Relay) reportSweep(ctx context.Context, now time.Time, count int, rep *SweepReport) error {
 	sort.Ints(rep.Drained)
 	sort.Ints(rep.Held)
 	sort.Ints(rep.Skipped)
-	cfg.logger.InfoContext(ctx, "outbox: sweep", "live", rep.Live, "share", rep.Share, "pending", rep.Pending, "truncated", rep.Truncated,
+	r.cfg.logger.InfoContext(ctx, "outbox: sweep", "live", rep.Live, "share", rep.Share, "pending", rep.Pending, "truncated", rep.Truncated,
 		"oldest_age_s", ageSeconds(now, rep.Oldest), "ready", rep.Ready, "drained", rep.Drained, "held", rep.Held,
 		"skipped", rep.Skipped, "caught_up", rep.CaughtUp, "errors", len(rep.Errors), "out_of_range", rep.OutOfRange)
 	if len(rep.OutOfRange) > 0 {
@@ -285,14 +310,14 @@ func (r *Relay) sweep(ctx context.Context, full bool) (SweepReport, error) {
 		for b := range rep.OutOfRange {
 			worst = max(worst, b)
 		}
-		return rep, &BucketRangeError{Bucket: worst, BucketCount: count}
+		return &outbox.BucketRangeError{Bucket: worst, BucketCount: count}
 	}
-	return rep, nil
+	return nil
 }
 
 // look probes one bucket: its lease (in range), its pending messages, and
 // what the optional probes tell.
-func (r *Relay) look(ctx context.Context, probe BucketProbe, b int, inRange, full bool) BucketReport {
+func (r *Relay) look(ctx context.Context, probe outbox.BucketProbe, b int, inRange, full bool) BucketReport {
 	lk := BucketReport{Bucket: b, Last: -1, Parked: -1}
 	after := int64(0)
 	if inRange {
@@ -306,12 +331,12 @@ func (r *Relay) look(ctx context.Context, probe BucketProbe, b int, inRange, ful
 	}
 	// A partial sweep reads the counter only where catchUp needs it: for a
 	// bucket with messages it would only delay their drain.
-	if cp, ok := r.store.(CounterProbe); ok && (full || lk.Messages == 0) {
+	if cp, ok := r.store.(outbox.CounterProbe); ok && (full || lk.Messages == 0) {
 		if last, err := cp.LastSequence(ctx, b); err == nil {
 			lk.Last = last
 		}
 	}
-	if pc, ok := r.store.(ParkedCounter); ok && full {
+	if pc, ok := r.store.(outbox.ParkedCounter); ok && full {
 		if n, err := pc.CountParked(ctx, b); err == nil {
 			lk.Parked = n
 		}
@@ -324,7 +349,7 @@ func (r *Relay) look(ctx context.Context, probe BucketProbe, b int, inRange, ful
 // the counter says numbers above the head were reserved. Relays that resume
 // a bucket write its head lazily (HeadFlushInterval); this keeps a quiet
 // bucket's head, and so its reported backlog, exact.
-func (r *Relay) catchUp(ctx context.Context, lk BucketReport, now time.Time) (Lease, bool) {
+func (r *Relay) catchUp(ctx context.Context, lk BucketReport, now time.Time) (outbox.Lease, bool) {
 	l := lk.Lease
 	if lk.Last >= 0 && lk.Last <= l.Head || l.HeldAt(now) {
 		return l, false
@@ -433,7 +458,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			lastRangeProbe = time.Now()
 		}
 		_, err := r.sweep(ctx, full)
-		var re *BucketRangeError
+		var re *outbox.BucketRangeError
 		if errors.As(err, &re) {
 			return err
 		}
@@ -489,7 +514,7 @@ func (r *Relay) runNotified(ctx context.Context, n *Notifier, swept <-chan struc
 			if ctx.Err() != nil {
 				return
 			}
-			if !errors.Is(err, ErrLeaseHeld) {
+			if !errors.Is(err, outbox.ErrLeaseHeld) {
 				failed[b] = gen
 			}
 			r.cfg.logger.Log(ctx, levelFor(err), "outbox: notified drain stopped", "bucket", b, "err", err)

@@ -1,9 +1,11 @@
-package outbox
+package relay
 
 import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/dynakafka/outbox"
 )
 
 // ChangeSeen is what a relay's full sweep saw of an online BucketCount
@@ -28,7 +30,7 @@ type ChangeSeen struct {
 }
 
 // ChangesCompleted returns how many online BucketCount changes this relay
-// completed since NewRelay: it found their old epoch drained and ended it
+// completed since New: it found their old epoch drained and ended it
 // (or aborted a change begun by a version before the cut-over).
 func (r *Relay) ChangesCompleted() int64 { return r.changesCompleted.Load() }
 
@@ -36,7 +38,7 @@ func (r *Relay) ChangesCompleted() int64 { return r.changesCompleted.Load() }
 // has drained (EpochGate.EndOldEpoch), and returns the config item to adopt
 // (read again after it ended one) and what it saw (nil: no old epoch
 // drains). A store without EpochGate is only reported on.
-func (r *Relay) endOldEpoch(ctx context.Context, stored Config) (Config, *ChangeSeen) {
+func (r *Relay) endOldEpoch(ctx context.Context, stored outbox.Config) (outbox.Config, *ChangeSeen) {
 	if !stored.Draining() && !stored.Frozen() {
 		return stored, nil
 	}
@@ -44,7 +46,7 @@ func (r *Relay) endOldEpoch(ctx context.Context, stored Config) (Config, *Change
 	if stored.Frozen() {
 		seen.From, seen.To, seen.Epoch = stored.BucketCount, stored.NextBucketCount, stored.BucketEpoch+1
 	}
-	g, ok := r.store.(EpochGate)
+	g, ok := r.store.(outbox.EpochGate)
 	if !ok {
 		seen.Err = fmt.Errorf("outbox: the store does not implement outbox.EpochGate: the old epoch of the BucketCount change %d → %d is ended by its tool or the sweeper", seen.From, seen.To)
 	} else {

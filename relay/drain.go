@@ -1,4 +1,4 @@
-package outbox
+package relay
 
 import (
 	"cmp"
@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/seam"
 )
 
@@ -25,8 +26,8 @@ type drain struct {
 	st  *DrainStats
 	loc *local
 
-	mu    sync.Mutex // guards lease while the watchdog renews it
-	lease Lease      // as last read or written
+	mu    sync.Mutex   // guards lease while the watchdog renews it
+	lease outbox.Lease // as last read or written
 	// held: this drain holds the lease (acquired it). Otherwise it resumed
 	// a lease this relay had released, and writes it only lazily.
 	held bool
@@ -68,13 +69,13 @@ type drain struct {
 	gateSince time.Time
 }
 
-func (d *drain) getLease() Lease {
+func (d *drain) getLease() outbox.Lease {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.lease
 }
 
-func (d *drain) setLease(l Lease) {
+func (d *drain) setLease(l outbox.Lease) {
 	d.mu.Lock()
 	d.lease = l
 	d.mu.Unlock()
@@ -85,7 +86,7 @@ func (d *drain) acquire(ctx context.Context) error {
 	cfg := &d.r.cfg
 	l, err := d.r.store.Acquire(ctx, d.b, cfg.relayID, cfg.clock.Now(), cfg.leaseDuration)
 	if err != nil {
-		if errors.Is(err, ErrLeaseHeld) {
+		if errors.Is(err, outbox.ErrLeaseHeld) {
 			return err
 		}
 		return fmt.Errorf("outbox: acquire bucket %d: %w", d.b, err)
@@ -94,7 +95,7 @@ func (d *drain) acquire(ctx context.Context) error {
 	own := l.PrevToken != "" && l.PrevToken == d.loc.token
 	d.loc.token = l.Token
 	d.held = true
-	_, fencer := d.r.pub.(HolderFencer)
+	_, fencer := d.r.pub.(outbox.HolderFencer)
 	d.loc.fenceDue = fencer
 	d.st.Acquired = true
 	d.st.TakenOver = d.st.TakenOver || l.TakenOver
@@ -221,97 +222,110 @@ func (d *drain) hold(ctx context.Context) (bool, error) {
 // run drains until the bucket is empty or the target is decided. It returns
 // nil then; any error leaves the bucket to the next drain.
 func (d *drain) run(ctx context.Context) error {
-	cfg := &d.r.cfg
 	for {
-		if d.r.pastDeadline(ctx) {
-			return ErrDeadline
-		}
-		if d.target > 0 && d.head >= d.target {
-			return nil // everything hinted is decided; later commits bring their own hints
-		}
-		if err := d.renewIfDue(ctx); err != nil {
-			return err
-		}
-		if err := d.recheck(ctx); err != nil {
-			return err
-		}
-		if err := d.waitForResumer(ctx); err != nil {
-			return err
-		}
-		if err := d.fenceHolders(ctx); err != nil {
-			return err
-		}
-		bt, err := d.read(ctx)
-		if err != nil {
-			return err
-		}
-		classify(bt, d.head, cfg.batchSize, cfg.maxMessageBytes, cfg.headers, d.isolate, max(d.r.openEpoch.Load(), d.loc.gateOpen.Load()))
-
-		if len(bt.run) == 0 {
-			done, err := d.nothingToPublish(ctx, bt)
-			if done || err != nil {
-				return err
-			}
-			continue
-		}
-
-		start := cfg.clock.Now()
-		acked, perr := 0, error(nil)
-		if len(bt.msgs) > 0 {
-			acked, perr = d.publish(ctx, bt.msgs, d.isolate)
-		}
-		var crashed *seam.CrashError
-		if errors.Is(perr, ErrLeaseLost) || errors.As(perr, &crashed) || errors.Is(perr, ErrDeadline) {
-			// Another owner may take over at any moment: write nothing.
-			return perr
-		}
-		if acked > 0 {
-			if err := d.inject(ctx, seam.AfterProduce); err != nil {
-				return err
-			}
-		}
-		if err := d.advance(ctx, bt, acked, perr, cfg.clock.Now().Sub(start)); err != nil {
-			return err
-		}
-		if errors.Is(perr, errResumeWindow) {
-			// A resumed publish ran out of its window: go on under the
-			// lease, with its watchdog.
-			d.st.Retries++
-			if _, err := d.hold(ctx); err != nil {
-				return err
-			}
-			continue
-		}
-		if errors.Is(perr, ErrFenceRequired) && !d.fenced {
-			// A HolderFencer that dropped the producer this process's last
-			// fence made (a failed transaction): fence again before the
-			// next publish, under the lease — a resumed drain acquires its
-			// release first (HolderFencer's contract).
-			d.st.Retries++
-			if _, err := d.hold(ctx); err != nil {
-				return err
-			}
-			d.loc.fenceDue = true
-			continue
-		}
-		d.fenced = false
-		if perr == nil {
-			d.failures, d.isolate = 0, false
-			if bt.complete(d.head) {
-				d.reachedEnd(bt)
-				return nil
-			}
-			continue
-		}
-		if err := d.publishFailed(ctx, bt, acked, perr, start); err != nil {
+		if done, err := d.round(ctx); done || err != nil {
 			return err
 		}
 	}
 }
 
+// round is one round of run: check the lease (prepare), read and
+// classify a batch, publish it, advance; done ends the drain with err.
+func (d *drain) round(ctx context.Context) (done bool, err error) {
+	cfg := &d.r.cfg
+	if done, err := d.prepare(ctx); done || err != nil {
+		return true, err
+	}
+	bt, err := d.read(ctx)
+	if err != nil {
+		return true, err
+	}
+	classify(bt, d.head, cfg.batchSize, cfg.maxMessageBytes, cfg.headers, d.isolate, max(d.r.openEpoch.Load(), d.loc.gateOpen.Load()))
+	if len(bt.run) == 0 {
+		done, err := d.nothingToPublish(ctx, bt)
+		return done || err != nil, err
+	}
+	start := cfg.clock.Now()
+	acked, perr := 0, error(nil)
+	if len(bt.msgs) > 0 {
+		acked, perr = d.publish(ctx, bt.msgs, d.isolate)
+	}
+	var crashed *seam.CrashError
+	if errors.Is(perr, outbox.ErrLeaseLost) || errors.As(perr, &crashed) || errors.Is(perr, outbox.ErrDeadline) {
+		// Another owner may take over at any moment: write nothing.
+		return true, perr
+	}
+	if acked > 0 {
+		if err := d.inject(ctx, seam.AfterProduce); err != nil {
+			return true, err
+		}
+	}
+	if err := d.advance(ctx, bt, acked, perr, cfg.clock.Now().Sub(start)); err != nil {
+		return true, err
+	}
+	return d.afterPublish(ctx, bt, acked, perr, start)
+}
+
+// prepare is a round's checks before its read: the deadline, the target,
+// the lease's renewal and recheck, a resumer's wait, the holders' fence.
+func (d *drain) prepare(ctx context.Context) (done bool, err error) {
+	if d.r.pastDeadline(ctx) {
+		return true, outbox.ErrDeadline
+	}
+	if d.target > 0 && d.head >= d.target {
+		return true, nil // everything hinted is decided; later commits bring their own hints
+	}
+	for _, step := range []func(context.Context) error{d.renewIfDue, d.recheck, d.waitForResumer, d.fenceHolders} {
+		if err := step(ctx); err != nil {
+			return true, err
+		}
+	}
+	return false, nil
+}
+
+// afterPublish decides what follows an advanced publish: go on under the
+// lease (a resume window ran out, a fence is required), the next round,
+// the end of the drain, or the handling of a failure.
+func (d *drain) afterPublish(ctx context.Context, bt *batch, acked int, perr error, start time.Time) (done bool, err error) {
+	if errors.Is(perr, errResumeWindow) {
+		// A resumed publish ran out of its window: go on under the
+		// lease, with its watchdog.
+		d.st.Retries++
+		if _, err := d.hold(ctx); err != nil {
+			return true, err
+		}
+		return false, nil
+	}
+	if errors.Is(perr, outbox.ErrFenceRequired) && !d.fenced {
+		// A HolderFencer that dropped the producer this process's last
+		// fence made (a failed transaction): fence again before the
+		// next publish, under the lease — a resumed drain acquires its
+		// release first (HolderFencer's contract).
+		d.st.Retries++
+		if _, err := d.hold(ctx); err != nil {
+			return true, err
+		}
+		d.loc.fenceDue = true
+		return false, nil
+	}
+	d.fenced = false
+	if perr == nil {
+		d.failures, d.isolate = 0, false
+		if bt.complete(d.head) {
+			d.reachedEnd(bt)
+			return true, nil
+		}
+		return false, nil
+	}
+	if err := d.publishFailed(ctx, bt, acked, perr, start); err != nil {
+		return true, err
+	}
+	return false, nil
+}
+
 // batch is what one read of the bucket found, classified.
 type batch struct {
-	entries []Entry
+	entries []outbox.Entry
 	// end: the read reached the end of the bucket.
 	end bool
 	// seenThrough: every sequence number up to it was covered by the read.
@@ -320,12 +334,12 @@ type batch struct {
 	// read.
 	wakeBefore int64
 
-	leftovers []int64   // messages at or below head: published, not marked
-	run       []Entry   // the contiguous run from head+1: messages and tombstones
-	msgs      []Message // the run's messages, to publish
-	gapAt     int64     // head+1 missing while gapNext is present
+	leftovers []int64          // messages at or below head: published, not marked
+	run       []outbox.Entry   // the contiguous run from head+1: messages and tombstones
+	msgs      []outbox.Message // the run's messages, to publish
+	gapAt     int64            // head+1 missing while gapNext is present
 	gapNext   int64
-	bad       *Entry // at head+1: undecodable, or above MaxMessageBytes
+	bad       *outbox.Entry // at head+1: undecodable, or above MaxMessageBytes
 	// gated: the message at head+1 is of a BucketCount epoch above the
 	// open one (gate.go); 0: none.
 	gated, gatedEpoch int64
@@ -444,7 +458,7 @@ func (p *prefetched) drop() {
 // below head, the contiguous run from head+1 (at most batchSize messages,
 // one when isolating, none of a BucketCount epoch above open), a gap, or a
 // bad entry or a message held back by its epoch's gate at head+1.
-func classify(bt *batch, head int64, batchSize, maxMessageBytes int, headers HeaderNames, isolate bool, open int64) {
+func classify(bt *batch, head int64, batchSize, maxMessageBytes int, headers outbox.HeaderNames, isolate bool, open int64) {
 	expect := head + 1
 	for i := range bt.entries {
 		e := &bt.entries[i]
@@ -504,13 +518,13 @@ func (d *drain) nothingToPublish(ctx context.Context, bt *batch) (bool, error) {
 		e := *bt.bad
 		reason := fmt.Errorf("record of %d bytes exceeds MaxMessageBytes=%d", cfg.headers.RecordSize(e.Message), cfg.maxMessageBytes)
 		if e.Err != nil {
-			if Classify(e.Err) == Fatal {
-				return false, d.stopped(ctx, Entry{Sequence: e.Sequence}, &PublishError{Bucket: d.b, Sequence: e.Sequence, Err: e.Err})
+			if outbox.Classify(e.Err) == outbox.Fatal {
+				return false, d.stopped(ctx, outbox.Entry{Sequence: e.Sequence}, &outbox.PublishError{Bucket: d.b, Sequence: e.Sequence, Err: e.Err})
 			}
 			reason = fmt.Errorf("item cannot be decoded: %w", e.Err)
 		}
 		now := cfg.clock.Now()
-		return false, d.recordError(ctx, e, WithClass(reason, RecordPermanent), now, now, 0)
+		return false, d.recordError(ctx, e, outbox.WithClass(reason, outbox.RecordPermanent), now, now, 0)
 	case bt.gapAt != 0:
 		if stale, err := d.hold(ctx); stale || err != nil {
 			return false, err
@@ -555,13 +569,13 @@ func (d *drain) advance(ctx context.Context, bt *batch, acked int, perr error, t
 		newHead = e.Sequence
 	}
 	stats := BatchStats{Bucket: d.b, Messages: len(bt.msgs), Acked: acked, Fenced: fenced, PublishDuration: took, Err: perr}
-	if errors.Is(perr, errResumeWindow) || errors.Is(perr, ErrFenceRequired) {
+	if errors.Is(perr, errResumeWindow) || errors.Is(perr, outbox.ErrFenceRequired) {
 		// Not a publish failure: the rest goes out under the lease, after
 		// a fence.
 		stats.Err = nil
 	}
 	if stats.Err != nil {
-		stats.Class = Classify(stats.Err)
+		stats.Class = outbox.Classify(stats.Err)
 	}
 	if newHead > d.head {
 		d.head = newHead
@@ -573,7 +587,7 @@ func (d *drain) advance(ctx context.Context, bt *batch, acked int, perr error, t
 		}
 		if d.held {
 			if err := d.writeHead(ctx); err != nil {
-				stats.Err, stats.Class = err, Classify(err)
+				stats.Err, stats.Class = err, outbox.Classify(err)
 				cfg.metrics.Batch(stats)
 				return err
 			}
@@ -588,13 +602,13 @@ func (d *drain) advance(ctx context.Context, bt *batch, acked int, perr error, t
 	}
 	if len(toMark) > 0 {
 		if err := d.markInWindow(ctx, toMark); err != nil {
-			stats.Err, stats.Class = err, Classify(err)
+			stats.Err, stats.Class = err, outbox.Classify(err)
 			cfg.metrics.Batch(stats)
 			return err
 		}
 	}
 	d.cleaned = max(d.cleaned, min(d.head, bt.seenThrough))
-	if d.r.mode == DeleteMode {
+	if d.r.mode == outbox.DeleteMode {
 		stats.Deleted = len(toMark)
 	}
 	cfg.metrics.Batch(stats)
@@ -659,7 +673,7 @@ func (d *drain) joinMark() error {
 	cfg := &d.r.cfg
 	if m.err != nil {
 		m.stats.Deleted = 0
-		m.stats.Err, m.stats.Class = m.err, Classify(m.err)
+		m.stats.Err, m.stats.Class = m.err, outbox.Classify(m.err)
 		cfg.metrics.Batch(m.stats)
 		return m.err
 	}
@@ -676,7 +690,7 @@ func (d *drain) joinMark() error {
 func (d *drain) writeHead(ctx context.Context) error {
 	cfg := &d.r.cfg
 	l := d.getLease()
-	u := LeaseUpdate{Head: d.head, Cleaned: min(d.cleaned, d.head)}
+	u := outbox.LeaseUpdate{Head: d.head, Cleaned: min(d.cleaned, d.head)}
 	if l.Gap != 0 && l.Gap > d.head {
 		u.Gap, u.GapSince = l.Gap, l.GapSince
 	}
@@ -693,7 +707,7 @@ func (d *drain) writeHead(ctx context.Context) error {
 // reads after that window, so it sees every tombstone that landed, and a
 // mark the window cut off is reported as failed rather than landing unseen.
 func (d *drain) markInWindow(ctx context.Context, seqs []int64) error {
-	if d.held || d.r.mode == WatermarkMode {
+	if d.held || d.r.mode == outbox.WatermarkMode {
 		return d.mark(ctx, seqs)
 	}
 	_, expired, err := d.underWindow(ctx, func(ctx context.Context) (int, error) { return 0, d.mark(ctx, seqs) })
@@ -718,7 +732,7 @@ func (d *drain) markInWindow(ctx context.Context, seqs []int64) error {
 // (DeleteMode; WatermarkMode keeps them). With a fault injector the write is
 // split in two so that a crash can fall between.
 func (d *drain) mark(ctx context.Context, seqs []int64) error {
-	if d.r.mode == WatermarkMode {
+	if d.r.mode == outbox.WatermarkMode {
 		return nil
 	}
 	now := d.r.cfg.clock.Now()
@@ -747,16 +761,16 @@ func (d *drain) mark(ctx context.Context, seqs []int64) error {
 func (d *drain) publishFailed(ctx context.Context, bt *batch, acked int, perr error, start time.Time) error {
 	cfg := &d.r.cfg
 	failed := bt.msgs[acked]
-	var pe *PublishError
+	var pe *outbox.PublishError
 	if !errors.As(perr, &pe) {
-		perr = &PublishError{Bucket: d.b, Sequence: failed.Sequence, MessageID: failed.ID, Err: perr}
+		perr = &outbox.PublishError{Bucket: d.b, Sequence: failed.Sequence, MessageID: failed.ID, Err: perr}
 	}
 	d.failures++
 	if d.failures == 1 || d.failedSeq != failed.Sequence {
 		d.failedSeq, d.firstFailure = failed.Sequence, start
 	}
-	switch Classify(perr) {
-	case RecordPermanent:
+	switch outbox.Classify(perr) {
+	case outbox.RecordPermanent:
 		if !d.isolate {
 			// Kafka rejects whole batches, and franz-go fails every record
 			// buffered with a rejected one, other buckets' included: only a
@@ -768,13 +782,13 @@ func (d *drain) publishFailed(ctx context.Context, bt *batch, acked int, perr er
 			return err // read again under the lease; the record is isolated again
 		}
 		d.isolate = false
-		if err := d.recordError(ctx, Entry{Sequence: failed.Sequence, Message: failed}, perr, d.firstFailure, cfg.clock.Now(), d.failures); err != nil {
+		if err := d.recordError(ctx, outbox.Entry{Sequence: failed.Sequence, Message: failed}, perr, d.firstFailure, cfg.clock.Now(), d.failures); err != nil {
 			return err
 		}
 		d.failures = 0
 		return nil
-	case Fatal:
-		return d.stopped(ctx, Entry{Sequence: failed.Sequence, Message: failed}, perr)
+	case outbox.Fatal:
+		return d.stopped(ctx, outbox.Entry{Sequence: failed.Sequence, Message: failed}, perr)
 	default:
 		// Retriable: back off with full jitter, keep the rows, try again
 		// (from the new head) unless the deadline comes first.
@@ -805,39 +819,39 @@ func backoff(base, max time.Duration, attempt int, rnd func(int64) int64) time.D
 
 // recordError applies the record-error policy to e, the entry at head+1.
 // The drain holds the lease.
-func (d *drain) recordError(ctx context.Context, e Entry, cause error, first, last time.Time, attempts int) error {
+func (d *drain) recordError(ctx context.Context, e outbox.Entry, cause error, first, last time.Time, attempts int) error {
 	cfg := &d.r.cfg
-	if cfg.recordPolicy == Block {
+	if cfg.recordPolicy == outbox.Block {
 		cfg.logger.ErrorContext(ctx, "outbox: record cannot be published; the bucket is blocked until it is fixed or parked",
 			"bucket", d.b, "sequence", e.Sequence, "message_id", e.Message.ID, "err", cause)
-		var pe *PublishError
+		var pe *outbox.PublishError
 		if errors.As(cause, &pe) {
 			return cause
 		}
-		return &PublishError{Bucket: d.b, Sequence: e.Sequence, MessageID: e.Message.ID, Err: cause}
+		return &outbox.PublishError{Bucket: d.b, Sequence: e.Sequence, MessageID: e.Message.ID, Err: cause}
 	}
-	_, err := d.park(ctx, e, cause, RecordPermanent, first, last, attempts)
+	_, err := d.park(ctx, e, cause, outbox.RecordPermanent, first, last, attempts)
 	return err
 }
 
 // park moves e, the entry at head+1, to the dead letters and advances head
 // past it. The drain holds the lease.
-func (d *drain) park(ctx context.Context, e Entry, cause error, class ErrorClass, first, last time.Time, attempts int) (Parked, error) {
+func (d *drain) park(ctx context.Context, e outbox.Entry, cause error, class outbox.ErrorClass, first, last time.Time, attempts int) (outbox.Parked, error) {
 	cfg := &d.r.cfg
 	// Park writes head to e.Sequence conditional on it being e.Sequence-1:
 	// bring a lagging stored head up first.
 	if d.getLease().Head < d.head {
 		if err := d.writeHead(ctx); err != nil {
-			return Parked{}, err
+			return outbox.Parked{}, err
 		}
 	}
 	msg := e.Message
 	msg.Bucket, msg.Sequence = d.b, e.Sequence
-	p := Parked{Bucket: d.b, Sequence: e.Sequence, Message: msg, Reason: cause.Error(), Class: class,
+	p := outbox.Parked{Bucket: d.b, Sequence: e.Sequence, Message: msg, Reason: cause.Error(), Class: class,
 		Attempts: max(attempts, 1), FirstFailure: first, LastFailure: last}
 	l, err := d.r.store.Park(ctx, d.getLease(), p, cfg.clock.Now())
 	if err != nil {
-		return Parked{}, fmt.Errorf("outbox: park bucket %d sequence %d: %w", d.b, e.Sequence, err)
+		return outbox.Parked{}, fmt.Errorf("outbox: park bucket %d sequence %d: %w", d.b, e.Sequence, err)
 	}
 	d.setLease(l)
 	d.head = max(d.head, e.Sequence)
@@ -867,7 +881,7 @@ func (d *drain) gap(ctx context.Context, seq, next int64) error {
 		if l.Gap == seq {
 			since = l.GapSince
 		}
-		nl, err := r.store.Update(ctx, l, LeaseUpdate{Head: d.head, Cleaned: min(d.cleaned, d.head), Gap: seq, GapSince: since}, now)
+		nl, err := r.store.Update(ctx, l, outbox.LeaseUpdate{Head: d.head, Cleaned: min(d.cleaned, d.head), Gap: seq, GapSince: since}, now)
 		if err != nil {
 			return fmt.Errorf("outbox: record gap at %d in bucket %d: %w", seq, d.b, err)
 		}
@@ -881,7 +895,7 @@ func (d *drain) gap(ctx context.Context, seq, next int64) error {
 		// commit may not have replicated yet: a fence put now would win
 		// last-writer-wins over it, and the message would be lost.
 		return fmt.Errorf("outbox: bucket %d of region %s waits on sequence %d (for %v): a gap in a slice taken over from another region is never fenced (docs/design.md §14.4): %w",
-			d.b, r.regionOf(d.b), seq, waited, ErrGapPending)
+			d.b, r.regionOf(d.b), seq, waited, outbox.ErrGapPending)
 	}
 	if waited >= cfg.gapTimeout {
 		const maxFences = 100
@@ -894,7 +908,7 @@ func (d *drain) gap(ctx context.Context, seq, next int64) error {
 					return cerr
 				}
 				cfg.logger.WarnContext(ctx, "outbox: fenced a sequence number nobody committed within GapTimeout", "bucket", d.b, "sequence", s, "waited", waited)
-			case errors.Is(err, ErrAlreadyWritten):
+			case errors.Is(err, outbox.ErrAlreadyWritten):
 				// The writer won the race; its message is read next.
 			default:
 				return fmt.Errorf("outbox: fence bucket %d sequence %d: %w", d.b, s, err)
@@ -904,7 +918,7 @@ func (d *drain) gap(ctx context.Context, seq, next int64) error {
 	}
 	wait := min(cfg.gapPoll, cfg.gapTimeout-waited)
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl)-cfg.deadlineMargin < wait {
-		return fmt.Errorf("outbox: bucket %d waits on sequence %d for %v more: %w", d.b, seq, cfg.gapTimeout-waited, ErrGapPending)
+		return fmt.Errorf("outbox: bucket %d waits on sequence %d for %v more: %w", d.b, seq, cfg.gapTimeout-waited, outbox.ErrGapPending)
 	}
 	t0 := time.Now()
 	ok := r.sched.Sleep(ctx.Done(), wait)
@@ -924,11 +938,11 @@ func (d *drain) waitForResumer(ctx context.Context) error {
 		return nil
 	}
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl)-d.r.cfg.deadlineMargin < wait {
-		return fmt.Errorf("outbox: bucket %d may not be published for %v more (a relay that released it may still resume it): %w", d.b, wait, ErrDeadline)
+		return fmt.Errorf("outbox: bucket %d may not be published for %v more (a relay that released it may still resume it): %w", d.b, wait, outbox.ErrDeadline)
 	}
 	d.st.ResumeWait += wait
 	if !d.r.sched.Sleep(ctx.Done(), wait) {
-		return ErrDeadline
+		return outbox.ErrDeadline
 	}
 	return nil
 }
@@ -945,7 +959,7 @@ func (d *drain) waitForResumer(ctx context.Context) error {
 // ErrLeaseLost, and the next drain fence again. Until it succeeds the hold
 // is not resumed (Relay.resumable).
 func (d *drain) fenceHolders(ctx context.Context) error {
-	f, ok := d.r.pub.(HolderFencer)
+	f, ok := d.r.pub.(outbox.HolderFencer)
 	if !ok || !d.loc.fenceDue {
 		return nil
 	}
@@ -954,7 +968,7 @@ func (d *drain) fenceHolders(ctx context.Context) error {
 	}
 	left := d.cutoff(d.getLease()).Sub(d.r.cfg.clock.Now())
 	if left <= 0 {
-		return fmt.Errorf("outbox: lease of bucket %d is past its publish cut-off before its earlier holders were fenced: %w", d.b, ErrLeaseLost)
+		return fmt.Errorf("outbox: lease of bucket %d is past its publish cut-off before its earlier holders were fenced: %w", d.b, outbox.ErrLeaseLost)
 	}
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -967,7 +981,7 @@ func (d *drain) fenceHolders(ctx context.Context) error {
 	deadline.Stop()
 	switch {
 	case err != nil && cut.Load() && ctx.Err() == nil:
-		return fmt.Errorf("outbox: fencing the earlier holders of bucket %d reached its lease's cut-off: %w", d.b, errors.Join(ErrLeaseLost, err))
+		return fmt.Errorf("outbox: fencing the earlier holders of bucket %d reached its lease's cut-off: %w", d.b, errors.Join(outbox.ErrLeaseLost, err))
 	case err != nil:
 		return fmt.Errorf("outbox: fence the earlier holders of bucket %d: %w", d.b, err)
 	}
@@ -1019,8 +1033,8 @@ func (d *drain) renewIfDue(ctx context.Context) error {
 	}
 	nl, err := d.r.store.Renew(ctx, l, now, cfg.leaseDuration)
 	if err != nil {
-		if errors.Is(err, ErrLeaseLost) || !now.Before(d.cutoff(l)) {
-			return fmt.Errorf("outbox: renew lease of bucket %d: %w", l.Bucket, errors.Join(ErrLeaseLost, err))
+		if errors.Is(err, outbox.ErrLeaseLost) || !now.Before(d.cutoff(l)) {
+			return fmt.Errorf("outbox: renew lease of bucket %d: %w", l.Bucket, errors.Join(outbox.ErrLeaseLost, err))
 		}
 		return fmt.Errorf("outbox: renew lease of bucket %d: %w", l.Bucket, err)
 	}
@@ -1031,7 +1045,7 @@ func (d *drain) renewIfDue(ctx context.Context) error {
 // cutoff is when, by this relay's clock, a holder of l stops publishing:
 // LeaseMargin for a cancelled publish to stop, plus MaxClockSkew for a
 // contender whose clock runs ahead, before l expires.
-func (d *drain) cutoff(l Lease) time.Time {
+func (d *drain) cutoff(l outbox.Lease) time.Time {
 	return l.Expires.Add(-(d.r.cfg.leaseMargin + d.r.cfg.maxSkew))
 }
 
@@ -1049,7 +1063,7 @@ func (d *drain) finish(ctx context.Context) error {
 		// cleaned stays below them until they landed.
 		nl, err := d.r.store.Release(cctx, l, d.head, min(d.cleaned, d.head))
 		merr := d.joinMark()
-		if errors.Is(err, ErrWoken) {
+		if errors.Is(err, outbox.ErrWoken) {
 			d.setLease(nl)
 			return cmp.Or(merr, err)
 		}
@@ -1066,7 +1080,7 @@ func (d *drain) finish(ctx context.Context) error {
 		}
 		return nil
 	}
-	if d.r.mode == DeleteMode {
+	if d.r.mode == outbox.DeleteMode {
 		d.flushBehind(ctx)
 		return nil
 	}
@@ -1106,7 +1120,7 @@ func (d *drain) logFlush(ctx context.Context, head int64, err error) {
 	cfg := &d.r.cfg
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrLeaseHeld) || errors.Is(err, ErrLeaseLost):
+	case errors.Is(err, outbox.ErrLeaseHeld) || errors.Is(err, outbox.ErrLeaseLost):
 		// The lease changed since the drain read it: another relay took
 		// the bucket (then some messages may have gone out twice), or this
 		// process's own earlier head write landed after the read. Either
@@ -1127,7 +1141,7 @@ func (d *drain) flushResumed(ctx, cctx context.Context, force bool) {
 	cfg := &d.r.cfg
 	l := d.getLease()
 	now := cfg.clock.Now()
-	if d.head <= l.Head || (d.r.mode == DeleteMode && !force && now.Sub(d.loc.flushedAt) < cfg.flushInterval) {
+	if d.head <= l.Head || (d.r.mode == outbox.DeleteMode && !force && now.Sub(d.loc.flushedAt) < cfg.flushInterval) {
 		return
 	}
 	nl, err := d.r.store.Advance(cctx, l, d.head, min(d.cleaned, d.head), now)
@@ -1146,7 +1160,7 @@ func (d *drain) stop(ctx context.Context, err error) {
 	if errors.As(err, &crash) {
 		return
 	}
-	if errors.Is(err, ErrLeaseLost) {
+	if errors.Is(err, outbox.ErrLeaseLost) {
 		// Lost to another relay, or past this drain's own cut-off while the
 		// store may still name it the holder: give it up if it is still ours
 		// (Abandon is conditional on the owner), so that contenders need not

@@ -1,4 +1,4 @@
-package outbox_test
+package relay_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -23,8 +24,8 @@ func TestWakeBeforePartialReadIsNotAbsorbedByATargetedDrain(t *testing.T) {
 	s := memory.New(1)
 	fill(t, s, 0, span(1, 4)...)
 	p := &recorder{}
-	holder := newRelay(t, s, p, outbox.RelayID("holder"), outbox.BatchSize(2), outbox.DeadlineMargin(0))
-	contender := newRelay(t, s, p, outbox.RelayID("contender"), outbox.DeadlineMargin(0))
+	holder := newRelay(t, s, p, relay.RelayID("holder"), relay.BatchSize(2), relay.DeadlineMargin(0))
+	contender := newRelay(t, s, p, relay.RelayID("contender"), relay.DeadlineMargin(0))
 	var (
 		updates    atomic.Int32
 		contendErr error
@@ -60,7 +61,7 @@ func TestWakeLeftOnACrashedHoldersLeaseIsHonoured(t *testing.T) {
 	fill(t, s, 0, 1, 2)
 	clk := &fakeClock{}
 	p := &recorder{}
-	first := newRelay(t, s, p, outbox.RelayID("first"), outbox.WithClock(clk), outbox.DeadlineMargin(0))
+	first := newRelay(t, s, p, relay.RelayID("first"), relay.WithClock(clk), relay.DeadlineMargin(0))
 	if _, err := first.DrainBucket(ctxFor(t, 5*time.Second), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -70,14 +71,14 @@ func TestWakeLeftOnACrashedHoldersLeaseIsHonoured(t *testing.T) {
 	}
 	// A writer commits 3; its hint finds the lease held and leaves a wake-up.
 	fill(t, s, 0, 3)
-	contender := newRelay(t, s, p, outbox.RelayID("contender"), outbox.WithClock(clk), outbox.DeadlineMargin(0))
+	contender := newRelay(t, s, p, relay.RelayID("contender"), relay.WithClock(clk), relay.DeadlineMargin(0))
 	if _, err := contender.DrainBucketTo(ctxFor(t, 50*time.Millisecond), 0, 3); !errors.Is(err, outbox.ErrLeaseHeld) {
 		t.Fatalf("contender: %v, want ErrLeaseHeld", err)
 	}
 	// The lease expires; a redelivered hint for sequence 2 (already
 	// decided) reaches a relay.
 	clk.Advance(31 * time.Second)
-	late := newRelay(t, s, p, outbox.RelayID("late"), outbox.WithClock(clk), outbox.DeadlineMargin(0))
+	late := newRelay(t, s, p, relay.RelayID("late"), relay.WithClock(clk), relay.DeadlineMargin(0))
 	if _, err := late.DrainBucketTo(ctxFor(t, 5*time.Second), 0, 2); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestLocalDrainDuringReleaseIsNotLost(t *testing.T) {
 	s := memory.New(1)
 	fill(t, s, 0, 1, 2)
 	p := &recorder{}
-	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
+	r := newRelay(t, s, p, relay.DeadlineMargin(0))
 	var (
 		once   sync.Once
 		second = make(chan error, 1)
@@ -179,8 +180,8 @@ func TestClockSkewBoundHoldsForAStalledHolder(t *testing.T) {
 				}
 				return 0, nil, false
 			}}
-			holder := newRelay(t, s, p, outbox.RelayID("holder"), outbox.WithClock(clk), outbox.DeadlineMargin(0),
-				outbox.MaxClockSkew(10*time.Second))
+			holder := newRelay(t, s, p, relay.RelayID("holder"), relay.WithClock(clk), relay.DeadlineMargin(0),
+				relay.MaxClockSkew(10*time.Second))
 			_, err := holder.DrainBucket(ctxFor(t, 5*time.Second), 0)
 			if got := afterTakeover.Load() > 0; got != tt.publishAfterTakeover {
 				t.Fatalf("holder published after the takeover: %v, want %v (drain: %v)", got, tt.publishAfterTakeover, err)
@@ -194,7 +195,7 @@ func TestClockSkewBoundHoldsForAStalledHolder(t *testing.T) {
 			// its release, landed although the release failed: I1).
 			clk.Advance(time.Minute)
 			p2 := &recorder{}
-			if _, err := newRelay(t, mem, p2, outbox.RelayID("next"), outbox.WithClock(clk), outbox.DeadlineMargin(0)).DrainBucket(ctxFor(t, 5*time.Second), 0); err != nil {
+			if _, err := newRelay(t, mem, p2, relay.RelayID("next"), relay.WithClock(clk), relay.DeadlineMargin(0)).DrainBucket(ctxFor(t, 5*time.Second), 0); err != nil {
 				t.Fatal(err)
 			}
 			seen := map[int64]bool{}
@@ -222,9 +223,9 @@ func TestRenewalsExtendThePublishDeadline(t *testing.T) {
 			return 0, ctx.Err(), true
 		}
 	}}
-	r := newRelay(t, s, slow, outbox.DeadlineMargin(0), outbox.LeaseDuration(time.Second),
-		outbox.LeaseRenewInterval(200*time.Millisecond), outbox.LeaseMargin(200*time.Millisecond), outbox.MaxClockSkew(100*time.Millisecond),
-		outbox.ResumeWindow(500*time.Millisecond))
+	r := newRelay(t, s, slow, relay.DeadlineMargin(0), relay.LeaseDuration(time.Second),
+		relay.LeaseRenewInterval(200*time.Millisecond), relay.LeaseMargin(200*time.Millisecond), relay.MaxClockSkew(100*time.Millisecond),
+		relay.ResumeWindow(500*time.Millisecond))
 	st, err := r.DrainBucket(ctxFor(t, 30*time.Second), 0)
 	if err != nil {
 		t.Fatalf("a slow publish on a healthy lease failed: %v", err)
@@ -248,7 +249,7 @@ func TestHealthyRecordIsNeverParkedForABatchMatesRejection(t *testing.T) {
 		}
 		return 0, nil, false
 	}}
-	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
+	r := newRelay(t, s, p, relay.DeadlineMargin(0))
 	st, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0)
 	if err != nil {
 		t.Fatal(err)
@@ -270,15 +271,15 @@ func TestDrainPastItsCutOffGivesTheLeaseUp(t *testing.T) {
 	fill(t, mem, 0, 1, 2)
 	clk := &fakeClock{}
 	s := &stallingStore{Store: mem, after: func() { clk.Advance(20 * time.Second) }} // past the cut-off, not the expiry
-	r := newRelay(t, s, &recorder{}, outbox.RelayID("stalls"), outbox.WithClock(clk), outbox.DeadlineMargin(0))
+	r := newRelay(t, s, &recorder{}, relay.RelayID("stalls"), relay.WithClock(clk), relay.DeadlineMargin(0))
 	if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); !errors.Is(err, outbox.ErrLeaseLost) {
 		t.Fatalf("drain: %v, want ErrLeaseLost", err)
 	}
 	if l := mem.Lease(0); l.HeldAt(clk.Now()) {
 		t.Fatalf("lease %+v still held by a drain that returned", l)
 	}
-	other := newRelay(t, mem, &recorder{}, outbox.RelayID("other"), outbox.WithClock(clk), outbox.DeadlineMargin(0), outbox.HolderWait(0),
-		outbox.ResumeWindow(outbox.MinResumeWindow))
+	other := newRelay(t, mem, &recorder{}, relay.RelayID("other"), relay.WithClock(clk), relay.DeadlineMargin(0), relay.HolderWait(0),
+		relay.ResumeWindow(relay.MinResumeWindow))
 	if _, err := other.DrainBucket(ctxFor(t, 5*time.Second), 0); err != nil {
 		t.Fatalf("the next relay: %v, want it to drain at once", err)
 	}

@@ -1,4 +1,4 @@
-package outbox_test
+package relay_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -78,12 +79,12 @@ func TestResumedDrainRacingAnAcquirer(t *testing.T) {
 				}
 			}
 			pub := &gatedPublisher{sent: map[string]int{}, held: make(chan struct{}), release: make(chan struct{})}
-			opts := []outbox.Option{outbox.ResumeWindow(2 * time.Second), outbox.LeaseMargin(500 * time.Millisecond), outbox.HolderWait(0)}
-			a, err := outbox.NewRelay(ctx, st, pub, append(opts, outbox.RelayID("a"))...)
+			opts := []relay.Option{relay.ResumeWindow(2 * time.Second), relay.LeaseMargin(500 * time.Millisecond), relay.HolderWait(0)}
+			a, err := relay.New(ctx, st, pub, append(opts, relay.RelayID("a"))...)
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := outbox.NewRelay(ctx, st, pub, append(opts, outbox.RelayID("b"))...)
+			b, err := relay.New(ctx, st, pub, append(opts, relay.RelayID("b"))...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,13 +94,13 @@ func TestResumedDrainRacingAnAcquirer(t *testing.T) {
 			}
 			put(4, 6)
 			pub.hold = 4
-			aDone := make(chan outbox.DrainStats)
+			aDone := make(chan relay.DrainStats)
 			go func() {
 				s, _ := a.DrainBucket(ctx, 0) // resumes: no lease write
 				aDone <- s
 			}()
 			<-pub.held
-			bDone := make(chan outbox.DrainStats)
+			bDone := make(chan relay.DrainStats)
 			go func() {
 				s, _ := b.DrainBucket(ctx, 0) // acquires, waits ResumeWindow, reads
 				bDone <- s
@@ -134,7 +135,7 @@ func TestWatermarkHeldDrainReleasesWithItsHead(t *testing.T) {
 	mem := memory.New(1)
 	s := &gateStore{countingStore: &countingStore{Store: modeStore{mem, outbox.WatermarkMode}, writes: map[string]int{}}}
 	pub := newOverlapPublisher()
-	r := newRelay(t, s, pub, outbox.RelayID("a"), outbox.ResumeReleased(false))
+	r := newRelay(t, s, pub, relay.RelayID("a"), relay.ResumeReleased(false))
 	fill(t, mem, 0, 1, 2, 3)
 	if st, err := r.DrainBucket(ctx, 0); err != nil || !st.Acquired {
 		t.Fatalf("drain: acquired %v, %v", st.Acquired, err)

@@ -1,4 +1,4 @@
-package outbox_test
+package relay_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -75,10 +76,10 @@ func TestRelayFencesEarlierHoldersBeforeItsFirstRead(t *testing.T) {
 	// The scheduler's clock stands still (a's resume window never runs out
 	// on a busy machine); the lease clock moves when the test says.
 	sched, clk := newManualSched(), &fakeClock{}
-	a := newRelay(t, s, p, sched.option(), outbox.RelayID("a"), outbox.WithClock(clk), outbox.BatchSize(2), outbox.DeadlineMargin(0))
+	a := newRelay(t, s, p, sched.option(), relay.RelayID("a"), relay.WithClock(clk), relay.BatchSize(2), relay.DeadlineMargin(0))
 	fill(t, mem, 0, 1, 2, 3, 4, 5)
 
-	check := func(who string, from int, st outbox.DrainStats, err error, fences int) {
+	check := func(who string, from int, st relay.DrainStats, err error, fences int) {
 		t.Helper()
 		if err != nil {
 			t.Fatalf("%s: %v", who, err)
@@ -111,7 +112,7 @@ func TestRelayFencesEarlierHoldersBeforeItsFirstRead(t *testing.T) {
 	clk.Advance(time.Minute) // a's resume window is long over: b owes it no wait
 	fill(t, mem, 0, 8)
 	n = log.len()
-	b := newRelay(t, s, p, sched.option(), outbox.RelayID("b"), outbox.WithClock(clk), outbox.DeadlineMargin(0))
+	b := newRelay(t, s, p, sched.option(), relay.RelayID("b"), relay.WithClock(clk), relay.DeadlineMargin(0))
 	st, err = b.DrainBucket(ctx, 0)
 	if !st.Acquired {
 		t.Fatalf("b's drain did not acquire: %+v", st)
@@ -140,7 +141,7 @@ func TestFailedFenceReadsAndPublishesNothing(t *testing.T) {
 		return nil
 	}}
 	sched, clk := newManualSched(), &fakeClock{} // the hold given up stays resumable by the clocks
-	r := newRelay(t, fenceReadLog{Store: mem, log: log}, p, sched.option(), outbox.RelayID("a"), outbox.WithClock(clk), outbox.DeadlineMargin(0))
+	r := newRelay(t, fenceReadLog{Store: mem, log: log}, p, sched.option(), relay.RelayID("a"), relay.WithClock(clk), relay.DeadlineMargin(0))
 	fill(t, mem, 0, 1, 2)
 
 	st, err := r.DrainBucket(ctx, 0)
@@ -181,7 +182,7 @@ func TestFenceIsBoundedByTheLeaseCutOff(t *testing.T) {
 		return ctx.Err()
 	}}
 	sched, clk := newManualSched(), &fakeClock{}
-	r := newRelay(t, fenceReadLog{Store: mem, log: log}, p, sched.option(), outbox.WithClock(clk), outbox.DeadlineMargin(0))
+	r := newRelay(t, fenceReadLog{Store: mem, log: log}, p, sched.option(), relay.WithClock(clk), relay.DeadlineMargin(0))
 	fill(t, mem, 0, 1)
 	done := make(chan error, 1)
 	go func() {
@@ -244,7 +245,7 @@ func TestSlowFenceRenewsTheLease(t *testing.T) {
 		clk.Advance(19 * time.Second)
 		return nil
 	}}
-	r := newRelay(t, slowReads{Store: mem, clk: clk, read: 2 * time.Second}, p, sched.option(), outbox.WithClock(clk), outbox.DeadlineMargin(0))
+	r := newRelay(t, slowReads{Store: mem, clk: clk, read: 2 * time.Second}, p, sched.option(), relay.WithClock(clk), relay.DeadlineMargin(0))
 	fill(t, mem, 0, 1)
 	st, err := r.DrainBucket(ctx, 0)
 	if err != nil || !st.Acquired {

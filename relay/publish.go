@@ -1,4 +1,4 @@
-package outbox
+package relay
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/seam"
 )
 
@@ -18,9 +19,9 @@ import (
 // before it expires, by this relay's clock) unless a renewal moved it. If
 // the lease is lost, or cannot be renewed before the cut-off, the publisher
 // aborts what it has not sent and ErrLeaseLost is returned.
-func (d *drain) publish(ctx context.Context, msgs []Message, alone bool) (int, error) {
+func (d *drain) publish(ctx context.Context, msgs []outbox.Message, alone bool) (int, error) {
 	call := func(ctx context.Context) (int, error) {
-		if iso, ok := d.r.pub.(Isolator); ok && alone {
+		if iso, ok := d.r.pub.(outbox.Isolator); ok && alone {
 			if err := iso.PublishAlone(ctx, msgs[0]); err != nil {
 				return 0, err
 			}
@@ -41,75 +42,90 @@ func (d *drain) publish(ctx context.Context, msgs []Message, alone bool) (int, e
 	if !now.Before(d.cutoff(l0)) {
 		// Stalled since the last renewal (e.g. in a slow read): the lease
 		// may be taken over any moment. Publish nothing.
-		return 0, fmt.Errorf("outbox: lease of bucket %d is past its publish cut-off: %w", d.b, ErrLeaseLost)
+		return 0, fmt.Errorf("outbox: lease of bucket %d is past its publish cut-off: %w", d.b, outbox.ErrLeaseLost)
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var (
-		mu   sync.Mutex
-		lost error
-		done = make(chan struct{})
-	)
-	fail := func(err error) {
-		mu.Lock()
-		if lost == nil {
-			lost = err
-		}
-		mu.Unlock()
-		cancel()
-	}
+	w := &publishWatch{cancel: cancel, done: make(chan struct{})}
 	// The cut-off runs on the runtime's timer, by the monotonic clock, so it
 	// fires even if the watchdog is stuck in a renewal; every successful
 	// renewal moves it.
 	deadline := d.r.sched.AfterFunc(d.cutoff(l0).Sub(now), func() {
-		fail(fmt.Errorf("outbox: publish of bucket %d reached its lease's cut-off: %w", d.b, ErrLeaseLost))
+		w.fail(fmt.Errorf("outbox: publish of bucket %d reached its lease's cut-off: %w", d.b, outbox.ErrLeaseLost))
 	})
-	wait := d.r.sched.Go(func() {
-		for {
-			l := d.getLease()
-			now := cfg.clock.Now()
-			w := l.Expires.Add(-(cfg.leaseDuration - cfg.renewInterval)).Sub(now)
-			if w <= 0 {
-				// A renewal failed: try again soon, until the cut-off.
-				w = max(cfg.renewInterval/10, time.Millisecond)
-			}
-			if !d.r.sched.Sleep(done, w) {
-				return
-			}
-			// A renewal that cannot land before the cut-off is of no use:
-			// bound it, so a store that stopped answering does not hold
-			// the drain once the publish was cancelled.
-			rctx, rcancel := context.WithTimeout(ctx, max(d.cutoff(l).Sub(cfg.clock.Now()), time.Millisecond))
-			nl, err := d.r.store.Renew(rctx, l, cfg.clock.Now(), cfg.leaseDuration)
-			rcancel()
-			if err == nil {
-				d.setLease(nl)
-				if pctx.Err() == nil {
-					deadline.Reset(d.cutoff(nl).Sub(cfg.clock.Now()))
-				}
-				if cerr := d.inject(ctx, seam.DuringRenewal); cerr != nil {
-					fail(cerr)
-					return
-				}
-				continue
-			}
-			if errors.Is(err, ErrLeaseLost) || ctx.Err() != nil {
-				fail(fmt.Errorf("outbox: renew lease of bucket %d during publish: %w", d.b, errors.Join(ErrLeaseLost, err)))
-				return
-			}
-			cfg.logger.WarnContext(ctx, "outbox: lease renewal failed during publish; retrying", "bucket", d.b, "err", err)
-		}
-	})
+	wait := d.r.sched.Go(func() { d.renewDuring(ctx, pctx, w, deadline) })
 	acked, err := call(pctx)
-	close(done)
+	close(w.done)
 	wait()
 	deadline.Stop()
-	mu.Lock()
-	defer mu.Unlock()
-	if lost != nil {
-		return min(max(acked, 0), len(msgs)), lost
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.lost != nil {
+		return min(max(acked, 0), len(msgs)), w.lost
 	}
 	return checkAcked(acked, err)(len(msgs))
+}
+
+// publishWatch is a held publish's watch: the first reason it was
+// cancelled (the lease's cut-off, a lost or failed renewal), and done,
+// closed when the publish returned.
+type publishWatch struct {
+	mu     sync.Mutex
+	lost   error
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// fail records err, unless a reason is already recorded, and cancels the
+// publish.
+func (w *publishWatch) fail(err error) {
+	w.mu.Lock()
+	if w.lost == nil {
+		w.lost = err
+	}
+	w.mu.Unlock()
+	w.cancel()
+}
+
+// renewDuring is a held publish's watchdog: it renews the lease every
+// LeaseRenewInterval until the publish returns (w.done), moving the
+// cut-off (deadline) with each renewal; a lost lease fails the publish.
+func (d *drain) renewDuring(ctx, pctx context.Context, w *publishWatch, deadline seam.Timer) {
+	cfg := &d.r.cfg
+	for {
+		l := d.getLease()
+		now := cfg.clock.Now()
+		wait := l.Expires.Add(-(cfg.leaseDuration - cfg.renewInterval)).Sub(now)
+		if wait <= 0 {
+			// A renewal failed: try again soon, until the cut-off.
+			wait = max(cfg.renewInterval/10, time.Millisecond)
+		}
+		if !d.r.sched.Sleep(w.done, wait) {
+			return
+		}
+		// A renewal that cannot land before the cut-off is of no use:
+		// bound it, so a store that stopped answering does not hold
+		// the drain once the publish was cancelled.
+		rctx, rcancel := context.WithTimeout(ctx, max(d.cutoff(l).Sub(cfg.clock.Now()), time.Millisecond))
+		nl, err := d.r.store.Renew(rctx, l, cfg.clock.Now(), cfg.leaseDuration)
+		rcancel()
+		if err == nil {
+			d.setLease(nl)
+			if pctx.Err() == nil {
+				deadline.Reset(d.cutoff(nl).Sub(cfg.clock.Now()))
+			}
+			if cerr := d.inject(ctx, seam.DuringRenewal); cerr != nil {
+				w.fail(cerr)
+				return
+			}
+			continue
+		}
+		if errors.Is(err, outbox.ErrLeaseLost) || ctx.Err() != nil {
+			w.fail(fmt.Errorf("outbox: renew lease of bucket %d during publish: %w", d.b, errors.Join(outbox.ErrLeaseLost, err)))
+			return
+		}
+		cfg.logger.WarnContext(ctx, "outbox: lease renewal failed during publish; retrying", "bucket", d.b, "err", err)
+	}
 }
 
 // errResumeWindow: a resumed drain's publish reached the end of its window.
@@ -117,7 +133,7 @@ var errResumeWindow = errors.New("outbox: a resumed publish reached the end of i
 
 // publishResumed publishes for a resumed drain, within its window
 // (underWindow).
-func (d *drain) publishResumed(ctx context.Context, msgs []Message, call func(context.Context) (int, error)) (int, error) {
+func (d *drain) publishResumed(ctx context.Context, msgs []outbox.Message, call func(context.Context) (int, error)) (int, error) {
 	acked, expired, err := d.underWindow(ctx, call)
 	if expired {
 		return min(max(acked, 0), len(msgs)), errResumeWindow

@@ -1,8 +1,10 @@
-package outbox
+package relay
 
 import (
 	"math/bits"
 	"sync"
+
+	"github.com/dynakafka/outbox"
 )
 
 // Notifier carries commit notifications from the writers of a process to
@@ -27,7 +29,7 @@ import (
 // concurrent use; the zero value is not usable: call NewNotifier.
 type Notifier struct {
 	mu      sync.Mutex
-	pending [MaxBucketCount / 64]uint64 // one bit per bucket
+	pending [outbox.MaxBucketCount / 64]uint64 // one bit per bucket
 	any     bool
 	wake    chan struct{} // holds a token while notifications are pending
 }
@@ -48,7 +50,7 @@ func (n *Notifier) Notify(buckets ...int) {
 	n.mu.Lock()
 	marked := false
 	for _, b := range buckets {
-		if b < 0 || b >= MaxBucketCount {
+		if b < 0 || b >= outbox.MaxBucketCount {
 			continue
 		}
 		n.pending[b/64] |= 1 << (b % 64)

@@ -1,4 +1,4 @@
-package outbox
+package relay
 
 import (
 	"fmt"
@@ -7,10 +7,11 @@ import (
 	"os"
 	"time"
 
+	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/seam"
 )
 
-// Option configures a Relay. Every option states its default; NewRelay
+// Option configures a Relay. Every option states its default; New
 // validates the combination and returns an *OptionError naming the option.
 type Option func(*config)
 
@@ -28,24 +29,24 @@ type config struct {
 	gapTimeout      time.Duration
 	gapPoll         time.Duration
 	deadlineMargin  time.Duration
-	maxMessageBytes int         // the config item's (NewRelay)
-	headers         HeaderNames // the config item's (NewRelay)
+	maxMessageBytes int                // the config item's (New)
+	headers         outbox.HeaderNames // the config item's (New)
 	relayID         string
 	region          string
 	concurrency     int // 0: as many as the buckets given
 	maxInFlight     int
 	pollInterval    time.Duration
-	recordPolicy    RecordErrorPolicy
+	recordPolicy    outbox.RecordErrorPolicy
 	parkStuckAfter  time.Duration
 	retryBase       time.Duration
 	retryMax        time.Duration
-	clock           Clock
+	clock           outbox.Clock
 	hooks           seam.Hooks
 	logger          *slog.Logger
 	metrics         Metrics
 	notifier        *Notifier
 	notifierSet     bool
-	stored          *Config // StoredConfig: NewRelay does not read the config item
+	stored          *outbox.Config // StoredConfig: New does not read the config item
 }
 
 func defaultConfig() config {
@@ -60,31 +61,31 @@ func defaultConfig() config {
 		resume:         true,
 		resumeWindow:   DefaultResumeWindow,
 		holderWait:     -1,
-		gapTimeout:     DefaultGapTimeout,
+		gapTimeout:     outbox.DefaultGapTimeout,
 		gapPoll:        50 * time.Millisecond,
 		deadlineMargin: 5 * time.Second,
-		relayID:        fmt.Sprintf("%s-%d-%s", host, os.Getpid(), NewID()[24:]),
+		relayID:        fmt.Sprintf("%s-%d-%s", host, os.Getpid(), outbox.NewID()[24:]),
 		concurrency:    0,
 		maxInFlight:    DefaultMaxInFlight,
 		pollInterval:   time.Second,
-		recordPolicy:   Park,
+		recordPolicy:   outbox.Park,
 		retryBase:      100 * time.Millisecond,
 		retryMax:       5 * time.Second,
-		clock:          SystemClock,
+		clock:          outbox.SystemClock,
 		logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 		metrics:        noMetrics{},
 	}
 }
 
-// StoredConfig gives NewRelay the outbox's config item as the caller has
-// just read it, so that NewRelay does not read it again: the Lambda
+// StoredConfig gives New the outbox's config item as the caller has
+// just read it, so that New does not read it again: the Lambda
 // functions pass what dynamo.NewStore read a moment before
-// (dynamo.Store.Opened), one round trip less on their init. NewRelay
+// (dynamo.Store.Opened), one round trip less on their init. New
 // checks it as it checks the one it reads (CheckConfig, the mode, shared
 // settings and region options); pass only a config item read by this
-// process's init, never a saved one. Default: none (NewRelay reads the
+// process's init, never a saved one. Default: none (New reads the
 // config item from the Store).
-func StoredConfig(c Config) Option { return func(cfg *config) { cfg.stored = &c } }
+func StoredConfig(c outbox.Config) Option { return func(cfg *config) { cfg.stored = &c } }
 
 // BatchSize is the most messages read and published per store round trip.
 // Default 500; 1..10000.
@@ -187,9 +188,6 @@ func SweepMinAge(d time.Duration) Option { return func(c *config) { c.sweepMinAg
 // reservation holds its bucket back only briefly.
 func GapTimeout(d time.Duration) Option { return func(c *config) { c.gapTimeout = d } }
 
-// DefaultGapTimeout is GapTimeout's default.
-const DefaultGapTimeout = 10 * time.Second
-
 // GapPollInterval is how often a pending gap is re-read. Default 50ms.
 func GapPollInterval(d time.Duration) Option { return func(c *config) { c.gapPoll = d } }
 
@@ -201,7 +199,7 @@ func DeadlineMargin(d time.Duration) Option { return func(c *config) { c.deadlin
 // (Config.Regions, a DynamoDB global table): the relay drains only the
 // buckets its region drains, and its id in leases and heartbeats is
 // prefixed "<region>/" so that each region counts only its own live
-// relays. Default "": the default single-region mode. NewRelay refuses an
+// relays. Default "": the default single-region mode. New refuses an
 // empty region in region mode, a region the config item does not list, and
 // any region in the default mode (*MisconfigurationError).
 func Region(id string) Option { return func(c *config) { c.region = id } }
@@ -235,7 +233,7 @@ func PollInterval(d time.Duration) Option { return func(c *config) { c.pollInter
 // head of a bucket (MESSAGE_TOO_LARGE, INVALID_RECORD, an undecodable item,
 // a record above MaxMessageBytes). Default Park: the record goes to the dead
 // letters and the bucket continues. Block stops the bucket and reports it.
-func OnRecordError(p RecordErrorPolicy) Option { return func(c *config) { c.recordPolicy = p } }
+func OnRecordError(p outbox.RecordErrorPolicy) Option { return func(c *config) { c.recordPolicy = p } }
 
 // ParkStuckAfter parks a message that has stopped its bucket with a
 // permanent topic- or cluster-wide error (class Fatal: a topic that does not
@@ -259,7 +257,7 @@ func RetryBackoff(base, max time.Duration) Option {
 
 // WithClock sets the clock used for leases, heartbeats and gap timeouts.
 // Default SystemClock.
-func WithClock(clk Clock) Option { return func(c *config) { c.clock = clk } }
+func WithClock(clk outbox.Clock) Option { return func(c *config) { c.clock = clk } }
 
 // WithLogger sets the logger. Default: silent.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
@@ -282,7 +280,9 @@ func WithNotifier(n *Notifier) Option {
 func WithMetrics(m Metrics) Option { return func(c *config) { c.metrics = m } }
 
 func (c *config) validate() error {
-	bad := func(opt string, v any, why string) error { return &OptionError{Option: opt, Value: v, Reason: why} }
+	bad := func(opt string, v any, why string) error {
+		return &outbox.OptionError{Option: opt, Value: v, Reason: why}
+	}
 	switch {
 	case c.batchSize < 1 || c.batchSize > 10000:
 		return bad("BatchSize", c.batchSize, "must be 1..10000")
@@ -317,15 +317,15 @@ func (c *config) validate() error {
 		return bad("DeadlineMargin", c.deadlineMargin, "must not be negative")
 	case c.relayID == "" || len(c.relayID) > 128:
 		return bad("RelayID", c.relayID, "must be 1..128 characters")
-	case c.region != "" && ValidateRegionID(c.region) != nil:
-		return bad("Region", c.region, ValidateRegionID(c.region).Error())
+	case c.region != "" && outbox.ValidateRegionID(c.region) != nil:
+		return bad("Region", c.region, outbox.ValidateRegionID(c.region).Error())
 	case c.concurrency < 0:
 		return bad("Concurrency", c.concurrency, "must be 0 (every bucket given, at once) or more")
 	case c.maxInFlight < 1:
 		return bad("MaxInFlight", c.maxInFlight, "must be at least 1")
 	case c.pollInterval <= 0:
 		return bad("PollInterval", c.pollInterval, "must be positive")
-	case c.recordPolicy != Park && c.recordPolicy != Block:
+	case c.recordPolicy != outbox.Park && c.recordPolicy != outbox.Block:
 		return bad("OnRecordError", c.recordPolicy, "must be Park or Block")
 	case c.parkStuckAfter < 0:
 		return bad("ParkStuckAfter", c.parkStuckAfter, "must not be negative (0 is off)")
@@ -363,7 +363,7 @@ type BatchStats struct {
 	PublishDuration time.Duration
 	Err             error
 	// Class of Err when it is not nil.
-	Class ErrorClass
+	Class outbox.ErrorClass
 }
 
 type noMetrics struct{}

@@ -1,4 +1,4 @@
-package outbox_test
+package relay_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -77,8 +78,8 @@ func TestStuckBucketIsNamedRateLimitedAndParkedByAnOperator(t *testing.T) {
 	clk := &fakeClock{}
 	logs := &syncBuffer{}
 	p := missingTopic()
-	r := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.WithClock(clk), outbox.ResumeReleased(false),
-		outbox.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	r := newRelay(t, s, p, relay.DeadlineMargin(0), relay.WithClock(clk), relay.ResumeReleased(false),
+		relay.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	ctx := ctxFor(t, 10*time.Second)
 	for i := range 5 {
 		_, err := r.DrainBucket(ctx, 0)
@@ -108,7 +109,7 @@ func TestStuckBucketIsNamedRateLimitedAndParkedByAnOperator(t *testing.T) {
 	}
 
 	// Park refuses what is not the first pending message, writing nothing.
-	var pke *outbox.ParkError
+	var pke *relay.ParkError
 	if _, err := r.Park(ctx, 0, 3, ""); !errors.As(err, &pke) || pke.FirstPending != 2 {
 		t.Fatalf("Park(3) = %v, want a *ParkError naming 2", err)
 	}
@@ -145,7 +146,7 @@ func TestParkStuckAfter(t *testing.T) {
 	s, _ := stuckBucket(t)
 	clk := &fakeClock{}
 	p := missingTopic()
-	r := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.WithClock(clk), outbox.ParkStuckAfter(5*time.Minute))
+	r := newRelay(t, s, p, relay.DeadlineMargin(0), relay.WithClock(clk), relay.ParkStuckAfter(5*time.Minute))
 	ctx := ctxFor(t, 10*time.Second)
 	for range 4 {
 		if _, err := r.DrainBucket(ctx, 0); err == nil {
@@ -177,8 +178,8 @@ func TestCancelledDrainIsNotAnError(t *testing.T) {
 		cancel()
 		return 0, fmt.Errorf("produce: %w", context.Canceled), true
 	}}
-	r := newRelay(t, s, p, outbox.DeadlineMargin(0),
-		outbox.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	r := newRelay(t, s, p, relay.DeadlineMargin(0),
+		relay.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	if _, err := r.DrainBucket(ctx, 0); err == nil {
 		t.Fatal("a cancelled drain succeeded")
 	}
@@ -202,10 +203,10 @@ func TestSweepRetriesAStoppedBucketAfterABackoff(t *testing.T) {
 		}
 		return fail(ctx, msgs)
 	}
-	r := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.WithClock(clk), outbox.PollInterval(200*time.Millisecond), outbox.ResumeReleased(false),
-		outbox.ResumeWindow(outbox.MinResumeWindow))
+	r := newRelay(t, s, p, relay.DeadlineMargin(0), relay.WithClock(clk), relay.PollInterval(200*time.Millisecond), relay.ResumeReleased(false),
+		relay.ResumeWindow(relay.MinResumeWindow))
 	ctx := ctxFor(t, 10*time.Second)
-	sweep := func() outbox.SweepReport {
+	sweep := func() relay.SweepReport {
 		t.Helper()
 		rep, err := r.Sweep(ctx)
 		if err != nil {
@@ -232,8 +233,8 @@ func TestSweepRetriesAStoppedBucketAfterABackoff(t *testing.T) {
 	}
 	// An operator parks the head (another process): the next sweep drains
 	// the rest at once.
-	op := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.WithClock(clk), outbox.RelayID("operator"),
-		outbox.ResumeWindow(outbox.MinResumeWindow))
+	op := newRelay(t, s, p, relay.DeadlineMargin(0), relay.WithClock(clk), relay.RelayID("operator"),
+		relay.ResumeWindow(relay.MinResumeWindow))
 	if _, err := op.Park(ctx, 0, 0, "topic typo"); err != nil {
 		t.Fatalf("Park: %v", err)
 	}

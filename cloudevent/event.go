@@ -1,4 +1,4 @@
-package outbox
+package cloudevent
 
 import (
 	"bytes"
@@ -10,60 +10,28 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dynakafka/outbox"
 )
 
-// ContentTypeHeader is the record header that carries the media type of the
-// value: set by JSON and CloudEvent (the CloudEvents Kafka binding maps the
-// datacontenttype attribute to it).
-const ContentTypeHeader = "content-type"
+// SpecVersion is the CloudEvents version New writes and
+// Parse reads.
+const SpecVersion = "1.0"
 
-// ContentTypeJSON is the media type JSON and CloudEvent stamp on a
-// JSON-encoded value.
-const ContentTypeJSON = "application/json"
-
-// JSON returns a message for topic whose value is v encoded with
-// encoding/json, with a content-type: application/json header. key is the
-// record key ("" gives a keyless message: no order is promised). The
-// message is ready for a writer: ID, Bucket, Sequence and CreatedAt are
-// left to it. A bad topic or a v that cannot be encoded is a
-// *ValidationError (Index -1).
-func JSON(topic, key string, v any) (Message, error) {
-	if err := ValidateTopic(topic); err != nil {
-		return Message{}, &ValidationError{Index: -1, Field: "Topic", Reason: err.Error()}
-	}
-	value, err := json.Marshal(v)
-	if err != nil {
-		return Message{}, &ValidationError{Index: -1, Field: "Value", Reason: fmt.Sprintf("cannot be encoded as JSON: %v", err)}
-	}
-	return Message{Topic: topic, Key: keyBytes(key), Value: value,
-		Headers: []Header{{Key: ContentTypeHeader, Value: []byte(ContentTypeJSON)}}}, nil
-}
-
-func keyBytes(key string) []byte {
-	if key == "" {
-		return nil
-	}
-	return []byte(key)
-}
-
-// CloudEventsSpecVersion is the CloudEvents version CloudEvent writes and
-// ParseCloudEvent reads.
-const CloudEventsSpecVersion = "1.0"
-
-// CloudEventsHeaderPrefix prefixes every CloudEvents attribute header but
+// HeaderPrefix prefixes every CloudEvents attribute header but
 // content-type, in the binary content mode of the CloudEvents Kafka
 // protocol binding: ce_id, ce_source, ce_specversion, ce_type, ce_time, ...
-const CloudEventsHeaderPrefix = "ce_"
+const HeaderPrefix = "ce_"
 
-// ErrNotCloudEvent is returned by ParseCloudEvent for a record without a
+// ErrNotEvent is returned by Parse for a record without a
 // ce_specversion header: it was not written in the binary content mode of
 // the CloudEvents Kafka binding.
-var ErrNotCloudEvent = errors.New("outbox: not a CloudEvent (no ce_specversion header)")
+var ErrNotEvent = errors.New("outbox: not a CloudEvent (no ce_specversion header)")
 
-// Event is a CloudEvent (CloudEvents 1.0) as CloudEvent writes it and
-// ParseCloudEvent reads it.
+// Event is a CloudEvent (CloudEvents 1.0) as New writes it and
+// Parse reads it.
 type Event struct {
-	// ID identifies the event (ce_id). CloudEvent uses a new id
+	// ID identifies the event (ce_id). New uses a new id
 	// (NewID) when it is empty; when ID is a UUID in canonical form it is
 	// also the message id, so consumers deduplicate on it.
 	ID string
@@ -76,11 +44,11 @@ type Event struct {
 	// Subject is the event's subject within Source (ce_subject), for
 	// example the order id. Optional.
 	Subject string
-	// Time is when the event happened (ce_time, RFC 3339). CloudEvent
+	// Time is when the event happened (ce_time, RFC 3339). New
 	// uses the wall clock when it is zero.
 	Time time.Time
 	// DataContentType is the media type of the data (the content-type
-	// header). CloudEvent defaults it to application/json when it
+	// header). New defaults it to application/json when it
 	// encodes Data as JSON; for raw bytes it is sent only when set.
 	DataContentType string
 	// DataSchema is the URI of the data's schema (ce_dataschema).
@@ -89,10 +57,10 @@ type Event struct {
 	// Extensions are extension attributes (ce_<name>): names of 1..20
 	// characters a-z 0-9, none of the core attributes'. Optional.
 	Extensions map[string]string
-	// Data is the event's payload, the record value. CloudEvent sends a
+	// Data is the event's payload, the record value. New sends a
 	// []byte or json.RawMessage as is and encodes anything else with
 	// encoding/json; nil gives an empty value (not a tombstone).
-	// ParseCloudEvent sets it to the record value, a []byte: decode it
+	// Parse sets it to the record value, a []byte: decode it
 	// with DecodeData.
 	Data any
 }
@@ -100,7 +68,7 @@ type Event struct {
 // Core attribute names: an extension must not reuse them.
 var coreAttributes = []string{"id", "source", "specversion", "type", "datacontenttype", "dataschema", "subject", "time", "data"}
 
-// CloudEvent returns a message for topic that carries e in the binary
+// New returns a message for topic that carries e in the binary
 // content mode of the CloudEvents Kafka protocol binding: the data is the
 // record value, the datacontenttype attribute the content-type header, and
 // every other attribute a ce_ header (ce_id, ce_source, ce_specversion
@@ -110,11 +78,11 @@ var coreAttributes = []string{"id", "source", "specversion", "type", "dataconten
 // accepted as an extension. A missing Source or Type, a bad extension name,
 // a bad topic or data that cannot be encoded is a *ValidationError (Index
 // -1, Field "Event.Source" and so on).
-func CloudEvent(topic, key string, e Event) (Message, error) {
-	bad := func(field, reason string) (Message, error) {
-		return Message{}, &ValidationError{Index: -1, Field: field, Reason: reason}
+func New(topic, key string, e Event) (outbox.Message, error) {
+	bad := func(field, reason string) (outbox.Message, error) {
+		return outbox.Message{}, &outbox.ValidationError{Index: -1, Field: field, Reason: reason}
 	}
-	if err := ValidateTopic(topic); err != nil {
+	if err := outbox.ValidateTopic(topic); err != nil {
 		return bad("Topic", err.Error())
 	}
 	switch {
@@ -138,7 +106,7 @@ func CloudEvent(topic, key string, e Event) (Message, error) {
 	case json.RawMessage:
 		value = bytes.Clone(d)
 		if contentType == "" {
-			contentType = ContentTypeJSON
+			contentType = outbox.ContentTypeJSON
 		}
 	default:
 		v, err := json.Marshal(d)
@@ -147,12 +115,12 @@ func CloudEvent(topic, key string, e Event) (Message, error) {
 		}
 		value = v
 		if contentType == "" {
-			contentType = ContentTypeJSON
+			contentType = outbox.ContentTypeJSON
 		}
 	}
-	m := Message{Topic: topic, Key: keyBytes(key), Value: value}
+	m := outbox.Message{Topic: topic, Key: keyBytes(key), Value: value}
 	if e.ID == "" {
-		e.ID = NewID()
+		e.ID = outbox.NewID()
 	}
 	if canonicalID(e.ID) {
 		m.ID = e.ID
@@ -161,9 +129,9 @@ func CloudEvent(topic, key string, e Event) (Message, error) {
 		e.Time = time.Now()
 	}
 	add := func(attr, v string) {
-		m.Headers = append(m.Headers, Header{Key: CloudEventsHeaderPrefix + attr, Value: []byte(v)})
+		m.Headers = append(m.Headers, outbox.Header{Key: HeaderPrefix + attr, Value: []byte(v)})
 	}
-	add("specversion", CloudEventsSpecVersion)
+	add("specversion", SpecVersion)
 	add("id", e.ID)
 	add("source", e.Source)
 	add("type", e.Type)
@@ -178,7 +146,7 @@ func CloudEvent(topic, key string, e Event) (Message, error) {
 		add(name, e.Extensions[name])
 	}
 	if contentType != "" {
-		m.Headers = append(m.Headers, Header{Key: ContentTypeHeader, Value: []byte(contentType)})
+		m.Headers = append(m.Headers, outbox.Header{Key: outbox.ContentTypeHeader, Value: []byte(contentType)})
 	}
 	return m, nil
 }
@@ -223,50 +191,50 @@ func extensionNameProblem(name string) string {
 	return ""
 }
 
-// CloudEventError is a record in the CloudEvents binary content mode (it has
+// Error is a record in the CloudEvents binary content mode (it has
 // a ce_specversion header) whose attributes are missing or malformed.
-type CloudEventError struct {
+type Error struct {
 	// Header is the offending header, such as ce_time.
 	Header string
 	Reason string
 }
 
-func (e *CloudEventError) Error() string {
+func (e *Error) Error() string {
 	return fmt.Sprintf("outbox: CloudEvent header %s: %s", e.Header, e.Reason)
 }
 
 // OutboxErrorClass: a malformed event stays malformed.
-func (e *CloudEventError) OutboxErrorClass() ErrorClass { return RecordPermanent }
+func (e *Error) OutboxErrorClass() outbox.ErrorClass { return outbox.RecordPermanent }
 
-// ParseCloudEvent reads the CloudEvent a record carries in the binary
+// Parse reads the CloudEvent a record carries in the binary
 // content mode of the CloudEvents Kafka protocol binding: its ce_ headers
 // (names matched without regard to case), its content-type header and its
 // value, which becomes Data (a []byte, not copied). A record without a
-// ce_specversion header is ErrNotCloudEvent; another specversion than
+// ce_specversion header is ErrNotEvent; another specversion than
 // "1.0", a missing ce_id, ce_source or ce_type, or a ce_time that is not
-// RFC 3339 is a *CloudEventError. Unknown ce_ headers are Extensions. When
+// RFC 3339 is a *Error. Unknown ce_ headers are Extensions. When
 // a header repeats, the last one wins.
-func ParseCloudEvent(headers []Header, value []byte) (Event, error) {
+func Parse(headers []outbox.Header, value []byte) (Event, error) {
 	var e Event
 	attrs := map[string]string{}
 	for _, h := range headers {
 		k := strings.ToLower(h.Key)
 		switch {
-		case k == ContentTypeHeader:
+		case k == outbox.ContentTypeHeader:
 			e.DataContentType = string(h.Value)
-		case strings.HasPrefix(k, CloudEventsHeaderPrefix) && len(k) > len(CloudEventsHeaderPrefix):
-			attrs[k[len(CloudEventsHeaderPrefix):]] = string(h.Value)
+		case strings.HasPrefix(k, HeaderPrefix) && len(k) > len(HeaderPrefix):
+			attrs[k[len(HeaderPrefix):]] = string(h.Value)
 		}
 	}
 	spec, ok := attrs["specversion"]
 	if !ok {
-		return Event{}, ErrNotCloudEvent
+		return Event{}, ErrNotEvent
 	}
 	bad := func(attr, reason string) (Event, error) {
-		return Event{}, &CloudEventError{Header: CloudEventsHeaderPrefix + attr, Reason: reason}
+		return Event{}, &Error{Header: HeaderPrefix + attr, Reason: reason}
 	}
-	if spec != CloudEventsSpecVersion {
-		return bad("specversion", fmt.Sprintf("%q is not a version this reader knows (%s)", spec, CloudEventsSpecVersion))
+	if spec != SpecVersion {
+		return bad("specversion", fmt.Sprintf("%q is not a version this reader knows (%s)", spec, SpecVersion))
 	}
 	for _, required := range []string{"id", "source", "type"} {
 		if attrs[required] == "" {
@@ -295,13 +263,13 @@ func ParseCloudEvent(headers []Header, value []byte) (Event, error) {
 }
 
 // DecodeData decodes the event's data (a []byte or json.RawMessage, as
-// ParseCloudEvent sets it) into v with encoding/json. Data whose content
+// Parse sets it) into v with encoding/json. Data whose content
 // type is set and is not JSON (application/json or a +json type) is an
 // error, and so is data that is not JSON.
 func (e Event) DecodeData(v any) error {
 	if e.DataContentType != "" {
 		mt, _, err := mime.ParseMediaType(e.DataContentType)
-		if err != nil || mt != ContentTypeJSON && !strings.HasSuffix(mt, "+json") {
+		if err != nil || mt != outbox.ContentTypeJSON && !strings.HasSuffix(mt, "+json") {
 			return fmt.Errorf("outbox: event %s: data of content type %q is not JSON", e.ID, e.DataContentType)
 		}
 	}
@@ -318,4 +286,11 @@ func (e Event) DecodeData(v any) error {
 		return fmt.Errorf("outbox: event %s: decode data: %w", e.ID, err)
 	}
 	return nil
+}
+
+func keyBytes(key string) []byte {
+	if key == "" {
+		return nil
+	}
+	return []byte(key)
 }

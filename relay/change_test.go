@@ -1,4 +1,4 @@
-package outbox_test
+package relay_test
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -18,7 +19,7 @@ func keyed(k string, bucket int, seq int64) outbox.Message {
 
 // gateOptions make a drain held back by the gate give up after one
 // re-check: the test then drains the old bucket and asks again.
-var gateOptions = []outbox.Option{outbox.GapPollInterval(time.Millisecond), outbox.GapTimeout(time.Millisecond), outbox.DeadlineMargin(0)}
+var gateOptions = []relay.Option{relay.GapPollInterval(time.Millisecond), relay.GapTimeout(time.Millisecond), relay.DeadlineMargin(0)}
 
 // The gate (docs/design.md §13): after a change 2 → 4, new bucket 3's
 // messages of the new epoch wait until old bucket 1 (deps(3) = {1}) has
@@ -97,7 +98,7 @@ func TestSweepEndsADrainedOldEpoch(t *testing.T) {
 	clk := &fakeClock{}
 	s := memory.New(4)
 	p := &recorder{}
-	r := newRelay(t, s, p, append(gateOptions, outbox.WithClock(clk), outbox.SweepMinAge(time.Hour))...)
+	r := newRelay(t, s, p, append(gateOptions, relay.WithClock(clk), relay.SweepMinAge(time.Hour))...)
 	if err := s.Put(keyed("a", 3, 1)); err != nil {
 		t.Fatal(err)
 	}

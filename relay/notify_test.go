@@ -1,4 +1,4 @@
-package outbox_test
+package relay_test
 
 import (
 	"context"
@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
 // Notifications coalesce into one wake-up and one set of buckets; buckets
 // outside the range are ignored, and nothing is pending after Take.
 func TestNotifierCoalesces(t *testing.T) {
-	n := outbox.NewNotifier()
+	n := relay.NewNotifier()
 	select {
 	case <-n.Ready():
 		t.Fatal("a new Notifier is ready")
@@ -91,11 +92,11 @@ func (p published) next(t *testing.T) outbox.Message {
 // it when the test ends. Its first sweep publishes the message of bucket 0
 // already stored, which the test waits for: from then on only notifications
 // publish.
-func runNotified(t *testing.T, s *memory.Store, n *outbox.Notifier, opts ...outbox.Option) published {
+func runNotified(t *testing.T, s *memory.Store, n *relay.Notifier, opts ...relay.Option) published {
 	t.Helper()
 	fill(t, s, 0, 1)
 	pub := make(published, 16)
-	r := newRelay(t, s, pub, append([]outbox.Option{outbox.PollInterval(time.Hour), outbox.WithNotifier(n)}, opts...)...)
+	r := newRelay(t, s, pub, append([]relay.Option{relay.PollInterval(time.Hour), relay.WithNotifier(n)}, opts...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
@@ -115,7 +116,7 @@ func runNotified(t *testing.T, s *memory.Store, n *outbox.Notifier, opts ...outb
 // first sweep is published although the next poll is an hour away.
 func TestRunDrainsNotifiedBucket(t *testing.T) {
 	s := memory.New(4)
-	n := outbox.NewNotifier()
+	n := relay.NewNotifier()
 	pub := runNotified(t, s, n)
 	for seq := int64(1); seq <= 3; seq++ {
 		fill(t, s, 2, seq)
@@ -134,8 +135,8 @@ func TestRunLeavesNotifiedBucketsOfOthers(t *testing.T) {
 	if err := s.Heartbeat(context.Background(), "b", time.Now(), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	n := outbox.NewNotifier()
-	pub := runNotified(t, s, n, outbox.RelayID("a"), outbox.LeaseDuration(time.Hour))
+	n := relay.NewNotifier()
+	pub := runNotified(t, s, n, relay.RelayID("a"), relay.LeaseDuration(time.Hour))
 	fill(t, s, 3, 1) // relay b's
 	fill(t, s, 1, 1) // a's
 	n.Notify(3, 1)   // one Take: bucket 3 is left out before bucket 1 drains
@@ -150,7 +151,7 @@ func TestRunLeavesNotifiedBucketsOfOthers(t *testing.T) {
 }
 
 func TestWithNotifierRefusesNil(t *testing.T) {
-	_, err := outbox.NewRelay(context.Background(), memory.New(1), published(nil), outbox.WithNotifier(nil))
+	_, err := relay.New(context.Background(), memory.New(1), published(nil), relay.WithNotifier(nil))
 	var oe *outbox.OptionError
 	if !errors.As(err, &oe) || oe.Option != "WithNotifier" {
 		t.Fatalf("err = %v, want an *OptionError on WithNotifier", err)

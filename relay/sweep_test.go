@@ -1,4 +1,4 @@
-package outbox_test
+package relay_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -23,7 +24,7 @@ func TestSweepFairShareAndBacklog(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &recorder{}
-	r := newRelay(t, s, p, outbox.RelayID("me"), outbox.WithClock(clk), outbox.DeadlineMargin(0))
+	r := newRelay(t, s, p, relay.RelayID("me"), relay.WithClock(clk), relay.DeadlineMargin(0))
 	rep, err := r.Sweep(ctxFor(t, 10*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +56,7 @@ func TestSweepReportsOutOfRangeBucketsLoudly(t *testing.T) {
 	fill(t, s, 1, 1)
 	fill(t, s, 6, 1, 2) // a writer configured with BucketCount >= 7
 	p := &recorder{}
-	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
+	r := newRelay(t, s, p, relay.DeadlineMargin(0))
 	rep, err := r.Sweep(ctxFor(t, 10*time.Second))
 	var re *outbox.BucketRangeError
 	if !errors.As(err, &re) || re.Bucket != 6 {
@@ -97,9 +98,9 @@ func (e *exclusive) Publish(ctx context.Context, msgs []outbox.Message) (int, er
 func TestConcurrentSweepersNeverOverlapOnABucket(t *testing.T) {
 	s := memory.New(8)
 	p := &exclusive{active: map[int]bool{}, t: t}
-	var relays []*outbox.Relay
+	var relays []*relay.Relay
 	for i := 0; i < 3; i++ {
-		relays = append(relays, newRelay(t, s, p, outbox.RelayID(fmt.Sprint("r", i)), outbox.BatchSize(7), outbox.DeadlineMargin(0)))
+		relays = append(relays, newRelay(t, s, p, relay.RelayID(fmt.Sprint("r", i)), relay.BatchSize(7), relay.DeadlineMargin(0)))
 	}
 	ctx := ctxFor(t, 20*time.Second)
 	var wg sync.WaitGroup
@@ -116,7 +117,7 @@ func TestConcurrentSweepersNeverOverlapOnABucket(t *testing.T) {
 	}()
 	for _, r := range relays {
 		wg.Add(1)
-		go func(r *outbox.Relay) {
+		go func(r *relay.Relay) {
 			defer wg.Done()
 			for i := 0; i < 20; i++ {
 				if _, err := r.Sweep(ctx); err != nil {
@@ -127,7 +128,7 @@ func TestConcurrentSweepersNeverOverlapOnABucket(t *testing.T) {
 	}
 	wg.Wait()
 	// Whatever is left, one final sweep drains.
-	if _, err := newRelay(t, s, p, outbox.DeadlineMargin(0)).Sweep(ctx); err != nil {
+	if _, err := newRelay(t, s, p, relay.DeadlineMargin(0)).Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for b := 0; b < 8; b++ {
@@ -160,7 +161,7 @@ func TestSweepSeesAMessageBehindManyFences(t *testing.T) {
 	}
 	fill(t, s, 3, fences+1)
 	p := &recorder{}
-	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
+	r := newRelay(t, s, p, relay.DeadlineMargin(0))
 	rep, err := r.Sweep(ctx)
 	if err != nil {
 		t.Fatal(err)

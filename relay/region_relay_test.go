@@ -1,4 +1,4 @@
-package outbox_test
+package relay_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -21,18 +22,18 @@ func TestRelayRegionMode(t *testing.T) {
 	s.SetConfig(regions)
 	for _, tc := range []struct {
 		name string
-		opts []outbox.Option
-	}{{"no region", nil}, {"unlisted region", []outbox.Option{outbox.Region("c")}}} {
+		opts []relay.Option
+	}{{"no region", nil}, {"unlisted region", []relay.Option{relay.Region("c")}}} {
 		var me *outbox.MisconfigurationError
-		if _, err := outbox.NewRelay(ctxFor(t, time.Second), s, &recorder{}, tc.opts...); !errors.As(err, &me) || me.Setting != "Region" {
-			t.Errorf("%s: NewRelay = %v, want a *MisconfigurationError for Region", tc.name, err)
+		if _, err := relay.New(ctxFor(t, time.Second), s, &recorder{}, tc.opts...); !errors.As(err, &me) || me.Setting != "Region" {
+			t.Errorf("%s: relay.New = %v, want a *MisconfigurationError for Region", tc.name, err)
 		}
 	}
 	fill(t, s, 1, 1, 2)
 	fill(t, s, 3, 1, 2)
 	p := &recorder{}
-	r := newRelay(t, s, p, outbox.Region("a"), outbox.RelayID("r1"), outbox.DeadlineMargin(0),
-		outbox.GapTimeout(50*time.Millisecond), outbox.GapPollInterval(5*time.Millisecond))
+	r := newRelay(t, s, p, relay.Region("a"), relay.RelayID("r1"), relay.DeadlineMargin(0),
+		relay.GapTimeout(50*time.Millisecond), relay.GapPollInterval(5*time.Millisecond))
 	if r.ID() != "a/r1" {
 		t.Errorf("relay id %q, want it prefixed by its region", r.ID())
 	}
@@ -91,8 +92,8 @@ func TestRelayRegionMode(t *testing.T) {
 // In the default mode a Region option is refused.
 func TestRelayDefaultModeRefusesRegion(t *testing.T) {
 	var me *outbox.MisconfigurationError
-	if _, err := outbox.NewRelay(ctxFor(t, time.Second), memory.New(2), &recorder{}, outbox.Region("a")); !errors.As(err, &me) || me.Setting != "Region" {
-		t.Errorf("NewRelay(Region) on a single-region outbox = %v, want a *MisconfigurationError", err)
+	if _, err := relay.New(ctxFor(t, time.Second), memory.New(2), &recorder{}, relay.Region("a")); !errors.As(err, &me) || me.Setting != "Region" {
+		t.Errorf("relay.New(Region) on a single-region outbox = %v, want a *MisconfigurationError", err)
 	}
 }
 
@@ -114,10 +115,10 @@ func TestSweepReadsConfigOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		regions []string
-		opts    []outbox.Option
+		opts    []relay.Option
 		full    int
 	}{
-		{"region mode", []string{"a", "b"}, []outbox.Option{outbox.Region("a")}, 1},
+		{"region mode", []string{"a", "b"}, []relay.Option{relay.Region("a")}, 1},
 		{"default mode", nil, nil, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -125,7 +126,7 @@ func TestSweepReadsConfigOnce(t *testing.T) {
 			s.SetConfig(outbox.Config{Regions: tc.regions})
 			fill(t, s.Store, 0, 1, 2)
 			p := &recorder{}
-			r := newRelay(t, s, p, append(tc.opts, outbox.RelayID("r1"), outbox.DeadlineMargin(0))...)
+			r := newRelay(t, s, p, append(tc.opts, relay.RelayID("r1"), relay.DeadlineMargin(0))...)
 			s.n = 0
 			if _, err := r.Sweep(ctxFor(t, 10*time.Second)); err != nil {
 				t.Fatal(err)

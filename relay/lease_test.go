@@ -1,4 +1,4 @@
-package outbox_test
+package relay_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/seam"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -41,8 +42,8 @@ func newManualSched() *manualSched {
 	return s
 }
 
-func (s *manualSched) option() outbox.Option {
-	return seam.With(seam.Hooks{Scheduler: s}).(outbox.Option)
+func (s *manualSched) option() relay.Option {
+	return seam.With(seam.Hooks{Scheduler: s}).(relay.Option)
 }
 
 func (s *manualSched) Now() time.Time {
@@ -213,11 +214,11 @@ func (p *overlapPublisher) checkOnce(t *testing.T, seqs []int64) {
 }
 
 type drainResult struct {
-	st  outbox.DrainStats
+	st  relay.DrainStats
 	err error
 }
 
-func drainAsync(ctx context.Context, r *outbox.Relay) chan drainResult {
+func drainAsync(ctx context.Context, r *relay.Relay) chan drainResult {
 	ch := make(chan drainResult, 1)
 	go func() {
 		st, err := r.DrainBucket(ctx, 0)
@@ -238,11 +239,11 @@ func TestOwedResumeWaitSurvivesAContainerSwitch(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	s := memory.New(1)
 	sched, pub := newManualSched(), newOverlapPublisher()
-	opts := []outbox.Option{sched.option(), outbox.HolderWait(0)}
-	sweeper := newRelay(t, s, pub, append(opts, outbox.RelayID("sweeper"))...)
-	first := newRelay(t, s, pub, append(opts, outbox.RelayID("relay/fn"))...)
-	second := newRelay(t, s, pub, append(opts, outbox.RelayID("relay/fn"))...)
-	const window = outbox.DefaultResumeWindow
+	opts := []relay.Option{sched.option(), relay.HolderWait(0)}
+	sweeper := newRelay(t, s, pub, append(opts, relay.RelayID("sweeper"))...)
+	first := newRelay(t, s, pub, append(opts, relay.RelayID("relay/fn"))...)
+	second := newRelay(t, s, pub, append(opts, relay.RelayID("relay/fn"))...)
+	const window = relay.DefaultResumeWindow
 
 	fill(t, s, 0, 1, 2, 3)
 	if _, err := sweeper.DrainBucket(ctx, 0); err != nil {
@@ -298,9 +299,9 @@ func TestConcurrentInvocationsOfOneFunctionExcludeEachOther(t *testing.T) {
 			ctx := ctxFor(t, time.Minute)
 			s := memory.New(1)
 			sched, pub := newManualSched(), newOverlapPublisher()
-			opts := []outbox.Option{sched.option(), outbox.HolderWait(0), outbox.RelayID("relay/fn"), outbox.ResumeReleased(tc.resume)}
+			opts := []relay.Option{sched.option(), relay.HolderWait(0), relay.RelayID("relay/fn"), relay.ResumeReleased(tc.resume)}
 			a, b := newRelay(t, s, pub, opts...), newRelay(t, s, pub, opts...)
-			const window = outbox.DefaultResumeWindow
+			const window = relay.DefaultResumeWindow
 
 			fill(t, s, 0, 1, 2, 3)
 			if _, err := a.DrainBucket(ctx, 0); err != nil {
@@ -402,10 +403,10 @@ func TestResumerMarkBoundedByWindow(t *testing.T) {
 	sched, pub, log := newManualSched(), newOverlapPublisher(), &eventLog{}
 	ga := &markGate{Store: s, name: "a", entered: make(chan struct{}), release: make(chan struct{}), log: log}
 	gb := &markGate{Store: s, name: "b", log: log}
-	const window = outbox.DefaultResumeWindow
+	const window = relay.DefaultResumeWindow
 	clk := &fakeClock{} // leases never expire while the test waits
-	a := newRelay(t, ga, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("a"), outbox.HolderWait(0))
-	b := newRelay(t, gb, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("b"), outbox.HolderWait(0))
+	a := newRelay(t, ga, pub, sched.option(), relay.WithClock(clk), relay.RelayID("a"), relay.HolderWait(0))
+	b := newRelay(t, gb, pub, sched.option(), relay.WithClock(clk), relay.RelayID("b"), relay.HolderWait(0))
 
 	fill(t, s, 0, 1, 2, 3)
 	if _, err := a.DrainBucket(ctx, 0); err != nil {
@@ -442,13 +443,13 @@ func TestResumerMarkBoundedByWindow(t *testing.T) {
 // its holder owed, plus the clock skew a contender may have.
 func TestLeaseDurationMustOutlastResumeWindow(t *testing.T) {
 	ctx := ctxFor(t, 10*time.Second)
-	common := []outbox.Option{outbox.LeaseRenewInterval(time.Second), outbox.LeaseMargin(time.Second), outbox.MaxClockSkew(time.Second)}
-	_, err := outbox.NewRelay(ctx, memory.New(1), &recorder{}, append(common, outbox.LeaseDuration(10*time.Second), outbox.ResumeWindow(10*time.Second))...)
+	common := []relay.Option{relay.LeaseRenewInterval(time.Second), relay.LeaseMargin(time.Second), relay.MaxClockSkew(time.Second)}
+	_, err := relay.New(ctx, memory.New(1), &recorder{}, append(common, relay.LeaseDuration(10*time.Second), relay.ResumeWindow(10*time.Second))...)
 	var oe *outbox.OptionError
 	if !errors.As(err, &oe) || oe.Option != "LeaseDuration" || !strings.Contains(oe.Error(), "ResumeWindow") || !strings.Contains(oe.Error(), "MaxClockSkew") {
 		t.Fatalf("LeaseDuration 10s with ResumeWindow 10s: err = %v; want an *OptionError on LeaseDuration naming ResumeWindow and MaxClockSkew", err)
 	}
-	if _, err := outbox.NewRelay(ctx, memory.New(1), &recorder{}, append(common, outbox.LeaseDuration(11*time.Second), outbox.ResumeWindow(10*time.Second))...); err != nil {
+	if _, err := relay.New(ctx, memory.New(1), &recorder{}, append(common, relay.LeaseDuration(11*time.Second), relay.ResumeWindow(10*time.Second))...); err != nil {
 		t.Fatalf("LeaseDuration 11s with ResumeWindow 10s and MaxClockSkew 1s: %v", err)
 	}
 }
@@ -493,7 +494,7 @@ func TestWatermarkResumedDrainKeepsProgress(t *testing.T) {
 				}
 				return nil
 			}
-			r := newRelay(t, st, pub, outbox.BatchSize(3), outbox.RelayID("a"))
+			r := newRelay(t, st, pub, relay.BatchSize(3), relay.RelayID("a"))
 			fill(t, mem, 0, 1, 2, 3)
 			if _, err := r.DrainBucket(ctx, 0); err != nil {
 				t.Fatal(err)
@@ -536,7 +537,7 @@ func TestWatermarkResumedDrainKeepsProgress(t *testing.T) {
 // 5 s after a release (a write to stretch it every 1.25 s) and an
 // acquirer waited up to 10 s: every hand-over of a busy bucket stalled it.
 func TestHandoverWaitsResumeWindowFromItsAcquisition(t *testing.T) {
-	const window = outbox.DefaultResumeWindow
+	const window = relay.DefaultResumeWindow
 	for _, tc := range []struct {
 		name       string
 		after      time.Duration // since a's release, on both clocks
@@ -559,8 +560,8 @@ func TestHandoverWaitsResumeWindowFromItsAcquisition(t *testing.T) {
 			if tc.fencer {
 				p = fencingOverlap{pub}
 			}
-			opts := []outbox.Option{sched.option(), outbox.WithClock(clk), outbox.RelayID("relay/fn"), outbox.HolderWait(0)}
-			relays := map[string]*outbox.Relay{"a": newRelay(t, s, p, opts...), "b": newRelay(t, s, p, opts...)}
+			opts := []relay.Option{sched.option(), relay.WithClock(clk), relay.RelayID("relay/fn"), relay.HolderWait(0)}
+			relays := map[string]*relay.Relay{"a": newRelay(t, s, p, opts...), "b": newRelay(t, s, p, opts...)}
 			fill(t, s, 0, 1, 2, 3)
 			if st, err := relays["a"].DrainBucket(ctx, 0); err != nil || !st.Acquired {
 				t.Fatalf("a's first drain: acquired %v, err %v", st.Acquired, err)
@@ -601,7 +602,7 @@ func (fencingOverlap) FenceHolders(context.Context, int) error { return nil }
 // whole window after its acquisition. Without the bound (a publishing on
 // after its look) b published beside it.
 func TestResumedPublishEndsHalfAWindowAfterItsLook(t *testing.T) {
-	const window = outbox.DefaultResumeWindow
+	const window = relay.DefaultResumeWindow
 	ctx := ctxFor(t, time.Minute)
 	mem := memory.New(1)
 	log := &eventLog{}
@@ -626,8 +627,8 @@ func TestResumedPublishEndsHalfAWindowAfterItsLook(t *testing.T) {
 	}}
 	ga := &markGate{Store: mem, name: "a", log: log}
 	gb := &markGate{Store: mem, name: "b", log: log}
-	a := newRelay(t, ga, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("a"), outbox.HolderWait(0))
-	b := newRelay(t, gb, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("b"), outbox.HolderWait(0))
+	a := newRelay(t, ga, pub, sched.option(), relay.WithClock(clk), relay.RelayID("a"), relay.HolderWait(0))
+	b := newRelay(t, gb, pub, sched.option(), relay.WithClock(clk), relay.RelayID("b"), relay.HolderWait(0))
 	fill(t, mem, 0, 1, 2, 3)
 	if _, err := a.DrainBucket(ctx, 0); err != nil {
 		t.Fatal(err)
@@ -660,7 +661,7 @@ func TestResumedPublishEndsHalfAWindowAfterItsLook(t *testing.T) {
 // released by its hold: the watchdog's looks (reads, no writes) move its
 // bound every quarter window.
 func TestResumedPublishRunsOnWhileNobodyTakesTheBucket(t *testing.T) {
-	const window = outbox.DefaultResumeWindow
+	const window = relay.DefaultResumeWindow
 	ctx := ctxFor(t, time.Minute)
 	mem := memory.New(1)
 	s := &gateStore{countingStore: &countingStore{Store: mem, writes: map[string]int{}}}
@@ -678,7 +679,7 @@ func TestResumedPublishRunsOnWhileNobodyTakesTheBucket(t *testing.T) {
 		}
 		return len(msgs), nil, true
 	}}
-	a := newRelay(t, s, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("a"), outbox.HolderWait(0))
+	a := newRelay(t, s, pub, sched.option(), relay.WithClock(clk), relay.RelayID("a"), relay.HolderWait(0))
 	fill(t, mem, 0, 1, 2, 3)
 	if _, err := a.DrainBucket(ctx, 0); err != nil {
 		t.Fatal(err)
@@ -753,12 +754,12 @@ func (g *markOnce) ReadLease(ctx context.Context, bucket int) (outbox.Lease, err
 // with "outlasted a resumed drain's window" and left the acknowledged
 // messages unmarked.
 func TestResumerFinishesMarkingUnderItsOwnRelease(t *testing.T) {
-	const window = outbox.DefaultResumeWindow
+	const window = relay.DefaultResumeWindow
 	ctx := ctxFor(t, time.Minute)
 	s := memory.New(1)
 	sched, pub, clk := newManualSched(), newOverlapPublisher(), &fakeClock{}
 	g := &markOnce{Store: s, hold: 4, entered: make(chan struct{})}
-	a := newRelay(t, g, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("a"), outbox.HolderWait(0))
+	a := newRelay(t, g, pub, sched.option(), relay.WithClock(clk), relay.RelayID("a"), relay.HolderWait(0))
 	fill(t, s, 0, 1, 2, 3)
 	if _, err := a.DrainBucket(ctx, 0); err != nil {
 		t.Fatal(err)
@@ -830,7 +831,7 @@ func TestBusyBucketResumesWithoutLeaseWrites(t *testing.T) {
 			mem := memory.New(1)
 			s := &gateStore{countingStore: &countingStore{Store: mem, writes: map[string]int{}}}
 			sched, clk, pub := newManualSched(), &fakeClock{}, newOverlapPublisher()
-			a := newRelay(t, s, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("relay/fn"), outbox.HolderWait(0))
+			a := newRelay(t, s, pub, sched.option(), relay.WithClock(clk), relay.RelayID("relay/fn"), relay.HolderWait(0))
 			fill(t, mem, 0, 1)
 			if _, err := a.DrainBucket(ctx, 0); err != nil {
 				t.Fatal(err)
@@ -889,8 +890,8 @@ func TestResumedDrainLeavesItsHeadFlushInFlight(t *testing.T) {
 	mem := memory.New(1)
 	s := &gateStore{countingStore: &countingStore{Store: mem, writes: map[string]int{}}, advanceGate: make(chan struct{})}
 	sched, pub, clk := newManualSched(), newOverlapPublisher(), &fakeClock{}
-	a := newRelay(t, s, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("relay/fn"), outbox.HolderWait(0),
-		outbox.HeadFlushInterval(time.Second))
+	a := newRelay(t, s, pub, sched.option(), relay.WithClock(clk), relay.RelayID("relay/fn"), relay.HolderWait(0),
+		relay.HeadFlushInterval(time.Second))
 	fill(t, mem, 0, 1, 2)
 	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Acquired {
 		t.Fatalf("first drain: acquired %v, err %v", st.Acquired, err)

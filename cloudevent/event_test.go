@@ -1,4 +1,4 @@
-package outbox_test
+package cloudevent_test
 
 import (
 	"encoding/json"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/cloudevent"
 )
 
 func header(m outbox.Message, key string) (string, bool) {
@@ -30,30 +31,6 @@ func wantValidation(t *testing.T, err error, field string) {
 	}
 }
 
-func TestJSON(t *testing.T) {
-	m, err := outbox.JSON("orders", "o-1", map[string]any{"order_id": "o-1", "cents": 1250})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(m.Value) != `{"cents":1250,"order_id":"o-1"}` || string(m.Key) != "o-1" || m.Topic != "orders" {
-		t.Fatalf("message %+v", m)
-	}
-	if ct, _ := header(m, "content-type"); ct != "application/json" {
-		t.Fatalf("content-type %q", ct)
-	}
-	if err := (outbox.HeaderNames{}).ValidateNew(m, 0, outbox.DefaultMaxMessageBytes); err != nil {
-		t.Fatalf("a built message is not writer-ready: %v", err)
-	}
-	keyless, err := outbox.JSON("orders", "", 1)
-	if err != nil || keyless.Key != nil {
-		t.Fatalf("keyless: key %v, %v", keyless.Key, err)
-	}
-	_, err = outbox.JSON("orders", "k", make(chan int))
-	wantValidation(t, err, "Value")
-	_, err = outbox.JSON("bad topic", "k", 1)
-	wantValidation(t, err, "Topic")
-}
-
 type orderPlaced struct {
 	OrderID string `json:"order_id"`
 	Cents   int64  `json:"cents"`
@@ -62,7 +39,7 @@ type orderPlaced struct {
 func TestCloudEventBinaryModeHeaders(t *testing.T) {
 	at := time.Date(2026, 12, 1, 21, 30, 0, 123000000, time.FixedZone("CET", 3600))
 	id := outbox.NewID()
-	m, err := outbox.CloudEvent("orders", "o-1", outbox.Event{ID: id, Source: "/orders", Type: "com.example.order.placed",
+	m, err := cloudevent.New("orders", "o-1", cloudevent.Event{ID: id, Source: "/orders", Type: "com.example.order.placed",
 		Subject: "o-1", Time: at, DataSchema: "https://example.com/placed.json", Extensions: map[string]string{"tenant": "acme"},
 		Data: orderPlaced{"o-1", 1250}})
 	if err != nil {
@@ -89,7 +66,7 @@ func TestCloudEventBinaryModeHeaders(t *testing.T) {
 		t.Fatalf("a built message is not writer-ready: %v", err)
 	}
 
-	e, err := outbox.ParseCloudEvent(m.Headers, m.Value)
+	e, err := cloudevent.Parse(m.Headers, m.Value)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +83,7 @@ func TestCloudEventBinaryModeHeaders(t *testing.T) {
 
 func TestCloudEventDefaults(t *testing.T) {
 	before := time.Now()
-	m, err := outbox.CloudEvent("orders", "", outbox.Event{Source: "/s", Type: "t", Data: []byte{0, 1}})
+	m, err := cloudevent.New("orders", "", cloudevent.Event{Source: "/s", Type: "t", Data: []byte{0, 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +97,7 @@ func TestCloudEventDefaults(t *testing.T) {
 	if m.Key != nil || string(m.Value) != "\x00\x01" {
 		t.Fatalf("key %v value %v", m.Key, m.Value)
 	}
-	e, err := outbox.ParseCloudEvent(m.Headers, m.Value)
+	e, err := cloudevent.Parse(m.Headers, m.Value)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +106,7 @@ func TestCloudEventDefaults(t *testing.T) {
 	}
 	// An event id that is not a UUID stays the event's; the writer gives
 	// the message its own id.
-	m, err = outbox.CloudEvent("orders", "k", outbox.Event{ID: "evt-7", Source: "/s", Type: "t"})
+	m, err = cloudevent.New("orders", "k", cloudevent.Event{ID: "evt-7", Source: "/s", Type: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,28 +116,28 @@ func TestCloudEventDefaults(t *testing.T) {
 }
 
 func TestCloudEventRefusesBadEvents(t *testing.T) {
-	ok := outbox.Event{Source: "/s", Type: "t"}
+	ok := cloudevent.Event{Source: "/s", Type: "t"}
 	for _, c := range []struct {
 		name  string
-		edit  func(*outbox.Event)
+		edit  func(*cloudevent.Event)
 		field string
 	}{
-		{"no source", func(e *outbox.Event) { e.Source = "" }, "Event.Source"},
-		{"no type", func(e *outbox.Event) { e.Type = "" }, "Event.Type"},
-		{"upper-case extension", func(e *outbox.Event) { e.Extensions = map[string]string{"Tenant": "x"} }, `Event.Extensions["Tenant"]`},
-		{"long extension", func(e *outbox.Event) { e.Extensions = map[string]string{strings.Repeat("a", 21): "x"} }, `Event.Extensions["aaaaaaaaaaaaaaaaaaaaa"]`},
-		{"core attribute", func(e *outbox.Event) { e.Extensions = map[string]string{"time": "x"} }, `Event.Extensions["time"]`},
-		{"partitionkey", func(e *outbox.Event) { e.Extensions = map[string]string{"partitionkey": "x"} }, `Event.Extensions["partitionkey"]`},
-		{"data", func(e *outbox.Event) { e.Data = func() {} }, "Event.Data"},
+		{"no source", func(e *cloudevent.Event) { e.Source = "" }, "Event.Source"},
+		{"no type", func(e *cloudevent.Event) { e.Type = "" }, "Event.Type"},
+		{"upper-case extension", func(e *cloudevent.Event) { e.Extensions = map[string]string{"Tenant": "x"} }, `Event.Extensions["Tenant"]`},
+		{"long extension", func(e *cloudevent.Event) { e.Extensions = map[string]string{strings.Repeat("a", 21): "x"} }, `Event.Extensions["aaaaaaaaaaaaaaaaaaaaa"]`},
+		{"core attribute", func(e *cloudevent.Event) { e.Extensions = map[string]string{"time": "x"} }, `Event.Extensions["time"]`},
+		{"partitionkey", func(e *cloudevent.Event) { e.Extensions = map[string]string{"partitionkey": "x"} }, `Event.Extensions["partitionkey"]`},
+		{"data", func(e *cloudevent.Event) { e.Data = func() {} }, "Event.Data"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := ok
 			c.edit(&e)
-			_, err := outbox.CloudEvent("orders", "k", e)
+			_, err := cloudevent.New("orders", "k", e)
 			wantValidation(t, err, c.field)
 		})
 	}
-	_, err := outbox.CloudEvent("", "k", ok)
+	_, err := cloudevent.New("", "k", ok)
 	wantValidation(t, err, "Topic")
 }
 
@@ -173,7 +150,7 @@ func TestParseCloudEventErrors(t *testing.T) {
 		return out
 	}
 	full := []string{"ce_specversion", "1.0", "ce_id", "1", "ce_source", "/s", "ce_type", "t"}
-	if _, err := outbox.ParseCloudEvent(h("content-type", "application/json"), nil); !errors.Is(err, outbox.ErrNotCloudEvent) {
+	if _, err := cloudevent.Parse(h("content-type", "application/json"), nil); !errors.Is(err, cloudevent.ErrNotEvent) {
 		t.Fatalf("no ce_specversion: %v", err)
 	}
 	for _, c := range []struct {
@@ -188,10 +165,10 @@ func TestParseCloudEventErrors(t *testing.T) {
 		{"bad time", h(append(full, "ce_time", "yesterday")...), "ce_time"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := outbox.ParseCloudEvent(c.headers, nil)
-			var ce *outbox.CloudEventError
+			_, err := cloudevent.Parse(c.headers, nil)
+			var ce *cloudevent.Error
 			if !errors.As(err, &ce) || ce.Header != c.header {
-				t.Fatalf("error %v, want a *CloudEventError on %s", err, c.header)
+				t.Fatalf("error %v, want a *cloudevent.Error on %s", err, c.header)
 			}
 			if outbox.Classify(err) != outbox.RecordPermanent {
 				t.Fatalf("class %v, want RecordPermanent", outbox.Classify(err))
@@ -200,7 +177,7 @@ func TestParseCloudEventErrors(t *testing.T) {
 	}
 	// Header names match without regard to case; the last of a repeated
 	// header wins.
-	e, err := outbox.ParseCloudEvent(h("CE_SpecVersion", "1.0", "ce_id", "1", "ce_id", "2", "Ce_Source", "/s", "ce_type", "t", "Content-Type", "text/plain"), []byte("hi"))
+	e, err := cloudevent.Parse(h("CE_SpecVersion", "1.0", "ce_id", "1", "ce_id", "2", "Ce_Source", "/s", "ce_type", "t", "Content-Type", "text/plain"), []byte("hi"))
 	if err != nil || e.ID != "2" || e.Source != "/s" || e.DataContentType != "text/plain" {
 		t.Fatalf("parsed %+v, %v", e, err)
 	}
@@ -215,41 +192,10 @@ func TestParseCloudEventErrors(t *testing.T) {
 	}
 }
 
-func TestValidateNewRefusesAssignedFields(t *testing.T) {
-	m := outbox.Message{Topic: "orders", Key: []byte("k")}
-	if err := (outbox.HeaderNames{}).ValidateNew(m, 3, outbox.DefaultMaxMessageBytes); err != nil {
-		t.Fatal(err)
-	}
-	b := m
-	b.Bucket = 7
-	err := outbox.HeaderNames{}.ValidateNew(b, 3, outbox.DefaultMaxMessageBytes)
-	wantValidation(t, err, "Bucket")
-	if ve := (*outbox.ValidationError)(nil); errors.As(err, &ve) && ve.Index != 3 {
-		t.Fatalf("index %d", ve.Index)
-	}
-	s := m
-	s.Sequence = 12
-	wantValidation(t, outbox.HeaderNames{}.ValidateNew(s, 0, outbox.DefaultMaxMessageBytes), "Sequence")
-	// The publisher's and replay's check of stored messages accepts both.
-	if err := (outbox.HeaderNames{}).Validate(b, 0, outbox.DefaultMaxMessageBytes); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// A JSON event with a content-type header, ready for a writer.
-func ExampleJSON() {
-	m, err := outbox.JSON("orders", "order-42", orderPlaced{OrderID: "order-42", Cents: 1250})
-	if err != nil {
-		panic(err)
-	}
-	fmt.Printf("%s key=%s value=%s %s=%s\n", m.Topic, m.Key, m.Value, m.Headers[0].Key, m.Headers[0].Value)
-	// Output: orders key=order-42 value={"order_id":"order-42","cents":1250} content-type=application/json
-}
-
 // A CloudEvent in the binary content mode of the CloudEvents Kafka binding:
 // the data is the value, the attributes are ce_ headers.
-func ExampleCloudEvent() {
-	m, err := outbox.CloudEvent("orders", "order-42", outbox.Event{
+func ExampleNew() {
+	m, err := cloudevent.New("orders", "order-42", cloudevent.Event{
 		ID:     "0193b6a4-5f2e-7c3a-9a1b-2c3d4e5f6a7b",
 		Source: "/orders-service",
 		Type:   "com.example.order.placed",
@@ -275,10 +221,10 @@ func ExampleCloudEvent() {
 
 // A consumer reads the event back from the record's headers and value
 // (inbox.CloudEventOf does this for a *kgo.Record).
-func ExampleParseCloudEvent() {
-	m, _ := outbox.CloudEvent("orders", "order-42", outbox.Event{Source: "/orders-service", Type: "com.example.order.placed",
+func ExampleParse() {
+	m, _ := cloudevent.New("orders", "order-42", cloudevent.Event{Source: "/orders-service", Type: "com.example.order.placed",
 		Data: orderPlaced{OrderID: "order-42", Cents: 1250}})
-	e, err := outbox.ParseCloudEvent(m.Headers, m.Value)
+	e, err := cloudevent.Parse(m.Headers, m.Value)
 	if err != nil {
 		panic(err)
 	}

@@ -1,4 +1,4 @@
-package outbox_test
+package relay_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -89,9 +90,9 @@ func span(from, to int64) []int64 {
 	return out
 }
 
-func newRelay(t *testing.T, s outbox.Store, p outbox.Publisher, opts ...outbox.Option) *outbox.Relay {
+func newRelay(t *testing.T, s outbox.Store, p outbox.Publisher, opts ...relay.Option) *relay.Relay {
 	t.Helper()
-	r, err := outbox.NewRelay(context.Background(), s, p, opts...)
+	r, err := relay.New(context.Background(), s, p, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func TestDrainPublishesInOrderAndDeletes(t *testing.T) {
 	fill(t, s, 1, span(1, 1200)...)
 	fill(t, s, 2, 1, 2)
 	p := &recorder{}
-	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
+	r := newRelay(t, s, p, relay.DeadlineMargin(0))
 	st, err := r.DrainBucket(ctxFor(t, 10*time.Second), 1)
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +155,7 @@ func TestGapIsWaitedOnThenWriterWins(t *testing.T) {
 	s := memory.New(1)
 	fill(t, s, 0, 2, 3)
 	p := &recorder{}
-	r := newRelay(t, s, p, outbox.GapTimeout(5*time.Second), outbox.GapPollInterval(5*time.Millisecond), outbox.DeadlineMargin(0))
+	r := newRelay(t, s, p, relay.GapTimeout(5*time.Second), relay.GapPollInterval(5*time.Millisecond), relay.DeadlineMargin(0))
 	go func() {
 		time.Sleep(100 * time.Millisecond)
 		fill(t, s, 0, 1) // the slow writer commits sequence 1
@@ -171,7 +172,7 @@ func TestGapTimeoutFencesAndWriterIsRefused(t *testing.T) {
 	s := memory.New(1)
 	fill(t, s, 0, 3, 4) // 1 and 2 reserved by an abandoned writer
 	p := &recorder{}
-	r := newRelay(t, s, p, outbox.GapTimeout(50*time.Millisecond), outbox.GapPollInterval(5*time.Millisecond), outbox.DeadlineMargin(0))
+	r := newRelay(t, s, p, relay.GapTimeout(50*time.Millisecond), relay.GapPollInterval(5*time.Millisecond), relay.DeadlineMargin(0))
 	st, err := r.DrainBucket(ctxFor(t, 10*time.Second), 0)
 	if err != nil {
 		t.Fatal(err)
@@ -194,10 +195,10 @@ func TestGapTimeoutHoldsAcrossRelays(t *testing.T) {
 	clk := &fakeClock{}
 	p := &recorder{}
 	// A short ResumeWindow: r2 takes over a bucket r1 released.
-	opts := []outbox.Option{outbox.GapTimeout(10 * time.Second), outbox.GapPollInterval(time.Millisecond), outbox.WithClock(clk), outbox.DeadlineMargin(0),
-		outbox.ResumeWindow(outbox.MinResumeWindow)}
+	opts := []relay.Option{relay.GapTimeout(10 * time.Second), relay.GapPollInterval(time.Millisecond), relay.WithClock(clk), relay.DeadlineMargin(0),
+		relay.ResumeWindow(relay.MinResumeWindow)}
 	// Invocation 1 sees the gap and runs out of time.
-	r1 := newRelay(t, s, p, append(opts, outbox.RelayID("r1"))...)
+	r1 := newRelay(t, s, p, append(opts, relay.RelayID("r1"))...)
 	_, err := r1.DrainBucket(ctxFor(t, 50*time.Millisecond), 0)
 	if !errors.Is(err, outbox.ErrGapPending) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, outbox.ErrDeadline) {
 		t.Fatalf("first drain: %v, want it to stop while waiting", err)
@@ -208,7 +209,7 @@ func TestGapTimeoutHoldsAcrossRelays(t *testing.T) {
 	// Another relay, 11 s later by the clock: the wait already elapsed, so it
 	// fences at once instead of starting a new 10 s wait.
 	clk.Advance(11 * time.Second)
-	r2 := newRelay(t, s, p, append(opts, outbox.RelayID("r2"))...)
+	r2 := newRelay(t, s, p, append(opts, relay.RelayID("r2"))...)
 	st, err := r2.DrainBucket(ctxFor(t, 5*time.Second), 0)
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +233,7 @@ func TestFailedHeadUpdateAfterProduce(t *testing.T) {
 	fill(t, s, 0, span(1, 10)...)
 	p := &recorder{}
 	fail := failOn(s, "Update", "crash: head update never happened")
-	r := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.BatchSize(5))
+	r := newRelay(t, s, p, relay.DeadlineMargin(0), relay.BatchSize(5))
 	if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); err == nil {
 		t.Fatal("drain succeeded through a failed head update")
 	}
@@ -269,7 +270,7 @@ func TestFailedReleaseAfterTheLastBatch(t *testing.T) {
 		}
 		return failing(method, bucket)
 	}
-	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
+	r := newRelay(t, s, p, relay.DeadlineMargin(0))
 	if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); err == nil {
 		t.Fatal("drain succeeded through a failed release")
 	}
@@ -297,7 +298,7 @@ func TestCrashBetweenHeadUpdateAndDeleteLeavesLeftovers(t *testing.T) {
 	fill(t, s, 0, span(1, 10)...)
 	p := &recorder{}
 	fail := failOn(s, "MarkPublished", "crash: marking never happened")
-	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
+	r := newRelay(t, s, p, relay.DeadlineMargin(0))
 	if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); err == nil {
 		t.Fatal("drain succeeded through a failed mark")
 	}
@@ -337,7 +338,7 @@ func TestPartialPublishDeletesOnlyThePrefix(t *testing.T) {
 				}
 				return 0, nil, false
 			}}
-			r := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.RetryBackoff(time.Millisecond, 10*time.Millisecond))
+			r := newRelay(t, s, p, relay.DeadlineMargin(0), relay.RetryBackoff(time.Millisecond, 10*time.Millisecond))
 			st, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0)
 			if c.class == outbox.Retriable {
 				// Backed off and retried within the drain, from the new head.
@@ -381,7 +382,7 @@ func TestRecordErrorPolicies(t *testing.T) {
 				}
 				return 0, nil, false
 			}}
-			r := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.OnRecordError(policy))
+			r := newRelay(t, s, p, relay.DeadlineMargin(0), relay.OnRecordError(policy))
 			st, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0)
 			switch policy {
 			case outbox.Park:
@@ -422,8 +423,8 @@ func TestWakeUpDuringDrainIsNotLost(t *testing.T) {
 		}
 		return 0, nil, false
 	}}
-	holder := newRelay(t, s, p, outbox.RelayID("holder"), outbox.DeadlineMargin(0))
-	other := newRelay(t, s, p, outbox.RelayID("other"), outbox.DeadlineMargin(0))
+	holder := newRelay(t, s, p, relay.RelayID("holder"), relay.DeadlineMargin(0))
+	other := newRelay(t, s, p, relay.RelayID("other"), relay.DeadlineMargin(0))
 	done := make(chan error, 1)
 	go func() { _, err := holder.DrainBucket(ctxFor(t, 10*time.Second), 0); done <- err }()
 	<-entered
@@ -453,9 +454,9 @@ func TestLeaseLostDuringPublishCancelsIt(t *testing.T) {
 		close(cancelled)
 		return 0, ctx.Err(), true
 	}}
-	r := newRelay(t, s, p, outbox.WithClock(clk), outbox.LeaseDuration(3*time.Second), outbox.LeaseRenewInterval(time.Second),
-		outbox.LeaseMargin(500*time.Millisecond), outbox.MaxClockSkew(500*time.Millisecond), outbox.DeadlineMargin(0), outbox.RelayID("stalled"),
-		outbox.ResumeWindow(time.Second))
+	r := newRelay(t, s, p, relay.WithClock(clk), relay.LeaseDuration(3*time.Second), relay.LeaseRenewInterval(time.Second),
+		relay.LeaseMargin(500*time.Millisecond), relay.MaxClockSkew(500*time.Millisecond), relay.DeadlineMargin(0), relay.RelayID("stalled"),
+		relay.ResumeWindow(time.Second))
 	s.Hook = func(method string, bucket int) error {
 		if method == "Renew" {
 			return errors.New("store unreachable")
@@ -498,9 +499,9 @@ func TestStalledHolderStopsAfterTakeover(t *testing.T) {
 		return nil
 	}
 	p := &recorder{}
-	opts := []outbox.Option{outbox.WithClock(clk), outbox.DeadlineMargin(0)}
-	a := newRelay(t, s, p, append(opts, outbox.RelayID("a"))...)
-	b := newRelay(t, s, p, append(opts, outbox.RelayID("b"))...)
+	opts := []relay.Option{relay.WithClock(clk), relay.DeadlineMargin(0)}
+	a := newRelay(t, s, p, append(opts, relay.RelayID("a"))...)
+	b := newRelay(t, s, p, append(opts, relay.RelayID("b"))...)
 	done := make(chan error, 1)
 	go func() { _, err := a.DrainBucket(ctxFor(t, 10*time.Second), 0); done <- err }()
 	stalled.Wait()
@@ -533,7 +534,7 @@ func TestBatchRejectionParksOnlyTheCulprit(t *testing.T) {
 		}
 		return 0, nil, false
 	}}
-	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
+	r := newRelay(t, s, p, relay.DeadlineMargin(0))
 	st, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0)
 	if err != nil {
 		t.Fatal(err)
@@ -554,7 +555,7 @@ func TestUndecodableItemIsParkedOrBlocks(t *testing.T) {
 			s.PutUndecodable(0, 2, outbox.WithClass(errors.New("bad item"), outbox.RecordPermanent))
 			fill(t, s, 0, 3)
 			p := &recorder{}
-			r := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.OnRecordError(policy))
+			r := newRelay(t, s, p, relay.DeadlineMargin(0), relay.OnRecordError(policy))
 			_, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0)
 			if policy == outbox.Block {
 				if err == nil || fmt.Sprint(p.seqs(0)) != "[1]" || s.Count(0) != 2 {
@@ -572,7 +573,7 @@ func TestUndecodableItemIsParkedOrBlocks(t *testing.T) {
 func TestNewerItemFormatStopsTheBucket(t *testing.T) {
 	s := memory.New(1)
 	s.PutUndecodable(0, 1, outbox.WithClass(errors.New("format version 2"), outbox.Fatal))
-	r := newRelay(t, s, &recorder{}, outbox.DeadlineMargin(0))
+	r := newRelay(t, s, &recorder{}, relay.DeadlineMargin(0))
 	if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); err == nil || outbox.Classify(err) != outbox.Fatal {
 		t.Fatalf("err = %v, want a fatal error", err)
 	}
@@ -608,7 +609,7 @@ func TestOversizedStoredRecordIsParked(t *testing.T) {
 			}
 			s.SetConfig(c.stored)
 			p := &recorder{}
-			r := newRelay(t, s, p, outbox.DeadlineMargin(0))
+			r := newRelay(t, s, p, relay.DeadlineMargin(0))
 			if _, err := r.DrainBucket(ctxFor(t, 5*time.Second), 0); err != nil {
 				t.Fatal(err)
 			}
@@ -649,7 +650,7 @@ func TestClassify(t *testing.T) {
 func TestDeadlineMarginStopsClaimingWork(t *testing.T) {
 	s := memory.New(1)
 	fill(t, s, 0, 1)
-	r := newRelay(t, s, &recorder{}, outbox.DeadlineMargin(time.Second))
+	r := newRelay(t, s, &recorder{}, relay.DeadlineMargin(time.Second))
 	if _, err := r.DrainBucket(ctxFor(t, 500*time.Millisecond), 0); !errors.Is(err, outbox.ErrDeadline) {
 		t.Fatalf("err = %v, want ErrDeadline", err)
 	}
@@ -669,25 +670,25 @@ func TestBucketOutOfRange(t *testing.T) {
 func TestOptionValidation(t *testing.T) {
 	cases := []struct {
 		name   string
-		opt    outbox.Option
+		opt    relay.Option
 		option string
 	}{
-		{"batch zero", outbox.BatchSize(0), "BatchSize"},
-		{"batch huge", outbox.BatchSize(10001), "BatchSize"},
-		{"short lease", outbox.LeaseDuration(time.Millisecond), "LeaseDuration"},
-		{"renew too slow", outbox.LeaseRenewInterval(26 * time.Second), "LeaseRenewInterval"},
-		{"gap zero", outbox.GapTimeout(0), "GapTimeout"},
-		{"negative margin", outbox.DeadlineMargin(-1), "DeadlineMargin"},
-		{"empty id", outbox.RelayID(""), "RelayID"},
-		{"concurrency", outbox.Concurrency(-1), "Concurrency"},
-		{"max in flight", outbox.MaxInFlight(0), "MaxInFlight"},
-		{"policy", outbox.OnRecordError(7), "OnRecordError"},
-		{"backoff", outbox.RetryBackoff(time.Second, time.Millisecond), "RetryBackoff"},
-		{"park stuck after", outbox.ParkStuckAfter(-time.Second), "ParkStuckAfter"},
+		{"batch zero", relay.BatchSize(0), "BatchSize"},
+		{"batch huge", relay.BatchSize(10001), "BatchSize"},
+		{"short lease", relay.LeaseDuration(time.Millisecond), "LeaseDuration"},
+		{"renew too slow", relay.LeaseRenewInterval(26 * time.Second), "LeaseRenewInterval"},
+		{"gap zero", relay.GapTimeout(0), "GapTimeout"},
+		{"negative margin", relay.DeadlineMargin(-1), "DeadlineMargin"},
+		{"empty id", relay.RelayID(""), "RelayID"},
+		{"concurrency", relay.Concurrency(-1), "Concurrency"},
+		{"max in flight", relay.MaxInFlight(0), "MaxInFlight"},
+		{"policy", relay.OnRecordError(7), "OnRecordError"},
+		{"backoff", relay.RetryBackoff(time.Second, time.Millisecond), "RetryBackoff"},
+		{"park stuck after", relay.ParkStuckAfter(-time.Second), "ParkStuckAfter"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := outbox.NewRelay(context.Background(), memory.New(8), &recorder{}, c.opt)
+			_, err := relay.New(context.Background(), memory.New(8), &recorder{}, c.opt)
 			var oe *outbox.OptionError
 			if !errors.As(err, &oe) || oe.Option != c.option {
 				t.Fatalf("err = %v, want an OptionError for %s", err, c.option)
@@ -709,27 +710,27 @@ func (p *checkingPublisher) CheckConfig(c outbox.Config) error {
 	return p.err
 }
 
-// NewRelay checks a ConfigChecker publisher against the config item it
+// relay.New checks a ConfigChecker publisher against the config item it
 // runs on, and refuses it on an error: a publisher with other shared
 // settings than the item's cannot publish for it.
 func TestNewRelayChecksThePublishersConfig(t *testing.T) {
 	s := memory.New(4)
 	s.SetConfig(outbox.Config{BucketCount: 4, MaxMessageBytes: 2048})
 	ok := &checkingPublisher{}
-	if _, err := outbox.NewRelay(context.Background(), s, ok); err != nil {
+	if _, err := relay.New(context.Background(), s, ok); err != nil {
 		t.Fatal(err)
 	}
 	if len(ok.checked) != 1 || ok.checked[0].MaxMessageBytes != 2048 {
 		t.Fatalf("checked against %+v, want the config item once", ok.checked)
 	}
 	refusal := &outbox.MisconfigurationError{Setting: "MaxMessageBytes", Configured: "1048576", Stored: "2048"}
-	if _, err := outbox.NewRelay(context.Background(), s, &checkingPublisher{err: refusal}); !errors.Is(err, refusal) {
-		t.Fatalf("NewRelay = %v, want the publisher's refusal", err)
+	if _, err := relay.New(context.Background(), s, &checkingPublisher{err: refusal}); !errors.Is(err, refusal) {
+		t.Fatalf("relay.New = %v, want the publisher's refusal", err)
 	}
 }
 
 // A nil store or publisher, also a nil pointer in the interface (the
-// *recorder a failed constructor would return), fails NewRelay with an
+// *recorder a failed constructor would return), fails relay.New with an
 // OptionError instead of a panic at the first drain.
 func TestNewRelayRefusesNilCollaborators(t *testing.T) {
 	var nilPub *recorder
@@ -748,9 +749,9 @@ func TestNewRelayRefusesNilCollaborators(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var oe *outbox.OptionError
-			r, err := outbox.NewRelay(context.Background(), c.store, c.pub)
-			if !errors.As(err, &oe) || oe.Option != "NewRelay" || !strings.Contains(oe.Reason, c.want) || r != nil {
-				t.Fatalf("NewRelay = %v, %v; want an OptionError naming the %s", r, err, c.want)
+			r, err := relay.New(context.Background(), c.store, c.pub)
+			if !errors.As(err, &oe) || oe.Option != "relay.New" || !strings.Contains(oe.Reason, c.want) || r != nil {
+				t.Fatalf("relay.New = %v, %v; want an OptionError naming the %s", r, err, c.want)
 			}
 		})
 	}
@@ -762,7 +763,7 @@ func TestDrainBucketsConcurrently(t *testing.T) {
 		fill(t, s, b, span(1, 50)...)
 	}
 	p := &recorder{}
-	r := newRelay(t, s, p, outbox.Concurrency(3), outbox.DeadlineMargin(0))
+	r := newRelay(t, s, p, relay.Concurrency(3), relay.DeadlineMargin(0))
 	errs := r.DrainBuckets(ctxFor(t, 10*time.Second), []int{0, 1, 2, 3, 4, 5, 6, 7, 7, 9})
 	if len(errs) != 1 {
 		t.Fatalf("errors = %v; want only bucket 9 (out of range)", errs)
@@ -800,7 +801,7 @@ func TestSameRelayDrainsABucketOnceAtATime(t *testing.T) {
 		}
 		return 0, nil, false
 	}}
-	r := newRelay(t, s, p, outbox.DeadlineMargin(0))
+	r := newRelay(t, s, p, relay.DeadlineMargin(0))
 	done := make(chan error, 1)
 	go func() { _, err := r.DrainBucket(ctxFor(t, 10*time.Second), 0); done <- err }()
 	<-entered
@@ -828,7 +829,7 @@ func TestDrainBucketToStopsOnceTheTargetIsDecided(t *testing.T) {
 	s := memory.New(1)
 	fill(t, s, 0, span(1, 100)...)
 	p := &recorder{}
-	r := newRelay(t, s, p, outbox.DeadlineMargin(0), outbox.BatchSize(10))
+	r := newRelay(t, s, p, relay.DeadlineMargin(0), relay.BatchSize(10))
 	st, err := r.DrainBucketTo(ctxFor(t, 5*time.Second), 0, 45)
 	if err != nil {
 		t.Fatal(err)
@@ -868,21 +869,21 @@ func TestRelayStoredConfig(t *testing.T) {
 	}
 	t.Run("default reads the config item", func(t *testing.T) {
 		s := &configCounter{Store: mem}
-		if _, err := outbox.NewRelay(ctx, s, &recorder{}); err != nil {
+		if _, err := relay.New(ctx, s, &recorder{}); err != nil {
 			t.Fatal(err)
 		}
 		if n := s.reads.Load(); n != 1 {
-			t.Fatalf("NewRelay read the config item %d times, want 1", n)
+			t.Fatalf("relay.New read the config item %d times, want 1", n)
 		}
 	})
 	t.Run("given: no read", func(t *testing.T) {
 		s := &configCounter{Store: mem}
-		r, err := outbox.NewRelay(ctx, s, &recorder{}, outbox.StoredConfig(stored))
+		r, err := relay.New(ctx, s, &recorder{}, relay.StoredConfig(stored))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if n := s.reads.Load(); n != 0 {
-			t.Fatalf("NewRelay read the config item %d times with StoredConfig, want 0", n)
+			t.Fatalf("relay.New read the config item %d times with StoredConfig, want 0", n)
 		}
 		if r.BucketCount() != 8 || r.Mode() != stored.Mode {
 			t.Fatalf("relay has %d buckets in %v, want the given config's 8 in %v", r.BucketCount(), r.Mode(), stored.Mode)
@@ -890,7 +891,7 @@ func TestRelayStoredConfig(t *testing.T) {
 	})
 	t.Run("given: checked as a read one", func(t *testing.T) {
 		var me *outbox.MisconfigurationError
-		if _, err := outbox.NewRelay(ctx, mem, &recorder{}, outbox.StoredConfig(outbox.Config{})); !errors.As(err, &me) || me.Setting != "BucketCount" {
+		if _, err := relay.New(ctx, mem, &recorder{}, relay.StoredConfig(outbox.Config{})); !errors.As(err, &me) || me.Setting != "BucketCount" {
 			t.Fatalf("err = %v for an empty config item, want a MisconfigurationError for BucketCount", err)
 		}
 	})
@@ -960,7 +961,7 @@ func TestDrainBucketsFollowsTheBucketsWithinMaxInFlight(t *testing.T) {
 	mem := memory.New(buckets)
 	s := &barrierStore{Store: mem, n: buckets, allLook: make(chan struct{}), allRead: make(chan struct{}), first: map[int]int{}}
 	pub := &recorder{}
-	r := newRelay(t, s, pub, outbox.MaxInFlight(budget), outbox.DeadlineMargin(0))
+	r := newRelay(t, s, pub, relay.MaxInFlight(budget), relay.DeadlineMargin(0))
 	var all []int
 	for b := range buckets {
 		fill(t, mem, b, span(1, 10)...)

@@ -1,4 +1,4 @@
-package outbox_test
+package relay_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/seam"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -40,9 +41,9 @@ func TestCrashPoints(t *testing.T) {
 			inj := &crashOnce{point: point}
 			// Renewal is due on every batch (interval 1ns), so the renewal
 			// point is reached; the gap is fenced at once.
-			common := []outbox.Option{outbox.WithClock(clk), outbox.DeadlineMargin(0), outbox.BatchSize(10),
-				outbox.GapTimeout(5 * time.Millisecond), outbox.GapPollInterval(time.Millisecond), outbox.LeaseRenewInterval(time.Nanosecond)}
-			crashing := newRelay(t, s, p, append(common, outbox.RelayID("crashing"), seam.With(seam.Hooks{Faults: inj}).(outbox.Option))...)
+			common := []relay.Option{relay.WithClock(clk), relay.DeadlineMargin(0), relay.BatchSize(10),
+				relay.GapTimeout(5 * time.Millisecond), relay.GapPollInterval(time.Millisecond), relay.LeaseRenewInterval(time.Nanosecond)}
+			crashing := newRelay(t, s, p, append(common, relay.RelayID("crashing"), seam.With(seam.Hooks{Faults: inj}).(relay.Option))...)
 			_, err := crashing.DrainBucket(ctxFor(t, 5*time.Second), 0)
 			var ce *seam.CrashError
 			if !errors.As(err, &ce) || ce.Point != point {
@@ -51,7 +52,7 @@ func TestCrashPoints(t *testing.T) {
 			if l := s.Lease(0); l.Owner != "crashing" {
 				t.Fatalf("a crashed relay released its lease: %+v", l)
 			}
-			survivor := newRelay(t, s, p, append(common, outbox.RelayID("survivor"))...)
+			survivor := newRelay(t, s, p, append(common, relay.RelayID("survivor"))...)
 			// Before expiry, with no time to wait: a wake-up.
 			if _, err := survivor.DrainBucket(ctxFor(t, 20*time.Millisecond), 0); !errors.Is(err, outbox.ErrLeaseHeld) {
 				t.Fatalf("before expiry: %v, want ErrLeaseHeld", err)

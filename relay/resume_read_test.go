@@ -1,4 +1,4 @@
-package outbox_test
+package relay_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/relay"
 	"github.com/dynakafka/outbox/store/memory"
 )
 
@@ -70,7 +71,7 @@ func TestResumedDrainReadsFromItsOwnMarks(t *testing.T) {
 	mem := memory.New(1)
 	s := &readLog{Store: mem}
 	sched, pub, clk := newManualSched(), newOverlapPublisher(), &fakeClock{}
-	a := newRelay(t, s, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("relay/fn"), outbox.HolderWait(0))
+	a := newRelay(t, s, pub, sched.option(), relay.WithClock(clk), relay.RelayID("relay/fn"), relay.HolderWait(0))
 	step := func(seqs ...int64) {
 		sched.Advance(500 * time.Millisecond)
 		clk.Advance(500 * time.Millisecond)
@@ -122,7 +123,7 @@ func TestResumedDrainReadsBesideItsLook(t *testing.T) {
 	mem := memory.New(1)
 	s := &readLog{Store: mem}
 	sched, pub, clk := newManualSched(), newOverlapPublisher(), &fakeClock{}
-	a := newRelay(t, s, pub, sched.option(), outbox.WithClock(clk), outbox.RelayID("relay/fn"), outbox.HolderWait(0))
+	a := newRelay(t, s, pub, sched.option(), relay.WithClock(clk), relay.RelayID("relay/fn"), relay.HolderWait(0))
 	fill(t, mem, 0, 1, 2)
 	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Acquired {
 		t.Fatalf("first drain: acquired %v, err %v", st.Acquired, err)
@@ -152,7 +153,7 @@ func TestReadBesideALookThatFindsAnotherHolderIsDropped(t *testing.T) {
 	mem := memory.New(1)
 	s := &readLog{Store: mem}
 	sched, pub, clk := newManualSched(), newOverlapPublisher(), &fakeClock{}
-	opts := []outbox.Option{sched.option(), outbox.WithClock(clk), outbox.RelayID("relay/fn"), outbox.HolderWait(0)}
+	opts := []relay.Option{sched.option(), relay.WithClock(clk), relay.RelayID("relay/fn"), relay.HolderWait(0)}
 	a, b := newRelay(t, s, pub, opts...), newRelay(t, s, pub, opts...)
 	fill(t, mem, 0, 1, 2)
 	if st, err := a.DrainBucket(ctx, 0); err != nil || !st.Acquired {

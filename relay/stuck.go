@@ -1,4 +1,4 @@
-package outbox
+package relay
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/dynakafka/outbox"
 )
 
 // stuckInterval is how often a stopped bucket is logged and recorded in
@@ -38,30 +40,30 @@ func (e *stoppedError) Unwrap() error { return e.err }
 // bucket stopped on its lease (StuckRecorder) and logs it, each at most once
 // per stuckInterval per bucket and process (the log line carries how many
 // failures it stands for), and returns perr wrapped in a *stoppedError.
-func (d *drain) stopped(ctx context.Context, e Entry, perr error) error {
+func (d *drain) stopped(ctx context.Context, e outbox.Entry, perr error) error {
 	cfg := &d.r.cfg
 	loc := d.loc
 	now := cfg.clock.Now()
 	s := loc.stuck
 	if s.Sequence != e.Sequence {
-		s = Stuck{Sequence: e.Sequence, Since: now}
+		s = outbox.Stuck{Sequence: e.Sequence, Since: now}
 		loc.recordedAt, loc.loggedAt, loc.unlogged = time.Time{}, time.Time{}, 0
 	}
 	if ls := d.getLease().Stuck; ls.Sequence == e.Sequence && !ls.Since.IsZero() && ls.Since.Before(s.Since) {
 		// Another process (or an earlier life of this one) saw it first.
 		s.Since, s.Count = ls.Since, max(s.Count, ls.Count)
 	}
-	s.MessageID, s.Topic, s.Class = e.Message.ID, e.Message.Topic, Fatal
+	s.MessageID, s.Topic, s.Class = e.Message.ID, e.Message.Topic, outbox.Fatal
 	cause := perr
-	if pe := (*PublishError)(nil); errors.As(perr, &pe) && pe.Err != nil {
+	if pe := (*outbox.PublishError)(nil); errors.As(perr, &pe) && pe.Err != nil {
 		cause = pe.Err // the bucket, sequence and id are fields of their own
 	}
-	s.Reason = clipReason(cause.Error(), MaxStuckReason)
+	s.Reason = clipReason(cause.Error(), outbox.MaxStuckReason)
 	s.Count++
 	s.Last = now
 	loc.stuck = s
 	loc.unlogged++
-	rec, canRecord := d.r.store.(StuckRecorder)
+	rec, canRecord := d.r.store.(outbox.StuckRecorder)
 	if cfg.parkStuckAfter > 0 && canRecord && e.Message.ID != "" && now.Sub(s.Since) >= cfg.parkStuckAfter {
 		// An undecodable item (no ID) is not parked: this relay cannot
 		// read it, a newer one may.
@@ -70,10 +72,10 @@ func (d *drain) stopped(ctx context.Context, e Entry, perr error) error {
 		}
 		cause := fmt.Errorf("parked by the relay after its bucket was stopped for %v (ParkStuckAfter %v): %w",
 			now.Sub(s.Since).Round(time.Second), cfg.parkStuckAfter, perr)
-		if _, err := d.park(ctx, e, cause, Fatal, s.Since, now, int(s.Count)); err != nil {
+		if _, err := d.park(ctx, e, cause, outbox.Fatal, s.Since, now, int(s.Count)); err != nil {
 			return err
 		}
-		loc.stuck = Stuck{}
+		loc.stuck = outbox.Stuck{}
 		loc.retryAt.Store(0)
 		d.failures, d.isolate = 0, false
 		return nil
@@ -146,28 +148,28 @@ func (e *ParkError) Error() string {
 // message, followed by the reason the bucket was stopped, when one was
 // recorded. A *ParkError when there is nothing to park there; nothing is
 // written then.
-func (r *Relay) Park(ctx context.Context, bucket int, seq int64, reason string) (Parked, error) {
+func (r *Relay) Park(ctx context.Context, bucket int, seq int64, reason string) (outbox.Parked, error) {
 	if n := r.BucketSpan(); bucket < 0 || bucket >= n {
-		return Parked{}, &BucketRangeError{Bucket: bucket, BucketCount: n}
+		return outbox.Parked{}, &outbox.BucketRangeError{Bucket: bucket, BucketCount: n}
 	}
 	if seq < 0 {
-		return Parked{}, &ParkError{Bucket: bucket, Sequence: seq, Reason: "a sequence number is positive (0: the first pending message)"}
+		return outbox.Parked{}, &ParkError{Bucket: bucket, Sequence: seq, Reason: "a sequence number is positive (0: the first pending message)"}
 	}
 	loc := r.local(bucket)
 	if err := r.takeTurn(ctx, loc); err != nil {
-		return Parked{}, err
+		return outbox.Parked{}, err
 	}
 	defer func() { <-loc.turn }()
 	wctx, cancel := r.workContext(ctx)
 	defer cancel()
 	d := &drain{r: r, b: bucket, st: &DrainStats{Bucket: bucket}, loc: loc}
 	if err := d.acquire(wctx); err != nil {
-		return Parked{}, err
+		return outbox.Parked{}, err
 	}
 	p, err := d.parkFirst(wctx, seq, reason)
 	d.stop(ctx, err)
 	if err == nil {
-		loc.stuck = Stuck{}
+		loc.stuck = outbox.Stuck{}
 		loc.retryAt.Store(0)
 	}
 	return p, err
@@ -175,20 +177,20 @@ func (r *Relay) Park(ctx context.Context, bucket int, seq int64, reason string) 
 
 // parkFirst parks the first pending message (seq 0) or seq if it is that
 // message. The drain holds the lease.
-func (d *drain) parkFirst(ctx context.Context, seq int64, reason string) (Parked, error) {
+func (d *drain) parkFirst(ctx context.Context, seq int64, reason string) (outbox.Parked, error) {
 	if err := d.waitForResumer(ctx); err != nil {
-		return Parked{}, err
+		return outbox.Parked{}, err
 	}
 	e, err := d.firstPending(ctx, seq)
 	if err != nil {
-		return Parked{}, err
+		return outbox.Parked{}, err
 	}
 	if seq != 0 && e.Sequence != seq {
 		why := fmt.Sprintf("it is not the first pending message, %d is (park that first, or use the head)", e.Sequence)
 		if seq < e.Sequence {
 			why = fmt.Sprintf("it is decided already (published, fenced or parked); the first pending message is %d", e.Sequence)
 		}
-		return Parked{}, &ParkError{Bucket: d.b, Sequence: seq, FirstPending: e.Sequence, Reason: why}
+		return outbox.Parked{}, &ParkError{Bucket: d.b, Sequence: seq, FirstPending: e.Sequence, Reason: why}
 	}
 	now := d.r.cfg.clock.Now()
 	first, attempts, why := now, 1, reason
@@ -199,21 +201,21 @@ func (d *drain) parkFirst(ctx context.Context, seq int64, reason string) (Parked
 		first, attempts = st.Since, int(st.Count)
 		why += "; the bucket was stopped: " + st.Reason
 	}
-	return d.park(ctx, e, errors.New(why), Fatal, first, now, attempts)
+	return d.park(ctx, e, errors.New(why), outbox.Fatal, first, now, attempts)
 }
 
 // firstPending reads the bucket from its cleaned mark to its first pending
 // entry (a message, or an item that cannot be published), passing over
 // fences and tombstones after head.
-func (d *drain) firstPending(ctx context.Context, seq int64) (Entry, error) {
+func (d *drain) firstPending(ctx context.Context, seq int64) (outbox.Entry, error) {
 	cfg := &d.r.cfg
 	for {
 		if d.r.pastDeadline(ctx) {
-			return Entry{}, ErrDeadline
+			return outbox.Entry{}, outbox.ErrDeadline
 		}
 		bt, err := d.read(ctx)
 		if err != nil {
-			return Entry{}, err
+			return outbox.Entry{}, err
 		}
 		// Parking publishes nothing: no epoch gate holds it back.
 		classify(bt, d.head, cfg.batchSize, cfg.maxMessageBytes, cfg.headers, false, math.MaxInt64)
@@ -227,10 +229,10 @@ func (d *drain) firstPending(ctx context.Context, seq int64) (Entry, error) {
 		case bt.bad != nil:
 			return *bt.bad, nil
 		case bt.gapAt != 0:
-			return Entry{}, &ParkError{Bucket: d.b, Sequence: seq, Reason: fmt.Sprintf(
+			return outbox.Entry{}, &ParkError{Bucket: d.b, Sequence: seq, Reason: fmt.Sprintf(
 				"sequence %d is missing (reserved, not committed): the relays fence it after GapTimeout; nothing before it is pending", bt.gapAt)}
 		case bt.end:
-			return Entry{}, &ParkError{Bucket: d.b, Sequence: seq, Reason: "nothing is pending in the bucket"}
+			return outbox.Entry{}, &ParkError{Bucket: d.b, Sequence: seq, Reason: "nothing is pending in the bucket"}
 		}
 		d.cleaned = max(d.cleaned, min(d.head, bt.seenThrough))
 	}

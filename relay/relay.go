@@ -1,4 +1,4 @@
-package outbox
+package relay
 
 import (
 	"cmp"
@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dynakafka/outbox"
 	"github.com/dynakafka/outbox/internal/seam"
 )
 
@@ -27,8 +28,8 @@ func init() {
 // use; leases keep concurrent drains of one bucket by different relays apart,
 // and a Relay runs one drain per bucket at a time.
 type Relay struct {
-	store Store
-	pub   Publisher
+	store outbox.Store
+	pub   outbox.Publisher
 	cfg   config
 	// bucketCount and bucketEpoch: the outbox's BucketCount and its epoch
 	// as this relay last read them (RefreshConfig); an online change only
@@ -42,13 +43,13 @@ type Relay struct {
 	// item read); it only rises (gate.go).
 	oldCount  atomic.Int64
 	openEpoch atomic.Int64
-	mode      Mode
+	mode      outbox.Mode
 	sched     seam.Scheduler
 	rand      func(int64) int64
 	// regions: the stored configuration's regions and takeovers as last
 	// read (region mode only), and the buckets this relay's region drains
 	// by them; under mu, since Sweep re-reads them.
-	regions Config
+	regions outbox.Config
 	drains  []bool
 
 	// Per bucket: one drain at a time in this process, and when this relay
@@ -122,7 +123,7 @@ type local struct {
 	// stuck: what this process last saw stop the bucket (lease clock);
 	// recordedAt and loggedAt: when it last recorded it in the store and
 	// logged it, unlogged: the failures since that log line.
-	stuck                Stuck
+	stuck                outbox.Stuck
 	recordedAt, loggedAt time.Time
 	unlogged             int64
 	// retryAt: until when (scheduler clock, Unix nanoseconds; 0: none) a
@@ -140,7 +141,7 @@ type local struct {
 	gateLogged time.Time
 }
 
-// NewRelay reads the outbox's config item (unless StoredConfig gives it)
+// New reads the outbox's config item (unless StoredConfig gives it)
 // and returns a relay for it, on the item's shared settings: BucketCount,
 // the mode, MaxMessageBytes and the stamped header names (docs/design.md
 // §12). It fails with a *MisconfigurationError when the stored format is
@@ -149,12 +150,12 @@ type local struct {
 // *OptionError for an invalid option. A nil store or publisher
 // (also a nil pointer in the interface, such as the *kafka.Publisher a
 // failed constructor returned) is an *OptionError.
-func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (*Relay, error) {
+func New(ctx context.Context, store outbox.Store, pub outbox.Publisher, opts ...Option) (*Relay, error) {
 	switch {
 	case isNil(store):
-		return nil, &OptionError{Option: "NewRelay", Value: store, Reason: "a store is required (nil given)"}
+		return nil, &outbox.OptionError{Option: "relay.New", Value: store, Reason: "a store is required (nil given)"}
 	case isNil(pub):
-		return nil, &OptionError{Option: "NewRelay", Value: pub, Reason: "a publisher is required (nil given: check the error of the publisher's constructor)"}
+		return nil, &outbox.OptionError{Option: "relay.New", Value: pub, Reason: "a publisher is required (nil given: check the error of the publisher's constructor)"}
 	}
 	cfg := defaultConfig()
 	for _, o := range opts {
@@ -163,7 +164,7 @@ func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	var stored Config
+	var stored outbox.Config
 	if cfg.stored != nil {
 		stored = *cfg.stored
 	} else {
@@ -172,19 +173,19 @@ func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (
 			return nil, fmt.Errorf("outbox: read config item: %w", err)
 		}
 	}
-	if err := CheckConfig(stored); err != nil {
+	if err := outbox.CheckConfig(stored); err != nil {
 		return nil, err
 	}
 	cfg.maxMessageBytes, cfg.headers = stored.SharedMaxMessageBytes(), stored.SharedHeaders()
 	if err := cfg.headers.Check(); err != nil {
 		return nil, err
 	}
-	if cc, ok := pub.(ConfigChecker); ok {
+	if cc, ok := pub.(outbox.ConfigChecker); ok {
 		if err := cc.CheckConfig(stored); err != nil {
 			return nil, err
 		}
 	}
-	if err := CheckRegion(stored, cfg.region); err != nil {
+	if err := outbox.CheckRegion(stored, cfg.region); err != nil {
 		return nil, err
 	}
 	if cfg.region != "" && !strings.HasPrefix(cfg.relayID, cfg.region+"/") {
@@ -208,7 +209,7 @@ func NewRelay(ctx context.Context, store Store, pub Publisher, opts ...Option) (
 // adopt takes stored's BucketCount and old count if its epoch is newer
 // than the one this relay knows, or its old count at the same epoch (an
 // old epoch that ended), and raises the epoch every bucket may publish.
-func (r *Relay) adopt(stored Config) {
+func (r *Relay) adopt(stored outbox.Config) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch epoch := r.bucketEpoch.Load(); {
@@ -240,8 +241,8 @@ func (r *Relay) RefreshConfig(ctx context.Context) (int, error) {
 }
 
 // countFrom is RefreshConfig on a config item already read.
-func (r *Relay) countFrom(stored Config) (int, error) {
-	if err := CheckConfig(stored); err != nil {
+func (r *Relay) countFrom(stored outbox.Config) (int, error) {
+	if err := outbox.CheckConfig(stored); err != nil {
 		return r.BucketCount(), err
 	}
 	r.mu.Lock()
@@ -250,7 +251,7 @@ func (r *Relay) countFrom(stored Config) (int, error) {
 	if !slices.Equal(stored.Regions, regions) {
 		// Region mode turned on or off, or another list: not something a
 		// running relay adopts (refreshRegions says so at the sweep).
-		return r.BucketCount(), &MisconfigurationError{Setting: "Regions", Configured: fmt.Sprint(regions), Stored: fmt.Sprint(stored.Regions),
+		return r.BucketCount(), &outbox.MisconfigurationError{Setting: "Regions", Configured: fmt.Sprint(regions), Stored: fmt.Sprint(stored.Regions),
 			Fix: "the outbox's regions changed: restart the relay"}
 	}
 	r.adopt(stored)
@@ -260,7 +261,7 @@ func (r *Relay) countFrom(stored Config) (int, error) {
 
 // setRegions records the regions and takeovers of stored and the buckets
 // this relay's region drains by them.
-func (r *Relay) setRegions(stored Config) {
+func (r *Relay) setRegions(stored outbox.Config) {
 	drains := make([]bool, r.BucketCount())
 	for _, b := range stored.Drains(r.cfg.region) {
 		if b < len(drains) {
@@ -274,7 +275,7 @@ func (r *Relay) setRegions(stored Config) {
 
 // Drains reports whether this relay's region drains bucket: always in the
 // default mode; in region mode, for its own region's buckets and those of
-// the regions it took over (as of NewRelay or the last Sweep). A stream
+// the regions it took over (as of New or the last Sweep). A stream
 // handler skips hints for the others: replicated items of another region.
 func (r *Relay) Drains(bucket int) bool {
 	r.mu.Lock()
@@ -334,15 +335,15 @@ func (r *Relay) regionMode() bool {
 
 // regionsFrom is refreshRegions on a config item already read (a no-op in
 // the default mode).
-func (r *Relay) regionsFrom(stored Config) error {
+func (r *Relay) regionsFrom(stored outbox.Config) error {
 	if !r.regionMode() {
 		return nil
 	}
 	if stored.BucketCount != r.BucketCount() || !slices.Equal(stored.Regions, r.regions.Regions) {
-		return &MisconfigurationError{Setting: "Regions", Configured: fmt.Sprint(r.regions.Regions, " over ", r.BucketCount(), " buckets"),
+		return &outbox.MisconfigurationError{Setting: "Regions", Configured: fmt.Sprint(r.regions.Regions, " over ", r.BucketCount(), " buckets"),
 			Stored: fmt.Sprint(stored.Regions, " over ", stored.BucketCount, " buckets"), Fix: "the outbox's regions or bucket count changed: restart the relay"}
 	}
-	if err := CheckRegion(stored, r.cfg.region); err != nil {
+	if err := outbox.CheckRegion(stored, r.cfg.region); err != nil {
 		return err
 	}
 	r.setRegions(stored)
@@ -365,26 +366,6 @@ func isNil(v any) bool {
 	return false
 }
 
-// CheckConfig verifies that a stored configuration is one this code can
-// run on: a valid BucketCount and mode, and a format version it knows.
-// Processes take the shared settings from it as they are; none states its
-// own (docs/design.md §12).
-func CheckConfig(stored Config) error {
-	if !ValidBucketCount(stored.BucketCount) {
-		return &MisconfigurationError{Setting: "BucketCount", Configured: fmt.Sprintf("1..%d", MaxBucketCount), Stored: fmt.Sprint(stored.BucketCount),
-			Fix: fmt.Sprintf("the config item is corrupt: BucketCount must be 1..%d", MaxBucketCount)}
-	}
-	if stored.FormatVersion > FormatVersion {
-		return &MisconfigurationError{Setting: "FormatVersion", Configured: fmt.Sprint(FormatVersion), Stored: fmt.Sprint(stored.FormatVersion),
-			Fix: "the outbox was created by a newer version of this library; upgrade this process"}
-	}
-	if stored.Mode != DeleteMode && stored.Mode != WatermarkMode {
-		return &MisconfigurationError{Setting: "Mode", Configured: "delete or watermark", Stored: stored.Mode.String(),
-			Fix: "the config item is corrupt or newer than this library"}
-	}
-	return nil
-}
-
 // BucketCount returns the outbox's bucket count.
 func (r *Relay) BucketCount() int { return int(r.bucketCount.Load()) }
 
@@ -395,7 +376,7 @@ func (r *Relay) BucketCount() int { return int(r.bucketCount.Load()) }
 func (r *Relay) BucketSpan() int { return int(max(r.bucketCount.Load(), r.oldCount.Load())) }
 
 // Mode returns the outbox's mode.
-func (r *Relay) Mode() Mode { return r.mode }
+func (r *Relay) Mode() outbox.Mode { return r.mode }
 
 // ID returns the relay's id as written in leases and heartbeats.
 func (r *Relay) ID() string { return r.cfg.relayID }
@@ -438,7 +419,7 @@ type DrainStats struct {
 	// Err is the error DrainBucket returned (nil when drained), and Class
 	// its class.
 	Err   error
-	Class ErrorClass
+	Class outbox.ErrorClass
 }
 
 // DrainBucket takes the bucket and publishes its pending messages in
@@ -473,26 +454,26 @@ func (r *Relay) DrainBucketTo(ctx context.Context, bucket int, seq int64) (Drain
 
 func (r *Relay) drainBucket(ctx context.Context, bucket int, target int64, wait bool) (st DrainStats, err error) {
 	st.Bucket = bucket
-	if bucket >= r.BucketSpan() && bucket < MaxBucketCount {
+	if bucket >= r.BucketSpan() && bucket < outbox.MaxBucketCount {
 		r.RefreshConfig(ctx) // an online change may have added it; an error leaves the count
 	}
 	if n := r.BucketSpan(); bucket < 0 || bucket >= n {
-		return st, &BucketRangeError{Bucket: bucket, BucketCount: n}
+		return st, &outbox.BucketRangeError{Bucket: bucket, BucketCount: n}
 	}
 	if !r.Drains(bucket) {
 		r.mu.Lock()
 		drainer := r.regions.Drainer(r.regions.RegionOf(bucket))
 		r.mu.Unlock()
-		return st, &RegionError{Bucket: bucket, Region: r.cfg.region, Drainer: drainer}
+		return st, &outbox.RegionError{Bucket: bucket, Region: r.cfg.region, Drainer: drainer}
 	}
 	if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && time.Until(dl) <= r.cfg.deadlineMargin {
-		return st, ErrDeadline // the same threshold as the drain's own check
+		return st, outbox.ErrDeadline // the same threshold as the drain's own check
 	}
 	start := time.Now()
 	defer func() {
 		st.Duration = time.Since(start)
 		if st.Err = err; err != nil {
-			st.Class = Classify(err)
+			st.Class = outbox.Classify(err)
 		}
 		r.cfg.metrics.Drain(st)
 	}()
@@ -528,7 +509,7 @@ func (r *Relay) drainBucket(ctx context.Context, bucket int, target int64, wait 
 			return st, err
 		}
 		err = d.finish(ctx)
-		if errors.Is(err, ErrWoken) {
+		if errors.Is(err, outbox.ErrWoken) {
 			// A contender found the bucket held while we drained: what it
 			// saw committed may have landed after our last complete read.
 			// Drain again, to the end.
@@ -562,7 +543,7 @@ func (r *Relay) takeTurn(ctx context.Context, loc *local) error {
 		default:
 		}
 		if !r.sched.Sleep(ctx.Done(), poll) {
-			return ErrDeadline
+			return outbox.ErrDeadline
 		}
 	}
 }
@@ -679,7 +660,7 @@ func (r *Relay) HoldToken(bucket int) string {
 // token: processes sharing the owner name cannot tell each other's releases
 // from their own), no wake-up is pending, and its publisher need not fence
 // the bucket's earlier holders first.
-func (r *Relay) resumable(l Lease, loc *local) bool {
+func (r *Relay) resumable(l outbox.Lease, loc *local) bool {
 	return r.cfg.resume && l.Released() && l.Owner == r.cfg.relayID && l.Token != "" && l.Token == loc.token && l.Wake == 0 &&
 		!loc.fenceDue
 }
@@ -711,7 +692,7 @@ func (r *Relay) waitForHolder(ctx context.Context, bucket int) time.Duration {
 }
 
 func levelFor(err error) slog.Level {
-	if errors.Is(err, ErrDeadline) || errors.Is(err, ErrGapPending) || errors.Is(err, ErrGatePending) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrLeaseHeld) ||
+	if errors.Is(err, outbox.ErrDeadline) || errors.Is(err, outbox.ErrGapPending) || errors.Is(err, outbox.ErrGatePending) || errors.Is(err, outbox.ErrLeaseLost) || errors.Is(err, outbox.ErrLeaseHeld) ||
 		errors.Is(err, context.Canceled) {
 		// context.Canceled: the caller stopped the relay (a shutdown).
 		return slog.LevelInfo
