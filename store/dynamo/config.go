@@ -185,90 +185,127 @@ func sharedHeaderAttrs(h outbox.HeaderNames) map[string]string {
 // code reads with a *outbox.MisconfigurationError, and an item that
 // contradicts itself with an *ItemError.
 func decodeConfig(item map[string]types.AttributeValue) (outbox.Config, error) {
+	c, v, err := decodeCountAndVersion(item)
+	if err != nil {
+		return outbox.Config{}, err
+	}
+	rt, err := decodeModeAndRetention(item, &c)
+	if err != nil {
+		return outbox.Config{}, err
+	}
+	if err := decodeEpoch(item, &c); err != nil {
+		return outbox.Config{}, err
+	}
+	if err := decodeShared(item, &c); err != nil {
+		return outbox.Config{}, err
+	}
+	if c.Regions, c.TakenOver, err = decodeRegions(item); err != nil {
+		return outbox.Config{}, err
+	}
+	if err := checkConfigItem(c, v, rt); err != nil {
+		return outbox.Config{}, err
+	}
+	return c, nil
+}
+
+// decodeCountAndVersion reads the bucket count and the item's format
+// version (v), refusing a version newer than this code knows.
+func decodeCountAndVersion(item map[string]types.AttributeValue) (c outbox.Config, v int64, err error) {
 	bc, err := intAttr(item, attrBuckets, true)
 	if err == nil && !outbox.ValidBucketCount(bc) {
 		err = &ItemError{Attribute: attrBuckets, Reason: fmt.Sprintf("bucket count %d is outside 1..%d", bc, outbox.MaxBucketCount)}
 	}
 	if err != nil {
-		return outbox.Config{}, err
+		return c, 0, err
 	}
-	v, err := intAttr(item, attrVersion, true)
-	if err != nil {
-		return outbox.Config{}, err
+	if v, err = intAttr(item, attrVersion, true); err != nil {
+		return c, 0, err
 	}
 	if v > configV4 {
-		return outbox.Config{}, &outbox.MisconfigurationError{Setting: "FormatVersion", Configured: strconv.Itoa(configV4), Stored: strconv.FormatInt(v, 10),
+		return c, 0, &outbox.MisconfigurationError{Setting: "FormatVersion", Configured: strconv.Itoa(configV4), Stored: strconv.FormatInt(v, 10),
 			Fix: "the outbox was created by a newer version of this library; upgrade"}
 	}
-	c := outbox.Config{BucketCount: int(bc), FormatVersion: outbox.FormatVersion, Mode: outbox.DeleteMode}
+	return outbox.Config{BucketCount: int(bc), FormatVersion: outbox.FormatVersion, Mode: outbox.DeleteMode}, v, nil
+}
+
+// decodeModeAndRetention reads the publish mode and the retention into c
+// and returns the retention as stored, in seconds (0 when absent).
+func decodeModeAndRetention(item map[string]types.AttributeValue, c *outbox.Config) (int64, error) {
 	if _, ok := item[attrMode]; ok {
 		name, err := stringAttr(item, attrMode)
 		if err != nil {
-			return outbox.Config{}, err
+			return 0, err
 		}
 		if c.Mode, err = outbox.ParseMode(name); err != nil {
-			return outbox.Config{}, &ItemError{Attribute: attrMode, Reason: err.Error()}
+			return 0, &ItemError{Attribute: attrMode, Reason: err.Error()}
 		}
 	}
 	rt, err := intAttr(item, attrRetention, false)
 	switch {
 	case errors.Is(err, errMissing):
-		rt, err = 0, nil
+		rt = 0
 	case err != nil:
-		return outbox.Config{}, err
+		return 0, err
 	}
 	c.Retention = time.Duration(rt) * time.Second
-	if err := decodeEpoch(item, &c); err != nil {
-		return outbox.Config{}, err
-	}
+	return rt, nil
+}
+
+// decodeShared reads the settings writers, relays and publishers share:
+// the topics allowlist, the largest message and the header names.
+func decodeShared(item map[string]types.AttributeValue, c *outbox.Config) error {
+	var err error
 	if v, ok := item[attrTopics]; ok {
 		ss, ok := v.(*types.AttributeValueMemberSS)
 		if !ok {
-			return outbox.Config{}, &ItemError{Attribute: attrTopics, Reason: "not a string set"}
+			return &ItemError{Attribute: attrTopics, Reason: "not a string set"}
 		}
 		if c.Topics, err = cleanTopics(ss.Value); err != nil {
-			return outbox.Config{}, &ItemError{Attribute: attrTopics, Reason: err.Error()}
+			return &ItemError{Attribute: attrTopics, Reason: err.Error()}
 		}
 	}
 	mb, err := intAttr(item, attrMaxBytes, false)
 	switch {
 	case errors.Is(err, errMissing):
 	case err != nil:
-		return outbox.Config{}, err
+		return err
 	default:
 		c.MaxMessageBytes = int(mb)
 	}
 	for attr, field := range map[string]*string{attrIDHeader: &c.Headers.MessageID, attrBktHeader: &c.Headers.Bucket, attrSeqHeader: &c.Headers.Sequence} {
 		if _, ok := item[attr]; ok {
 			if *field, err = stringAttr(item, attr); err != nil {
-				return outbox.Config{}, err
+				return err
 			}
 		}
 	}
-	if err := checkShared(c); err != nil {
-		return outbox.Config{}, &ItemError{Attribute: attrMaxBytes + "/" + attrIDHeader, Reason: err.Error()}
+	if err := checkShared(*c); err != nil {
+		return &ItemError{Attribute: attrMaxBytes + "/" + attrIDHeader, Reason: err.Error()}
 	}
-	if c.Regions, c.TakenOver, err = decodeRegions(item); err != nil {
-		return outbox.Config{}, err
-	}
+	return nil
+}
+
+// checkConfigItem refuses an item whose parts contradict each other or its
+// format version v (rt: the retention as stored, in seconds).
+func checkConfigItem(c outbox.Config, v, rt int64) error {
 	switch {
 	case c.Draining() && v < configV4:
-		return outbox.Config{}, &ItemError{Attribute: attrVersion, Reason: fmt.Sprintf(
+		return &ItemError{Attribute: attrVersion, Reason: fmt.Sprintf(
 			"a config item whose old BucketCount epoch drains must have format version %d, so that older relays refuse it; it has %d", configV4, v)}
 	case c.RegionMode() && v < configV3:
-		return outbox.Config{}, &ItemError{Attribute: attrVersion, Reason: fmt.Sprintf(
+		return &ItemError{Attribute: attrVersion, Reason: fmt.Sprintf(
 			"a region-mode config item must have format version %d, so that older relays and writers refuse it; it has %d (write it with dynamo.Configure)", configV3, v)}
 	case c.CheckRegions() != nil:
-		return outbox.Config{}, &ItemError{Attribute: attrRegions, Reason: c.CheckRegions().Error()}
+		return &ItemError{Attribute: attrRegions, Reason: c.CheckRegions().Error()}
 	case c.Mode == outbox.WatermarkMode && v < configV2:
-		return outbox.Config{}, &ItemError{Attribute: attrVersion, Reason: fmt.Sprintf(
+		return &ItemError{Attribute: attrVersion, Reason: fmt.Sprintf(
 			"a watermark-mode config item must have format version %d, so that older relays and writers refuse it; it has %d (write it with dynamo.Configure)", configV2, v)}
 	case c.Mode == outbox.WatermarkMode && c.Retention < MinRetention:
-		return outbox.Config{}, &ItemError{Attribute: attrRetention, Reason: fmt.Sprintf("retention %v in watermark mode; it must be at least %v", c.Retention, MinRetention)}
+		return &ItemError{Attribute: attrRetention, Reason: fmt.Sprintf("retention %v in watermark mode; it must be at least %v", c.Retention, MinRetention)}
 	case c.Mode == outbox.DeleteMode && rt != 0:
-		return outbox.Config{}, &ItemError{Attribute: attrRetention, Reason: "a retention in delete mode: the item contradicts itself"}
+		return &ItemError{Attribute: attrRetention, Reason: "a retention in delete mode: the item contradicts itself"}
 	}
-	return c, nil
+	return nil
 }
 
 // decodeRegions reads the config item's regions and takeovers.
