@@ -106,9 +106,9 @@ func TestCustomResource(t *testing.T) {
 		// draining: a change to this count was made before (with the
 		// pending message, no relay: its old epoch still drains).
 		draining int
-		fixture string
-		count   string // BucketCount in the request
-		old     string // BucketCount in OldResourceProperties
+		fixture  string
+		count    string // BucketCount in the request
+		old      string // BucketCount in OldResourceProperties
 		// Mode and RetentionHours in the request ("": delete and 24), and
 		// the mode and retention stored after (checked when modeAfter is
 		// set).
