@@ -216,6 +216,9 @@ func (s *Store) watch(ctx context.Context, c outbox.Config, opts changeOpts, res
 			look = bounded() // the last look
 		}
 		still, err := s.undrainedOf(look, c, waiting, true)
+		if err != nil && look == ctx && ctx.Err() != nil {
+			continue // ctx ended during this look: the last look, bounded, decides
+		}
 		if err != nil {
 			res.Draining = waiting
 			return fmt.Errorf("dynamo: BucketCount change %d → %d (epoch %d): watching the old epoch drain failed (the sweeper ends it once drained): %w",
