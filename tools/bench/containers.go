@@ -113,7 +113,7 @@ func startContainers(ctx context.Context, st *stage, run steadyRun, drains *drai
 	cfg := config.Config{
 		MessagesTable: st.tables.Messages, ControlTable: st.tables.Control, BatchSize: relayBatch, Topics: []string{st.topic},
 		LeaseDuration: 30 * time.Second, GapTimeout: 10 * time.Second,
-		Concurrency: relayConcurrency, Brokers: st.brokers, Auth: config.AuthNone, Region: st.awsCfg.Region, DynamoEndpoint: st.endpoint,
+		Brokers: st.brokers, Auth: config.AuthNone, Region: st.awsCfg.Region, DynamoEndpoint: st.endpoint,
 		Transactional: run.mode.Transactional,
 	}
 	var (

@@ -21,12 +21,16 @@ import (
 	"github.com/dynakafka/outbox/store/dynamo"
 )
 
-// The relay's defaults, which the raw limits are measured at.
+// The relay's defaults, which the raw limits are measured at, and the raw
+// drains' parallelism: rawLoops buckets (or producers) at once, the relay's
+// default before Concurrency came to follow the hinted buckets (issue 28).
+// The relay itself runs at its default Concurrency (0: every bucket at once)
+// in every stage.
 const (
-	relayConcurrency = 8   // relay.Concurrency default
-	relayBatch       = 500 // relay.BatchSize default
-	deleteChunk      = 25  // BatchWriteItem's limit
-	deleteParallel   = 4   // dynamo.DeleteConcurrency default
+	rawLoops       = 8
+	relayBatch     = 500 // relay.BatchSize default
+	deleteChunk    = 25  // BatchWriteItem's limit
+	deleteParallel = 4   // dynamo.DeleteConcurrency default
 )
 
 // drainResult is one timed drain of a pre-filled backlog.
@@ -71,7 +75,7 @@ func (r *drainResult) finish(elapsed time.Duration, st *stage) {
 // of BatchSize items, then their deletes in BatchWriteItem calls of 25,
 // DeleteConcurrency at once; 8 buckets at once.
 func rawDynamo(ctx context.Context, st *stage, bl backlog) (drainResult, error) {
-	r := drainResult{Name: "raw DynamoDB (consistent Query + BatchWriteItem delete)", Backlog: bl, Concurrent: relayConcurrency}
+	r := drainResult{Name: "raw DynamoDB (consistent Query + BatchWriteItem delete)", Backlog: bl, Concurrent: rawLoops}
 	err := pages(ctx, st, &r, func(b int, items []map[string]types.AttributeValue) error {
 		return deleteItems(ctx, st, b, items)
 	})
@@ -84,7 +88,7 @@ func rawDynamo(ctx context.Context, st *stage, bl backlog) (drainResult, error) 
 func pages(ctx context.Context, st *stage, r *drainResult, move func(b int, items []map[string]types.AttributeValue) error) error {
 	var moved atomic.Int64
 	start := time.Now()
-	err := forBuckets(st.buckets, relayConcurrency, func(b int) error {
+	err := forBuckets(st.buckets, rawLoops, func(b int) error {
 		var after int64
 		for {
 			out, err := st.metered.Query(ctx, &dynamodb.QueryInput{
@@ -154,7 +158,7 @@ func forBuckets(n, parallel int, fn func(int) error) error {
 // concurrency: 8 producers, each producing BatchSize records at once and
 // waiting for all of them before the next batch, as Publish does.
 func rawKafka(ctx context.Context, st *stage, g *gen, n int) (drainResult, error) {
-	r := drainResult{Name: "raw Kafka (kgo produce, publisher settings)", Concurrent: relayConcurrency}
+	r := drainResult{Name: "raw Kafka (kgo produce, publisher settings)", Concurrent: rawLoops}
 	cl, err := kgo.NewClient(producerOptions(st.brokers)...)
 	if err != nil {
 		return r, err
@@ -172,7 +176,7 @@ func rawKafka(ctx context.Context, st *stage, g *gen, n int) (drainResult, error
 	}
 	var moved atomic.Int64
 	start := time.Now()
-	err = forBuckets(st.buckets, relayConcurrency, func(b int) error {
+	err = forBuckets(st.buckets, rawLoops, func(b int) error {
 		recs := per[b]
 		for len(recs) > 0 {
 			batch := recs[:min(relayBatch, len(recs))]
@@ -213,7 +217,7 @@ func rawKafka(ctx context.Context, st *stage, g *gen, n int) (drainResult, error
 // lease, no head update, no decoding or validation: the floor under the
 // relay engine's own overhead when DynamoDB and Kafka share the machine.
 func rawPipeline(ctx context.Context, st *stage, bl backlog) (drainResult, error) {
-	r := drainResult{Name: "raw pipeline (Query → produce → delete by hand)", Backlog: bl, Concurrent: relayConcurrency}
+	r := drainResult{Name: "raw pipeline (Query → produce → delete by hand)", Backlog: bl, Concurrent: rawLoops}
 	cl, err := kgo.NewClient(producerOptions(st.brokers)...)
 	if err != nil {
 		return r, err
@@ -257,7 +261,7 @@ func cmpErr(a, b error) error {
 // the messages table's name, as the functions build it), all options at
 // their defaults but for the mode's.
 func relayDrain(ctx context.Context, st *stage, bl backlog, name string, mode relayMode) (drainResult, error) {
-	r := drainResult{Name: name, Backlog: bl, Concurrent: relayConcurrency}
+	r := drainResult{Name: name, Backlog: bl}
 	store, err := dynamo.NewStore(ctx, st.metered, st.tables)
 	if err != nil {
 		return r, err
@@ -287,6 +291,7 @@ func relayDrain(ctx context.Context, st *stage, bl backlog, name string, mode re
 		return r, err
 	}
 	buckets := make([]int, rl.BucketCount())
+	r.Concurrent = len(buckets) // the default Concurrency: every bucket at once
 	for i := range buckets {
 		buckets[i] = i
 	}

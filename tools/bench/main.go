@@ -614,7 +614,7 @@ func drainStages(ctx context.Context, e *env, g *gen, tmpl *template, o options,
 		}
 	}
 
-	for _, loops := range []int{1, relayConcurrency} {
+	for _, loops := range []int{1, rawLoops} {
 		o.progress("naive relay, %d loop(s): %d messages", loops, o.naiveMsgs)
 		if err := withStage(ctx, e, fmt.Sprintf("naive%d", loops), 8, func(st *stage) (err error) {
 			bl, err := prefill(ctx, st, g, tmpl, o.naiveMsgs)

@@ -191,7 +191,7 @@ func (r *results) markdown() string {
 	}
 
 	p("## Per-bucket overhead\n\n")
-	p("The same backlog drained by the relay with 8, 32 and 64 buckets (Concurrency 8, BatchSize 500; the median of the\n")
+	p("The same backlog drained by the relay with 8, 32 and 64 buckets (the relay at its defaults: every bucket at once, BatchSize 500; the median of the\n")
 	p("rounds above; calls per message do not depend on the load, throughput does). On one emulator\n")
 	p("this measures the relay's **overhead per bucket** (more leases, more and smaller batches, one empty read per bucket),\n")
 	p("**not partition scaling**: DynamoDB Local is one process with no partitions, while on AWS each bucket is its own\n")
@@ -294,7 +294,7 @@ func (r *results) steadyMarkdown(p func(format string, args ...any)) {
 	p("timeout), to a Kafka consumer. Every run has a fresh DynamoDB Local and kfake and begins with a %g s warm-up at the\n", first.WarmupS)
 	p("base rate that no figure includes.\n\n")
 	p("- **relay**: the relay Lambda's handler (`lambda/handler` over the relay that `lambda/wiring` builds; BatchSize 500,\n")
-	p("  Concurrency 8, lease 30 s, the rest at their defaults).\n")
+	p("  lease 30 s, the rest at their defaults: Concurrency 0, every hinted bucket at once).\n")
 	p("- **floor**: the least this architecture can do: a handler that reads the hinted items (one consistent BatchGetItem\n")
 	p("  per invocation, or per 100 hints) and produces them with the publisher's producer settings, with no lease, no order\n")
 	p("  and no delete. It produces each item as stored (key, value, message-id header) without decoding it.\n")

@@ -190,7 +190,7 @@ func settingsOf(o options) map[string]any {
 		"only": o.only, "relay_backlog": o.relayMsgs, "naive_backlog": o.naiveMsgs, "bucket_counts": append([]int{8}, o.bucketCounts...),
 		"footprint_backlog": o.footprintMsgs, "steady_profiles": o.steady, "steady_batching_window_s": o.steadyWindow.Seconds(),
 		"steady_warmup_s": o.steadyWarmup.Seconds(), "relay_modes": modes, "sweep": sweep,
-		"capacity_transactions": o.txns, "rounds": o.rounds, "value_bytes": valueBytes, "relay_concurrency": relayConcurrency,
+		"capacity_transactions": o.txns, "rounds": o.rounds, "value_bytes": valueBytes, "relay_concurrency": 0, "raw_loops": rawLoops,
 		"batch_size": relayBatch, "delete_concurrency": deleteParallel, "fresh_dynamodb_per_stage": o.endpoint == "",
 		"fresh_kfake_per_stage": len(o.brokers) == 0,
 	}

@@ -391,7 +391,7 @@ func startHandler(ctx context.Context, st *stage, run steadyRun, drains *drainLo
 		cfg := config.Config{
 			MessagesTable: st.tables.Messages, ControlTable: st.tables.Control, BatchSize: relayBatch, Topics: []string{st.topic},
 			LeaseDuration: 30 * time.Second, GapTimeout: 10 * time.Second,
-			Concurrency: relayConcurrency, Brokers: st.brokers, Auth: config.AuthNone, Region: st.awsCfg.Region, DynamoEndpoint: st.endpoint,
+			Brokers: st.brokers, Auth: config.AuthNone, Region: st.awsCfg.Region, DynamoEndpoint: st.endpoint,
 			Transactional: run.mode.Transactional,
 		}
 		relayAWS := st.awsCfg.Copy()
