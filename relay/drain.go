@@ -100,7 +100,7 @@ func (d *drain) acquire(ctx context.Context) error {
 	d.st.Acquired = true
 	d.st.TakenOver = d.st.TakenOver || l.TakenOver
 	d.st.HandedOver = d.st.HandedOver || l.PrevReleasedBy != "" && !own
-	if l.PrevReleasedBy != "" && !own && !fencer {
+	if l.PrevReleasedBy != "" && !own && !fencer && !cfg.hooks.NoHandoverWait {
 		// The process that released it — another relay, or another
 		// process sharing this relay's name — may be resuming it: what it
 		// does on the strength of a look at the lease lands within

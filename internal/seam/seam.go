@@ -95,6 +95,11 @@ type Hooks struct {
 	// Rand, when set, replaces the random source of backoff jitter:
 	// Rand(n) returns a number in [0, n).
 	Rand func(n int64) int64
+	// NoHandoverWait (tests only) breaks the hand-over's exclusion: an
+	// acquisition from another process's release publishes at once,
+	// without the ResumeWindow wait, so a checker can show that it sees
+	// the overlap the wait prevents (sim.RunWithoutHandoverWait).
+	NoHandoverWait bool
 }
 
 // install is set by package outbox: it turns hooks into a relay.Option.

@@ -238,6 +238,9 @@ type world struct {
 
 	relays []*process
 	nextID int
+	// noHandoverWait: the relays skip the hand-over's wait (a mutation the
+	// checker must catch).
+	noHandoverWait bool
 
 	committed map[string]record
 	at        *attrib.Attribution
@@ -272,14 +275,23 @@ func (w *world) tracef(format string, args ...any) {
 }
 
 // Run runs the schedule of seed and checks it.
-func Run(seed uint64) (Result, error) {
+func Run(seed uint64) (Result, error) { return run(seed, false) }
+
+// RunWithoutHandoverWait runs the schedule of seed with relays whose
+// acquisitions from another process's release skip the ResumeWindow wait
+// (seam.Hooks.NoHandoverWait): the checker must catch what that lets
+// overlap (TestSimCatchesAHandoverWithoutItsWait).
+func RunWithoutHandoverWait(seed uint64) (Result, error) { return run(seed, true) }
+
+func run(seed uint64, noHandoverWait bool) (Result, error) {
 	s := New(seed)
 	cfg := Draw(s)
 	cfg.Watermark = seed%3 == 0
 	drawDeployed(&cfg, rand.New(rand.NewPCG(seed, 0xdeb10e)))
 	cfg.Txn = rand.New(rand.NewPCG(seed, 0x7c0de)).IntN(3) == 0
 	drawHandovers(&cfg, rand.New(rand.NewPCG(seed, 0x5e57a3b)))
-	w := &world{s: s, cfg: cfg, mem: memory.New(cfg.Buckets), committed: map[string]record{}, inFlight: map[int]int{}, contending: map[int]int{}}
+	w := &world{s: s, cfg: cfg, mem: memory.New(cfg.Buckets), committed: map[string]record{}, inFlight: map[int]int{}, contending: map[int]int{},
+		noHandoverWait: noHandoverWait}
 	w.res.Config = cfg
 	w.store = &yieldStore{Store: w.mem, s: s, w: w}
 	w.pub = &publisher{w: w, epoch: map[int]int{}}
@@ -344,7 +356,7 @@ func (w *world) startRelay(id string) error {
 		relay.DeadlineMargin(0),
 		relay.ResumeReleased(w.cfg.Resume),
 		relay.GapPollInterval(200 * time.Millisecond),
-		seam.With(seam.Hooks{Faults: f, Scheduler: w.s, Rand: w.s.Rand().Int64N}).(relay.Option),
+		seam.With(seam.Hooks{Faults: f, Scheduler: w.s, Rand: w.s.Rand().Int64N, NoHandoverWait: w.noHandoverWait}).(relay.Option),
 	}
 	if !w.cfg.HolderWait {
 		opts = append(opts, relay.HolderWait(0))
@@ -396,7 +408,7 @@ func (w *world) startSweeper() error {
 	r, err := relay.New(context.Background(), w.storeFor("sweeper"), w.at.ViaAs("sweeper", w.pubFor("sweeper")), append([]relay.Option{relay.RelayID("sweeper"),
 		relay.WithClock(skewed{w.s, 0}), relay.BatchSize(w.cfg.BatchSize), relay.DeadlineMargin(0),
 		relay.ResumeReleased(w.cfg.Resume), relay.GapPollInterval(200 * time.Millisecond), relay.HolderWait(0),
-		seam.With(seam.Hooks{Faults: f, Scheduler: w.s, Rand: w.s.Rand().Int64N}).(relay.Option)}, w.cfg.windowOpts()...)...)
+		seam.With(seam.Hooks{Faults: f, Scheduler: w.s, Rand: w.s.Rand().Int64N, NoHandoverWait: w.noHandoverWait}).(relay.Option)}, w.cfg.windowOpts()...)...)
 	if err != nil {
 		return err
 	}
