@@ -13,7 +13,8 @@ import (
 // combiner serves concurrent requests of one kind (lease looks, tombstone
 // puts) with shared batch calls: the relay drains every hinted bucket of an
 // invocation at once, and each drain's look and tombstones, sent alone, would
-// be a DynamoDB call of their own (docs/design.md §5, "Combining").
+// be a DynamoDB call of their own (docs/design.md §4.3.2, "Combined
+// looks", and §5, step 8).
 //
 // The rules, which the look's bound and the callers' contexts rely on:
 //
