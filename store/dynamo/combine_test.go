@@ -340,7 +340,9 @@ func TestReadLeaseCallOutlivesALeavingParticipant(t *testing.T) {
 	early, cancelEarly := context.WithTimeout(ctx, time.Hour)
 	late, cancelLate := context.WithTimeout(ctx, 2*time.Hour)
 	defer cancelLate()
+	// The early caller first: the call carries its context's values.
 	readAsync(early, s, 60, out)
+	waitQueued(t, s.combined().looks, 1)
 	readAsync(late, s, 61, out)
 	waitQueued(t, s.combined().looks, 2)
 	close(held[0].release)
@@ -571,21 +573,28 @@ func TestMarkPublishedAttributesErrorsAndUnprocessedPuts(t *testing.T) {
 	}
 	f.none(t)
 
-	// A call that fails fails every caller with a put in it, not others.
+	// A call that fails fails every caller with a put in it, not one
+	// queued behind it.
 	held, heldDone = holdMarks(t, f, s)
 	mark(8, []int64{1})
 	mark(9, []int64{1})
 	waitQueued(t, s.combined().marks, 2)
-	releaseAll(t, f, held, heldDone)
-	for range 2 {
+	close(held[0].release)
+	if err := <-heldDone; err != nil {
+		t.Fatal(err)
+	}
+	failing := f.next(t) // held
+	mark(10, []int64{1})
+	waitQueued(t, s.combined().marks, 1)
+	f.setHold(false)
+	close(failing.release)
+	for range 3 {
 		r := <-out
-		if !errors.Is(r.err, boom) {
-			t.Errorf("bucket %d: %v; want the call's error", r.bucket, r.err)
+		if r.bucket == 10 && r.err != nil || r.bucket != 10 && !errors.Is(r.err, boom) {
+			t.Errorf("bucket %d: %v; want the call's error for 8 and 9 only", r.bucket, r.err)
 		}
 	}
-	f.next(t)
-	mark(10, []int64{1})
-	if r := <-out; r.err != nil {
-		t.Errorf("bucket 10, in a call of its own: %v", r.err)
+	if c := f.next(t); !slices.Equal(c.puts, []markKey{{10, 1}}) {
+		t.Errorf("after the failed call: %v, want bucket 10's put alone", c.puts)
 	}
 }
