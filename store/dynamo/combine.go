@@ -212,7 +212,7 @@ func (c *combiner[K, V, R]) board(batch []*pending[K, V, R]) *flight[K, V, R] {
 	bounded := true
 	for _, p := range batch {
 		for _, w := range p.waiters {
-			if f.waiters[w] {
+			if w.over || f.waiters[w] {
 				continue
 			}
 			f.waiters[w] = true
