@@ -50,11 +50,11 @@ func (o *Outbox) newRoles() {
 	stream := o.streamPolicy
 	// The custom resource's function: the config item (read, create,
 	// change), the counters (an online BucketCount change cuts them) and
-	// the buckets (lease items, a Query of the bucket, and a fence
+	// the buckets (lease items, read with BatchGetItem, a Query of the bucket, and a fence
 	// for a number reserved last in its bucket and never written).
 	// dynamo.Configure makes exactly these calls.
 	setupStatements := []awsiam.PolicyStatement{
-		statement("ConfigItemAndLeases", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DescribeTable"}, o.controlArn),
+		statement("ConfigItemAndLeases", []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DescribeTable"}, o.controlArn),
 		statement("ProbeBuckets", []string{"dynamodb:Query", "dynamodb:PutItem", "dynamodb:DescribeTable"}, o.messagesArn),
 	}
 	if o.cfg.tables == TablesAttach {
@@ -98,11 +98,12 @@ func (o *Outbox) fillStreamPolicy() {
 // tables only. store/dynamo.StoreAPI is the list: Pending and Peek (Query),
 // Delete (BatchWriteItem), Fence (conditional PutItem), Park (GetItem, then a
 // transaction that deletes the message and writes the dead letter); config,
-// leases, heartbeats, dead letters and live relays on the control table.
+// leases (read with BatchGetItem: concurrent reads share one call),
+// heartbeats, dead letters and live relays on the control table.
 func (o *Outbox) tablesPolicy() awsiam.ManagedPolicy {
 	return managedPolicy(o, "TablesPolicy", "Outbox item access to the messages and control tables of this stack.",
 		statement("MessagesTable", []string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:DescribeTable"}, o.messagesArn),
-		statement("ControlTable", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:DescribeTable"}, o.controlArn),
+		statement("ControlTable", []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:DescribeTable"}, o.controlArn),
 	)
 }
 

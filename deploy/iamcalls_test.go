@@ -80,6 +80,13 @@ func (r *recordingClient) BatchWriteItem(ctx context.Context, in *dynamodb.Batch
 	return r.c.BatchWriteItem(ctx, in, o...)
 }
 
+func (r *recordingClient) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
+	for table := range in.RequestItems {
+		r.note("BatchGetItem", table)
+	}
+	return r.c.BatchGetItem(ctx, in, o...)
+}
+
 func (r *recordingClient) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
 	for _, it := range in.TransactItems {
 		switch {

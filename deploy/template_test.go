@@ -474,7 +474,7 @@ func join(lists ...[]grant) []grant {
 func baseGrants(fn string) []grant {
 	tables := join(
 		grants([]string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:DescribeTable"}, "<MessagesTable.Arn>", ""),
-		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:DescribeTable"}, "<ControlTable.Arn>", ""),
+		grants([]string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:DescribeTable"}, "<ControlTable.Arn>", ""),
 	)
 	switch fn {
 	case "RelayFunction":
@@ -666,7 +666,7 @@ func scenarios() []scenario {
 // them) plus the function's own log group.
 func setupGrants() []grant {
 	return join(
-		grants([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DescribeTable"}, "<ControlTable.Arn>", ""),
+		grants([]string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DescribeTable"}, "<ControlTable.Arn>", ""),
 		grants([]string{"dynamodb:Query", "dynamodb:PutItem", "dynamodb:DescribeTable"}, "<MessagesTable.Arn>", ""), // PutItem: an online BucketCount change fences a trailing hole
 		grants([]string{"logs:CreateLogStream", "logs:PutLogEvents"}, "<SetupLogGroup.Arn>", ""),
 	)

@@ -3,7 +3,6 @@ package dynamo
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -11,7 +10,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dynakafka/outbox"
-	"github.com/dynakafka/outbox/internal/fanout"
 	"github.com/dynakafka/outbox/sequence"
 )
 
@@ -64,14 +62,22 @@ func (s *Store) Pending(ctx context.Context, bucket int, after int64, limit int)
 	}
 }
 
-// MarkPublished implements outbox.Store with BatchWriteItem, the puts
-// spread evenly over DeleteConcurrency calls at once (at most 25 per call):
-// each published message is replaced by a tombstone (a few dozen bytes,
-// expiring after TombstoneTTL). Replacing costs what deleting would (write units are counted on the larger of the old
-// and new item, as a delete is on the deleted one), and the tombstone keeps
-// the sequence number marked decided, so the bucket's head may lag behind it
-// (docs/design.md, "resuming"). Unprocessed items are retried with jittered
-// exponential backoff while ctx allows, at most markAttempts times per call.
+// MarkPublished implements outbox.Store with BatchWriteItem: each published
+// message is replaced by a tombstone (a few dozen bytes, expiring after
+// TombstoneTTL). Replacing costs what deleting would (write units are
+// counted on the larger of the old and new item, as a delete is on the
+// deleted one), and the tombstone keeps the sequence number marked decided,
+// so the bucket's head may lag behind it (docs/design.md, "resuming").
+//
+// Concurrent calls, of any buckets, share their BatchWriteItem calls
+// (combine.go): the puts queued are cut into as few calls of at most 25 as
+// that limit allows, at most DeleteConcurrency in flight; a call that finds
+// a slot free goes at once. A put asked twice while queued is sent once.
+// Unprocessed puts are retried with jittered exponential backoff, at most
+// markAttempts calls each. MarkPublished returns when every one of its puts
+// has landed, at the first error of a call that carried one of them, or
+// with ctx's error when ctx ends first (its puts not yet sent are then never
+// sent; those sent may still land, as a single call's would).
 //
 // The puts are unconditional (BatchWriteItem has no conditions). The engine
 // passes only sequence numbers it read as messages and Kafka acknowledged,
@@ -83,60 +89,98 @@ func (s *Store) MarkPublished(ctx context.Context, bucket int, seqs []int64, now
 	if len(seqs) == 0 {
 		return nil
 	}
-	// BatchWriteItem refuses duplicate keys in one request.
-	seqs = slices.Clone(seqs)
-	slices.Sort(seqs)
-	seqs = slices.Compact(seqs)
 	expires := expiresAt(now, s.cfg.tombstoneTTL)
-
-	// The marking takes as long as its slowest call, so the puts are spread
-	// evenly over the DeleteConcurrency calls (25 at most each): 20
-	// tombstones go out as 4 calls of 5, not one of 20. On DynamoDB Local a
-	// call's time grows with its puts (at 200 msgs/s in the bench a call
-	// of ~19 took 582 ms, calls of ~6 at once 262 ms); DynamoDB charges the
-	// same units either way (per item).
-	per := min(batchWriteMax, (len(seqs)+s.cfg.deleteConcurrency-1)/s.cfg.deleteConcurrency)
-	chunks := slices.Collect(slices.Chunk(seqs, per))
-	err := fanout.Each(ctx, len(chunks), s.cfg.deleteConcurrency, func(ctx context.Context, i int) error {
-		return s.markChunk(ctx, bucket, chunks[i], now, expires)
-	})
-	if err != nil && err == ctx.Err() {
-		// The context ended before every chunk was sent.
-		return fmt.Errorf("dynamo: mark published in bucket %d: %w", bucket, err)
+	puts := make([]ask[markKey, map[string]types.AttributeValue], len(seqs))
+	for i, seq := range seqs {
+		puts[i] = ask[markKey, map[string]types.AttributeValue]{markKey{bucket, seq}, publishedItem(bucket, seq, now, expires)}
 	}
-	return err
+	if _, err := s.combined().marks.do(ctx, puts); err != nil {
+		return fmt.Errorf("dynamo: mark %d messages of bucket %d published: %w", len(seqs), bucket, err)
+	}
+	return nil
 }
 
 const (
 	batchWriteMax = 25
+	batchGetMax   = 100
 	markAttempts  = 10
+	// lookCalls bounds the combined lease reads in flight: two, so that a
+	// call backing off over unprocessed keys (a throttled control table)
+	// does not hold every other look of the process behind it, while a
+	// burst of N looks still costs at most 2 + ceil((N-2)/100) calls.
+	lookCalls = 2
 )
 
-func (s *Store) markChunk(ctx context.Context, bucket int, seqs []int64, now, expires time.Time) error {
-	reqs := make([]types.WriteRequest, len(seqs))
-	for i, seq := range seqs {
-		reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: publishedItem(bucket, seq, now, expires)}}
+// markKey names one tombstone put.
+type markKey struct {
+	bucket int
+	seq    int64
+}
+
+// combiners are the Store's request combiners (combine.go), made on first
+// use: a Store is built in several places.
+type combiners struct {
+	looks *combiner[int, struct{}, map[string]types.AttributeValue]
+	marks *combiner[markKey, map[string]types.AttributeValue, struct{}]
+}
+
+func (s *Store) combined() *combiners {
+	s.combineOnce.Do(func() {
+		s.combine = &combiners{
+			looks: newCombiner("read leases", batchGetMax, lookCalls, markAttempts, s.readLeases),
+			marks: newCombiner("mark published", batchWriteMax, s.cfg.deleteConcurrency, markAttempts, s.markBatch),
+		}
+	})
+	return s.combine
+}
+
+// markBatch is one BatchWriteItem of puts; the puts it left unprocessed
+// have no answer.
+func (s *Store) markBatch(ctx context.Context, puts []ask[markKey, map[string]types.AttributeValue]) (map[markKey]struct{}, error) {
+	reqs := make([]types.WriteRequest, len(puts))
+	for i, p := range puts {
+		reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: p.val}}
 	}
 	table := s.tables.Messages
-	for attempt := 0; ; attempt++ {
-		out, err := s.client.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{
-			RequestItems: map[string][]types.WriteRequest{table: reqs},
-		})
-		if err != nil {
-			return fmt.Errorf("dynamo: mark %d messages of bucket %d published (%d..%d): %w", len(seqs), bucket, seqs[0], seqs[len(seqs)-1], err)
+	out, err := s.client.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{
+		RequestItems: map[string][]types.WriteRequest{table: reqs},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%d tombstones (%s): %w", len(puts), markRange(puts), err)
+	}
+	left := map[markKey]bool{}
+	for _, r := range out.UnprocessedItems[table] {
+		if r.PutRequest == nil {
+			continue
 		}
-		reqs = out.UnprocessedItems[table]
-		if len(reqs) == 0 {
-			return nil
+		b, errB := intAttr(r.PutRequest.Item, attrBucket, true)
+		seq, errS := intAttr(r.PutRequest.Item, attrSeq, true)
+		if errB != nil || errS != nil {
+			return nil, fmt.Errorf("%d tombstones: an unprocessed put without its key: %v", len(puts), r.PutRequest.Item)
 		}
-		if attempt+1 == markAttempts {
-			return fmt.Errorf("dynamo: mark published in bucket %d: %d puts still unprocessed after %d attempts: %w",
-				bucket, len(reqs), markAttempts, outbox.ErrThrottled)
-		}
-		if err := sleep(ctx, backoff(attempt, 50*time.Millisecond, 2*time.Second)); err != nil {
-			return fmt.Errorf("dynamo: mark published in bucket %d: %d puts unprocessed: %w", bucket, len(reqs), err)
+		left[markKey{int(b), seq}] = true
+	}
+	done := make(map[markKey]struct{}, len(puts))
+	for _, p := range puts {
+		if !left[p.key] {
+			done[p.key] = struct{}{}
 		}
 	}
+	return done, nil
+}
+
+// markRange names the buckets and sequence numbers of puts for an error.
+func markRange(puts []ask[markKey, map[string]types.AttributeValue]) string {
+	first, last := puts[0].key, puts[0].key
+	for _, p := range puts[1:] {
+		if p.key.bucket < first.bucket || p.key.bucket == first.bucket && p.key.seq < first.seq {
+			first = p.key
+		}
+		if p.key.bucket > last.bucket || p.key.bucket == last.bucket && p.key.seq > last.seq {
+			last = p.key
+		}
+	}
+	return fmt.Sprintf("bucket %d sequence %d .. bucket %d sequence %d", first.bucket, first.seq, last.bucket, last.seq)
 }
 
 // Fence implements outbox.Store: a PutItem of a fence tombstone conditional
@@ -246,21 +290,58 @@ func (s *Store) Peek(ctx context.Context, bucket int, after int64, limit int) (i
 	}
 }
 
-// ReadLease implements outbox.Store: a consistent GetItem of the
-// bucket's lease item.
+// ReadLease implements outbox.Store: a consistent read of the bucket's
+// lease item. Concurrent calls share a consistent BatchGetItem on the
+// control table (combine.go; at most 100 keys a call, at most lookCalls
+// calls in flight): a call that finds a slot free is sent at once, others
+// queue and go together. A combined read is sent after each of its callers
+// called ReadLease, so the lease is read at some instant between the call
+// and its return, as a GetItem would be (the look bound of
+// docs/design.md §4.3.2 relies on it). Unprocessed keys are retried with
+// jittered backoff; ReadLease returns with ctx's error when ctx ends first.
 func (s *Store) ReadLease(ctx context.Context, bucket int) (outbox.Lease, error) {
 	if bucket < 0 {
 		return outbox.Lease{}, fmt.Errorf("dynamo: read lease of bucket %d: bucket is negative", bucket)
 	}
-	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      str(s.tables.Control),
-		Key:            leaseKey(bucket),
-		ConsistentRead: new(true),
-	})
+	got, err := s.combined().looks.do(ctx, []ask[int, struct{}]{{key: bucket}})
 	if err != nil {
 		return outbox.Lease{}, fmt.Errorf("dynamo: read lease of bucket %d: %w", bucket, err)
 	}
-	return decodeLease(bucket, out.Item)
+	return decodeLease(bucket, got[bucket])
+}
+
+// readLeases is one consistent BatchGetItem of the buckets' lease items: a
+// bucket whose item is missing is answered with nil, one left unprocessed
+// is not answered.
+func (s *Store) readLeases(ctx context.Context, buckets []ask[int, struct{}]) (map[int]map[string]types.AttributeValue, error) {
+	keys := make([]map[string]types.AttributeValue, len(buckets))
+	byPK := make(map[string]int, len(buckets))
+	for i, b := range buckets {
+		keys[i] = leaseKey(b.key)
+		byPK[sequence.PartitionKey(b.key)] = b.key
+	}
+	table := s.tables.Control
+	out, err := s.client.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{
+		RequestItems: map[string]types.KeysAndAttributes{table: {Keys: keys, ConsistentRead: new(true)}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%d lease items: %w", len(buckets), err)
+	}
+	got := make(map[int]map[string]types.AttributeValue, len(buckets))
+	for _, b := range buckets {
+		got[b.key] = nil
+	}
+	for _, k := range out.UnprocessedKeys[table].Keys {
+		if b, ok := byPK[strField(k, attrPK)]; ok {
+			delete(got, b)
+		}
+	}
+	for _, item := range out.Responses[table] {
+		if b, ok := byPK[strField(item, attrPK)]; ok {
+			got[b] = item
+		}
+	}
+	return got, nil
 }
 
 // LastSequence implements outbox.CounterProbe: a consistent read of the

@@ -282,9 +282,10 @@ func TombstoneTTL(d time.Duration) StoreOption {
 	return storeOpt(func(s *settings) { s.tombstoneTTL = d })
 }
 
-// DeleteConcurrency is how many BatchWriteItem calls (of at most 25
-// tombstones, the marking spread evenly over them) Store.MarkPublished
-// runs at once. Default 4; 1..32.
+// DeleteConcurrency is how many tombstone BatchWriteItem calls a Store
+// has in flight at once. Concurrent Store.MarkPublished calls (of any
+// buckets) share them: the puts queued are cut into as few calls of at most
+// 25 as that limit allows. Default 4; 1..32.
 func DeleteConcurrency(n int) StoreOption {
 	return storeOpt(func(s *settings) { s.deleteConcurrency = n })
 }

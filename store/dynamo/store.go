@@ -15,8 +15,8 @@ import (
 )
 
 // StoreAPI is the part of the DynamoDB client a Store uses: GetItem,
-// PutItem, UpdateItem, DeleteItem, Query, BatchWriteItem,
-// TransactWriteItems (parking and replaying) and DescribeTable (NewStore
+// PutItem, UpdateItem, DeleteItem, Query, BatchWriteItem, BatchGetItem
+// (lease reads, combined), TransactWriteItems (parking and replaying) and DescribeTable (NewStore
 // refuses global tables). *dynamodb.Client has them.
 type StoreAPI interface {
 	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
@@ -27,6 +27,7 @@ type StoreAPI interface {
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	Query(ctx context.Context, in *dynamodb.QueryInput, optFns ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 	BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error)
+	BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
 }
 
 // Store is the DynamoDB outbox.Store and outbox.BucketProbe. It is safe for
@@ -43,6 +44,10 @@ type Store struct {
 	// buckets seen drained, holes), under memoMu.
 	memoMu sync.Mutex
 	epochs *epochMemo
+	// combine: the lease reads' and tombstones' request combiners
+	// (combine.go), made on first use.
+	combineOnce sync.Once
+	combine     *combiners
 }
 
 var (
