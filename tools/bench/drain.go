@@ -30,7 +30,7 @@ const (
 	rawLoops       = 8
 	relayBatch     = 500 // relay.BatchSize default
 	deleteChunk    = 25  // BatchWriteItem's limit
-	deleteParallel = 4   // dynamo.DeleteConcurrency default
+	deleteParallel = 4   // a drain's tombstone calls at once, as MarkPublished spread them before it combined drains
 )
 
 // drainResult is one timed drain of a pre-filled backlog.
