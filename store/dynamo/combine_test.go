@@ -258,11 +258,7 @@ func TestReadLeasesCombineWhileCallsAreInFlight(t *testing.T) {
 	s := f.store(t)
 	ctx := ctxT(t)
 	out := make(chan leaseResult, 300)
-	var held []*batchCall
-	for b := range lookCalls {
-		readAsync(ctx, s, b, out)
-		held = append(held, f.next(t))
-	}
+	held := fillLookSlots(t, ctx, f, s, out)
 	const n = 250
 	for b := 100; b < 100+n; b++ {
 		readAsync(ctx, s, b, out)
@@ -270,9 +266,7 @@ func TestReadLeasesCombineWhileCallsAreInFlight(t *testing.T) {
 	waitQueued(t, s.combined().looks, n)
 	f.none(t)
 	f.setHold(false)
-	for _, c := range held {
-		close(c.release)
-	}
+	releaseHeld(held)
 	var sizes []int
 	for range (n + batchGetMax - 1) / batchGetMax {
 		sizes = append(sizes, len(f.next(t).buckets))
@@ -296,11 +290,7 @@ func TestReadLeaseQueuedCallerLeavesWithItsContext(t *testing.T) {
 	s := f.store(t)
 	ctx := ctxT(t)
 	out := make(chan leaseResult, 10)
-	var held []*batchCall
-	for b := range lookCalls {
-		readAsync(ctx, s, b, out)
-		held = append(held, f.next(t))
-	}
+	held := fillLookSlots(t, ctx, f, s, out)
 	gone, cancel := context.WithCancel(ctx)
 	readAsync(gone, s, 50, out)
 	readAsync(ctx, s, 51, out)
@@ -311,9 +301,7 @@ func TestReadLeaseQueuedCallerLeavesWithItsContext(t *testing.T) {
 		t.Fatalf("the cancelled caller got %+v, want bucket 50 and context.Canceled", r)
 	}
 	f.setHold(false)
-	for _, c := range held {
-		close(c.release)
-	}
+	releaseHeld(held)
 	if c := f.next(t); !slices.Equal(c.buckets, []int{51}) {
 		t.Fatalf("the queued call asked %v, want [51] (the cancelled caller's key is never sent)", c.buckets)
 	}
@@ -332,11 +320,7 @@ func TestReadLeaseCallOutlivesALeavingParticipant(t *testing.T) {
 	s := f.store(t)
 	ctx := ctxT(t)
 	out := make(chan leaseResult, 10)
-	var held []*batchCall
-	for b := range lookCalls {
-		readAsync(ctx, s, b, out)
-		held = append(held, f.next(t))
-	}
+	held := fillLookSlots(t, ctx, f, s, out)
 	early, cancelEarly := context.WithTimeout(ctx, time.Hour)
 	late, cancelLate := context.WithTimeout(ctx, 2*time.Hour)
 	defer cancelLate()
@@ -389,11 +373,7 @@ func TestReadLeaseRetriesUnprocessedKeys(t *testing.T) {
 	s := f.store(t)
 	ctx := ctxT(t)
 	out := make(chan leaseResult, 10)
-	var held []*batchCall
-	for b := range lookCalls {
-		readAsync(ctx, s, b, out)
-		held = append(held, f.next(t))
-	}
+	held := fillLookSlots(t, ctx, f, s, out)
 	for _, b := range []int{20, 21, 22, 23} {
 		readAsync(ctx, s, b, out)
 	}
@@ -407,9 +387,7 @@ func TestReadLeaseRetriesUnprocessedKeys(t *testing.T) {
 		return nil, nil
 	}
 	f.mu.Unlock()
-	for _, c := range held {
-		close(c.release)
-	}
+	releaseHeld(held)
 	first, retry := f.next(t), f.next(t)
 	if got := sorted(first.buckets); !slices.Equal(got, []int{20, 21, 22, 23}) {
 		t.Fatalf("first call %v", got)
@@ -440,9 +418,7 @@ func holdMarks(t *testing.T, f *batchFake, s *Store) ([]*batchCall, chan error) 
 func releaseAll(t *testing.T, f *batchFake, held []*batchCall, done chan error) {
 	t.Helper()
 	f.setHold(false)
-	for _, c := range held {
-		close(c.release)
-	}
+	releaseHeld(held)
 	for range held {
 		if err := <-done; err != nil {
 			t.Error(err)
@@ -596,5 +572,24 @@ func TestMarkPublishedAttributesErrorsAndUnprocessedPuts(t *testing.T) {
 	}
 	if c := f.next(t); !slices.Equal(c.puts, []markKey{{10, 1}}) {
 		t.Errorf("after the failed call: %v, want bucket 10's put alone", c.puts)
+	}
+}
+
+// fillLookSlots sends a look of buckets 0..lookCalls-1 and returns the
+// held calls: every look slot is then busy, and what follows queues.
+func fillLookSlots(t *testing.T, ctx context.Context, f *batchFake, s *Store, out chan leaseResult) []*batchCall {
+	t.Helper()
+	var held []*batchCall
+	for b := range lookCalls {
+		readAsync(ctx, s, b, out)
+		held = append(held, f.next(t))
+	}
+	return held
+}
+
+// releaseHeld lets held calls return.
+func releaseHeld(held []*batchCall) {
+	for _, c := range held {
+		close(c.release)
 	}
 }

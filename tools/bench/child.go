@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -338,9 +337,6 @@ func (c *childProc) logs() string {
 
 func (c *childProc) removeLogs() {
 	c.stderr.Close()
-	if dir := os.Getenv("BENCH_KEEP_CHILD_LOGS"); dir != "" {
-		_ = os.Rename(c.stderr.Name(), filepath.Join(dir, filepath.Base(c.stderr.Name())))
-	}
 	os.Remove(c.stderr.Name())
 }
 
