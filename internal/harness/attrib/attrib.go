@@ -32,7 +32,9 @@
 //     release while it was in flight; the acquirer fences the releaser
 //     instead of waiting out its resume (docs/design.md §4.3), so a
 //     transaction the releaser committed before its marks landed is
-//     published again, whole;
+//     published again: whole, or, when the acquirer read while the
+//     releaser's tombstones were landing (a BatchWriteItem applies put by
+//     put), the part whose tombstones had not landed (MarkSent tells);
 //   - whatever a harness records itself through the checker (e.g. a Kafka
 //     request that timed out after the broker appended it).
 //
@@ -105,6 +107,18 @@ type Attribution struct {
 	// before the fence (docs/design.md §4.3): what it publishes then is
 	// read and published again by the acquirer ("handover-fenced").
 	unfenced map[int]bool
+	// fences: per bucket, the fences (FenceHolders) that returned without
+	// an error, counted; producers: per process and bucket, the count its
+	// own last successful fence made (0: none, or its last fence failed,
+	// and then the publisher produces nothing until it fences again).
+	// Under fenceMu: Fenced is called with mu held.
+	fenceMu   sync.Mutex
+	fences    map[int]int
+	producers map[string]map[int]int
+	// markSent: the ids of the messages a MarkPublished was asked to
+	// replace by tombstones, whatever its outcome (a BatchWriteItem applies
+	// put by put: some may land before an acquirer reads, others after).
+	markSent map[string]bool
 }
 
 // publishing is one publish call under way.
@@ -160,7 +174,38 @@ func (v fencingVia) FenceHolders(ctx context.Context, bucket int) error {
 	v.a.mu.Lock()
 	delete(v.a.unfenced, bucket)
 	v.a.mu.Unlock()
-	return err
+	v.a.fenceMu.Lock()
+	defer v.a.fenceMu.Unlock()
+	if v.a.fences == nil {
+		v.a.fences, v.a.producers = map[int]int{}, map[string]map[int]int{}
+	}
+	if v.a.producers[v.who] == nil {
+		v.a.producers[v.who] = map[int]int{}
+	}
+	if err != nil {
+		// It may have fenced the others all the same, but nothing here
+		// says it did: their publishes stay unexcused. Its own producer
+		// is dropped.
+		v.a.producers[v.who][bucket] = 0
+		return err
+	}
+	v.a.fences[bucket]++
+	v.a.producers[v.who][bucket] = v.a.fences[bucket]
+	return nil
+}
+
+// FencedByRecord is a Fenced for publishers that are outbox.HolderFencers
+// (given by ViaAs) and fence through Kafka transactions, as
+// kafka.TxnPublisher does: who's publish of bucket can make nothing visible
+// if who has no producer of the bucket (it never fenced it, or its last
+// fence failed: the publisher then answers ErrFenceRequired), or another
+// process's fence of the bucket returned after who's own. Only fences that
+// returned count: one still in flight, or failed, excuses nothing.
+func (a *Attribution) FencedByRecord(who string, bucket int) bool {
+	a.fenceMu.Lock()
+	defer a.fenceMu.Unlock()
+	p := a.producers[who][bucket]
+	return p == 0 || p != a.fences[bucket]
 }
 
 // alone publishes its single message through the Isolator, if any.
@@ -310,6 +355,16 @@ func (a *Attribution) Renew(ctx context.Context, l outbox.Lease, now time.Time, 
 // MarkPublished, Release, Abandon and Advance decide messages too: a
 // tombstone marks its message decided; the heads they write cover the rest.
 func (a *Attribution) MarkPublished(ctx context.Context, bucket int, seqs []int64, now time.Time) error {
+	a.mu.Lock()
+	if a.markSent == nil {
+		a.markSent = map[string]bool{}
+	}
+	for _, q := range seqs {
+		if id, ok := a.inFlight[bucket][q]; ok {
+			a.markSent[id] = true
+		}
+	}
+	a.mu.Unlock()
 	err := a.Store.MarkPublished(ctx, bucket, seqs, now)
 	if err == nil {
 		a.decidedSeqs(bucket, seqs)
@@ -459,6 +514,14 @@ func (a *Attribution) decidedSeqs(bucket int, seqs []int64) {
 	for _, q := range seqs {
 		delete(a.inFlight[bucket], q)
 	}
+}
+
+// MarkSent reports whether a MarkPublished was asked to replace the
+// message by a tombstone while it was in flight, whatever came of it.
+func (a *Attribution) MarkSent(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.markSent[id]
 }
 
 // ParkedIDs are the ids of the messages the relay parked, sorted.

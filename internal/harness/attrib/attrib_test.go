@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -288,5 +289,71 @@ func TestPublishBeforeTheAcquirersFenceIsAtRisk(t *testing.T) {
 	}
 	if got := chk.RiskOf(ids[1]); got != "" {
 		t.Errorf("a message first published after the fence: risk %q, want none", got)
+	}
+}
+
+// blockingFencer is blocking Kafka with transactions whose fences answer
+// fail's error (nil: the fence returned).
+type blockingFencer struct {
+	*blocking
+	fail error
+}
+
+func (b *blockingFencer) FenceHolders(ctx context.Context, bucket int) error { return b.fail }
+
+// FencedByRecord counts only fences that returned: a process with no
+// producer of the bucket (never fenced, or its last fence failed) can make
+// nothing visible, and one whose fence another process's later fence
+// outdated neither; a failed fence outdates nobody. The overlap CI met on
+// 2026-12-07 (TestSmallSoak/txn-delete: the sweeper, resuming, began a
+// publish after a relay container acquired its release and fenced it) is
+// admitted by it, naming the stale producer.
+func TestFencedByRecord(t *testing.T) {
+	ctx := context.Background()
+	a := New(memory.New(2), nil, checker.New())
+	a.Fenced = a.FencedByRecord
+	b := &blocking{entered: make(chan struct{}, 2), release: make(chan struct{})}
+	fence := func(who string, bucket int, err error) {
+		t.Helper()
+		if got := a.ViaAs(who, &blockingFencer{b, err}).(outbox.HolderFencer).FenceHolders(ctx, bucket); got != err {
+			t.Fatalf("fence: %v", got)
+		}
+	}
+	want := func(step string, fenced map[string]bool) {
+		t.Helper()
+		for who, f := range fenced {
+			if got := a.FencedByRecord(who, 0); got != f {
+				t.Errorf("%s: FencedByRecord(%s, 0) = %v, want %v", step, who, got, f)
+			}
+		}
+	}
+	want("before any fence", map[string]bool{"sweeper": true, "container": true})
+	fence("sweeper", 0, nil)
+	want("the sweeper fenced", map[string]bool{"sweeper": false, "container": true})
+	fence("container", 1, nil)
+	want("another bucket fenced", map[string]bool{"sweeper": false, "container": true})
+	fence("container", 0, errors.New("COORDINATOR_NOT_AVAILABLE"))
+	want("the container's fence failed", map[string]bool{"sweeper": false, "container": true})
+	fence("container", 0, nil)
+	want("the container fenced", map[string]bool{"sweeper": true, "container": false})
+
+	msgs := []outbox.Message{{ID: "m1", Bucket: 0, Sequence: 1}}
+	done := make(chan struct{}, 2)
+	go func() {
+		_, _ = a.ViaAs("container", &blockingFencer{b, nil}).Publish(ctx, msgs)
+		done <- struct{}{}
+	}()
+	<-b.entered
+	go func() {
+		_, _ = a.ViaAs("sweeper", &blockingFencer{b, nil}).Publish(ctx, msgs)
+		done <- struct{}{}
+	}()
+	<-b.entered
+	close(b.release)
+	<-done
+	<-done
+	o := a.Overlaps()
+	if o.Overlaps != 1 || o.Admitted != 1 || len(o.AdmittedBy) != 1 || !strings.Contains(o.AdmittedBy[0], "sweeper's producer was fenced") {
+		t.Fatalf("overlaps %+v, want 1 admitted: the sweeper's producer was fenced", o)
 	}
 }

@@ -291,6 +291,11 @@ func (r *round) buildRelays(ctx context.Context) error {
 			}
 			return ""
 		}
+		// An acquirer fences the releaser instead of waiting out its
+		// resume (docs/design.md §4.3.5): a publish whose producer a
+		// newer fence made stale is excused from I4, and what the
+		// releaser had in flight is at risk of handover-fenced.
+		r.at.Fenced = r.at.FencedByRecord
 	}
 	pubs := map[string]outbox.Publisher{}
 	for _, who := range []string{"stream-container-1", "stream-container-2", "sweeper"} {
@@ -682,7 +687,7 @@ func (r *round) check(ctx context.Context, view *viewResult, txnv *txnVerdict) e
 		for _, id := range parkedIDs {
 			parked[id] = true
 		}
-		v := r.txns.verdict(r.chk, parked)
+		v := r.txns.verdict(r.chk, parked, r.at.MarkSent)
 		txnv.Add(v)
 		r.cfg.logf("round %d transactions: %s", r.round, v)
 	}

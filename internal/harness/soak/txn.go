@@ -171,6 +171,7 @@ type txnVerdict struct {
 	DupWhole, DupPartial        int // duplicated transactions
 	InTxnDuplicates             int // a message twice in one transaction
 	PartialParked               int // of DupPartial: the messages not published again were all parked
+	PartialHandover             int // of DupPartial: a fenced hand-over read while the rest's tombstones landed
 	UnexplainedPartial          int // partial duplicated transactions with no partial marking recorded and not the rest parked
 	Examples                    []string
 }
@@ -183,8 +184,8 @@ func (v *txnVerdict) example(s string) {
 
 // String is the summary's fields.
 func (v txnVerdict) String() string {
-	return fmt.Sprintf("stale_visible=%d interleavings=%d txns=committed:%d,aborted:%d,fenced:%d,unknown:%d,unknown_visible:%d dup_txns=whole:%d,partial:%d,partial_parked:%d,within_txn:%d,partial_unexplained:%d",
-		v.StaleVisible, v.Interleavings, v.Committed, v.Aborted, v.Fenced, v.Unknown, v.UnknownVisible, v.DupWhole, v.DupPartial, v.PartialParked, v.InTxnDuplicates, v.UnexplainedPartial)
+	return fmt.Sprintf("stale_visible=%d interleavings=%d txns=committed:%d,aborted:%d,fenced:%d,unknown:%d,unknown_visible:%d dup_txns=whole:%d,partial:%d,partial_parked:%d,partial_handover:%d,within_txn:%d,partial_unexplained:%d",
+		v.StaleVisible, v.Interleavings, v.Committed, v.Aborted, v.Fenced, v.Unknown, v.UnknownVisible, v.DupWhole, v.DupPartial, v.PartialParked, v.PartialHandover, v.InTxnDuplicates, v.UnexplainedPartial)
 }
 
 // Add sums two verdicts.
@@ -199,6 +200,7 @@ func (v *txnVerdict) Add(o txnVerdict) {
 	v.DupWhole += o.DupWhole
 	v.DupPartial += o.DupPartial
 	v.PartialParked += o.PartialParked
+	v.PartialHandover += o.PartialHandover
 	v.InTxnDuplicates += o.InTxnDuplicates
 	v.UnexplainedPartial += o.UnexplainedPartial
 	for _, e := range o.Examples {
@@ -213,12 +215,16 @@ func (v txnVerdict) Unexplained() int { return v.InTxnDuplicates + v.Unexplained
 // the consumer stopped); chk gives each message's recorded risk, parked the
 // messages the relay parked.
 //
-// A committed transaction republished in part is admitted on one of two
-// recorded events: a partial marking on one of its messages, or every
-// message of it that was not published again parked (the republish met a
+// A committed transaction republished in part is admitted on one of three
+// recorded events: a partial marking on one of its messages; every message
+// of it that was not published again parked (the republish met a
 // record-level failure on them: the relay parked them and published the
-// rest of the batch in a new transaction).
-func (o *txnOracle) verdict(chk *checker.Checker, parked map[string]bool) txnVerdict {
+// rest of the batch in a new transaction); or a fenced hand-over read
+// while its tombstones were landing — every message published again was
+// at risk of handover-fenced, and a tombstone was asked for every other one
+// (markSent: the acquirer skipped exactly those whose puts had landed, as a
+// BatchWriteItem applies put by put; docs/design.md §4.3.5).
+func (o *txnOracle) verdict(chk *checker.Checker, parked map[string]bool, markSent func(id string) bool) txnVerdict {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var v txnVerdict
@@ -303,12 +309,18 @@ func (o *txnOracle) verdict(chk *checker.Checker, parked map[string]bool) txnVer
 			continue
 		}
 		again, partialCause, restParked := 0, "", true
+		// A fenced hand-over: every message published again was in flight
+		// when its bucket was acquired from a release (handover-fenced),
+		// and a tombstone was asked for every other one.
+		handover := true
 		for _, id := range t.ids {
 			c := copies[id]
 			if i := slices.Index(c, tag); i >= 0 && i < len(c)-1 {
 				again++
-			} else if !parked[id] {
-				restParked = false
+				handover = handover && slices.Contains(chk.Risks(id), "handover-fenced")
+			} else {
+				restParked = restParked && parked[id]
+				handover = handover && markSent(id)
 			}
 			for _, r := range chk.Risks(id) {
 				if slices.Contains(attrib.PartialMarking, r) {
@@ -326,6 +338,8 @@ func (o *txnOracle) verdict(chk *checker.Checker, parked map[string]bool) txnVer
 			case partialCause != "":
 			case restParked:
 				v.PartialParked++
+			case handover:
+				v.PartialHandover++
 			default:
 				v.UnexplainedPartial++
 				v.example(fmt.Sprintf("transaction %s by %s: %d of its %d messages published again, no partial marking was recorded on them and the rest were not parked", tag, t.who, again, len(t.ids)))
