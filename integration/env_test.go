@@ -207,6 +207,28 @@ func (e *env) pendingMessages(ctx context.Context, t *testing.T) int {
 	return e.countItems(ctx, t, "attribute_not_exists(#f)", map[string]string{"#f": "f"})
 }
 
+// undecided counts the messages not yet decided: in DeleteMode those not
+// replaced by tombstones, in WatermarkMode those above their bucket's head.
+func (e *env) undecided(ctx context.Context, t *testing.T, mode outbox.Mode, buckets int) int {
+	t.Helper()
+	if mode == outbox.DeleteMode {
+		return e.pendingMessages(ctx, t)
+	}
+	n := 0
+	for b := range buckets {
+		l, err := e.store.ReadLease(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, _, err := e.store.Peek(ctx, b, l.Head, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += k
+	}
+	return n
+}
+
 // countItems counts the messages table's items that match filter, with a
 // Scan (tests only).
 func (e *env) countItems(ctx context.Context, t *testing.T, filter string, names map[string]string) int {
