@@ -22,6 +22,11 @@ import (
 //     (fewer than calls in flight) is sent at once, with whatever else is
 //     queued. Requests that arrive while every slot is busy queue and go
 //     together, at most perCall keys a call, when a call returns.
+//   - Spread while slots are free: what is sent at once is cut evenly over
+//     up to spread calls (as many as are free), not packed into the
+//     fewest: a call takes as long as its slowest key, so a lone drain's
+//     25 tombstones go as 4 calls of 7, 7, 7 and 4. Packing is what the
+//     queue does once every slot is busy.
 //   - Sent after enqueued: a request joins only the queue, never a call in
 //     flight, so every participant of a call enqueued before it was sent. A
 //     combined look is therefore read at some instant between each of its
@@ -48,6 +53,7 @@ type combiner[K comparable, V, R any] struct {
 	what     string // for errors: "read leases", "mark published"
 	perCall  int    // keys in one call (DynamoDB's limit)
 	calls    int    // calls in flight at most
+	spread   int    // calls at most to cut one dispatch's keys over (1: pack)
 	attempts int    // calls per key, unprocessed retries included
 	// send makes one call for items (distinct keys) and returns the
 	// answers of the keys it processed: a key without one was left
@@ -89,9 +95,9 @@ type flight[K comparable, V, R any] struct {
 	waiters map[*waiter[K, V, R]]bool
 }
 
-func newCombiner[K comparable, V, R any](what string, perCall, calls, attempts int,
+func newCombiner[K comparable, V, R any](what string, perCall, calls, spread, attempts int,
 	send func(context.Context, []ask[K, V]) (map[K]R, error)) *combiner[K, V, R] {
-	return &combiner[K, V, R]{what: what, perCall: perCall, calls: calls, attempts: attempts, send: send,
+	return &combiner[K, V, R]{what: what, perCall: perCall, calls: calls, spread: max(spread, 1), attempts: attempts, send: send,
 		queued: map[K]*pending[K, V, R]{}}
 }
 
@@ -183,9 +189,23 @@ func (c *combiner[K, V, R]) finish(w *waiter[K, V, R], err error) {
 // dispatch starts calls while a slot is free and live keys are queued.
 // c.mu is held.
 func (c *combiner[K, V, R]) dispatch() {
+	// per: the live keys queued, cut evenly over the calls this dispatch
+	// may make (free slots, at most spread), at most perCall a call.
+	per := c.perCall
+	if calls := min(c.calls-c.inFlight, c.spread); calls > 1 {
+		live := 0
+		for _, p := range c.queue {
+			if len(p.waiters) > 0 {
+				if live++; live == calls*c.perCall {
+					break
+				}
+			}
+		}
+		per = max(1, (live+calls-1)/calls)
+	}
 	for c.inFlight < c.calls {
 		var batch []*pending[K, V, R]
-		for len(c.queue) > 0 && len(batch) < c.perCall {
+		for len(c.queue) > 0 && len(batch) < per {
 			p := c.queue[0]
 			c.queue = c.queue[1:]
 			if len(p.waiters) == 0 {

@@ -70,9 +70,9 @@ func (s *Store) Pending(ctx context.Context, bucket int, after int64, limit int)
 // so the bucket's head may lag behind it (docs/design.md, "resuming").
 //
 // Concurrent calls, of any buckets, share their BatchWriteItem calls
-// (combine.go): the puts queued are cut into as few calls of at most 25 as
-// that limit allows, at most DeleteConcurrency in flight; a call that finds
-// a slot free goes at once. A put asked twice while queued is sent once.
+// (combine.go): a MarkPublished that finds calls free goes at once, its
+// puts (and any queued) cut evenly over up to 4 of them; puts queued while all DeleteConcurrency calls are in flight go in as few
+// calls of at most 25 as that limit allows. A put asked twice while queued is sent once.
 // Unprocessed puts are retried with jittered exponential backoff, at most
 // markAttempts calls each. MarkPublished returns when every one of its puts
 // has landed, at the first error of a call that carried one of them, or
@@ -104,13 +104,25 @@ const (
 	batchWriteMax = 25
 	batchGetMax   = 100
 	markAttempts  = 10
-	// lookCalls bounds the combined lease reads in flight: several, so
-	// that a call backing off over unprocessed keys (a throttled control
-	// table) does not hold every other look of the process behind it and
-	// a busy process's looks do not wait in line (two in flight held the
-	// drains back in the modelled stage at 5,000 msgs/s), while a burst
-	// of N looks still costs at most 8 + ceil((N-8)/100) calls.
-	lookCalls = 8
+	// markSpread: tombstones sent while calls are free are cut evenly
+	// over up to 4 calls (combine.go), as each drain's were before they
+	// were combined: a call takes as long as its slowest put, and on
+	// DynamoDB Local its time grows with its puts (with a busy loop
+	// beside it, 2026-12-07: 25 puts in one call p50 35-40 ms, in four
+	// 29-32 ms). Small markings too: make demo's p50 was 490-575 ms (5
+	// runs) with only one call per 8 puts, 230-350 ms (5 runs) with every
+	// marking cut over 4. DynamoDB charges per item either way.
+	markSpread = 4
+	// lookCalls bounds the combined lease reads in flight, as
+	// DeleteConcurrency bounds the tombstone calls: enough that an idle
+	// or moderately busy process's looks do not wait in line, and that a
+	// call backing off over unprocessed keys (a throttled control table)
+	// holds few looks behind it; a burst of N looks still costs at most
+	// 32 + ceil((N-32)/100) calls. make demo on DynamoDB Local with a
+	// busy loop beside it (2026-12-07): with 8 looks and 16 tombstone
+	// calls in flight p99 1.3-2.8 s (6 runs), with 32 and 32 0.9-1.7 s (5
+	// runs), before combining 0.8-1.4 s (9 runs).
+	lookCalls = 32
 )
 
 // markKey names one tombstone put.
@@ -129,8 +141,8 @@ type combiners struct {
 func (s *Store) combined() *combiners {
 	s.combineOnce.Do(func() {
 		s.combine = &combiners{
-			looks: newCombiner("read leases", batchGetMax, lookCalls, markAttempts, s.readLeases),
-			marks: newCombiner("mark published", batchWriteMax, s.cfg.deleteConcurrency, markAttempts, s.markBatch),
+			looks: newCombiner("read leases", batchGetMax, lookCalls, 1, markAttempts, s.readLeases),
+			marks: newCombiner("mark published", batchWriteMax, s.cfg.deleteConcurrency, markSpread, markAttempts, s.markBatch),
 		}
 	})
 	return s.combine

@@ -285,21 +285,24 @@ func TombstoneTTL(d time.Duration) StoreOption {
 // DeleteConcurrency is how many tombstone BatchWriteItem calls a Store
 // has in flight at once, for all buckets. Concurrent Store.MarkPublished
 // calls (of any buckets) share them: a call that finds one free is sent at
-// once; the puts that queue while every one is busy are cut into as few
-// calls of at most 25 as that limit allows. Default
-// DefaultDeleteConcurrency (16); 1..32.
+// once (its puts cut evenly over up to 4 calls); the puts
+// that queue while every one is busy are cut into as few calls of at most
+// 25 as that limit allows. Default DefaultDeleteConcurrency (32); 1..32.
 func DeleteConcurrency(n int) StoreOption {
 	return storeOpt(func(s *settings) { s.deleteConcurrency = n })
 }
 
-// DefaultDeleteConcurrency is DeleteConcurrency's default. With 4 calls in
-// flight for the whole process (the per-drain figure before the puts of
-// concurrent drains were combined), the modelled stage at 5,000 msgs/s
-// over 64 buckets fell behind the writers (p99 1,323 ms, relayed 4,621 of
-// 4,921 msgs/s); with 16 it kept up (p99 366 ms) at 0.16 DynamoDB calls
-// per message, against 0.27 before combining (2026-12-07,
-// docs/benchmarks.md).
-const DefaultDeleteConcurrency = 16
+// DefaultDeleteConcurrency is DeleteConcurrency's default, the most it
+// allows. With 4 calls in flight for the whole process (the per-drain
+// figure before the puts of concurrent drains were combined), the
+// modelled stage at 5,000 msgs/s over 64 buckets fell behind the writers
+// (p99 1,323 ms, relayed 4,621 of 4,921 msgs/s); with 16 it kept up (p99
+// 366 ms) at 0.16 DynamoDB calls per message, against 0.27 before
+// combining; but make demo's latency on DynamoDB Local, with a busy loop
+// beside it, was p99 1.3-2.8 s (6 runs) with 16 against 0.8-1.4 s before
+// combining, and 0.9-1.7 s (5 runs) with 32 (2026-12-07,
+// docs/benchmarks.md). Calls are combined only once all are in flight.
+const DefaultDeleteConcurrency = 32
 
 // MaxMessageBytes bounds one message as a Kafka record (outbox.RecordSize),
 // at least outbox.RecordOverhead, for a new outbox. (A DynamoDB item is at
