@@ -34,7 +34,8 @@
 //     transaction the releaser committed before its marks landed is
 //     published again: whole, or, when the acquirer read while the
 //     releaser's tombstones were landing (a BatchWriteItem applies put by
-//     put), the part whose tombstones had not landed (MarkSent tells);
+//     put), the part whose tombstones had not landed (MarkSent records
+//     that a tombstone was asked for, not that it landed);
 //   - whatever a harness records itself through the checker (e.g. a Kafka
 //     request that timed out after the broker appended it).
 //
@@ -201,6 +202,12 @@ func (v fencingVia) FenceHolders(ctx context.Context, bucket int) error {
 // fence failed: the publisher then answers ErrFenceRequired), or another
 // process's fence of the bucket returned after who's own. Only fences that
 // returned count: one still in flight, or failed, excuses nothing.
+//
+// It models what the publisher must do, so it excuses every overlap of two
+// processes that both fenced; what makes that check worth something is
+// that a publish that began while its process was fenced by this record
+// must commit nothing (publish counts one that did as an unadmitted
+// overlap), and the Kafka-side oracle (interleavings, stale records).
 func (a *Attribution) FencedByRecord(who string, bucket int) bool {
 	a.fenceMu.Lock()
 	defer a.fenceMu.Unlock()
@@ -265,9 +272,22 @@ func (a *Attribution) publish(ctx context.Context, who string, pub outbox.Publis
 	}
 	unfenced := a.unfenced[b]
 	a.mu.Unlock()
+	// A publish that begins with its process's producer fenced (none, or
+	// one a later fence outdated) can commit nothing: the overlaps that
+	// fence excuses (begin) stand on it, so a commit is a violation.
+	stale := a.Fenced != nil && a.Fenced(who, b)
 	end := a.begin(ctx, who, b, msgs[0].Sequence)
 	n, err := pub.Publish(ctx, msgs)
 	end()
+	if stale && n > 0 {
+		a.mu.Lock()
+		a.overlaps.Overlaps++
+		if len(a.overlaps.Unadmitted) < 5 {
+			a.overlaps.Unadmitted = append(a.overlaps.Unadmitted, fmt.Sprintf(
+				"bucket %d: %s began a publish from %d with its producer fenced and committed %d messages", b, who, msgs[0].Sequence, n))
+		}
+		a.mu.Unlock()
+	}
 	a.mu.Lock()
 	unfenced = unfenced || a.unfenced[b]
 	a.mu.Unlock()

@@ -221,8 +221,8 @@ func (v txnVerdict) Unexplained() int { return v.InTxnDuplicates + v.Unexplained
 // record-level failure on them: the relay parked them and published the
 // rest of the batch in a new transaction); or a fenced hand-over read
 // while its tombstones were landing — every message published again was
-// at risk of handover-fenced, and a tombstone was asked for every other one
-// (markSent: the acquirer skipped exactly those whose puts had landed, as a
+// at risk of handover-fenced, and a tombstone was asked for every message
+// of it (markSent; the acquirer skipped those whose puts had landed, as a
 // BatchWriteItem applies put by put; docs/design.md §4.3.5).
 func (o *txnOracle) verdict(chk *checker.Checker, parked map[string]bool, markSent func(id string) bool) txnVerdict {
 	o.mu.Lock()
@@ -311,16 +311,18 @@ func (o *txnOracle) verdict(chk *checker.Checker, parked map[string]bool, markSe
 		again, partialCause, restParked := 0, "", true
 		// A fenced hand-over: every message published again was in flight
 		// when its bucket was acquired from a release (handover-fenced),
-		// and a tombstone was asked for every other one.
+		// and a tombstone was asked for every message of it, those
+		// published again included (their puts had not landed when the
+		// acquirer read): a drain that never asked for some is a bug.
 		handover := true
 		for _, id := range t.ids {
 			c := copies[id]
+			handover = handover && markSent(id)
 			if i := slices.Index(c, tag); i >= 0 && i < len(c)-1 {
 				again++
 				handover = handover && slices.Contains(chk.Risks(id), "handover-fenced")
 			} else {
 				restParked = restParked && parked[id]
-				handover = handover && markSent(id)
 			}
 			for _, r := range chk.Risks(id) {
 				if slices.Contains(attrib.PartialMarking, r) {

@@ -124,7 +124,12 @@ func TestTxnOracleCatches(t *testing.T) {
 			[]rec{{0, 0, 1}, {0, 1, 2}, {1, 0, 2}},
 			func(v txnVerdict) bool {
 				return v.DupPartial == 1 && v.PartialHandover == 1 && v.UnexplainedPartial == 0
-			}, nil, map[string]string{"b": "handover-fenced"}, map[string]bool{"a": true}},
+			}, nil, map[string]string{"b": "handover-fenced"}, map[string]bool{"a": true, "b": true}},
+		// A drain that never asked for b's tombstone: a bug, not the
+		// hand-over.
+		{"partial, fenced hand-over, republished never marked", []func([]outbox.Message) (int, error){committed, committed}, [][]outbox.Message{msgs("a", "b"), msgs("b")},
+			[]rec{{0, 0, 1}, {0, 1, 2}, {1, 0, 2}},
+			func(v txnVerdict) bool { return v.UnexplainedPartial == 1 }, nil, map[string]string{"b": "handover-fenced"}, map[string]bool{"a": true}},
 		// Either half alone excuses nothing: no tombstone asked for the
 		// message not published again, or the one published again never
 		// in flight at a fenced acquisition.
@@ -133,7 +138,7 @@ func TestTxnOracleCatches(t *testing.T) {
 			func(v txnVerdict) bool { return v.UnexplainedPartial == 1 }, nil, map[string]string{"b": "handover-fenced"}, nil},
 		{"partial, marked, no hand-over", []func([]outbox.Message) (int, error){committed, committed}, [][]outbox.Message{msgs("a", "b"), msgs("b")},
 			[]rec{{0, 0, 1}, {0, 1, 2}, {1, 0, 2}},
-			func(v txnVerdict) bool { return v.UnexplainedPartial == 1 }, nil, map[string]string{"b": "takeover"}, map[string]bool{"a": true}},
+			func(v txnVerdict) bool { return v.UnexplainedPartial == 1 }, nil, map[string]string{"b": "takeover"}, map[string]bool{"a": true, "b": true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			v, _ := run(c.outs, c.bs, c.seen, c.parked, c.risks, c.marked)
