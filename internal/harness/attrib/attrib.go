@@ -70,15 +70,37 @@ import (
 // The Attribution is the store and the publisher to give the relays (one
 // for all relays of an outbox). ViaAs gives further publishers sharing it,
 // one per process.
+//
+// The optional Store capabilities the relays use pass through, so that the
+// relays under attribution run as deployed on store/dynamo, which has them
+// all: without EpochGate, say, no sweep could end an old BucketCount epoch
+// and every relay would wait on its gate for good. New panics when store
+// lacks one (store/dynamo's and store/memory's Store have them all).
 func New(store outbox.Store, pub outbox.Publisher, chk *checker.Checker) *Attribution {
-	return &Attribution{Store: store, pub: pub, chk: chk, inFlight: map[int]map[int64]string{}, Now: time.Now}
+	caps, ok := store.(capabilities)
+	if !ok {
+		panic(fmt.Sprintf("attrib: the store %T lacks an optional capability the deployed relays use (BucketProbe, CounterProbe, ParkedCounter, StuckRecorder, EpochGate)", store))
+	}
+	return &Attribution{Store: store, caps: caps, pub: pub, chk: chk, inFlight: map[int]map[int64]string{}, Now: time.Now}
 }
+
+// capabilities are the optional Store capabilities the relays look for.
+type capabilities interface {
+	outbox.BucketProbe
+	outbox.CounterProbe
+	outbox.ParkedCounter
+	outbox.StuckRecorder
+	outbox.EpochGate
+}
+
+var _ capabilities = (*Attribution)(nil)
 
 // Attribution wraps the relays' store and publishers.
 type Attribution struct {
 	outbox.Store
-	pub outbox.Publisher
-	chk *checker.Checker
+	caps capabilities // the same store
+	pub  outbox.Publisher
+	chk  *checker.Checker
 	// Now is the clock of the publish intervals and the trace (default
 	// time.Now; a simulation sets its own before any publish).
 	Now func() time.Time
@@ -247,13 +269,31 @@ func (a *Attribution) Trace(id string) []string {
 	return append([]string(nil), a.trace[id]...)
 }
 
-// Peek passes through, so the sweeper (which needs an outbox.BucketProbe)
-// works on the wrapped store.
+// Peek, LastSequence, CountParked, RecordStuck, GateOpen and EndOldEpoch
+// pass through (see New).
 func (a *Attribution) Peek(ctx context.Context, bucket int, after int64, limit int) (int, time.Time, error) {
-	return a.Store.(outbox.BucketProbe).Peek(ctx, bucket, after, limit)
+	return a.caps.Peek(ctx, bucket, after, limit)
 }
 
-var _ outbox.BucketProbe = (*Attribution)(nil)
+func (a *Attribution) LastSequence(ctx context.Context, bucket int) (int64, error) {
+	return a.caps.LastSequence(ctx, bucket)
+}
+
+func (a *Attribution) CountParked(ctx context.Context, bucket int) (int, error) {
+	return a.caps.CountParked(ctx, bucket)
+}
+
+func (a *Attribution) RecordStuck(ctx context.Context, bucket int, s outbox.Stuck) error {
+	return a.caps.RecordStuck(ctx, bucket, s)
+}
+
+func (a *Attribution) GateOpen(ctx context.Context, bucket int, epoch int64) (bool, []int, error) {
+	return a.caps.GateOpen(ctx, bucket, epoch)
+}
+
+func (a *Attribution) EndOldEpoch(ctx context.Context, stored outbox.Config) (bool, []int, error) {
+	return a.caps.EndOldEpoch(ctx, stored)
+}
 
 func (a *Attribution) Publish(ctx context.Context, msgs []outbox.Message) (int, error) {
 	return a.publish(ctx, "relay", a.pub, msgs)

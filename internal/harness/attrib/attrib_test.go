@@ -392,3 +392,77 @@ func TestFencedByRecord(t *testing.T) {
 		})
 	}
 }
+
+// The relays under attribution run as deployed: the wrapped store's
+// optional capabilities reach them. Here a sweep ends a drained old
+// BucketCount epoch (EpochGate.EndOldEpoch) and the new epoch's message
+// then flows. Mutation: an Attribution that only embeds outbox.Store hides
+// EpochGate; the sweep reports that it cannot end the epoch, the config
+// item stays draining and the gate stays shut (the soak's relays waited
+// on it for good once a change outlived its ChangeTimeout).
+func TestRelaysSeeTheStoresCapabilities(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New(1)
+	k := &log{}
+	a := New(mem, k, checker.New())
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{
+		{"BucketProbe", isA[outbox.BucketProbe](a)},
+		{"CounterProbe", isA[outbox.CounterProbe](a)},
+		{"ParkedCounter", isA[outbox.ParkedCounter](a)},
+		{"StuckRecorder", isA[outbox.StuckRecorder](a)},
+		{"EpochGate", isA[outbox.EpochGate](a)},
+	} {
+		if !c.ok {
+			t.Errorf("an Attribution over the memory store is no %s", c.name)
+		}
+	}
+
+	r, err := relay.New(ctx, a, a.ViaAs("r", k), relay.RelayID("r"), relay.DeadlineMargin(0),
+		relay.GapPollInterval(time.Millisecond), relay.GapTimeout(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, mem, 1) // bucket 0, sequence 1, epoch 0
+	epoch := mem.Flip(2, time.Now().Add(time.Hour))
+	for b := range 2 {
+		mem.Cut(b)
+	}
+	next := outbox.Message{ID: "new", Bucket: 0, Sequence: 2, Topic: "t", Value: []byte("v")}
+	if err := mem.PutStamped(epoch, next); err != nil {
+		t.Fatal(err)
+	}
+	// The first sweep drains old bucket 0 to its cut point; the epoch ends
+	// by this sweep or the next.
+	for range 2 {
+		if _, err := r.Sweep(ctx); err != nil {
+			t.Fatalf("sweep: %v", err)
+		}
+	}
+	if stored, _ := mem.Config(ctx); stored.Draining() {
+		t.Fatalf("after two sweeps the config item still says the old epoch drains: %+v", stored)
+	}
+	if _, err := r.DrainBucket(ctx, 0); err != nil {
+		t.Fatalf("drain after the old epoch ended: %v", err)
+	}
+	if len(k.recs) != 2 {
+		t.Fatalf("published %d, want 2 (the old epoch's message and the new one)", len(k.recs))
+	}
+}
+
+func isA[T any](v any) bool {
+	_, ok := v.(T)
+	return ok
+}
+
+// New refuses a store without the capabilities the deployed relays use.
+func TestNewRefusesAStoreWithoutTheCapabilities(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("New took a store without EpochGate and the rest")
+		}
+	}()
+	New(struct{ outbox.Store }{memory.New(1)}, nil, checker.New())
+}
