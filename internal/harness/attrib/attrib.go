@@ -137,6 +137,7 @@ type Attribution struct {
 	// Under fenceMu: Fenced is called with mu held.
 	fenceMu   sync.Mutex
 	fences    map[int]int
+	lastFence map[int]string // bucket -> the fence that returned last: who, when
 	producers map[string]map[int]int
 	// markSent: the ids of the messages a MarkPublished was asked to
 	// replace by tombstones, whatever its outcome (a BatchWriteItem applies
@@ -214,7 +215,22 @@ func (v fencingVia) FenceHolders(ctx context.Context, bucket int) error {
 	}
 	v.a.fences[bucket]++
 	v.a.producers[v.who][bucket] = v.a.fences[bucket]
+	if v.a.lastFence == nil {
+		v.a.lastFence = map[int]string{}
+	}
+	v.a.lastFence[bucket] = fmt.Sprintf("%s's fence of bucket %d returned at %s", v.who, bucket, v.a.Now().Format("15:04:05.000"))
 	return nil
+}
+
+// fenceEvent names the recorded fence an excuse stands on ("" when Fenced
+// is the simulator's model, which records none here). a.mu is held.
+func (a *Attribution) fenceEvent(bucket int) string {
+	a.fenceMu.Lock()
+	defer a.fenceMu.Unlock()
+	if e := a.lastFence[bucket]; e != "" {
+		return "; last " + e
+	}
+	return ""
 }
 
 // FencedByRecord is a Fenced for publishers that are outbox.HolderFencers
@@ -648,7 +664,7 @@ func (a *Attribution) begin(ctx context.Context, who string, bucket int, first i
 			}
 			a.overlaps.Admitted++
 			if len(a.overlaps.AdmittedBy) < 5 {
-				a.overlaps.AdmittedBy = append(a.overlaps.AdmittedBy, desc+fmt.Sprintf(" (admitted: %s's producer was fenced: its transaction cannot commit)", stale))
+				a.overlaps.AdmittedBy = append(a.overlaps.AdmittedBy, desc+fmt.Sprintf(" (admitted: %s's producer was fenced: its transaction cannot commit%s)", stale, a.fenceEvent(bucket)))
 			}
 			continue
 		}

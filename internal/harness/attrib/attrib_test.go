@@ -383,8 +383,9 @@ func TestFencedByRecord(t *testing.T) {
 			<-done
 			<-done
 			o := a.Overlaps()
-			if o.Overlaps != c.overlaps || o.Admitted != c.admitted || len(o.AdmittedBy) != 1 || !strings.Contains(o.AdmittedBy[0], "sweeper's producer was fenced") {
-				t.Fatalf("overlaps %+v, want %d of which %d admitted: the sweeper's producer was fenced", o, c.overlaps, c.admitted)
+			if o.Overlaps != c.overlaps || o.Admitted != c.admitted || len(o.AdmittedBy) != 1 || !strings.Contains(o.AdmittedBy[0], "sweeper's producer was fenced") ||
+				!strings.Contains(o.AdmittedBy[0], "last container's fence of bucket 0 returned at") {
+				t.Fatalf("overlaps %+v, want %d of which %d admitted: the sweeper's producer was fenced, naming the container's fence", o, c.overlaps, c.admitted)
 			}
 			if c.broken > 0 && (len(o.Unadmitted) != 1 || !strings.Contains(o.Unadmitted[0], "sweeper began a publish from 1 with its producer fenced and committed 1")) {
 				t.Fatalf("unadmitted %v, want the stale commit", o.Unadmitted)
