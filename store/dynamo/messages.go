@@ -71,8 +71,10 @@ func (s *Store) Pending(ctx context.Context, bucket int, after int64, limit int)
 //
 // Concurrent calls, of any buckets, share their BatchWriteItem calls
 // (combine.go): a MarkPublished that finds calls free goes at once, its
-// puts (and any queued) cut evenly over up to 4 of them; puts queued while all DeleteConcurrency calls are in flight go in as few
-// calls of at most 25 as that limit allows. A put asked twice while queued is sent once.
+// puts (and any queued) cut evenly over up to 4 of them; puts queued
+// while all DeleteConcurrency calls are in flight go in as few calls of at
+// most 25 as that limit allows. A put asked twice while queued is sent
+// once.
 // Unprocessed puts are retried with jittered exponential backoff, at most
 // markAttempts calls each. MarkPublished returns when every one of its puts
 // has landed, at the first error of a call that carried one of them, or
