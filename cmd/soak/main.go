@@ -1,7 +1,7 @@
 // Command soak runs the fault-injection soak (internal/harness/soak) and prints its
 // one-line verdict:
 //
-//	soak: mode=delete messages=N lost=0 phantom=0 read_model_mismatches=0 duplicates=D unexplained=0 overlaps=O overlaps_admitted=A reorders=R parked=P faults=F duplicates_by_cause=cause:n,...
+//	soak: mode=delete messages=N lost=0 phantom=0 read_model_mismatches=0 duplicates=D unexplained=0 overlaps=O overlaps_admitted=A admitted_by=cancelled:C,fenced:F reorders=R parked=P faults=F duplicates_by_cause=cause:n,...
 //
 //	make soak N=100000
 //	cd cmd && go run ./soak -n 20000 -mode watermark

@@ -617,6 +617,10 @@ type OverlapReport struct {
 	// its resume window's end or its deadline): its client may still deliver
 	// what it had accepted (docs/design.md §7.3).
 	Overlaps, Admitted int
+	// Of Admitted: Cancelled by the other publish's cancellation, Fenced by
+	// a broker fence (Kafka transactions: one of the two producers can make
+	// nothing visible, so only one publisher counts, design.md §4.3.5).
+	Cancelled, Fenced int
 	// Examples of unadmitted overlaps, and of admitted ones with the event
 	// that admits them.
 	Unadmitted, AdmittedBy []string
@@ -629,6 +633,8 @@ func (r OverlapReport) UnadmittedCount() int { return r.Overlaps - r.Admitted }
 func (r *OverlapReport) Add(o OverlapReport) {
 	r.Overlaps += o.Overlaps
 	r.Admitted += o.Admitted
+	r.Cancelled += o.Cancelled
+	r.Fenced += o.Fenced
 	r.Unadmitted = append(r.Unadmitted, o.Unadmitted...)[:min(5, len(r.Unadmitted)+len(o.Unadmitted))]
 	r.AdmittedBy = append(r.AdmittedBy, o.AdmittedBy...)[:min(5, len(r.AdmittedBy)+len(o.AdmittedBy))]
 }
@@ -650,21 +656,25 @@ func (a *Attribution) begin(ctx context.Context, who string, bucket int, first i
 		a.overlaps.Overlaps++
 		desc := fmt.Sprintf("bucket %d: %s publishes from %d at %s while %s publishes from %d since %s", bucket,
 			who, first, me.start.Format("15:04:05.000"), o.who, o.first, o.start.Format("15:04:05.000"))
-		if o.ctx.Err() != nil {
-			a.overlaps.Admitted++
-			if len(a.overlaps.AdmittedBy) < 5 {
-				a.overlaps.AdmittedBy = append(a.overlaps.AdmittedBy, desc+fmt.Sprintf(" (admitted: %s's publish was cancelled, %v)", o.who, context.Cause(o.ctx)))
-			}
-			continue
-		}
+		// A broker fence first: it excludes outright (nothing of the
+		// stale producer can become visible), a cancellation only bounds.
 		if a.Fenced != nil && (a.Fenced(o.who, bucket) || a.Fenced(who, bucket)) {
 			stale := o.who
 			if !a.Fenced(o.who, bucket) {
 				stale = who
 			}
 			a.overlaps.Admitted++
+			a.overlaps.Fenced++
 			if len(a.overlaps.AdmittedBy) < 5 {
 				a.overlaps.AdmittedBy = append(a.overlaps.AdmittedBy, desc+fmt.Sprintf(" (admitted: %s's producer was fenced: its transaction cannot commit%s)", stale, a.fenceEvent(bucket)))
+			}
+			continue
+		}
+		if o.ctx.Err() != nil {
+			a.overlaps.Admitted++
+			a.overlaps.Cancelled++
+			if len(a.overlaps.AdmittedBy) < 5 {
+				a.overlaps.AdmittedBy = append(a.overlaps.AdmittedBy, desc+fmt.Sprintf(" (admitted: %s's publish was cancelled, %v)", o.who, context.Cause(o.ctx)))
 			}
 			continue
 		}
@@ -696,9 +706,10 @@ func (a *Attribution) Overlaps() OverlapReport {
 	return r
 }
 
-// String is the summary's fields: overlaps=N overlaps_admitted=M.
+// String is the summary's fields: overlaps=N overlaps_admitted=M
+// admitted_by=cancelled:C,fenced:F.
 func (r OverlapReport) String() string {
-	return fmt.Sprintf("overlaps=%d overlaps_admitted=%d", r.Overlaps, r.Admitted)
+	return fmt.Sprintf("overlaps=%d overlaps_admitted=%d admitted_by=cancelled:%d,fenced:%d", r.Overlaps, r.Admitted, r.Cancelled, r.Fenced)
 }
 
 // Details lists the examples, for a failure message.

@@ -186,8 +186,9 @@ func TestOverlapsBetweenProcesses(t *testing.T) {
 			<-done
 			<-done
 			o := a.Overlaps()
-			if o.Overlaps != c.overlaps || o.Admitted != c.adm || o.UnadmittedCount() != c.overlaps-c.adm {
-				t.Fatalf("overlaps %+v, want %d of which %d admitted", o, c.overlaps, c.adm)
+			if o.Overlaps != c.overlaps || o.Admitted != c.adm || o.UnadmittedCount() != c.overlaps-c.adm ||
+				o.Cancelled != c.adm || o.Fenced != 0 {
+				t.Fatalf("overlaps %+v, want %d of which %d admitted, by cancellation", o, c.overlaps, c.adm)
 			}
 		})
 	}
@@ -383,7 +384,7 @@ func TestFencedByRecord(t *testing.T) {
 			<-done
 			<-done
 			o := a.Overlaps()
-			if o.Overlaps != c.overlaps || o.Admitted != c.admitted || len(o.AdmittedBy) != 1 || !strings.Contains(o.AdmittedBy[0], "sweeper's producer was fenced") ||
+			if o.Overlaps != c.overlaps || o.Admitted != c.admitted || o.Fenced != c.admitted || o.Cancelled != 0 || len(o.AdmittedBy) != 1 || !strings.Contains(o.AdmittedBy[0], "sweeper's producer was fenced") ||
 				!strings.Contains(o.AdmittedBy[0], "last container's fence of bucket 0 returned at") {
 				t.Fatalf("overlaps %+v, want %d of which %d admitted: the sweeper's producer was fenced, naming the container's fence", o, c.overlaps, c.admitted)
 			}
@@ -466,4 +467,40 @@ func TestNewRefusesAStoreWithoutTheCapabilities(t *testing.T) {
 		}
 	}()
 	New(struct{ outbox.Store }{memory.New(1)}, nil, checker.New())
+}
+
+// An overlap whose earlier publish was both cancelled and fenced is
+// counted as fenced: the fence excludes outright, the cancellation only
+// bounds. Mutation: asking the cancellation first counts it cancelled.
+func TestAFencedOverlapCountsAsFencedEvenIfCancelled(t *testing.T) {
+	ctx := context.Background()
+	a := New(memory.New(1), nil, checker.New())
+	a.Fenced = a.FencedByRecord
+	b := &blocking{entered: make(chan struct{}, 2), release: make(chan struct{})}
+	if err := a.ViaAs("sweeper", &blockingFencer{b, nil}).(outbox.HolderFencer).FenceHolders(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	msgs := []outbox.Message{{ID: "m1", Bucket: 0, Sequence: 1}}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{}, 2)
+	go func() {
+		_, _ = a.ViaAs("sweeper", refused{&blockingFencer{b, nil}}).Publish(sctx, msgs)
+		done <- struct{}{}
+	}()
+	<-b.entered
+	cancel()
+	if err := a.ViaAs("container", &blockingFencer{b, nil}).(outbox.HolderFencer).FenceHolders(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, _ = a.ViaAs("container", &blockingFencer{b, nil}).Publish(ctx, msgs)
+		done <- struct{}{}
+	}()
+	<-b.entered
+	close(b.release)
+	<-done
+	<-done
+	if o := a.Overlaps(); o.Overlaps != 1 || o.Fenced != 1 || o.Cancelled != 0 || o.UnadmittedCount() != 0 {
+		t.Fatalf("overlaps %+v, want 1, admitted by the fence", o)
+	}
 }

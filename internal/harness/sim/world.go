@@ -186,10 +186,11 @@ type Result struct {
 	// Overlaps counts publishes of a bucket by one process that began while
 	// another process's publish of the bucket was under way (I4), Admitted
 	// those where that other publish was already cancelled (§7.3: its client
-	// may still deliver what it had accepted); Unadmitted describes some of
-	// the others.
-	Overlaps, Admitted int
-	Unadmitted         []string
+	// may still deliver what it had accepted) or one of whose producers a
+	// broker fence made stale (Fenced of them: Kafka transactions, §4.3.5);
+	// Unadmitted describes some of the others.
+	Overlaps, Admitted, Fenced int
+	Unadmitted                 []string
 
 	// With Txn (txn.go): records visible to a read_committed consumer of a
 	// transaction its publisher reported failed; transactions of a bucket
@@ -658,7 +659,7 @@ func (w *world) check() error {
 		w.checkTxns(vis, parked)
 	}
 	ov := w.at.Overlaps()
-	w.res.Overlaps, w.res.Admitted, w.res.Unadmitted = ov.Overlaps, ov.Admitted, ov.Unadmitted
+	w.res.Overlaps, w.res.Admitted, w.res.Fenced, w.res.Unadmitted = ov.Overlaps, ov.Admitted, ov.Fenced, ov.Unadmitted
 	return nil
 }
 
