@@ -10,13 +10,13 @@ import (
 	"github.com/dynakafka/outbox"
 )
 
-// TestSmallSoak is the small soak run of `make test`: at least 5,000
+// TestSmallSoak is the small soak run of `make test`: at least 3,000
 // messages through every fault, each kind firing at least 5 times, in
-// DeleteMode; and 3,000 in WatermarkMode, where the relay writes nothing
-// per message (so no unprocessed batch writes and no crash mid-delete),
-// each kind firing at least once (the rarest fire about 5 times in 2,000).
-// The DeleteMode run changes BucketCount 8 → 12 online half-way through,
-// with the faults on (docs/design.md §13).
+// DeleteMode; 2,000 in WatermarkMode, where the relay writes nothing per
+// message (so no unprocessed batch writes and no crash mid-delete), each
+// kind firing at least once (the rarest fire about 5 times in 2,000); and
+// 1,200 with Kafka transactions. The DeleteMode run changes BucketCount
+// 8 → 12 online half-way through, with the faults on (docs/design.md §13).
 func TestSmallSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak skipped in -short mode")
