@@ -2,12 +2,14 @@ package kafka
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dynakafka/outbox"
+	"github.com/dynakafka/outbox/internal/harness/kafka/kafkatest"
 	"github.com/dynakafka/outbox/internal/harness/testenv"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -143,7 +145,14 @@ func consumeCommitted(t *testing.T, k *testenv.KafkaCluster, topic string, n int
 	for len(recs) < n {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			t.Fatalf("consumed %d of %d records of %s: %v", len(recs), n, topic, err)
+			// What a next look at a loss needs: which records came, at
+			// which offsets, and where the partitions end now.
+			var got []string
+			for i, id := range ids(t, recs) {
+				got = append(got, fmt.Sprintf("%s@%d/%d", id, recs[i].Partition, recs[i].Offset))
+			}
+			t.Fatalf("consumed %d of %d records of %s: %v (consumed %v; end offsets now %v)",
+				len(recs), n, topic, err, got, kafkatest.EndOffsets(t, k, topic))
 		}
 		fs.EachError(func(tp string, p int32, err error) { t.Fatalf("fetch %s/%d: %v", tp, p, err) })
 		recs = append(recs, fs.Records()...)
