@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -133,31 +132,7 @@ func TestDeletedTopicStopsThenRecreatedResumes(t *testing.T) {
 // end offsets does not fit).
 func consumeCommitted(t *testing.T, k *testenv.KafkaCluster, topic string, n int) []*kgo.Record {
 	t.Helper()
-	ctx := testCtx(t)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	var recs []*kgo.Record
-	for len(recs) < n {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			// What a next look at a loss needs: which records came, at
-			// which offsets, and where the partitions end now.
-			var got []string
-			for i, id := range ids(t, recs) {
-				got = append(got, fmt.Sprintf("%s@%d/%d", id, recs[i].Partition, recs[i].Offset))
-			}
-			t.Fatalf("consumed %d of %d records of %s: %v (consumed %v; end offsets now %v)",
-				len(recs), n, topic, err, got, kafkatest.EndOffsets(t, k, topic))
-		}
-		fs.EachError(func(tp string, p int32, err error) { t.Fatalf("fetch %s/%d: %v", tp, p, err) })
-		recs = append(recs, fs.Records()...)
-	}
-	return recs
+	return kafkatest.ConsumeN(t, k, topic, n, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 }
 
 func defaultDeliveryTimeout() time.Duration {
