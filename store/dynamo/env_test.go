@@ -3,6 +3,7 @@ package dynamo
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +24,9 @@ type env struct {
 	store  *Store
 	// retention: the TTL put gives messages (WatermarkMode), 0 for none.
 	retention time.Duration
+	// probe: the endpoint probes' table (probe_test.go), made once.
+	probeOnce sync.Once
+	probe     string
 }
 
 func ctxT(t *testing.T) context.Context {

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1018,84 +1017,4 @@ func TestWriteWithToken(t *testing.T) {
 			t.Errorf("token %q: %v, counter %d -> %d; want a ValidationError and nothing reserved", bad, err, before, w.counter(t, 0))
 		}
 	}
-}
-
-// honoursTokens reports whether the endpoint answers a TransactWriteItems
-// resent with the same ClientRequestToken as DynamoDB documents: with
-// success, without running it again. DynamoDB Local does; moto runs the
-// resend and cancels it on its condition. Probed with the SDK alone (no
-// outbox code) on w's business table.
-func (w *writerEnv) honoursTokens(t *testing.T) bool {
-	t.Helper()
-	in := &dynamodb.TransactWriteItemsInput{
-		ClientRequestToken: str(uuid.NewString()),
-		TransactItems: []types.TransactWriteItem{{Put: &types.Put{
-			TableName:           str(w.business),
-			Item:                map[string]types.AttributeValue{"id": strAttr("token-probe-" + uuid.NewString())},
-			ConditionExpression: str("attribute_not_exists(id)"),
-		}}},
-	}
-	for i := range 2 {
-		if _, err := w.d.Client.TransactWriteItems(ctxT(t), in); err != nil {
-			if i == 0 {
-				t.Fatalf("token probe: %v", err)
-			}
-			t.Logf("%s does not honour ClientRequestToken (its answer to the same transaction resent: %v): DynamoDB's side of this test is skipped, the writer's is checked",
-				w.d.Endpoint, err)
-			return false
-		}
-	}
-	return true
-}
-
-// takesMaxItems reports whether the endpoint stores an item of exactly
-// MaxItemBytes as DynamoDB documents the size (attribute names' and
-// values' lengths: "id" + "p" + "v" + 409,596 bytes). DynamoDB Local does;
-// moto counts differently and refuses it. Probed with the SDK alone on w's
-// business table.
-func (w *writerEnv) takesMaxItems(t *testing.T) bool {
-	t.Helper()
-	item := map[string]types.AttributeValue{
-		"id": strAttr("p"),
-		"v":  &types.AttributeValueMemberB{Value: make([]byte, MaxItemBytes-len("id")-len("p")-len("v"))},
-	}
-	if _, err := w.d.Client.PutItem(ctxT(t), &dynamodb.PutItemInput{TableName: str(w.business), Item: item}); err != nil {
-		t.Logf("%s refuses an item of %d bytes as DynamoDB counts them (%v): the largest message's write is not checked there", w.d.Endpoint, MaxItemBytes, err)
-		return false
-	}
-	return true
-}
-
-// isolatesTransactions reports whether the endpoint serializes
-// TransactWriteItems as DynamoDB documents: of 8 concurrent transactions
-// that each bump one item's version conditional on the version they read,
-// exactly one commits per round (20 rounds). moto commits several at once
-// under concurrent requests. Probed with the SDK alone on w's business
-// table.
-func (w *writerEnv) isolatesTransactions(t *testing.T) bool {
-	t.Helper()
-	id := "isolation-probe-" + uuid.NewString()
-	// A round where all 8 conflict commits none; it is run again.
-	for version, rounds := 0, 0; version < 20 && rounds < 100; rounds++ {
-		var wins atomic.Int32
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Go(func() {
-				if _, err := w.d.Client.TransactWriteItems(ctxT(t), &dynamodb.TransactWriteItemsInput{
-					TransactItems: []types.TransactWriteItem{w.bump(id, version)},
-				}); err == nil {
-					wins.Add(1)
-				}
-			})
-		}
-		wg.Wait()
-		n := int(wins.Load())
-		if n > 1 {
-			t.Logf("%s committed %d of 8 concurrent transactions that bump version %d of one item: it does not serialize transactions, so commit order cannot be checked there",
-				w.d.Endpoint, n, version)
-			return false
-		}
-		version += n
-	}
-	return true
 }
