@@ -146,15 +146,16 @@ local: cli
 	$(abspath $(BIN))/outbox local --topics $(TOPICS) $(if $(MESSAGES),--messages $(MESSAGES)) $(if $(REAL),--real) $(LOCAL_FLAGS)
 
 # make test-moto: store/dynamo's suite against moto_server on a free port.
-# A test that needs a DynamoDB behaviour moto lacks (ClientRequestToken
-# idempotency, serialized transactions, the 400 KB item as DynamoDB counts
-# it) probes the endpoint with the SDK alone, logs what it found, and
-# checks the writer's side only.
+# With OUTBOX_TEST_DYNAMODB_EMULATOR=moto, a test whose assertion needs a
+# DynamoDB behaviour moto lacks (ClientRequestToken idempotency,
+# serialized transactions, the 400 KB item as DynamoDB counts it) probes
+# the endpoint with the SDK alone; on moto's own answer it logs what it
+# found and checks only the writer's side, or skips (store/dynamo/probe_test.go).
 test-moto:
 	@port=$$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'); \
 	mkdir -p $(TEST_LOGS); moto_server -p $$port > $(TEST_LOGS)/moto.log 2>&1 & pid=$$!; \
 	for i in $$(seq 50); do python3 -c "import socket; socket.create_connection(('127.0.0.1', $$port), 1)" 2>/dev/null && break; sleep 0.2; done; \
-	AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test OUTBOX_TEST_DYNAMODB_ENDPOINT=http://127.0.0.1:$$port \
+	AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test OUTBOX_TEST_DYNAMODB_ENDPOINT=http://127.0.0.1:$$port OUTBOX_TEST_DYNAMODB_EMULATOR=moto \
 		$(GO) test -count=1 -timeout 30m ./store/dynamo; rc=$$?; kill $$pid; exit $$rc
 
 test-short:

@@ -1,6 +1,9 @@
 package dynamo
 
 import (
+	"errors"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,17 +15,30 @@ import (
 	"github.com/dynakafka/outbox/internal/harness/testenv"
 )
 
-// Probes of the endpoint under test, for DynamoDB behaviours an emulator
-// may lack (moto: make test-moto). Each uses the SDK alone, no outbox
-// code, and is asked only where an assertion that needs the behaviour
-// failed: on DynamoDB Local every probe holds and the assertion stands.
+// Probes of the endpoint under test, for DynamoDB behaviours moto lacks
+// (make test-moto). They are asked only when OUTBOX_TEST_DYNAMODB_EMULATOR
+// is "moto" (make test-moto sets it) and only where an assertion that
+// needs the behaviour failed; anywhere else every probe holds without
+// asking, so on DynamoDB Local and DynamoDB the assertions always stand.
+// Each probe uses the SDK alone, no outbox code, and reports the behaviour
+// missing only on moto's own answer for it; any other error fails the
+// test.
+
+// emulatorEnv names the DynamoDB emulator the tests run against, when it is
+// one whose known gaps the probes may excuse ("moto").
+const emulatorEnv = "OUTBOX_TEST_DYNAMODB_EMULATOR"
+
+func onMoto() bool { return os.Getenv(emulatorEnv) == "moto" }
 
 // honoursTokens reports whether the endpoint answers a TransactWriteItems
 // resent with the same ClientRequestToken as DynamoDB documents: with
-// success, without running it again. DynamoDB Local does; moto runs the
-// resend and cancels it on its condition.
+// success, without running it again. moto runs the resend and cancels it
+// on its condition (ConditionalCheckFailed).
 func (e *env) honoursTokens(t *testing.T) bool {
 	t.Helper()
+	if !onMoto() {
+		return true
+	}
 	in := &dynamodb.TransactWriteItemsInput{
 		ClientRequestToken: str(uuid.NewString()),
 		TransactItems: []types.TransactWriteItem{{Put: &types.Put{
@@ -31,44 +47,61 @@ func (e *env) honoursTokens(t *testing.T) bool {
 			ConditionExpression: str("attribute_not_exists(id)"),
 		}}},
 	}
-	for i := range 2 {
-		if _, err := e.d.Client.TransactWriteItems(ctxT(t), in); err != nil {
-			if i == 0 {
-				t.Fatalf("token probe: %v", err)
-			}
-			t.Logf("%s does not honour ClientRequestToken (its answer to the same transaction resent: %v): DynamoDB's side of this test is skipped, the writer's is checked",
-				e.d.Endpoint, err)
-			return false
-		}
+	if _, err := e.d.Client.TransactWriteItems(ctxT(t), in); err != nil {
+		t.Fatalf("token probe, first call: %v", err)
 	}
-	return true
+	_, err := e.d.Client.TransactWriteItems(ctxT(t), in)
+	var tce *types.TransactionCanceledException
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &tce) && len(tce.CancellationReasons) == 1 && tce.CancellationReasons[0].Code != nil &&
+		*tce.CancellationReasons[0].Code == "ConditionalCheckFailed":
+		t.Logf("%s ran a transaction resent with the same ClientRequestToken again (%v): DynamoDB's side of this test is skipped there, the writer's is checked",
+			e.d.Endpoint, err)
+		return false
+	}
+	t.Fatalf("token probe, the resend: %v", err)
+	return false
 }
 
 // takesMaxItems reports whether the endpoint stores an item of exactly
 // MaxItemBytes as DynamoDB documents the size (attribute names' and
-// values' lengths: "id" + "p" + "v" + 409,596 bytes). DynamoDB Local does;
-// moto counts differently and refuses it.
+// values' lengths: "id" + "p" + "v" + 409,596 bytes). moto counts
+// otherwise and refuses it: "Item size has exceeded the maximum allowed
+// size".
 func (e *env) takesMaxItems(t *testing.T) bool {
 	t.Helper()
+	if !onMoto() {
+		return true
+	}
 	item := map[string]types.AttributeValue{
 		"id": strAttr("p"),
 		"v":  &types.AttributeValueMemberB{Value: make([]byte, MaxItemBytes-len("id")-len("p")-len("v"))},
 	}
-	if _, err := e.d.Client.PutItem(ctxT(t), &dynamodb.PutItemInput{TableName: str(e.probeTable(t)), Item: item}); err != nil {
+	_, err := e.d.Client.PutItem(ctxT(t), &dynamodb.PutItemInput{TableName: str(e.probeTable(t)), Item: item})
+	switch {
+	case err == nil:
+		return true
+	case strings.Contains(err.Error(), "Item size has exceeded the maximum allowed size"):
 		t.Logf("%s refuses an item of %d bytes as DynamoDB counts them (%v): the largest message's write is not checked there", e.d.Endpoint, MaxItemBytes, err)
 		return false
 	}
-	return true
+	t.Fatalf("item size probe: %v", err)
+	return false
 }
 
 // isolatesTransactions reports whether the endpoint serializes
 // TransactWriteItems as DynamoDB documents: of 8 concurrent transactions
 // that each bump one item's version conditional on the version they read,
-// exactly one commits per round (20 rounds). moto commits several at once
-// under concurrent requests.
+// at most one commits per round (until 20 have). moto commits several at
+// once under concurrent requests.
 func (e *env) isolatesTransactions(t *testing.T) bool {
 	t.Helper()
-	id := "isolation-probe-" + uuid.NewString()
+	if !onMoto() {
+		return true
+	}
+	table, id := e.probeTable(t), "isolation-probe-"+uuid.NewString()
 	// A round where all 8 conflict commits none; it is run again.
 	for version, rounds := 0, 0; version < 20 && rounds < 100; rounds++ {
 		var wins atomic.Int32
@@ -76,7 +109,7 @@ func (e *env) isolatesTransactions(t *testing.T) bool {
 		for range 8 {
 			wg.Go(func() {
 				if _, err := e.d.Client.TransactWriteItems(ctxT(t), &dynamodb.TransactWriteItemsInput{
-					TransactItems: []types.TransactWriteItem{probeBump(e.probeTable(t), id, version)},
+					TransactItems: []types.TransactWriteItem{probeBump(table, id, version)},
 				}); err == nil {
 					wins.Add(1)
 				}
@@ -85,13 +118,33 @@ func (e *env) isolatesTransactions(t *testing.T) bool {
 		wg.Wait()
 		n := int(wins.Load())
 		if n > 1 {
-			t.Logf("%s committed %d of 8 concurrent transactions that bump version %d of one item: it does not serialize transactions, so commit order cannot be checked there",
+			t.Logf("%s committed %d of 8 concurrent transactions that bump version %d of one item: it does not serialize transactions",
 				e.d.Endpoint, n, version)
 			return false
 		}
 		version += n
 	}
 	return true
+}
+
+// skipUnlessIsolated skips t when errs are all what an endpoint that does
+// not serialize transactions causes here (two writers handed one sequence
+// number: "the reserved sequence number holds another outbox's message")
+// and the endpoint is found not to serialize them; otherwise it returns
+// and the caller fails on errs.
+func (e *env) skipUnlessIsolated(t *testing.T, errs []error) {
+	t.Helper()
+	if len(errs) == 0 {
+		return
+	}
+	for _, err := range errs {
+		if !strings.Contains(err.Error(), "the reserved sequence number holds another outbox's message") {
+			return
+		}
+	}
+	if !e.isolatesTransactions(t) {
+		t.Skipf("two writers were handed one sequence number, as an endpoint that does not serialize transactions allows; nothing here can hold there: %v", errs)
+	}
 }
 
 // probeTable creates, once per env, a table keyed by a string id for the
