@@ -137,7 +137,7 @@ type Attribution struct {
 	// Under fenceMu: Fenced is called with mu held.
 	fenceMu   sync.Mutex
 	fences    map[int]int
-	lastFence map[int]string // bucket -> the fence that returned last: who, when
+	fenceLog  map[int][]string // bucket -> the fences that returned, in order: who, when
 	producers map[string]map[int]int
 	// markSent: the ids of the messages a MarkPublished was asked to
 	// replace by tombstones, whatever its outcome (a BatchWriteItem applies
@@ -215,22 +215,30 @@ func (v fencingVia) FenceHolders(ctx context.Context, bucket int) error {
 	}
 	v.a.fences[bucket]++
 	v.a.producers[v.who][bucket] = v.a.fences[bucket]
-	if v.a.lastFence == nil {
-		v.a.lastFence = map[int]string{}
+	if v.a.fenceLog == nil {
+		v.a.fenceLog = map[int][]string{}
 	}
-	v.a.lastFence[bucket] = fmt.Sprintf("%s's fence of bucket %d returned at %s", v.who, bucket, v.a.Now().Format("15:04:05.000"))
+	v.a.fenceLog[bucket] = append(v.a.fenceLog[bucket], fmt.Sprintf("%s's fence of bucket %d returned at %s", v.who, bucket, v.a.Now().Format("15:04:05.000")))
 	return nil
 }
 
-// fenceEvent names the recorded fence an excuse stands on ("" when Fenced
-// is the simulator's model, which records none here). a.mu is held.
-func (a *Attribution) fenceEvent(bucket int) string {
+// fenceEvent names, by this record, what makes stale's producer of bucket
+// stale: the first fence that returned after stale's own last one, or that
+// stale has none (it never fenced the bucket, or its last fence failed).
+// The simulator's Fenced is its own model of the broker, which can differ
+// (a failed fence may fence there all the same); the text then says what
+// this record holds. a.mu is held.
+func (a *Attribution) fenceEvent(bucket int, stale string) string {
 	a.fenceMu.Lock()
 	defer a.fenceMu.Unlock()
-	if e := a.lastFence[bucket]; e != "" {
-		return "; last " + e
+	p := a.producers[stale][bucket]
+	if p == 0 {
+		return fmt.Sprintf("; %s has no producer of bucket %d here (never fenced it, or its last fence failed)", stale, bucket)
 	}
-	return ""
+	if log := a.fenceLog[bucket]; p < len(log) {
+		return "; outdated by " + log[p]
+	}
+	return fmt.Sprintf("; %s's producer is the newest this record holds", stale)
 }
 
 // FencedByRecord is a Fenced for publishers that are outbox.HolderFencers
@@ -613,8 +621,9 @@ func (a *Attribution) ParkedIDs() []string {
 type OverlapReport struct {
 	// Overlaps counts publishes of a bucket that began while another
 	// process's publish of the bucket was under way; Admitted those where
-	// that other publish had already been cancelled (at its lease's cut-off,
-	// its resume window's end or its deadline): its client may still deliver
+	// one of the two producers was fenced (Fenced, below), or else that
+	// other publish had already been cancelled (at its lease's cut-off, its
+	// resume window's end or its deadline): its client may still deliver
 	// what it had accepted (docs/design.md §7.3).
 	Overlaps, Admitted int
 	// Of Admitted: Cancelled by the other publish's cancellation, Fenced by
@@ -666,7 +675,7 @@ func (a *Attribution) begin(ctx context.Context, who string, bucket int, first i
 			a.overlaps.Admitted++
 			a.overlaps.Fenced++
 			if len(a.overlaps.AdmittedBy) < 5 {
-				a.overlaps.AdmittedBy = append(a.overlaps.AdmittedBy, desc+fmt.Sprintf(" (admitted: %s's producer was fenced: its transaction cannot commit%s)", stale, a.fenceEvent(bucket)))
+				a.overlaps.AdmittedBy = append(a.overlaps.AdmittedBy, desc+fmt.Sprintf(" (admitted: %s's producer was fenced: its transaction cannot commit%s)", stale, a.fenceEvent(bucket, stale)))
 			}
 			continue
 		}

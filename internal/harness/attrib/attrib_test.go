@@ -385,7 +385,7 @@ func TestFencedByRecord(t *testing.T) {
 			<-done
 			o := a.Overlaps()
 			if o.Overlaps != c.overlaps || o.Admitted != c.admitted || o.Fenced != c.admitted || o.Cancelled != 0 || len(o.AdmittedBy) != 1 || !strings.Contains(o.AdmittedBy[0], "sweeper's producer was fenced") ||
-				!strings.Contains(o.AdmittedBy[0], "last container's fence of bucket 0 returned at") {
+				!strings.Contains(o.AdmittedBy[0], "outdated by container's fence of bucket 0 returned at") {
 				t.Fatalf("overlaps %+v, want %d of which %d admitted: the sweeper's producer was fenced, naming the container's fence", o, c.overlaps, c.admitted)
 			}
 			if c.broken > 0 && (len(o.Unadmitted) != 1 || !strings.Contains(o.Unadmitted[0], "sweeper began a publish from 1 with its producer fenced and committed 1")) {
@@ -502,5 +502,36 @@ func TestAFencedOverlapCountsAsFencedEvenIfCancelled(t *testing.T) {
 	<-done
 	if o := a.Overlaps(); o.Overlaps != 1 || o.Fenced != 1 || o.Cancelled != 0 || o.UnadmittedCount() != 0 {
 		t.Fatalf("overlaps %+v, want 1, admitted by the fence", o)
+	}
+}
+
+// An overlap admitted because one process never fenced the bucket says so,
+// rather than naming a fence that did not outdate it.
+func TestAFencedOverlapNamesAMissingProducer(t *testing.T) {
+	ctx := context.Background()
+	a := New(memory.New(1), nil, checker.New())
+	a.Fenced = a.FencedByRecord
+	b := &blocking{entered: make(chan struct{}, 2), release: make(chan struct{})}
+	if err := a.ViaAs("container", &blockingFencer{b, nil}).(outbox.HolderFencer).FenceHolders(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	msgs := []outbox.Message{{ID: "m1", Bucket: 0, Sequence: 1}}
+	done := make(chan struct{}, 2)
+	go func() {
+		_, _ = a.ViaAs("container", &blockingFencer{b, nil}).Publish(ctx, msgs)
+		done <- struct{}{}
+	}()
+	<-b.entered
+	go func() {
+		_, _ = a.ViaAs("sweeper", refused{&blockingFencer{b, nil}}).Publish(ctx, msgs)
+		done <- struct{}{}
+	}()
+	<-b.entered
+	close(b.release)
+	<-done
+	<-done
+	o := a.Overlaps()
+	if o.Fenced != 1 || len(o.AdmittedBy) != 1 || !strings.Contains(o.AdmittedBy[0], "sweeper has no producer of bucket 0 here") {
+		t.Fatalf("overlaps %+v, want 1 admitted: the sweeper has no producer", o)
 	}
 }
