@@ -99,11 +99,13 @@ func TestDynamoDBLocalStream(t *testing.T) {
 	// latency is measured from an idle poller, as in a quiet production
 	// table.
 	put := make(map[int]time.Time, items)
+	putDone := make(map[int]time.Time, items)
 	for s := 1; s <= items; s++ {
 		put[s] = time.Now()
 		if _, err := d.Client.PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: messageKey(3, s)}); err != nil {
 			t.Fatal(err)
 		}
+		putDone[s] = time.Now()
 		time.Sleep(37 * time.Millisecond)
 	}
 	if _, err := d.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
@@ -159,12 +161,13 @@ func TestDynamoDBLocalStream(t *testing.T) {
 		t.Errorf("volatile fields must still be set: %+v", r)
 	}
 	// The field is approximate: DynamoDB rounds it down to the second,
-	// DynamoDB Local (3.x) down to the minute. So it lies between the write's
-	// minute and a second after the write (the clocks may differ by that).
-	written := put[1]
-	if c := r.Change.ApproximateCreationDateTime.Time; c.Before(written.Truncate(time.Minute).Add(-time.Second)) || c.After(written.Add(time.Second)) {
-		t.Errorf("ApproximateCreationDateTime %v is not the write time %v (rounded down to the second or the minute)",
-			c, written.Format(time.RFC3339Nano))
+	// DynamoDB Local (3.x) down to the minute. So it lies between the
+	// write's minute and a second after its PutItem returned (the clocks
+	// may differ by that).
+	s, _ := r.Change.Keys["s"].Int64()
+	if c := r.Change.ApproximateCreationDateTime.Time; c.Before(put[int(s)].Truncate(time.Minute).Add(-time.Second)) || c.After(putDone[int(s)].Add(time.Second)) {
+		t.Errorf("ApproximateCreationDateTime %v is not the time item %d was written, %v to %v (rounded down to the second or the minute)",
+			c, s, put[int(s)].Format(time.RFC3339Nano), putDone[int(s)].Format(time.RFC3339Nano))
 	}
 
 	slices.Sort(latencies)
