@@ -469,38 +469,55 @@ func TestNewRefusesAStoreWithoutTheCapabilities(t *testing.T) {
 	New(struct{ outbox.Store }{memory.New(1)}, nil, checker.New())
 }
 
+// fenceOf makes who's fence of bucket 0 return.
+func fenceOf(t *testing.T, a *Attribution, b *blocking, who string) {
+	t.Helper()
+	if err := a.ViaAs(who, &blockingFencer{b, nil}).(outbox.HolderFencer).FenceHolders(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// overlapOf runs first's publish of one message of bucket 0 (with
+// firstCtx), then, once it is under way, between and second's publish,
+// lets both finish and returns the report. A process named in stale
+// publishes through a producer Kafka refuses.
+func overlapOf(a *Attribution, b *blocking, firstCtx context.Context, first, second string, stale map[string]bool, between func()) OverlapReport {
+	msgs := []outbox.Message{{ID: "m1", Bucket: 0, Sequence: 1}}
+	done := make(chan struct{}, 2)
+	publish := func(ctx context.Context, who string) {
+		var pub outbox.Publisher = &blockingFencer{b, nil}
+		if stale[who] {
+			pub = refused{pub}
+		}
+		go func() {
+			_, _ = a.ViaAs(who, pub).Publish(ctx, msgs)
+			done <- struct{}{}
+		}()
+		<-b.entered
+	}
+	publish(firstCtx, first)
+	between()
+	publish(context.Background(), second)
+	close(b.release)
+	<-done
+	<-done
+	return a.Overlaps()
+}
+
 // An overlap whose earlier publish was both cancelled and fenced is
 // counted as fenced: the fence excludes outright, the cancellation only
 // bounds. Mutation: asking the cancellation first counts it cancelled.
 func TestAFencedOverlapCountsAsFencedEvenIfCancelled(t *testing.T) {
-	ctx := context.Background()
 	a := New(memory.New(1), nil, checker.New())
 	a.Fenced = a.FencedByRecord
 	b := &blocking{entered: make(chan struct{}, 2), release: make(chan struct{})}
-	if err := a.ViaAs("sweeper", &blockingFencer{b, nil}).(outbox.HolderFencer).FenceHolders(ctx, 0); err != nil {
-		t.Fatal(err)
-	}
-	msgs := []outbox.Message{{ID: "m1", Bucket: 0, Sequence: 1}}
-	sctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{}, 2)
-	go func() {
-		_, _ = a.ViaAs("sweeper", refused{&blockingFencer{b, nil}}).Publish(sctx, msgs)
-		done <- struct{}{}
-	}()
-	<-b.entered
-	cancel()
-	if err := a.ViaAs("container", &blockingFencer{b, nil}).(outbox.HolderFencer).FenceHolders(ctx, 0); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_, _ = a.ViaAs("container", &blockingFencer{b, nil}).Publish(ctx, msgs)
-		done <- struct{}{}
-	}()
-	<-b.entered
-	close(b.release)
-	<-done
-	<-done
-	if o := a.Overlaps(); o.Overlaps != 1 || o.Fenced != 1 || o.Cancelled != 0 || o.UnadmittedCount() != 0 {
+	fenceOf(t, a, b, "sweeper")
+	sctx, cancel := context.WithCancel(context.Background())
+	o := overlapOf(a, b, sctx, "sweeper", "container", map[string]bool{"sweeper": true}, func() {
+		cancel()
+		fenceOf(t, a, b, "container")
+	})
+	if o.Overlaps != 1 || o.Fenced != 1 || o.Cancelled != 0 || o.UnadmittedCount() != 0 {
 		t.Fatalf("overlaps %+v, want 1, admitted by the fence", o)
 	}
 }
@@ -508,29 +525,11 @@ func TestAFencedOverlapCountsAsFencedEvenIfCancelled(t *testing.T) {
 // An overlap admitted because one process never fenced the bucket says so,
 // rather than naming a fence that did not outdate it.
 func TestAFencedOverlapNamesAMissingProducer(t *testing.T) {
-	ctx := context.Background()
 	a := New(memory.New(1), nil, checker.New())
 	a.Fenced = a.FencedByRecord
 	b := &blocking{entered: make(chan struct{}, 2), release: make(chan struct{})}
-	if err := a.ViaAs("container", &blockingFencer{b, nil}).(outbox.HolderFencer).FenceHolders(ctx, 0); err != nil {
-		t.Fatal(err)
-	}
-	msgs := []outbox.Message{{ID: "m1", Bucket: 0, Sequence: 1}}
-	done := make(chan struct{}, 2)
-	go func() {
-		_, _ = a.ViaAs("container", &blockingFencer{b, nil}).Publish(ctx, msgs)
-		done <- struct{}{}
-	}()
-	<-b.entered
-	go func() {
-		_, _ = a.ViaAs("sweeper", refused{&blockingFencer{b, nil}}).Publish(ctx, msgs)
-		done <- struct{}{}
-	}()
-	<-b.entered
-	close(b.release)
-	<-done
-	<-done
-	o := a.Overlaps()
+	fenceOf(t, a, b, "container")
+	o := overlapOf(a, b, context.Background(), "container", "sweeper", map[string]bool{"sweeper": true}, func() {})
 	if o.Fenced != 1 || len(o.AdmittedBy) != 1 || !strings.Contains(o.AdmittedBy[0], "sweeper has no producer of bucket 0 here") {
 		t.Fatalf("overlaps %+v, want 1 admitted: the sweeper has no producer", o)
 	}
