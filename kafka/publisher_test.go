@@ -157,7 +157,9 @@ func TestPublishHeadersAndTimestamp(t *testing.T) {
 	const idHeader, bucketHeader, seqHeader = "x-msg-id", "x-b", "x-s"
 	p := newPublisher(t, k, Topics(topic), OutboxConfig(outbox.Config{Headers: outbox.HeaderNames{MessageID: idHeader, Bucket: bucketHeader, Sequence: seqHeader}}))
 
-	created := time.Date(2024, 2, 29, 23, 59, 58, 123_000_000, time.UTC)
+	// Recent (a real broker's retention check deletes records older than
+	// 7 days), with milliseconds.
+	created := time.Now().UTC().Add(-time.Hour).Truncate(time.Second).Add(123 * time.Millisecond)
 	msgs := messages(topic, 2, sameKey("k"))
 	msgs[0].Headers = []outbox.Header{
 		{Key: "trace", Value: []byte("a")},

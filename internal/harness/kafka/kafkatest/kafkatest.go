@@ -104,10 +104,17 @@ func client(t testing.TB, k *testenv.KafkaCluster) *kgo.Client {
 }
 
 // Messages returns n messages of one bucket for topic, sequences 1..n, each
-// with the key key(i) (i from 0) and a value naming its sequence.
+// with the key key(i) (i from 0) and a value naming its sequence. They were
+// created a minute ago, a millisecond apart: the publisher stamps records
+// with CreatedAt, and a real broker's retention check (30 s after it
+// starts, then every 5 minutes) deletes records older than retention.ms
+// (7 days), and with them the start of a topic's log. With a fixed 2023
+// time, make test's real-broker lane lost the first records of a topic
+// whenever that check came before the test consumed them ("consumed 1 of
+// 6 records ... at [0/5]; end offsets map[0:6]").
 func Messages(topic string, n int, key func(i int) []byte) []outbox.Message {
 	msgs := make([]outbox.Message, n)
-	created := time.UnixMilli(1_700_000_000_000)
+	created := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
 	for i := range msgs {
 		msgs[i] = outbox.Message{
 			ID:        outbox.NewID(),
