@@ -47,6 +47,19 @@ func NewTopic(t testing.TB, k *testenv.KafkaCluster, partitions int32, configs m
 // EndOffsets returns the end offset of each partition of topic.
 func EndOffsets(t testing.TB, k *testenv.KafkaCluster, topic string) map[int32]int64 {
 	t.Helper()
+	return listOffsets(t, k, topic, -1)
+}
+
+// StartOffsets returns the log start offset of each partition of topic
+// (above 0 once retention or a deletion removed its first records).
+func StartOffsets(t testing.TB, k *testenv.KafkaCluster, topic string) map[int32]int64 {
+	t.Helper()
+	return listOffsets(t, k, topic, -2)
+}
+
+// listOffsets lists each partition's offset at ts: -1 the end, -2 the start.
+func listOffsets(t testing.TB, k *testenv.KafkaCluster, topic string, ts int64) map[int32]int64 {
+	t.Helper()
 	cl := client(t, k)
 	ctx := Ctx(t)
 	meta := kmsg.NewPtrMetadataRequest()
@@ -70,7 +83,7 @@ func EndOffsets(t testing.TB, k *testenv.KafkaCluster, topic string) map[int32]i
 	for _, p := range mresp.Topics[0].Partitions {
 		rp := kmsg.NewListOffsetsRequestTopicPartition()
 		rp.Partition = p.Partition
-		rp.Timestamp = -1 // the end
+		rp.Timestamp = ts
 		rt.Partitions = append(rt.Partitions, rp)
 	}
 	req.Topics = append(req.Topics, rt)
@@ -153,41 +166,24 @@ func ConsumeAll(t testing.TB, k *testenv.KafkaCluster, topic string) []*kgo.Reco
 	return recs
 }
 
-// stallAfter is how long ConsumeN's consumer may go without a record
-// before it is replaced.
-const stallAfter = 10 * time.Second
-
 // ConsumeN reads n records of topic from its start with a client of its own
-// (opts added), within Timeout. A consumer that gets no record for 10 s
-// while short of n is replaced by a fresh one that reads from the start
-// again, once, and the test log says so: on a busy machine a consumer of a
-// recreated topic was seen to stop one record short while the log's end
-// offset showed every record there (make test, 2026-12-07). What the tests
-// check is what the log holds, which the second reader sees. A second
-// stall, a fetch error (kgo.ErrDataLoss among them) or the end of Timeout
-// fails the test with what was read.
+// (opts added). A fetch error or the end of Timeout fails the test with the
+// offsets read and each partition's start and end offsets: a start above 0
+// says the log lost its first records (a retention check deleted records
+// with old timestamps: see Messages).
 func ConsumeN(t testing.TB, k *testenv.KafkaCluster, topic string, n int, opts ...kgo.Opt) []*kgo.Record {
 	t.Helper()
-	ctx := Ctx(t)
-	for attempt := 1; ; attempt++ {
-		recs, err := consumeN(ctx, k, topic, n, opts)
-		if err == nil {
-			return recs
-		}
+	recs, err := consumeN(Ctx(t), k, topic, n, opts)
+	if err != nil {
 		var got []string
 		for _, r := range recs {
 			got = append(got, fmt.Sprintf("%d/%d", r.Partition, r.Offset))
 		}
-		if attempt == 2 || !errors.Is(err, errStalled) {
-			t.Fatalf("consumed %d of %d records of %s: %v (read at partition/offset %v; end offsets now %v)", len(recs), n, topic, err, got, EndOffsets(t, k, topic))
-		}
-		t.Logf("consumer of %s: %v with %d of %d records (at %v; end offsets %v): reading again with a fresh client",
-			topic, err, len(recs), n, got, EndOffsets(t, k, topic))
+		t.Fatalf("consumed %d of %d records of %s: %v (read at partition/offset %v; start offsets now %v, end offsets %v)",
+			len(recs), n, topic, err, got, StartOffsets(t, k, topic), EndOffsets(t, k, topic))
 	}
+	return recs
 }
-
-// errStalled: a consumer got no record for stallAfter.
-var errStalled = fmt.Errorf("no record for %v", stallAfter)
 
 func consumeN(ctx context.Context, k *testenv.KafkaCluster, topic string, n int, opts []kgo.Opt) ([]*kgo.Record, error) {
 	cl, err := kgo.NewClient(append([]kgo.Opt{
@@ -201,28 +197,21 @@ func consumeN(ctx context.Context, k *testenv.KafkaCluster, topic string, n int,
 	}
 	defer cl.Close()
 	var recs []*kgo.Record
-	last := time.Now()
 	for len(recs) < n {
-		pctx, cancel := context.WithDeadline(ctx, last.Add(stallAfter))
-		fs := cl.PollFetches(pctx)
-		cancel()
+		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
 			return recs, err
 		}
 		var ferr error
 		fs.EachError(func(tp string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && ferr == nil {
+			if ferr == nil {
 				ferr = fmt.Errorf("fetch %s/%d: %w", tp, p, err)
 			}
 		})
 		if ferr != nil {
 			return recs, ferr
 		}
-		if got := fs.Records(); len(got) > 0 {
-			recs, last = append(recs, got...), time.Now()
-		} else if time.Since(last) >= stallAfter {
-			return recs, errStalled
-		}
+		recs = append(recs, fs.Records()...)
 	}
 	return recs, nil
 }
