@@ -208,6 +208,29 @@ func waitQueued[K comparable, V, R any](t *testing.T, c *combiner[K, V, R], n in
 	}
 }
 
+// waitWaiters waits until n callers' asks wait on queued keys in all (a
+// key asked by two callers counts twice): with callers that share keys,
+// waitQueued's count of keys is reached before the last of them joined.
+func waitWaiters[K comparable, V, R any](t *testing.T, c *combiner[K, V, R], n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		c.mu.Lock()
+		got := 0
+		for _, p := range c.queued {
+			got += len(p.waiters)
+		}
+		c.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d asks wait on queued keys, want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 type leaseResult struct {
 	bucket int
 	lease  outbox.Lease
@@ -296,6 +319,7 @@ func TestReadLeaseQueuedCallerLeavesWithItsContext(t *testing.T) {
 	readAsync(ctx, s, 51, out)
 	readAsync(ctx, s, 51, out)
 	waitQueued(t, s.combined().looks, 2)
+	waitWaiters(t, s.combined().looks, 3)
 	cancel()
 	if r := <-out; r.bucket != 50 || !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("the cancelled caller got %+v, want bucket 50 and context.Canceled", r)
@@ -462,6 +486,7 @@ func TestMarkPublishedCombinesAcrossBuckets(t *testing.T) {
 	}
 	unique[markKey{20, 1}], unique[markKey{20, 2}], unique[markKey{20, 3}] = true, true, true
 	waitQueued(t, s.combined().marks, len(unique))
+	waitWaiters(t, s.combined().marks, 10*4+3+3) // both of bucket 20's callers joined
 	f.none(t)
 	releaseAll(t, f, held, heldDone)
 	sent := map[markKey]int{}
