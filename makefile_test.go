@@ -55,3 +55,41 @@ func TestMakeHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestTestFilterNamesFailedSubtests: make test keeps only the lines its
+// filter (TEST_FILTER) matches, and a failed subtest's "--- FAIL" line is
+// indented under its parent's: the filter keeps it, so a failure in CI's
+// log names the subtest, beside its file:line messages and the results.
+func TestTestFilterNamesFailedSubtests(t *testing.T) {
+	mk, err := os.ReadFile("Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^TEST_FILTER := '([^']*)'$`).FindSubmatch(mk)
+	if m == nil {
+		t.Fatal("no TEST_FILTER := '...' line in the Makefile")
+	}
+	filter, err := regexp.Compile(string(m[1]))
+	if err != nil {
+		t.Fatalf("TEST_FILTER does not compile: %v", err)
+	}
+	for _, c := range []struct {
+		line string
+		keep bool
+	}{
+		{"--- FAIL: TestSmallSoak (776.08s)", true},
+		{"    --- FAIL: TestSmallSoak/delete (400.10s)", true},
+		{"        --- FAIL: TestA/b/c (0.01s)", true},
+		{"    soak_test.go:54: soak: these fault kinds fired fewer than 5 times", true},
+		{"ok  \tgithub.com/dynakafka/outbox/inbox\t46.557s", true},
+		{"FAIL\tgithub.com/dynakafka/outbox/internal/harness/soak\t776.298s", true},
+		{"soak: mode=delete messages=3025 lost=0", true},
+		{"    --- PASS: TestSmallSoak/delete (157.00s)", false},
+		{"=== RUN   TestSmallSoak/delete", false},
+		{"some chatter", false},
+	} {
+		if got := filter.MatchString(c.line); got != c.keep {
+			t.Errorf("TEST_FILTER keeps %q: %v, want %v", c.line, got, c.keep)
+		}
+	}
+}
