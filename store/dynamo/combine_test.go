@@ -193,19 +193,7 @@ func (f *batchFake) setHold(hold bool) {
 // waitQueued waits until n distinct keys are queued (not sent) in c.
 func waitQueued[K comparable, V, R any](t *testing.T, c *combiner[K, V, R], n int) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		c.mu.Lock()
-		got := len(c.queued)
-		c.mu.Unlock()
-		if got == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d keys queued, want %d", got, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitCombiner(t, c, n, "keys queued", func() int { return len(c.queued) })
 }
 
 // waitWaiters waits until n callers' asks wait on queued keys in all (a
@@ -213,19 +201,28 @@ func waitQueued[K comparable, V, R any](t *testing.T, c *combiner[K, V, R], n in
 // waitQueued's count of keys is reached before the last of them joined.
 func waitWaiters[K comparable, V, R any](t *testing.T, c *combiner[K, V, R], n int) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		c.mu.Lock()
+	waitCombiner(t, c, n, "asks wait on queued keys", func() int {
 		got := 0
 		for _, p := range c.queued {
 			got += len(p.waiters)
 		}
+		return got
+	})
+}
+
+// waitCombiner polls count, under c's lock, until it says n.
+func waitCombiner[K comparable, V, R any](t *testing.T, c *combiner[K, V, R], n int, what string, count func() int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		c.mu.Lock()
+		got := count()
 		c.mu.Unlock()
 		if got == n {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d asks wait on queued keys, want %d", got, n)
+			t.Fatalf("%d %s, want %d", got, what, n)
 		}
 		time.Sleep(time.Millisecond)
 	}
