@@ -47,7 +47,7 @@ type readModel struct {
 const readModelMembers = 2
 
 func startReadModel(ctx context.Context, faulty, clean *dynamodb.Client, cluster *kfake.Cluster, brokers []string, name, topic string,
-	seed uint64, chance func(float64) bool, tl *tally) (*readModel, error) {
+	seed uint64, d *dice, tl *tally) (*readModel, error) {
 	m := &readModel{view: name + "-view", seeds: brokers}
 	inboxTable, group := name+"-inbox", name+"-view"
 	if err := inbox.CreateTable(ctx, clean, inboxTable); err != nil {
@@ -59,7 +59,7 @@ func startReadModel(ctx context.Context, faulty, clean *dynamodb.Client, cluster
 	m.chaos.Store(true)
 	if cluster != nil { // a real cluster fails no offset commit on purpose
 		m.commit = cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Count: -1,
-			When: func(kmsg.Request) bool { return m.chaos.Load() && chance(0.3) }})
+			When: func(kmsg.Request) bool { return m.chaos.Load() && d.fires("kafka:offset-commit", 0.3) }})
 	}
 	metrics := metricsFunc(func(r inbox.Result, err error) {
 		switch r.Status {

@@ -72,7 +72,7 @@ type round struct {
 	chk           *checker.Checker
 	tl            *tally
 	rolledBack    *atomic.Int64
-	chance        func(p float64) bool
+	dice          *dice // decides every fault kind (dice.fires)
 	intn          func(n int) int
 	cleanups      []func() // run last first by close
 
@@ -116,18 +116,15 @@ type round struct {
 func newRound(cfg Config, n, target int, chk *checker.Checker, tl *tally, rolledBack *atomic.Int64) *round {
 	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(n)))
 	var rngMu sync.Mutex
+	intn := func(n int) int {
+		rngMu.Lock()
+		defer rngMu.Unlock()
+		return rng.IntN(n)
+	}
 	return &round{
 		cfg: cfg, round: n, target: target, chk: chk, tl: tl, rolledBack: rolledBack,
-		chance: func(p float64) bool {
-			rngMu.Lock()
-			defer rngMu.Unlock()
-			return rng.Float64() < p*cfg.FaultRate
-		},
-		intn: func(n int) int {
-			rngMu.Lock()
-			defer rngMu.Unlock()
-			return rng.IntN(n)
-		},
+		dice:         &dice{intn: intn, rate: cfg.FaultRate},
+		intn:         intn,
 		stopChaos:    func() {},
 		stopProgress: func() {},
 	}
@@ -217,7 +214,7 @@ func (r *round) createResources(ctx context.Context) error {
 		return err
 	}
 	r.streamARN = aws.ToString(desc.Table.LatestStreamArn)
-	r.rm, err = startReadModel(ctx, r.faulty, r.clean, r.cluster, r.brokers, r.name, r.topic, cfg.Seed*1000+uint64(r.round), r.chance, r.tl)
+	r.rm, err = startReadModel(ctx, r.faulty, r.clean, r.cluster, r.brokers, r.name, r.topic, cfg.Seed*1000+uint64(r.round), r.dice, r.tl)
 	if err != nil {
 		return err
 	}
@@ -306,7 +303,7 @@ func (r *round) buildRelays(ctx context.Context) error {
 	traces.mu.Lock()
 	traces.at = append(traces.at, r.at)
 	traces.mu.Unlock()
-	r.crash = &crasher{chance: r.chance, rate: r.cfg.FaultRate, stall: r.cfg.StallChance, tl: r.tl, at: r.at}
+	r.crash = &crasher{dice: r.dice, stall: r.cfg.StallChance, tl: r.tl, at: r.at}
 	// The relay function as deployed: containers that share one owner id
 	// (lambda/wiring), each its own process. The mapping invokes the first;
 	// the stream chaos (duplicated and redelivered batches, as from a
@@ -409,29 +406,34 @@ func (r *round) startStreamChaos(seen *eventLog, invoker2 esm.Invoker) {
 			if !r.chaosOn.Load() {
 				continue
 			}
-			replay := func(kind string, ev events.DynamoDBEvent) {
-				select {
-				case chaosSlots <- struct{}{}:
-				default:
-					return
-				}
-				r.tl.add(kind, 1)
-				r.bg.Add(1)
-				go func() {
-					defer func() { <-chaosSlots; r.bg.Done() }()
-					_, _ = invoker2.Invoke(r.pipeCtx, ev)
-				}()
+			// A replay is reached only with a slot free: a reach that
+			// could not fire would count towards dice's floor.
+			select {
+			case chaosSlots <- struct{}{}:
+			default:
+				continue
 			}
+			var ev events.DynamoDBEvent
+			var kind string
+			var ok bool
 			switch {
-			case r.chance(0.3):
-				if ev, ok := seen.latest(); ok {
-					replay("stream:duplicate", ev)
-				}
-			case r.chance(0.3):
-				if ev, ok := seen.random(r.intn); ok {
-					replay("stream:redelivery", ev)
-				}
+			case r.dice.fires("stream:duplicate", 0.3):
+				ev, ok = seen.latest()
+				kind = "stream:duplicate"
+			case r.dice.fires("stream:redelivery", 0.3):
+				ev, ok = seen.random(r.intn)
+				kind = "stream:redelivery"
 			}
+			if !ok {
+				<-chaosSlots
+				continue
+			}
+			r.tl.add(kind, 1)
+			r.bg.Add(1)
+			go func() {
+				defer func() { <-chaosSlots; r.bg.Done() }()
+				_, _ = invoker2.Invoke(r.pipeCtx, ev)
+			}()
 		}
 	}()
 }
@@ -478,7 +480,7 @@ func (r *round) startConsumer(context.Context) error {
 func (r *round) faultsOn(ctx context.Context) error {
 	r.faultPhase.Add(1)
 	if r.cluster != nil {
-		r.kafkaFaults = installKafkaFaults(r.cluster, r.topic, r.chance, r.chk, r.txns != nil)
+		r.kafkaFaults = installKafkaFaults(r.cluster, r.topic, r.dice, r.chk, r.txns != nil)
 	}
 	if r.cfg.Kafka != nil {
 		var txnIDs []string
@@ -512,7 +514,7 @@ func (r *round) write(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			for r.committed.Load() < int64(r.target) && ctx.Err() == nil {
-				n, err := writeOne(ctx, w, r.clean, r.aggTable, r.topic, r.round, cfg, r.chance, r.intn, r.chk, r.tl, r.rolledBack)
+				n, err := writeOne(ctx, w, r.clean, r.aggTable, r.topic, r.round, cfg, r.dice, r.intn, r.chk, r.tl, r.rolledBack)
 				if err != nil {
 					werrs <- fmt.Errorf("writer %d: %w", i, err)
 					return

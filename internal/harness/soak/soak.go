@@ -36,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -437,39 +438,62 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// crasher injects crashes at the relay's crash points, and stalls.
-type crasher struct {
-	on     atomic.Bool
-	chance func(float64) bool
-	stall  float64
-	tl     *tally
-	at     *attrib.Attribution // told of every crash and stall, to explain their duplicates
+// dice decides whether a fault fires where it is reached: once in every
+// block of n = ⌈1/(chance × FaultRate)⌉ reaches of its kind, at a reach
+// drawn at random within the block. A kind fires at its chance on average,
+// at random places, and one reached k times fires at least ⌊k/n⌋ times.
+// How often a kind is reached depends on the machine (a busy one drains in
+// fewer, larger batches, and its stream chaos finds fewer free slots), and a
+// draw per reach could leave a kind that was reached often enough short of
+// MinEachFault (a writer's crash, at 2 % of about 600 transactions, fired
+// 4 or 5 times in runs here): the run then failed on the draw, not on the
+// relay. Every fault kind the soak injects, but DynamoDB's (faults.Policy,
+// hundreds per run), is decided here.
+type dice struct {
+	intn func(int) int // the round's seeded draw
+	rate float64       // Config.FaultRate, which scales every chance
 
-	rate float64 // Config.FaultRate, which scales chance too
-	mu   sync.Mutex
-	dry  map[string]int // reaches of each fault kind since it last fired
+	mu     sync.Mutex
+	blocks map[string]*block
 }
 
-// fires decides whether fault kind, reached by a drain, fires there: at
-// its chance, and surely once it went 1/chance reaches without firing
-// (chance scaled by FaultRate, as every fault's). How many drains a run
-// makes depends on the machine (a busy one drains in fewer, larger
-// batches), so a chance alone could leave a kind that is reached often
-// enough without firing, and the run's MinEachFault check then failed on
-// the draw, not on the relay.
-func (c *crasher) fires(kind string, chance float64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.dry == nil {
-		c.dry = map[string]int{}
-	}
-	n := c.dry[kind] + 1
-	if c.chance(chance) || c.rate > 0 && float64(n)*chance*c.rate >= 1 {
-		c.dry[kind] = 0
+// block is a fault kind's current block of reaches.
+type block struct {
+	n, at, reached int // fires at reach at (from 0) of n
+}
+
+// fires decides whether fault kind, reached once more, fires there.
+func (d *dice) fires(kind string, chance float64) bool {
+	p := chance * d.rate
+	switch {
+	case p <= 0:
+		return false
+	case p >= 1:
 		return true
 	}
-	c.dry[kind] = n
-	return false
+	n := int(math.Ceil(1/p - 1e-9))
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.blocks == nil {
+		d.blocks = map[string]*block{}
+	}
+	b := d.blocks[kind]
+	if b == nil || b.reached == b.n || b.n != n {
+		b = &block{n: n, at: d.intn(n)}
+		d.blocks[kind] = b
+	}
+	fire := b.reached == b.at
+	b.reached++
+	return fire
+}
+
+// crasher injects crashes at the relay's crash points, and stalls.
+type crasher struct {
+	*dice
+	on    atomic.Bool
+	stall float64
+	tl    *tally
+	at    *attrib.Attribution // told of every crash and stall, to explain their duplicates
 }
 
 // crashes decides whether a drain that reached p crashes there (fires).
@@ -553,11 +577,11 @@ type kafkaFault struct {
 // records (as a real broker does when replication times out): the client's
 // retry may write them again, so the records of such a request are put at
 // risk of duplication.
-func installKafkaFaults(c *kfake.Cluster, topic string, chance func(float64) bool, chk *checker.Checker, txn bool) []kafkaFault {
+func installKafkaFaults(c *kfake.Cluster, topic string, d *dice, chk *checker.Checker, txn bool) []kafkaFault {
 	add := func(kind string, err *kerr.Error, p float64) kafkaFault {
 		h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: err, Count: -1,
 			When: func(req kmsg.Request) bool {
-				if !chance(p) {
+				if !d.fires(kind, p) {
 					return false
 				}
 				if err == kerr.RequestTimedOut && !txn {
@@ -599,7 +623,7 @@ func (c *crashableClient) TransactWriteItems(ctx context.Context, in *dynamodb.T
 // messages. It records the outcome in chk and returns how many messages
 // committed.
 func writeOne(ctx context.Context, w *dynamo.Writer, clean *dynamodb.Client, table, topic string, round int, cfg Config,
-	chance func(float64) bool, intn func(int) int, chk *checker.Checker, tl *tally, rolledBack *atomic.Int64) (int, error) {
+	d *dice, intn func(int) int, chk *checker.Checker, tl *tally, rolledBack *atomic.Int64) (int, error) {
 	// Aggregates are per round (each round starts them at version 0), and
 	// so are the keys the checker orders by.
 	agg := fmt.Sprintf("r%d-agg-%04d", round, intn(cfg.Aggregates))
@@ -629,7 +653,7 @@ func writeOne(ctx context.Context, w *dynamo.Writer, clean *dynamodb.Client, tab
 		{Put: &types.Put{TableName: aws.String(table), Item: map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: "tx#" + txID}}}},
 	}
 	wctx := ctx
-	if chance(0.02) {
+	if d.fires("writer:crash", 0.02) {
 		var kill context.CancelFunc
 		wctx, kill = context.WithCancel(ctx)
 		wctx = context.WithValue(wctx, crashKey{}, kill)
