@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,10 +19,12 @@ import (
 	"github.com/dynakafka/outbox/store/memory"
 )
 
-type countingPublisher struct{ n int }
+// countingPublisher counts what it acknowledged; a sweep publishes
+// buckets at once.
+type countingPublisher struct{ n atomic.Int64 }
 
 func (p *countingPublisher) Publish(ctx context.Context, msgs []outbox.Message) (int, error) {
-	p.n += len(msgs)
+	p.n.Add(int64(len(msgs)))
 	return len(msgs), nil
 }
 
@@ -68,8 +71,8 @@ func TestSweeperDrainsAndSummarises(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Pending != 5 || fmt.Sprint(sum.Drained) != "[1 3]" || sum.OldestAgeSeconds < 89 || sum.OldestAgeSeconds > 91 || p.n != 5 {
-		t.Fatalf("summary %+v, published %d", sum, p.n)
+	if sum.Pending != 5 || fmt.Sprint(sum.Drained) != "[1 3]" || sum.OldestAgeSeconds < 89 || sum.OldestAgeSeconds > 91 || p.n.Load() != 5 {
+		t.Fatalf("summary %+v, published %d", sum, p.n.Load())
 	}
 	b, _ := json.Marshal(sum)
 	if !json.Valid(b) {
@@ -95,7 +98,7 @@ func TestSweeperFailsLoudlyOnOutOfRangeBuckets(t *testing.T) {
 	if !errors.As(err, &re) || fmt.Sprint(sum.OutOfRange) != "[9]" {
 		t.Fatalf("err = %v, summary %+v; want the invocation to fail naming bucket 9", err, sum)
 	}
-	if p.n != 1 {
-		t.Fatalf("published %d; the in-range bucket must still be drained", p.n)
+	if p.n.Load() != 1 {
+		t.Fatalf("published %d; the in-range bucket must still be drained", p.n.Load())
 	}
 }
