@@ -116,6 +116,9 @@ func (d *drain) acquire(ctx context.Context) error {
 		if nb := d.r.sched.Now().Add(cfg.resumeWindow); nb.After(d.loc.notBefore) {
 			d.loc.notBefore = nb
 		}
+		// The other buckets that process released wait W beside this
+		// one, not after it (companions.go).
+		handedOver(ctx)
 	}
 	d.head, d.cleaned = max(d.head, l.Head), max(d.cleaned, l.Cleaned)
 	if own {

@@ -401,8 +401,11 @@ type DrainStats struct {
 	// may have been resuming it): a hand-over, which waited ResumeWait or
 	// fenced the earlier holders.
 	HandedOver bool
-	LeaseLost  bool          // lost the lease (expired or taken over) while draining
-	Waited     time.Duration // waited for another holder to release the bucket
+	// Companion: drained unhinted, beside another bucket's hand-over
+	// (DrainBucketsTo).
+	Companion bool
+	LeaseLost bool          // lost the lease (expired or taken over) while draining
+	Waited    time.Duration // waited for another holder to release the bucket
 	// ResumeWait: waited before reading, after acquiring a lease that
 	// another process released and might still be resuming (ResumeWindow
 	// from the acquisition; nothing with a HolderFencer publisher).
@@ -454,6 +457,7 @@ func (r *Relay) DrainBucketTo(ctx context.Context, bucket int, seq int64) (Drain
 
 func (r *Relay) drainBucket(ctx context.Context, bucket int, target int64, wait bool) (st DrainStats, err error) {
 	st.Bucket = bucket
+	st.Companion = ctx.Value(companionDrainKey{}) != nil
 	if bucket >= r.BucketSpan() && bucket < outbox.MaxBucketCount {
 		r.RefreshConfig(ctx) // an online change may have added it; an error leaves the count
 	}

@@ -249,8 +249,11 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 	defer cancel()
 	h.refreshRegions(wctx)
 	hs := h.readHints(ctx, ev.Records)
-	results := h.drainHinted(wctx, hs)
+	results, companions := h.drainHinted(wctx, hs)
 	resp, t := h.tally(ctx, hs, results)
+	for _, c := range companions {
+		t.published += c.st.Published
+	}
 	h.counters.Drained.Add(int64(t.drained))
 	h.counters.Held.Add(int64(t.held))
 	h.counters.Failed.Add(int64(t.failed))
@@ -262,7 +265,7 @@ func (h *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 	}
 	h.log.InfoContext(ctx, "outbox relay: batch",
 		"records", len(ev.Records), "buckets", len(hs.lowest), "drained", t.drained, "held", t.held, "failed", t.failed,
-		"published", t.published, "ignored", hs.ignored, "malformed", hs.malformed, "out_of_range", hs.outOfRange,
+		"published", t.published, "companions", len(companions), "ignored", hs.ignored, "malformed", hs.malformed, "out_of_range", hs.outOfRange,
 		"failure_item", t.failedAt, "ms", time.Since(start).Milliseconds(),
 		"total_records", h.counters.Records.Load(), "total_published", h.counters.Published.Load())
 	return resp, nil
@@ -334,9 +337,29 @@ type bucketResult struct {
 	err    error
 }
 
+// companionDrainer is the optional part of a Drainer (*relay.Relay has it)
+// that drains a batch's buckets in one call, and beside a hand-over the
+// buckets the other process released (relay.DrainBucketsTo).
+type companionDrainer interface {
+	DrainBucketsTo(ctx context.Context, targets map[int]int64) (hinted, companions []relay.BucketResult)
+}
+
 // drainHinted drains every hinted bucket at once (the publish phase), at
-// most h.concurrency at a time.
-func (h *Relay) drainHinted(wctx context.Context, hs batchHints) []bucketResult {
+// most h.concurrency at a time. Companion drains (a *relay.Relay's) are
+// counted as published but reported for no record: their messages' hints
+// come in later batches.
+func (h *Relay) drainHinted(wctx context.Context, hs batchHints) ([]bucketResult, []bucketResult) {
+	if cd, ok := h.relay.(companionDrainer); ok {
+		targets := make(map[int]int64, len(hs.lowest))
+		for b := range hs.lowest {
+			// Up to the highest hinted sequence: later commits are
+			// announced to the next invocation, so a busy bucket does not
+			// keep this one (and every other bucket's new hints) waiting.
+			targets[b] = max(hs.upTo[b], 1)
+		}
+		hinted, companions := cd.DrainBucketsTo(wctx, targets)
+		return asResults(hinted), asResults(companions)
+	}
 	var (
 		mu      sync.Mutex
 		results []bucketResult
@@ -348,9 +371,6 @@ func (h *Relay) drainHinted(wctx context.Context, hs batchHints) []bucketResult 
 		sem <- struct{}{}
 		go func(b int) {
 			defer func() { <-sem; wg.Done() }()
-			// Up to the highest hinted sequence: later commits are announced
-			// to the next invocation, so a busy bucket does not keep this
-			// one (and every other bucket's new hints) waiting.
 			st, err := h.relay.DrainBucketTo(wctx, b, max(hs.upTo[b], 1))
 			mu.Lock()
 			results = append(results, bucketResult{b, st, err})
@@ -358,7 +378,15 @@ func (h *Relay) drainHinted(wctx context.Context, hs batchHints) []bucketResult 
 		}(b)
 	}
 	wg.Wait()
-	return results
+	return results, nil
+}
+
+func asResults(rs []relay.BucketResult) []bucketResult {
+	out := make([]bucketResult, len(rs))
+	for i, r := range rs {
+		out[i] = bucketResult{r.Bucket, r.Stats, r.Err}
+	}
+	return out
 }
 
 // batchTally counts a batch's drains.

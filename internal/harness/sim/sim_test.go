@@ -54,7 +54,7 @@ func TestSchedules(t *testing.T) {
 		}
 	}
 	var sum Result
-	var finals, steps, overlaps, watermark, function, sweeper, resends, handovers, dups, txn, whole, partial, partialParked, lateFaults, commitStalls int
+	var finals, steps, overlaps, watermark, function, sweeper, resends, handovers, companions, dups, txn, whole, partial, partialParked, lateFaults, commitStalls int
 	byCause, nAdmitted, nFenced := map[string]int{}, 0, 0
 	// What the summary's invariant counts observed (each one fails its
 	// schedule above; counted again so the line says what was seen).
@@ -81,6 +81,7 @@ func TestSchedules(t *testing.T) {
 		overlaps += res.Overlaps
 		resends += res.Resends
 		handovers += res.Handovers
+		companions += res.Companions
 		dups += res.Duplicates
 		for k, v := range res.ByCause {
 			byCause[k] += v
@@ -112,8 +113,8 @@ func TestSchedules(t *testing.T) {
 	if seen.any() {
 		t.Errorf("schedules passed with %s: Result.Failed misses them", seen)
 	}
-	fmt.Printf("sim: schedules=%d watermark_mode=%d function=%d sweeper=%d txn=%d committed=%d published=%d parked=%d crashes=%d stalls=%d resends=%d handovers=%d final_drains=%d overlaps=%d overlaps_admitted=%d admitted_by=cancelled:%d,fenced:%d duplicates=%d duplicates_by_cause=%s dup_txns=whole:%d,partial:%d,partial_parked:%d late_commit_faults=%d commit_stalls=%d steps=%d %s\n",
-		n, watermark, function, sweeper, txn, sum.Committed, sum.Published, sum.Parked, sum.Crashes, sum.Stalls, resends, handovers, finals, overlaps, nAdmitted, nAdmitted-nFenced, nFenced, dups, causes(byCause), whole, partial, partialParked, lateFaults, commitStalls, steps,
+	fmt.Printf("sim: schedules=%d watermark_mode=%d function=%d sweeper=%d txn=%d committed=%d published=%d parked=%d crashes=%d stalls=%d resends=%d handovers=%d companions=%d final_drains=%d overlaps=%d overlaps_admitted=%d admitted_by=cancelled:%d,fenced:%d duplicates=%d duplicates_by_cause=%s dup_txns=whole:%d,partial:%d,partial_parked:%d late_commit_faults=%d commit_stalls=%d steps=%d %s\n",
+		n, watermark, function, sweeper, txn, sum.Committed, sum.Published, sum.Parked, sum.Crashes, sum.Stalls, resends, handovers, companions, finals, overlaps, nAdmitted, nAdmitted-nFenced, nFenced, dups, causes(byCause), whole, partial, partialParked, lateFaults, commitStalls, steps,
 		seen)
 }
 

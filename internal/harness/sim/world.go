@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -181,6 +182,9 @@ type Result struct {
 	// Handovers counts acquisitions of a lease another process released
 	// (DrainStats.HandedOver): each waited ResumeWindow, or fenced.
 	Handovers int
+	// Companions counts drains of buckets no hint named, beside a
+	// hand-over (relay.DrainBucketsTo, DrainStats.Companion).
+	Companions int
 	// OutOfOrder: first deliveries of a bucket out of sequence order.
 	OutOfOrder []string
 	// Overlaps counts publishes of a bucket by one process that began while
@@ -522,29 +526,47 @@ func (w *world) deliver() {
 			continue
 		}
 		w.hints = rest
-		for b, seq := range upTo {
+		// One invocation: one container drains the batch's buckets, and
+		// beside a hand-over the other process's busy buckets too
+		// (relay.DrainBucketsTo, as lambda/handler does).
+		rl := w.liveRelay()
+		for b := range upTo {
 			w.inFlight[b]++
-			w.running++
-			rl := w.liveRelay()
-			w.s.Spawn("drain", func() {
-				defer func() { w.inFlight[b]--; w.running-- }()
-				w.tracef("%s drain b%d to %d", rl.id, b, seq)
-				st, err := rl.r.DrainBucketTo(context.Background(), b, seq)
+		}
+		w.running++
+		w.s.Spawn("invoke", func() {
+			defer func() {
+				for b := range upTo {
+					w.inFlight[b]--
+				}
+				w.running--
+			}()
+			w.tracef("%s invoke %v", rl.id, upTo)
+			hinted, companions := rl.r.DrainBucketsTo(context.Background(), upTo)
+			var failed []int
+			for _, c := range append(hinted, companions...) {
+				st, err := c.Stats, c.Err
 				if st.HandedOver {
 					w.res.Handovers++
 				}
-				w.tracef("%s drained b%d to %d: head %d published %d resumed=%v acquired=%v err=%v", rl.id, b, seq, st.Head, st.Published, st.Resumed, st.Acquired, err)
-				if err != nil && !errors.Is(err, outbox.ErrLeaseHeld) {
-					// The mapping retries the batch after a while.
-					w.s.Sleep(nil, time.Second)
-					for _, h := range batch {
-						if h.bucket == b {
-							w.hints = append(w.hints, h)
-						}
+				if st.Companion {
+					w.res.Companions++
+				}
+				w.tracef("%s drained b%d to %d: head %d published %d resumed=%v acquired=%v companion=%v err=%v", rl.id, c.Bucket, upTo[c.Bucket], st.Head, st.Published, st.Resumed, st.Acquired, st.Companion, err)
+				if err != nil && !errors.Is(err, outbox.ErrLeaseHeld) && !st.Companion {
+					failed = append(failed, c.Bucket)
+				}
+			}
+			if len(failed) > 0 {
+				// The mapping retries the batch after a while.
+				w.s.Sleep(nil, time.Second)
+				for _, h := range batch {
+					if slices.Contains(failed, h.bucket) {
+						w.hints = append(w.hints, h)
 					}
 				}
-			})
-		}
+			}
+		})
 	}
 }
 
