@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -26,6 +27,13 @@ import (
 // handoverOptions are the stage's runs: rate msgs/s for seconds after the
 // steady stage's warm-up, over buckets buckets. No modes: no stage.
 type handoverOptions struct {
+	// warmup: each run's offered load before it is measured (0: the
+	// steady stage's). Two fresh containers on fresh tables start slow —
+	// their first drains took about 2 s each here, a backlog builds, and
+	// with every second's switch the stage took 8–35 s to leave it — so
+	// the default waits 20 s, and the runs measure hand-overs of warm
+	// containers. -handover-warmup 3s measures the start as well.
+	warmup      time.Duration
 	modes       []relayMode
 	rate        float64
 	seconds     float64
@@ -51,7 +59,7 @@ func handoverStage(ctx context.Context, e *env, g *gen, o options, res *results)
 		hr := handoverResult{Mode: m.Name, SwitchEvery: h.switchEvery.Seconds()}
 		for round := range max(h.rounds, 1) {
 			for _, containers := range []int{1, 2} {
-				run := steadyRun{profile: profile{Name: "handover", Rate: h.rate, Seconds: h.seconds}, window: o.steadyWindow, warmup: o.steadyWarmup,
+				run := steadyRun{profile: profile{Name: "handover", Rate: h.rate, Seconds: h.seconds}, window: o.steadyWindow, warmup: cmp.Or(h.warmup, o.steadyWarmup),
 					handler: handlerRelay, mode: m, itemBytes: res.Capacity.MessageItemBytes, containers: containers, switchEvery: h.switchEvery}
 				o.progress("handover, %s, round %d: %s on %d container(s), switching every %v", m.Name, round+1, run.profile, containers, h.switchEvery)
 				var r steadyResult
@@ -101,16 +109,16 @@ func (h handoverResult) line() string {
 	for _, r := range h.Base {
 		baseCW += r.ControlWritesPerMsg / float64(len(h.Base))
 	}
-	var rate float64
+	var rate, warmup float64
 	if len(h.Switched) > 0 {
-		rate = h.Switched[0].Profile.Rate
+		rate, warmup = h.Switched[0].Profile.Rate, h.Switched[0].WarmupS
 	}
-	return fmt.Sprintf("handover: mode=%s rate=%g containers=2 switch_every_s=%g runs=%d handovers=%d waited=%d wait_max_ms=%.0f p99_ms=%.1f one_container_p99_ms=%.1f added_p99_ms=%.1f control_writes_per_msg=%.3f one_container_control_writes_per_msg=%.3f failed_drains=%d",
-		h.Mode, rate, h.SwitchEvery, len(h.Switched), hand, waited, pct(waits, 1), h.SwitchedP99ms, h.BaseP99ms, h.AddedP99ms, cw, baseCW, failed)
+	return fmt.Sprintf("handover: mode=%s rate=%g warmup_s=%g containers=2 switch_every_s=%g runs=%d handovers=%d waited=%d wait_max_ms=%.0f p99_ms=%.1f one_container_p99_ms=%.1f added_p99_ms=%.1f control_writes_per_msg=%.3f one_container_control_writes_per_msg=%.3f failed_drains=%d",
+		h.Mode, rate, warmup, h.SwitchEvery, len(h.Switched), hand, waited, pct(waits, 1), h.SwitchedP99ms, h.BaseP99ms, h.AddedP99ms, cw, baseCW, failed)
 }
 
 // handoverDefaults: 50 msgs/s over 8 buckets (a busy bucket gets a message
 // every 160 ms, so most hand-overs meet a releaser that may be resuming),
 // a switch every second, 20 s per run, two rounds in each mode.
-var handoverDefaults = handoverOptions{modes: []relayMode{modeDelete, modeWatermark, modeTxn}, rate: 50, seconds: 20, buckets: 8,
+var handoverDefaults = handoverOptions{warmup: 20 * time.Second, modes: []relayMode{modeDelete, modeWatermark, modeTxn}, rate: 50, seconds: 20, buckets: 8,
 	switchEvery: time.Second, rounds: 2}

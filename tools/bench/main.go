@@ -194,6 +194,7 @@ func main() {
 	windows := flag.String("sweep-windows", "0,1s,5s", "batching windows of the sweep")
 	profiles := flag.String("profiles", "", `the steady stage's profiles to run, by name ("10,50,200,burst"; empty: all)`)
 	modes := flag.String("modes", "", `the relay modes of the steady stage ("delete,watermark"; empty: both)`)
+	handoverWarmup := flag.Duration("handover-warmup", 0, "the hand-over stage's warm-up before each run is measured (default 20s: past the slow start of two fresh containers)")
 	handoverSwitch := flag.Duration("handover-switch", -1, "the hand-over stage's switch interval between the two containers (default 1s; 0: every invocation to the other container)")
 	containers := flag.Int("containers", 1, "the relay function's containers in the steady stage: separate processes sharing the owner id (1: one warm container)")
 	switchEvery := flag.Duration("switch-every", 0, "with -containers above 1: send invocations to one container this long, then to the next (0: every invocation to the next, the worst case)")
@@ -238,6 +239,9 @@ func main() {
 	}
 	o.out, o.only, o.steadyWindow = *out, *only, *window
 	o.containers, o.switchEvery = *containers, *switchEvery
+	if *handoverWarmup > 0 {
+		o.handover.warmup = *handoverWarmup
+	}
 	if *handoverSwitch >= 0 {
 		o.handover.switchEvery = *handoverSwitch
 	}
