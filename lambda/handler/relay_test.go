@@ -281,3 +281,46 @@ type noopPublisher struct{}
 func (noopPublisher) Publish(ctx context.Context, msgs []outbox.Message) (int, error) {
 	return len(msgs), nil
 }
+
+// fakeCompanions is a fakeDrainer with DrainBucketsTo, as *relay.Relay:
+// its call also returns companion drains of buckets no record hinted.
+type fakeCompanions struct {
+	*fakeDrainer
+	companions []relay.BucketResult
+}
+
+func (c *fakeCompanions) DrainBucketsTo(ctx context.Context, targets map[int]int64) (hinted, companions []relay.BucketResult) {
+	for b, seq := range targets {
+		st, err := c.DrainBucketTo(ctx, b, seq)
+		hinted = append(hinted, relay.BucketResult{Bucket: b, Stats: st, Err: err})
+	}
+	return hinted, c.companions
+}
+
+// TestHandlerCountsCompanionsButReportsNoRecordForThem: with a Drainer
+// that drains companions beside a hand-over (relay.DrainBucketsTo), the
+// handler drains each hinted bucket up to its highest hint through it,
+// counts what the companions published, and reports a hinted bucket's
+// failure but never a companion's: its messages' hints come in later
+// batches.
+func TestHandlerCountsCompanionsButReportsNoRecordForThem(t *testing.T) {
+	d := &fakeCompanions{fakeDrainer: &fakeDrainer{count: 8, errs: map[int]error{3: errors.New("broker down")}}, companions: []relay.BucketResult{
+		{Bucket: 2, Stats: relay.DrainStats{Bucket: 2, Published: 5, Companion: true}},
+		{Bucket: 5, Stats: relay.DrainStats{Bucket: 5, Companion: true}, Err: errors.New("broker down")},
+	}}
+	h := newHandler(d)
+	resp, err := h.Handle(context.Background(), loadEvent(t, "insert.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(d.targets); got != "map[1:6 3:19 7:1]" {
+		t.Fatalf("targets %s, want map[1:6 3:19 7:1]", got)
+	}
+	if len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != "4421584500000000000000000100" {
+		t.Fatalf("failures %+v, want only bucket 3's lowest record", resp.BatchItemFailures)
+	}
+	// Buckets 1 and 7 published 1 each, companion 2 published 5.
+	if got := h.counters.Published.Load(); got != 7 {
+		t.Fatalf("published %d, want 7 (the companions' included)", got)
+	}
+}
