@@ -111,6 +111,14 @@ type Lease struct {
 	// publisher fences earlier holders (HolderFencer).
 	PrevReleasedBy string
 	PrevToken      string
+	// Process names the process instance of the hold: a relay sets it
+	// (Relay.Instance) on the lease it acquired, and Release and Abandon
+	// store it, so that a released lease says which process released it,
+	// where Owner may be shared. A relay that takes over one bucket of a
+	// process's releases drains that process's other busy buckets beside it
+	// (docs/design.md §4.3.4, companion drains). Empty when not stored (a
+	// store or a version without it).
+	Process string
 	// Stuck is why the bucket last stopped, as a relay recorded it (a
 	// StuckRecorder store): current while Stuck.Sequence > Head, stale
 	// once the head passed it. Zero when nothing was recorded.

@@ -1,8 +1,12 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"sync"
+	"time"
+
+	"github.com/dynakafka/outbox/internal/seam"
 
 	"github.com/dynakafka/outbox"
 )
@@ -43,14 +47,16 @@ type companionKey struct{}
 // companionTrigger starts a call's companion drains, at most once.
 type companionTrigger struct {
 	once  sync.Once
-	start func()
+	start func(process string)
 }
 
 // handedOver is called by a drain that owes ResumeWindow after acquiring a
-// lease another process released: it starts its call's companion drains.
-func handedOver(ctx context.Context) {
-	if t, ok := ctx.Value(companionKey{}).(*companionTrigger); ok {
-		t.once.Do(t.start)
+// lease that process (outbox.Lease.Process) released: it starts its call's
+// companion drains of that process's releases. A lease that names no
+// process starts none.
+func handedOver(ctx context.Context, process string) {
+	if t, ok := ctx.Value(companionKey{}).(*companionTrigger); ok && process != "" {
+		t.once.Do(func() { t.start(process) })
 	}
 }
 
@@ -73,9 +79,9 @@ func (r *Relay) DrainBucketsTo(ctx context.Context, targets map[int]int64) (hint
 	if c := r.cfg.concurrency; c > 0 && c < len(targets) {
 		sem = make(chan struct{}, c)
 	}
-	trig.start = func() {
+	trig.start = func(process string) {
 		w := r.sched.Go(func() {
-			got := r.drainCompanions(ctx, targets)
+			got := r.drainCompanions(ctx, process, targets)
 			mu.Lock()
 			companions = got
 			mu.Unlock()
@@ -116,62 +122,84 @@ func (r *Relay) DrainBucketsTo(ctx context.Context, targets map[int]int64) (hint
 // companionDrainKey marks a companion drain's context (DrainStats.Companion).
 type companionDrainKey struct{}
 
-// drainCompanions drains, all at once, the buckets of the span outside
-// skip that another process's hold released with a message above the
-// stored head, each up to the last sequence reserved when it looked. It
-// needs the store's BucketProbe and CounterProbe; without them it drains
-// nothing.
-func (r *Relay) drainCompanions(ctx context.Context, skip map[int]int64) []BucketResult {
+// companionLooks bounds the companion scan's reads in flight, as the
+// sweep's probes are bounded.
+const companionLooks = 16
+
+// drainCompanions drains the buckets of the span outside skip that
+// process's holds released with messages above their stored heads, each up
+// to the last sequence reserved when it looked: at most Concurrency at once
+// (all by default), after a scan of at most companionLooks leases at once.
+// It needs the store's CounterProbe; without it, or without time left for
+// a window and a drain before the context's deadline, it drains nothing.
+func (r *Relay) drainCompanions(ctx context.Context, process string, skip map[int]int64) []BucketResult {
 	counter, ok := r.store.(outbox.CounterProbe)
 	if !ok {
 		return nil
 	}
-	ctx = context.WithValue(ctx, companionDrainKey{}, true)
-	var (
-		mu    sync.Mutex
-		waits []func()
-		out   []BucketResult
-	)
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 2*r.cfg.resumeWindow+r.cfg.deadlineMargin {
+		return nil // each would acquire, and stop before its first read
+	}
+	var candidates []int
 	for b := range r.BucketSpan() {
-		if _, hinted := skip[b]; hinted || !r.Drains(b) {
-			continue
+		if _, hinted := skip[b]; !hinted && r.Drains(b) {
+			candidates = append(candidates, b)
 		}
-		waits = append(waits, r.sched.Go(func() {
-			last, ok := r.companion(ctx, counter, b)
-			if !ok {
-				return
-			}
-			st, err := r.drainBucket(ctx, b, last, false)
+	}
+	var (
+		mu     sync.Mutex
+		chosen = map[int]int64{}
+	)
+	inTurns(r.sched, len(candidates), companionLooks, func(i int) {
+		b := candidates[i]
+		if last, ok := r.companion(ctx, counter, process, b); ok {
 			mu.Lock()
-			out = append(out, BucketResult{b, st, err})
+			chosen[b] = last
 			mu.Unlock()
-		}))
+		}
+	})
+	var (
+		buckets []int
+		out     []BucketResult
+	)
+	for b := range chosen {
+		buckets = append(buckets, b)
 	}
-	for _, w := range waits {
-		w()
-	}
+	ctx = context.WithValue(ctx, companionDrainKey{}, true)
+	inTurns(r.sched, len(buckets), cmp.Or(r.cfg.concurrency, len(buckets)), func(i int) {
+		b := buckets[i]
+		st, err := r.drainBucket(ctx, b, chosen[b], false)
+		mu.Lock()
+		out = append(out, BucketResult{b, st, err})
+		mu.Unlock()
+	})
 	return out
 }
 
-// companion reports whether bucket b is to be drained beside a hand-over,
-// and up to which sequence: its lease is released by a hold that is not
-// this process's own, and a message lies above its stored head. Every
-// failed read says no: the bucket's own hints still come.
-func (r *Relay) companion(ctx context.Context, counter outbox.CounterProbe, b int) (int64, bool) {
-	l, err := r.store.ReadLease(ctx, b)
-	if err != nil || !l.Released() || l.HeldAt(r.cfg.clock.Now()) {
-		return 0, false
-	}
-	loc := r.local(b)
-	select {
-	case loc.turn <- struct{}{}:
-		own := l.Token != "" && l.Token == loc.token
-		<-loc.turn
-		if own {
-			return 0, false // resumable: no wait owed
+// inTurns calls f(0) … f(n-1), limit at once, in goroutines of the
+// scheduler (the simulator runs them), and returns when all returned.
+func inTurns(sched seam.Scheduler, n, limit int, f func(i int)) {
+	for from := 0; from < n; from += max(limit, 1) {
+		var waits []func()
+		for i := from; i < min(n, from+max(limit, 1)); i++ {
+			waits = append(waits, sched.Go(func() { f(i) }))
 		}
-	default:
-		return 0, false // a drain of it runs in this process
+		for _, w := range waits {
+			w()
+		}
+	}
+}
+
+// companion reports whether bucket b is to be drained beside a hand-over
+// of one of process's releases, and up to which sequence: its lease is
+// released by process, it waits on no gap and is not stopped on a message,
+// and messages lie above its stored head (its counter is past it: they
+// came since that hold's last flush). Every failed read says no: the
+// bucket's own hints still come.
+func (r *Relay) companion(ctx context.Context, counter outbox.CounterProbe, process string, b int) (int64, bool) {
+	l, err := r.store.ReadLease(ctx, b)
+	if err != nil || !l.Released() || l.Process != process || l.Gap != 0 || l.Stuck.Current(l.Head) {
+		return 0, false
 	}
 	last, err := counter.LastSequence(ctx, b)
 	if err != nil || last <= l.Head {

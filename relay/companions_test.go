@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 	"testing"
@@ -18,18 +19,25 @@ import (
 // waits of one window at once, where b's next batch would otherwise have
 // waited a second window for them. Left alone, with no write: bucket 3
 // (a released it, nothing above its head), bucket 4 (b's own release, which
-// b resumes without a wait) and bucket 5 (never acquired: its hints come).
-// Without the trigger b waits for bucket 0 alone and drains no companion.
+// b resumes without a wait), bucket 5 (never acquired: its hints come) and
+// bucket 6 (released by a third process, c, which may be serving another
+// shard). Without the trigger b waits for bucket 0 alone and drains no
+// companion.
 func TestHandoverDrainsTheReleasersOtherBucketsBesideIt(t *testing.T) {
 	const window = relay.DefaultResumeWindow
 	ctx := ctxFor(t, time.Minute)
-	s := memory.New(6)
+	s := memory.New(7)
 	sched, clk := newManualSched(), &fakeClock{}
 	pub := &recorder{}
 	opts := []relay.Option{sched.option(), relay.WithClock(clk), relay.RelayID("relay/fn"), relay.HolderWait(0)}
-	a, b := newRelay(t, s, pub, opts...), newRelay(t, s, pub, opts...)
-	for bucket := range 5 {
-		fill(t, s, bucket, 1, 2)
+	a, b, c := newRelay(t, s, pub, opts...), newRelay(t, s, pub, opts...), newRelay(t, s, pub, opts...)
+	for bucket := range 7 {
+		if bucket != 5 {
+			fill(t, s, bucket, 1, 2)
+		}
+	}
+	if _, err := c.DrainBucket(ctx, 6); err != nil {
+		t.Fatal(err)
 	}
 	for bucket := range 4 {
 		if _, err := a.DrainBucket(ctx, bucket); err != nil {
@@ -39,12 +47,12 @@ func TestHandoverDrainsTheReleasersOtherBucketsBesideIt(t *testing.T) {
 	if _, err := b.DrainBucket(ctx, 4); err != nil {
 		t.Fatal(err)
 	}
-	for _, bucket := range []int{0, 1, 2, 4} {
+	for _, bucket := range []int{0, 1, 2, 4, 6} {
 		fill(t, s, bucket, 3)
 	}
 	fill(t, s, 5, 1)
 	before := map[int]string{}
-	for _, bucket := range []int{3, 4, 5} {
+	for _, bucket := range []int{3, 4, 5, 6} {
 		before[bucket] = s.Lease(bucket).Token
 	}
 
@@ -83,6 +91,89 @@ func TestHandoverDrainsTheReleasersOtherBucketsBesideIt(t *testing.T) {
 	for bucket, token := range before {
 		if now := s.Lease(bucket).Token; now != token {
 			t.Errorf("bucket %d's lease was written (token %q, was %q)", bucket, now, token)
+		}
+	}
+}
+
+// TestCompanionsStayWithinTheReleasersBuckets: two shards, each served by
+// its own container at once, as a table with several stream shards is
+// (docs/design.md §4.3.7). Shard 1's buckets 0 and 1 move from container a
+// to c; container b keeps serving shard 2's buckets 2 and 3. c's first
+// batch after the switch owes ResumeWindow for bucket 0 and takes bucket 1,
+// a's other release, beside it; from then on neither container waits or
+// takes the other's buckets. Companions chosen by owner name alone (shared
+// by every container) took b's buckets on c's hand-over, and b then took
+// them back with a window's wait, on every batch after.
+func TestCompanionsStayWithinTheReleasersBuckets(t *testing.T) {
+	const window = relay.DefaultResumeWindow
+	ctx := ctxFor(t, time.Minute)
+	s := memory.New(4)
+	sched, clk := newManualSched(), &fakeClock{}
+	pub := &recorder{}
+	opts := []relay.Option{sched.option(), relay.WithClock(clk), relay.RelayID("relay/fn"), relay.HolderWait(0)}
+	a, b, c := newRelay(t, s, pub, opts...), newRelay(t, s, pub, opts...), newRelay(t, s, pub, opts...)
+	for bucket := range 4 {
+		fill(t, s, bucket, 1, 2)
+	}
+	for bucket, r := range []*relay.Relay{a, a, b, b} {
+		if _, err := r.DrainBucket(ctx, bucket); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seq := int64(3)
+	next := func() {
+		for bucket := range 4 {
+			fill(t, s, bucket, seq)
+		}
+		seq++
+	}
+	// call runs one batch on r and says which buckets waited a window and
+	// which were companions.
+	call := func(r *relay.Relay, buckets ...int) string {
+		targets := map[int]int64{}
+		for _, bucket := range buckets {
+			targets[bucket] = seq - 1
+		}
+		type res struct{ h, c []relay.BucketResult }
+		done := make(chan res, 1)
+		go func() { h, cs := r.DrainBucketsTo(ctx, targets); done <- res{h, cs} }()
+		for {
+			select {
+			case got := <-done:
+				var waited, comps []int
+				for _, x := range append(got.h, got.c...) {
+					if x.Err != nil {
+						t.Errorf("bucket %d: %v", x.Bucket, x.Err)
+					}
+					if x.Stats.ResumeWait > 0 {
+						waited = append(waited, x.Bucket)
+					}
+					if x.Stats.Companion {
+						comps = append(comps, x.Bucket)
+					}
+				}
+				sort.Ints(waited)
+				sort.Ints(comps)
+				return fmt.Sprintf("waited %v, companions %v", waited, comps)
+			case <-time.After(2 * time.Millisecond):
+				if sched.sleepers(window) > 0 {
+					sched.Advance(window)
+				}
+			}
+		}
+	}
+	next()
+	if got := call(c, 0); got != "waited [0 1], companions [1]" {
+		t.Fatalf("c's first batch after the switch: %s; want waited [0 1], companions [1]", got)
+	}
+	for i := range 3 {
+		next()
+		if got := call(b, 2, 3); got != "waited [], companions []" {
+			t.Fatalf("b's batch %d: %s; want no wait and no companion", i, got)
+		}
+		next()
+		if got := call(c, 0, 1); got != "waited [], companions []" {
+			t.Fatalf("c's batch %d: %s; want no wait and no companion", i, got)
 		}
 	}
 }

@@ -91,6 +91,8 @@ func (d *drain) acquire(ctx context.Context) error {
 		}
 		return fmt.Errorf("outbox: acquire bucket %d: %w", d.b, err)
 	}
+	prev := l.Process // the releaser's, as stored (a store that keeps it)
+	l.Process = d.r.instance
 	d.setLease(l)
 	own := l.PrevToken != "" && l.PrevToken == d.loc.token
 	d.loc.token = l.Token
@@ -118,7 +120,9 @@ func (d *drain) acquire(ctx context.Context) error {
 		}
 		// The other buckets that process released wait W beside this
 		// one, not after it (companions.go).
-		handedOver(ctx)
+		if prev != d.r.instance {
+			handedOver(ctx, prev)
+		}
 	}
 	d.head, d.cleaned = max(d.head, l.Head), max(d.cleaned, l.Cleaned)
 	if own {

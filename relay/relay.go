@@ -31,6 +31,10 @@ type Relay struct {
 	store outbox.Store
 	pub   outbox.Publisher
 	cfg   config
+	// instance names this process's holds on the leases it releases
+	// (outbox.Lease.Process); unlike the owner name, no other process
+	// shares it.
+	instance string
 	// bucketCount and bucketEpoch: the outbox's BucketCount and its epoch
 	// as this relay last read them (RefreshConfig); an online change only
 	// ever raises the epoch.
@@ -199,7 +203,7 @@ func New(ctx context.Context, store outbox.Store, pub outbox.Publisher, opts ...
 	if rnd == nil {
 		rnd = rand.Int64N
 	}
-	r := &Relay{store: store, pub: pub, cfg: cfg, mode: stored.Mode, sched: sched,
+	r := &Relay{store: store, pub: pub, cfg: cfg, mode: stored.Mode, sched: sched, instance: outbox.NewID(),
 		rand: rnd, buckets: map[int]*local{}}
 	r.adopt(stored)
 	r.setRegions(stored)

@@ -68,6 +68,9 @@ const (
 	attrPrevOwner   = "po"
 	attrPrevExpires = "pe"
 	attrPrevToken   = "ptk"
+	// The process instance of the hold that released the lease
+	// (outbox.Lease.Process), written by Release and Abandon.
+	attrProcess = "pi"
 	// rt, rtk, prt and prtk (a release's time and token, before issue 28)
 	// are no longer written or read; lease items may still carry them.
 	attrSeen = "seen"

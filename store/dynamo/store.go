@@ -325,6 +325,10 @@ func endHold(l outbox.Lease, head, cleaned int64) (cond, update string, attrs ma
 		attrs["#g"], attrs["#gs"] = attrGap, attrGapSince
 	}
 	values = map[string]types.AttributeValue{":zero": numAttr(0), ":hd": numAttr(head), ":cl": numAttr(cleaned)}
+	if l.Process != "" {
+		update += ", #pi = :pi"
+		attrs["#pi"], values[":pi"] = attrProcess, strAttr(l.Process)
+	}
 	cond = mine(l, attrs, values) + " AND (attribute_not_exists(#hd) OR #hd <= :hd) AND (attribute_not_exists(#cl) OR #cl <= :cl)"
 	return cond, update, attrs, values
 }
@@ -487,7 +491,7 @@ func (s *Store) writeLease(ctx context.Context, bucket int, in *dynamodb.UpdateI
 // decodeLease decodes a lease item; missing attributes are zero.
 func decodeLease(bucket int, item map[string]types.AttributeValue) (outbox.Lease, error) {
 	l := outbox.Lease{Bucket: bucket}
-	l.Owner, l.Token = strField(item, attrOwner), strField(item, attrToken)
+	l.Owner, l.Token, l.Process = strField(item, attrOwner), strField(item, attrToken), strField(item, attrProcess)
 	var errs []error
 	num := func(name string) int64 {
 		v, err := intAttr(item, name, false)

@@ -265,6 +265,48 @@ func TestReleaseNeverMovesMarksBackwards(t *testing.T) {
 	}
 }
 
+// TestReleaseRecordsTheReleasingProcess: Release and Abandon store the
+// hold's Process (a relay's instance id), ReadLease and the next Acquire
+// report it, and a hold that names none leaves the last one standing
+// (companion drains pick a releaser's buckets by it, design §4.3.4).
+func TestReleaseRecordsTheReleasingProcess(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := ctxT(t)
+	a, err := e.store.Acquire(ctx, 1, "relay/fn", t0, leaseFor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Process = "process-a"
+	if _, err := e.store.Release(ctx, a, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := e.store.ReadLease(ctx, 1); err != nil || l.Process != "process-a" || !l.Released() {
+		t.Fatalf("after a's release: %+v, %v; want released by process-a", l, err)
+	}
+	b, err := e.store.Acquire(ctx, 1, "relay/fn", t0, leaseFor)
+	if err != nil || b.Process != "process-a" || b.PrevToken != a.Token {
+		t.Fatalf("b's acquisition: %+v, %v; want process-a's release reported", b, err)
+	}
+	b.Process = "process-b"
+	if err := e.store.Abandon(ctx, b, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := e.store.ReadLease(ctx, 1); l.Process != "process-b" {
+		t.Fatalf("after b's abandon: process %q, want process-b", l.Process)
+	}
+	c, err := e.store.Acquire(ctx, 1, "relay/fn", t0, leaseFor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Process = ""
+	if _, err := e.store.Release(ctx, c, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := e.store.ReadLease(ctx, 1); l.Process != "process-b" {
+		t.Fatalf("after a release that names no process: %q, want process-b kept", l.Process)
+	}
+}
+
 // appliedTwice applies every UpdateItem of a release twice, as the SDK's
 // retryer does when the first response is lost, and returns the second
 // answer.

@@ -339,6 +339,7 @@ func (s *Store) Acquire(ctx context.Context, bucket int, owner string, now time.
 	l.Expires = now.Add(d)
 	out.Bucket, out.Owner, out.Token, out.Expires, out.Head, out.Cleaned = l.Bucket, l.Owner, l.Token, l.Expires, l.Head, l.Cleaned
 	out.Gap, out.GapSince, out.Wake, out.Epoch, out.Stuck = l.Gap, l.GapSince, l.Wake, l.Epoch, l.Stuck
+	out.Process = l.Process // the releaser's, until this hold's release
 	return out, nil
 }
 
@@ -428,9 +429,13 @@ func (s *Store) Abandon(ctx context.Context, l outbox.Lease, head, cleaned int64
 	return ctx.Err()
 }
 
-// giveUp ends l's hold: owner kept, expiry cleared, marks moved forward.
+// giveUp ends l's hold: owner kept, expiry cleared, marks moved forward,
+// the releasing process recorded.
 func (s *Store) giveUp(cur *outbox.Lease, l outbox.Lease, head, cleaned int64) {
 	cur.Expires = time.Time{}
+	if l.Process != "" {
+		cur.Process = l.Process
+	}
 	if head > cur.Head {
 		cur.Head = head
 		if cur.Gap != 0 && cur.Gap <= head {

@@ -113,6 +113,10 @@ func TestSchedules(t *testing.T) {
 	if seen.any() {
 		t.Errorf("schedules passed with %s: Result.Failed misses them", seen)
 	}
+	if n >= 500 && companions == 0 {
+		// 1,000 schedules drained 25 (issue 28).
+		t.Errorf("no schedule of %d drained a companion beside a hand-over: the simulator no longer runs relay.DrainBucketsTo's hand-over path", n)
+	}
 	fmt.Printf("sim: schedules=%d watermark_mode=%d function=%d sweeper=%d txn=%d committed=%d published=%d parked=%d crashes=%d stalls=%d resends=%d handovers=%d companions=%d final_drains=%d overlaps=%d overlaps_admitted=%d admitted_by=cancelled:%d,fenced:%d duplicates=%d duplicates_by_cause=%s dup_txns=whole:%d,partial:%d,partial_parked:%d late_commit_faults=%d commit_stalls=%d steps=%d %s\n",
 		n, watermark, function, sweeper, txn, sum.Committed, sum.Published, sum.Parked, sum.Crashes, sum.Stalls, resends, handovers, companions, finals, overlaps, nAdmitted, nAdmitted-nFenced, nFenced, dups, causes(byCause), whole, partial, partialParked, lateFaults, commitStalls, steps,
 		seen)

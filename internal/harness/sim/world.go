@@ -552,7 +552,7 @@ func (w *world) deliver() {
 				if st.Companion {
 					w.res.Companions++
 				}
-				w.tracef("%s drained b%d to %d: head %d published %d resumed=%v acquired=%v companion=%v err=%v", rl.id, c.Bucket, upTo[c.Bucket], st.Head, st.Published, st.Resumed, st.Acquired, st.Companion, err)
+				w.tracef("%s drained b%d: head %d published %d resumed=%v acquired=%v companion=%v err=%v", rl.id, c.Bucket, st.Head, st.Published, st.Resumed, st.Acquired, st.Companion, err)
 				if err != nil && !errors.Is(err, outbox.ErrLeaseHeld) && !st.Companion {
 					failed = append(failed, c.Bucket)
 				}
