@@ -126,7 +126,9 @@ func RelayEMF(e *emf.Emitter, m *RelayMetrics) RelayOption {
 
 // NewRelay returns the relay handler over r, draining at most concurrency
 // buckets at once (0: every bucket of a batch at once; the relay's
-// MaxInFlight bounds what they hold).
+// MaxInFlight bounds what they hold). A Drainer with DrainBucketsTo (a
+// *relay.Relay) drains a batch with it, and its own Concurrency option
+// bounds the drains instead: lambda/wiring gives both the same value.
 func NewRelay(r Drainer, concurrency int, log *slog.Logger, opts ...RelayOption) *Relay {
 	h := &Relay{relay: r, concurrency: max(0, concurrency), log: log, counters: &Counters{}}
 	for _, o := range opts {
