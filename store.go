@@ -112,8 +112,8 @@ type Lease struct {
 	PrevReleasedBy string
 	PrevToken      string
 	// Process names the process instance of the hold: a relay sets it
-	// (Relay.Instance) on the lease it acquired, and Release and Abandon
-	// store it, so that a released lease says which process released it,
+	// (an id of its own, drawn at New) on the lease it releases, and Release
+	// and Abandon store it, so that a released lease says which process released it,
 	// where Owner may be shared. A relay that takes over one bucket of a
 	// process's releases drains that process's other busy buckets beside it
 	// (docs/design.md §4.3.4, companion drains). Empty when not stored (a

@@ -23,16 +23,24 @@ import (
 // invocations (the bench's hand-over stage: a first batch of 2 records, a
 // second of about 30, p99 1.4 s above a warm container's in DeleteMode).
 //
-// So when a drain of DrainBucketsTo owes W after a hand-over, the call also
-// drains, during that wait and in the same invocation, every other bucket
-// of this relay's span whose lease another process's hold released and
-// which holds a message above its stored head: its acquisition and its W
-// run beside the first. A bucket that is held, resumable by this process,
-// or without a message above its head is left alone (no write), so an
-// idle outbox pays nothing, and a busy one pays what the next batch's
-// acquisitions would have cost. Nothing about exclusion changes: a
-// companion is an ordinary drain (a sweep drains buckets nobody hinted
-// the same way), which acquires, owes its own W and reads after it.
+// So when a drain of DrainBucketsTo owes W after taking a release of
+// process P (outbox.Lease.Process), the call also drains, beside it and in
+// the same invocation, every other bucket of this relay's span that P
+// released, that waits on no gap and is not stopped, and whose counter is
+// past its stored head: their acquisitions and windows run beside the
+// first. Every other bucket is left alone (no write), so an idle outbox
+// pays nothing, and a busy one pays what the next batch's acquisitions
+// would have cost. Nothing about exclusion changes: a companion is an
+// ordinary drain (a sweep drains buckets nobody hinted the same way),
+// which acquires, owes its own W and reads after it.
+//
+// A companion's hold stores its process marked (companionMark), and a
+// hand-over of a marked release starts no companions: when one process
+// released buckets of several shards (a partition split, a sweep, a reused
+// container), the container that took some as companions gives them back,
+// at most, to their own shard's container with one window's wait, and that
+// starts nothing more. Unmarked, the two containers traded them on every
+// batch. A call starts the companions of the first release it takes only.
 
 // BucketResult is one bucket's drain in DrainBucketsTo.
 type BucketResult struct {
@@ -122,6 +130,9 @@ func (r *Relay) DrainBucketsTo(ctx context.Context, targets map[int]int64) (hint
 // companionDrainKey marks a companion drain's context (DrainStats.Companion).
 type companionDrainKey struct{}
 
+// companionMark ends the process a companion's hold stores.
+const companionMark = "/companion"
+
 // companionLooks bounds the companion scan's reads in flight, as the
 // sweep's probes are bounded.
 const companionLooks = 16
@@ -168,6 +179,9 @@ func (r *Relay) drainCompanions(ctx context.Context, process string, skip map[in
 	ctx = context.WithValue(ctx, companionDrainKey{}, true)
 	inTurns(r.sched, len(buckets), cmp.Or(r.cfg.concurrency, len(buckets)), func(i int) {
 		b := buckets[i]
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 2*r.cfg.resumeWindow+r.cfg.deadlineMargin {
+			return // a later turn: it would acquire and stop before reading
+		}
 		st, err := r.drainBucket(ctx, b, chosen[b], false)
 		mu.Lock()
 		out = append(out, BucketResult{b, st, err})

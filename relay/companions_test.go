@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sort"
@@ -95,6 +96,67 @@ func TestHandoverDrainsTheReleasersOtherBucketsBesideIt(t *testing.T) {
 	}
 }
 
+// batchOn runs one batch on r, hinting buckets up to seq, moving the
+// manual scheduler past every ResumeWindow its drains wait, and says which
+// buckets waited a window and which were companions.
+func batchOn(t *testing.T, ctx context.Context, sched *manualSched, r *relay.Relay, seq int64, buckets ...int) string {
+	t.Helper()
+	targets := map[int]int64{}
+	for _, bucket := range buckets {
+		targets[bucket] = seq
+	}
+	type res struct{ h, c []relay.BucketResult }
+	done := make(chan res, 1)
+	go func() { h, cs := r.DrainBucketsTo(ctx, targets); done <- res{h, cs} }()
+	for {
+		select {
+		case got := <-done:
+			var waited, comps []int
+			for _, x := range append(got.h, got.c...) {
+				if x.Err != nil {
+					t.Errorf("bucket %d: %v", x.Bucket, x.Err)
+				}
+				if x.Stats.ResumeWait > 0 {
+					waited = append(waited, x.Bucket)
+				}
+				if x.Stats.Companion {
+					comps = append(comps, x.Bucket)
+				}
+			}
+			sort.Ints(waited)
+			sort.Ints(comps)
+			return fmt.Sprintf("waited %v, companions %v", waited, comps)
+		case <-time.After(2 * time.Millisecond):
+			if sched.sleepers(relay.DefaultResumeWindow) > 0 {
+				sched.Advance(relay.DefaultResumeWindow)
+			}
+		}
+	}
+}
+
+// shards sets up four buckets, the first two of stream shard 1, the other
+// two of shard 2; first[b] drains bucket b first; next commits a message to
+// every bucket and returns its sequence.
+func shards(t *testing.T, first [4]*relay.Relay, s *memory.Store, ctx context.Context) (next func() int64) {
+	t.Helper()
+	for bucket := range 4 {
+		fill(t, s, bucket, 1, 2)
+	}
+	for bucket, r := range first {
+		if _, err := r.DrainBucket(ctx, bucket); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seq := int64(2)
+	return func() int64 {
+		seq++
+		for bucket := range 4 {
+			fill(t, s, bucket, seq)
+		}
+		return seq
+	}
+}
+
 // TestCompanionsStayWithinTheReleasersBuckets: two shards, each served by
 // its own container at once, as a table with several stream shards is
 // (docs/design.md §4.3.7). Shard 1's buckets 0 and 1 move from container a
@@ -105,75 +167,85 @@ func TestHandoverDrainsTheReleasersOtherBucketsBesideIt(t *testing.T) {
 // by every container) took b's buckets on c's hand-over, and b then took
 // them back with a window's wait, on every batch after.
 func TestCompanionsStayWithinTheReleasersBuckets(t *testing.T) {
-	const window = relay.DefaultResumeWindow
 	ctx := ctxFor(t, time.Minute)
 	s := memory.New(4)
 	sched, clk := newManualSched(), &fakeClock{}
-	pub := &recorder{}
 	opts := []relay.Option{sched.option(), relay.WithClock(clk), relay.RelayID("relay/fn"), relay.HolderWait(0)}
-	a, b, c := newRelay(t, s, pub, opts...), newRelay(t, s, pub, opts...), newRelay(t, s, pub, opts...)
-	for bucket := range 4 {
-		fill(t, s, bucket, 1, 2)
-	}
-	for bucket, r := range []*relay.Relay{a, a, b, b} {
-		if _, err := r.DrainBucket(ctx, bucket); err != nil {
-			t.Fatal(err)
-		}
-	}
-	seq := int64(3)
-	next := func() {
-		for bucket := range 4 {
-			fill(t, s, bucket, seq)
-		}
-		seq++
-	}
-	// call runs one batch on r and says which buckets waited a window and
-	// which were companions.
-	call := func(r *relay.Relay, buckets ...int) string {
-		targets := map[int]int64{}
-		for _, bucket := range buckets {
-			targets[bucket] = seq - 1
-		}
-		type res struct{ h, c []relay.BucketResult }
-		done := make(chan res, 1)
-		go func() { h, cs := r.DrainBucketsTo(ctx, targets); done <- res{h, cs} }()
-		for {
-			select {
-			case got := <-done:
-				var waited, comps []int
-				for _, x := range append(got.h, got.c...) {
-					if x.Err != nil {
-						t.Errorf("bucket %d: %v", x.Bucket, x.Err)
-					}
-					if x.Stats.ResumeWait > 0 {
-						waited = append(waited, x.Bucket)
-					}
-					if x.Stats.Companion {
-						comps = append(comps, x.Bucket)
-					}
-				}
-				sort.Ints(waited)
-				sort.Ints(comps)
-				return fmt.Sprintf("waited %v, companions %v", waited, comps)
-			case <-time.After(2 * time.Millisecond):
-				if sched.sleepers(window) > 0 {
-					sched.Advance(window)
-				}
-			}
-		}
-	}
-	next()
-	if got := call(c, 0); got != "waited [0 1], companions [1]" {
+	a, b, c := newRelay(t, s, &recorder{}, opts...), newRelay(t, s, &recorder{}, opts...), newRelay(t, s, &recorder{}, opts...)
+	next := shards(t, [4]*relay.Relay{a, a, b, b}, s, ctx)
+	if got := batchOn(t, ctx, sched, c, next(), 0); got != "waited [0 1], companions [1]" {
 		t.Fatalf("c's first batch after the switch: %s; want waited [0 1], companions [1]", got)
 	}
 	for i := range 3 {
-		next()
-		if got := call(b, 2, 3); got != "waited [], companions []" {
+		if got := batchOn(t, ctx, sched, b, next(), 2, 3); got != "waited [], companions []" {
 			t.Fatalf("b's batch %d: %s; want no wait and no companion", i, got)
 		}
-		next()
-		if got := call(c, 0, 1); got != "waited [], companions []" {
+		if got := batchOn(t, ctx, sched, c, next(), 0, 1); got != "waited [], companions []" {
 			t.Fatalf("c's batch %d: %s; want no wait and no companion", i, got)
 		}
+	}
+}
+
+// TestCompanionsOfOneProcessServingTwoShardsSettle: one process released
+// every bucket (a partition split's parent shard, a sweep, a reused
+// container), then shard 1 goes to container c and shard 2 stays with a.
+// c's first hand-over takes all of them; a takes shard 2's back once, with
+// a window's wait, and that starts nothing: a companion's hold is marked,
+// and a hand-over of a marked release takes no companions. Unmarked, a
+// took c's buckets back as companions and c took them again, with a
+// window's wait on every batch of both.
+func TestCompanionsOfOneProcessServingTwoShardsSettle(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	s := memory.New(4)
+	sched, clk := newManualSched(), &fakeClock{}
+	opts := []relay.Option{sched.option(), relay.WithClock(clk), relay.RelayID("relay/fn"), relay.HolderWait(0)}
+	a, c := newRelay(t, s, &recorder{}, opts...), newRelay(t, s, &recorder{}, opts...)
+	next := shards(t, [4]*relay.Relay{a, a, a, a}, s, ctx)
+	if got := batchOn(t, ctx, sched, c, next(), 0); got != "waited [0 1 2 3], companions [1 2 3]" {
+		t.Fatalf("c's first batch: %s; want all of a's busy buckets taken beside bucket 0", got)
+	}
+	if got := batchOn(t, ctx, sched, a, next(), 2, 3); got != "waited [2 3], companions []" {
+		t.Fatalf("a's first batch of shard 2: %s; want its buckets back with one wait, and no companion", got)
+	}
+	for i := range 3 {
+		if got := batchOn(t, ctx, sched, c, next(), 0, 1); got != "waited [], companions []" {
+			t.Fatalf("c's batch %d: %s; want no wait and no companion", i, got)
+		}
+		if got := batchOn(t, ctx, sched, a, next(), 2, 3); got != "waited [], companions []" {
+			t.Fatalf("a's batch %d: %s; want no wait and no companion", i, got)
+		}
+	}
+}
+
+// TestAHandOverRecordsItsOwnProcessAfterManyBatches: the store's answers
+// under a hold (head writes between batches, renewals) name the previous
+// releaser; the release still names the holder. b takes bucket 0 from a
+// and drains it in three batches; c, taking a's bucket 1, must not take b's
+// bucket 0 beside it.
+func TestAHandOverRecordsItsOwnProcessAfterManyBatches(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	s := memory.New(2)
+	sched, clk := newManualSched(), &fakeClock{}
+	opts := []relay.Option{sched.option(), relay.WithClock(clk), relay.RelayID("relay/fn"), relay.HolderWait(0), relay.BatchSize(1)}
+	a, b, c := newRelay(t, s, &recorder{}, opts...), newRelay(t, s, &recorder{}, opts...), newRelay(t, s, &recorder{}, opts...)
+	fill(t, s, 0, 1)
+	fill(t, s, 1, 1)
+	for bucket := range 2 {
+		if _, err := a.DrainBucket(ctx, bucket); err != nil {
+			t.Fatal(err)
+		}
+	}
+	byA := s.Lease(0).Process
+	fill(t, s, 0, 2, 3, 4)
+	if got := batchOn(t, ctx, sched, b, 4, 0); got != "waited [0], companions []" {
+		t.Fatalf("b's batch: %s; want bucket 0 alone (a's bucket 1 is quiet)", got)
+	}
+	if got := s.Lease(0).Process; got == byA || got == "" {
+		t.Fatalf("b released bucket 0 after three batches, and the lease names %q (a's: %q)", got, byA)
+	}
+	fill(t, s, 0, 5)
+	fill(t, s, 1, 2)
+	if got := batchOn(t, ctx, sched, c, 2, 1); got != "waited [1], companions []" {
+		t.Fatalf("c's batch: %s; want a's bucket 1 alone (bucket 0 is b's release)", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +68,12 @@ type drain struct {
 	// gateSince: when (scheduler clock) this drain first found its next
 	// message held back by an epoch gate (zero: not waiting; gate.go).
 	gateSince time.Time
+	// process: what this drain's hold stores as its releasing process
+	// (outbox.Lease.Process) — the relay's instance, marked when the drain
+	// is a companion (companions.go) — set at its acquisition. Every
+	// answer of the store under the hold names the previous releaser, so
+	// Release and Abandon are given this.
+	process string
 }
 
 func (d *drain) getLease() outbox.Lease {
@@ -92,7 +99,11 @@ func (d *drain) acquire(ctx context.Context) error {
 		return fmt.Errorf("outbox: acquire bucket %d: %w", d.b, err)
 	}
 	prev := l.Process // the releaser's, as stored (a store that keeps it)
-	l.Process = d.r.instance
+	d.process = d.r.instance
+	if ctx.Value(companionDrainKey{}) != nil {
+		d.process += companionMark
+	}
+	l.Process = d.process
 	d.setLease(l)
 	own := l.PrevToken != "" && l.PrevToken == d.loc.token
 	d.loc.token = l.Token
@@ -120,7 +131,7 @@ func (d *drain) acquire(ctx context.Context) error {
 		}
 		// The other buckets that process released wait W beside this
 		// one, not after it (companions.go).
-		if prev != d.r.instance {
+		if !strings.HasPrefix(prev, d.r.instance) && !strings.HasSuffix(prev, companionMark) {
 			handedOver(ctx, prev)
 		}
 	}
@@ -1066,6 +1077,7 @@ func (d *drain) finish(ctx context.Context) error {
 	if d.held {
 		l := d.getLease()
 		l.Wake = d.wakeBase
+		l.Process = cmp.Or(d.process, d.r.instance)
 		// With the last batch's tombstones in flight (markBesideRelease):
 		// cleaned stays below them until they landed.
 		nl, err := d.r.store.Release(cctx, l, d.head, min(d.cleaned, d.head))
@@ -1190,6 +1202,7 @@ func (d *drain) stop(ctx context.Context, err error) {
 		return
 	}
 	l := d.getLease()
+	l.Process = cmp.Or(d.process, d.r.instance)
 	if aerr := d.r.store.Abandon(cctx, l, d.head, min(d.cleaned, d.head)); aerr != nil {
 		d.r.cfg.logger.WarnContext(ctx, "outbox: could not give the lease up after a failed drain; it expires by itself", "bucket", d.b, "err", aerr)
 	}

@@ -208,7 +208,9 @@ func Region(id string) Option { return func(c *config) { c.region = id } }
 // "<hostname>-<pid>-<random>". At most 128 characters.
 func RelayID(id string) Option { return func(c *config) { c.relayID = id } }
 
-// Concurrency is how many buckets DrainBuckets, Sweep and Run drain at once.
+// Concurrency is how many buckets DrainBuckets, Sweep and Run drain at once,
+// and DrainBucketsTo its hinted buckets (and, beside a hand-over, as many
+// companions again).
 // Default 0: every bucket they are given, however many the outbox has — a
 // drain mostly waits for DynamoDB and Kafka, and one that waits on a gap
 // or a hand-over must not hold the others back. What bounds the relay's

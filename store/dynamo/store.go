@@ -389,6 +389,10 @@ func (s *Store) Abandon(ctx context.Context, l outbox.Lease, head, cleaned int64
 	// Ours, but a mark would move backwards: give the hold up, marks as they are.
 	attrs, values = names(attrExpires), map[string]types.AttributeValue{":zero": numAttr(0)}
 	update = "SET #e = :zero"
+	if l.Process != "" {
+		update += ", #pi = :pi"
+		attrs["#pi"], values[":pi"] = attrProcess, strAttr(l.Process)
+	}
 	_, _, err = s.updateLease(ctx, l.Bucket, &dynamodb.UpdateItemInput{
 		ConditionExpression:       str(mine(l, attrs, values)),
 		UpdateExpression:          str(update),
