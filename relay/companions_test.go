@@ -157,63 +157,66 @@ func shards(t *testing.T, first [4]*relay.Relay, s *memory.Store, ctx context.Co
 	}
 }
 
-// TestCompanionsStayWithinTheReleasersBuckets: two shards, each served by
-// its own container at once, as a table with several stream shards is
-// (docs/design.md §4.3.7). Shard 1's buckets 0 and 1 move from container a
-// to c; container b keeps serving shard 2's buckets 2 and 3. c's first
-// batch after the switch owes ResumeWindow for bucket 0 and takes bucket 1,
-// a's other release, beside it; from then on neither container waits or
-// takes the other's buckets. Companions chosen by owner name alone (shared
-// by every container) took b's buckets on c's hand-over, and b then took
-// them back with a window's wait, on every batch after.
-func TestCompanionsStayWithinTheReleasersBuckets(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
-	s := memory.New(4)
-	sched, clk := newManualSched(), &fakeClock{}
-	opts := []relay.Option{sched.option(), relay.WithClock(clk), relay.RelayID("relay/fn"), relay.HolderWait(0)}
-	a, b, c := newRelay(t, s, &recorder{}, opts...), newRelay(t, s, &recorder{}, opts...), newRelay(t, s, &recorder{}, opts...)
-	next := shards(t, [4]*relay.Relay{a, a, b, b}, s, ctx)
-	if got := batchOn(t, ctx, sched, c, next(), 0); got != "waited [0 1], companions [1]" {
-		t.Fatalf("c's first batch after the switch: %s; want waited [0 1], companions [1]", got)
+// TestCompanionsAcrossShards: four buckets, 0 and 1 of stream shard 1, 2
+// and 3 of shard 2, each shard served by its own container at once, as a
+// table with several stream shards is (docs/design.md §4.3.7). Containers
+// a, b and c share an owner name; each step is one batch of one container,
+// with what it must wait for and take beside it.
+//
+//   - stay within the releaser's buckets: shard 1 moves from a to c, b
+//     keeps shard 2. c's first batch owes ResumeWindow for bucket 0 and
+//     takes a's bucket 1 beside it; then nobody waits or takes anything.
+//     Companions chosen by owner name alone took b's buckets too, and b
+//     took them back with a window's wait, on every batch after.
+//   - one process served both shards (a partition split's parent shard, a
+//     sweep, a reused container): c's first hand-over takes all four; a
+//     takes shard 2's back once, with a wait, and that starts nothing (a
+//     companion's hold is marked, and a marked release starts no
+//     companions). Unmarked, a and c traded them on every batch.
+func TestCompanionsAcrossShards(t *testing.T) {
+	type step struct {
+		by      string
+		buckets []int
+		want    string
 	}
-	for i := range 3 {
-		if got := batchOn(t, ctx, sched, b, next(), 2, 3); got != "waited [], companions []" {
-			t.Fatalf("b's batch %d: %s; want no wait and no companion", i, got)
-		}
-		if got := batchOn(t, ctx, sched, c, next(), 0, 1); got != "waited [], companions []" {
-			t.Fatalf("c's batch %d: %s; want no wait and no companion", i, got)
-		}
-	}
-}
-
-// TestCompanionsOfOneProcessServingTwoShardsSettle: one process released
-// every bucket (a partition split's parent shard, a sweep, a reused
-// container), then shard 1 goes to container c and shard 2 stays with a.
-// c's first hand-over takes all of them; a takes shard 2's back once, with
-// a window's wait, and that starts nothing: a companion's hold is marked,
-// and a hand-over of a marked release takes no companions. Unmarked, a
-// took c's buckets back as companions and c took them again, with a
-// window's wait on every batch of both.
-func TestCompanionsOfOneProcessServingTwoShardsSettle(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
-	s := memory.New(4)
-	sched, clk := newManualSched(), &fakeClock{}
-	opts := []relay.Option{sched.option(), relay.WithClock(clk), relay.RelayID("relay/fn"), relay.HolderWait(0)}
-	a, c := newRelay(t, s, &recorder{}, opts...), newRelay(t, s, &recorder{}, opts...)
-	next := shards(t, [4]*relay.Relay{a, a, a, a}, s, ctx)
-	if got := batchOn(t, ctx, sched, c, next(), 0); got != "waited [0 1 2 3], companions [1 2 3]" {
-		t.Fatalf("c's first batch: %s; want all of a's busy buckets taken beside bucket 0", got)
-	}
-	if got := batchOn(t, ctx, sched, a, next(), 2, 3); got != "waited [2 3], companions []" {
-		t.Fatalf("a's first batch of shard 2: %s; want its buckets back with one wait, and no companion", got)
-	}
-	for i := range 3 {
-		if got := batchOn(t, ctx, sched, c, next(), 0, 1); got != "waited [], companions []" {
-			t.Fatalf("c's batch %d: %s; want no wait and no companion", i, got)
-		}
-		if got := batchOn(t, ctx, sched, a, next(), 2, 3); got != "waited [], companions []" {
-			t.Fatalf("a's batch %d: %s; want no wait and no companion", i, got)
-		}
+	quiet := "waited [], companions []"
+	for _, tc := range []struct {
+		name  string
+		first string // who drained buckets 0-3 first
+		steps []step
+	}{
+		{"stay within the releaser's buckets", "aabb", []step{
+			{"c", []int{0}, "waited [0 1], companions [1]"},
+			{"b", []int{2, 3}, quiet}, {"c", []int{0, 1}, quiet},
+			{"b", []int{2, 3}, quiet}, {"c", []int{0, 1}, quiet},
+		}},
+		{"one process served both shards", "aaaa", []step{
+			{"c", []int{0}, "waited [0 1 2 3], companions [1 2 3]"},
+			{"a", []int{2, 3}, "waited [2 3], companions []"},
+			{"c", []int{0, 1}, quiet}, {"a", []int{2, 3}, quiet},
+			{"c", []int{0, 1}, quiet}, {"a", []int{2, 3}, quiet},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxFor(t, time.Minute)
+			s := memory.New(4)
+			sched, clk := newManualSched(), &fakeClock{}
+			opts := []relay.Option{sched.option(), relay.WithClock(clk), relay.RelayID("relay/fn"), relay.HolderWait(0)}
+			relays := map[string]*relay.Relay{}
+			for _, name := range []string{"a", "b", "c"} {
+				relays[name] = newRelay(t, s, &recorder{}, opts...)
+			}
+			var first [4]*relay.Relay
+			for i, name := range tc.first {
+				first[i] = relays[string(name)]
+			}
+			next := shards(t, first, s, ctx)
+			for i, st := range tc.steps {
+				if got := batchOn(t, ctx, sched, relays[st.by], next(), st.buckets...); got != st.want {
+					t.Fatalf("step %d, %s's batch of %v: %s; want %s", i, st.by, st.buckets, got, st.want)
+				}
+			}
+		})
 	}
 }
 
