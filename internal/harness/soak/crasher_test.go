@@ -2,6 +2,7 @@ package soak
 
 import (
 	"testing"
+	"time"
 
 	"github.com/dynakafka/outbox/internal/seam"
 )
@@ -88,5 +89,28 @@ func TestDiceKeepsEachKindApart(t *testing.T) {
 	}
 	if len(at) != 2 || at[0] != 50 || at[1] != 100 {
 		t.Fatalf("writer crashes at reaches %v, want [50 100]", at)
+	}
+}
+
+// TestStoppedBeforeOffExcusesOnlyBucketsLeftAlone: a sweep that began
+// within the relay's memory of a stop after the faults went off is
+// excused only if every bucket it failed on is one it left alone as
+// stopped recently (no publish tried with the faults off).
+func TestStoppedBeforeOffExcusesOnlyBucketsLeftAlone(t *testing.T) {
+	for _, c := range []struct {
+		failed, skipped []int
+		since           time.Duration
+		want            bool
+	}{
+		{[]int{9}, []int{9}, time.Second, true},
+		{[]int{9}, []int{9, 3}, 5 * time.Second, true},
+		{[]int{9, 4}, []int{9}, time.Second, false},  // bucket 4 was tried and failed
+		{[]int{9}, []int{9}, 7 * time.Second, false}, // past the relay's memory
+		{[]int{9}, []int{9}, -time.Second, false},    // began before the faults went off
+		{nil, nil, time.Second, false},
+	} {
+		if got := stoppedBeforeOff(c.failed, c.skipped, c.since); got != c.want {
+			t.Errorf("failed %v, skipped %v, %v after: %v, want %v", c.failed, c.skipped, c.since, got, c.want)
+		}
 	}
 }

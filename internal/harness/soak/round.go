@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -105,6 +106,7 @@ type round struct {
 	sweeps, sweptBuckets atomic.Int64
 	sweepErr             atomic.Value
 	faultPhase           atomic.Int64 // see startPipeline
+	faultsOffAt          atomic.Int64 // UnixNano: when faultsOff removed the faults
 	chaosOn              atomic.Bool
 	consumed             chan struct{}
 	kafkaFaults          []kafkaFault
@@ -368,6 +370,7 @@ func (r *round) startSweeper() {
 		defer r.bg.Done()
 		_ = schedule.Run(r.pipeCtx, schedule.Options{Clock: clk, Timeout: 30 * time.Second}, func(ctx context.Context, ev events.CloudWatchEvent) error {
 			phase := r.faultPhase.Load()
+			began := time.Now()
 			s, err := r.sweepFn.Handle(ctx, ev)
 			r.sweeps.Add(1)
 			// Drained, or found held and woke its holder: either way the
@@ -375,8 +378,17 @@ func (r *round) startSweeper() {
 			// gets there before the stream path depends on the load).
 			r.sweptBuckets.Add(int64(len(s.Drained) + len(s.Held)))
 			if err != nil && phase%2 == 0 && r.faultPhase.Load() == phase && ctx.Err() == nil {
-				// With the faults off, a sweep must not fail.
-				r.sweepErr.Store(err)
+				if off := time.Unix(0, r.faultsOffAt.Load()); stoppedBeforeOff(s.Failed, s.Skipped, began.Sub(off)) {
+					// The sweeper's own drain stopped these buckets on an
+					// injected fatal error before the faults went off, and
+					// it leaves them alone for stoppedRetry, naming them:
+					// no publish was tried with the faults off.
+					r.cfg.logf("sweep %v after the faults went off left buckets %v alone, stopped by its drain before: excused (%v)",
+						began.Sub(off).Round(time.Millisecond), s.Failed, err)
+				} else {
+					// With the faults off, a sweep must not fail.
+					r.sweepErr.Store(err)
+				}
 			}
 			return err
 		}, nil)
@@ -585,6 +597,27 @@ func (r *round) rebucket(ctx context.Context) error {
 	return err
 }
 
+// sweeperStopMemory is how long a relay leaves a bucket its own drain
+// stopped with a Fatal error (relay's stoppedRetry, 5 s), with a second of
+// slack for the sweep's own start.
+const sweeperStopMemory = 6 * time.Second
+
+// stoppedBeforeOff reports whether a sweep that began since after the
+// faults went off failed only on buckets it left alone as stopped
+// recently (Skipped): stops its own drains made on an injected fault
+// before then, which the relay remembers for stoppedRetry.
+func stoppedBeforeOff(failed, skipped []int, since time.Duration) bool {
+	if len(failed) == 0 || since < 0 || since > sweeperStopMemory {
+		return false
+	}
+	for _, b := range failed {
+		if !slices.Contains(skipped, b) {
+			return false
+		}
+	}
+	return true
+}
+
 // faultsOff waits until the relay, which lags the writers, has caught up
 // with most of the backlog (so the relay's faults get their share), then
 // turns every fault off and counts what fired.
@@ -600,6 +633,7 @@ func (r *round) faultsOff(ctx context.Context) {
 		r.tl.add(h.kind, h.h.Hits())
 		h.h.Remove()
 	}
+	r.faultsOffAt.Store(time.Now().UnixNano())
 	r.faultPhase.Add(1)
 	for k, n := range r.inj.Counts() {
 		r.tl.add("dynamo:"+k.Kind.String(), int(n))
