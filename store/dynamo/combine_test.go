@@ -375,6 +375,52 @@ func TestReadLeaseCallOutlivesALeavingParticipant(t *testing.T) {
 	checkLease(t, <-out)
 }
 
+// overdueCtx reports a deadline that has passed but ends only when the
+// test closes done: its timer, as a real one may be on a busy machine, has
+// not fired yet.
+type overdueCtx struct {
+	context.Context
+	done chan struct{}
+}
+
+func (c overdueCtx) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+func (c overdueCtx) Done() <-chan struct{}       { return c.done }
+func (c overdueCtx) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+// A call's deadline runs on a timer of its own: when it fires before the
+// caller's (same deadline), the caller still returns with its own context
+// ended, so that it tells the interruption from a failure (waitPrevious:
+// TestSetupPolicy failed in CI on a raw "context deadline exceeded" while
+// its ctx.Err() was still nil).
+func TestReadLeaseReturnsOnItsDeadlineWithItsContextEnded(t *testing.T) {
+	f := newBatchFake()
+	f.fail = func(c *batchCall) error {
+		<-c.ctx.Done()
+		return fmt.Errorf("operation error DynamoDB: BatchGetItem, %w", c.ctx.Err())
+	}
+	s := f.store(t)
+	ctx := overdueCtx{Context: ctxT(t), done: make(chan struct{})}
+	out := make(chan leaseResult, 1)
+	readAsync(ctx, s, 5, out)
+	f.next(t)
+	select {
+	case r := <-out:
+		t.Fatalf("ReadLease returned %v while its context had not ended yet (ctx.Err() = %v)", r.err, ctx.Err())
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(ctx.done)
+	if r := <-out; !errors.Is(r.err, context.DeadlineExceeded) || ctx.Err() == nil {
+		t.Fatalf("ReadLease = %v, want the call's deadline error", r.err)
+	}
+}
+
 func sorted(x []int) []int {
 	x = slices.Clone(x)
 	slices.Sort(x)
