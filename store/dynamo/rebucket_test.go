@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -359,6 +361,71 @@ func TestChangeSurvivesResends(t *testing.T) {
 	}
 }
 
+// failingCutClient fails the first cut of each bucket in fail, as a table
+// that stalled past the cut's bound would (the SDK's own retries spent).
+type failingCutClient struct {
+	StoreAPI
+	mu     sync.Mutex
+	fail   map[int]bool
+	failed []int
+}
+
+func (c *failingCutClient) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	c.mu.Lock()
+	for b := range c.fail {
+		if strField(in.Key, attrPK) == sequence.PartitionKey(b) && strings.Contains(aws.ToString(in.ConditionExpression), "#ce") {
+			delete(c.fail, b)
+			c.failed = append(c.failed, b)
+			c.mu.Unlock()
+			return nil, fmt.Errorf("operation error DynamoDB: UpdateItem, https response error StatusCode: 0, canceled, %w", context.DeadlineExceeded)
+		}
+	}
+	c.mu.Unlock()
+	return c.StoreAPI.UpdateItem(ctx, in, o...)
+}
+
+// Cuts that fail after the flip, while the caller still waits, do not end
+// the change: the watch cuts each old bucket it looks at and ends the old
+// epoch, writers cut the new buckets' counters they meet. CI's
+// TestRebucketWhileWritersAndRelayRun and TestRebucketCLI failed on one cut
+// that a saturated DynamoDB Local held past its bound.
+func TestChangeGoesOnAfterAFailedCut(t *testing.T) {
+	e := newEnv(t, 4)
+	reserve(t, e, 2, 3)
+	fence(t, e, 2, 1, 2, 3)
+	c := &failingCutClient{StoreAPI: e.d.Client, fail: map[int]bool{2: true, 6: true}}
+	res, err := ChangeBucketCount(ctxT(t), c, e.tables, 8)
+	if err != nil {
+		t.Fatalf("ChangeBucketCount after failed cuts of %v: %v", c.failed, err)
+	}
+	if slices.Sort(c.failed); !slices.Equal(c.failed, []int{2, 6}) {
+		t.Fatalf("cuts failed: %v, want [2 6] (the fault did not fire)", c.failed)
+	}
+	if got := storedConfig(t, e.d.Client, e.tables); got.BucketCount != 8 || got.BucketEpoch != 1 || got.Draining() || !res.Ended {
+		t.Fatalf("config %+v, result %+v; want 8 at epoch 1, the old epoch ended", got, res)
+	}
+	if ce, cf := counterOf(t, e, 2); ce != 1 || cf != 3 {
+		t.Errorf("bucket 2's counter after the change: epoch %d, cut point %d; want 1 and 3 (cut by the watch)", ce, cf)
+	}
+	w, err := NewWriter(ctxT(t), c, e.tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := 0; ; k++ {
+		m := keyedV(fmt.Sprint("k", k), "v")
+		if outbox.BucketForKey(m.Key, 8) != 6 {
+			continue
+		}
+		if _, err := w.Write(ctxT(t), nil, m); err != nil {
+			t.Fatalf("a write to bucket 6, whose cut failed: %v", err)
+		}
+		break
+	}
+	if ce, _ := counterOf(t, e, 6); ce != 1 {
+		t.Errorf("bucket 6's counter after a write: epoch %d, want 1 (cut by the writer)", ce)
+	}
+}
+
 // A change interrupted after the flip (Ctrl-C on outbox buckets set while
 // the old epoch drains) stands: ChangeBucketCount returns no error and
 // names the old buckets still draining; a writer writes under the new
@@ -445,5 +512,35 @@ func TestWriterAbortsAnOlderVersionsChange(t *testing.T) {
 		if ce, _ := counterOf(t, e, b); b < 8 && ce != 1 {
 			t.Errorf("bucket %d's counter at epoch %d after the abort, want 1", b, ce)
 		}
+	}
+}
+
+// graceAfter's context outlives a live caller's (no fixed bound) and ends
+// its grace after the caller's ends.
+func TestGraceAfterEndsItsGraceAfterTheCaller(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	long, stopLong := graceAfter(ctx, time.Hour)
+	defer stopLong()
+	short, stopShort := graceAfter(ctx, 10*time.Millisecond)
+	defer stopShort()
+	time.Sleep(50 * time.Millisecond)
+	if short.Err() != nil {
+		t.Fatalf("ended %v while the caller's context is live", short.Err())
+	}
+	cancel()
+	select {
+	case <-short.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the 10ms grace never ended")
+	}
+	if !errors.Is(context.Cause(short), context.DeadlineExceeded) {
+		t.Errorf("cause %v, want a deadline error", context.Cause(short))
+	}
+	if long.Err() != nil {
+		t.Errorf("the hour's grace ended already: %v", long.Err())
+	}
+	stopLong()
+	if !errors.Is(long.Err(), context.Canceled) {
+		t.Errorf("after its cancel: %v, want context.Canceled", long.Err())
 	}
 }
