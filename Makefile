@@ -90,8 +90,9 @@ deps:
 # bench:, cdk:, inbox-poison:, containment:, enqueue:, python-writer:, schema:, regions:,
 # topic-deleted:, txn-fence:, region-guard:, enqueue-async:, rebucket-cli:, local:).
 # A failed subtest's "--- FAIL" line is indented: it is kept, so a failure
-# names the subtest and not only its parent.
-TEST_FILTER := '^(ok|FAIL|PASS|[[:space:]]*--- FAIL|panic:|outbox-e2e:|kafka-real:|thirdparty:|soak:|bench:|cdk:|inbox-poison:|containment:|enqueue:|python-writer:|schema:|regions:|topic-deleted:|txn-fence:|region-guard:|enqueue-async:|rebucket-cli:|local:|sim:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
+# names the subtest and not only its parent. A test (not a subtest) that
+# passed in 10 s or more keeps its "--- PASS" line: where the time goes.
+TEST_FILTER := '^(ok|FAIL|PASS|[[:space:]]*--- FAIL|--- PASS: [^ ]+ \([1-9][0-9]+\.[0-9]+s\)|panic:|outbox-e2e:|kafka-real:|thirdparty:|soak:|bench:|cdk:|inbox-poison:|containment:|enqueue:|python-writer:|schema:|regions:|topic-deleted:|txn-fence:|region-guard:|enqueue-async:|rebucket-cli:|local:|sim:)|^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+:'
 
 # Three lanes at once: the library module (mostly waiting on DynamoDB Local,
 # Kafka and the stream); the tool modules after one another (mostly

@@ -60,6 +60,7 @@ func TestMakeHelp(t *testing.T) {
 // filter (TEST_FILTER) matches, and a failed subtest's "--- FAIL" line is
 // indented under its parent's: the filter keeps it, so a failure in CI's
 // log names the subtest, beside its file:line messages and the results.
+// A test that passed in 10 s or more keeps its line (its time).
 func TestTestFilterNamesFailedSubtests(t *testing.T) {
 	mk, err := os.ReadFile("Makefile")
 	if err != nil {
@@ -85,6 +86,10 @@ func TestTestFilterNamesFailedSubtests(t *testing.T) {
 		{"FAIL\tgithub.com/dynakafka/outbox/internal/harness/soak\t776.298s", true},
 		{"soak: mode=delete messages=3025 lost=0", true},
 		{"    --- PASS: TestSmallSoak/delete (157.00s)", false},
+		{"--- PASS: TestSmallSoak (776.08s)", true},
+		{"--- PASS: TestRebucketCLI (10.02s)", true},
+		{"--- PASS: TestQuick (9.99s)", false},
+		{"--- PASS: TestQuick (0.01s)", false},
 		{"=== RUN   TestSmallSoak/delete", false},
 		{"some chatter", false},
 	} {
