@@ -155,15 +155,21 @@ func (c *combiner[K, V, R]) do(ctx context.Context, items []ask[K, V]) (map[K]R,
 	}
 }
 
-// ownDeadline waits, when ctx's deadline has passed, for ctx to end. A
-// call's deadline is the latest of its participants' deadlines on a timer
-// of its own, which may fire before a participant's: a caller that gets
-// the call's deadline error then finds its own ctx ended too, as a call
-// on its own ctx would leave it (callers tell an interruption from a
-// failure by ctx.Err()).
+// ownDeadline waits, when ctx's deadline has passed, for ctx to end (a
+// second at most: a context of another make may report a deadline it
+// never ends on). A call's deadline is the latest of its participants'
+// deadlines on a timer of its own, which may fire before a participant's:
+// a caller that gets the call's deadline error then finds its own ctx
+// ended too, as a call on its own ctx would leave it (callers tell an
+// interruption from a failure by ctx.Err()).
 func ownDeadline(ctx context.Context) {
 	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		<-ctx.Done()
+		t := time.NewTimer(time.Second)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
 	}
 }
 
