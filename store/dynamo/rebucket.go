@@ -57,7 +57,7 @@ const DefaultChangeTimeout = 30 * time.Second
 const DefaultChangeMargin = 2 * time.Second
 
 // endTimeout bounds the writes ChangeBucketCount makes after its
-// caller's context ended (the flip, the cut, the end of the old epoch).
+// caller's context ended (the cut, the end of the old epoch).
 const endTimeout = 10 * time.Second
 
 // changeOpts are ChangeBucketCount's settings (ChangeTimeout,
@@ -167,47 +167,28 @@ func ChangeBucketCount(ctx context.Context, client StoreAPI, tables Tables, to i
 	// unsure whether it applied. From the flip on the change stands; what
 	// fails is left to the writers (the cut) and to whoever finds the old
 	// epoch drained.
-	wctx, cancel := graceAfter(ctx, endTimeout)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 	defer cancel()
 	if err := replaceConfig(wctx, client, tables.Control, stored, flipped); err != nil {
 		return ChangeResult{}, err
 	}
 	res.Epoch = flipped.BucketEpoch
-	cutErr := s.cutAll(ctx, flipped)
+	cutErr := s.cutAll(context.WithoutCancel(ctx), flipped)
 	res.Flip = time.Since(start) - res.Waited
 	if cutErr != nil && ctx.Err() != nil {
 		res.Draining = upTo(flipped.OldBucketCount)
 		return res, fmt.Errorf("dynamo: BucketCount changed from %d to %d (epoch %d), but cutting the counters failed (writers cut the ones they meet; "+
 			"the sweeper ends the old epoch once drained): %w", res.From, res.To, res.Epoch, cutErr)
 	}
-	// A cut that failed is no reason to stop: writers cut the counters
-	// they meet, and the watch cuts each old bucket it looks at (a table
-	// slow for a while catches up). Only when the watch fails too does the
-	// cut's error come back with it.
+	// A cut that failed (each is bounded: endTimeout) is no reason to
+	// stop: writers cut the counters they meet, and the watch cuts each
+	// old bucket it looks at on ctx (a table slow for a while catches up).
+	// Only when the watch fails too does the cut's error come back.
 	err = s.watch(ctx, flipped, opts, &res)
 	if err != nil && cutErr != nil {
-		err = fmt.Errorf("%w (cutting the counters after the flip failed before: %v)", err, cutErr)
+		err = fmt.Errorf("%w (cutting the counters after the flip failed before: %w)", err, cutErr)
 	}
 	return res, err
-}
-
-// graceAfter returns a context with ctx's values that ends grace after ctx
-// ends, not with it: the writes a change makes once begun run to their
-// end even if the caller leaves meanwhile (bounded), and as long as the
-// caller waits otherwise (a slow table must not fail a live caller's
-// change for a fixed bound).
-func graceAfter(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
-	wctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(grace, func() {
-			cancel(fmt.Errorf("%w: %v after the caller's context ended (%v)", context.DeadlineExceeded, grace, context.Cause(ctx)))
-		})
-		context.AfterFunc(wctx, func() { t.Stop() })
-	})
-	return wctx, func() {
-		stop()
-		cancel(context.Canceled)
-	}
 }
 
 // watch waits until every old bucket of the change c describes has
@@ -413,11 +394,10 @@ func (s *Store) waitPrevious(ctx context.Context, stored outbox.Config, to int, 
 // describes (c.Draining()) into its epoch, at most emptyProbeConcurrency
 // at a time (the cut points are remembered: cutPoint).
 func (s *Store) cutAll(ctx context.Context, c outbox.Config) error {
-	return forBuckets(context.WithoutCancel(ctx), c.Span(), func(_ context.Context, b int) error {
-		// Each cut runs up to endTimeout past ctx's end on its own, not
-		// the lot: a slow table must not fail the last cuts for the
-		// first ones' time.
-		cctx, cancel := graceAfter(ctx, endTimeout)
+	return forBuckets(ctx, c.Span(), func(ctx context.Context, b int) error {
+		// Each cut is bounded on its own (endTimeout), not the lot: a
+		// slow table must not fail the last cuts for the first ones' time.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 		defer cancel()
 		_, err := s.cutPoint(cctx, b, c.BucketEpoch)
 		return err
@@ -791,7 +771,14 @@ func (w *Writer) meetEpoch(ctx context.Context, had bucketView, ee *sequence.Epo
 	api := writerCalls{w}
 	if ee.Counter >= 0 && ee.Counter < had.epoch || ee.Counter == -had.epoch && had.epoch > 0 {
 		_, err := sequence.Cut(ctx, api, w.tables.Control, ee.Bucket, had.epoch)
-		return had, err
+		var later *sequence.EpochError
+		if !errors.As(err, &later) || !later.Later() {
+			return had, err
+		}
+		// A later change cut the counter between the refusal and this
+		// cut (a change leaves counters no writer met uncut): follow the
+		// config item as for a counter found at the later epoch.
+		ee = later
 	}
 	c, err := readConfig(ctx, w.client, w.tables.Control)
 	if err == nil && c.Frozen() {
