@@ -367,7 +367,12 @@ func (s *Store) replayReserve(ctx context.Context, bucket int, seq int64, pi Par
 		case ee.Later():
 			// The count changed since the read: read it again.
 		default:
-			if _, err := sequence.Cut(ctx, s.client, s.tables.Control, to, cfg.BucketEpoch); err != nil {
+			_, err := sequence.Cut(ctx, s.client, s.tables.Control, to, cfg.BucketEpoch)
+			var later *sequence.EpochError
+			switch {
+			case errors.As(err, &later) && later.Later():
+				// A later change cut the counter first: read the config again.
+			case err != nil:
 				return 0, 0, 0, fmt.Errorf("dynamo: replay bucket %d sequence %d: cut bucket %d's counter into BucketCount epoch %d: %w", bucket, seq, to, cfg.BucketEpoch, err)
 			}
 		}

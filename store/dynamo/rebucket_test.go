@@ -426,6 +426,63 @@ func TestChangeGoesOnAfterAFailedCut(t *testing.T) {
 	}
 }
 
+// laterChangeClient runs a later change (through the raw client) just
+// before the writer's first cut of bucket reaches the table: the change
+// cuts that counter first.
+type laterChangeClient struct {
+	StoreAPI
+	bucket int
+	change func()
+	once   sync.Once
+	ran    bool
+}
+
+func (c *laterChangeClient) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if strField(in.Key, attrPK) == sequence.PartitionKey(c.bucket) && strings.Contains(aws.ToString(in.UpdateExpression), "#cf") {
+		c.once.Do(func() { c.change(); c.ran = true })
+	}
+	return c.StoreAPI.UpdateItem(ctx, in, o...)
+}
+
+// A change can end with a new bucket's counter uncut (its cut failed; a
+// writer cuts it when it meets it). A writer refused there cuts it, and
+// when a later change cut it between the refusal and the writer's cut,
+// the writer follows the config item to the later change instead of
+// failing the write.
+func TestWriterFollowsALaterChangeThatCutFirst(t *testing.T) {
+	e := newEnv(t, 4)
+	raw := e.d.Client
+	if _, err := ChangeBucketCount(ctxT(t), &failingCutClient{StoreAPI: raw, fail: map[int]bool{6: true}}, e.tables, 8); err != nil {
+		t.Fatal(err)
+	}
+	if ce, _ := counterOf(t, e, 6); ce != 0 {
+		t.Fatalf("bucket 6's counter at epoch %d after the change, want uncut", ce)
+	}
+	c := &laterChangeClient{StoreAPI: raw, bucket: 6, change: func() {
+		if _, err := ChangeBucketCount(ctxT(t), raw, e.tables, 12); err != nil {
+			t.Errorf("the later change: %v", err)
+		}
+	}}
+	w, err := NewWriter(ctxT(t), c, e.tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := keyedV("k0", "v")
+	for k := 0; outbox.BucketForKey(m.Key, 8) != 6; k++ {
+		m = keyedV(fmt.Sprint("k", k), "v")
+	}
+	res, err := w.Write(ctxT(t), nil, m)
+	if err != nil {
+		t.Fatalf("a write that met a later change's cut: %v", err)
+	}
+	if !c.ran {
+		t.Fatal("the later change never ran: the writer did not cut bucket 6")
+	}
+	if got, want := res.Messages[0].Bucket, outbox.BucketForKey(m.Key, 12); got != want {
+		t.Errorf("the write landed in bucket %d, want %d (under the later count, 12)", got, want)
+	}
+}
+
 // A change interrupted after the flip (Ctrl-C on outbox buckets set while
 // the old epoch drains) stands: ChangeBucketCount returns no error and
 // names the old buckets still draining; a writer writes under the new
@@ -512,35 +569,5 @@ func TestWriterAbortsAnOlderVersionsChange(t *testing.T) {
 		if ce, _ := counterOf(t, e, b); b < 8 && ce != 1 {
 			t.Errorf("bucket %d's counter at epoch %d after the abort, want 1", b, ce)
 		}
-	}
-}
-
-// graceAfter's context outlives a live caller's (no fixed bound) and ends
-// its grace after the caller's ends.
-func TestGraceAfterEndsItsGraceAfterTheCaller(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	long, stopLong := graceAfter(ctx, time.Hour)
-	defer stopLong()
-	short, stopShort := graceAfter(ctx, 10*time.Millisecond)
-	defer stopShort()
-	time.Sleep(50 * time.Millisecond)
-	if short.Err() != nil {
-		t.Fatalf("ended %v while the caller's context is live", short.Err())
-	}
-	cancel()
-	select {
-	case <-short.Done():
-	case <-time.After(time.Minute):
-		t.Fatal("the 10ms grace never ended")
-	}
-	if !errors.Is(context.Cause(short), context.DeadlineExceeded) {
-		t.Errorf("cause %v, want a deadline error", context.Cause(short))
-	}
-	if long.Err() != nil {
-		t.Errorf("the hour's grace ended already: %v", long.Err())
-	}
-	stopLong()
-	if !errors.Is(long.Err(), context.Canceled) {
-		t.Errorf("after its cancel: %v, want context.Canceled", long.Err())
 	}
 }

@@ -118,6 +118,16 @@ class _EpochRefused(Exception):
         self.fence = _num(old, "cf")
 
 
+class _CounterAhead(BucketCountChangeError):
+    """A cut into epoch refused because a later change cut the counter
+    into counter first (what _meet_epoch follows)."""
+
+    def __init__(self, bucket, epoch, counter):
+        super().__init__(f"outbox: cut bucket {bucket} into BucketCount epoch {epoch}: its counter serves "
+                         f"epoch {counter}; nothing was written")
+        self.bucket, self.epoch, self.counter = bucket, epoch, counter
+
+
 def _num(item, name) -> int:
     av = (item or {}).get(name) or {}
     try:
@@ -561,9 +571,15 @@ class Writer:
         change a version before the cut-over left frozen is aborted first."""
         had = st.view
         if 0 <= ee.counter < had[1] or (had[1] > 0 and ee.counter == -had[1]):
-            self._cut(ee.bucket, had[1])
-            st.cuts += 1
-            return had
+            try:
+                self._cut(ee.bucket, had[1])
+                st.cuts += 1
+                return had
+            except _CounterAhead as ahead:
+                # A later change cut the counter between the refusal and
+                # this cut (a change leaves counters no writer met uncut):
+                # follow the config item as for a counter found there.
+                ee = ahead
         c = self._read_config()
         if c.changing:
             if self.on_change_wait is not None:
@@ -663,6 +679,8 @@ class Writer:
                 kw = frozen
             elif 1 <= ce < to:
                 kw = earlier
+            elif ce > to:
+                raise _CounterAhead(bucket, to, ce)
             else:
                 raise BucketCountChangeError(f"outbox: cut bucket {bucket} into BucketCount epoch {to}: its counter serves "
                                              f"epoch {ce}; nothing was written")

@@ -162,6 +162,26 @@ def test_it_cuts_a_counter_the_changer_has_not_reached_and_never_waits():
     assert t.slept == 0 and res.paused_seconds == 0 and stamps(t) == [1]
 
 
+def test_a_later_change_that_cut_the_counter_first_is_followed():
+    # The change 8 -> 12 left bucket 10 uncut (epoch 0, 4 reserved). A
+    # later change, 12 -> 16 at epoch 2, cuts it between the writer's
+    # refusal and its own cut: the writer follows the config item.
+    t = Table(cfg(12, v=4, be=1), {10: {"n": {"N": "4"}}})
+    w = writer(t)
+    cut = t.update_counter
+
+    def later_change_first(**kw):
+        if kw["UpdateExpression"] == CUT_LEGACY and t.config["bc"] == {"N": "12"}:
+            t.config = cfg(16, v=4, be=2, ob=12, cd=2_000_000)
+            t.counters = {b: {"n": {"S": contract.MOVED_COUNTER}, "q": {"N": "4"}, "cf": {"N": "4"}, "ce": {"N": "2"}} for b in range(16)}
+        return cut(**kw)
+    t.update_counter = later_change_first
+    res = w.write(messages=[Message("t", b"1", key=KEY)])
+    m = res.messages[0]
+    assert (res.bucket_count, res.epoch, m.bucket, m.sequence) == (16, 2, contract.bucket_for_key(KEY, 16), 5)
+    assert ("refused", 10, CUT_LEGACY) in t.calls and w.view == (16, 2) and stamps(t) == [2]
+
+
 def test_a_cut_survives_a_resend():
     t = Table(cfg(12, v=4, be=1, ob=8, cd=2_000_000), {10: {"n": {"N": "4"}}})
     t.resend_cut = True
