@@ -287,7 +287,7 @@ func sharedDynamo(ctx context.Context) (*dynamoEnv, error) {
 			// A JVM starting on a busy CI machine can take longer than
 			// dynamolocal's default 30 s; New's context (3 minutes)
 			// still bounds the whole set-up.
-			inst, err := dynamolocal.Start(ctx, dynamolocal.Options{StartTimeout: 2 * time.Minute})
+			inst, err := dynamolocal.Start(ctx, dynamolocal.Options{StartTimeout: 2 * time.Minute, LeanJVM: true})
 			if err != nil {
 				sharedErr = fmt.Errorf("start DynamoDB Local (or set %s): %w", DynamoDBEndpointEnv, err)
 				return

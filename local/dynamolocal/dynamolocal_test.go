@@ -329,3 +329,27 @@ func BenchmarkStart(b *testing.B) {
 		}
 	}
 }
+
+// LeanJVM puts LeanJVMArgs on java's command line, before JavaArgs and the
+// jar; without it they are absent.
+func TestLeanJVMPassesItsArgs(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, jarName), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	java := filepath.Join(t.TempDir(), "java")
+	if err := os.WriteFile(java, []byte("#!/bin/sh\necho \"args: $*\"\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, lean := range []bool{true, false} {
+		_, err := Start(context.Background(), Options{Dir: dir, Java: java, JavaArgs: []string{"-Xmx99m"}, LeanJVM: lean, StartTimeout: 30 * time.Second})
+		var se *StartError
+		if !errors.As(err, &se) {
+			t.Fatalf("LeanJVM %v: err = %v, want *StartError", lean, err)
+		}
+		want := strings.Join(LeanJVMArgs, " ") + " -Xmx99m -jar "
+		if got := strings.Contains(se.Output, want); got != lean {
+			t.Errorf("LeanJVM %v: java's args %q hold %q: %v", lean, se.Output, want, got)
+		}
+	}
+}

@@ -48,7 +48,7 @@ func regionSides(t *testing.T, ctx context.Context) (a, b shimSide) {
 		// to miss it at load 21); it bounds a hang, not a speed.
 		go func() {
 			defer wg.Done()
-			insts[i], errs[i] = dynamolocal.Start(ctx, dynamolocal.Options{StartTimeout: 3 * time.Minute})
+			insts[i], errs[i] = dynamolocal.Start(ctx, dynamolocal.Options{StartTimeout: 3 * time.Minute, LeanJVM: true})
 		}()
 	}
 	wg.Wait()

@@ -146,7 +146,7 @@ func (r *round) close() {
 func (r *round) startDynamo(ctx context.Context) error {
 	r.endpoint = os.Getenv("OUTBOX_TEST_DYNAMODB_ENDPOINT")
 	if r.endpoint == "" {
-		inst, err := dynamolocal.Start(ctx, dynamolocal.Options{})
+		inst, err := dynamolocal.Start(ctx, dynamolocal.Options{LeanJVM: true})
 		if err != nil {
 			return err
 		}

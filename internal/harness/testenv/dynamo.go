@@ -105,7 +105,7 @@ func setupDynamo() (*Dynamo, error) {
 	// A hang guard, not a speed bound: on a busy two-core machine (four
 	// suites at load 20+) the JVM took longer than dynamolocal's default
 	// 30 s to answer, and every test of the binary failed on it.
-	inst, err := dynamolocal.Start(ctx, dynamolocal.Options{StartTimeout: startTimeout - 10*time.Second})
+	inst, err := dynamolocal.Start(ctx, dynamolocal.Options{StartTimeout: startTimeout - 10*time.Second, LeanJVM: true})
 	if err != nil {
 		return nil, err
 	}
