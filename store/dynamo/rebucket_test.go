@@ -361,6 +361,12 @@ func TestChangeSurvivesResends(t *testing.T) {
 	}
 }
 
+// isCut reports whether in is a cut of bucket b's counter (sequence.Cut:
+// every form sets or reads the cut point, cf; a reservation does not).
+func isCut(in *dynamodb.UpdateItemInput, b int) bool {
+	return strField(in.Key, attrPK) == sequence.PartitionKey(b) && strings.Contains(aws.ToString(in.UpdateExpression), "#cf")
+}
+
 // failingCutClient fails the first cut of each bucket in fail, as a table
 // that stalled past the cut's bound would (the SDK's own retries spent).
 type failingCutClient struct {
@@ -373,7 +379,7 @@ type failingCutClient struct {
 func (c *failingCutClient) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	c.mu.Lock()
 	for b := range c.fail {
-		if strField(in.Key, attrPK) == sequence.PartitionKey(b) && strings.Contains(aws.ToString(in.ConditionExpression), "#ce") {
+		if isCut(in, b) {
 			delete(c.fail, b)
 			c.failed = append(c.failed, b)
 			c.mu.Unlock()
@@ -438,7 +444,7 @@ type laterChangeClient struct {
 }
 
 func (c *laterChangeClient) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	if strField(in.Key, attrPK) == sequence.PartitionKey(c.bucket) && strings.Contains(aws.ToString(in.UpdateExpression), "#cf") {
+	if isCut(in, c.bucket) {
 		c.once.Do(func() { c.change(); c.ran = true })
 	}
 	return c.StoreAPI.UpdateItem(ctx, in, o...)
